@@ -1,0 +1,17 @@
+# The two commands of the README. Both set up a fresh machine first (scripts/setup.sh).
+VENV ?= .venv
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test benchmarks
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/jupyterhub-gpu-reclaim demo
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+benchmarks: setup
+	$(VENV)/bin/python benchmarks/sim_scale.py

@@ -1,0 +1,77 @@
+# JupyterHub configuration of the demo: KubeSpawner on the simulated cluster.
+# `jupyterhub-gpu-reclaim demo` starts the cluster and runs `jupyterhub -f` on this file;
+# the integration tests load it too. Ports and the password come from the environment.
+import os
+
+c = get_config()  # noqa: F821 (provided by JupyterHub)
+env = os.environ.get
+
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = int(env("GPU_RECLAIM_HUB_PORT", "8000"))
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = int(env("GPU_RECLAIM_HUB_API_PORT", "8081"))
+c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{env('GPU_RECLAIM_PROXY_API_PORT', '8001')}"
+# pods reach the hub here (in a real cluster: the hub Service)
+c.JupyterHub.hub_connect_url = f"http://127.0.0.1:{c.JupyterHub.hub_port}"
+c.JupyterHub.last_activity_interval = 60  # as z2jh sets it
+
+# --- log in: demo users with one password ------------------------------------------
+c.JupyterHub.authenticator_class = "dummy"
+c.DummyAuthenticator.password = env("GPU_RECLAIM_DEMO_PASSWORD", "")
+c.Authenticator.allowed_users = {"alice", "bob", "carol"}
+c.Authenticator.admin_users = {"admin"}
+
+# --- KubeSpawner, unmodified, through the kubeconfig in $KUBECONFIG --------------------
+c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+c.KubeSpawner.namespace = "jhub"
+c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
+# the simulated kubelet runs containers as its own user, root on our machines
+c.KubeSpawner.args = ["--allow-root"]
+c.KubeSpawner.image = "quay.io/jupyterhub/singleuser:latest"
+c.KubeSpawner.start_timeout = 600  # a GPU spawn may wait in the queue
+c.KubeSpawner.http_timeout = 120
+c.KubeSpawner.node_selector = {"hub.jupyter.org/node-purpose": "user"}
+c.KubeSpawner.cpu_guarantee = 0.5
+c.KubeSpawner.mem_guarantee = "1G"
+
+# home directories on a PVC per user, mounted where the docker-stacks images keep home
+c.KubeSpawner.storage_pvc_ensure = True
+c.KubeSpawner.storage_capacity = "10Gi"
+c.KubeSpawner.pvc_name_template = "claim-{user_server}"
+c.KubeSpawner.volumes = [{"name": "home", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}]
+c.KubeSpawner.volume_mounts = [{"name": "home", "mountPath": "/home/jovyan"}]
+
+_gpu_toleration = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
+c.KubeSpawner.profile_list = [
+    {
+        "display_name": "CPU — 1 core, 2 GB",
+        "slug": "cpu",
+        "description": "For data wrangling and writing. No GPU.",
+        "default": True,
+        "kubespawner_override": {"cpu_limit": 1, "mem_limit": "2G"},
+    },
+    {
+        "display_name": "1 × NVIDIA A100 (40 GB)",
+        "slug": "gpu-1",
+        "description": "PyTorch with CUDA 12. Idle GPUs are given back to the queue.",
+        "kubespawner_override": {
+            "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02",
+            "cpu_limit": 4,
+            "mem_limit": "16G",
+            "extra_resource_limits": {"nvidia.com/gpu": "1"},
+            "tolerations": _gpu_toleration,
+        },
+    },
+    {
+        "display_name": "2 × NVIDIA A100 (40 GB)",
+        "slug": "gpu-2",
+        "description": "For multi-GPU training.",
+        "kubespawner_override": {
+            "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02",
+            "cpu_limit": 8,
+            "mem_limit": "32G",
+            "extra_resource_limits": {"nvidia.com/gpu": "2"},
+            "tolerations": _gpu_toleration,
+        },
+    },
+]

@@ -1,0 +1,73 @@
+"""Recording core/v1 Events the way client-go's event recorder does.
+
+An event repeating the same object, reason, message and source is folded into the
+existing one (count + 1, lastTimestamp moved) instead of being created again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .resources import BY_KIND
+from .store import Obj, Store
+from .timestamps import rfc3339
+
+EVENT = BY_KIND["Event"]
+
+
+class EventRecorder:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._index: dict[tuple[str, str, str, str, str], str] = {}
+
+    def record(
+        self,
+        involved: Obj,
+        reason: str,
+        message: str,
+        *,
+        type_: str = "Normal",
+        component: str,
+        host: str | None = None,
+        field_path: str | None = None,
+    ) -> Obj:
+        meta = involved["metadata"]
+        ns = meta.get("namespace") or "default"
+        key = (ns, meta.get("uid") or meta["name"], reason, message, f"{component}/{host}")
+        name = self._index.get(key)
+        if name is not None and self.store.find(EVENT, ns, name) is not None:
+            def bump(o: Obj) -> None:
+                o["count"] = o.get("count", 1) + 1
+                o["lastTimestamp"] = rfc3339()
+
+            return self.store.update(EVENT, ns, name, bump)
+        ref: dict[str, Any] = {
+            "kind": involved.get("kind"),
+            "namespace": ns,
+            "name": meta["name"],
+            "uid": meta.get("uid"),
+            "apiVersion": involved.get("apiVersion", "v1"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        if field_path:
+            ref["fieldPath"] = field_path
+        source = {"component": component, **({"host": host} if host else {})}
+        stamp = rfc3339()
+        event = {
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": ns},
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message,
+            "source": source,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "type": type_,
+            "eventTime": None,
+            "reportingComponent": component,
+            "reportingInstance": host or "",
+        }
+        created = self.store.create(EVENT, event, ns)
+        self._index[key] = created["metadata"]["name"]
+        return created

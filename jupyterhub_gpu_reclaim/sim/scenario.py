@@ -1,0 +1,402 @@
+"""The scenario file: what cluster the simulator builds (documented in docs/sim.md).
+
+YAML, validated with a JSON schema so a typo gets an error naming the field instead of
+a cluster that silently differs from the one asked for.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+}
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "": 1}
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and the field."""
+
+
+def parse_size(value: int | float | str, what: str = "size") -> int:
+    """Bytes from `5GB`, `1.5GiB`, `512Mi`, `250MB` or a plain number of bytes."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise ScenarioError(f"{what}: cannot read {value!r} as a size (e.g. 5GB, 512MiB)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def parse_bandwidth(value: int | float | str, what: str = "bandwidth") -> float:
+    """Bytes per second from `100MB/s`, `1Gi/s` or a plain number."""
+    text = str(value).strip()
+    if text.endswith("/s"):
+        text = text[:-2]
+    rate = parse_size(text if not isinstance(value, (int, float)) else value, what)
+    if rate <= 0:
+        raise ScenarioError(f"{what}: must be positive, got {value!r}")
+    return float(rate)
+
+
+def parse_duration(value: int | float | str, what: str = "duration") -> float:
+    """Seconds from `30s`, `10m`, `1.5h`, `250ms` or a plain number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|)\s*", str(value))
+    if not m:
+        raise ScenarioError(f"{what}: cannot read {value!r} as a duration (e.g. 30s, 10m)")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+
+
+_num_or_str = {"type": ["number", "string"]}
+_image = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "size": _num_or_str,
+        "entrypoint": {"type": "array", "items": {"type": "string"}},
+        "cmd": {"type": "array", "items": {"type": "string"}},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "workingDir": {"type": "string"},
+        "stub": {"type": "boolean"},
+    },
+}
+_taint = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["key", "effect"],
+    "properties": {
+        "key": {"type": "string"},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+    },
+}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["nodeGroups"],
+    "properties": {
+        "name": {"type": "string"},
+        "namespaces": {"type": "array", "items": {"type": "string"}},
+        "mode": {"enum": ["process", "stub"]},
+        "bandwidth": _num_or_str,
+        "defaultImageSize": _num_or_str,
+        "strictImages": {"type": "boolean"},
+        "podNetwork": {"type": "string"},
+        "images": {"type": "array", "items": _image},
+        "imageDefaults": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: _image["properties"][k] for k in ("entrypoint", "cmd", "env", "workingDir")},
+        },
+        "apiserver": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "host": {"type": "string"},
+                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "historyLimit": {"type": "integer", "minimum": 1},
+                "bookmarkInterval": _num_or_str,
+            },
+        },
+        "control": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "host": {"type": "string"},
+                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+            },
+        },
+        "gpu": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "collectionInterval": _num_or_str,
+                "idleEngineActive": {"type": "number", "minimum": 0, "maximum": 1},
+                "driverVersion": {"type": "string"},
+            },
+        },
+        "scheduler": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "scoringStrategy": {"enum": ["LeastAllocated", "MostAllocated"]},
+                "retryInterval": _num_or_str,
+                "weights": {"type": "object", "additionalProperties": {"type": "number"}},
+            },
+        },
+        "priorityClasses": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "value"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "value": {"type": "integer"},
+                    "globalDefault": {"type": "boolean"},
+                    "description": {"type": "string"},
+                },
+            },
+        },
+        "nodeGroups": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
+                    "count": {"type": "integer", "minimum": 0},
+                    "cpu": _num_or_str,
+                    "memory": _num_or_str,
+                    "pods": {"type": "integer", "minimum": 1},
+                    "gpus": {"type": "integer", "minimum": 0},
+                    "gpuModel": {"type": "string"},
+                    "gpuMemory": _num_or_str,
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "taints": {"type": "array", "items": _taint},
+                    "images": {"type": "array", "items": {"type": "string"}},
+                    "bandwidth": _num_or_str,
+                    "autoscaler": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "min": {"type": "integer", "minimum": 0},
+                            "max": {"type": "integer", "minimum": 0},
+                            "scaleUpDelay": _num_or_str,
+                            "scaleDownDelay": _num_or_str,
+                        },
+                    },
+                },
+            },
+        },
+        "placeholders": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "count"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "namespace": {"type": "string"},
+                    "count": {"type": "integer", "minimum": 0},
+                    "priorityClassName": {"type": "string"},
+                    "requests": {"type": "object", "additionalProperties": _num_or_str},
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "tolerations": {"type": "array", "items": {"type": "object"}},
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass
+class Image:
+    name: str  # as written in pod specs; the kubelet normalises it
+    size: int
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    stub: bool = False  # never runs a process (e.g. the pause image of placeholders)
+
+
+@dataclass
+class Autoscaling:
+    min: int
+    max: int
+    scale_up_delay: float
+    scale_down_delay: float
+
+
+@dataclass
+class NodeGroup:
+    name: str
+    count: int
+    cpu: str
+    memory: str
+    pods: int
+    gpus: int
+    gpu_model: str
+    gpu_memory_mib: int
+    labels: dict[str, str]
+    taints: list[dict[str, str]]
+    images: list[str]  # already pulled when a node of this group starts
+    bandwidth: float  # bytes per second
+    autoscaler: Autoscaling | None
+
+
+@dataclass
+class Placeholder:
+    name: str
+    namespace: str
+    count: int
+    priority_class_name: str
+    requests: dict[str, str]
+    node_selector: dict[str, str]
+    tolerations: list[dict[str, Any]]
+
+
+@dataclass
+class Scenario:
+    name: str
+    namespaces: list[str]
+    mode: str
+    images: dict[str, Image]
+    image_defaults: Image
+    default_image_size: int
+    strict_images: bool
+    pod_network: str
+    node_groups: list[NodeGroup]
+    placeholders: list[Placeholder]
+    priority_classes: list[dict[str, Any]]
+    api_host: str = "127.0.0.1"
+    api_port: int = 0
+    history_limit: int = 20000
+    bookmark_interval: float = 60.0
+    control_host: str = "127.0.0.1"
+    control_port: int = 0
+    gpu_collection_interval: float = 30.0
+    gpu_idle_engine_active: float = 0.002
+    gpu_driver_version: str = "550.90.07"
+    scoring_strategy: str = "LeastAllocated"
+    scheduler_retry_interval: float = 10.0
+    scheduler_weights: dict[str, float] = field(default_factory=dict)
+    source: str = "<scenario>"
+
+
+def load(path: str | Path) -> Scenario:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read the scenario file: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{path}: not valid YAML: {e}") from None
+    return from_dict(data, str(path))
+
+
+def from_dict(data: Any, source: str = "<scenario>") -> Scenario:
+    """A validated Scenario; a ScenarioError names the source and the field."""
+    try:
+        return _from_dict(data, source)
+    except ScenarioError as e:
+        if str(e).startswith(source):
+            raise
+        raise ScenarioError(f"{source}: {e}") from None
+
+
+def _from_dict(data: Any, source: str) -> Scenario:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a mapping with at least `nodeGroups`")
+    try:
+        jsonschema.validate(data, SCHEMA)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise ScenarioError(f"{source}: {where}: {e.message}") from None
+
+    def img(d: dict[str, Any], where: str) -> Image:
+        return Image(
+            name=d["name"],
+            size=parse_size(d.get("size", data.get("defaultImageSize", "1GB")), f"{where}.size"),
+            entrypoint=list(d.get("entrypoint", defaults.entrypoint)),
+            cmd=list(d.get("cmd", defaults.cmd)),
+            env={**defaults.env, **d.get("env", {})},
+            working_dir=d.get("workingDir", defaults.working_dir),
+            stub=bool(d.get("stub", False)),
+        )
+
+    dd = data.get("imageDefaults", {})
+    defaults = Image(name="", size=0, entrypoint=list(dd.get("entrypoint", [])),
+                     cmd=list(dd.get("cmd", [])), env=dict(dd.get("env", {})),
+                     working_dir=dd.get("workingDir"))
+    images = {d["name"]: img(d, f"images[{i}]") for i, d in enumerate(data.get("images", []))}
+    default_bw = parse_bandwidth(data.get("bandwidth", "100MB/s"), "bandwidth")
+    groups = []
+    for i, g in enumerate(data["nodeGroups"]):
+        where = f"nodeGroups[{i}]"
+        auto = None
+        if "autoscaler" in g:
+            a = g["autoscaler"]
+            auto = Autoscaling(
+                min=a.get("min", 0), max=a.get("max", g.get("count", 1)),
+                scale_up_delay=parse_duration(a.get("scaleUpDelay", "60s"), f"{where}.autoscaler.scaleUpDelay"),
+                scale_down_delay=parse_duration(a.get("scaleDownDelay", "10m"), f"{where}.autoscaler.scaleDownDelay"),
+            )
+            if auto.max < auto.min:
+                raise ScenarioError(f"{source}: {where}.autoscaler: max ({auto.max}) is below min ({auto.min})")
+        for ref in g.get("images", []):
+            if ref not in images and data.get("strictImages"):
+                raise ScenarioError(f"{source}: {where}.images: {ref!r} is not listed under images")
+        groups.append(NodeGroup(
+            name=g["name"], count=g.get("count", 1), cpu=str(g.get("cpu", "8")),
+            memory=str(g.get("memory", "32Gi")), pods=g.get("pods", 110), gpus=g.get("gpus", 0),
+            gpu_model=g.get("gpuModel", "NVIDIA A100-SXM4-40GB"),
+            gpu_memory_mib=parse_size(g.get("gpuMemory", "40GiB"), f"{where}.gpuMemory") // 2**20,
+            labels=dict(g.get("labels", {})), taints=[dict(t) for t in g.get("taints", [])],
+            images=list(g.get("images", [])),
+            bandwidth=parse_bandwidth(g["bandwidth"], f"{where}.bandwidth") if "bandwidth" in g else default_bw,
+            autoscaler=auto,
+        ))
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise ScenarioError(f"{source}: nodeGroups: group names must be unique, got {names}")
+    namespaces = list(dict.fromkeys(["default", "kube-system", *data.get("namespaces", [])]))
+    placeholders = [
+        Placeholder(
+            name=p["name"], namespace=p.get("namespace", namespaces[-1]), count=p["count"],
+            priority_class_name=p.get("priorityClassName", ""),
+            requests={k: str(v) for k, v in p.get("requests", {}).items()},
+            node_selector=dict(p.get("nodeSelector", {})), tolerations=list(p.get("tolerations", [])),
+        )
+        for p in data.get("placeholders", [])
+    ]
+    pcs = [dict(pc) for pc in data.get("priorityClasses", [])]
+    known_pcs = {pc["name"] for pc in pcs}
+    for i, p in enumerate(placeholders):
+        if p.priority_class_name and p.priority_class_name not in known_pcs:
+            raise ScenarioError(
+                f"{source}: placeholders[{i}].priorityClassName: {p.priority_class_name!r} is not in priorityClasses")
+    api, ctl, gpu, sch = (data.get(k, {}) for k in ("apiserver", "control", "gpu", "scheduler"))
+    return Scenario(
+        name=data.get("name", Path(source).stem),
+        namespaces=namespaces,
+        mode=data.get("mode", "process"),
+        images=images,
+        image_defaults=defaults,
+        default_image_size=parse_size(data.get("defaultImageSize", "1GB"), "defaultImageSize"),
+        strict_images=bool(data.get("strictImages", False)),
+        pod_network=data.get("podNetwork", "127.200.0.0/16"),
+        node_groups=groups,
+        placeholders=placeholders,
+        priority_classes=pcs,
+        api_host=api.get("host", "127.0.0.1"),
+        api_port=api.get("port", 0),
+        history_limit=api.get("historyLimit", 20000),
+        bookmark_interval=parse_duration(api.get("bookmarkInterval", 60), "apiserver.bookmarkInterval"),
+        control_host=ctl.get("host", "127.0.0.1"),
+        control_port=ctl.get("port", 0),
+        gpu_collection_interval=parse_duration(gpu.get("collectionInterval", 30), "gpu.collectionInterval"),
+        gpu_idle_engine_active=gpu.get("idleEngineActive", 0.002),
+        gpu_driver_version=gpu.get("driverVersion", "550.90.07"),
+        scoring_strategy=sch.get("scoringStrategy", "LeastAllocated"),
+        scheduler_retry_interval=parse_duration(sch.get("retryInterval", 10), "scheduler.retryInterval"),
+        scheduler_weights=dict(sch.get("weights", {})),
+        source=source,
+    )

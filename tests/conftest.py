@@ -1,0 +1,64 @@
+"""Fixtures that start the real things: the simulated cluster, JupyterHub with
+configurable-http-proxy and the unmodified KubeSpawner, and single-user servers."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jupyterhub_gpu_reclaim.launch import EXAMPLES, REPO, free_port, start_hub, start_sim
+
+from .hubapi import HubAPI
+
+
+def pytest_collection_modifyitems(items):
+    # the slow integration tests last, so a quick failure shows first
+    items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    """The demo's cluster in process mode, with fast image pulls so tests stay quick."""
+    workdir = tmp_path_factory.mktemp("sim")
+    scenario = yaml.safe_load((EXAMPLES / "sim" / "cluster.yaml").read_text())
+    scenario["bandwidth"] = "2GB/s"       # the 5 GB GPU image in 2.5 s
+    scenario["gpu"] = {"collectionInterval": "1s"}
+    path = workdir / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    child = start_sim(workdir, path)
+    yield child
+    child.stop()
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("hub")
+    token = secrets.token_hex(16)
+    child = start_hub(workdir, REPO / "tests" / "jupyterhub_config.py", sim.info["kubeconfig"],
+                      port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token,
+                                             "GPU_RECLAIM_REPO": str(REPO),
+                                             "GPU_RECLAIM_DEMO_PASSWORD": "test-password"})
+    child.info["token"] = token
+    yield child
+    child.stop(grace=60)
+
+
+@pytest.fixture
+async def api(hub):
+    """The hub's REST API as the tests' service; stops every server a test started."""
+    client = HubAPI(hub.info["url"], hub.info["token"])
+    yield client
+    try:
+        await client.stop_all_servers()
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def kubeconfig(sim) -> str:
+    os.environ.setdefault("KUBECONFIG", sim.info["kubeconfig"])
+    return sim.info["kubeconfig"]

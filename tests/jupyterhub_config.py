@@ -1,0 +1,15 @@
+# The tests' JupyterHub: the demo's configuration, plus an API token for the tests.
+import os
+
+load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "examples", "demo", "jupyterhub_config.py"))  # noqa: F821
+
+c = get_config()  # noqa: F821
+c.JupyterHub.services = [{"name": "tests", "api_token": os.environ["GPU_RECLAIM_TEST_TOKEN"]}]
+c.JupyterHub.load_roles = [{
+    "name": "tests",
+    "services": ["tests"],
+    "scopes": ["admin:users", "admin:servers", "access:servers", "read:hub"],
+}]
+c.JupyterHub.db_url = "sqlite:///" + os.path.join(os.getcwd(), "jupyterhub.sqlite")
+c.KubeSpawner.start_timeout = 180
+c.Spawner.poll_interval = 10  # the hub notices a vanished pod sooner than its default 30 s

@@ -1,0 +1,136 @@
+"""Unit tests of the simulator's small parts: scenario files, image names, GPUs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from jupyterhub_gpu_reclaim.sim import scenario as sc
+from jupyterhub_gpu_reclaim.sim.gpus import GpuFleet
+from jupyterhub_gpu_reclaim.sim.images import ImageRegistry, normalize, repo_digest
+from jupyterhub_gpu_reclaim.launch import EXAMPLES
+
+
+def test_example_scenarios_load():
+    for path in sorted((EXAMPLES / "sim").glob("*.yaml")):
+        s = sc.load(path)
+        assert s.node_groups, path
+    demo = sc.load(EXAMPLES / "sim" / "cluster.yaml")
+    assert [(g.name, g.count, g.gpus) for g in demo.node_groups] == [("gpu", 2, 2), ("cpu", 1, 0)]
+
+
+@pytest.mark.parametrize("data, message", [
+    ({}, "nodeGroups"),
+    ({"nodeGroups": [{"name": "gpu", "gpuz": 2}]}, "nodeGroups/0: Additional properties are not allowed ('gpuz'"),
+    ({"nodeGroups": [{"name": "Bad_Name"}]}, "nodeGroups/0/name"),
+    ({"nodeGroups": [{"name": "a"}, {"name": "a"}]}, "group names must be unique"),
+    ({"nodeGroups": [{"name": "a", "bandwidth": "fast"}]}, "nodeGroups[0].bandwidth: cannot read 'fast'"),
+    ({"nodeGroups": [{"name": "a", "autoscaler": {"min": 3, "max": 1}}]}, "max (1) is below min (3)"),
+    ({"nodeGroups": [{"name": "a"}], "placeholders": [{"name": "p", "count": 1, "priorityClassName": "x"}]},
+     "'x' is not in priorityClasses"),
+    ([1, 2], "a scenario is a mapping"),
+])
+def test_bad_scenarios_get_clear_errors(data, message):
+    with pytest.raises(sc.ScenarioError) as e:
+        sc.from_dict(data, "s.yaml")
+    assert message in str(e.value)
+    assert str(e.value).startswith("s.yaml")
+
+
+def test_scenario_file_errors(tmp_path):
+    with pytest.raises(sc.ScenarioError, match="cannot read the scenario file"):
+        sc.load(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodeGroups: [\n")
+    with pytest.raises(sc.ScenarioError, match="not valid YAML"):
+        sc.load(bad)
+
+
+@pytest.mark.parametrize("text, value", [("5GB", 5 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("512Mi", 512 * 2**20), (1000, 1000)])
+def test_sizes(text, value):
+    assert sc.parse_size(text) == value
+
+
+@pytest.mark.parametrize("ref, full", [
+    ("ubuntu", "docker.io/library/ubuntu:latest"),
+    ("ubuntu:22.04", "docker.io/library/ubuntu:22.04"),
+    ("jupyter/base-notebook", "docker.io/jupyter/base-notebook:latest"),
+    ("docker.io/library/ubuntu", "docker.io/library/ubuntu:latest"),
+    ("quay.io/jupyter/minimal-notebook:2025-06-02", "quay.io/jupyter/minimal-notebook:2025-06-02"),
+    ("localhost:5000/x", "localhost:5000/x:latest"),
+    ("quay.io/a/b@sha256:0123", "quay.io/a/b@sha256:0123"),
+])
+def test_image_names_normalised_like_the_runtime(ref, full):
+    assert normalize(ref) == full
+
+
+def test_image_registry_status_entry():
+    s = sc.load(EXAMPLES / "sim" / "cluster.yaml")
+    reg = ImageRegistry(s)
+    entry = reg.status_entry("quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02")
+    assert entry["sizeBytes"] == 5 * 10**9
+    assert entry["names"][1] == "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02"
+    assert entry["names"][0].startswith("quay.io/jupyter/pytorch-notebook@sha256:")
+    assert repo_digest("ubuntu") == repo_digest("docker.io/library/ubuntu:latest")
+    assert reg.size("unknown/image") == s.default_image_size
+
+
+def _fleet() -> GpuFleet:
+    s = sc.from_dict({"nodeGroups": [{"name": "gpu", "gpus": 2}], "gpu": {"idleEngineActive": 0.003}})
+    fleet = GpuFleet(s)
+    fleet.add_node("gpu-1", 2, "NVIDIA A100-SXM4-40GB", 40960)
+    return fleet
+
+
+def _samples(fleet: GpuFleet) -> dict:
+    out = {}
+    for family in text_string_to_metric_families(fleet.metrics().decode()):
+        for sample in family.samples:
+            out[(sample.name, sample.labels["gpu"])] = sample
+    return out
+
+
+def test_dcgm_metrics_follow_allocation_and_load():
+    fleet = _fleet()
+    [gpu] = fleet.allocate("gpu-1", "jhub", "jupyter-alice", "notebook", 1)
+    fleet.sample()
+    s = _samples(fleet)
+    util = s[("DCGM_FI_DEV_GPU_UTIL", "0")]
+    assert util.value == 0
+    assert util.labels["pod"] == "jupyter-alice" and util.labels["namespace"] == "jhub"
+    assert util.labels["container"] == "notebook" and util.labels["UUID"] == gpu.uuid
+    assert util.labels["Hostname"] == "gpu-1" and util.labels["modelName"] == "NVIDIA A100-SXM4-40GB"
+    # the idle noise floor of the profiling metric: never exactly 0
+    assert s[("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0")].value == pytest.approx(0.003)
+    assert s[("DCGM_FI_DEV_GPU_UTIL", "1")].labels["pod"] == ""
+
+    fleet.set_load("jhub", "jupyter-alice", 95, seconds=0.2, memory_mib=8000)
+    s = _samples(fleet)
+    assert s[("DCGM_FI_DEV_GPU_UTIL", "0")].value == 95
+    assert s[("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0")].value == pytest.approx(0.95)
+    assert s[("DCGM_FI_DEV_FB_USED", "0")].value == 8000
+    time.sleep(0.25)
+    fleet.sample()
+    s = _samples(fleet)
+    assert s[("DCGM_FI_DEV_GPU_UTIL", "0")].value == 0
+    assert s[("DCGM_FI_DEV_FB_USED", "0")].value == 8000  # memory stays held, like a PyTorch cache
+
+    fleet.release("jhub", "jupyter-alice")
+    fleet.sample()
+    assert _samples(fleet)[("DCGM_FI_DEV_GPU_UTIL", "0")].labels["pod"] == ""
+
+
+def test_gpu_load_refuses_bad_values():
+    fleet = _fleet()
+    with pytest.raises(KeyError):
+        fleet.set_load("jhub", "nobody", 50, 10)
+    fleet.allocate("gpu-1", "jhub", "p", "c", 2)
+    for args in ((150, 10), (-1, 10), (50, -5)):
+        with pytest.raises(ValueError):
+            fleet.set_load("jhub", "p", *args)
+    with pytest.raises(ValueError):
+        fleet.set_load("jhub", "p", 50, 10, memory_mib=10**6)
+    with pytest.raises(RuntimeError, match="1 GPU\\(s\\) asked, 0 free"):
+        fleet.allocate("gpu-1", "jhub", "q", "c", 1)

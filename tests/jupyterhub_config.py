@@ -13,3 +13,4 @@ c.JupyterHub.load_roles = [{
 c.JupyterHub.db_url = "sqlite:///" + os.path.join(os.getcwd(), "jupyterhub.sqlite")
 c.KubeSpawner.start_timeout = 180
 c.Spawner.poll_interval = 10  # the hub notices a vanished pod sooner than its default 30 s
+c.JupyterHub.tornado_settings = {"slow_spawn_timeout": 0}  # POST /server answers 202 at once, as the spawn page sees it

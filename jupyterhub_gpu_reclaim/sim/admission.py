@@ -1,0 +1,915 @@
+"""What the apiserver does to an object between decoding it and storing it.
+
+`admit_create` and `admit_update` return a prepared deep copy or raise `errors.ApiError`,
+in the order the real server works: schema (type) validation, defaulting, mutating
+admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, the PVC binder and
+the Service IP allocator in shortcut form), then the semantic validation the OpenAPI
+schema cannot express. Messages follow the apiserver's wording, e.g.
+`Pod "x" is invalid: spec.containers[0].image: Required value`.
+
+Simplifications (documented in docs/sim.md):
+- a PVC is Bound at once to a made-up volume `pvc-<uuid>` with the requested capacity,
+  storage class "standard", and no `kubernetes.io/pvc-protection` finalizer;
+- the ServiceAccount plugin names `default` but neither requires the account to exist
+  nor injects the API-access token volume;
+- unknown fields are pruned here (`decode` reports them, for `fieldValidation`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import ipaddress
+import json
+import random
+import re
+import uuid
+from fractions import Fraction
+from typing import Any
+
+from . import errors, openapi, quantity
+from .errors import ApiError
+from .resources import BY_KIND, ResourceType
+from .store import Obj, Store
+
+Cause = dict[str, str]
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+SUBDOMAIN_MSG = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                 "'-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+                 "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL_MSG = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+             "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+             "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with "
+               "an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or "
+               "'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+POD_UPDATE_FORBIDDEN = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+    "`spec.tolerations` (only additions to existing tolerations),"
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
+)
+SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
+NODE_PORTS = range(30000, 32768)
+DEFAULT_TOLERATION_SECONDS = 300
+STORAGE_CLASS = "standard"
+COMPUTE = ("cpu", "memory")
+_NATIVE_PREFIXES = ("kubernetes.io/", "requests.")
+
+
+# --- entry points ---------------------------------------------------------------------
+
+def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
+    """Validate, default and admit a new object; returns the object to store."""
+    obj = _prepare(rtype, obj)
+    meta = obj.setdefault("metadata", {})
+    if rtype.namespaced and namespace and not meta.get("namespace"):
+        meta["namespace"] = namespace
+    _validate_schema(rtype, obj)
+    if rtype.kind != "Node":  # status is the server's to set (kubelets register nodes with theirs)
+        obj.pop("status", None)
+    _DEFAULTERS.get(rtype.kind, _noop)(store, obj)
+    _CREATE_PLUGINS.get(rtype.kind, _noop)(store, obj)
+    causes = _validate_meta(rtype, meta, creating=True)
+    causes += _VALIDATORS.get(rtype.kind, _no_causes)(store, obj)
+    _raise_invalid(rtype, obj, causes)
+    return obj
+
+
+def admit_update(
+    store: Store, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None = None,
+) -> Obj:
+    """Validate an update (PUT or a patch's result) against the stored `old` object.
+
+    For `subresource="status"` only the status changes; for the main resource of a kind
+    with a status subresource the status is kept, as the real registry strategies do."""
+    new = _prepare(rtype, new)
+    meta = new.setdefault("metadata", {})
+    for key in ("name", "namespace"):
+        if key in old["metadata"]:
+            meta.setdefault(key, old["metadata"][key])
+    _validate_schema(rtype, new)
+    if subresource == "status":
+        merged = copy.deepcopy(old)
+        merged["status"] = new.get("status") or {}
+        merged["metadata"]["resourceVersion"] = meta.get("resourceVersion") or old["metadata"].get(
+            "resourceVersion")
+        for key in ("labels", "annotations"):  # the status strategies let these through
+            if key in meta:
+                merged["metadata"][key] = meta[key]
+        return merged
+    if rtype.status_subresource or rtype.kind == "Namespace":
+        if "status" in old:
+            new["status"] = copy.deepcopy(old["status"])
+        else:
+            new.pop("status", None)
+    _DEFAULTERS.get(rtype.kind, _noop)(store, new, old)
+    causes = _validate_meta(rtype, meta, creating=False)
+    causes += _UPDATE_VALIDATORS.get(rtype.kind, _no_update_causes)(store, old, new)
+    if not causes:
+        causes += _VALIDATORS.get(rtype.kind, _no_causes)(store, new)
+    _raise_invalid(rtype, new, causes)
+    return new
+
+
+def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> tuple[Obj, list[str]]:
+    """Check a request body as the apiserver's decoder does: a JSON object of the right
+    kind; unknown fields refused (`Strict`, 400), reported as warnings (`Warn`) or
+    ignored, and in both last cases dropped. Returns the object and warnings."""
+    if not isinstance(obj, dict):
+        raise errors.bad_request(f"{rtype.kind} in version \"{rtype.version}\" cannot be handled as a "
+                                 f"{rtype.kind}: json: cannot unmarshal into Go value of type {rtype.kind}")
+    if obj.get("kind") and obj["kind"] != rtype.kind:
+        raise errors.bad_request(
+            f"{obj['kind']} in version \"{rtype.version}\" cannot be handled as a {rtype.kind}: "
+            f"the object provided is unrecognized (kind {obj['kind']!r} is not {rtype.kind!r})")
+    if obj.get("apiVersion") and obj["apiVersion"] != rtype.api_version:
+        raise errors.bad_request(
+            f"the API version in the data ({obj['apiVersion']}) does not match the expected API version "
+            f"({rtype.api_version})")
+    obj = copy.deepcopy(obj)
+    obj.setdefault("apiVersion", rtype.api_version)
+    obj.setdefault("kind", rtype.kind)
+    unknown = unknown_fields(rtype.api_version, rtype.kind, obj)
+    if unknown and field_validation == "Strict":
+        fields = ", ".join(f'unknown field "{_dotted(p)}"' for p, _ in unknown)
+        raise errors.bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
+                                 f"{rtype.kind}: strict decoding error: {fields}")
+    _prune(obj, unknown)
+    warnings = [f'unknown field "{_dotted(p)}"' for p, _ in unknown] if field_validation == "Warn" else []
+    return obj, warnings
+
+
+def unknown_fields(api_version: str, kind: str, obj: Obj) -> list[tuple[tuple[Any, ...], str]]:
+    """(path, key) of every field the schema does not know."""
+    found = []
+    for e in openapi.errors(api_version, kind, obj):
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            known = set(e.schema.get("properties") or {})
+            found += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
+    return found
+
+
+# --- schema validation ----------------------------------------------------------------
+
+def _prepare(rtype: ResourceType, obj: Any) -> Obj:
+    if not isinstance(obj, dict):
+        raise errors.bad_request(f"{rtype.kind} body must be a JSON object")
+    obj = copy.deepcopy(obj)
+    if obj.get("apiVersion") not in (None, rtype.api_version):
+        raise errors.bad_request(
+            f"the API version in the data ({obj['apiVersion']}) does not match the expected API version "
+            f"({rtype.api_version})")
+    if obj.get("kind") not in (None, rtype.kind):
+        raise errors.bad_request(f"{obj['kind']} in version \"{rtype.version}\" cannot be handled as a {rtype.kind}")
+    obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+    if not isinstance(obj.get("metadata", {}), dict):
+        raise errors.bad_request(f"{rtype.kind}.metadata must be an object")
+    return obj
+
+
+def _validate_schema(rtype: ResourceType, obj: Obj) -> None:
+    """Refuse what does not fit the OpenAPI schema, naming each field (unknown fields are
+    pruned instead: `decode` has already applied the request's fieldValidation)."""
+    causes: list[Cause] = []
+    unknown: list[tuple[tuple[Any, ...], str]] = []
+    for e in openapi.errors(rtype.api_version, rtype.kind, obj):
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            known = set(e.schema.get("properties") or {})
+            unknown += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
+        else:
+            causes.append(_cause_from_schema(e))
+    if causes:
+        _raise_invalid(rtype, obj, _dedupe(causes))
+    _prune(obj, unknown)
+
+
+def _cause_from_schema(e: Any) -> Cause:
+    path = list(e.absolute_path)
+    if e.validator == "required":
+        missing = [k for k in e.validator_value if not isinstance(e.instance, dict) or k not in e.instance]
+        return _cause(_field(path + missing[:1]), "FieldValueRequired", "Required value")
+    value = _show(e.instance)
+    if e.validator == "enum":
+        allowed = ", ".join(json.dumps(v) for v in e.validator_value if v is not None)
+        return _cause(_field(path), "FieldValueNotSupported",
+                      f"Unsupported value: {value}: supported values: {allowed}")
+    if e.validator == "type":
+        want = e.validator_value if isinstance(e.validator_value, str) else \
+            " or ".join(t for t in e.validator_value if t != "null")
+        return _cause(_field(path), "FieldValueTypeInvalid",
+                      f"Invalid value: {value}: must be of type {want}")
+    if e.validator in ("oneOf", "anyOf"):
+        return _cause(_field(path), "FieldValueTypeInvalid",
+                      f"Invalid value: {value}: must be a string or a number")
+    return _cause(_field(path), "FieldValueInvalid", f"Invalid value: {value}: {e.message}")
+
+
+def _prune(obj: Obj, unknown: list[tuple[tuple[Any, ...], str]]) -> None:
+    for path, key in unknown:
+        cur: Any = obj
+        for part in path[:-1]:
+            try:
+                cur = cur[part]
+            except (KeyError, IndexError, TypeError):
+                cur = None
+                break
+        if isinstance(cur, dict):
+            cur.pop(key, None)
+
+
+# --- metadata -------------------------------------------------------------------------
+
+def _validate_meta(rtype: ResourceType, meta: dict[str, Any], creating: bool) -> list[Cause]:
+    causes: list[Cause] = []
+    name = meta.get("name")
+    if name:
+        causes += _name_causes(rtype, name, "metadata.name")
+    elif meta.get("generateName"):
+        # five random characters follow the prefix; check the prefix would make a valid name
+        causes += _name_causes(rtype, meta["generateName"] + "x", "metadata.generateName")
+    elif creating:
+        causes.append(_cause("metadata.name", "FieldValueRequired",
+                             "Required value: name or generateName is required"))
+    for key, value in (meta.get("labels") or {}).items():
+        causes += _qualified_name_causes(key, "metadata.labels")
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            causes.append(_cause("metadata.labels", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(value)}: a valid label must be an empty string or "
+                                 "consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                                 "with an alphanumeric character"))
+    for key in (meta.get("annotations") or {}):
+        causes += _qualified_name_causes(key, "metadata.annotations")
+    size = sum(len(k) + len(str(v)) for k, v in (meta.get("annotations") or {}).items())
+    if size > 256 * 1024:
+        causes.append(_cause("metadata.annotations", "FieldValueTooLong",
+                             "Too long: must have at most 262144 bytes"))
+    return causes
+
+
+def _name_causes(rtype: ResourceType, name: str, field: str) -> list[Cause]:
+    if rtype.kind == "Namespace":
+        pattern, msg, limit = DNS1123_LABEL, LABEL_MSG, 63
+    elif rtype.kind == "Service":
+        pattern, msg, limit = DNS1035_LABEL, DNS1035_MSG, 63
+    else:
+        pattern, msg, limit = DNS1123_SUBDOMAIN, SUBDOMAIN_MSG, 253
+    if rtype.kind == "Event":  # event names are free-form apart from path segments
+        return [] if "/" not in name else [_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: may not contain '/'")]
+    causes = []
+    if len(name) > limit:
+        causes.append(_cause(field, "FieldValueInvalid",
+                             f"Invalid value: {json.dumps(name)}: must be no more than {limit} characters"))
+    if not pattern.match(name):
+        causes.append(_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: {msg}"))
+    return causes
+
+
+def _qualified_name_causes(key: Any, field: str) -> list[Cause]:
+    if not isinstance(key, str):
+        return [_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(key)}: must be a string")]
+    prefix, _, name = key.rpartition("/")
+    ok = 0 < len(name) <= 63 and _QUALIFIED_NAME.match(name) and (
+        not prefix or (len(prefix) <= 253 and DNS1123_SUBDOMAIN.match(prefix)))
+    if ok:
+        return []
+    return [_cause(field, "FieldValueInvalid",
+                   f"Invalid value: {json.dumps(key)}: name part must consist of alphanumeric characters, "
+                   "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or "
+                   "'my.name',  or '123-abc', regex used for validation is "
+                   "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")]
+
+
+# --- pods -----------------------------------------------------------------------------
+
+def _default_pod(store: Store, pod: Obj, old: Obj | None = None) -> None:
+    """SetDefaults_Pod / PodSpec / Container, as the apiserver decodes any pod."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("enableServiceLinks", True)
+    if spec.get("serviceAccountName") or spec.get("serviceAccount"):
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount"))
+        spec["serviceAccount"] = spec["serviceAccountName"]
+    for key in ("containers", "initContainers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict):
+                _default_container(c)
+    for v in spec.get("volumes") or []:
+        for kind in ("secret", "configMap", "projected", "downwardAPI"):
+            if isinstance(v, dict) and isinstance(v.get(kind), dict):
+                v[kind].setdefault("defaultMode", 420)
+    for t in spec.get("tolerations") or []:
+        if isinstance(t, dict) and t.get("operator") is None and "key" in t:
+            t["operator"] = "Equal"
+
+
+def _default_container(c: dict[str, Any]) -> None:
+    image = c.get("image") or ""
+    if "imagePullPolicy" not in c:
+        c["imagePullPolicy"] = "Always" if _image_tag(image) in ("", "latest") and "@" not in image \
+            else "IfNotPresent"
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    res = c.setdefault("resources", {})
+    for kind in ("limits", "requests"):  # the server always answers quantities as strings
+        if isinstance(res, dict) and isinstance(res.get(kind), dict):
+            res[kind] = {k: _quantity_string(v) for k, v in res[kind].items()}
+    if isinstance(res, dict) and isinstance(res.get("limits"), dict):
+        requests = res.setdefault("requests", {})
+        if isinstance(requests, dict):
+            for name, value in res["limits"].items():
+                requests.setdefault(name, value)  # the real defaulter copies limits to missing requests
+    for p in c.get("ports") or []:
+        if isinstance(p, dict):
+            p.setdefault("protocol", "TCP")
+    for e in c.get("env") or []:
+        ref = (e.get("valueFrom") or {}).get("fieldRef") if isinstance(e, dict) else None
+        if isinstance(ref, dict):
+            ref.setdefault("apiVersion", "v1")
+
+
+def _quantity_string(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _image_tag(image: str) -> str:
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def _admit_pod(store: Store, pod: Obj) -> None:
+    """The mutating plugins that run on pod creation."""
+    spec = pod["spec"]
+    name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
+    _admit_priority(store, spec, name)
+    spec.setdefault("serviceAccountName", "default")  # ServiceAccount plugin
+    spec["serviceAccount"] = spec["serviceAccountName"]
+    _add_default_tolerations(spec)
+    pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
+
+
+def _admit_priority(store: Store, spec: dict[str, Any], pod_name: str) -> None:
+    classes = list(store.objects(BY_KIND["PriorityClass"]))
+    class_name = spec.get("priorityClassName")
+    if class_name:
+        pc = next((c for c in classes if c["metadata"]["name"] == class_name), None)
+        if pc is None and class_name in ("system-cluster-critical", "system-node-critical"):
+            pc = {"value": 2000000000 if class_name == "system-cluster-critical" else 2000001000}
+        if pc is None:
+            raise ApiError(403, f'pods "{pod_name}" is forbidden: no PriorityClass with name '
+                                f"{class_name} was found", details={"name": pod_name, "kind": "pods"})
+    else:
+        pc = next((c for c in classes if c.get("globalDefault")), None)
+        if pc is not None:
+            spec["priorityClassName"] = pc["metadata"]["name"]
+    value = int(pc.get("value", 0)) if pc else 0
+    if spec.get("priority") is not None and spec["priority"] != value:
+        raise ApiError(403, f'pods "{pod_name}" is forbidden: the integer value of priority '
+                            f"({spec['priority']}) must not be provided in pod spec; priority admission "
+                            f"controller computed {value} from the given PriorityClass name",
+                       details={"name": pod_name, "kind": "pods"})
+    spec["priority"] = value
+    spec.setdefault("preemptionPolicy", (pc or {}).get("preemptionPolicy") or "PreemptLowerPriority")
+
+
+def _add_default_tolerations(spec: dict[str, Any]) -> None:
+    """DefaultTolerationSeconds: tolerate not-ready/unreachable nodes for 300 s."""
+    tolerations = spec.setdefault("tolerations", [])
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        if any(_tolerates(t, key, "NoExecute") for t in tolerations if isinstance(t, dict)):
+            continue
+        tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                            "tolerationSeconds": DEFAULT_TOLERATION_SECONDS})
+
+
+def _tolerates(t: dict[str, Any], key: str, effect: str) -> bool:
+    if t.get("effect") not in (None, "", effect):
+        return False
+    return (t.get("operator") == "Exists" and not t.get("key")) or t.get("key") == key
+
+
+def qos_class(spec: dict[str, Any]) -> str:
+    """Guaranteed, Burstable or BestEffort, from the cpu/memory requests and limits."""
+    containers = [c for key in ("containers", "initContainers") for c in spec.get(key) or []
+                  if isinstance(c, dict)]
+    any_set = False
+    guaranteed = True
+    for c in containers:
+        res = c.get("resources") or {}
+        requests = {k: v for k, v in (res.get("requests") or {}).items() if k in COMPUTE}
+        limits = {k: v for k, v in (res.get("limits") or {}).items() if k in COMPUTE}
+        if requests or limits:
+            any_set = True
+        if set(limits) != set(COMPUTE) or any(
+            _quantity(requests.get(k, limits[k])) != _quantity(limits[k]) for k in COMPUTE
+        ):
+            guaranteed = False
+    if not any_set:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def _quantity(value: Any) -> Fraction | None:
+    try:
+        return quantity.parse(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def _validate_pod(store: Store, pod: Obj) -> list[Cause]:
+    spec = pod.get("spec") or {}
+    causes: list[Cause] = []
+    containers = spec.get("containers") or []
+    if not containers:
+        causes.append(_cause("spec.containers", "FieldValueRequired", "Required value"))
+    volumes = {v.get("name") for v in spec.get("volumes") or [] if isinstance(v, dict)}
+    causes += _unique_names(spec.get("volumes") or [], "spec.volumes")
+    seen: set[str] = set()
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(key) or []):
+            causes += _validate_container(c, f"spec.{key}[{i}]", seen, volumes)
+    if spec.get("restartPolicy") not in ("Always", "OnFailure", "Never"):
+        causes.append(_cause("spec.restartPolicy", "FieldValueNotSupported",
+                             f'Unsupported value: {json.dumps(spec.get("restartPolicy"))}: supported values: '
+                             '"Always", "OnFailure", "Never"'))
+    grace = spec.get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and grace < 0:
+        causes.append(_cause("spec.terminationGracePeriodSeconds", "FieldValueInvalid",
+                             f"Invalid value: {grace}: must be greater than or equal to 0"))
+    for i, t in enumerate(spec.get("tolerations") or []):
+        if t.get("operator") == "Exists" and t.get("value"):
+            causes.append(_cause(f"spec.tolerations[{i}].operator", "FieldValueInvalid",
+                                 f'Invalid value: {json.dumps(t["value"])}: value must be empty when '
+                                 "`operator` is 'Exists'"))
+    return causes
+
+
+def _validate_container(c: dict[str, Any], path: str, seen: set[str], volumes: set[Any]) -> list[Cause]:
+    causes: list[Cause] = []
+    name = c.get("name")
+    if not name:
+        causes.append(_cause(f"{path}.name", "FieldValueRequired", "Required value"))
+    elif not DNS1123_LABEL.match(name) or len(name) > 63:
+        causes.append(_cause(f"{path}.name", "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: {LABEL_MSG}"))
+    elif name in seen:
+        causes.append(_cause(f"{path}.name", "FieldValueDuplicate", f"Duplicate value: {json.dumps(name)}"))
+    else:
+        seen.add(name)
+    image = c.get("image")
+    if not image:
+        causes.append(_cause(f"{path}.image", "FieldValueRequired", "Required value"))
+    elif image != image.strip():
+        causes.append(_cause(f"{path}.image", "FieldValueInvalid",
+                             f"Invalid value: {json.dumps(image)}: must not have leading or trailing whitespace"))
+    for i, p in enumerate(c.get("ports") or []):
+        port = p.get("containerPort")
+        if not isinstance(port, int) or not 1 <= port <= 65535:
+            causes.append(_cause(f"{path}.ports[{i}].containerPort", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(port)}: must be between 1 and 65535, inclusive"))
+    for i, e in enumerate(c.get("env") or []):
+        ename = e.get("name")
+        if not ename:
+            causes.append(_cause(f"{path}.env[{i}].name", "FieldValueRequired", "Required value"))
+        elif not _ENV_NAME.match(ename):
+            causes.append(_cause(f"{path}.env[{i}].name", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(ename)}: a valid environment variable name must "
+                                 "consist of alphabetic characters, digits, '_', '-', or '.', and must not "
+                                 "start with a digit"))
+    for i, m in enumerate(c.get("volumeMounts") or []):
+        if not m.get("mountPath"):
+            causes.append(_cause(f"{path}.volumeMounts[{i}].mountPath", "FieldValueRequired", "Required value"))
+        if m.get("name") not in volumes:
+            causes.append(_cause(f"{path}.volumeMounts[{i}].name", "FieldValueNotFound",
+                                 f"Not found: {json.dumps(m.get('name'))}"))
+    causes += _validate_resources(c.get("resources") or {}, f"{path}.resources")
+    return causes
+
+
+def _validate_resources(res: dict[str, Any], path: str) -> list[Cause]:
+    causes: list[Cause] = []
+    parsed: dict[str, dict[str, Fraction]] = {}
+    for kind in ("limits", "requests"):
+        parsed[kind] = {}
+        for name, value in (res.get(kind) or {}).items():
+            where = f"{path}.{kind}[{name}]"
+            q = _quantity(value)
+            if q is None:
+                causes.append(_cause(where, "FieldValueInvalid",
+                                     f"Invalid value: {json.dumps(value)}: quantities must match the regular "
+                                     "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))
+                continue
+            if q < 0:
+                causes.append(_cause(where, "FieldValueInvalid",
+                                     f"Invalid value: {json.dumps(value)}: must be greater than or equal to 0"))
+            if _is_extended(name) and q.denominator != 1:
+                causes.append(_cause(where, "FieldValueInvalid",
+                                     f"Invalid value: {json.dumps(value)}: must be an integer"))
+            parsed[kind][name] = q
+    limits, requests = parsed["limits"], parsed["requests"]
+    for name, req in requests.items():
+        lim = limits.get(name)
+        if _is_extended(name):
+            if lim is None:
+                causes.append(_cause(f"{path}.limits", "FieldValueRequired",
+                                     "Required value: Limit must be set for non overcommitable resources"))
+            elif lim != req:
+                causes.append(_cause(f"{path}.requests", "FieldValueInvalid",
+                                     f"Invalid value: {json.dumps(str(res['requests'][name]))}: must be equal to "
+                                     f"{name} limit of {res['limits'][name]}"))
+        elif lim is not None and req > lim:
+            causes.append(_cause(f"{path}.requests", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(str(res['requests'][name]))}: must be less than or "
+                                 f"equal to {name} limit of {res['limits'][name]}"))
+    return causes
+
+
+def _is_extended(name: str) -> bool:
+    """Extended resources (`nvidia.com/gpu`) are integers and never overcommitted."""
+    return "/" in name and not name.startswith(_NATIVE_PREFIXES) and not name.startswith("hugepages-")
+
+
+def _validate_pod_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    ospec, nspec = copy.deepcopy(old.get("spec") or {}), copy.deepcopy(new.get("spec") or {})
+    causes: list[Cause] = []
+    otol, ntol = ospec.get("tolerations") or [], nspec.get("tolerations") or []
+    if any(t not in ntol for t in otol):
+        causes.append(_cause("spec.tolerations", "FieldValueForbidden",
+                             "Forbidden: existing toleration can not be modified except its tolerationSeconds"))
+    # the fields an update may change are made equal before comparing the rest
+    for key in ("containers", "initContainers"):
+        olist, nlist = ospec.get(key) or [], nspec.get(key) or []
+        if len(olist) == len(nlist):
+            for oc, nc in zip(olist, nlist):
+                if isinstance(oc, dict) and isinstance(nc, dict):
+                    nc["image"] = oc.get("image")
+    for key in ("activeDeadlineSeconds", "tolerations"):
+        nspec.pop(key, None)
+        ospec.pop(key, None)
+    if nspec.get("terminationGracePeriodSeconds") == 1 and (ospec.get("terminationGracePeriodSeconds") or 0) < 0:
+        nspec["terminationGracePeriodSeconds"] = ospec["terminationGracePeriodSeconds"]
+    for key in ("nodeName", "priority", "priorityClassName", "preemptionPolicy",
+                "serviceAccountName", "serviceAccount"):
+        if key not in nspec and key in ospec:
+            nspec[key] = ospec[key]  # set by admission at creation; a client may omit them
+    if nspec != ospec:
+        causes.append(_cause("spec", "FieldValueForbidden", "Forbidden: " + POD_UPDATE_FORBIDDEN))
+    return causes
+
+
+# --- persistent volume claims ---------------------------------------------------------
+
+def _default_pvc(store: Store, pvc: Obj, old: Obj | None = None) -> None:
+    spec = pvc.setdefault("spec", {})
+    if old is not None:
+        for key in ("volumeName", "storageClassName", "volumeMode"):
+            if key in (old.get("spec") or {}):
+                spec.setdefault(key, old["spec"][key])
+    spec.setdefault("volumeMode", "Filesystem")
+
+
+def _admit_pvc(store: Store, pvc: Obj) -> None:
+    """DefaultStorageClass plus, in a shortcut, the binder: Bound at once (simplification)."""
+    spec = pvc["spec"]
+    spec.setdefault("storageClassName", STORAGE_CLASS)
+    spec.setdefault("volumeName", f"pvc-{uuid.uuid4()}")
+    annotations = pvc["metadata"].setdefault("annotations", {})
+    annotations.setdefault("pv.kubernetes.io/bind-completed", "yes")
+    annotations.setdefault("pv.kubernetes.io/bound-by-controller", "yes")
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    pvc["status"] = {
+        "phase": "Bound",
+        "accessModes": list(spec.get("accessModes") or []),
+        "capacity": {"storage": _quantity_string(storage)} if storage is not None else {},
+    }
+
+
+def _validate_pvc(store: Store, pvc: Obj) -> list[Cause]:
+    spec = pvc.get("spec") or {}
+    causes: list[Cause] = []
+    modes = spec.get("accessModes") or []
+    if not modes:
+        causes.append(_cause("spec.accessModes", "FieldValueRequired",
+                             "Required value: at least 1 access mode is required"))
+    allowed = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")
+    for m in modes:
+        if m not in allowed:
+            causes.append(_cause("spec.accessModes", "FieldValueNotSupported",
+                                 f"Unsupported value: {json.dumps(m)}: supported values: "
+                                 + ", ".join(f'"{a}"' for a in allowed)))
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    if storage is None:
+        causes.append(_cause("spec.resources[storage]", "FieldValueRequired", "Required value"))
+    elif _quantity(storage) is None or _quantity(storage) <= 0:
+        causes.append(_cause("spec.resources[storage]", "FieldValueInvalid",
+                             f"Invalid value: {json.dumps(storage)}: must be greater than zero"))
+    return causes
+
+
+def _validate_pvc_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    ospec, nspec = copy.deepcopy(old.get("spec") or {}), copy.deepcopy(new.get("spec") or {})
+    for spec in (ospec, nspec):
+        spec.pop("resources", None)
+        spec.pop("volumeAttributesClassName", None)
+    if ospec != nspec:
+        return [_cause("spec", "FieldValueForbidden",
+                       "Forbidden: spec is immutable after creation except resources.requests and "
+                       "volumeAttributesClassName for bound claims")]
+    return []
+
+
+# --- services -------------------------------------------------------------------------
+
+def _default_service(store: Store, svc: Obj, old: Obj | None = None) -> None:
+    spec = svc.setdefault("spec", {})
+    if old is not None:  # a client that omits allocated values keeps them
+        for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+            if key not in spec and key in (old.get("spec") or {}):
+                spec[key] = copy.deepcopy(old["spec"][key])
+        old_ports = {p.get("port"): p for p in (old.get("spec") or {}).get("ports") or []}
+        for p in spec.get("ports") or []:
+            if "nodePort" not in p and "nodePort" in old_ports.get(p.get("port"), {}):
+                p["nodePort"] = old_ports[p.get("port")]["nodePort"]
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    for p in spec.get("ports") or []:
+        if isinstance(p, dict):
+            p.setdefault("protocol", "TCP")
+            p.setdefault("targetPort", p.get("port"))
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+
+
+def _admit_service(store: Store, svc: Obj) -> None:
+    """The Service IP and node-port allocators."""
+    spec = svc["spec"]
+    if spec["type"] != "ExternalName":
+        ip = spec.get("clusterIP") or (spec.get("clusterIPs") or [None])[0]
+        if ip != "None":
+            used = _used_cluster_ips(store)
+            if ip:
+                _check_cluster_ip(ip, used)
+            else:
+                ip = _allocate_ip(used)
+        spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        used_ports = {p.get("nodePort") for s in store.objects(BY_KIND["Service"])
+                      for p in (s.get("spec") or {}).get("ports") or []}
+        free = [p for p in NODE_PORTS if p not in used_ports]
+        for p in spec.get("ports") or []:
+            if "nodePort" not in p and free:
+                p["nodePort"] = free.pop(random.randrange(len(free)))
+    svc["status"] = {"loadBalancer": {}}
+
+
+def _used_cluster_ips(store: Store) -> set[str]:
+    return {ip for s in store.objects(BY_KIND["Service"])
+            for ip in (s.get("spec") or {}).get("clusterIPs") or []}
+
+
+def _check_cluster_ip(ip: str, used: set[str]) -> None:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        raise _invalid_ip(ip, "must be a valid IP address") from None
+    if addr not in SERVICE_CIDR:
+        raise _invalid_ip(ip, f"failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. "
+                              f"The range of valid IPs is {SERVICE_CIDR}")
+    if ip in used:
+        raise _invalid_ip(ip, f"failed to allocate IP {ip}: provided IP is already allocated")
+
+
+def _invalid_ip(ip: str, message: str) -> ApiError:
+    return errors.invalid("Service", "", [_cause("spec.clusterIPs", "FieldValueInvalid",
+                                                  f'Invalid value: []string{{"{ip}"}}: {message}')])
+
+
+def _allocate_ip(used: set[str]) -> str:
+    # 10.96.0.1 belongs to the `kubernetes` service; pick at random like the real allocator
+    size = SERVICE_CIDR.num_addresses
+    for _ in range(1000):
+        ip = str(SERVICE_CIDR.network_address + random.randrange(10, size - 1))
+        if ip not in used:
+            return ip
+    raise ApiError(500, "Internal error occurred: failed to allocate a serviceIP: range is full")
+
+
+def _validate_service(store: Store, svc: Obj) -> list[Cause]:
+    spec = svc.get("spec") or {}
+    causes: list[Cause] = []
+    types = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
+    if spec.get("type") not in types:
+        causes.append(_cause("spec.type", "FieldValueNotSupported",
+                             f"Unsupported value: {json.dumps(spec.get('type'))}: supported values: "
+                             + ", ".join(f'"{t}"' for t in types)))
+    if not spec.get("ports") and spec.get("clusterIP") != "None" and spec.get("type") != "ExternalName":
+        causes.append(_cause("spec.ports", "FieldValueRequired", "Required value"))
+    for i, p in enumerate(spec.get("ports") or []):
+        if not isinstance(p.get("port"), int) or not 1 <= p["port"] <= 65535:
+            causes.append(_cause(f"spec.ports[{i}].port", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(p.get('port'))}: must be between 1 and 65535, inclusive"))
+        if len(spec["ports"]) > 1 and not p.get("name"):
+            causes.append(_cause(f"spec.ports[{i}].name", "FieldValueRequired", "Required value"))
+    return causes
+
+
+def _validate_service_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    oip, nip = (old.get("spec") or {}).get("clusterIP"), (new.get("spec") or {}).get("clusterIP")
+    if oip and nip != oip and (old.get("spec") or {}).get("type") != "ExternalName":
+        return [_cause("spec.clusterIPs[0]", "FieldValueInvalid",
+                       f"Invalid value: []string{{{json.dumps(nip)}}}: may not change once set")]
+    return []
+
+
+# --- namespaces, secrets, config maps, priority classes -------------------------------
+
+def _admit_namespace(store: Store, ns: Obj) -> None:
+    name = ns["metadata"].get("name", "")
+    ns["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+    ns.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    ns["status"] = {"phase": "Active"}
+
+
+def _default_namespace(store: Store, ns: Obj, old: Obj | None = None) -> None:
+    name = ns["metadata"].get("name", "")
+    ns["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+
+
+def _default_secret(store: Store, secret: Obj, old: Obj | None = None) -> None:
+    """stringData is folded into data (base64), as the apiserver does; type Opaque."""
+    secret.setdefault("type", "Opaque")
+    string_data = secret.pop("stringData", None) or {}
+    if string_data:
+        data = secret.setdefault("data", {})
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            base64.b64decode(value or "", validate=True)
+        except (binascii.Error, ValueError, TypeError):
+            raise errors.bad_request(
+                f'Secret in version "v1" cannot be handled as a Secret: illegal base64 data at input byte 0 '
+                f"(data[{key}])") from None
+
+
+def _validate_config_keys(store: Store, obj: Obj) -> list[Cause]:
+    causes = []
+    for field in ("data", "binaryData"):
+        for key in (obj.get(field) or {}):
+            if not _CONFIG_KEY.match(key) or len(key) > 253:
+                causes.append(_cause(f"{field}[{key}]", "FieldValueInvalid",
+                                     f"Invalid value: {json.dumps(key)}: a valid config key must consist of "
+                                     "alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+                                     "'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"))
+    return causes
+
+
+def _validate_immutable_data(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    if old.get("immutable") and any(old.get(k) != new.get(k) for k in ("data", "binaryData", "immutable")):
+        return [_cause("data", "FieldValueForbidden", "Forbidden: field is immutable when `immutable` is set")]
+    return []
+
+
+def _default_priority_class(store: Store, pc: Obj, old: Obj | None = None) -> None:
+    pc.setdefault("preemptionPolicy", "PreemptLowerPriority")
+
+
+def _validate_priority_class(store: Store, pc: Obj) -> list[Cause]:
+    causes: list[Cause] = []
+    if not isinstance(pc.get("value"), int):
+        causes.append(_cause("value", "FieldValueRequired", "Required value"))
+    if pc.get("globalDefault"):
+        for other in store.objects(BY_KIND["PriorityClass"]):
+            if other.get("globalDefault") and other["metadata"]["name"] != pc["metadata"].get("name"):
+                causes.append(_cause("globalDefault", "FieldValueInvalid",
+                                     f"Invalid value: true: PriorityClass {other['metadata']['name']} is already "
+                                     "marked as default. Only one default can exist"))
+    return causes
+
+
+def _validate_priority_class_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    if old.get("value") != new.get("value"):
+        return [_cause("value", "FieldValueForbidden", "Forbidden: may not be changed in an update.")]
+    if old.get("preemptionPolicy") != new.get("preemptionPolicy"):
+        return [_cause("preemptionPolicy", "FieldValueInvalid",
+                       f"Invalid value: {json.dumps(new.get('preemptionPolicy'))}: field is immutable")]
+    return []
+
+
+# --- helpers --------------------------------------------------------------------------
+
+def _noop(*args: Any) -> None:
+    return None
+
+
+def _no_causes(store: Store, obj: Obj) -> list[Cause]:
+    return []
+
+
+def _no_update_causes(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    return []
+
+
+def _unique_names(items: list[Any], path: str) -> list[Cause]:
+    seen: set[str] = set()
+    causes = []
+    for i, item in enumerate(items):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not name:
+            causes.append(_cause(f"{path}[{i}].name", "FieldValueRequired", "Required value"))
+        elif name in seen:
+            causes.append(_cause(f"{path}[{i}].name", "FieldValueDuplicate", f"Duplicate value: {json.dumps(name)}"))
+        seen.add(name)
+    return causes
+
+
+def _cause(field: str, reason: str, message: str) -> Cause:
+    return {"reason": reason, "message": message, "field": field}
+
+
+def _dedupe(causes: list[Cause]) -> list[Cause]:
+    seen, out = set(), []
+    for c in causes:
+        key = (c["field"], c["message"])
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def _raise_invalid(rtype: ResourceType, obj: Obj, causes: list[Cause]) -> None:
+    if causes:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or ""
+        raise errors.invalid(rtype.kind, name, causes, rtype.group)
+
+
+def _field(path: list[Any]) -> str:
+    """['spec', 'containers', 0, 'image'] -> spec.containers[0].image"""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$]*", str(part)):
+            out += ("." if out else "") + str(part)
+        else:
+            out += f"[{part}]"
+    return out
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    return _field(list(path))
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_DEFAULTERS = {
+    "Pod": _default_pod,
+    "PersistentVolumeClaim": _default_pvc,
+    "Service": _default_service,
+    "Namespace": _default_namespace,
+    "Secret": _default_secret,
+    "PriorityClass": _default_priority_class,
+}
+_CREATE_PLUGINS = {
+    "Pod": _admit_pod,
+    "PersistentVolumeClaim": _admit_pvc,
+    "Service": _admit_service,
+    "Namespace": _admit_namespace,
+}
+_VALIDATORS = {
+    "Pod": _validate_pod,
+    "PersistentVolumeClaim": _validate_pvc,
+    "Service": _validate_service,
+    "Secret": _validate_config_keys,
+    "ConfigMap": _validate_config_keys,
+    "PriorityClass": _validate_priority_class,
+}
+_UPDATE_VALIDATORS = {
+    "Pod": _validate_pod_update,
+    "PersistentVolumeClaim": _validate_pvc_update,
+    "Service": _validate_service_update,
+    "Secret": _validate_immutable_data,
+    "ConfigMap": _validate_immutable_data,
+    "PriorityClass": _validate_priority_class_update,
+}

@@ -1,0 +1,58 @@
+"""A self-signed certificate for the API server's optional TLS.
+
+kubectl and other client-go programs only send credentials over TLS, so a cluster that
+wants its token checked for every client serves HTTPS with this certificate, which the
+kubeconfig trusts through `certificate-authority-data`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+
+def self_signed(host: str) -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM) valid for `host`, localhost and 127.0.0.1 for a year."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-reclaim-sim-apiserver")])
+    names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    try:
+        addr = ipaddress.ip_address(host)
+        if str(addr) != "127.0.0.1":
+            names.append(x509.IPAddress(addr))
+    except ValueError:
+        if host != "localhost":
+            names.append(x509.DNSName(host))
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def server_context(directory: Path, host: str) -> tuple[ssl.SSLContext, bytes]:
+    """An SSL context serving a fresh self-signed certificate, and that certificate (the CA)."""
+    cert_pem, key_pem = self_signed(host)
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_file, key_file = directory / "apiserver.crt", directory / "apiserver.key"
+    key_file.touch(mode=0o600, exist_ok=True)
+    key_file.write_bytes(key_pem)
+    cert_file.write_bytes(cert_pem)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return context, cert_pem

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             f"  with the password: {password}\n"
             "  Pick '1 × NVIDIA A100' and press Start: the spawn page shows the pod being scheduled\n"
             "  and the image being pulled. Then create a notebook and run a cell, for example:\n"
-            "      from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; use_gpu(percent=90, seconds=120)\n"
+            "      from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; use_gpu(percent=90, seconds=30)   # blocks 30 s, like training\n"
             f"  GPU metrics as dcgm-exporter shows them: {sim.info['metrics']}\n"
             f"  The cluster with kubectl:  KUBECONFIG={sim.info['kubeconfig']} kubectl get pods -A\n"
             "Press Ctrl-C to stop.",

@@ -90,7 +90,7 @@ class HubAPI:
         """Execute `code` in a new kernel on the user's server; its stdout."""
         base = f"{self.url}/user/{name}/api"
         async with self.session.post(f"{base}/kernels", json={"name": "python3"}) as r:
-            assert r.status == 201, await r.text()
+            assert r.status == 201, f"POST kernels: {r.status} {(await r.text())[:2000]}"
             kernel = await r.json()
         try:
             return await asyncio.wait_for(self._execute(f"{base}/kernels/{kernel['id']}/channels", code), timeout)

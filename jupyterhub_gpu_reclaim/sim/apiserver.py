@@ -69,7 +69,7 @@ class ApiServer:
     def __init__(self, cluster: Any, *, tls: bool | None = None) -> None:
         self.cluster = cluster
         self.store = cluster.store
-        self.tls = bool(getattr(cluster.scenario, "api_tls", False)) if tls is None else tls
+        self.tls = cluster.scenario.api_tls if tls is None else tls
         self.require_token = self.tls
         self.ca_pem: bytes | None = None
         self._runner: web.AppRunner | None = None

@@ -151,6 +151,7 @@ class Autoscaler:
         self._empty_since: dict[str, float] = {}
         self._told: dict[str, str] = {}  # pod uid -> last NotTriggerScaleUp message
         self._templates: dict[str, NodeFacts] = {}
+        self._views: dict[str, tuple[Any, PodView]] = {}  # uid -> (generation, view)
         self._task: asyncio.Task | None = None
         self._provisioning: set[asyncio.Task] = set()
 
@@ -189,11 +190,22 @@ class Autoscaler:
             self._templates[group.name] = NodeFacts.from_node(node)
         return self._templates[group.name]
 
+    def _view(self, pod: Obj) -> PodView:
+        """PodView.from_pod, computed once per pod spec: a scan must stay cheap at 5,000 pods."""
+        meta = pod["metadata"]
+        cached = self._views.get(meta["uid"])
+        if cached is None or cached[0] != meta.get("generation"):
+            cached = self._views[meta["uid"]] = (meta.get("generation"), PodView.from_pod(pod))
+        return cached[1]
+
     def _group_sizes(self, nodes: list[Obj]) -> Counter[str]:
         return Counter((n["metadata"].get("labels") or {}).get(GROUP_LABEL) for n in nodes)
 
     def scale_up(self) -> Plan | None:
         pods, nodes = self.store.objects(POD), self.store.objects(NODE)
+        live = {p["metadata"]["uid"] for p in pods}
+        for uid in [u for u in self._views if u not in live]:
+            del self._views[uid]
         names = {n["metadata"]["name"] for n in nodes}
         pending = [p for p in pods if is_unschedulable(p) and pod_priority(p) >= self.cutoff
                    and (p.get("status") or {}).get("nominatedNodeName") not in names]
@@ -201,12 +213,12 @@ class Autoscaler:
             return None
         by_uid = {p["metadata"]["uid"]: p for p in pending}
         pending.sort(key=lambda p: (-pod_priority(p), p["metadata"].get("creationTimestamp") or ""))
-        facts, usage = snapshot(nodes, pods)
+        facts, usage = snapshot(nodes, pods, self._view)
         sizes = self._group_sizes(nodes)
         states = [GroupState(g, self.template(g), sizes[g.name] + self._upcoming.get(g.name, 0),
                              g.name in self._upcoming, self._upcoming.get(g.name, 0))
                   for g in self.groups]
-        plan = plan_scale_up([PodView.from_pod(p) for p in pending], facts, usage, states)
+        plan = plan_scale_up([self._view(p) for p in pending], facts, usage, states)
         for up in plan.scale_ups:
             g = up.state.group
             message = (f"pod triggered scale-up: [{{{g.name} {up.state.current}->"

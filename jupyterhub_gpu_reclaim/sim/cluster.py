@@ -123,6 +123,7 @@ class Cluster:
         await self.control.stop()
         await self.apiserver.stop()
         self.store.close()
+        self.network.close()
         self.started = False
 
     def pod_log_path(self, namespace: str, pod: str, container: str) -> Path:
@@ -134,11 +135,13 @@ class Cluster:
     def kubeconfig(self, namespace: str | None = None) -> dict[str, Any]:
         """A kubeconfig kubectl and the Kubernetes clients accept."""
         name = "gpu-reclaim-sim"
-        ns = namespace or (self.scenario.namespaces[-1])
+        # the scenario's own namespace (jhub in the demo), else "default" as on a new cluster
+        own = [n for n in self.scenario.namespaces if n not in ("default", "kube-system")]
+        ns = namespace or (own[-1] if own else "default")
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": name, "cluster": {"server": self.apiserver.url}}],
+            "clusters": [{"name": name, "cluster": self.apiserver.kubeconfig_cluster()}],
             "users": [{"name": name, "user": {"token": self.token}}],
             "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": ns}}],
             "current-context": name,
@@ -160,6 +163,7 @@ class Cluster:
             "control": self.control.url,
             "metrics": self.control.url + "/metrics",
             "nodes": sorted(self.kubelets),
+            "pod_network": str(self.network.pods.network),
             "namespaces": self.scenario.namespaces,
             "data_dir": str(self.data_dir),
         }

@@ -65,13 +65,16 @@ class GpuFleet:
         """Give the pod `count` free GPUs of the node (the scheduler made sure they exist)."""
         if count <= 0:
             return []
-        free = [g for g in self.gpus.get(node, []) if g.pod is None]
+        free = self.free(node)
         if len(free) < count:
             raise RuntimeError(f"{node}: {count} GPU(s) asked, {len(free)} free")
         for g in free[:count]:
             g.pod = (namespace, pod, container)
         self.loads.setdefault((namespace, pod), Load())
         return free[:count]
+
+    def free(self, node: str) -> list[Gpu]:
+        return [g for g in self.gpus.get(node, []) if g.pod is None]
 
     def release(self, namespace: str, pod: str) -> None:
         for gpus in self.gpus.values():

@@ -64,6 +64,7 @@ class Kubelet:
         if self.group.gpus:
             self.cluster.gpus.add_node(self.name, self.group.gpus, self.group.gpu_model,
                                        self.group.gpu_memory_mib)
+        self.store.kubelet_nodes.add(self.name)
         watch = self.store.watch(Filter(POD, field_selector=f"spec.nodeName={self.name}"))
         self._task = asyncio.create_task(self._follow(watch))
         log.info("node %s registered (%s)", self.name, self.address)
@@ -72,6 +73,7 @@ class Kubelet:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        self.store.kubelet_nodes.discard(self.name)
         await asyncio.gather(*(w.shutdown(grace=2) for w in list(self.workers.values())))
         if delete_node:
             for pod in self.store.list(Filter(POD, field_selector=f"spec.nodeName={self.name}"))[0]:
@@ -234,14 +236,33 @@ class PodWorker:
         return self.pod["spec"].get("containers", [])
 
     async def _lifecycle(self) -> None:
+        try:
+            await self._run_pod()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must show, not leave the pod silently Pending
+            log.exception("node %s: pod %s/%s", self.kubelet.name, self.ns, self.name)
+            self.update_status(lambda s: s.update({"phase": "Failed", "reason": "InternalError"}))
+
+    async def _run_pod(self) -> None:
         spec = self.pod["spec"]
         self.ip = self.cluster.network.pods.allocate()
         gpu_env: dict[str, str] = {}
         for c in self._containers():
             count = int(str((c.get("resources", {}).get("limits") or {}).get(GPU, 0)) or 0)
-            if count:
+            if not count:
+                continue
+            try:
                 gpus = self.cluster.gpus.allocate(self.kubelet.name, self.ns, self.name, c["name"], count)
-                gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)
+            except RuntimeError:  # the device plugin's admission failure, in the kubelet's words
+                message = (f"Allocate failed due to requested number of devices unavailable for {GPU}. "
+                           f"Requested: {count}, Available: {len(self.cluster.gpus.free(self.kubelet.name))}, which is unexpected")
+                self.event("UnexpectedAdmissionError", message, type_="Warning")
+                self.update_status(lambda s: s.update({"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                                                       "message": message}))
+                self.release()
+                return
+            gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)
         start = rfc3339()
         self.update_status(lambda s: s.update({
             "hostIP": self.kubelet.address, "hostIPs": [{"ip": self.kubelet.address}],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import signal
@@ -38,6 +39,9 @@ async def serve(cluster, args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await cluster.start()
+    # the store holds many long-lived dicts: keep full collections from pausing the API
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
     try:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         info = {**cluster.info(), "kubeconfig": str(kubeconfig.resolve())}

@@ -4,6 +4,9 @@ address and port 8888 can be used by all of them at once (127.0.0.0/8 all reache
 from __future__ import annotations
 
 import ipaddress
+import random
+import socket
+from pathlib import Path
 
 
 class AddressPool:
@@ -34,7 +37,47 @@ class AddressPool:
             self._free.append(ip)  # reused last, as a CNI's IPAM tends to
 
 
+def _listening_second_octets() -> set[int]:
+    """Second octets of the 127.x addresses something on this machine listens on."""
+    octets = set()
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return octets
+    for line in lines:
+        local, state = line.split()[1], line.split()[3]
+        if state == "0A":  # LISTEN; the address is little-endian hex
+            addr = bytes.fromhex(local.split(":")[0])[::-1]
+            if addr[0] == 127:
+                octets.add(addr[1])
+    return octets
+
+
+def free_pod_cidr() -> str:
+    """A 127.x.0.0/16 nobody listens in, so two clusters on one machine (a demo and a
+    test run) never hand out the same pod address — a hub would reach the wrong server."""
+    taken = _listening_second_octets() | {0, 100}  # 127.0.0.1 and our node addresses
+    free = [x for x in range(101, 255) if x not in taken]
+    if not free:
+        raise RuntimeError("no free 127.x.0.0/16 left for pod addresses")
+    return f"127.{random.choice(free)}.0.0/16"
+
+
 class PodNetwork:
+    """`pod_cidr` "auto" picks a free loopback /16 (see `free_pod_cidr`) and keeps a
+    socket listening in it, so that a cluster started later sees it taken."""
+
     def __init__(self, pod_cidr: str, node_cidr: str = "127.100.0.0/16") -> None:
+        self._claim: socket.socket | None = None
+        if pod_cidr == "auto":
+            pod_cidr = free_pod_cidr()
+            self._claim = socket.socket()
+            self._claim.bind((str(ipaddress.ip_network(pod_cidr).broadcast_address), 0))
+            self._claim.listen(1)
         self.pods = AddressPool(pod_cidr)
         self.nodes = AddressPool(node_cidr)
+
+    def close(self) -> None:
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None

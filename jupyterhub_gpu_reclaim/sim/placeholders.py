@@ -97,11 +97,16 @@ class PlaceholderController:
         self._task = self._watch = None
 
     async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            event = await self._watch.next(self.resync_interval)
-            if event is None and self._watch.closed:
+            timer = loop.call_later(self.resync_interval, self._watch.queue.put_nowait, ("RESYNC", None))
+            try:
+                item = await self._watch.queue.get()
+            finally:
+                timer.cancel()
+            if item is None:  # the watch was closed
                 return
-            if event is None or event[0] == "DELETED":
+            if item[0] in ("DELETED", "RESYNC"):
                 self.reconcile()
 
     def reconcile(self) -> None:

@@ -6,6 +6,7 @@ a cluster that silently differs from the one asked for.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,7 @@ SCHEMA: dict[str, Any] = {
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
                 "historyLimit": {"type": "integer", "minimum": 1},
                 "bookmarkInterval": _num_or_str,
+                "tls": {"type": "boolean"},
             },
         },
         "control": {
@@ -268,6 +270,7 @@ class Scenario:
     api_port: int = 0
     history_limit: int = 20000
     bookmark_interval: float = 60.0
+    api_tls: bool = False  # HTTPS with a self-signed CA; then every request needs the token
     control_host: str = "127.0.0.1"
     control_port: int = 0
     gpu_collection_interval: float = 30.0
@@ -367,6 +370,14 @@ def _from_dict(data: Any, source: str) -> Scenario:
         )
         for p in data.get("placeholders", [])
     ]
+    pod_network = data.get("podNetwork", "auto")
+    if pod_network != "auto":
+        try:
+            net = ipaddress.ip_network(pod_network)
+        except ValueError as e:
+            raise ScenarioError(f"{source}: podNetwork: {e}") from None
+        if not net.subnet_of(ipaddress.ip_network("127.0.0.0/8")) or net.num_addresses < 4:
+            raise ScenarioError(f"{source}: podNetwork: {pod_network} must be a network inside 127.0.0.0/8")
     pcs = [dict(pc) for pc in data.get("priorityClasses", [])]
     known_pcs = {pc["name"] for pc in pcs}
     for i, p in enumerate(placeholders):
@@ -382,7 +393,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         image_defaults=defaults,
         default_image_size=parse_size(data.get("defaultImageSize", "1GB"), "defaultImageSize"),
         strict_images=bool(data.get("strictImages", False)),
-        pod_network=data.get("podNetwork", "127.200.0.0/16"),
+        pod_network=pod_network,
         node_groups=groups,
         placeholders=placeholders,
         priority_classes=pcs,
@@ -390,6 +401,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         api_port=api.get("port", 0),
         history_limit=api.get("historyLimit", 20000),
         bookmark_interval=parse_duration(api.get("bookmarkInterval", 60), "apiserver.bookmarkInterval"),
+        api_tls=bool(api.get("tls", False)),
         control_host=ctl.get("host", "127.0.0.1"),
         control_port=ctl.get("port", 0),
         gpu_collection_interval=parse_duration(gpu.get("collectionInterval", 30), "gpu.collectionInterval"),

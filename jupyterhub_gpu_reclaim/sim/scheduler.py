@@ -325,14 +325,15 @@ class Usage:
         return u
 
 
-def snapshot(nodes: Iterable[Obj], pods: Iterable[Obj]) -> tuple[dict[str, NodeFacts], dict[str, Usage]]:
+def snapshot(nodes: Iterable[Obj], pods: Iterable[Obj],
+             view_of: Callable[[Obj], PodView] = PodView.from_pod) -> tuple[dict[str, NodeFacts], dict[str, Usage]]:
     """Facts of every node and the usage of every node name pods are bound to."""
     facts = {n["metadata"]["name"]: NodeFacts.from_node(n) for n in nodes}
     usage: dict[str, Usage] = {}
     for p in pods:
         node = (p.get("spec") or {}).get("nodeName")
         if node and not is_terminal(p):
-            usage.setdefault(node, Usage()).add(PodView.from_pod(p))
+            usage.setdefault(node, Usage()).add(view_of(p))
     return facts, usage
 
 
@@ -791,11 +792,15 @@ class Scheduler:
     # --- following the store ---------------------------------------------------------
 
     async def _pump(self, watch: Any) -> None:
+        handled = 0
         while True:
-            item = await watch.queue.get()
+            item = await watch.queue.get()  # returns at once while the queue holds items
             if item is None:
                 return
             self._apply(watch.filter.rtype, *item)
+            handled += 1
+            if handled % 256 == 0:
+                await asyncio.sleep(0)  # a burst of thousands of pods must not stall the API server
 
     def _drain(self) -> None:
         """Apply every change already queued, so the cache equals the store right now."""
@@ -908,10 +913,12 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         next_retry = loop.time() + self.retry_interval
         while True:
+            # a timer rather than wait_for: no inner task that could swallow a cancellation
+            timer = loop.call_later(max(0.0, next_retry - loop.time()), self._wake.set)
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_retry - loop.time()))
-            except asyncio.TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                timer.cancel()
             self._wake.clear()
             if loop.time() >= next_retry:
                 next_retry = loop.time() + self.retry_interval

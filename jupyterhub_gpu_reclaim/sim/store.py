@@ -124,6 +124,8 @@ class Store:
         self._compacted_rv = 1  # watches must start at or after this
         self._watches: set[Watch] = set()
         self._removal_timers: dict[tuple[str, Key], asyncio.TimerHandle] = {}
+        # nodes whose kubelet removes its pods itself once their containers have stopped
+        self.kubelet_nodes: set[str] = set()
 
     # --- reading -------------------------------------------------------------------
 
@@ -284,7 +286,11 @@ class Store:
         return obj
 
     def _schedule_removal(self, rtype: ResourceType, obj: Obj, delay: float) -> None:
-        """Remove the object after its grace period even if no kubelet confirms the stop."""
+        """Remove a pod after its grace period when no kubelet runs it (the pod garbage
+        collector's job for pods of gone nodes); a live kubelet does the final delete
+        itself, only after its containers have stopped and their GPUs are free."""
+        if obj.get("spec", {}).get("nodeName") in self.kubelet_nodes:
+            return
         key = (rtype.plural, _key(rtype, obj))
         uid = obj["metadata"]["uid"]
         if (old := self._removal_timers.pop(key, None)) is not None:

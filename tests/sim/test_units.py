@@ -31,6 +31,8 @@ def test_example_scenarios_load():
     ({"nodeGroups": [{"name": "a"}], "placeholders": [{"name": "p", "count": 1, "priorityClassName": "x"}]},
      "'x' is not in priorityClasses"),
     ([1, 2], "a scenario is a mapping"),
+    ({"nodeGroups": [{"name": "a"}], "podNetwork": "10.0.0.0/16"}, "must be a network inside 127.0.0.0/8"),
+    ({"nodeGroups": [{"name": "a"}], "podNetwork": "127.1.2.3/16"}, "podNetwork: 127.1.2.3/16 has host bits set"),
 ])
 def test_bad_scenarios_get_clear_errors(data, message):
     with pytest.raises(sc.ScenarioError) as e:

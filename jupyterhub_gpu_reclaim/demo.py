@@ -10,10 +10,11 @@ import threading
 from pathlib import Path
 
 from .launch import EXAMPLES, start_hub, start_sim
+from .sim.main import port
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8000, help="the hub's public port on 127.0.0.1")
+    parser.add_argument("--port", type=port, default=8000, help="the hub's public port on 127.0.0.1")
     parser.add_argument("--scenario", metavar="FILE", default=str(EXAMPLES / "sim" / "cluster.yaml"),
                         help="the simulated cluster (default: examples/sim/cluster.yaml)")
     parser.add_argument("--config", metavar="FILE", default=str(EXAMPLES / "demo" / "jupyterhub_config.py"),

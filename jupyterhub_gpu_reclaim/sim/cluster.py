@@ -34,7 +34,7 @@ from .placeholders import PlaceholderController
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
 from .scheduler import Scheduler
-from .store import Obj, Store
+from .store import Filter, Obj, Store
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim")
 
@@ -57,6 +57,8 @@ class Cluster:
         self.placeholders = PlaceholderController(self)
         self.kubelets: dict[str, Kubelet] = {}
         self._node_counter: dict[str, int] = {}
+        self._event_expiry: asyncio.Task | None = None
+        self._pod_router: asyncio.Task | None = None
         self.started = False
 
     # --- objects ---------------------------------------------------------------------
@@ -87,6 +89,17 @@ class Cluster:
         kubelet = self.kubelets.pop(name)
         await kubelet.stop(delete_node=True)
 
+    async def _route_pods(self) -> None:
+        """Hand each change of a bound pod to its node's kubelet."""
+        watch = self.store.watch(Filter(BY_KIND["Pod"]))
+        try:
+            async for type_, pod in watch:
+                kubelet = self.kubelets.get(pod.get("spec", {}).get("nodeName") or "")
+                if kubelet is not None:
+                    kubelet.on_pod(type_, pod)
+        finally:
+            watch.close()
+
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -101,6 +114,7 @@ class Cluster:
                 "description": pc.get("description", ""),
                 "preemptionPolicy": "PreemptLowerPriority",
             })
+        self._pod_router = asyncio.create_task(self._route_pods())
         await self.apiserver.start()
         await self.control.start()
         await self.gpus.start()
@@ -110,11 +124,16 @@ class Cluster:
         await self.scheduler.start()
         await self.autoscaler.start()
         await self.placeholders.start()
+        self._event_expiry = asyncio.create_task(self.events.expire_forever(self.scenario.event_ttl))
         self.started = True
         log.info("simulated cluster %r up: API %s, control %s",
                  self.scenario.name, self.apiserver.url, self.control.url)
 
     async def stop(self) -> None:
+        for task in (self._event_expiry, self._pod_router):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.placeholders.stop()
         await self.autoscaler.stop()
         await self.scheduler.stop()

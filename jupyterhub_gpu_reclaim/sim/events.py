@@ -6,12 +6,14 @@ existing one (count + 1, lastTimestamp moved) instead of being created again.
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import time
 from typing import Any
 
 from .resources import BY_KIND
 from .store import Obj, Store
-from .timestamps import rfc3339
+from .timestamps import now, parse, rfc3339
 
 EVENT = BY_KIND["Event"]
 
@@ -71,3 +73,23 @@ class EventRecorder:
         created = self.store.create(EVENT, event, ns)
         self._index[key] = created["metadata"]["name"]
         return created
+
+    def expire(self, ttl: float) -> int:
+        """Remove events not seen for `ttl` seconds, as etcd's lease on each event does
+        (the apiserver's --event-ttl, 1 h by default). Returns how many went."""
+        cutoff = now() - dt.timedelta(seconds=ttl)
+        gone = 0
+        for ev in self.store.objects(EVENT):
+            last = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp")
+            if last and parse(last) < cutoff:
+                self.store.remove(EVENT, ev["metadata"]["namespace"], ev["metadata"]["name"])
+                gone += 1
+        if gone:
+            live = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in self.store.objects(EVENT)}
+            self._index = {k: v for k, v in self._index.items() if (k[0], v) in live}
+        return gone
+
+    async def expire_forever(self, ttl: float) -> None:
+        while True:
+            await asyncio.sleep(min(ttl, 60.0))
+            self.expire(ttl)

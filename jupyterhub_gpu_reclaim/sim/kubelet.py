@@ -51,7 +51,6 @@ class Kubelet:
         self.address = ""
         self.workers: dict[str, PodWorker] = {}  # pod uid -> worker
         self._pull_lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
 
     @property
     def store(self):
@@ -65,14 +64,9 @@ class Kubelet:
             self.cluster.gpus.add_node(self.name, self.group.gpus, self.group.gpu_model,
                                        self.group.gpu_memory_mib)
         self.store.kubelet_nodes.add(self.name)
-        watch = self.store.watch(Filter(POD, field_selector=f"spec.nodeName={self.name}"))
-        self._task = asyncio.create_task(self._follow(watch))
         log.info("node %s registered (%s)", self.name, self.address)
 
     async def stop(self, delete_node: bool) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
         self.store.kubelet_nodes.discard(self.name)
         await asyncio.gather(*(w.shutdown(grace=2) for w in list(self.workers.values())))
         if delete_node:
@@ -83,15 +77,13 @@ class Kubelet:
         self.cluster.gpus.remove_node(self.name)
         self.cluster.network.nodes.release(self.address)
 
-    async def _follow(self, watch) -> None:
+    def on_pod(self, type_: str, pod: Obj) -> None:
+        """A change to a pod bound to this node (the cluster routes them: one watch for
+        all kubelets instead of one each keeps every store write cheap at scale)."""
         try:
-            async for type_, pod in watch:
-                try:
-                    self._on_pod(type_, pod)
-                except Exception:  # one bad pod must not stop the node
-                    log.exception("node %s: handling pod %s", self.name, pod["metadata"].get("name"))
-        finally:
-            watch.close()
+            self._on_pod(type_, pod)
+        except Exception:  # one bad pod must not stop the node
+            log.exception("node %s: handling pod %s", self.name, pod["metadata"].get("name"))
 
     def _on_pod(self, type_: str, pod: Obj) -> None:
         uid = pod["metadata"]["uid"]

@@ -17,6 +17,13 @@ from .scenario import ScenarioError, load
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "sim" / "cluster.yaml"
 
 
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0-65535; 0 picks a free one)")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=str(DEFAULT_SCENARIO),
                         help="scenario file (YAML; see docs/sim.md). Default: examples/sim/cluster.yaml")
@@ -28,9 +35,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write the cluster's addresses as JSON to this file once it is up")
     parser.add_argument("--mode", choices=["process", "stub"],
                         help="override the scenario's run mode for pods")
-    parser.add_argument("--api-port", type=int, help="override the API server's port")
+    parser.add_argument("--api-port", type=port, help="override the API server's port")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
+
+
+async def _freeze_survivors(every: float = 5.0) -> None:
+    """Keep the garbage collector's pauses short. The store holds hundreds of thousands
+    of long-lived dicts without reference cycles; scanning them again and again paused
+    the API for up to a second (benchmarks/sim_scale.py). What survives a young
+    collection is moved out of the collector's sight; refcounting still frees it."""
+    gc.set_threshold(10_000, 50, 100)
+    while True:
+        gc.collect(1)
+        gc.freeze()
+        await asyncio.sleep(every)
 
 
 async def serve(cluster, args: argparse.Namespace) -> None:
@@ -39,9 +58,7 @@ async def serve(cluster, args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await cluster.start()
-    # the store holds many long-lived dicts: keep full collections from pausing the API
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
+    freezer = asyncio.create_task(_freeze_survivors())
     try:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         info = {**cluster.info(), "kubeconfig": str(kubeconfig.resolve())}
@@ -62,6 +79,7 @@ async def serve(cluster, args: argparse.Namespace) -> None:
         )
         await stop.wait()
     finally:
+        freezer.cancel()
         await cluster.stop()
 
 

@@ -108,6 +108,7 @@ SCHEMA: dict[str, Any] = {
                 "host": {"type": "string"},
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
                 "historyLimit": {"type": "integer", "minimum": 1},
+                "eventTTL": _num_or_str,
                 "bookmarkInterval": _num_or_str,
                 "tls": {"type": "boolean"},
             },
@@ -269,6 +270,7 @@ class Scenario:
     api_host: str = "127.0.0.1"
     api_port: int = 0
     history_limit: int = 20000
+    event_ttl: float = 3600.0  # the apiserver's --event-ttl
     bookmark_interval: float = 60.0
     api_tls: bool = False  # HTTPS with a self-signed CA; then every request needs the token
     control_host: str = "127.0.0.1"
@@ -400,6 +402,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         api_host=api.get("host", "127.0.0.1"),
         api_port=api.get("port", 0),
         history_limit=api.get("historyLimit", 20000),
+        event_ttl=parse_duration(api.get("eventTTL", "1h"), "apiserver.eventTTL"),
         bookmark_interval=parse_duration(api.get("bookmarkInterval", 60), "apiserver.bookmarkInterval"),
         api_tls=bool(api.get("tls", False)),
         control_host=ctl.get("host", "127.0.0.1"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import datetime as dt
 import uuid
 from collections import deque
@@ -124,6 +125,7 @@ class Store:
         self._compacted_rv = 1  # watches must start at or after this
         self._watches: set[Watch] = set()
         self._removal_timers: dict[tuple[str, Key], asyncio.TimerHandle] = {}
+        self._encoded: dict[tuple[str, Key], tuple[str, bytes]] = {}  # -> (rv, JSON)
         # nodes whose kubelet removes its pods itself once their containers have stopped
         self.kubelet_nodes: set[str] = set()
 
@@ -147,6 +149,19 @@ class Store:
         items = [bucket[k] for k in sorted(bucket) if flt(bucket[k])]
         return items, str(self.rv)
 
+    def encoded(self, rtype: ResourceType, obj: Obj) -> bytes:
+        """The object as compact JSON. Stored versions never change, so each is encoded
+        once, however many lists and watches send it."""
+        key = (rtype.plural, _key(rtype, obj))
+        rv = obj["metadata"].get("resourceVersion", "")
+        hit = self._encoded.get(key)
+        if hit is not None and hit[0] == rv:
+            return hit[1]
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        if self._bucket(rtype).get(key[1]) is obj:
+            self._encoded[key] = (rv, data)
+        return data
+
     def objects(self, rtype: ResourceType) -> Iterable[Obj]:
         return list(self._bucket(rtype).values())
 
@@ -158,6 +173,7 @@ class Store:
         key = _key(rtype, new)
         if type_ == "DELETED":
             self._bucket(rtype).pop(key, None)
+            self._encoded.pop((rtype.plural, key), None)
         else:
             self._bucket(rtype)[key] = new
         change = Change(self.rv, type_, rtype, old, new)
@@ -357,7 +373,8 @@ class Store:
         key = (rtype.plural, _key(rtype, current))
         if (timer := self._removal_timers.pop(key, None)) is not None:
             timer.cancel()
-        obj = copy.deepcopy(current)
+        # stored versions are never mutated, so the final one may share all but metadata
+        obj = {**current, "metadata": dict(current["metadata"])}
         new = self._commit(rtype, "DELETED", current, obj)
         ns = current["metadata"].get("namespace")
         if ns and rtype.plural != "namespaces":

@@ -53,7 +53,7 @@ class WatchStream:
         self.timeout = timeout
         self.bookmark_interval = bookmark_interval
         self.send_initial_events = send_initial_events
-        self.encode = encode or (lambda _type, obj: obj)
+        self.encode = encode  # None: the stored object as it is
         self.watch: Watch | None = None
         self.initial_rv = 0
         self.stopped = False
@@ -118,7 +118,9 @@ class WatchStream:
             batch, closed = self._drain(item)
             chunk = bytearray()
             for type_, obj in batch:
-                chunk += dumps({"type": type_, "object": self.encode(type_, obj)}) + b"\n"
+                body = (dumps(self.encode(type_, obj)) if self.encode
+                        else self.store.encoded(self.filter.rtype, obj))
+                chunk += b'{"type":"%s","object":%s}\n' % (type_.encode(), body)
                 if initial_left > 0:
                     initial_left -= 1
                     if initial_left == 0:

@@ -136,3 +136,23 @@ def test_gpu_load_refuses_bad_values():
         fleet.set_load("jhub", "p", 50, 10, memory_mib=10**6)
     with pytest.raises(RuntimeError, match="1 GPU\\(s\\) asked, 0 free"):
         fleet.allocate("gpu-1", "jhub", "q", "c", 1)
+
+
+def test_events_expire_after_their_ttl():
+    from jupyterhub_gpu_reclaim.sim.events import EventRecorder
+    from jupyterhub_gpu_reclaim.sim.resources import BY_KIND
+    from jupyterhub_gpu_reclaim.sim.store import Store
+
+    store = Store()
+    store.create(BY_KIND["Namespace"], {"metadata": {"name": "jhub"}})
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "jhub", "uid": "u1"}}
+    events = EventRecorder(store)
+    old = events.record(pod, "Pulling", 'Pulling image "x"', component="kubelet")
+    store.update(BY_KIND["Event"], "jhub", old["metadata"]["name"],
+                 lambda e: e.__setitem__("lastTimestamp", "2020-01-01T00:00:00Z"))
+    fresh = events.record(pod, "Started", "Started container notebook", component="kubelet")
+    assert events.expire(3600) == 1
+    assert [e["metadata"]["name"] for e in store.objects(BY_KIND["Event"])] == [fresh["metadata"]["name"]]
+    # a repeat of the expired event is a new event, not a bump of the gone one
+    again = events.record(pod, "Pulling", 'Pulling image "x"', component="kubelet")
+    assert again["count"] == 1

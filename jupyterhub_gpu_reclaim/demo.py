@@ -24,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--password", help="the demo users' password (default: a new random one)")
 
 
+def _kubectl() -> str:
+    """The kubectl the setup installed into the virtualenv, else the one on PATH."""
+    venv = Path(sys.executable).with_name("kubectl")
+    return str(venv) if venv.exists() else "kubectl"
+
+
 def run(args: argparse.Namespace) -> int:
     workdir = Path(args.data_dir).resolve()
     password = args.password or secrets.token_urlsafe(9)
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             "  and the image being pulled. Then create a notebook and run a cell, for example:\n"
             "      from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; use_gpu(percent=90, seconds=30)   # blocks 30 s, like training\n"
             f"  GPU metrics as dcgm-exporter shows them: {sim.info['metrics']}\n"
-            f"  The cluster with kubectl:  KUBECONFIG={sim.info['kubeconfig']} kubectl get pods -A\n"
+            f"  The cluster with kubectl:  KUBECONFIG={sim.info['kubeconfig']} {_kubectl()} get pods -A\n"
             "Press Ctrl-C to stop.",
             flush=True,
         )

@@ -23,7 +23,7 @@ fi
 
 if ! command -v configurable-http-proxy >/dev/null 2>&1; then
   echo "setup: installing configurable-http-proxy (npm)"
-  npm install -g --no-fund --no-audit configurable-http-proxy >/dev/null
+  npm install -g --no-fund --no-audit configurable-http-proxy@5 >/dev/null
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

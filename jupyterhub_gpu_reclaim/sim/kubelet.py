@@ -123,8 +123,8 @@ class Kubelet:
             await asyncio.sleep(0.1 if normalize(ref) in self.images else size / self.group.bandwidth)
             self._add_image(ref)
         done = time.monotonic()
-        worker.event("Pulled", f'Successfully pulled image "{ref}" in {done - started:.3f}s '
-                     f'({done - queued:.3f}s including waiting). Image size: {size} bytes.', container)
+        worker.event("Pulled", f'Successfully pulled image "{ref}" in {_go_duration(done - started)} '
+                     f'({_go_duration(done - queued)} including waiting). Image size: {size} bytes.', container)
 
     def _add_image(self, ref: str) -> None:
         self.images.add(normalize(ref))
@@ -493,6 +493,14 @@ def _signal_group(proc: Any, sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+def _go_duration(seconds: float) -> str:
+    """A duration as the kubelet prints it (Go's Duration truncated to milliseconds)."""
+    ms = int(seconds * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    return f"{ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
 
 
 def _expand(value: str, env: dict[str, str]) -> str:

@@ -19,6 +19,26 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _backtest(args: argparse.Namespace) -> int:
+    import json
+
+    from .backtest import ConfigError, backtest, format_report, load_policy_config
+    from .trace import TraceError
+
+    try:
+        config = load_policy_config(args.config) if args.config else None
+        report = backtest(args.trace, config=config)
+    except (TraceError, ConfigError) as e:
+        print(f"jupyterhub-gpu-reclaim backtest: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(format_report(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu-reclaim",
@@ -46,6 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_demo_arguments(demo)
     demo.set_defaults(func=_demo)
+
+    backtest = sub.add_parser(
+        "backtest",
+        help="replay a session trace through the reclaim policy",
+        description="Replay a session trace (JSON Lines, ../shared/traces/FORMAT.md) through the "
+        "reclaim policy on a virtual clock and report its warnings, reclaims and holds, scored "
+        "against the trace's labels and compared with idle-culler's rule and a 0%%-GPU-for-2h rule.",
+    )
+    backtest.add_argument("--trace", required=True, metavar="FILE", help="the trace file")
+    backtest.add_argument(
+        "--config", metavar="FILE",
+        help='JSON or YAML object of policy settings to override, e.g. '
+        '{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h"} (durations in seconds or 30m/2h)',
+    )
+    backtest.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    backtest.set_defaults(func=_backtest)
     return parser
 
 

@@ -1,0 +1,511 @@
+"""Backtest: replay a session trace through the reclaim policy on a virtual clock.
+
+The same :func:`jupyterhub_gpu_reclaim.policy.decide` the service calls is called here, at
+every sample instant of every session, with the :class:`SessionView` the service would
+have built at that moment. The report is the JSON object of ``../shared/traces/FORMAT.md``.
+
+How the replay works (choices the format leaves open):
+
+- Events are taken in file order, grouped by time: at each instant the ``session``,
+  ``pressure`` and ``intent`` lines of that instant are applied first, then every session
+  with a sample at that instant is decided. ``pending_gpus`` is the latest ``pressure``
+  value at or before the instant (0 before the first).
+- A session's view holds its samples since it started, oldest first. To keep memory and
+  time bounded the replay keeps only what ``policy.retained_samples`` says the policy's
+  decisions depend on (the window of the last ``idle_reclaim_after`` plus landmark samples);
+  it trims whenever the kept list has doubled, so trimming costs O(1) per sample amortized.
+  Tests check that every decision equals the one made with all samples (``compact=False``).
+- An ``intent`` line sets ``Intent(until, set_at=t)`` (``until: null`` clears it). Capping at
+  ``max_keepalive`` and expiry are the policy's business.
+- Every ``warn`` decision is a warning sent: it goes to the report and to the session's
+  warnings, which are passed back to the policy in later views. When a decision's evidence
+  says ``episode_cleared``, the warnings it lists in ``cleared_warnings`` (all of the
+  session's warnings if it lists none) are dropped, before the decision's own warning, if it
+  is one, is added.
+- A ``reclaim`` ends the session: later samples are ignored. ``gpu_hours_freed`` is
+  ``gpus × (natural end − T)`` in hours, the natural end being the session's ``stopped``
+  (at most the trace's ``end``) or the trace's ``end``. Samples at or after the natural
+  end are ignored.
+- ``hold`` decisions are recorded once per run: consecutive holds of the same session for
+  the same reason (the decision's rule, e.g. ``gpu-data-missing``) make one entry whose
+  ``t`` is the first held instant; ``last`` is the last held instant and ``samples`` how
+  many decisions the run covered. Any other decision ends the run.
+- ``summary.gpu_hours_held`` is the GPU-hours all sessions held during the trace as
+  recorded (without any reclaim): ``gpus × (natural end − max(started, trace start))``.
+- ``score`` (only when the trace has labels): ``false_reclaims`` counts reclaims at a time
+  inside a ``must_keep`` label of that session; ``gray_reclaims`` those inside a ``gray``
+  label; ``reclaimable_gpu_hours`` is the GPU-hours of all ``reclaimable`` labels (clipped
+  to the session's life in the trace); ``reclaimable_gpu_hours_recovered`` the part of them
+  after the reclaim time; ``recovered_share`` their ratio (null when nothing is labelled
+  reclaimable).
+- ``baselines``: what two reference rules do on the same samples, with the same scoring.
+  ``idle-culler``: jupyterhub-idle-culler's rule, reclaim when ``now − hub_last_activity``
+  (or ``started`` when the hub reports none) exceeds 1 h; it never looks at GPUs, kernels
+  or intents. ``zero-gpu-2h``: the naive GPU rule, reclaim when every GPU of the session
+  read 0% in every sample for 2 h (a sample without GPU data breaks the run); no warnings,
+  no kernel check, no intents. Both are evaluated at every sample, like the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import re
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Iterable
+
+from .observations import Intent, Sample, Session, SessionView, Warning
+from .trace import (
+    IntentEvent,
+    Label,
+    Pressure,
+    Record,
+    TraceConfig,
+    TraceError,
+    TraceSample,
+    TraceSession,
+    format_time,
+    read_trace,
+)
+
+__all__ = [
+    "backtest",
+    "replay",
+    "idle_culler_rule",
+    "zero_gpu_rule",
+    "ZeroRun",
+    "policy_to_dict",
+    "load_policy_config",
+    "parse_duration",
+    "ConfigError",
+    "format_report",
+]
+
+HOUR = 3600.0
+IDLE_CULLER_TIMEOUT = dt.timedelta(hours=1)
+ZERO_GPU_AFTER = dt.timedelta(hours=2)
+
+
+# --------------------------------------------------------------------------- reference rules
+
+
+def idle_culler_rule(session: Session, sample: Sample, now: dt.datetime,
+                     timeout: dt.timedelta = IDLE_CULLER_TIMEOUT) -> bool:
+    """jupyterhub-idle-culler's decision for one server: cull when the hub's
+    ``last_activity`` (``started`` when there is none) is more than ``timeout`` ago."""
+    last = sample.hub_last_activity or session.started
+    return now - last > timeout
+
+
+@dataclass
+class ZeroRun:
+    """State of the naive rule for one session: since when every GPU reads 0%."""
+
+    since: dt.datetime | None = None
+
+
+def zero_gpu_rule(state: ZeroRun, sample: Sample, now: dt.datetime,
+                  after: dt.timedelta = ZERO_GPU_AFTER) -> bool:
+    """The naive rule: reclaim when all GPUs read exactly 0% in every sample for ``after``.
+    A sample without GPU data (null, or null for one GPU) or with any GPU above 0 ends the
+    run. Call once per sample, in time order."""
+    util = sample.gpu_util
+    if util and all(u is not None and u <= 0.0 for u in util):
+        if state.since is None:
+            state.since = sample.t
+        return now - state.since >= after
+    state.since = None
+    return False
+
+
+# --------------------------------------------------------------------------- replay
+
+
+@dataclass
+class _Live:
+    """One session instance during the replay."""
+
+    rec: TraceSession
+    natural_end: dt.datetime
+    samples: list[Sample] = field(default_factory=list)
+    intent: Intent | None = None
+    warnings: list[Warning] = field(default_factory=list)
+    reclaimed: bool = False
+    hold: dict[str, Any] | None = None
+    trim_at: int = 32  # trim the kept samples (policy.retained_samples) past this many
+    # reference rules: name → reclaim time
+    baseline_reclaimed: dict[str, dt.datetime] = field(default_factory=dict)
+    zero: ZeroRun = field(default_factory=ZeroRun)
+
+
+_BASELINES = ("idle-culler", "zero-gpu-2h")
+
+
+def _hours(a: dt.datetime, b: dt.datetime) -> float:
+    return max(0.0, (b - a).total_seconds() / HOUR)
+
+
+def replay(records: Iterable[Record], *, config: Any = None,
+           decide: Callable[..., Any] | None = None, compact: bool = True) -> dict[str, Any]:
+    """Replay trace records (a :func:`read_trace` stream, config first) through ``decide``
+    (default: the policy's) under ``config`` (default: ``PolicyConfig()``); return the report."""
+    from . import policy
+
+    decide = decide or policy.decide
+    config = config if config is not None else policy.PolicyConfig()
+    retain = getattr(policy, "retained_samples", None)
+
+    it = iter(records)
+    trace_config = next(it, None)
+    if not isinstance(trace_config, TraceConfig):
+        raise TraceError("the trace has no config line")
+    end = trace_config.end
+
+    live: dict[str, _Live] = {}
+    instances: list[_Live] = []
+    labels: list[Label] = []
+    warnings: list[dict[str, Any]] = []
+    reclaims: list[tuple[_Live, dict[str, Any]]] = []
+    holds: list[dict[str, Any]] = []
+    pending = 0
+    batch: list[tuple[_Live, Sample]] = []
+    batch_t: dt.datetime | None = None
+
+    def flush() -> None:
+        for inst, sample in batch:
+            _decide(inst, sample)
+        batch.clear()
+
+    def _decide(inst: _Live, sample: Sample) -> None:
+        now = sample.t
+        if now >= inst.natural_end:
+            return
+        session = inst.rec.session
+        # reference rules see every sample of the recorded session
+        if "idle-culler" not in inst.baseline_reclaimed and idle_culler_rule(session, sample, now):
+            inst.baseline_reclaimed["idle-culler"] = now
+        if session.gpus > 0 and "zero-gpu-2h" not in inst.baseline_reclaimed \
+                and zero_gpu_rule(inst.zero, sample, now):
+            inst.baseline_reclaimed["zero-gpu-2h"] = now
+        if inst.reclaimed:
+            return
+        samples = inst.samples
+        samples.append(sample)
+        if compact and retain is not None and len(samples) > inst.trim_at:
+            samples[:] = retain(samples, now=now, config=config, gpus=session.gpus)
+            inst.trim_at = 2 * len(samples) + 32
+        view = SessionView(session=session, samples=tuple(samples), intent=inst.intent,
+                           warnings=tuple(inst.warnings))
+        d = decide(view, now=now, pending_gpus=pending, config=config)
+        evidence = d.evidence
+        if evidence and evidence.get("episode_cleared"):
+            cleared = evidence.get("cleared_warnings")
+            if cleared is None:
+                inst.warnings.clear()
+            else:
+                gone = set(cleared)
+                inst.warnings = [w for w in inst.warnings if w.t.isoformat() not in gone]
+        action = d.action
+        if action == "hold":
+            if inst.hold is not None and inst.hold["reason"] == d.rule:
+                inst.hold["last"] = format_time(now)
+                inst.hold["samples"] += 1
+            else:
+                inst.hold = {"session": session.id, "t": format_time(now), "reason": d.rule,
+                             "last": format_time(now), "samples": 1}
+                holds.append(inst.hold)
+            return
+        inst.hold = None
+        if action == "warn":
+            reclaim_at = d.reclaim_at
+            inst.warnings.append(Warning(session=session.id, t=now, rule=d.rule,
+                                         reclaim_at=reclaim_at))
+            warnings.append({"session": session.id, "t": format_time(now), "rule": d.rule,
+                             "reclaim_at": format_time(reclaim_at) if reclaim_at else None})
+        elif action == "reclaim":
+            inst.reclaimed = True
+            inst.samples = []
+            freed = session.gpus * _hours(now, inst.natural_end)
+            reclaims.append((inst, {"session": session.id, "t": format_time(now), "rule": d.rule,
+                                    "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
+        elif action != "keep":
+            raise ValueError(f"policy returned an unknown action {action!r}")
+
+    for rec in it:
+        if isinstance(rec, TraceSample):
+            if batch_t is not None and rec.sample.t != batch_t:
+                flush()
+            batch_t = rec.sample.t
+            batch.append((live[rec.session], rec.sample))
+            continue
+        if isinstance(rec, Label):
+            labels.append(rec)
+            continue
+        t = rec.t
+        if batch and t != batch_t:
+            flush()
+        if isinstance(rec, TraceSession):
+            natural_end = min(rec.stopped, end) if rec.stopped is not None else end
+            inst = _Live(rec=rec, natural_end=natural_end)
+            live[rec.id] = inst
+            instances.append(inst)
+        elif isinstance(rec, Pressure):
+            pending = rec.pending_gpus
+        elif isinstance(rec, IntentEvent):
+            inst = live[rec.session]
+            inst.intent = (Intent(session=rec.session, until=rec.until, set_at=rec.t)
+                           if rec.until is not None else None)
+        else:  # pragma: no cover - the reader yields nothing else
+            raise TypeError(f"unexpected record {rec!r}")
+    flush()
+
+    start = trace_config.start
+    held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
+               for i in instances)
+    freed = sum(r["gpu_hours_freed"] for _, r in reclaims)
+    report: dict[str, Any] = {
+        "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
+        "policy": policy_to_dict(config),
+        "warnings": warnings,
+        "reclaims": [r for _, r in reclaims],
+        "holds": holds,
+        "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
+                    "reclaims": len(reclaims), "warnings": len(warnings)},
+    }
+    policy_reclaims = [(inst, _parse_t(r["t"])) for inst, r in reclaims]
+    if labels:
+        report["score"] = _score(policy_reclaims, instances, labels, start)
+    baselines = {}
+    for name in _BASELINES:
+        done = [(i, i.baseline_reclaimed[name]) for i in instances if name in i.baseline_reclaimed]
+        b: dict[str, Any] = {
+            "reclaims": len(done),
+            "gpu_hours_freed": round(sum(i.rec.session.gpus * _hours(t, i.natural_end)
+                                         for i, t in done), 6),
+        }
+        if labels:
+            s = _score(done, instances, labels, start)
+            b.update({k: s[k] for k in ("false_reclaims", "gray_reclaims",
+                                        "reclaimable_gpu_hours_recovered", "recovered_share")})
+        baselines[name] = b
+    report["baselines"] = baselines
+    return report
+
+
+def _parse_t(text: str) -> dt.datetime:
+    from .trace import parse_time
+
+    return parse_time(text)
+
+
+def _score(reclaims: list[tuple[_Live, dt.datetime]], instances: list[_Live],
+           labels: list[Label], trace_start: dt.datetime) -> dict[str, Any]:
+    by_id: dict[str, list[Label]] = {}
+    for label in labels:
+        by_id.setdefault(label.session, []).append(label)
+
+    def life(inst: _Live) -> tuple[dt.datetime, dt.datetime]:
+        return max(inst.rec.session.started, trace_start), inst.natural_end
+
+    reclaimable = 0.0
+    for inst in instances:
+        lo, hi = life(inst)
+        for label in by_id.get(inst.rec.id, ()):
+            if label.truth == "reclaimable":
+                reclaimable += inst.rec.session.gpus * _hours(max(lo, label.from_), min(hi, label.to))
+    false, gray, recovered = [], 0, 0.0
+    for inst, t in reclaims:
+        lo, hi = life(inst)
+        for label in by_id.get(inst.rec.id, ()):
+            inside = label.from_ <= t < label.to
+            if label.truth == "must_keep" and inside:
+                false.append({"session": inst.rec.id, "t": format_time(t),
+                              "label_from": format_time(label.from_), "label_to": format_time(label.to)})
+            elif label.truth == "gray" and inside:
+                gray += 1
+            elif label.truth == "reclaimable":
+                recovered += inst.rec.session.gpus * _hours(max(lo, t, label.from_), min(hi, label.to))
+    return {
+        "false_reclaims": len(false),
+        "false_reclaim_list": false,
+        "gray_reclaims": gray,
+        "reclaimable_gpu_hours": round(reclaimable, 6),
+        "reclaimable_gpu_hours_recovered": round(recovered, 6),
+        "recovered_share": round(recovered / reclaimable, 4) if reclaimable > 0 else None,
+    }
+
+
+def backtest(trace: str | os.PathLike | IO[str], *, config: Any = None,
+             decide: Callable[..., Any] | None = None, compact: bool = True) -> dict[str, Any]:
+    """Read a trace file and replay it; raises TraceError on a bad line."""
+    return replay(read_trace(trace), config=config, decide=decide, compact=compact)
+
+
+# --------------------------------------------------------------------------- policy config
+
+
+class ConfigError(ValueError):
+    """A policy override file that cannot be applied."""
+
+
+def policy_to_dict(config: Any) -> dict[str, Any]:
+    """The effective policy as JSON: durations in seconds, sets as sorted lists."""
+    if not dataclasses.is_dataclass(config):
+        return {}
+    out = {}
+    for f in dataclasses.fields(config):
+        out[f.name] = _jsonable(getattr(config, f.name))
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.timedelta):
+        seconds = value.total_seconds()
+        return int(seconds) if seconds.is_integer() else seconds
+    if isinstance(value, (frozenset, set)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dt.datetime):
+        return format_time(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)")
+_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(value: Any) -> dt.timedelta:
+    """Seconds (a number or numeric string) or "90s", "30m", "2h", "1d", "1h30m"."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"negative duration: {value!r}")
+        return dt.timedelta(seconds=value)
+    if isinstance(value, dt.timedelta):
+        return value
+    if isinstance(value, str):
+        text = value.strip().lower().replace(" ", "")
+        try:
+            return parse_duration(float(text))
+        except ValueError:
+            pass
+        pos, total = 0, 0.0
+        for m in _DURATION.finditer(text):
+            if m.start() != pos:
+                break
+            total += float(m.group(1)) * _UNITS[m.group(2)]
+            pos = m.end()
+        if text and pos == len(text):
+            return dt.timedelta(seconds=total)
+    raise ValueError(f"not a duration (seconds, or like 30m, 2h, 1h30m): {value!r}")
+
+
+def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
+    """A JSON or YAML file of PolicyConfig overrides → the PolicyConfig.
+
+    ``{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h", "exempt_users": ["alice"]}``.
+    Durations are seconds or "30m"/"2h"; ``null`` where the field allows it (``max_age``).
+    Unknown keys and bad values raise :class:`ConfigError`."""
+    import yaml
+
+    from .policy import PolicyConfig
+
+    base = base if base is not None else PolicyConfig()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as e:
+        raise ConfigError(f"{os.fspath(path)}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{os.fspath(path)}: not JSON or YAML: {e}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{os.fspath(path)}: must be an object of PolicyConfig fields")
+    fields = {f.name: f for f in dataclasses.fields(base)}
+    unknown = sorted(str(k) for k in data if k not in fields)
+    if unknown:
+        raise ConfigError(f"{os.fspath(path)}: unknown policy setting{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(unknown)} (known: {', '.join(sorted(fields))})")
+    changes = {}
+    for key, value in data.items():
+        current = getattr(base, key)
+        kind = str(fields[key].type)
+        try:
+            changes[key] = _convert(value, current, kind)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{os.fspath(path)}: {key}: {e}") from None
+    try:
+        return dataclasses.replace(base, **changes)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{os.fspath(path)}: {e}") from None
+
+
+def _convert(value: Any, current: Any, kind: str) -> Any:
+    if value is None:
+        if "None" in kind or "Optional" in kind or current is None:
+            return None
+        raise ValueError("must not be null")
+    if "timedelta" in kind or isinstance(current, dt.timedelta):
+        return parse_duration(value)
+    if "frozenset" in kind or isinstance(current, frozenset):
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"must be a list of strings, not {value!r}")
+        return frozenset(value)
+    if "bool" in kind or isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, not {value!r}")
+        return value
+    if "float" in kind or isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be a number, not {value!r}")
+        return float(value)
+    if "int" in kind or isinstance(current, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, not {value!r}")
+        return value
+    return value
+
+
+# --------------------------------------------------------------------------- text report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The readable summary printed without ``--json``."""
+    s = report["summary"]
+    tr = report["trace"]
+    lines = [
+        f"Trace: {tr['sessions']} sessions, {tr['start']} to {tr['end']}",
+        f"GPU-hours held: {s['gpu_hours_held']:.1f}",
+        f"Warnings: {s['warnings']}    Reclaims: {s['reclaims']}    "
+        f"GPU-hours freed: {s['gpu_hours_freed']:.1f}    Holds: {len(report['holds'])}",
+    ]
+    for r in report["reclaims"]:
+        lines.append(f"  reclaim {r['session']} at {r['t']} ({r['rule']}): "
+                     f"{r['gpus']} GPU(s), {r['gpu_hours_freed']:.2f} GPU-hours freed")
+    for h in report["holds"]:
+        lines.append(f"  hold {h['session']} from {h['t']} to {h['last']} ({h['reason']})")
+    score = report.get("score")
+    if score:
+        share = score["recovered_share"]
+        lines.append(
+            f"Score: {score['false_reclaims']} false reclaim(s), {score['gray_reclaims']} in gray; "
+            f"recovered {score['reclaimable_gpu_hours_recovered']:.1f} of "
+            f"{score['reclaimable_gpu_hours']:.1f} reclaimable GPU-hours"
+            + (f" ({share:.0%})" if share is not None else ""))
+    for name, b in report.get("baselines", {}).items():
+        text = f"Baseline {name}: {b['reclaims']} reclaim(s), {b['gpu_hours_freed']:.1f} GPU-hours freed"
+        if "false_reclaims" in b:
+            share = b["recovered_share"]
+            text += (f", {b['false_reclaims']} false reclaim(s), recovered "
+                     f"{b['reclaimable_gpu_hours_recovered']:.1f} reclaimable GPU-hours"
+                     + (f" ({share:.0%})" if share is not None else ""))
+        lines.append(text)
+    return "\n".join(lines)

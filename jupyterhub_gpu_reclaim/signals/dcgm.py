@@ -1,0 +1,95 @@
+"""GPU utilization by scraping dcgm-exporter `/metrics` endpoints directly, for clusters
+without Prometheus (and the demo). Parsed with prometheus-client's parser.
+
+Failure semantics: the URLs are scraped concurrently; a URL that fails (HTTP error,
+timeout, unparsable text) is logged and recorded in `last_errors` as a
+SignalError("dcgm", ...), and its pods are simply missing from the answer — the policy
+holds sessions without data. Only when every URL fails is SignalError raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Sequence
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from .base import SignalError, get_text, utcnow
+from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, readings_from_series
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.signals.dcgm")
+
+__all__ = ["DcgmScrapeSignal", "GpuReading", "parse_dcgm_text"]
+
+
+def parse_dcgm_text(text: str, scraped_at: dt.datetime) -> dict[tuple[str, str], GpuReading]:
+    """Readings from one exposition text. The reading's time is the newest sample
+    timestamp in the text if the exporter wrote any, else `scraped_at`."""
+    series = []
+    newest: float | None = None
+    try:
+        for family in text_string_to_metric_families(text):
+            if family.name not in (GPU_UTIL, ENGINE_ACTIVE, FB_USED):
+                continue
+            for sample in family.samples:
+                series.append((family.name, sample.labels, sample.value))
+                if sample.timestamp is not None:
+                    ts = float(sample.timestamp)
+                    newest = ts if newest is None else max(newest, ts)
+    except ValueError as e:
+        raise SignalError("dcgm", f"unparsable metrics text: {e}") from None
+    t = dt.datetime.fromtimestamp(newest, dt.timezone.utc) if newest is not None else scraped_at
+    return readings_from_series(series, t)
+
+
+class DcgmScrapeSignal:
+    """Scrapes each dcgm-exporter URL (one per GPU node, usually) once per call."""
+
+    def __init__(self, urls: Sequence[str] | str, timeout: float = 5.0) -> None:
+        self.urls = [urls] if isinstance(urls, str) else list(urls)
+        if not self.urls:
+            raise ValueError("at least one dcgm-exporter URL is needed")
+        self.timeout = timeout
+        self.last_errors: list[SignalError] = []
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> DcgmScrapeSignal:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def _scrape(self, url: str) -> dict[tuple[str, str], GpuReading]:
+        text = await get_text(self._client(), url, source="dcgm", timeout=self.timeout)
+        return parse_dcgm_text(text, utcnow())
+
+    async def utilization(self) -> dict[tuple[str, str], GpuReading]:
+        results = await asyncio.gather(*(self._scrape(u) for u in self.urls), return_exceptions=True)
+        readings: dict[tuple[str, str], GpuReading] = {}
+        errors: list[SignalError] = []
+        for url, result in zip(self.urls, results):
+            if isinstance(result, SignalError):
+                log.warning("dcgm-exporter %s: %s", url, result.message)
+                errors.append(result)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                readings.update(result)
+        self.last_errors = errors
+        if errors and len(errors) == len(self.urls):
+            raise SignalError("dcgm", "; ".join(e.message for e in errors))
+        return readings
+

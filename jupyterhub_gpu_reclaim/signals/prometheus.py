@@ -1,0 +1,103 @@
+"""GPU utilization from the Prometheus HTTP API: ONE instant query per cycle for all pods.
+
+The default query returns three kinds of series, told apart by a `field` label:
+`field="util"` is DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100 for the GPUs
+(MIG instances) where GPU_UTIL is missing — PromQL's `or` keeps a right-hand series only
+when no left-hand series has the same labels — and `field="fb_used"` is DCGM_FI_DEV_FB_USED.
+Grouping keeps both `pod`/`namespace` and `exported_pod`/`exported_namespace`, so the label
+rename of `honor_labels: false` is handled when the answer is read: `pod_label="auto"`
+uses `exported_pod` whenever the answer carries it (then a series without it — Prometheus
+drops empty labels — is an unallocated GPU, and its `pod` is the exporter's own pod).
+
+A custom `query` may return plain utilization series (no `field` label): each is then read
+as the utilization of one GPU, identified by its `gpu` (and `GPU_I_ID`) label.
+Prometheus down, an error answer or a malformed body → SignalError("prometheus", ...).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import aiohttp
+
+from .base import SignalError, get_json, utcnow
+from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, readings_from_series
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")
+
+BY = "namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID"
+DEFAULT_QUERY = (
+    f'label_replace(max by ({BY}) (DCGM_FI_DEV_GPU_UTIL), "field", "util", "", "")'
+    f' or label_replace(max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE) * 100, "field", "util", "", "")'
+    f' or label_replace(max by ({BY}) (DCGM_FI_DEV_FB_USED), "field", "fb_used", "", "")'
+)
+FIELDS = {"util": GPU_UTIL, "fb_used": FB_USED, "": GPU_UTIL}
+
+
+def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
+                               ) -> dict[tuple[str, str], GpuReading]:
+    """GpuReadings from the JSON of `/api/v1/query` (an instant vector)."""
+    try:
+        if body.get("status") != "success":
+            raise SignalError("prometheus", f"query failed: {body.get('errorType')}: {body.get('error')}")
+        data = body["data"]
+        if data["resultType"] != "vector":
+            raise SignalError("prometheus", f"the query must return an instant vector, not {data['resultType']}")
+        series, newest = [], None
+        for item in data["result"]:
+            labels = item["metric"]
+            ts, value = item["value"]
+            name = FIELDS.get(labels.get("field", ""))
+            if name is None:
+                continue
+            series.append((name, labels, float(value)))
+            newest = float(ts) if newest is None else max(newest, float(ts))
+    except SignalError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise SignalError("prometheus", f"malformed query answer ({type(e).__name__}: {e}): {body!r:.200}") from None
+    t = dt.datetime.fromtimestamp(newest, dt.timezone.utc) if newest is not None else utcnow()
+    return readings_from_series(series, t, pod_label)
+
+
+class PrometheusSignal:
+    def __init__(self, url: str, query: str = DEFAULT_QUERY, timeout: float = 10.0,
+                 headers: dict[str, str] | None = None, pod_label: PodLabel = "auto") -> None:
+        if pod_label not in ("auto", "pod", "exported_pod"):
+            raise ValueError(f"pod_label must be auto, pod or exported_pod, not {pod_label!r}")
+        self.url = url.rstrip("/")
+        self.pod_label = pod_label
+        self.query = query
+        self.timeout = timeout
+        self._headers = dict(headers or {})  # e.g. Authorization for a protected Prometheus
+        self._session: aiohttp.ClientSession | None = None
+        self.queries = 0
+
+    async def __aenter__(self) -> PrometheusSignal:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(headers=self._headers)
+        return self._session
+
+    async def utilization(self) -> dict[tuple[str, str], GpuReading]:
+        self.queries += 1
+        try:
+            body = await get_json(self._client(), f"{self.url}/api/v1/query", source="prometheus",
+                                  timeout=self.timeout, params={"query": self.query})
+        except SignalError as e:
+            if e.status in (400, 422):  # a bad query: Prometheus explains it in JSON
+                log.error("Prometheus rejected the query %r: %s", self.query, e.message)
+            raise
+        return readings_from_query_result(body, self.pod_label)

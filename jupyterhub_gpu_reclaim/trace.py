@@ -1,0 +1,529 @@
+"""Session traces (JSON Lines, format v1): a streaming reader that validates every line,
+and a writer, so the service can record its own observations in the same format.
+
+The format is specified in ``../shared/traces/FORMAT.md``. In short: the first line is the
+only ``config`` line (``version`` 1); then ``session``, ``sample``, ``pressure``, ``intent``
+and ``label`` lines sorted by their time field. The reader rejects, with a
+:class:`TraceError` naming the file and line, an unsorted file, an unknown ``kind`` and a
+malformed line; it ignores unknown keys inside a known kind.
+
+Choices the format leaves open, made here:
+
+- Ordering: ``session`` lines sort by ``started``; ``sample``, ``pressure`` and ``intent``
+  lines by ``t``. Lines with equal times may come in any order. ``label`` lines carry no
+  event time (they are ground truth for scoring), so they may appear anywhere after the
+  config line; their session must be defined somewhere in the file (checked at the end).
+- Timestamps are RFC 3339 with an offset (``Z`` or ``+00:00``; other offsets are converted
+  to UTC); a timestamp without an offset is rejected.
+- A ``session`` line needs ``id``, ``user``, ``server``, ``gpus`` and ``started``;
+  ``stopped`` (default null), ``admin`` (false), ``profile`` ("") and ``groups`` ([]) may be
+  left out. An ``id`` may appear again (the user restarted the server) once the earlier
+  session with that id has stopped, at or before the new ``started``.
+- A ``sample`` needs ``t``, ``session`` (a session whose line came earlier) and
+  ``gpu_util`` (null, or one number 0-100 or null per GPU); ``gpu_mem_used_mib``,
+  ``kernels``, ``terminals`` and ``hub_last_activity`` may be left out (null / ``[]``).
+  A terminal is ``{"last_activity": ...}`` or a bare timestamp.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+from dataclasses import dataclass
+from typing import IO, Any, Iterable, Iterator, Literal, Union
+
+from .observations import Kernel, Sample, Session
+
+__all__ = [
+    "TraceError",
+    "TraceConfig",
+    "TraceSession",
+    "TraceSample",
+    "Pressure",
+    "IntentEvent",
+    "Label",
+    "Record",
+    "TRUTHS",
+    "read_trace",
+    "parse_time",
+    "format_time",
+    "record_to_dict",
+    "dump_record",
+    "write_trace",
+]
+
+VERSION = 1
+TRUTHS = ("must_keep", "reclaimable", "gray")
+Truth = Literal["must_keep", "reclaimable", "gray"]
+
+
+class TraceError(ValueError):
+    """A trace file that does not follow the format; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    start: dt.datetime
+    end: dt.datetime
+    sample_interval_s: float
+    gpus_total: int
+    version: int = VERSION
+
+
+@dataclass(frozen=True)
+class TraceSession:
+    """A ``session`` line: the observations' Session plus when the user stopped it."""
+
+    session: Session
+    stopped: dt.datetime | None = None
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+    @property
+    def t(self) -> dt.datetime:
+        return self.session.started
+
+
+@dataclass(frozen=True)
+class TraceSample:
+    """A ``sample`` line: one observation of session ``session``."""
+
+    session: str
+    sample: Sample
+
+    @property
+    def t(self) -> dt.datetime:
+        return self.sample.t
+
+
+@dataclass(frozen=True)
+class Pressure:
+    t: dt.datetime
+    pending_gpus: int
+
+
+@dataclass(frozen=True)
+class IntentEvent:
+    """"Keep alive until" set (or cleared, ``until`` None) at ``t``."""
+
+    t: dt.datetime
+    session: str
+    until: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class Label:
+    """Ground truth for scoring: ``[from_, to)`` of session ``session`` is ``truth``."""
+
+    session: str
+    from_: dt.datetime
+    to: dt.datetime
+    truth: Truth
+
+
+Record = Union[TraceConfig, TraceSession, TraceSample, Pressure, IntentEvent, Label]
+
+
+# --------------------------------------------------------------------------- time
+
+_time_cache: dict[str, dt.datetime] = {}
+
+
+class _FieldError(Exception):
+    pass
+
+
+def parse_time(value: str) -> dt.datetime:
+    """An RFC 3339 timestamp with an offset → an aware UTC datetime (ValueError otherwise)."""
+    cached = _time_cache.get(value)
+    if cached is not None:
+        return cached
+    if not isinstance(value, str) or len(value) < 20 or value[10] not in "Tt ":
+        raise ValueError(f"{value!r} is not an RFC 3339 timestamp")
+    text = value[:-1] + "+00:00" if value[-1] in "Zz" else value
+    parsed = dt.datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        raise ValueError(f"{value!r} has no UTC offset")
+    parsed = parsed.astimezone(dt.timezone.utc)
+    if len(_time_cache) > 100_000:
+        _time_cache.clear()
+    _time_cache[value] = parsed
+    return parsed
+
+
+def format_time(value: dt.datetime) -> str:
+    """An aware datetime → ``2026-11-02T08:00:00Z`` (with microseconds only when present)."""
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: traces hold UTC times")
+    value = value.astimezone(dt.timezone.utc)
+    if value.microsecond:
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- field checks
+
+_MISSING = object()
+
+
+def _get(obj: dict, key: str, default: Any = _MISSING) -> Any:
+    if key in obj:
+        return obj[key]
+    if default is _MISSING:
+        raise _FieldError(f"missing field {key!r}")
+    return default
+
+
+def _time(obj: dict, key: str, *, nullable: bool = False, default: Any = _MISSING) -> Any:
+    value = _get(obj, key, default)
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise _FieldError(f"{key} must be an RFC 3339 timestamp, not {json.dumps(value)}")
+    try:
+        return parse_time(value)
+    except ValueError:
+        raise _FieldError(f"{key} is not an RFC 3339 timestamp with an offset: {value!r}") from None
+
+
+def _str(obj: dict, key: str, default: Any = _MISSING) -> str:
+    value = _get(obj, key, default)
+    if not isinstance(value, str):
+        raise _FieldError(f"{key} must be a string, not {json.dumps(value)}")
+    return value
+
+
+def _bool(obj: dict, key: str, default: Any = _MISSING) -> bool:
+    value = _get(obj, key, default)
+    if not isinstance(value, bool):
+        raise _FieldError(f"{key} must be true or false, not {json.dumps(value)}")
+    return value
+
+
+def _int(obj: dict, key: str, *, minimum: int = 0) -> int:
+    value = _get(obj, key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise _FieldError(f"{key} must be an integer, not {json.dumps(value)}")
+    if value < minimum:
+        raise _FieldError(f"{key} must be at least {minimum}, not {value}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _per_gpu(obj: dict, key: str, gpus: int, *, required: bool, maximum: float | None):
+    value = _get(obj, key) if required else obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _FieldError(f"{key} must be a list with one value per GPU or null, not {json.dumps(value)}")
+    if len(value) != gpus:
+        raise _FieldError(
+            f"{key} has {len(value)} value{'s' if len(value) != 1 else ''}, "
+            f"the session has {gpus} GPU{'s' if gpus != 1 else ''}"
+        )
+    for item in value:
+        if item is None:
+            continue
+        if not _is_number(item) or item != item:
+            raise _FieldError(f"{key} values must be numbers or null, not {json.dumps(item)}")
+        if item < 0 or (maximum is not None and item > maximum):
+            raise _FieldError(f"{key} value {item} is outside 0-{maximum if maximum is not None else 'inf'}")
+    return tuple(float(x) if x is not None else None for x in value)
+
+
+def _kernels(obj: dict) -> tuple[Kernel, ...] | None:
+    value = obj.get("kernels")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _FieldError(f"kernels must be a list or null, not {json.dumps(value)}")
+    kernels = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise _FieldError(f"kernels entries must be objects, not {json.dumps(item)}")
+        state = item.get("execution_state")
+        if not isinstance(state, str):
+            raise _FieldError(f"kernel execution_state must be a string, not {json.dumps(state)}")
+        last = _time(item, "last_activity", nullable=True, default=None)
+        kernels.append(Kernel(execution_state=state, last_activity=last))
+    return tuple(kernels)
+
+
+def _terminals(obj: dict) -> tuple[dt.datetime | None, ...] | None:
+    if "terminals" not in obj:
+        return ()
+    value = obj["terminals"]
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise _FieldError(f"terminals must be a list or null, not {json.dumps(value)}")
+    out = []
+    for item in value:
+        if isinstance(item, dict):
+            out.append(_time(item, "last_activity", nullable=True, default=None))
+        elif isinstance(item, str) or item is None:
+            out.append(_time({"last_activity": item}, "last_activity", nullable=True))
+        else:
+            raise _FieldError(f"terminals entries must be objects or timestamps, not {json.dumps(item)}")
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- reader
+
+
+class _Reader:
+    def __init__(self, name: str):
+        self.name = name
+        self.config: TraceConfig | None = None
+        # current instance of each session id: (gpus, started, stopped)
+        self.sessions: dict[str, TraceSession] = {}
+        self.last_t: dt.datetime | None = None
+        self.last_t_line = 0
+        self.label_sessions: dict[str, int] = {}  # id → first line naming it
+
+    def parse(self, lineno: int, obj: Any) -> Record:
+        if not isinstance(obj, dict):
+            raise _FieldError("a line must be a JSON object")
+        kind = obj.get("kind", _MISSING)
+        if kind is _MISSING:
+            raise _FieldError("missing field 'kind'")
+        if self.config is None:
+            if kind != "config":
+                raise _FieldError(f"the first line must be the config line, not kind {json.dumps(kind)}")
+            return self._config(obj)
+        if kind == "config":
+            raise _FieldError("a second config line (there must be exactly one, the first line)")
+        parse = self._parsers.get(kind) if isinstance(kind, str) else None
+        if parse is None:
+            raise _FieldError(f"unknown kind {json.dumps(kind)}")
+        return parse(self, lineno, obj)
+
+    def _order(self, lineno: int, t: dt.datetime, field: str) -> None:
+        if self.last_t is not None and t < self.last_t:
+            raise _FieldError(
+                f"{field} {format_time(t)} is earlier than {format_time(self.last_t)} on line "
+                f"{self.last_t_line}: the trace must be sorted by time"
+            )
+        self.last_t = t
+        self.last_t_line = lineno
+
+    def _config(self, obj: dict) -> TraceConfig:
+        version = _get(obj, "version")
+        if version != VERSION or isinstance(version, bool):
+            raise _FieldError(f"unsupported version {json.dumps(version)} (this reader reads version {VERSION})")
+        start = _time(obj, "start")
+        end = _time(obj, "end")
+        if end < start:
+            raise _FieldError("end is before start")
+        interval = _get(obj, "sample_interval_s")
+        if not _is_number(interval) or interval <= 0:
+            raise _FieldError(f"sample_interval_s must be a positive number, not {json.dumps(interval)}")
+        self.config = TraceConfig(start=start, end=end, sample_interval_s=interval,
+                                  gpus_total=_int(obj, "gpus_total"))
+        return self.config
+
+    def _session(self, lineno: int, obj: dict) -> TraceSession:
+        sid = _str(obj, "id")
+        if not sid:
+            raise _FieldError("id must not be empty")
+        user = _str(obj, "user")
+        server = _str(obj, "server")
+        gpus = _int(obj, "gpus")
+        started = _time(obj, "started")
+        stopped = _time(obj, "stopped", nullable=True, default=None)
+        if stopped is not None and stopped < started:
+            raise _FieldError("stopped is before started")
+        groups = _get(obj, "groups", [])
+        if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+            raise _FieldError(f"groups must be a list of strings, not {json.dumps(groups)}")
+        previous = self.sessions.get(sid)
+        if previous is not None and (previous.stopped is None or previous.stopped > started):
+            raise _FieldError(f"session {sid} is already running (started {format_time(previous.t)})")
+        self._order(lineno, started, "started")
+        record = TraceSession(
+            session=Session(id=sid, user=user, server=server, gpus=gpus, started=started,
+                            admin=_bool(obj, "admin", False), profile=_str(obj, "profile", ""),
+                            groups=frozenset(groups)),
+            stopped=stopped,
+        )
+        self.sessions[sid] = record
+        return record
+
+    def _known(self, obj: dict) -> TraceSession:
+        sid = _str(obj, "session")
+        record = self.sessions.get(sid)
+        if record is None:
+            raise _FieldError(f"unknown session {sid!r} (no session line before this one)")
+        return record
+
+    def _sample(self, lineno: int, obj: dict) -> TraceSample:
+        t = _time(obj, "t")
+        record = self._known(obj)
+        gpus = record.session.gpus
+        sample = Sample(
+            t=t,
+            gpu_util=_per_gpu(obj, "gpu_util", gpus, required=True, maximum=100.0),
+            gpu_mem_used_mib=_per_gpu(obj, "gpu_mem_used_mib", gpus, required=False, maximum=None),
+            kernels=_kernels(obj),
+            terminals=_terminals(obj),
+            hub_last_activity=_time(obj, "hub_last_activity", nullable=True, default=None),
+        )
+        self._order(lineno, t, "t")
+        return TraceSample(session=record.id, sample=sample)
+
+    def _pressure(self, lineno: int, obj: dict) -> Pressure:
+        t = _time(obj, "t")
+        record = Pressure(t=t, pending_gpus=_int(obj, "pending_gpus"))
+        self._order(lineno, t, "t")
+        return record
+
+    def _intent(self, lineno: int, obj: dict) -> IntentEvent:
+        t = _time(obj, "t")
+        sid = self._known(obj).id
+        until = _time(obj, "until", nullable=True)
+        self._order(lineno, t, "t")
+        return IntentEvent(t=t, session=sid, until=until)
+
+    def _label(self, lineno: int, obj: dict) -> Label:
+        sid = _str(obj, "session")
+        start = _time(obj, "from")
+        end = _time(obj, "to")
+        if end < start:
+            raise _FieldError("to is before from")
+        truth = _get(obj, "truth")
+        if truth not in TRUTHS:
+            raise _FieldError(f"truth must be one of {', '.join(TRUTHS)}, not {json.dumps(truth)}")
+        if sid not in self.sessions:
+            self.label_sessions.setdefault(sid, lineno)
+        return Label(session=sid, from_=start, to=end, truth=truth)
+
+    _parsers = {
+        "session": _session,
+        "sample": _sample,
+        "pressure": _pressure,
+        "intent": _intent,
+        "label": _label,
+    }
+
+
+def read_trace(source: str | os.PathLike | IO[str], *, name: str | None = None) -> Iterator[Record]:
+    """Read a trace line by line, yielding typed records: first the :class:`TraceConfig`,
+    then the other records in file order. Raises :class:`TraceError` ("FILE:LINE: kind:
+    what is wrong") at the first bad line; records before it have already been yielded."""
+    if isinstance(source, (str, os.PathLike)):
+        name = name or os.fspath(source)
+        try:
+            handle = open(source, encoding="utf-8")
+        except OSError as e:
+            raise TraceError(f"{name}: cannot read: {e.strerror or e}") from None
+        with handle:
+            yield from _read(handle, name)
+    else:
+        yield from _read(source, name or getattr(source, "name", "<trace>"))
+
+
+def _read(handle: IO[str], name: str) -> Iterator[Record]:
+    reader = _Reader(name)
+    loads = json.loads
+    lineno = 0
+    try:
+        for lineno, line in enumerate(handle, 1):  # noqa: B007
+            if not line.strip():
+                continue
+            kind = None
+            try:
+                obj = loads(line)
+                if isinstance(obj, dict):
+                    kind = obj.get("kind")
+                yield reader.parse(lineno, obj)
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{name}:{lineno}: not valid JSON: {e.msg} at column {e.colno}") from None
+            except _FieldError as e:
+                prefix = f"{kind}: " if isinstance(kind, str) and kind in _KNOWN else ""
+                raise TraceError(f"{name}:{lineno}: {prefix}{e}") from None
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{name}:{lineno + 1}: not UTF-8 ({e.reason})") from None
+    if reader.config is None:
+        raise TraceError(f"{name}: empty trace: the first line must be the config line")
+    for sid, at in reader.label_sessions.items():
+        if sid not in reader.sessions:
+            raise TraceError(f"{name}:{at}: label: unknown session {sid!r} (no session line in the trace)")
+
+
+_KNOWN = {"config", "session", "sample", "pressure", "intent", "label"}
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """The JSON object of one trace line."""
+    if isinstance(record, TraceConfig):
+        return {"kind": "config", "version": record.version, "start": format_time(record.start),
+                "end": format_time(record.end), "sample_interval_s": record.sample_interval_s,
+                "gpus_total": record.gpus_total}
+    if isinstance(record, TraceSession):
+        s = record.session
+        out = {"kind": "session", "id": s.id, "user": s.user, "server": s.server, "admin": s.admin,
+               "gpus": s.gpus, "profile": s.profile, "started": format_time(s.started),
+               "stopped": format_time(record.stopped) if record.stopped else None}
+        if s.groups:
+            out["groups"] = sorted(s.groups)
+        return out
+    if isinstance(record, TraceSample):
+        s = record.sample
+        return {
+            "kind": "sample", "t": format_time(s.t), "session": record.session,
+            "gpu_util": list(s.gpu_util) if s.gpu_util is not None else None,
+            "gpu_mem_used_mib": list(s.gpu_mem_used_mib) if s.gpu_mem_used_mib is not None else None,
+            "kernels": None if s.kernels is None else [
+                {"execution_state": k.execution_state,
+                 "last_activity": format_time(k.last_activity) if k.last_activity else None}
+                for k in s.kernels],
+            "terminals": None if s.terminals is None else [
+                {"last_activity": format_time(a) if a else None} for a in s.terminals],
+            "hub_last_activity": format_time(s.hub_last_activity) if s.hub_last_activity else None,
+        }
+    if isinstance(record, Pressure):
+        return {"kind": "pressure", "t": format_time(record.t), "pending_gpus": record.pending_gpus}
+    if isinstance(record, IntentEvent):
+        return {"kind": "intent", "t": format_time(record.t), "session": record.session,
+                "until": format_time(record.until) if record.until else None}
+    if isinstance(record, Label):
+        return {"kind": "label", "session": record.session, "from": format_time(record.from_),
+                "to": format_time(record.to), "truth": record.truth}
+    raise TypeError(f"not a trace record: {record!r}")
+
+
+def dump_record(record: Record) -> str:
+    """One trace line (without the newline)."""
+    return json.dumps(record_to_dict(record), separators=(",", ":"))
+
+
+def write_trace(records: Iterable[Record], target: str | os.PathLike | IO[str]) -> int:
+    """Write records as a trace (the caller keeps them sorted; the config first).
+    Returns the number of lines written."""
+    if isinstance(target, (str, os.PathLike)):
+        with open(target, "w", encoding="utf-8") as handle:
+            return write_trace(records, handle)
+    n = 0
+    for record in records:
+        target.write(dump_record(record))
+        target.write("\n")
+        n += 1
+    return n
+
+
+def loads_trace(text: str, name: str = "<trace>") -> list[Record]:
+    """Read a whole trace from a string (tests, small traces)."""
+    return list(read_trace(io.StringIO(text), name=name))

@@ -1,0 +1,283 @@
+"""The signals against the real things: JupyterHub + KubeSpawner on the simulated
+cluster, its dcgm-exporter endpoint, and real single-user servers and kernels.
+
+One hub for the whole module, with activity intervals of 5 s (jupyterhub_config_activity.py),
+and three servers started once: alice (1 GPU), bob and carol (CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+import yaml
+
+from jupyterhub_gpu_reclaim.launch import REPO, free_port, start_hub
+from jupyterhub_gpu_reclaim.signals.base import parse_time
+from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
+from jupyterhub_gpu_reclaim.signals.hub import HubSignal
+from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
+from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal
+
+from ..hubapi import HubAPI
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+HERE = Path(__file__).parent
+USERS = {"alice": "gpu-1", "bob": "cpu", "carol": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    """Overrides conftest's hub: the same configuration, with 5 s activity intervals."""
+    workdir = tmp_path_factory.mktemp("hub")
+    token = secrets.token_hex(16)
+    child = start_hub(workdir, HERE / "jupyterhub_config_activity.py", sim.info["kubeconfig"],
+                      port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token,
+                                             "GPU_RECLAIM_REPO": str(REPO),
+                                             "GPU_RECLAIM_DEMO_PASSWORD": "test-password"})
+    child.info["token"] = token
+    yield child
+    child.stop(grace=60)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def servers(hub):
+    """The three users' servers, started once for the module and stopped at its end."""
+    client = HubAPI(hub.info["url"], hub.info["token"])
+    try:
+        await asyncio.gather(*(client.start(u, p) for u, p in USERS.items()))
+        await asyncio.gather(*(client.wait_ready(u) for u in USERS))
+        yield client
+    finally:
+        try:
+            await client.stop_all_servers()
+        finally:
+            await client.close()
+
+
+def pod_url(sim, name: str) -> str:
+    """The server's own address, as KubeSpawner computes it: http://{podIP}:{notebook-port}."""
+    kubectl = Path(sys.executable).with_name("kubectl")
+    out = subprocess.run([str(kubectl), "--kubeconfig", sim.info["kubeconfig"], "get", "pod", "-n", "jhub",
+                          name, "-o", "json"], check=True, capture_output=True, text=True, timeout=30).stdout
+    pod = json.loads(out)
+    port = next(p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])
+                if p.get("name") == "notebook-port")
+    return f"http://{pod['status']['podIP']}:{port}"
+
+
+async def test_hub_lists_ready_servers_page_by_page(hub, servers):
+    async with HubSignal(hub.info["url"] + "/hub/api", hub.info["token"], page_size=1) as signal:
+        listed = await signal.ready_servers()
+        assert signal.requests == 1 + 3  # the version, then one page per user
+    by_user = {s.user: s for s in listed}
+    assert set(by_user) == set(USERS)
+    for name, s in by_user.items():
+        model = (await servers.user(name))["servers"][""]
+        assert s.name == "" and s.session_id == f"{name}/"
+        assert s.ready and s.pending is None and s.url == f"/user/{name}/"
+        assert s.user_options == {"profile": USERS[name]}
+        assert s.started is not None and s.started.tzinfo is not None
+        assert s.last_activity is not None and s.user_last_activity is not None
+        assert s.last_activity == parse_time(model["last_activity"]) >= s.started
+        assert not s.admin and s.groups == ()
+
+
+async def test_dcgm_scrape_shows_the_gpu_pod_idle_then_loaded(sim, servers):
+    async with DcgmScrapeSignal([sim.info["metrics"]], timeout=5) as dcgm:
+        before = (await dcgm.utilization())[("jhub", "jupyter-alice")]
+        assert before.util == (0.0,) and len(before.fb_used_mib) == 1
+        assert ("jhub", "jupyter-bob") not in await dcgm.utilization()  # no GPU, no reading
+        await servers.run_code("alice", "from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; "
+                                        "use_gpu(percent=75, seconds=60, block=False)")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            after = (await dcgm.utilization())[("jhub", "jupyter-alice")]
+            if after.util == (75.0,):
+                break
+            await asyncio.sleep(0.5)
+        assert after.util == (75.0,) and after.fb_used_mib[0] > 0 and after.t > before.t
+
+
+PROMETHEUS = Path("/usr/bin/prometheus")
+
+
+@pytest.fixture(scope="module")
+def prometheus(sim, tmp_path_factory):
+    """Debian's Prometheus scraping the simulated dcgm-exporter every second, with the
+    exporter's address labelled as Kubernetes service discovery would (pod, namespace), so
+    the default honor_labels: false renames the exporter's labels to exported_*."""
+    assert PROMETHEUS.exists(), "Prometheus is missing: `make test` installs it (scripts/setup.sh)"
+    workdir = tmp_path_factory.mktemp("prometheus")
+    target = urllib.parse.urlsplit(sim.info["metrics"])
+    config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+              "scrape_configs": [{"job_name": "dcgm", "metrics_path": target.path,
+                                  "static_configs": [{"targets": [target.netloc], "labels": {
+                                      "pod": "dcgm-exporter-sim", "namespace": "gpu-operator"}}]}]}
+    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = open(workdir / "prometheus.log", "wb")
+    proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={workdir / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("Prometheus did not start:\n" + (workdir / "prometheus.log").read_text()[-2000:])
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+async def test_prometheus_one_query_sees_the_loaded_gpu(prometheus, servers):
+    """Runs after the dcgm test, while alice's GPU is still at 75 % for a minute."""
+    async with PrometheusSignal(prometheus, timeout=5) as prom:
+        deadline = time.monotonic() + 15
+        readings: dict = {}
+        while time.monotonic() < deadline:
+            readings = await prom.utilization()
+            if readings.get(("jhub", "jupyter-alice")) and readings[("jhub", "jupyter-alice")].util == (75.0,):
+                break
+            await asyncio.sleep(0.5)
+        alice = readings[("jhub", "jupyter-alice")]
+        assert alice.util == (75.0,) and alice.fb_used_mib[0] > 0
+        assert set(readings) == {("jhub", "jupyter-alice")}  # not the exporter's own pod
+    # the `or` keeps one utilization series per GPU (GPU_UTIL wins over ENGINE_ACTIVE)
+    async with aiohttp.ClientSession() as s:
+        async with s.get(prometheus + "/api/v1/query", params={"query": DEFAULT_QUERY}) as r:
+            result = (await r.json())["data"]["result"]
+    mine = [x["metric"] for x in result if x["metric"].get("exported_pod") == "jupyter-alice"]
+    assert sorted(m["field"] for m in mine) == ["fb_used", "util"]
+    assert all(m["pod"] == "dcgm-exporter-sim" for m in mine)
+
+
+async def test_kernel_probe_sees_a_busy_kernel(hub, servers):
+    async with KernelSignal(hub.info["url"], hub.info["token"], timeout=5) as ks:
+        cell = asyncio.create_task(servers.run_code("carol", "import time; time.sleep(8)"))
+        states: list[str] = []
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline and "busy" not in states:
+            kernels, terminals = await ks.probe("/user/carol/")
+            states = [k.execution_state for k in kernels]
+            await asyncio.sleep(0.3)
+        assert states == ["busy"] and terminals == []
+        assert kernels[0].last_activity is not None
+        await cell
+        kernels, _ = await ks.probe("/user/carol/")
+        assert all(k.execution_state != "busy" for k in kernels)
+
+
+async def _last_activity(api: HubAPI, user: str):
+    return parse_time((await api.user(user))["servers"][""]["last_activity"])
+
+
+async def _settled(api: HubAPI, user: str, quiet: float = 6.0, limit: float = 30.0) -> object:
+    """The user's last_activity once it has stopped moving for more than one 5 s interval."""
+    deadline = time.monotonic() + limit
+    last = await _last_activity(api, user)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet)
+        now = await _last_activity(api, user)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"{user}'s last_activity kept moving: {last}")
+
+
+async def _changed(api: HubAPI, user: str, since, limit: float = 12.0):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        now = await _last_activity(api, user)
+        if now != since:
+            return now
+        await asyncio.sleep(0.5)
+    return since
+
+
+async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
+    """Probes with ?no_track_activity=1 to the server's own address leave the hub's
+    last_activity alone; the same request without the flag moves it; and so does a
+    flagged probe through configurable-http-proxy (which counts every request)."""
+    direct = pod_url(sim, "jupyter-bob")
+    token = hub.info["token"]
+    before = await _settled(servers, "bob")
+    async with KernelSignal(hub.info["url"], token, timeout=5) as ks:
+        # 1. flagged probes, direct: several over more than two activity intervals
+        for _ in range(11):
+            assert await ks.probe("/user/bob/", direct_url=direct) == ([], [])
+            await asyncio.sleep(1)
+        assert await _last_activity(servers, "bob") == before
+
+        # 2. control: the same request without the flag is activity, reported within ~5 s
+        async with aiohttp.ClientSession(headers={"Authorization": f"token {token}"}) as s:
+            async with s.get(f"{direct}/user/bob/api/kernels") as r:
+                assert r.status == 200
+        moved = await _changed(servers, "bob", before)
+        assert moved > before, "a request without no_track_activity should count as activity"
+
+        # 3. a flagged probe through the proxy still counts: CHP records every request
+        settled = await _settled(servers, "bob")
+        await ks.probe("/user/bob/")
+        via_proxy = await _changed(servers, "bob", settled)
+        assert via_proxy > settled
+
+
+async def _until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+async def test_pod_watch_tracks_gpus_and_the_gpu_queue(sim, servers):
+    """alice holds 1 of the cluster's 4 GPUs; dave and erin ask for 2 each, so one of them
+    waits (Unschedulable for nvidia.com/gpu) until dave's server stops."""
+    from jupyterhub_gpu_reclaim.signals.pods import PodSignal
+    signal = PodSignal("jhub", kubeconfig=sim.info["kubeconfig"], watch_timeout=5)
+    await signal.start()
+    try:
+        sessions = signal.by_session()
+        alice, bob = sessions["alice/"], sessions["bob/"]
+        assert alice.gpus == 1 and alice.ready and alice.node and alice.direct_url
+        assert bob.gpus == 0 and signal.pending_gpu_demand() == 0
+        await servers.start("dave", "gpu-2")
+        await servers.wait_ready("dave")
+        await servers.start("erin", "gpu-2")
+        await _until(lambda: signal.pending_gpu_demand() == 2, 20, "erin's 2 GPUs pending")
+        erin = signal.by_session()["erin/"]
+        assert erin.waits_for_gpu and not erin.ready and "nvidia.com/gpu" in erin.unschedulable
+        await servers.stop("dave")
+        await _until(lambda: "dave/" not in signal.by_session(), 20, "dave's pod gone from the watch")
+        await _until(lambda: signal.pending_gpu_demand() == 0, 30, "erin scheduled")
+        await servers.wait_ready("erin")
+        await _until(lambda: signal.by_session()["erin/"].ready, 10, "erin ready in the watch")
+    finally:
+        await signal.stop()

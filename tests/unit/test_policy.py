@@ -1,0 +1,530 @@
+"""Unit and property tests of the pure reclaim policy (issue 3, point 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jupyterhub_gpu_reclaim.observations import (
+    Decision, Intent, Kernel, Sample, Session, SessionView, Warning,
+)
+from jupyterhub_gpu_reclaim.policy import PolicyConfig, decide, decide_all, retained_samples
+
+T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)
+CFG = PolicyConfig()
+
+
+def m(minutes: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+def mins(n: float) -> dt.timedelta:
+    return dt.timedelta(minutes=n)
+
+
+IDLE = (Kernel("idle"),)
+BUSY = (Kernel("busy"),)
+
+
+def session(gpus=1, **kw) -> Session:
+    kw.setdefault("id", "alice/")
+    kw.setdefault("user", "alice")
+    kw.setdefault("server", "")
+    return Session(gpus=gpus, started=T0, **kw)
+
+
+def samples(util_at, until: float, gpus=1, kernels=IDLE, **kw) -> tuple[Sample, ...]:
+    """One sample a minute from T0 to `until` (inclusive); util_at(minute) -> util."""
+    out = []
+    for k in range(int(until) + 1):
+        u = util_at(k)
+        if u is not None and not isinstance(u, tuple):
+            u = (float(u),) * gpus
+        out.append(Sample(m(k), u, kernels=kernels, **kw))
+    return tuple(out)
+
+
+def run(view: SessionView, now: dt.datetime, pending_gpus=1, config=CFG) -> Decision:
+    d = decide(view, now=now, pending_gpus=pending_gpus, config=config)
+    json.dumps(d.evidence)  # always JSON-serialisable
+    return d
+
+
+def warned(rule: str, t: float, reclaim: float, sid="alice/") -> Warning:
+    return Warning(sid, m(t), rule, m(reclaim))
+
+
+# ---------------------------------------------------------------- never used (Yale)
+
+def test_never_used_keep_before_30_min():
+    s = samples(lambda k: 0, 29)
+    d = run(SessionView(session(), s), m(29))
+    assert (d.action, d.rule) == ("keep", "gpu-never-used")
+
+
+def test_never_used_warns_at_30_min_with_reclaim_at_60():
+    d = run(SessionView(session(), samples(lambda k: 0, 30)), m(30))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", m(60))
+    assert d.evidence["never_used"] is True and d.evidence["last_used"] is None
+
+
+def test_never_used_reclaims_at_60_after_warning_at_30():
+    view = SessionView(session(), samples(lambda k: 0, 60),
+                       warnings=(warned("gpu-never-used", 30, 60),))
+    assert run(view, m(59.5)).action == "keep"
+    d = run(view, m(60))
+    assert (d.action, d.rule) == ("reclaim", "gpu-never-used")
+    assert d.evidence["warned_at"] == m(30).isoformat()
+
+
+def test_reclaim_time_without_warning_warns_with_lead():
+    d = run(SessionView(session(), samples(lambda k: 0, 90)), m(90))
+    assert (d.action, d.reclaim_at) == ("warn", m(105))
+
+
+def test_warning_too_recent_does_not_reclaim():
+    view = SessionView(session(), samples(lambda k: 0, 90),
+                       warnings=(warned("gpu-never-used", 85, 100),))
+    d = run(view, m(90))
+    assert (d.action, d.rule) == ("keep", "gpu-never-used")
+    assert d.evidence["reclaim_at"] == m(100).isoformat()
+    assert run(dataclasses.replace(view, samples=samples(lambda k: 0, 100)), m(100)).action == "reclaim"
+
+
+# ---------------------------------------------------------------- used then idle
+
+def used_then_idle(until, last_use=10, util=50.0, **kw):
+    return samples(lambda k: util if k <= last_use else 0.0, until, **kw)
+
+
+def test_idle_warns_at_60_and_reclaims_at_120():
+    d = run(SessionView(session(), used_then_idle(69)), m(69))
+    assert (d.action, d.rule) == ("keep", "gpu-idle")
+    d = run(SessionView(session(), used_then_idle(70)), m(70))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", m(130))
+    assert d.evidence["idle_since"] == m(10).isoformat()
+    assert d.evidence["last_used"] == m(10).isoformat()
+    view = SessionView(session(), used_then_idle(130), warnings=(warned("gpu-idle", 70, 130),))
+    assert run(view, m(129)).action == "keep"
+    assert (run(view, m(130)).action, run(view, m(130)).rule) == ("reclaim", "gpu-idle")
+
+
+def test_slow_data_loader_at_5_percent_is_not_idle():
+    view = SessionView(session(), samples(lambda k: 5.0, 600))
+    d = run(view, m(600))
+    assert (d.action, d.rule) == ("keep", "gpu-active")
+    assert d.evidence["window_max_util"] == [5.0]
+
+
+def test_threshold_is_configurable():
+    cfg = PolicyConfig(gpu_idle_threshold=9.0)
+    d = run(SessionView(session(), samples(lambda k: 5.0, 60)), m(60), config=cfg)
+    assert (d.action, d.rule) == ("warn", "gpu-never-used")
+
+
+def test_open_tab_hub_activity_does_not_keep():
+    s = tuple(dataclasses.replace(x, hub_last_activity=x.t) for x in used_then_idle(70))
+    d = run(SessionView(session(), s), m(70))
+    assert d.action == "warn"
+
+
+def test_terminal_activity_does_not_keep_but_is_reported():
+    s = tuple(dataclasses.replace(x, terminals=(x.t,)) for x in used_then_idle(70))
+    d = run(SessionView(session(), s), m(70))
+    assert d.action == "warn"
+    assert d.evidence["terminal_last_activity"] == m(70).isoformat()
+
+
+# ---------------------------------------------------------------- busy kernel
+
+def test_busy_kernel_keeps_silent_training():
+    view = SessionView(session(), samples(lambda k: 0, 300, kernels=BUSY),
+                       warnings=(warned("gpu-never-used", 30, 60),))
+    d = run(view, m(300))
+    assert (d.action, d.rule) == ("keep", "kernel-busy")
+    assert d.evidence["episode_cleared"] is True
+
+
+def test_busy_kernel_restarts_the_idle_clock():
+    s = samples(lambda k: 0, 100)
+    s = tuple(dataclasses.replace(x, kernels=BUSY) if x.t == m(50) else x for x in s)
+    d = run(SessionView(session(), s[:80]), m(79))
+    assert (d.action, d.rule) == ("keep", "gpu-never-used")
+    assert d.evidence["idle_since"] == m(50).isoformat()
+    d = run(SessionView(session(), s[:81]), m(80))
+    assert (d.action, d.reclaim_at) == ("warn", m(110))
+
+
+def test_unknown_kernels_hold_instead_of_reclaim():
+    view = SessionView(session(), samples(lambda k: 0, 60, kernels=None),
+                       warnings=(warned("gpu-never-used", 30, 60),))
+    d = run(view, m(60))
+    assert (d.action, d.rule) == ("hold", "kernel-data-missing")
+    # but the warning itself goes out
+    assert run(SessionView(session(), samples(lambda k: 0, 30, kernels=None)), m(30)).action == "warn"
+
+
+# ---------------------------------------------------------------- missing / stale data
+
+@pytest.mark.parametrize("last", [None, (None,), ()])
+def test_missing_gpu_data_holds(last):
+    s = samples(lambda k: 0, 100)
+    s = s[:-1] + (dataclasses.replace(s[-1], gpu_util=last),)
+    d = run(SessionView(session(), s, warnings=(warned("gpu-never-used", 30, 60),)), m(100))
+    assert (d.action, d.rule) == ("hold", "gpu-data-missing")
+
+
+def test_stale_gpu_data_holds():
+    s = samples(lambda k: 0, 100)
+    assert run(SessionView(session(), s), m(105)).action == "warn"
+    d = run(SessionView(session(), s), m(105.5))
+    assert (d.action, d.rule) == ("hold", "gpu-data-missing")
+
+
+def test_no_samples_holds():
+    assert run(SessionView(session(), ()), m(500)).action == "hold"
+
+
+def test_wrong_gpu_count_holds():
+    d = run(SessionView(session(gpus=2), samples(lambda k: (0.0,), 100)), m(100))
+    assert (d.action, d.rule) == ("hold", "gpu-data-missing")
+
+
+def test_missing_data_in_history_restarts_the_clock():
+    s = samples(lambda k: None if k == 40 else 0, 60)
+    d = run(SessionView(session(), s), m(60))
+    assert (d.action, d.rule) == ("keep", "gpu-never-used")
+    assert d.evidence["idle_since"] == m(40).isoformat()
+
+
+# ---------------------------------------------------------------- intent
+
+def test_intent_is_honoured_then_warns_before_reclaim():
+    intent = Intent("alice/", until=m(300), set_at=m(20))
+    s = samples(lambda k: 0, 400)
+    d = run(SessionView(session(), s, intent=intent), m(299))
+    assert (d.action, d.rule) == ("keep", "intent")
+    # after the intent the never-used clock counts from its end
+    assert run(SessionView(session(), s, intent=intent), m(329)).action == "keep"
+    d = run(SessionView(session(), s, intent=intent), m(330))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", m(360))
+
+
+def test_intent_capped_at_12_hours_from_when_it_was_set():
+    intent = Intent("alice/", until=m(60 * 48), set_at=m(10))
+    s = samples(lambda k: 0, 60 * 13)
+    d = run(SessionView(session(), s, intent=intent), m(10 + 719))
+    assert d.rule == "intent" and d.evidence["intent_capped"] is True
+    d = run(SessionView(session(), s, intent=intent), m(10 + 720))
+    assert d.rule == "gpu-never-used" and d.action == "keep"
+
+
+def test_warnings_before_an_intent_are_cleared():
+    intent = Intent("alice/", until=m(100), set_at=m(40))
+    view = SessionView(session(), samples(lambda k: 0, 200), intent=intent,
+                       warnings=(warned("gpu-never-used", 30, 60),))
+    d = run(view, m(150))
+    assert d.action == "warn" and d.evidence["cleared_warnings"] == [m(30).isoformat()]
+
+
+# ---------------------------------------------------------------- episodes
+
+def test_activity_after_warning_clears_the_episode():
+    s = samples(lambda k: 80.0 if k == 45 else 0, 60)
+    view = SessionView(session(), s, warnings=(warned("gpu-never-used", 30, 60),))
+    d = run(view, m(60))
+    assert d.action == "keep" and d.rule == "gpu-idle"
+    assert d.evidence["episode_cleared"] is True
+
+
+def test_warned_session_is_not_warned_again():
+    view = SessionView(session(), used_then_idle(100), warnings=(warned("gpu-idle", 70, 130),))
+    d = run(view, m(100))
+    assert (d.action, d.rule) == ("keep", "gpu-idle")
+    assert d.evidence["warned_at"] == m(70).isoformat()
+    assert d.evidence["reclaim_at"] == m(130).isoformat()
+
+
+# ---------------------------------------------------------------- pressure, exemptions, max-age
+
+def test_pressure_only_defers_reclaim_but_warns():
+    cfg = PolicyConfig(pressure_only=True)
+    assert run(SessionView(session(), samples(lambda k: 0, 30)), m(30), 0, cfg).action == "warn"
+    view = SessionView(session(), samples(lambda k: 0, 60),
+                       warnings=(warned("gpu-never-used", 30, 60),))
+    d = run(view, m(60), 0, cfg)
+    assert (d.action, d.rule, d.reason) == ("keep", "gpu-never-used",
+                                            "no GPU requested by pending pods")
+    assert run(view, m(60), 2, cfg).action == "reclaim"
+
+
+@pytest.mark.parametrize("cfg, sess", [
+    (PolicyConfig(exempt_users=frozenset({"alice"})), session()),
+    (PolicyConfig(exempt_groups=frozenset({"staff"})), session(groups=frozenset({"staff", "x"}))),
+    (PolicyConfig(exempt_profiles=frozenset({"a100"})), session(profile="a100")),
+])
+def test_exemptions(cfg, sess):
+    view = SessionView(sess, samples(lambda k: 0, 200),
+                       warnings=(warned("gpu-never-used", 30, 60),))
+    assert (run(view, m(200), config=cfg).action, run(view, m(200), config=cfg).rule) == (
+        "keep", "exempt")
+
+
+def test_max_age_warns_then_reclaims_and_caps_intent():
+    cfg = PolicyConfig(max_age=mins(240))
+    intent = Intent("alice/", until=m(600), set_at=m(100))
+    s = samples(lambda k: 50.0, 300)
+    assert run(SessionView(session(), s, intent=intent), m(224), config=cfg).rule == "intent"
+    d = run(SessionView(session(), s, intent=intent), m(225), config=cfg)
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "max-age", m(240))
+    view = SessionView(session(), s, intent=intent, warnings=(warned("max-age", 225, 240),))
+    assert run(view, m(239), config=cfg).action == "keep"
+    assert (run(view, m(240), config=cfg).action, run(view, m(240), config=cfg).rule) == (
+        "reclaim", "max-age")
+
+
+def test_max_age_waits_for_busy_kernel():
+    cfg = PolicyConfig(max_age=mins(240))
+    view = SessionView(session(), samples(lambda k: 50.0, 300, kernels=BUSY),
+                       warnings=(warned("max-age", 225, 240),))
+    assert run(view, m(300), config=cfg).rule == "kernel-busy"
+
+
+def test_partial_idleness_is_reported_not_reclaimed():
+    s = samples(lambda k: (90.0, 0.0), 600, gpus=2)
+    d = run(SessionView(session(gpus=2), s), m(600))
+    assert (d.action, d.rule) == ("keep", "gpu-partially-idle")
+    assert d.evidence["idle_gpus"] == [1]
+    assert d.evidence["window_max_util"] == [90.0, 0.0]
+
+
+def test_multi_gpu_idle_only_when_all_are_idle():
+    s = samples(lambda k: (0.0, 30.0) if k <= 10 else (0.0, 0.0), 70, gpus=2)
+    d = run(SessionView(session(gpus=2), s), m(70))
+    assert (d.action, d.rule) == ("warn", "gpu-idle")
+
+
+# ---------------------------------------------------------------- servers without GPUs
+
+def cpu_view(last_activity, server="", admin=False, samples_=True):
+    sess = Session(id=f"bob/{server}", user="bob", server=server, gpus=0, started=T0, admin=admin)
+    s = (Sample(m(0), None, hub_last_activity=last_activity),) if samples_ else ()
+    return SessionView(sess, s)
+
+
+def test_cpu_server_idle_culler_timeout_is_inclusive():
+    assert run(cpu_view(m(10)), m(69.9)).action == "keep"
+    d = run(cpu_view(m(10)), m(70))
+    assert (d.action, d.rule) == ("reclaim", "idle-culler-timeout")
+
+
+def test_cpu_server_without_activity_uses_started():
+    assert run(cpu_view(None), m(60)).action == "reclaim"
+    assert run(cpu_view(None, samples_=False), m(59)).action == "keep"
+    assert run(cpu_view(None, samples_=False), m(60)).action == "reclaim"
+
+
+def test_cpu_server_max_age_and_admin():
+    cfg = PolicyConfig(cpu_max_age=mins(300), cull_admin_users=False)
+    assert run(cpu_view(m(299), admin=True), m(300), config=cfg).rule == "idle-culler-max-age"
+    # idle-culler 2.0 culls admins' servers; --cull-admin-users only concerns users
+    assert run(cpu_view(m(0), admin=True), m(60), config=cfg).rule == "idle-culler-timeout"
+    assert run(cpu_view(m(250)), m(299), config=cfg).action == "keep"
+
+
+def test_cpu_server_named_server_flags():
+    cfg = PolicyConfig(cull_named_servers=False, cpu_max_age=mins(300))
+    assert run(cpu_view(m(0), server="x"), m(100), config=cfg).action == "keep"
+    assert run(cpu_view(m(0), server="x"), m(300), config=cfg).rule == "idle-culler-max-age"
+    assert run(cpu_view(m(0), server=""), m(100), config=cfg).action == "reclaim"
+
+
+def test_cpu_server_ignores_exemptions_and_gpu_data():
+    cfg = PolicyConfig(exempt_users=frozenset({"bob"}))
+    assert run(cpu_view(m(0)), m(60), config=cfg).action == "reclaim"
+
+
+# ---------------------------------------------------------------- config, decide_all
+
+@pytest.mark.parametrize("kw", [
+    {"gpu_idle_threshold": 0}, {"gpu_idle_threshold": 101}, {"warning_lead": mins(-1)},
+    {"idle_warn_after": mins(200)}, {"never_used_warn_after": mins(90)},
+    {"stale_after": mins(0)}, {"exempt_users": "alice"}, {"max_age": 3600},
+])
+def test_bad_config_is_rejected(kw):
+    with pytest.raises(ValueError):
+        PolicyConfig(**kw)
+
+
+def test_decide_all_and_determinism():
+    views = [SessionView(session(), samples(lambda k: 0, 30)), cpu_view(m(0))]
+    a = decide_all(views, now=m(60), pending_gpus=0, config=CFG)
+    assert [d.session for d in a] == ["alice/", "bob/"]
+    assert a == decide_all(views, now=m(60), pending_gpus=0, config=CFG)
+
+
+# ---------------------------------------------------------------- simulated clock walk
+
+def walk(util_at, minutes, *, kernels_at=lambda k: IDLE, intent=None, config=CFG, gpus=1,
+         pending=1, trim=False):
+    """Step minute by minute: a sample each minute, the warnings the policy asked for fed
+    back, cleared warnings dropped. Returns (reclaim minute or None, warnings sent)."""
+    sess = session(gpus=gpus)
+    kept: tuple[Sample, ...] = ()
+    warnings: list[Warning] = []
+    sent = []
+    for k in range(minutes + 1):
+        u = util_at(k)
+        u = u if u is None or isinstance(u, tuple) else (float(u),) * gpus
+        kept = kept + (Sample(m(k), u, kernels=kernels_at(k)),)
+        if trim:
+            kept = retained_samples(kept, now=m(k), config=config, gpus=gpus)
+        d = run(SessionView(sess, kept, intent=intent, warnings=tuple(warnings)), m(k),
+                pending, config)
+        if d.evidence.get("episode_cleared"):
+            cleared = set(d.evidence["cleared_warnings"])
+            warnings = [w for w in warnings if w.t.isoformat() not in cleared]
+        if d.action == "warn":
+            warnings.append(Warning(sess.id, m(k), d.rule, d.reclaim_at))
+            sent.append((k, d.rule, (d.reclaim_at - T0) / mins(1)))
+        if d.action == "reclaim":
+            return k, sent
+    return None, sent
+
+
+def test_walk_never_used():
+    assert walk(lambda k: 0, 300) == (60, [(30, "gpu-never-used", 60)])
+
+
+def test_walk_used_then_idle():
+    assert walk(lambda k: 70 if k < 100 else 0, 400) == (219, [(159, "gpu-idle", 219)])
+
+
+def test_walk_activity_after_warning_restarts():
+    reclaim, sent = walk(lambda k: 70 if k == 40 else 0, 400)
+    assert sent == [(30, "gpu-never-used", 60), (100, "gpu-idle", 160)]
+    assert reclaim == 160
+
+
+def test_walk_intent_then_rules():
+    intent = Intent("alice/", until=m(200), set_at=m(5))
+    assert walk(lambda k: 0, 400, intent=intent) == (260, [(230, "gpu-never-used", 260)])
+
+
+def test_walk_silent_training_never_reclaimed():
+    assert walk(lambda k: 0, 600, kernels_at=lambda k: BUSY) == (None, [])
+    assert walk(lambda k: 99, 600) == (None, [])
+
+
+def test_walk_trimmed_window_gives_same_result():
+    def util(k):
+        return None if k in (300, 301) else (60 if k < 100 or 500 < k < 520 else 0)
+    assert walk(util, 900, trim=True) == walk(util, 900)
+
+
+# ---------------------------------------------------------------- properties
+
+utils = st.one_of(st.none(), st.floats(0, 100), st.sampled_from([0.0, 0.5, 1.0, 5.0, 90.0]))
+kernel_states = st.one_of(st.none(), st.lists(st.sampled_from(["idle", "busy", "starting"]),
+                                              max_size=2))
+
+
+@st.composite
+def views(draw, gpus=None):
+    gpus = draw(st.integers(0, 2)) if gpus is None else gpus
+    sess = Session("alice/", "alice", draw(st.sampled_from(["", "x"])), gpus, T0,
+                   admin=draw(st.booleans()))
+    n = draw(st.integers(0, 40))
+    gaps = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
+    t, out = 0, []
+    for gap in gaps:
+        t += gap
+        util = draw(st.one_of(st.none(), st.tuples(*[utils] * gpus)))
+        ks = draw(kernel_states)
+        hub = draw(st.one_of(st.none(), st.integers(0, t)))
+        out.append(Sample(m(t), util, kernels=None if ks is None else tuple(map(Kernel, ks)),
+                          hub_last_activity=None if hub is None else m(hub)))
+    intent = None
+    if draw(st.booleans()):
+        set_at = draw(st.integers(0, 400))
+        intent = Intent(sess.id, m(set_at + draw(st.integers(-60, 1000))), m(set_at))
+    warnings = tuple(
+        Warning(sess.id, m(wt), rule, m(wt + lead))
+        for wt, rule, lead in draw(st.lists(st.tuples(
+            st.integers(0, 500), st.sampled_from(["gpu-idle", "gpu-never-used", "max-age"]),
+            st.integers(0, 60)), max_size=3)))
+    return SessionView(sess, tuple(out), intent, tuple(sorted(warnings, key=lambda w: w.t)))
+
+
+configs = st.builds(
+    PolicyConfig,
+    gpu_idle_threshold=st.sampled_from([0.5, 1.0, 9.0]),
+    warning_lead=st.sampled_from([mins(0), mins(15), mins(30)]),
+    max_age=st.sampled_from([None, mins(120), mins(300)]),
+    pressure_only=st.booleans(),
+    cpu_max_age=st.sampled_from([None, mins(0), mins(200)]),
+    cull_named_servers=st.booleans(),
+)
+nows = st.integers(0, 900).map(m)
+PROP = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROP
+@given(views(), nows, st.integers(0, 3), configs)
+def test_property_gpu_invariants(view, now, pending, cfg):
+    d = decide(view, now=now, pending_gpus=pending, config=cfg)
+    json.dumps(d.evidence)
+    assert d.session == view.session.id
+    if view.session.gpus == 0:
+        return
+    seen = [s for s in view.samples if s.t <= now]
+    latest = seen[-1] if seen else None
+    missing = (latest is None or now - latest.t > cfg.stale_after or latest.gpu_util is None
+               or None in latest.gpu_util or len(latest.gpu_util) != view.session.gpus)
+    if d.action == "reclaim":
+        assert any(w.t <= now - cfg.warning_lead and w.reclaim_at <= now
+                   for w in view.warnings)
+        intent = view.intent
+        if intent is not None and intent.set_at <= now:
+            end = min(intent.until, intent.set_at + cfg.max_keepalive)
+            if cfg.max_age:
+                end = min(end, view.session.started + cfg.max_age)
+            assert end <= now
+        assert not any(k.execution_state == "busy" for k in (latest.kernels or ()))
+        assert latest.kernels is not None
+        assert not (cfg.pressure_only and pending == 0)
+    if missing:
+        assert (d.action, d.rule) == ("hold", "gpu-data-missing")
+    if d.action == "warn":
+        assert d.reclaim_at >= now + cfg.warning_lead
+        if d.rule == "max-age":  # max-age warnings are never cleared: one is enough
+            assert not any(w.rule == "max-age" and w.t <= now for w in view.warnings)
+
+
+@PROP
+@given(views(gpus=0), nows, configs)
+def test_property_non_gpu_is_idle_culler(view, now, cfg):
+    d = decide(view, now=now, pending_gpus=0, config=cfg)
+    seen = [s for s in view.samples if s.t <= now]
+    last = (seen[-1].hub_last_activity if seen else None) or view.session.started
+    inactive = (now - last).total_seconds()
+    age = (now - view.session.started).total_seconds()
+    kind = cfg.cull_named_servers if view.session.server else cfg.cull_default_servers
+    culled = (inactive >= cfg.cpu_timeout.total_seconds() and kind) or bool(
+        cfg.cpu_max_age and age >= cfg.cpu_max_age.total_seconds())
+    assert d.action == ("reclaim" if culled else "keep")
+    assert d.reclaim_at is None
+
+
+@PROP
+@given(views(gpus=1), nows, configs)
+def test_property_retained_samples_decide_the_same(view, now, cfg):
+    kept = retained_samples(view.samples, now=now, config=cfg, gpus=1)
+    a = decide(view, now=now, pending_gpus=1, config=cfg)
+    b = decide(dataclasses.replace(view, samples=kept), now=now, pending_gpus=1, config=cfg)
+    assert a == b

@@ -1,0 +1,330 @@
+"""The trace reader and writer (format v1, ../shared/traces/FORMAT.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from jupyterhub_gpu_reclaim.trace import (
+    IntentEvent,
+    Label,
+    Pressure,
+    TraceConfig,
+    TraceError,
+    TraceSample,
+    TraceSession,
+    dump_record,
+    loads_trace,
+    read_trace,
+    write_trace,
+)
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+EXAMPLE = SHARED / "traces" / "example.jsonl"
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+def ts(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- generator
+
+
+def generate_trace(path: Path, *, lines: int = 5000, seed: int = 1, interval_s: int = 60) -> int:
+    """Write a realistic trace of `lines` lines (at least a few hundred): sessions that train (GPU busy, kernel
+    busy, hub activity stale), open-tab idlers (GPU 0%, hub fresh), never-used GPUs, slow data
+    loaders (3-8%), exporter gaps, multi-GPU sessions, intents, pressure every 15 min and labels.
+    Returns the number of lines written."""
+    rng = random.Random(seed)
+    step = dt.timedelta(seconds=interval_s)
+    n_sessions = max(6, lines // 300)  # ~360 lines each: more than needed, cut below
+    # each session lives ~ 400 samples on average; the trace spans what that needs
+    span_steps = 600
+    start, end = T0, T0 + span_steps * step
+    events: list[tuple[dt.datetime, int, dict]] = []  # (time, order, obj)
+    behaviours = ["train", "open-tab-idle", "never-used", "loader", "gaps", "work-then-leave"]
+    for i in range(n_sessions):
+        sid = f"u{i:03d}/"
+        gpus = rng.choice([1, 1, 1, 2])
+        begin = start + rng.randrange(0, span_steps // 3) * step
+        life = rng.randrange(200, 560)
+        stop = begin + life * step
+        stopped = stop if stop < end else None
+        last = stop if stop < end else end
+        kind = behaviours[i % len(behaviours)]
+        events.append((begin, 0, {"kind": "session", "id": sid, "user": sid[:-1], "server": "",
+                                  "admin": False, "gpus": gpus, "profile": "a100",
+                                  "started": ts(begin), "stopped": ts(stopped) if stopped else None}))
+        work_until = begin + rng.randrange(30, 150) * step
+        hub = begin
+        kernel_last = begin
+        t = begin
+        while t < last:
+            if kind == "train":
+                util, state = [round(rng.uniform(70, 99), 1) for _ in range(gpus)], "busy"
+                kernel_last = t
+            elif kind == "open-tab-idle":
+                util, state, hub = [0.0] * gpus, "idle", t
+            elif kind == "never-used":
+                util, state = [0.0] * gpus, "idle"
+            elif kind == "loader":
+                util, state = [round(rng.uniform(3, 8), 1) for _ in range(gpus)], "busy"
+                kernel_last = hub = t
+            elif kind == "gaps":
+                util = None if rng.random() < 0.2 else [round(rng.uniform(40, 90), 1) for _ in range(gpus)]
+                state, kernel_last, hub = "busy", t, t
+            else:  # work-then-leave
+                if t < work_until:
+                    util, state = [round(rng.uniform(30, 90), 1) for _ in range(gpus)], "busy"
+                    kernel_last = hub = t
+                else:
+                    util, state = [0.0] * gpus, "idle"
+            events.append((t, 2, {
+                "kind": "sample", "t": ts(t), "session": sid, "gpu_util": util,
+                "gpu_mem_used_mib": [900] * gpus,
+                "kernels": [{"execution_state": state, "last_activity": ts(kernel_last)}],
+                "terminals": [], "hub_last_activity": ts(hub), "extra_key_ignored": 1,
+            }))
+            t += step
+        if kind == "work-then-leave":
+            events.append((begin, 1, {"kind": "label", "session": sid, "from": ts(begin),
+                                      "to": ts(min(work_until, last)), "truth": "must_keep"}))
+            if work_until < last:
+                events.append((work_until, 1, {"kind": "label", "session": sid, "from": ts(work_until),
+                                               "to": ts(last), "truth": "reclaimable"}))
+        elif kind in ("open-tab-idle", "never-used"):
+            events.append((begin, 1, {"kind": "label", "session": sid, "from": ts(begin),
+                                      "to": ts(last), "truth": "reclaimable"}))
+            if kind == "open-tab-idle" and i % 4 == 1:
+                set_at = begin + 10 * step
+                if set_at < last:
+                    events.append((set_at, 1, {"kind": "intent", "t": ts(set_at), "session": sid,
+                                               "until": ts(set_at + dt.timedelta(hours=3))}))
+        else:
+            events.append((begin, 1, {"kind": "label", "session": sid, "from": ts(begin),
+                                      "to": ts(last), "truth": "must_keep"}))
+    t = start
+    while t < end:
+        events.append((t, 1, {"kind": "pressure", "t": ts(t), "pending_gpus": rng.randrange(0, 4)}))
+        t += dt.timedelta(minutes=15)
+    events.sort(key=lambda e: (e[0], e[1]))
+    if len(events) > lines - 1:  # exactly `lines` lines: keep a prefix, the trace ends there
+        events = events[: lines - 1]
+        end = events[-1][0] + step
+    config = {"kind": "config", "version": 1, "start": ts(start), "end": ts(end),
+              "sample_interval_s": interval_s, "gpus_total": 16}
+    with open(path, "w") as f:
+        f.write(json.dumps(config) + "\n")
+        for _, _, obj in events:
+            f.write(json.dumps(obj) + "\n")
+    return len(events) + 1
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("trace") / "generated.jsonl"
+    generate_trace(path, lines=5000)
+    return path
+
+
+def traces(generated: Path) -> list[Path]:
+    return [generated] + ([EXAMPLE] if EXAMPLE.exists() else [])
+
+
+# --------------------------------------------------------------------------- accepting
+
+
+def test_reads_generated_trace(generated):
+    records = list(read_trace(generated))
+    assert isinstance(records[0], TraceConfig)
+    kinds = {type(r) for r in records[1:]}
+    assert kinds == {TraceSession, TraceSample, Pressure, IntentEvent, Label}
+    n_lines = sum(1 for _ in open(generated))
+    assert len(records) == n_lines
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="../shared is not beside the clone (the generated trace is tested instead)")
+def test_reads_example_trace():
+    records = list(read_trace(EXAMPLE))
+    assert len(records) == 5099
+    assert isinstance(records[0], TraceConfig) and records[0].gpus_total == 16
+    sessions = [r for r in records if isinstance(r, TraceSession)]
+    assert len(sessions) == 12
+    assert sum(isinstance(r, TraceSample) for r in records) == 5001
+    assert sum(isinstance(r, Label) for r in records) == 19
+
+
+def test_round_trip(generated, tmp_path):
+    for path in traces(generated):
+        records = list(read_trace(path))
+        out = tmp_path / "copy.jsonl"
+        assert write_trace(records, out) == len(records)
+        assert list(read_trace(out)) == records
+
+
+GOOD_HEAD = [
+    {"kind": "config", "version": 1, "start": "2026-11-02T08:00:00Z", "end": "2026-11-03T08:00:00Z",
+     "sample_interval_s": 60, "gpus_total": 16},
+    {"kind": "session", "id": "alice/", "user": "alice", "server": "", "admin": False, "gpus": 1,
+     "profile": "a100", "started": "2026-11-02T09:00:00Z", "stopped": None},
+]
+GOOD_SAMPLE = {"kind": "sample", "t": "2026-11-02T09:05:00Z", "session": "alice/",
+               "gpu_util": [0.0], "gpu_mem_used_mib": [0],
+               "kernels": [{"execution_state": "idle", "last_activity": "2026-11-02T09:04:10Z"}],
+               "terminals": [], "hub_last_activity": "2026-11-02T09:04:30Z"}
+
+
+def text(*objs) -> str:
+    return "".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objs)
+
+
+def test_format_examples_parse():
+    records = loads_trace(text(*GOOD_HEAD, GOOD_SAMPLE,
+        {"kind": "pressure", "t": "2026-11-02T09:05:00Z", "pending_gpus": 2},
+        {"kind": "intent", "t": "2026-11-02T12:00:00Z", "session": "alice/", "until": "2026-11-02T17:00:00Z"},
+        {"kind": "intent", "t": "2026-11-02T12:30:00Z", "session": "alice/", "until": None},
+        {"kind": "label", "session": "alice/", "from": "2026-11-02T09:00:00Z", "to": "2026-11-02T13:00:00Z",
+         "truth": "must_keep"}))
+    sample = records[2]
+    assert sample.session == "alice/" and sample.sample.gpu_util == (0.0,)
+    assert sample.sample.kernels[0].execution_state == "idle"
+    assert sample.sample.hub_last_activity == dt.datetime(2026, 11, 2, 9, 4, 30, tzinfo=UTC)
+    assert records[3] == Pressure(t=dt.datetime(2026, 11, 2, 9, 5, tzinfo=UTC), pending_gpus=2)
+    assert records[5].until is None
+    assert records[6].truth == "must_keep" and records[6].from_.hour == 9
+    assert records[1].stopped is None and records[1].session.gpus == 1
+
+
+def test_unknown_keys_ignored_and_nulls_accepted():
+    sample = dict(GOOD_SAMPLE, gpu_util=None, kernels=None, colour="blue")
+    sample.pop("terminals")
+    session = dict(GOOD_HEAD[1], favourite="tea")
+    records = loads_trace(text(dict(GOOD_HEAD[0], comment="x"), session, sample))
+    assert records[2].sample.gpu_util is None and records[2].sample.kernels is None
+    assert records[2].sample.terminals == ()
+    one_missing = dict(GOOD_SAMPLE, gpu_util=[None])
+    assert loads_trace(text(*GOOD_HEAD, one_missing))[2].sample.gpu_util == (None,)
+
+
+def test_dump_record_is_one_line():
+    records = loads_trace(text(*GOOD_HEAD, GOOD_SAMPLE))
+    line = dump_record(records[2])
+    assert "\n" not in line and json.loads(line)["session"] == "alice/"
+
+
+def test_restarted_session_id_is_a_new_session():
+    first = dict(GOOD_HEAD[1], stopped="2026-11-02T09:30:00Z")
+    again = dict(GOOD_HEAD[1], started="2026-11-02T10:00:00Z")
+    records = loads_trace(text(GOOD_HEAD[0], first, again))
+    assert len(records) == 3
+    with pytest.raises(TraceError, match=r"t.jsonl:3: session: session alice/ is already running"):
+        loads_trace(text(GOOD_HEAD[0], GOOD_HEAD[1], again), name="t.jsonl")
+
+
+# --------------------------------------------------------------------------- rejecting
+
+
+def bad(lines: list, match: str) -> None:
+    with pytest.raises(TraceError, match=match):
+        loads_trace(text(*lines), name="example.jsonl")
+
+
+@pytest.mark.parametrize("line, match", [
+    ("{not json", r"^example.jsonl:3: not valid JSON"),
+    ("[1, 2]", r"^example.jsonl:3: a line must be a JSON object"),
+    ({"t": "2026-11-02T09:05:00Z"}, r"^example.jsonl:3: missing field 'kind'"),
+    ({"kind": "bogus", "t": "2026-11-02T09:05:00Z"}, r'^example.jsonl:3: unknown kind "bogus"'),
+    (dict(GOOD_SAMPLE, gpu_util=[1.0, 2.0]),
+     r"^example.jsonl:3: sample: gpu_util has 2 values, the session has 1 GPU$"),
+    (dict(GOOD_SAMPLE, gpu_mem_used_mib=[]), r"^example.jsonl:3: sample: gpu_mem_used_mib has 0 values"),
+    (dict(GOOD_SAMPLE, gpu_util=["5"]), r"^example.jsonl:3: sample: gpu_util values must be numbers"),
+    (dict(GOOD_SAMPLE, gpu_util=[150]), r"^example.jsonl:3: sample: gpu_util value 150 is outside 0-100"),
+    (dict(GOOD_SAMPLE, gpu_util=7), r"^example.jsonl:3: sample: gpu_util must be a list"),
+    ({k: v for k, v in GOOD_SAMPLE.items() if k != "gpu_util"},
+     r"^example.jsonl:3: sample: missing field 'gpu_util'"),
+    ({k: v for k, v in GOOD_SAMPLE.items() if k != "t"}, r"^example.jsonl:3: sample: missing field 't'"),
+    (dict(GOOD_SAMPLE, t="2026-11-02 09:05"), r"^example.jsonl:3: sample: t is not an RFC 3339 timestamp"),
+    (dict(GOOD_SAMPLE, t="2026-11-02T09:05:00"), r"^example.jsonl:3: sample: t is not an RFC 3339 timestamp"),
+    (dict(GOOD_SAMPLE, t="yesterday"), r"^example.jsonl:3: sample: t is not an RFC 3339"),
+    (dict(GOOD_SAMPLE, t=12), r"^example.jsonl:3: sample: t must be an RFC 3339 timestamp"),
+    (dict(GOOD_SAMPLE, hub_last_activity="2026-13-02T09:00:00Z"),
+     r"^example.jsonl:3: sample: hub_last_activity is not an RFC 3339"),
+    (dict(GOOD_SAMPLE, session="bob/"), r"^example.jsonl:3: sample: unknown session 'bob/'"),
+    (dict(GOOD_SAMPLE, kernels=[{"last_activity": None}]), r"^example.jsonl:3: sample: kernel execution_state"),
+    (dict(GOOD_SAMPLE, kernels="idle"), r"^example.jsonl:3: sample: kernels must be a list"),
+    (dict(GOOD_SAMPLE, terminals=[5]), r"^example.jsonl:3: sample: terminals entries"),
+    ({"kind": "pressure", "t": "2026-11-02T09:05:00Z"}, r"^example.jsonl:3: pressure: missing field 'pending_gpus'"),
+    ({"kind": "pressure", "t": "2026-11-02T09:05:00Z", "pending_gpus": -1},
+     r"^example.jsonl:3: pressure: pending_gpus must be at least 0"),
+    ({"kind": "pressure", "t": "2026-11-02T09:05:00Z", "pending_gpus": "2"},
+     r"^example.jsonl:3: pressure: pending_gpus must be an integer"),
+    ({"kind": "intent", "t": "2026-11-02T09:05:00Z", "session": "alice/"},
+     r"^example.jsonl:3: intent: missing field 'until'"),
+    ({"kind": "intent", "t": "2026-11-02T09:05:00Z", "session": "carol/", "until": None},
+     r"^example.jsonl:3: intent: unknown session 'carol/'"),
+    ({"kind": "label", "session": "alice/", "from": "2026-11-02T09:00:00Z", "to": "2026-11-02T10:00:00Z",
+      "truth": "maybe"}, r"^example.jsonl:3: label: truth must be one of must_keep, reclaimable, gray"),
+    ({"kind": "label", "session": "alice/", "from": "2026-11-02T09:00:00Z", "truth": "gray"},
+     r"^example.jsonl:3: label: missing field 'to'"),
+    ({"kind": "label", "session": "zed/", "from": "2026-11-02T09:00:00Z", "to": "2026-11-02T10:00:00Z",
+      "truth": "gray"}, r"^example.jsonl:3: label: unknown session 'zed/'"),
+    (dict(GOOD_HEAD[1], id="bob/", gpus="one"), r"^example.jsonl:3: session: gpus must be an integer"),
+    (dict(GOOD_HEAD[1], id="bob/", admin="no"), r"^example.jsonl:3: session: admin must be true or false"),
+    ({k: v for k, v in GOOD_HEAD[1].items() if k != "user"} | {"id": "bob/"},
+     r"^example.jsonl:3: session: missing field 'user'"),
+    (GOOD_HEAD[0], r"^example.jsonl:3: config: a second config line"),
+])
+def test_malformed_line_is_rejected_with_its_number(line, match):
+    bad([*GOOD_HEAD, line], match)
+
+
+def test_unsorted_is_rejected():
+    later = dict(GOOD_SAMPLE, t="2026-11-02T09:10:00Z")
+    earlier = {"kind": "pressure", "t": "2026-11-02T09:01:00Z", "pending_gpus": 0}
+    bad([*GOOD_HEAD, later, earlier],
+        r"^example.jsonl:4: pressure: t 2026-11-02T09:01:00Z is earlier than 2026-11-02T09:10:00Z on line 3")
+    session = dict(GOOD_HEAD[1], id="bob/", user="bob", started="2026-11-02T09:00:00Z")
+    bad([*GOOD_HEAD, later, session], r"^example.jsonl:4: session: started .* is earlier than")
+
+
+def test_equal_times_in_any_order_and_labels_anywhere():
+    label = {"kind": "label", "session": "alice/", "from": "2026-11-02T09:00:00Z",
+             "to": "2026-11-02T10:00:00Z", "truth": "gray"}
+    a = dict(GOOD_SAMPLE)
+    p = {"kind": "pressure", "t": GOOD_SAMPLE["t"], "pending_gpus": 1}
+    assert len(loads_trace(text(*GOOD_HEAD, a, p, label))) == 5
+    assert len(loads_trace(text(*GOOD_HEAD, p, a, label))) == 5
+
+
+def test_config_must_come_first_and_be_version_1():
+    bad([GOOD_HEAD[1]], r"^example.jsonl:1: session: the first line must be the config line")
+    bad([dict(GOOD_HEAD[0], version=2)], r"^example.jsonl:1: config: unsupported version 2")
+    bad([{k: v for k, v in GOOD_HEAD[0].items() if k != "end"}], r"^example.jsonl:1: config: missing field 'end'")
+    bad([dict(GOOD_HEAD[0], sample_interval_s=0)], r"^example.jsonl:1: config: sample_interval_s must be a positive")
+    with pytest.raises(TraceError, match="empty trace"):
+        loads_trace("", name="example.jsonl")
+
+
+def test_error_names_file_and_line_of_a_path(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text(*GOOD_HEAD, GOOD_SAMPLE, dict(GOOD_SAMPLE, gpu_util=[1, 2])))
+    with pytest.raises(TraceError) as info:
+        list(read_trace(path))
+    assert str(info.value) == f"{path}:4: sample: gpu_util has 2 values, the session has 1 GPU"
+
+
+def test_reader_streams(tmp_path):
+    # records before the bad line come out before the error: the reader does not load the file first
+    stream = read_trace(io.StringIO(text(*GOOD_HEAD, "{oops")), name="s")
+    assert isinstance(next(stream), TraceConfig)
+    assert isinstance(next(stream), TraceSession)
+    with pytest.raises(TraceError, match="^s:3:"):
+        next(stream)

@@ -33,15 +33,20 @@ def sim(tmp_path_factory):
     child.stop()
 
 
-@pytest.fixture(scope="module")
-def hub(sim, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("hub")
+def start_test_hub(workdir, config, sim):
+    """A real JupyterHub on the cluster with `config`, and a token for the tests' service."""
     token = secrets.token_hex(16)
-    child = start_hub(workdir, REPO / "tests" / "jupyterhub_config.py", sim.info["kubeconfig"],
+    child = start_hub(workdir, config, sim.info["kubeconfig"],
                       port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token,
                                              "GPU_RECLAIM_REPO": str(REPO),
                                              "GPU_RECLAIM_DEMO_PASSWORD": "test-password"})
     child.info["token"] = token
+    return child
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    child = start_test_hub(tmp_path_factory.mktemp("hub"), REPO / "tests" / "jupyterhub_config.py", sim)
     yield child
     child.stop(grace=60)
 

@@ -22,6 +22,32 @@ class SignalError(Exception):
         self.status = status  # the HTTP status, when the source answered with an error
 
 
+class HttpSource:
+    """A signal that talks HTTP: one client session, opened on first use, with the
+    headers (and TLS settings) of `_new_session`; usable as `async with`."""
+
+    _session: aiohttp.ClientSession | None = None
+
+    def _new_session(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(headers=getattr(self, "_headers", None))
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = self._new_session()
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 def parse_time(value: str | None) -> dt.datetime | None:
     """An ISO 8601 timestamp as JupyterHub and Jupyter Server write it ("...Z"), as an
     aware UTC datetime; naive timestamps are taken as UTC (as idle-culler does)."""

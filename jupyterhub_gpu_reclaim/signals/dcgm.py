@@ -14,10 +14,9 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from .base import SignalError, get_text, utcnow
+from .base import HttpSource, SignalError, get_text, utcnow
 from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.dcgm")
@@ -45,7 +44,7 @@ def parse_dcgm_text(text: str, scraped_at: dt.datetime) -> dict[tuple[str, str],
     return readings_from_series(series, t)
 
 
-class DcgmScrapeSignal:
+class DcgmScrapeSignal(HttpSource):
     """Scrapes each dcgm-exporter URL (one per GPU node, usually) once per call."""
 
     def __init__(self, urls: Sequence[str] | str, timeout: float = 5.0) -> None:
@@ -54,23 +53,6 @@ class DcgmScrapeSignal:
             raise ValueError("at least one dcgm-exporter URL is needed")
         self.timeout = timeout
         self.last_errors: list[SignalError] = []
-        self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> DcgmScrapeSignal:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
 
     async def _scrape(self, url: str) -> dict[tuple[str, str], GpuReading]:
         text = await get_text(self._client(), url, source="dcgm", timeout=self.timeout)

@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from .base import SignalError, get_json, parse_time
+from .base import HttpSource, SignalError, get_json, parse_time
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 
@@ -75,7 +75,7 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-class HubSignal:
+class HubSignal(HttpSource):
     """Lists the hub's ready servers. Needs the scopes `list:users`, `read:users:activity`,
     `read:servers` (idle-culler's read scopes; `read:users:groups`/`read:users` for groups
     and the admin flag)."""
@@ -92,26 +92,12 @@ class HubSignal:
         self._headers = {"Authorization": f"token {token}"}
         self._semaphore = asyncio.Semaphore(concurrency)
         self._ssl = ssl_context
-        self._session: aiohttp.ClientSession | None = None
         self._state_filter: bool | None = None
         self.requests = 0  # hub requests made, for benchmarks and metrics
 
-    async def __aenter__(self) -> HubSignal:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl else None
-            self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
-        return self._session
+    def _new_session(self) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl else None
+        return aiohttp.ClientSession(headers=self._headers, connector=connector)
 
     async def _get(self, url: str, headers: dict[str, str] | None = None) -> Any:
         async with self._semaphore:

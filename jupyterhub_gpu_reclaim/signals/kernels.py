@@ -19,10 +19,9 @@ import datetime as dt
 import logging
 from typing import Any
 
-import aiohttp
 
 from ..observations import Kernel
-from .base import SignalError, get_json, parse_time
+from .base import HttpSource, SignalError, get_json, parse_time
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.kernels")
 
@@ -48,7 +47,7 @@ def terminals_from_model(model: Any) -> list[dt.datetime | None]:
         raise SignalError("kernels", f"/api/terminals: bad terminal model: {e}") from None
 
 
-class KernelSignal:
+class KernelSignal(HttpSource):
     """Probes users' servers. `hub_url_base` is the proxy's public URL (e.g.
     `http://proxy-public`), to which a server's `url` path (`/user/alice/`) is appended."""
 
@@ -58,23 +57,7 @@ class KernelSignal:
         self.timeout = timeout
         self._headers = {"Authorization": f"token {token}"}
         self._semaphore = asyncio.Semaphore(concurrency)
-        self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> KernelSignal:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self._headers)
-        return self._session
 
     def base_url(self, server_url_path: str, direct_url: str | None = None) -> str:
         path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"

@@ -20,9 +20,8 @@ import datetime as dt
 import logging
 from typing import Any
 
-import aiohttp
 
-from .base import SignalError, get_json, utcnow
+from .base import HttpSource, SignalError, get_json, utcnow
 from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")
@@ -62,7 +61,7 @@ def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
     return readings_from_series(series, t, pod_label)
 
 
-class PrometheusSignal:
+class PrometheusSignal(HttpSource):
     def __init__(self, url: str, query: str = DEFAULT_QUERY, timeout: float = 10.0,
                  headers: dict[str, str] | None = None, pod_label: PodLabel = "auto") -> None:
         if pod_label not in ("auto", "pod", "exported_pod"):
@@ -72,24 +71,8 @@ class PrometheusSignal:
         self.query = query
         self.timeout = timeout
         self._headers = dict(headers or {})  # e.g. Authorization for a protected Prometheus
-        self._session: aiohttp.ClientSession | None = None
         self.queries = 0
 
-    async def __aenter__(self) -> PrometheusSignal:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self._headers)
-        return self._session
 
     async def utilization(self) -> dict[tuple[str, str], GpuReading]:
         self.queries += 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import subprocess
 import sys
 import time
@@ -22,13 +21,14 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from jupyterhub_gpu_reclaim.launch import REPO, free_port, start_hub
+from jupyterhub_gpu_reclaim.launch import free_port
 from jupyterhub_gpu_reclaim.signals.base import parse_time
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal
 
+from ..conftest import start_test_hub
 from ..hubapi import HubAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -40,13 +40,7 @@ USERS = {"alice": "gpu-1", "bob": "cpu", "carol": "cpu"}
 @pytest.fixture(scope="module")
 def hub(sim, tmp_path_factory):
     """Overrides conftest's hub: the same configuration, with 5 s activity intervals."""
-    workdir = tmp_path_factory.mktemp("hub")
-    token = secrets.token_hex(16)
-    child = start_hub(workdir, HERE / "jupyterhub_config_activity.py", sim.info["kubeconfig"],
-                      port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token,
-                                             "GPU_RECLAIM_REPO": str(REPO),
-                                             "GPU_RECLAIM_DEMO_PASSWORD": "test-password"})
-    child.info["token"] = token
+    child = start_test_hub(tmp_path_factory.mktemp("hub"), HERE / "jupyterhub_config_activity.py", sim)
     yield child
     child.stop(grace=60)
 

@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu-reclaim",
         description="Give idle GPUs on a JupyterHub back to the people waiting for them.",
+        epilog="Without a subcommand it runs the reclaim service, a drop-in replacement for "
+        "jupyterhub-idle-culler that takes all of its options (jupyterhub-gpu-reclaim "
+        "--timeout=3600 --cull-every=600 ...); `jupyterhub-gpu-reclaim --help-all` lists "
+        "them, `--generate-config` prints a gpu_reclaim_config.py with all of them.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -85,7 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def runs_service(argv: Sequence[str]) -> bool:
+    """No subcommand (nothing, or only options such as --timeout=3600): run the service.
+    -h/--help show this command's help (subcommands and how to see the service options)."""
+    return not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help"))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if runs_service(argv):
+        from .config import run_app
+
+        sys.exit(run_app(argv))
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -1,0 +1,686 @@
+"""The reclaim service's settings: the `GpuReclaim` traitlets Application.
+
+`jupyterhub-gpu-reclaim` with no subcommand (or `python -m jupyterhub_gpu_reclaim`) runs
+this application. It is a drop-in replacement for jupyterhub-idle-culler 2.0: it accepts
+every idle-culler option with the same name, meaning and default, in the forms the z2jh
+chart writes them::
+
+    jupyterhub-gpu-reclaim --url=http://localhost:8081/hub/api --timeout=3600 \\
+        --cull-every=600 --concurrency=10 --cull-users --remove-named-servers \\
+        --max-age=0 --cull-admin-users=false
+
+Boolean options take ``--name`` (sets True), ``--name=true`` or ``--name=false``. The GPU
+policy settings (`policy.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
+Every option can also be set in the config file ``gpu_reclaim_config.py``
+(``c.GpuReclaim.timeout = 3600``); the command line wins over the file.
+``--generate-config`` prints a config file with every option and its help, like the culler.
+
+Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the default
+``--url``, ``JUPYTERHUB_API_URL``.
+
+Errors in the settings raise :class:`ConfigError`; :func:`run_app` turns them into one
+line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import logging
+import os
+import re
+import sys
+from textwrap import dedent
+from typing import Any, Sequence
+
+from traitlets import Bool, Float, Int, Set, TraitError, TraitType, Unicode, default, validate
+from traitlets.config import Application, Config
+
+from .policy import PolicyConfig
+
+CONFIG_FILE = "gpu_reclaim_config.py"
+
+# The options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
+IDLE_CULLER_OPTIONS = (
+    "api_page_size", "concurrency", "cull_admin_users", "cull_default_servers",
+    "cull_every", "cull_named_servers", "cull_users", "internal_certs_location",
+    "max_age", "remove_named_servers", "ssl_enabled", "timeout", "url",
+)
+
+# The GPU policy options: trait name -> PolicyConfig field.
+POLICY_OPTIONS = {
+    "gpu_idle_threshold": "gpu_idle_threshold",
+    "never_used_warn_after": "never_used_warn_after",
+    "never_used_reclaim_after": "never_used_reclaim_after",
+    "idle_warn_after": "idle_warn_after",
+    "idle_reclaim_after": "idle_reclaim_after",
+    "warning_lead": "warning_lead",
+    "max_keepalive": "max_keepalive",
+    "stale_after": "stale_after",
+    "gpu_max_age": "max_age",
+    "pressure_only": "pressure_only",
+    "exempt_users": "exempt_users",
+    "exempt_groups": "exempt_groups",
+    "exempt_profiles": "exempt_profiles",
+}
+
+# traitlets' own Application settings (logging, --show-config): not reclaim settings
+_APPLICATION_TRAITS = frozenset(Application.class_trait_names())
+
+
+class ConfigError(Exception):
+    """A bad setting (command line, config file or environment). The message says which."""
+
+
+def _policy_default(name: str) -> Any:
+    return getattr(PolicyConfig(), name)
+
+
+def _seconds(value: dt.timedelta | None) -> float:
+    return 0.0 if value is None else value.total_seconds()
+
+
+class Duration(TraitType):
+    """A duration in seconds (float). Accepts a number of seconds or a string such as
+    "90", "90s", "30m", "2h", "1d", "1h30m". Never negative."""
+
+    default_value = 0.0
+    info_text = 'a duration: seconds (>= 0) or a string like "30m", "2h", "1h30m"'
+
+    def validate(self, obj: Any, value: Any) -> float:
+        from .backtest import parse_duration
+
+        if isinstance(value, bool):
+            self.error(obj, value)
+        try:
+            seconds = parse_duration(value).total_seconds()
+        except (TypeError, ValueError):
+            self.error(obj, value)
+        if seconds < 0:
+            self.error(obj, value)
+        return float(seconds)
+
+    def from_string(self, s: str) -> Any:
+        return s
+
+
+def _help(text: str) -> str:
+    return dedent(text).strip()
+
+
+def _bool_flag(trait: str) -> tuple[dict, str]:
+    """`--cull-users` alone sets cull_users=True."""
+    return ({"GpuReclaim": {trait: True}}, f"Set {trait}=True (same as --{trait.replace('_', '-')}=true).")
+
+
+class GpuReclaim(Application):
+    """Reclaim idle GPUs on a JupyterHub; cull idle servers without GPUs like
+    jupyterhub-idle-culler."""
+
+    name = "jupyterhub-gpu-reclaim"
+    description = _help("""
+        Give idle GPUs on a JupyterHub back to the people waiting for them.
+
+        Runs as a JupyterHub service in place of jupyterhub-idle-culler and takes all of
+        its options (same names, meanings and defaults). Servers without GPUs are culled
+        exactly as idle-culler culls them; GPU sessions follow the GPU policy (warn first,
+        reclaim only on evidence of GPU idleness, honour keep-alive intents).
+        """)
+    raise_config_file_errors = True
+
+    # ------------------------------------------------------------------ idle-culler 2.0
+
+    url = Unicode(
+        None,
+        allow_none=True,
+        help=_help("""
+            The JupyterHub API URL.
+
+            Default: the JUPYTERHUB_API_URL environment variable (set by JupyterHub for
+            its managed services), as in jupyterhub-idle-culler.
+            """),
+    ).tag(config=True)
+
+    @default("url")
+    def _url_default(self) -> str | None:
+        return os.environ.get("JUPYTERHUB_API_URL")
+
+    timeout = Int(
+        600,
+        help=_help("""
+            The idle timeout (in seconds).
+
+            jupyterhub-idle-culler's rule, applied to servers without GPUs: a server whose
+            hub last_activity is this old is stopped. GPU sessions follow the GPU policy
+            instead (the hub's last_activity alone never keeps a GPU session). Default 600,
+            as in jupyterhub-idle-culler (the z2jh chart passes 3600).
+            """),
+    ).tag(config=True)
+
+    cull_every = Int(
+        0,
+        help=_help("""
+            The interval (in seconds) for checking for idle servers to cull.
+
+            Default: half of --timeout, as in jupyterhub-idle-culler.
+            """),
+    ).tag(config=True)
+
+    @default("cull_every")
+    def _cull_every_default(self) -> int:
+        return self.timeout // 2
+
+    concurrency = Int(
+        10,
+        help=_help("""
+            Limit the number of concurrent requests made to the Hub.
+
+            Deleting a lot of users at the same time can slow down the Hub, so limit the
+            number of API requests we have outstanding at any given time. 0: no limit.
+            """),
+    ).tag(config=True)
+
+    max_age = Int(
+        0,
+        help=_help("""
+            The maximum age (in seconds) of servers that should be culled even if they are
+            active.
+
+            jupyterhub-idle-culler's rule, applied to servers without GPUs. 0: off. For a
+            hard lifetime of GPU sessions (with warnings) see --gpu-max-age.
+            """),
+    ).tag(config=True)
+
+    cull_users = Bool(
+        False,
+        help=_help("""
+            Cull users in addition to servers.
+
+            This is for use in temporary-user cases such as tmpnb.
+            """),
+    ).tag(config=True)
+
+    cull_admin_users = Bool(
+        True,
+        help=_help("""
+            Whether admin users should be culled (only if --cull-users=true).
+
+            As in jupyterhub-idle-culler 2.0 this only concerns deleting users: admins'
+            servers are stopped like anyone's.
+            """),
+    ).tag(config=True)
+
+    remove_named_servers = Bool(
+        False,
+        help=_help("""
+            Remove named servers in addition to stopping them.
+
+            This is useful for a BinderHub that uses authentication and named servers.
+            """),
+    ).tag(config=True)
+
+    cull_default_servers = Bool(
+        True,
+        help=_help("""
+            Whether default servers should be culled (only if --cull-default-servers=true).
+
+            Applies to idle-culler's timeout rule for servers without GPUs.
+            """),
+    ).tag(config=True)
+
+    cull_named_servers = Bool(
+        True,
+        help=_help("""
+            Whether named servers should be culled (only if --cull-named-servers=true).
+
+            Applies to idle-culler's timeout rule for servers without GPUs.
+            """),
+    ).tag(config=True)
+
+    api_page_size = Int(
+        0,
+        help=_help("""
+            Number of users to request per page, when using JupyterHub 2.0's paginated
+            user list API.
+
+            Default (0): use the server-side default configured page size.
+            """),
+    ).tag(config=True)
+
+    ssl_enabled = Bool(
+        False,
+        help=_help("""
+            Whether the Jupyter API endpoint has TLS enabled.
+
+            Uses the hub's internal-ssl key, certificate and CA from
+            --internal-certs-location.
+            """),
+    ).tag(config=True)
+
+    internal_certs_location = Unicode(
+        "internal-ssl",
+        help=_help("""
+            The location of generated internal-ssl certificates (only needed with
+            --ssl-enabled=true).
+            """),
+    ).tag(config=True)
+
+    config_file = Unicode(
+        CONFIG_FILE,
+        help=_help(f"""
+            Config file to load.
+
+            Default: {CONFIG_FILE} in the current directory, if it exists. A file named
+            with --config must exist. Command-line options win over the file.
+            """),
+    ).tag(config=True)
+
+    generate_config = Bool(
+        False,
+        help=_help("""
+            Generate default config file: print a config file with every option, its help
+            and its default to stdout, then exit.
+            """),
+    ).tag(config=True)
+
+    # ------------------------------------------------------------------ the service
+
+    api_token = Unicode(
+        help=_help("""
+            The JupyterHub API token of the service.
+
+            Default: the JUPYTERHUB_API_TOKEN environment variable, as in
+            jupyterhub-idle-culler (JupyterHub sets it for managed services). Prefer the
+            environment variable to writing the token into a config file. Never logged.
+            """),
+    ).tag(config=True)
+
+    @default("api_token")
+    def _api_token_default(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    dry_run = Bool(
+        False,
+        help=_help("""
+            Decide, record and report everything, but stop nothing.
+
+            Warnings go to the admins only. The recommended first step of a rollout:
+            run with --dry-run for a while, read what it would have reclaimed, then turn
+            it off. Default off (the service reclaims, as idle-culler culls).
+            """),
+    ).tag(config=True)
+
+    # ------------------------------------------------------------------ GPU policy
+
+    gpu_idle_threshold = Float(
+        _policy_default("gpu_idle_threshold"),
+        help=_help("""
+            Percent GPU utilization (DCGM_FI_DEV_GPU_UTIL) below which a GPU counts as idle
+            in a sample; in (0, 100].
+
+            Near zero on purpose: a GPU at 3-8% is a slow data loader, not an idle GPU
+            (Princeton raised its cut from 0% to 9% and withdrew it after a backlash).
+            """),
+    ).tag(config=True)
+
+    never_used_warn_after = Duration(
+        _seconds(_policy_default("never_used_warn_after")),
+        help=_help("""
+            Warn a session whose GPU was never used this long after it started (seconds or
+            "30m"). Yale's rule: 30 min.
+            """),
+    ).tag(config=True)
+
+    never_used_reclaim_after = Duration(
+        _seconds(_policy_default("never_used_reclaim_after")),
+        help=_help("""
+            Reclaim a session whose GPU was never used this long after it started (seconds
+            or "1h"). Yale's rule: 60 min.
+            """),
+    ).tag(config=True)
+
+    idle_warn_after = Duration(
+        _seconds(_policy_default("idle_warn_after")),
+        help=_help("""
+            Warn a session whose GPU was used, then idle this long (seconds or "1h").
+            Princeton and Yale: 60 min.
+            """),
+    ).tag(config=True)
+
+    idle_reclaim_after = Duration(
+        _seconds(_policy_default("idle_reclaim_after")),
+        help=_help("""
+            Reclaim a session whose GPU was used, then idle this long (seconds or "2h").
+            Princeton and Yale: 120 min.
+            """),
+    ).tag(config=True)
+
+    warning_lead = Duration(
+        _seconds(_policy_default("warning_lead")),
+        help=_help("""
+            Minimum time between the first warning of an idle episode and the reclaim, so
+            the user can answer it (seconds or "15m"). Default 15 min.
+            """),
+    ).tag(config=True)
+
+    max_keepalive = Duration(
+        _seconds(_policy_default("max_keepalive")),
+        help=_help("""
+            Longest "keep alive until" a user can declare, counted from when it is set
+            (seconds or "12h"). Default 12 h (GitHub Codespaces' cap).
+            """),
+    ).tag(config=True)
+
+    stale_after = Duration(
+        _seconds(_policy_default("stale_after")),
+        help=_help("""
+            GPU data older than this is missing, and a session with missing GPU data is held,
+            never reclaimed (seconds or "5m"; > 0). Default 5 min.
+            """),
+    ).tag(config=True)
+
+    gpu_max_age = Duration(
+        _seconds(_policy_default("max_age")),
+        help=_help("""
+            Optional hard lifetime of GPU sessions from their start, warned --warning-lead
+            before (seconds or "7d"). It also caps keep-alive intents. 0: off (default).
+            """),
+    ).tag(config=True)
+
+    pressure_only = Bool(
+        _policy_default("pressure_only"),
+        help=_help("""
+            Reclaim GPU sessions only while GPU requests are pending (pods unschedulable
+            for nvidia.com/gpu). Warnings still go out. Default off.
+            """),
+    ).tag(config=True)
+
+    exempt_users = Set(
+        Unicode(),
+        help=_help("""
+            User names whose GPU sessions are never reclaimed.
+            """),
+    ).tag(config=True)
+
+    exempt_groups = Set(
+        Unicode(),
+        help=_help("""
+            JupyterHub groups whose members' GPU sessions are never reclaimed.
+            """),
+    ).tag(config=True)
+
+    exempt_profiles = Set(
+        Unicode(),
+        help=_help("""
+            KubeSpawner profile slugs whose sessions are never reclaimed.
+            """),
+    ).tag(config=True)
+
+    # ------------------------------------------------------------------ validation
+
+    @validate("timeout", "max_age", "concurrency", "api_page_size")
+    def _non_negative(self, proposal: Any) -> int:
+        value = proposal["value"]
+        if value < 0:
+            raise TraitError(f"--{proposal['trait'].name.replace('_', '-')} must be >= 0, "
+                             f"got {value}")
+        return value
+
+    @validate("cull_every")
+    def _cull_every_valid(self, proposal: Any) -> int:
+        value = proposal["value"]
+        if value < 0:
+            raise TraitError(f"--cull-every must be >= 0, got {value}")
+        return value
+
+    @validate("gpu_idle_threshold")
+    def _threshold_valid(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if not 0 < value <= 100:
+            raise TraitError(f"--gpu-idle-threshold must be a percent in (0, 100], got {value}")
+        return value
+
+    # ------------------------------------------------------------------ command line
+
+    aliases = {
+        "log-level": "Application.log_level",
+        "config": "GpuReclaim.config_file",
+        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in IDLE_CULLER_OPTIONS},
+        "dry-run": "GpuReclaim.dry_run",
+        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in POLICY_OPTIONS},
+    }
+
+    flags = {
+        "debug": (
+            {"Application": {"log_level": logging.DEBUG}},
+            "Set log level to logging.DEBUG (maximize logging output).",
+        ),
+        "generate-config": ({"GpuReclaim": {"generate_config": True}}, generate_config.help),
+        # A Bool option given with no value means True (the z2jh chart writes
+        # "--cull-users"); "--cull-users=false" goes through the alias of the same name.
+        **{
+            name.replace("_", "-"): _bool_flag(name)
+            for name in (
+                "cull_users", "cull_admin_users", "remove_named_servers",
+                "cull_default_servers", "cull_named_servers", "ssl_enabled", "dry_run",
+                "pressure_only",
+            )
+        },
+    }
+
+    @default("log_level")
+    def _log_level_default(self) -> int:
+        return logging.INFO
+
+    @default("log_datefmt")
+    def _log_datefmt_default(self) -> str:
+        return "%Y-%m-%d %H:%M:%S"
+
+    @default("log_format")
+    def _log_format_default(self) -> str:
+        return "[%(levelname)1.1s %(asctime)s.%(msecs).03d %(name)s] %(message)s"
+
+    def _known_option(self, arg: str) -> bool:
+        name = arg.lstrip("-").split("=", 1)[0]
+        if "." in name:  # --Class.trait=...
+            cls, _, trait = name.partition(".")
+            return cls != "GpuReclaim" or trait in self.class_trait_names(config=True)
+        if arg.startswith("--"):
+            return name in self.aliases or name in self.flags or name in (
+                "help", "help-all", "version")
+        return name in ("h",)
+
+    def parse_command_line(self, argv: Sequence[str] | None = None) -> None:
+        """Parse `argv`; raise ConfigError (not SystemExit) for unknown or bad options."""
+        if argv is None:
+            argv = sys.argv[1:]
+        argv = list(argv)
+        for i, arg in enumerate(argv):
+            if arg == "--":
+                break
+            if arg.startswith("-") and len(arg) > 1 and not self._known_option(arg):
+                raise ConfigError(f"unknown option {arg.split('=', 1)[0]} "
+                                  f"(see jupyterhub-gpu-reclaim --help-all)")
+            name = arg[2:]
+            if (arg.startswith("--") and name in self.aliases and name not in self.flags
+                    and (i + 1 == len(argv) or argv[i + 1].startswith("--"))):
+                raise ConfigError(f"option {arg} needs a value ({arg}=VALUE)")
+        try:
+            # the undecorated method: traitlets' decorator logs and exits 1 on TraitError
+            Application.parse_command_line.__wrapped__(self, argv)  # type: ignore[attr-defined]
+        except (TraitError, ValueError) as e:
+            raise ConfigError(_trait_message(e)) from None
+        if self.extra_args:
+            raise ConfigError(f"unexpected argument {self.extra_args[0]!r}: options are "
+                              f"written --name=value")
+        self._check_known_keys(self.cli_config, "the command line")
+
+    def _check_known_keys(self, config: Config, where: str) -> None:
+        known = self.class_trait_names(config=True)
+        section = config.get("GpuReclaim", {})
+        unknown = sorted(k for k in section if k not in known)
+        if unknown:
+            hint = difflib.get_close_matches(unknown[0], known, n=1)
+            raise ConfigError(f"{where}: unknown option{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(unknown)}"
+                              + (f" (did you mean {hint[0]}?)" if hint else ""))
+
+    def load_config(self) -> None:
+        """Load the config file (--config, else gpu_reclaim_config.py if present)."""
+        explicit = "config_file" in self.cli_config.get("GpuReclaim", {})
+        path = os.path.abspath(os.path.expanduser(self.config_file))
+        if not os.path.isfile(path):
+            if explicit:
+                raise ConfigError(f"config file {self.config_file} not found")
+            return
+        try:
+            new = Config()
+            for loaded, fname in self._load_config_files(
+                os.path.splitext(os.path.basename(path))[0], path=os.path.dirname(path),
+                log=self.log, raise_config_file_errors=True,
+            ):
+                new.merge(loaded)
+                if fname not in self._loaded_config_files:
+                    self._loaded_config_files.append(fname)
+            self._check_known_keys(new, self.config_file)
+            new.merge(self.cli_config)  # the command line wins over the file
+            self.update_config(new)
+        except (TraitError, ValueError) as e:
+            raise ConfigError(f"{self.config_file}: {_trait_message(e)}") from None
+        except ConfigError:
+            raise
+        except Exception as e:  # a syntax or runtime error in the Python config file
+            raise ConfigError(f"{self.config_file}: {type(e).__name__}: {e}") from None
+
+    def initialize(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
+        self.parse_command_line(argv)
+        if self.generate_config:
+            return
+        self.load_config()
+
+    # ------------------------------------------------------------------ effective settings
+
+    @property
+    def effective_cull_every(self) -> int:
+        """Seconds between cycles: --cull-every, or half of --timeout (at least 1 s)."""
+        return self.cull_every or max(1, self.timeout // 2)
+
+    def ssl_files(self) -> tuple[str, str, str]:
+        """(key, certificate, CA) under --internal-certs-location, as idle-culler uses them."""
+        loc = self.internal_certs_location
+        return (
+            f"{loc}/hub-internal/hub-internal.key",
+            f"{loc}/hub-internal/hub-internal.crt",
+            f"{loc}/hub-ca/hub-ca.crt",
+        )
+
+    def policy_config(self) -> PolicyConfig:
+        """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
+
+        def td(seconds: float) -> dt.timedelta:
+            return dt.timedelta(seconds=seconds)
+
+        try:
+            return PolicyConfig(
+                gpu_idle_threshold=self.gpu_idle_threshold,
+                never_used_warn_after=td(self.never_used_warn_after),
+                never_used_reclaim_after=td(self.never_used_reclaim_after),
+                idle_warn_after=td(self.idle_warn_after),
+                idle_reclaim_after=td(self.idle_reclaim_after),
+                warning_lead=td(self.warning_lead),
+                max_keepalive=td(self.max_keepalive),
+                stale_after=td(self.stale_after),
+                max_age=td(self.gpu_max_age) if self.gpu_max_age else None,
+                pressure_only=self.pressure_only,
+                exempt_users=frozenset(self.exempt_users),
+                exempt_groups=frozenset(self.exempt_groups),
+                exempt_profiles=frozenset(self.exempt_profiles),
+                cpu_timeout=td(self.timeout),
+                cpu_max_age=td(self.max_age) if self.max_age else None,
+                cull_admin_users=self.cull_admin_users,
+                cull_default_servers=self.cull_default_servers,
+                cull_named_servers=self.cull_named_servers,
+            )
+        except ValueError as e:
+            raise ConfigError(_policy_message(str(e))) from None
+
+    def settings(self) -> dict[str, Any]:
+        """Every option's effective value, without the token (safe to log)."""
+        out: dict[str, Any] = {}
+        for name in sorted(self.class_trait_names(config=True)):
+            if name in ("api_token", "generate_config") or name in _APPLICATION_TRAITS:
+                continue
+            value = getattr(self, name)
+            out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
+        out["cull_every"] = self.effective_cull_every
+        return out
+
+    def validate_settings(self) -> PolicyConfig:
+        """Check what can be checked before running; return the PolicyConfig."""
+        policy = self.policy_config()
+        if not self.url:
+            raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigError(f"--url must be an http(s) URL, got {self.url!r}")
+        if not self.api_token:
+            raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
+        if self.ssl_enabled:
+            missing = [p for p in self.ssl_files() if not os.path.isfile(p)]
+            if missing:
+                raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
+                                  f"(--internal-certs-location={self.internal_certs_location})")
+        return policy
+
+    # ------------------------------------------------------------------ running
+
+    def start(self) -> None:
+        if self.generate_config:
+            print(self.generate_config_file())
+            return
+        policy = self.validate_settings()
+        self.log.info("jupyterhub-gpu-reclaim settings%s:", " (DRY RUN: nothing is stopped)"
+                      if self.dry_run else "")
+        for name, value in self.settings().items():
+            self.log.info("  %s = %r", name, value)
+        self.run_service(policy)
+
+    def run_service(self, policy: PolicyConfig) -> None:
+        """The reclaim loop. Overridden/implemented by the service; not written yet."""
+        raise NotImplementedError("the reclaim loop is not implemented yet")
+
+
+def _trait_message(e: Exception) -> str:
+    text = str(e)
+    # "The 'timeout' trait of a GpuReclaim instance expected an int, not the str 'abc'."
+    for name in GpuReclaim.class_trait_names(config=True):
+        marker = f"The '{name}' trait of a GpuReclaim instance"
+        if marker in text:
+            return text.replace(marker, f"--{name.replace('_', '-')}")
+    return text
+
+
+def _policy_message(text: str) -> str:
+    """PolicyConfig's message with its field names written as our options."""
+    names = {field: name for name, field in POLICY_OPTIONS.items()}
+    names.update(cpu_timeout="timeout", cpu_max_age="max_age")
+    for field in sorted(names, key=len, reverse=True):
+        text = re.sub(rf"\b{field}\b", "--" + names[field].replace("_", "-"), text)
+    return text
+
+
+def run_app(argv: Sequence[str] | None = None, app_class: type[GpuReclaim] = GpuReclaim) -> int:
+    """Run the service application with `argv`; return the exit status.
+
+    2: bad settings (one line on stderr, no traceback); 1: the service cannot run;
+    0: done (e.g. --generate-config)."""
+    app = app_class()
+    try:
+        app.initialize(argv)
+        app.start()
+    except ConfigError as e:
+        print(f"{app.name}: error: {e}", file=sys.stderr)
+        return 2
+    except NotImplementedError as e:
+        print(f"{app.name}: {e}", file=sys.stderr)
+        return 1
+    return 0

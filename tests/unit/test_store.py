@@ -1,0 +1,325 @@
+"""The store (jupyterhub_gpu_reclaim.store) on real SQLite files."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import sqlite3
+
+import pytest
+import sqlalchemy as sa
+
+from jupyterhub_gpu_reclaim import store as store_mod
+from jupyterhub_gpu_reclaim.observations import Decision, Kernel, Sample, Session, Warning
+from jupyterhub_gpu_reclaim.store import Store, StoreError, StoreVersionError
+from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, loads_trace
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+def m(minutes: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "reclaim.sqlite"
+
+
+@pytest.fixture
+def store(path):
+    s = Store.open(f"sqlite:///{path}")
+    yield s
+    s.close()
+
+
+ALICE = Session(id="alice/", user="alice", server="", gpus=1, started=m(0), profile="a100")
+BOB = Session(id="bob/big", user="bob", server="big", gpus=2, started=m(5), groups=frozenset({"ml"}))
+
+
+def warning(session="alice/", t=m(60), rule="gpu-idle"):
+    return Warning(session=session, t=t, rule=rule, reclaim_at=t + dt.timedelta(minutes=60))
+
+
+# --------------------------------------------------------------------------- opening, versions
+
+
+def test_new_store_is_current_version_and_reopens(path):
+    with Store.open(path) as s:  # a plain path means a SQLite file
+        assert s.schema_version() == store_mod.current_version() == 1
+    with Store.open(f"sqlite:///{path}") as s:
+        assert s.schema_version() == 1
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select version from schema_version").fetchall() == [(1,)]
+
+
+def test_newer_unknown_version_is_refused(path):
+    Store.open(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("update schema_version set version = 7")
+    with pytest.raises(StoreVersionError, match=r"schema version 7.*up to 1"):
+        Store.open(path)
+
+
+def test_older_version_is_migrated_once(path, monkeypatch):
+    Store.open(path).close()  # a store at version 1
+    calls = []
+
+    def v1_to_v2(conn):
+        calls.append(1)
+        conn.execute(sa.text("create table extra (x integer)"))
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [v1_to_v2])
+    with Store.open(path) as s:
+        assert s.schema_version() == 2
+    with Store.open(path) as s:
+        assert s.schema_version() == 2
+    assert calls == [1]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("select count(*) from extra").fetchone() == (0,)
+
+
+def test_foreign_database_is_refused(path):
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table warnings (x integer)")
+    with pytest.raises(StoreError, match="not a gpu-reclaim store"):
+        Store.open(path)
+
+
+def test_missing_driver_gives_clear_error():
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        with pytest.raises(StoreError, match="driver is not installed"):
+            Store.open("postgresql://u:secret@localhost/db")
+    else:
+        pytest.skip("psycopg2 is installed")
+
+
+@pytest.mark.parametrize("url, message", [
+    ("nosuchdb://host/x", "unknown database kind 'nosuchdb'"),
+    ("sqlite:////nonexistent-dir/for/sure/x.sqlite", "cannot open the database"),
+    ("postgresql+nosuchdriver://u:secret@host/db", "unknown database kind"),
+])
+def test_bad_url_gives_clear_error(url, message):
+    with pytest.raises(StoreError, match=message) as info:
+        Store.open(url)
+    assert "secret" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- intents
+
+
+def test_intents_set_replace_clear(store):
+    assert store.intents() == {}
+    store.set_intent("alice/", until=m(600), set_at=m(10), by="alice")
+    store.set_intent("bob/big", until=m(300), set_at=m(11), by="admin")
+    store.set_intent("alice/", until=m(700), set_at=m(20), by="alice")  # replaces
+    got = store.intents()
+    assert set(got) == {"alice/", "bob/big"}
+    assert got["alice/"].until == m(700) and got["alice/"].set_at == m(20)
+    assert store.clear_intent("bob/big", m(30)) is True
+    assert store.clear_intent("bob/big", m(31)) is False
+    assert set(store.intents()) == {"alice/"}
+
+
+def test_naive_datetime_is_refused(store):
+    with pytest.raises(ValueError, match="naive"):
+        store.set_intent("alice/", until=dt.datetime(2026, 11, 2, 9), set_at=m(0))
+
+
+def test_timezone_round_trip(store):
+    cet = dt.timezone(dt.timedelta(hours=1))
+    until = dt.datetime(2026, 11, 2, 21, 30, 15, 123456, tzinfo=cet)
+    store.set_intent("alice/", until=until, set_at=m(0))
+    got = store.intents()["alice/"].until
+    assert got == until
+    assert got.tzinfo == UTC and got.hour == 20 and got.microsecond == 123456
+    assert store.intents()["alice/"].set_at.utcoffset() == dt.timedelta(0)
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def test_warning_idempotent_per_episode(store):
+    w = warning()
+    assert store.record_warning(w, "ep1", ["log", "email"]) is True
+    assert store.record_warning(w, "ep1", ["log"]) is False  # same episode: never again
+    assert store.record_warning(warning(t=m(61)), "ep1") is False  # same rule+episode, other time
+    assert store.record_warning(warning(t=m(75), rule="max-age"), "ep1") is True  # another rule
+    assert store.warnings_for("alice/") == (w, warning(t=m(75), rule="max-age"))
+    assert store.warnings_for("bob/big") == ()
+    assert set(store.open_warnings()) == {"alice/"}
+
+
+def test_close_episode(store):
+    store.record_warning(warning(t=m(60)), "ep1")
+    store.record_warning(warning(t=m(70), rule="max-age"), "ep1")
+    assert store.close_episode("alice/", [m(60)], t=m(80)) == 1
+    assert store.warnings_for("alice/") == (warning(t=m(70), rule="max-age"),)
+    assert store.close_episode("alice/", t=m(81)) == 1
+    assert store.warnings_for("alice/") == ()
+    # the closed episode is still never warned again; a new episode is
+    assert store.record_warning(warning(t=m(60)), "ep1") is False
+    assert store.record_warning(warning(t=m(200)), "ep2") is True
+    assert store.warnings_for("alice/") == (warning(t=m(200)),)
+
+
+# --------------------------------------------------------------------------- reclaims
+
+
+def test_reclaim_lifecycle(store):
+    evidence = {"idle_since": m(0), "gpu_util": (0.0,), "note": "x"}
+    rid = store.begin_reclaim("alice/", "gpu-idle", m(120), evidence, 1, episode="ep1")
+    assert isinstance(rid, int)
+    assert store.begin_reclaim("alice/", "gpu-idle", m(121), {}, 1, episode="ep1") is None
+    [rec] = store.unfinished_reclaims()
+    assert rec.outcome is None and rec.evidence == {"idle_since": "2026-11-02T08:00:00Z",
+                                                     "gpu_util": [0.0], "note": "x"}
+    # while unfinished, no other stop of the session either
+    assert store.begin_reclaim("alice/", "max-age", m(122), {}, 1, episode="ep2") is None
+    store.finish_reclaim(rid, m(125), "stuck", "pod still terminating")
+    assert [r.id for r in store.stuck_reclaims()] == [rid]
+    assert store.begin_reclaim("alice/", "max-age", m(126), {}, 1, episode="ep2") is None
+    store.finish_reclaim(rid, m(130), "stopped")
+    assert store.stuck_reclaims() == [] and store.unfinished_reclaims() == []
+    [rec] = store.reclaims()
+    assert (rec.outcome, rec.finished_at, rec.t, rec.gpus) == ("stopped", m(130), m(120), 1)
+    # a later episode of the same session (server restarted, idle again) may be reclaimed
+    rid2 = store.begin_reclaim("alice/", "gpu-idle", m(500), {}, 1, episode="ep2")
+    assert rid2 is not None
+    store.finish_reclaim(rid2, m(501), "failed", "hub 500")
+    assert [r.id for r in store.reclaims(since=m(200))] == [rid2]
+    with pytest.raises(ValueError):
+        store.finish_reclaim(rid2, m(502), "gone")
+    with pytest.raises(KeyError):
+        store.finish_reclaim(9999, m(502), "stopped")
+
+
+def test_reclaim_episode_defaults_to_open_warning(store):
+    store.record_warning(warning(), "alice-idle-08:00")
+    rid = store.begin_reclaim("alice/", "gpu-idle", m(120), {}, 1)
+    store.finish_reclaim(rid, m(121), "stopped")
+    assert store.reclaims()[0].episode == "alice-idle-08:00"
+    assert store.begin_reclaim("alice/", "gpu-idle", m(122), {}, 1) is None
+
+
+def test_restart_keeps_intents_and_warnings_and_refuses_duplicates(path):
+    with Store.open(path) as s:
+        s.set_intent("bob/big", until=m(600), set_at=m(10), by="bob")
+        assert s.record_warning(warning(), "ep1", ["log"])
+        rid = s.begin_reclaim("alice/", "gpu-idle", m(120), {"why": "idle"}, 1, episode="ep1")
+        assert rid is not None
+    # the service is killed and restarted
+    with Store.open(path) as s:
+        assert s.intents()["bob/big"].until == m(600)
+        assert s.warnings_for("alice/") == (warning(),)
+        assert s.record_warning(warning(), "ep1", ["log"]) is False
+        assert s.begin_reclaim("alice/", "gpu-idle", m(121), {}, 1, episode="ep1") is None
+        [rec] = s.unfinished_reclaims()  # begun before the crash: check it again
+        assert rec.id == rid and rec.evidence == {"why": "idle"}
+
+
+def test_usable_from_asyncio_threads(store):
+    async def main():
+        results = await asyncio.gather(*[
+            asyncio.to_thread(store.record_warning, warning(), "ep1") for _ in range(8)])
+        return results
+
+    assert sorted(asyncio.run(main())) == [False] * 7 + [True]
+
+
+# --------------------------------------------------------------------------- observations, trace
+
+
+def _record_cycles(store):
+    store.record_observations(m(0), [], 0, sessions=[ALICE])
+    for i in range(1, 4):
+        t = m(i)
+        store.record_observations(t, [
+            ("alice/", Sample(t=t, gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
+                              kernels=(Kernel("idle", m(0)),), hub_last_activity=t)),
+        ], pending_gpus=i, sessions=[ALICE])
+    store.record_observations(m(6), [("bob/big", Sample(t=m(6), gpu_util=(90.0, None), terminals=None)),
+                                     ("alice/", Sample(t=m(6), gpu_util=None, kernels=None))],
+                              pending_gpus=None, sessions=[ALICE, BOB])
+
+
+def test_export_trace_is_a_valid_trace(store):
+    _record_cycles(store)
+    store.set_intent("alice/", until=m(300), set_at=m(2), by="alice")
+    store.clear_intent("alice/", m(3))
+    store.session_stopped("bob/big", m(8))
+    lines = list(store.export_trace(m(0), m(10), sample_interval_s=60, gpus_total=8))
+    records = loads_trace("\n".join(lines) + "\n")
+    assert records[0] == TraceConfig(start=m(0), end=m(10), sample_interval_s=60, gpus_total=8)
+    kinds = [type(r).__name__ for r in records[1:]]
+    assert kinds.count("TraceSession") == 2 and kinds.count("TraceSample") == 5
+    assert kinds.count("Pressure") == 4 and kinds.count("IntentEvent") == 2
+    sessions = {r.id: r for r in records if isinstance(r, TraceSession)}
+    assert sessions["alice/"].session == ALICE and sessions["alice/"].stopped is None
+    assert sessions["bob/big"].session == BOB and sessions["bob/big"].stopped == m(8)
+    samples = [r for r in records if isinstance(r, TraceSample)]
+    assert samples[0] == TraceSample("alice/", Sample(t=m(1), gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
+                                                      kernels=(Kernel("idle", m(0)),), hub_last_activity=m(1)))
+    assert samples[-2].sample == Sample(t=m(6), gpu_util=(90.0, None), terminals=None)
+    assert Pressure(m(3), 3) in records
+    assert [r for r in records if isinstance(r, IntentEvent)] == [
+        IntentEvent(m(2), "alice/", m(300)), IntentEvent(m(3), "alice/", None)]
+    # a window and the typed reader
+    recs = list(store.export_records(m(2), m(3)))
+    assert [type(r).__name__ for r in recs].count("TraceSample") == 2
+    assert recs[0].start == m(2)
+    # an intent set before the window and still current at its start is in the trace
+    store.set_intent("alice/", until=m(400), set_at=m(4))
+    recs = list(store.export_records(m(5), m(10)))
+    assert [r for r in recs if isinstance(r, IntentEvent)] == [IntentEvent(m(4), "alice/", m(400))]
+
+
+def test_export_trace_sessions_param_and_reused_ids(store):
+    # observations recorded without session lines: the caller supplies the sessions
+    store.record_observations(m(1), [("alice/", Sample(t=m(1), gpu_util=(5.0,)))], 0)
+    restarted = Session(id="alice/", user="alice", server="", gpus=2, started=m(30))
+    store.record_observations(m(31), [("alice/", Sample(t=m(31), gpu_util=(1.0, 2.0)))], 0,
+                              sessions=[restarted])
+    store.record_observations(m(32), [("ghost/", Sample(t=m(32), gpu_util=(1.0,)))], 0)
+    assert [type(r).__name__ for r in loads_trace("\n".join(store.export_trace(m(0), m(40))))].count(
+        "TraceSample") == 1  # alice's first instance and ghost have no session line: left out
+    text = "\n".join(store.export_trace(m(0), m(40), sessions=[ALICE]))
+    records = loads_trace(text)
+    sessions = [r for r in records if isinstance(r, TraceSession)]
+    assert [(s.session.gpus, s.stopped) for s in sessions] == [(1, m(30)), (2, None)]
+    assert [r.sample.gpu_util for r in records if isinstance(r, TraceSample)] == [(5.0,), (1.0, 2.0)]
+
+
+def test_export_empty_store(store):
+    records = loads_trace("\n".join(store.export_trace(m(0), m(10))))
+    assert records == [TraceConfig(start=m(0), end=m(10), sample_interval_s=60.0, gpus_total=0)]
+
+
+def test_prune_observations(store):
+    _record_cycles(store)
+    store.record_decision(Decision("alice/", "keep", "gpu-busy", "busy"), m(1))
+    store.set_intent("alice/", until=m(300), set_at=m(1))
+    store.record_warning(warning(t=m(1)), "ep1")
+    total = len(list(store.export_trace(m(0), m(10)))) - 1
+    deleted = store.prune_observations(m(3))
+    assert deleted == 5  # pressure at 0; cycles 1 and 2: a sample and a pressure line each
+    left = loads_trace("\n".join(store.export_trace(m(0), m(10))))
+    assert len(left) - 1 == total - 5
+    assert store.decisions() == [] and "alice/" in store.intents() and store.warnings_for("alice/")
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+def test_decisions_log(store):
+    d = Decision("alice/", "warn", "gpu-idle", "GPU idle for 60 min", reclaim_at=m(120),
+                 evidence={"idle_since": m(0), "util": (0.0,)})
+    store.record_decision(d, m(60))
+    store.record_decision(Decision("bob/big", "keep", "kernel-busy", "a kernel is busy"), m(61))
+    [(t, got)] = store.decisions(session="alice/")
+    assert t == m(60) and got.reclaim_at == m(120) and got.action == "warn"
+    assert got.evidence == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}
+    assert [x.session for _, x in store.decisions(since=m(61))] == ["bob/big"]

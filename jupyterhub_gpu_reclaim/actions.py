@@ -1,0 +1,194 @@
+"""Stopping servers: only through the hub's REST API, never by deleting pods (a deleted
+pod is not a stopped server: the hub keeps it as running and KubeSpawner restarts or
+reports it). Then the stop is followed until the hub no longer lists the server and,
+when a `pod_gone` check is given, until the pod is gone so its GPUs are really free.
+
+Hub semantics (JupyterHub 5/6 `UserServerAPIHandler.delete`):
+- 204: done — the stop finished, or the server was not running at all;
+- 202: the stop is pending (also when a stop was already under way);
+- 404: no such user, or no such named server (already removed) → "already-stopped";
+- 400: "Named servers are not enabled", "Cannot delete the default server" (remove on the
+  default server), "Cannot stop a server while it is being renamed" → "failed" (no retry).
+  Older hubs answered 400 "... is not running" for a stopped server → "already-stopped".
+- 5xx, 429, timeouts and connection errors are retried with exponential backoff.
+
+A stop the hub accepted but that does not finish within `stop_timeout` is "stuck": the
+caller records it and retries it next cycle (jupyterhub-idle-culler issue #77).
+The token is sent in the Authorization header only and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Literal
+from urllib.parse import quote
+
+import aiohttp
+from yarl import URL
+
+from .signals.base import HttpSource, SignalError, get_json
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.actions")
+
+Outcome = Literal["stopped", "stuck", "failed", "already-stopped"]
+PodGone = Callable[[str, str], Awaitable[bool]]
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class StopResult:
+    outcome: Outcome
+    attempts: int  # DELETE requests sent
+    seconds: float  # from the first DELETE to the result
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("stopped", "already-stopped")
+
+
+class _Transient(Exception):
+    """A DELETE that may succeed when tried again (5xx, 429, timeout, connection)."""
+
+
+class HubStopper(HttpSource):
+    """Stops one user's server through `DELETE {api}/users/{u}/server` (default server) or
+    `DELETE {api}/users/{u}/servers/{name}` (named; body `{"remove": true}` when
+    `remove_named_servers`). `retries` is the number of retries after the first DELETE
+    (so at most `retries + 1` requests), waiting `backoff * 2**k` seconds before retry k."""
+
+    def __init__(self, api_url: str, token: str, *, remove_named_servers: bool = False,
+                 stop_timeout: float = 300.0, poll_interval: float = 1.0, retries: int = 3,
+                 backoff: float = 2.0, pod_gone: PodGone | None = None,
+                 request_timeout: float = 30.0) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.remove_named_servers = remove_named_servers
+        self.stop_timeout = stop_timeout
+        self.poll_interval = poll_interval
+        self.retries = max(0, retries)
+        self.backoff = backoff
+        self.pod_gone = pod_gone
+        self.request_timeout = request_timeout
+        self._headers = {"Authorization": f"token {token}"}
+
+    def __repr__(self) -> str:  # no token
+        return f"HubStopper({self.api_url!r})"
+
+    # --- URLs -------------------------------------------------------------------
+    def _user_url(self, user: str) -> str:
+        return f"{self.api_url}/users/{quote(user, safe='')}"
+
+    def _server_url(self, user: str, server: str) -> str:
+        if server:
+            return f"{self._user_url(user)}/servers/{quote(server, safe='')}"
+        return f"{self._user_url(user)}/server"
+
+    # --- the stop ---------------------------------------------------------------
+    async def stop(self, user: str, server: str = "") -> StopResult:
+        sid = f"{user}/{server}"
+        t0 = time.monotonic()
+
+        def result(outcome: Outcome, attempts: int, detail: str) -> StopResult:
+            r = StopResult(outcome, attempts, round(time.monotonic() - t0, 3), detail)
+            level = logging.INFO if r.ok else logging.WARNING
+            log.log(level, "stop %s: %s after %d attempt(s), %.1f s%s", sid, outcome, attempts,
+                    r.seconds, f" ({detail})" if detail else "")
+            return r
+
+        attempts, status, text = 0, None, ""
+        while True:
+            attempts += 1
+            try:
+                status, text = await self._delete(user, server)
+                break
+            except _Transient as e:
+                if attempts > self.retries:
+                    return result("failed", attempts, f"hub DELETE gave up: {e}")
+                delay = self.backoff * 2 ** (attempts - 1)
+                log.warning("stop %s: attempt %d failed (%s); retrying in %.2f s", sid, attempts, e, delay)
+                await asyncio.sleep(delay)
+
+        if status == 404 or (status == 400 and "not running" in text.lower()):
+            return result("already-stopped", attempts, f"hub DELETE: HTTP {status}: {_message(text)}")
+        if status not in (202, 204):
+            return result("failed", attempts, f"hub DELETE: HTTP {status}: {_message(text)}")
+
+        log.info("stop %s: hub answered %d; following the stop", sid, status)
+        gone, detail = await self._wait_hub(user, server)
+        if not gone:
+            return result("stuck", attempts, detail)
+        if self.pod_gone is not None:
+            freed, detail = await self._wait_pod(user, server)
+            if not freed:
+                return result("stuck", attempts, detail)
+        return result("stopped", attempts, "" if status == 204 else "after pending stop")
+
+    async def _delete(self, user: str, server: str) -> tuple[int, str]:
+        url = self._server_url(user, server)
+        body = {"remove": True} if (server and self.remove_named_servers) else None
+        try:
+            async with self._client().delete(
+                    URL(url, encoded=True), data=json.dumps(body) if body is not None else None,
+                    headers={"Content-Type": "application/json"} if body is not None else None,
+                    timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as r:
+                text = await r.text(errors="replace")
+                if r.status in RETRY_STATUSES:
+                    raise _Transient(f"HTTP {r.status}: {_message(text)}")
+                return r.status, text
+        except asyncio.TimeoutError:
+            raise _Transient(f"no answer within {self.request_timeout:g} s") from None
+        except aiohttp.ClientError as e:
+            raise _Transient(f"{type(e).__name__}: {e}") from None
+
+    async def _wait_hub(self, user: str, server: str) -> tuple[bool, str]:
+        """Poll the user model until the server is no longer listed (or marked stopped)."""
+        deadline = time.monotonic() + self.stop_timeout
+        url, last = self._user_url(user), "still listed"
+        while True:
+            try:
+                model = await get_json(self._client(), url, source="hub", timeout=self.request_timeout)
+                spec = ((model or {}).get("servers") or {}).get(server)
+                if spec is None or spec.get("stopped"):
+                    return True, ""
+                last = f"still listed (pending={spec.get('pending')!r}, ready={spec.get('ready')!r})"
+            except SignalError as e:
+                if e.status == 404:  # the user itself is gone
+                    return True, ""
+                last = f"polling failed: {e.message}"
+                log.warning("stop %s/%s: %s", user, server, last)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, f"hub did not finish the stop within {self.stop_timeout:g} s: {last}"
+            await asyncio.sleep(min(self.poll_interval, left))
+
+    async def _wait_pod(self, user: str, server: str) -> tuple[bool, str]:
+        deadline = time.monotonic() + self.stop_timeout
+        last = "pod still present"
+        while True:
+            try:
+                if await self.pod_gone(user, server):  # type: ignore[misc]
+                    return True, ""
+                last = "pod still present"
+            except Exception as e:  # a failing check is not a freed GPU
+                last = f"pod check failed: {type(e).__name__}: {e}"
+                log.warning("stop %s/%s: %s", user, server, last)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, f"hub stopped the server but its pod was not gone within {self.stop_timeout:g} s: {last}"
+            await asyncio.sleep(min(self.poll_interval, left))
+
+
+def _message(text: str) -> str:
+    """The hub's error message (its API errors are JSON {"status", "message"})."""
+    try:
+        data: Any = json.loads(text)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])[:200]
+    except ValueError:
+        pass
+    return text.strip()[:200]

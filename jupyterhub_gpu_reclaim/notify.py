@@ -1,0 +1,408 @@
+"""Notifications: tell users (and admins) about warnings and reclaims.
+
+A :class:`Message` is built from a policy :class:`~.observations.Decision` ("warn" or
+"reclaim") and its :class:`~.observations.Session`. It names the session, the rule and its
+evidence, the reclaim time (UTC and "in N minutes"), how to keep the session (the keep-alive
+page) and what a reclaim keeps and loses.
+
+Channels are pluggable :class:`Notifier` objects (``async send(message, recipients)``):
+:class:`LogNotifier`, :class:`WebhookNotifier` (JSON, or Slack incoming-webhook ``{"text"}``)
+and :class:`EmailNotifier` (SMTP through aiosmtplib). A :class:`Dispatcher` decides who gets
+a message (the user, a copy to admins, dry-run routing), runs every channel, and logs and
+counts a failing channel without stopping the others or raising.
+
+Secrets stay out of logs: the SMTP password is never logged, and a webhook URL is logged as
+``scheme://host/…`` only (Slack puts its token in the path, others in the query).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import email.utils
+import json
+import logging
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from .observations import Decision, Session
+
+log = logging.getLogger(__name__)
+
+Event = Literal["warning", "reclaim"]
+
+KEEPS = "files under your home directory"
+LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
+         "and packages installed outside your home directory")
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+
+
+def format_utc(t: dt.datetime) -> str:
+    """``2024-05-01 14:30 UTC``."""
+    return _utc(t).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def iso_utc(t: dt.datetime) -> str:
+    """``2024-05-01T14:30:00Z``."""
+    return _utc(t).isoformat().replace("+00:00", "Z")
+
+
+def _in_minutes(at: dt.datetime, now: dt.datetime) -> str:
+    minutes = max(0, math.ceil((_utc(at) - _utc(now)).total_seconds() / 60))
+    return f"in {minutes} minute{'s' if minutes != 1 else ''}"
+
+
+def _fmt_util(v: Any) -> str:
+    if v is None:
+        return "no data"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_fmt_util(x) for x in v) or "no data"
+    try:
+        return f"{float(v):g}%"
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _evidence_lines(ev: Mapping[str, Any]) -> list[str]:
+    lines = []
+    if ev.get("idle_since"):
+        lines.append(f"  - idle since: {ev['idle_since']}")
+    if ev.get("never_used"):
+        lines.append("  - the GPU has not been used since the server started")
+    elif ev.get("last_used"):
+        lines.append(f"  - GPU last used: {ev['last_used']}")
+    if "window_max_util" in ev:
+        window = ev.get("window_minutes")
+        over = f" over the last {window:g} minutes" if isinstance(window, (int, float)) else ""
+        lines.append(f"  - highest GPU utilization{over}: {_fmt_util(ev['window_max_util'])}")
+    if "latest_util" in ev:
+        lines.append(f"  - latest GPU utilization: {_fmt_util(ev['latest_util'])}")
+    if ev.get("idle_gpus") is not None and ev.get("gpus"):
+        lines.append(f"  - idle GPUs: {len(ev['idle_gpus'])} of {ev['gpus']}")
+    if ev.get("hub_last_activity"):
+        lines.append(f"  - last activity seen by the hub: {ev['hub_last_activity']}")
+    if isinstance(ev.get("inactive_s"), (int, float)):
+        lines.append(f"  - inactive for: {ev['inactive_s'] / 60:.0f} minutes")
+    if ev.get("max_age_at"):
+        lines.append(f"  - maximum age reached at: {ev['max_age_at']}")
+    return lines
+
+
+@dataclass(frozen=True)
+class Message:
+    """One notification, ready for any channel."""
+
+    event: Event
+    session: str  # "user/server"
+    user: str
+    server: str
+    rule: str
+    reason: str
+    reclaim_at: dt.datetime  # UTC
+    now: dt.datetime  # UTC, when the message was built
+    evidence: dict[str, Any]
+    keepalive_url: str
+    hub_name: str
+    dry_run: bool
+    subject: str
+    text: str
+
+    @classmethod
+    def build(cls, decision: Decision, session: Session, *, keepalive_url: str,
+              hub_name: str = "JupyterHub", now: dt.datetime | None = None,
+              dry_run: bool = False) -> Message:
+        if decision.action == "warn":
+            event: Event = "warning"
+        elif decision.action == "reclaim":
+            event = "reclaim"
+        else:
+            raise ValueError(f"no message for a {decision.action!r} decision")
+        now = _utc(now or dt.datetime.now(dt.timezone.utc))
+        reclaim_at = _utc(decision.reclaim_at or now)
+        server_label = f"server {session.server!r}" if session.server else "default server"
+        who = f"{session.user}'s {server_label} ({session.id})"
+        gpus = f" with {session.gpus} GPU{'s' if session.gpus != 1 else ''}" if session.gpus else ""
+        dry = "[dry run] " if dry_run else ""
+        if event == "warning":
+            subject = (f"{dry}{hub_name}: your {server_label} ({session.id}) will be stopped at "
+                       f"{format_utc(reclaim_at)} (idle GPU)")
+            head = [
+                f"{who}{gpus} will be stopped at {format_utc(reclaim_at)} "
+                f"({_in_minutes(reclaim_at, now)}) to free its GPUs for others.",
+            ]
+            keep = [
+                "How to keep your session:",
+                f"  Open {keepalive_url} and declare how long you need it (\"keep alive until\"),",
+                "  or use the GPU / run a cell before the reclaim time.",
+            ]
+        else:
+            subject = f"{dry}{hub_name}: your {server_label} ({session.id}) was stopped (idle GPU)"
+            head = [f"{who}{gpus} was stopped at {format_utc(reclaim_at)} to free its GPUs."]
+            keep = [
+                "You can start it again from the hub at any time.",
+                f"Next time, to keep a session running, use {keepalive_url}.",
+            ]
+        body = [
+            *head,
+            "",
+            f"Rule: {decision.rule} - {decision.reason}",
+            "Evidence:",
+            *(_evidence_lines(decision.evidence) or ["  - (none recorded)"]),
+            "",
+            *keep,
+            "",
+            "What a reclaim keeps and loses:",
+            f"  Kept: {KEEPS}.",
+            f"  Lost: {LOSES}.",
+        ]
+        if dry_run:
+            body += ["", "This hub runs the reclaimer in dry-run mode: nothing is stopped."]
+        return cls(event, session.id, session.user, session.server, decision.rule,
+                   decision.reason, reclaim_at, now, dict(decision.evidence), keepalive_url,
+                   hub_name, dry_run, subject, "\n".join(body) + "\n")
+
+    def payload(self) -> dict[str, Any]:
+        """The webhook's JSON document."""
+        return {
+            "event": self.event,
+            "session": self.session,
+            "user": self.user,
+            "server": self.server,
+            "rule": self.rule,
+            "reason": self.reason,
+            "reclaim_at": iso_utc(self.reclaim_at),
+            "evidence": self.evidence,
+            "keepalive_url": self.keepalive_url,
+            "hub": self.hub_name,
+            "dry_run": self.dry_run,
+            "text": f"{self.subject}\n\n{self.text}",
+        }
+
+
+@runtime_checkable
+class Notifier(Protocol):
+    """A notification channel. `recipients` are user names or e-mail addresses."""
+
+    name: str
+
+    async def send(self, message: Message, recipients: Sequence[str]) -> None: ...
+
+
+class NotifyError(Exception):
+    """A channel failed; the text carries no secret."""
+
+
+def redact_url(url: str) -> str:
+    """``https://hooks.slack.com/…``: scheme and host only, never the path or query."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}/…"
+
+
+class LogNotifier:
+    """Writes each message to the log (always, even with no recipients)."""
+
+    always = True
+
+    def __init__(self, logger: logging.Logger | None = None, level: int = logging.INFO,
+                 name: str = "log"):
+        self.logger = logger or log
+        self.level = level
+        self.name = name
+
+    async def send(self, message: Message, recipients: Sequence[str]) -> None:
+        self.logger.log(self.level, "%s for %s (rule %s, reclaim at %s) to %s: %s",
+                        message.event, message.session, message.rule,
+                        iso_utc(message.reclaim_at), ", ".join(recipients) or "-",
+                        message.subject)
+
+
+class WebhookNotifier:
+    """POSTs the message as JSON (or ``{"text": …}`` for a Slack incoming webhook)."""
+
+    def __init__(self, url: str, *, slack: bool = False, timeout: float = 10.0,
+                 headers: Mapping[str, str] | None = None, name: str | None = None):
+        self.url = url
+        self.slack = slack
+        self.timeout = timeout
+        self.headers = dict(headers or {})
+        self.name = name or ("slack" if slack else "webhook")
+
+    def __repr__(self) -> str:
+        return f"WebhookNotifier({redact_url(self.url)!r}, slack={self.slack})"
+
+    async def send(self, message: Message, recipients: Sequence[str]) -> None:
+        import aiohttp
+
+        if self.slack:
+            body: dict[str, Any] = {"text": f"*{message.subject}*\n{message.text}"}
+        else:
+            body = dict(message.payload(), recipients=list(recipients))
+        where = redact_url(self.url)
+        try:
+            async with aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=self.timeout)) as http:
+                async with http.post(self.url, data=json.dumps(body, default=str),
+                                     headers={"Content-Type": "application/json",
+                                              **self.headers}) as resp:
+                    if resp.status >= 300:
+                        raise NotifyError(f"webhook {where} answered HTTP {resp.status}")
+        except NotifyError:
+            raise
+        except asyncio.TimeoutError:
+            raise NotifyError(f"webhook {where} timed out after {self.timeout:g} s") from None
+        except aiohttp.ClientError as e:
+            # aiohttp's texts can hold the full URL: name the type only
+            raise NotifyError(f"webhook {where} failed: {type(e).__name__}") from None
+
+
+AddressMap = str | Callable[[str], "str | None"]
+
+
+class EmailNotifier:
+    """Sends one plain-text e-mail per recipient over SMTP (aiosmtplib).
+
+    A recipient with an ``@`` is an address; a user name goes through `address_template`
+    (``"{user}@example.org"``) or a function returning an address (or None: no e-mail).
+    `starttls`: None upgrades when the server offers it, True requires it, False never;
+    `ssl`: implicit TLS (port 465)."""
+
+    def __init__(self, host: str = "localhost", port: int | None = None, *,
+                 sender: str, address_template: AddressMap = "{user}@example.org",
+                 username: str | None = None, password: str | None = None,
+                 starttls: bool | None = None, ssl: bool = False,
+                 validate_certs: bool = True, timeout: float = 30.0,
+                 name: str = "email"):
+        self.host = host
+        self.port = port
+        self.sender = sender
+        self.address_template = address_template
+        self.username = username
+        self._password = password
+        self.starttls = starttls
+        self.ssl = ssl
+        self.validate_certs = validate_certs
+        self.timeout = timeout
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"EmailNotifier({self.host!r}, {self.port!r}, sender={self.sender!r})"
+
+    def address(self, recipient: str) -> str | None:
+        if "@" in recipient:
+            return recipient
+        if callable(self.address_template):
+            return self.address_template(recipient)
+        return self.address_template.format(user=recipient)
+
+    def compose(self, message: Message, to: str) -> EmailMessage:
+        mail = EmailMessage()
+        mail["From"] = self.sender
+        mail["To"] = to
+        mail["Subject"] = message.subject
+        mail["Date"] = email.utils.format_datetime(message.now)
+        mail["Message-ID"] = email.utils.make_msgid(domain=self.sender.rpartition("@")[2] or None)
+        mail.set_content(message.text)
+        return mail
+
+    async def send(self, message: Message, recipients: Sequence[str]) -> None:
+        import aiosmtplib
+
+        addresses = list(dict.fromkeys(a for a in map(self.address, recipients) if a))
+        failed = []
+        for to in addresses:
+            try:
+                await aiosmtplib.send(
+                    self.compose(message, to), hostname=self.host, port=self.port,
+                    username=self.username, password=self._password,
+                    use_tls=self.ssl, start_tls=self.starttls,
+                    validate_certs=self.validate_certs, timeout=self.timeout)
+            except (aiosmtplib.SMTPException, OSError, asyncio.TimeoutError) as e:
+                text = str(e)
+                if self._password:
+                    text = text.replace(self._password, "***")
+                failed.append(f"{to}: {type(e).__name__}: {text}")
+        if failed:
+            raise NotifyError(f"e-mail via {self.host}:{self.port} failed for "
+                              + "; ".join(failed))
+
+
+@dataclass
+class Dispatcher:
+    """Routes a message to the user and a copy to admins through every notifier.
+
+    Not in dry run: the user and, with `copy_admins`, the admins. In dry run: the admins
+    only, plus the user when `users_in_dry_run`. A failing notifier is logged and counted
+    in ``errors[name]``; the others still run and :meth:`send` never raises."""
+
+    notifiers: Sequence[Notifier]
+    admin_recipients: Sequence[str] = ()
+    copy_admins: bool = True
+    users_in_dry_run: bool = False
+    dry_run: bool = False
+    errors: Counter = field(default_factory=Counter)
+    sent: Counter = field(default_factory=Counter)
+
+    def recipients(self, message: Message) -> list[str]:
+        admins = list(self.admin_recipients)
+        if message.dry_run or self.dry_run:
+            out = admins + ([message.user] if self.users_in_dry_run else [])
+        else:
+            out = [message.user] + (admins if self.copy_admins else [])
+        return list(dict.fromkeys(out))
+
+    async def _one(self, notifier: Notifier, message: Message, recipients: Sequence[str]) -> bool:
+        name = getattr(notifier, "name", type(notifier).__name__)
+        try:
+            await notifier.send(message, recipients)
+        except Exception as e:  # a channel never stops the others
+            self.errors[name] += 1
+            text = str(e) if isinstance(e, NotifyError) else type(e).__name__
+            log.warning("notifier %s failed to send the %s for %s: %s",
+                        name, message.event, message.session, text)
+            return False
+        self.sent[name] += 1
+        return True
+
+    async def send(self, message: Message) -> dict[str, bool]:
+        """Sends `message`; returns ``{notifier name: delivered}``."""
+        recipients = self.recipients(message)
+        chosen = [n for n in self.notifiers if recipients or getattr(n, "always", False)]
+        results = await asyncio.gather(*(self._one(n, message, recipients) for n in chosen))
+        return {getattr(n, "name", type(n).__name__): ok for n, ok in zip(chosen, results)}
+
+    async def notify(self, decision: Decision, session: Session, *, keepalive_url: str,
+                     hub_name: str = "JupyterHub",
+                     now: dt.datetime | None = None) -> dict[str, bool]:
+        """Builds the message for `decision` and sends it."""
+        return await self.send(Message.build(decision, session, keepalive_url=keepalive_url,
+                                             hub_name=hub_name, now=now, dry_run=self.dry_run))
+
+
+def make_notifiers(specs: Iterable[Mapping[str, Any]]) -> list[Notifier]:
+    """Notifiers from config dicts: ``{"type": "log"|"webhook"|"slack"|"email", ...kwargs}``."""
+    out: list[Notifier] = []
+    for spec in specs:
+        kwargs = dict(spec)
+        kind = kwargs.pop("type")
+        if kind == "log":
+            out.append(LogNotifier(**kwargs))
+        elif kind == "webhook":
+            out.append(WebhookNotifier(**kwargs))
+        elif kind == "slack":
+            out.append(WebhookNotifier(slack=True, **kwargs))
+        elif kind == "email":
+            out.append(EmailNotifier(**kwargs))
+        else:
+            raise ValueError(f"unknown notifier type {kind!r}")
+    return out

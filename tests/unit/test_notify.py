@@ -1,0 +1,289 @@
+"""Notifications: message content, real SMTP (aiosmtpd) and webhook (aiohttp) receivers,
+dry-run routing, failure isolation, no secrets in logs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import email
+import email.policy
+import logging
+import socket
+
+import pytest
+from aiohttp import web
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult
+
+from jupyterhub_gpu_reclaim.notify import (
+    Dispatcher, EmailNotifier, LogNotifier, Message, WebhookNotifier, redact_url,
+)
+from jupyterhub_gpu_reclaim.observations import Decision, Session
+
+pytestmark = pytest.mark.timeout(15)
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2024, 5, 1, 14, 0, tzinfo=UTC)
+KEEP_URL = "https://hub.example.org/services/gpu-reclaim/keepalive"
+PASSWORD = "s3cr3t-Pa55word"
+TOKEN = "T0KEN-abc123"
+
+
+def our_logs(caplog) -> str:
+    """Log text, less the test receivers' own logs (aiosmtpd, aiohttp's access log)."""
+    return "\n".join(r.getMessage() for r in caplog.records
+                     if not r.name.startswith(("mail.log", "aiohttp.access", "aiohttp.server")))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def session(user="alice", server="") -> Session:
+    return Session(id=f"{user}/{server}", user=user, server=server, gpus=1,
+                   started=NOW - dt.timedelta(hours=3))
+
+
+def warn_decision(sess: Session) -> Decision:
+    return Decision(sess.id, "warn", "gpu-idle", "the GPU has been idle for 60 minutes",
+                    reclaim_at=NOW + dt.timedelta(minutes=30),
+                    evidence={"gpus": 1, "idle_since": "2024-05-01T12:55:00Z",
+                              "window_max_util": 2.0, "window_minutes": 60.0,
+                              "latest_util": [0.0], "never_used": False,
+                              "last_used": "2024-05-01T12:55:00Z", "idle_gpus": [0]})
+
+
+def warning(user="alice", server="", dry_run=False) -> Message:
+    s = session(user, server)
+    return Message.build(warn_decision(s), s, keepalive_url=KEEP_URL, hub_name="TestHub",
+                         now=NOW, dry_run=dry_run)
+
+
+# --- message content ---------------------------------------------------------------------
+
+def test_warning_message_has_every_required_part():
+    m = warning("alice", "big")
+    assert m.event == "warning"
+    assert "alice" in m.subject and "big" in m.subject and "2024-05-01 14:30 UTC" in m.subject
+    t = m.text
+    assert "alice" in t and "alice/big" in t                          # the session
+    assert "gpu-idle" in t and "idle for 60 minutes" in t             # rule + reason
+    assert "idle since: 2024-05-01T12:55:00Z" in t                    # evidence
+    assert "2%" in t and "0%" in t                                    # utilization
+    assert "2024-05-01 14:30 UTC" in t and "in 30 minutes" in t       # reclaim time
+    assert KEEP_URL in t                                              # how to keep it
+    assert "home directory" in t                                      # what is kept
+    for lost in ("running processes", "kernel state and variables", "GPU memory",
+                 "/tmp", "packages installed outside"):
+        assert lost in t
+    assert "dry run" not in t.lower()
+
+
+def test_times_are_utc_even_from_other_zones():
+    s = session()
+    tz = dt.timezone(dt.timedelta(hours=2))
+    d = Decision(s.id, "warn", "gpu-never-used", "never used",
+                 reclaim_at=dt.datetime(2024, 5, 1, 16, 30, tzinfo=tz), evidence={"never_used": True})
+    m = Message.build(d, s, keepalive_url=KEEP_URL, now=dt.datetime(2024, 5, 1, 16, 0, tzinfo=tz))
+    assert m.reclaim_at == dt.datetime(2024, 5, 1, 14, 30, tzinfo=UTC)
+    assert "2024-05-01 14:30 UTC" in m.text and "in 30 minutes" in m.text
+    assert m.payload()["reclaim_at"] == "2024-05-01T14:30:00Z"
+    assert "not been used" in m.text
+    assert "default server" in m.subject
+
+
+def test_reclaim_message_and_invalid_actions():
+    s = session()
+    d = Decision(s.id, "reclaim", "gpu-idle", "idle", reclaim_at=None, evidence={})
+    m = Message.build(d, s, keepalive_url=KEEP_URL, now=NOW)
+    assert m.event == "reclaim" and "was stopped" in m.subject and "2024-05-01 14:00 UTC" in m.text
+    assert "GPU memory" in m.text and "home directory" in m.text
+    with pytest.raises(ValueError):
+        Message.build(Decision(s.id, "keep", "gpu-active", "busy"), s, keepalive_url=KEEP_URL)
+
+
+def test_dry_run_message_says_so():
+    m = warning(dry_run=True)
+    assert m.subject.startswith("[dry run]") and "nothing is stopped" in m.text
+
+
+def test_redact_url():
+    assert redact_url(f"https://hooks.slack.com/services/T0/B0/{TOKEN}?x=1") == \
+        "https://hooks.slack.com/…"
+
+
+# --- real receivers ----------------------------------------------------------------------
+
+class Collect:
+    def __init__(self):
+        self.messages = []
+
+    async def handle_DATA(self, server, sess, envelope):
+        self.messages.append((envelope.rcpt_tos,
+                              email.message_from_bytes(envelope.content, policy=email.policy.default)))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp():
+    handler = Collect()
+    logins = []
+
+    def authenticator(server, sess, envelope, mechanism, auth_data):
+        logins.append(auth_data.login)
+        ok = auth_data.login == b"mailer" and auth_data.password == PASSWORD.encode()
+        return AuthResult(success=ok, handled=False)
+
+    port = free_port()
+    ctl = Controller(handler, hostname="127.0.0.1", port=port, authenticator=authenticator,
+                     auth_require_tls=False)
+    ctl.start()
+    handler.port = port
+    handler.logins = logins
+    yield handler
+    ctl.stop()
+
+
+@pytest.fixture
+async def hook():
+    got = []
+
+    async def receive(request):
+        got.append((request.path, await request.json()))
+        return web.Response(text="ok")
+
+    async def fail(request):
+        return web.Response(status=500, text="boom")
+
+    app = web.Application()
+    app.router.add_post("/hook", receive)
+    app.router.add_post("/fail", fail)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield f"http://127.0.0.1:{port}", got
+    await runner.cleanup()
+
+
+def mailer(smtp, **kw) -> EmailNotifier:
+    return EmailNotifier("127.0.0.1", smtp.port, sender="reclaim@hub.example.org",
+                         username="mailer", password=PASSWORD, starttls=False, timeout=5, **kw)
+
+
+async def test_email_reaches_a_real_smtp_server(smtp, caplog):
+    caplog.set_level(logging.DEBUG)
+    d = Dispatcher([mailer(smtp, address_template="{user}@uni.example")], ["ops@hub.example.org"])
+    assert await d.send(warning("alice", "big")) == {"email": True}
+    assert not d.errors and smtp.logins == [b"mailer", b"mailer"]
+    by_to = {m["To"]: (rcpt, m) for rcpt, m in smtp.messages}
+    assert set(by_to) == {"alice@uni.example", "ops@hub.example.org"}
+    rcpt, m = by_to["alice@uni.example"]
+    assert rcpt == ["alice@uni.example"]
+    assert m["From"] == "reclaim@hub.example.org"
+    assert "2024-05-01 14:30 UTC" in m["Subject"] and "alice" in m["Subject"]
+    body = m.get_content()
+    assert KEEP_URL in body and "gpu-idle" in body and "GPU memory" in body
+    assert PASSWORD not in our_logs(caplog)
+
+
+async def test_email_address_function_and_bad_password(smtp, caplog):
+    caplog.set_level(logging.DEBUG)
+    n = mailer(smtp, address_template=lambda u: None if u == "nomail" else f"{u}@x.example")
+    n._password = "wrong-" + PASSWORD
+    d = Dispatcher([n], [], copy_admins=False)
+    assert await d.send(warning("bob")) == {"email": False}
+    assert d.errors["email"] == 1 and not smtp.messages
+    assert PASSWORD not in our_logs(caplog) and "failed" in our_logs(caplog)
+    n._password = PASSWORD
+    assert await Dispatcher([n], []).send(warning("nomail")) == {"email": True}
+    assert not smtp.messages  # no address: nothing sent, no error
+
+
+async def test_webhook_json_and_slack_form(hook):
+    base, got = hook
+    d = Dispatcher([WebhookNotifier(f"{base}/hook?token={TOKEN}"),
+                    WebhookNotifier(f"{base}/hook", slack=True, headers={"X-Test": "1"})],
+                   ["ops"])
+    assert await d.send(warning("alice", "big")) == {"webhook": True, "slack": True}
+    bodies = [b for _, b in got]
+    full = next(b for b in bodies if "event" in b)
+    slack = next(b for b in bodies if "event" not in b)
+    assert full["event"] == "warning" and full["session"] == "alice/big"
+    assert full["user"] == "alice" and full["rule"] == "gpu-idle"
+    assert full["reclaim_at"] == "2024-05-01T14:30:00Z"
+    assert full["evidence"]["idle_since"] == "2024-05-01T12:55:00Z"
+    assert KEEP_URL in full["text"] and full["recipients"] == ["alice", "ops"]
+    assert set(slack) == {"text"} and KEEP_URL in slack["text"] and "alice/big" in slack["text"]
+
+
+async def test_failing_webhooks_are_counted_and_email_still_goes(hook, smtp, caplog):
+    caplog.set_level(logging.DEBUG)
+    base, got = hook
+    dead = f"http://127.0.0.1:{free_port()}/hook?token={TOKEN}"
+    d = Dispatcher([WebhookNotifier(f"{base}/fail?token={TOKEN}", name="hook500"),
+                    WebhookNotifier(dead, timeout=2, name="refused"),
+                    mailer(smtp), LogNotifier()], ["ops@hub.example.org"])
+    result = await d.send(warning())
+    assert result == {"hook500": False, "refused": False, "email": True, "log": True}
+    assert d.errors == {"hook500": 1, "refused": 1}
+    assert len(smtp.messages) == 2
+    assert "HTTP 500" in our_logs(caplog)
+    assert TOKEN not in our_logs(caplog) and PASSWORD not in our_logs(caplog)
+
+
+async def test_a_raising_notifier_never_stops_the_others():
+    class Broken:
+        name = "broken"
+
+        async def send(self, message, recipients):
+            raise RuntimeError(f"password={PASSWORD}")
+
+    class Keep:
+        name = "keep"
+
+        def __init__(self):
+            self.calls = []
+
+        async def send(self, message, recipients):
+            self.calls.append(list(recipients))
+
+    keep = Keep()
+    d = Dispatcher([Broken(), keep], ["root"])
+    assert await d.send(warning()) == {"broken": False, "keep": True}
+    assert d.errors["broken"] == 1 and keep.calls == [["alice", "root"]]
+
+
+# --- routing -----------------------------------------------------------------------------
+
+class Record:
+    name = "rec"
+
+    def __init__(self):
+        self.calls = []
+
+    async def send(self, message, recipients):
+        self.calls.append(list(recipients))
+
+
+async def test_routing_normal_and_dry_run(caplog):
+    caplog.set_level(logging.INFO)
+    r = Record()
+    await Dispatcher([r], ["root", "ops"]).send(warning())
+    await Dispatcher([r], ["root"], copy_admins=False).send(warning())
+    await Dispatcher([r], ["root"]).send(warning(dry_run=True))
+    await Dispatcher([r], ["root"], users_in_dry_run=True).send(warning(dry_run=True))
+    assert r.calls == [["alice", "root", "ops"], ["alice"], ["root"], ["root", "alice"]]
+    # dry run, no admins: nobody to tell, but the log still records it
+    r2, logn = Record(), LogNotifier()
+    assert await Dispatcher([r2, logn], []).send(warning(dry_run=True)) == {"log": True}
+    assert r2.calls == [] and "warning for alice/" in caplog.text
+
+
+async def test_dispatcher_dry_run_flag_builds_dry_run_messages():
+    r = Record()
+    d = Dispatcher([r], ["root"], dry_run=True)
+    s = session("carol")
+    await d.notify(warn_decision(s), s, keepalive_url=KEEP_URL, now=NOW)
+    assert r.calls == [["root"]]

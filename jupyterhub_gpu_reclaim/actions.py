@@ -145,42 +145,50 @@ class HubStopper(HttpSource):
         except aiohttp.ClientError as e:
             raise _Transient(f"{type(e).__name__}: {e}") from None
 
+    async def _poll(self, check: Callable[[], Awaitable[tuple[bool, str]]], failure: str) -> tuple[bool, str]:
+        """Call `check` (→ done?, what is still wrong) every poll_interval until it is done
+        or stop_timeout has passed."""
+        deadline = time.monotonic() + self.stop_timeout
+        while True:
+            done, last = await check()
+            if done:
+                return True, ""
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, f"{failure} within {self.stop_timeout:g} s: {last}"
+            await asyncio.sleep(min(self.poll_interval, left))
+
     async def _wait_hub(self, user: str, server: str) -> tuple[bool, str]:
         """Poll the user model until the server is no longer listed (or marked stopped)."""
-        deadline = time.monotonic() + self.stop_timeout
-        url, last = self._user_url(user), "still listed"
-        while True:
+        url = self._user_url(user)
+
+        async def stopped() -> tuple[bool, str]:
             try:
                 model = await get_json(self._client(), url, source="hub", timeout=self.request_timeout)
-                spec = ((model or {}).get("servers") or {}).get(server)
-                if spec is None or spec.get("stopped"):
-                    return True, ""
-                last = f"still listed (pending={spec.get('pending')!r}, ready={spec.get('ready')!r})"
             except SignalError as e:
                 if e.status == 404:  # the user itself is gone
                     return True, ""
-                last = f"polling failed: {e.message}"
-                log.warning("stop %s/%s: %s", user, server, last)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False, f"hub did not finish the stop within {self.stop_timeout:g} s: {last}"
-            await asyncio.sleep(min(self.poll_interval, left))
+                log.warning("stop %s/%s: polling failed: %s", user, server, e.message)
+                return False, f"polling failed: {e.message}"
+            spec = ((model or {}).get("servers") or {}).get(server)
+            if spec is None or spec.get("stopped"):
+                return True, ""
+            return False, f"still listed (pending={spec.get('pending')!r}, ready={spec.get('ready')!r})"
+
+        return await self._poll(stopped, "hub did not finish the stop")
 
     async def _wait_pod(self, user: str, server: str) -> tuple[bool, str]:
-        deadline = time.monotonic() + self.stop_timeout
-        last = "pod still present"
-        while True:
+        async def gone() -> tuple[bool, str]:
             try:
                 if await self.pod_gone(user, server):  # type: ignore[misc]
                     return True, ""
-                last = "pod still present"
+                return False, "pod still present"
             except Exception as e:  # a failing check is not a freed GPU
                 last = f"pod check failed: {type(e).__name__}: {e}"
                 log.warning("stop %s/%s: %s", user, server, last)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False, f"hub stopped the server but its pod was not gone within {self.stop_timeout:g} s: {last}"
-            await asyncio.sleep(min(self.poll_interval, left))
+                return False, last
+
+        return await self._poll(gone, "hub stopped the server but its pod was not gone")
 
 
 def _message(text: str) -> str:

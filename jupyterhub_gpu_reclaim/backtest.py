@@ -51,10 +51,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
-import re
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable
 
+from .durations import parse_duration
 from .observations import Intent, Sample, Session, SessionView, Warning
 from .trace import (
     IntentEvent,
@@ -372,37 +372,6 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     return value
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)")
-_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(value: Any) -> dt.timedelta:
-    """Seconds (a number or numeric string) or "90s", "30m", "2h", "1d", "1h30m"."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"negative duration: {value!r}")
-        return dt.timedelta(seconds=value)
-    if isinstance(value, dt.timedelta):
-        return value
-    if isinstance(value, str):
-        text = value.strip().lower().replace(" ", "")
-        try:
-            return parse_duration(float(text))
-        except ValueError:
-            pass
-        pos, total = 0, 0.0
-        for m in _DURATION.finditer(text):
-            if m.start() != pos:
-                break
-            total += float(m.group(1)) * _UNITS[m.group(2)]
-            pos = m.end()
-        if text and pos == len(text):
-            return dt.timedelta(seconds=total)
-    raise ValueError(f"not a duration (seconds, or like 30m, 2h, 1h30m): {value!r}")
 
 
 def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:

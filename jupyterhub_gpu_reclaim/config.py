@@ -36,6 +36,7 @@ from typing import Any, Sequence
 from traitlets import Bool, Float, Int, Set, TraitError, TraitType, Unicode, default, validate
 from traitlets.config import Application, Config
 
+from .durations import parse_duration
 from .policy import PolicyConfig
 
 CONFIG_FILE = "gpu_reclaim_config.py"
@@ -88,10 +89,6 @@ class Duration(TraitType):
     info_text = 'a duration: seconds (>= 0) or a string like "30m", "2h", "1h30m"'
 
     def validate(self, obj: Any, value: Any) -> float:
-        from .backtest import parse_duration
-
-        if isinstance(value, bool):
-            self.error(obj, value)
         try:
             seconds = parse_duration(value).total_seconds()
         except (TypeError, ValueError):

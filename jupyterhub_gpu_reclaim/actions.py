@@ -100,19 +100,11 @@ class HubStopper(HttpSource):
                     r.seconds, f" ({detail})" if detail else "")
             return r
 
-        attempts, status, text = 0, None, ""
-        while True:
-            attempts += 1
-            try:
-                status, text = await self._delete(user, server)
-                break
-            except _Transient as e:
-                if attempts > self.retries:
-                    return result("failed", attempts, f"hub DELETE gave up: {e}")
-                delay = self.backoff * 2 ** (attempts - 1)
-                log.warning("stop %s: attempt %d failed (%s); retrying in %.2f s", sid, attempts, e, delay)
-                await asyncio.sleep(delay)
-
+        status, text, attempts = await self._delete_retrying(
+            self._server_url(user, server),
+            {"remove": True} if (server and self.remove_named_servers) else None, f"stop {sid}")
+        if status is None:
+            return result("failed", attempts, f"hub DELETE gave up: {text}")
         if status == 404 or (status == 400 and "not running" in text.lower()):
             return result("already-stopped", attempts, f"hub DELETE: HTTP {status}: {_message(text)}")
         if status not in (202, 204):
@@ -128,9 +120,39 @@ class HubStopper(HttpSource):
                 return result("stuck", attempts, detail)
         return result("stopped", attempts, "" if status == 204 else "after pending stop")
 
-    async def _delete(self, user: str, server: str) -> tuple[int, str]:
-        url = self._server_url(user, server)
-        body = {"remove": True} if (server and self.remove_named_servers) else None
+    async def delete_user(self, user: str) -> StopResult:
+        """`DELETE {api}/users/{u}` (--cull-users), retried like a stop: "stopped" when the
+        hub deleted the user, "already-stopped" when it was gone, else "failed"."""
+        t0 = time.monotonic()
+        status, text, attempts = await self._delete_retrying(self._user_url(user), None,
+                                                             f"delete user {user}")
+        outcome: Outcome = ("stopped" if status in (200, 202, 204) else
+                            "already-stopped" if status == 404 else "failed")
+        detail = ("" if outcome == "stopped" else f"hub DELETE user gave up: {text}" if status is None
+                  else f"hub DELETE user: HTTP {status}: {_message(text)}")
+        log.log(logging.INFO if outcome != "failed" else logging.WARNING,
+                "delete user %s: %s%s", user, outcome, f" ({detail})" if detail else "")
+        return StopResult(outcome, attempts, round(time.monotonic() - t0, 3), detail)
+
+    async def _delete_retrying(self, url: str, body: dict[str, Any] | None,
+                               what: str) -> tuple[int | None, str, int]:
+        """DELETE with retries: (status, body text, attempts); status None when every
+        attempt failed transiently (the text says why)."""
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                status, text = await self._request(url, body)
+                return status, text, attempts
+            except _Transient as e:
+                if attempts > self.retries:
+                    return None, str(e), attempts
+                delay = self.backoff * 2 ** (attempts - 1)
+                log.warning("%s: attempt %d failed (%s); retrying in %.2f s", what, attempts, e, delay)
+                await asyncio.sleep(delay)
+
+    async def _request(self, url: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
+        """One DELETE; raises _Transient for what a retry may cure."""
         try:
             async with self._client().delete(
                     URL(url, encoded=True), data=json.dumps(body) if body is not None else None,

@@ -451,7 +451,8 @@ def format_report(report: dict[str, Any]) -> str:
     s = report["summary"]
     tr = report["trace"]
     lines = [
-        f"Trace: {tr['sessions']} sessions, {tr['start']} to {tr['end']}",
+        f"Trace: {tr['sessions']} sessions, {tr['start']} to {tr['end']}"
+        + (f" ({tr['source']})" if tr.get("source") else ""),
         f"GPU-hours held: {s['gpu_hours_held']:.1f}",
         f"Warnings: {s['warnings']}    Reclaims: {s['reclaims']}    "
         f"GPU-hours freed: {s['gpu_hours_freed']:.1f}    Holds: {len(report['holds'])}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import sys
 from typing import Sequence
 
@@ -19,24 +20,154 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+# store.DEFAULT_URL, the service's --store-url default (not imported: sqlalchemy is slow to load)
+DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
+
+
 def _backtest(args: argparse.Namespace) -> int:
     import json
 
-    from .backtest import ConfigError, backtest, format_report, load_policy_config
+    from .backtest import ConfigError, backtest, format_report, load_policy_config, replay
     from .trace import TraceError
 
+    def fail(message: str) -> int:
+        print(f"jupyterhub-gpu-reclaim backtest: {message}", file=sys.stderr)
+        return 2
+
+    if not args.from_store:
+        given = [opt for opt, value in (("--store", args.store), ("--since", args.since),
+                                        ("--until", args.until)) if value is not None]
+        if given:
+            return fail(f"{', '.join(given)} only go{'es' if len(given) == 1 else ''} with --from-store")
     try:
         config = load_policy_config(args.config) if args.config else None
-        report = backtest(args.trace, config=config)
-    except (TraceError, ConfigError) as e:
-        print(f"jupyterhub-gpu-reclaim backtest: {e}", file=sys.stderr)
-        return 2
+    except ConfigError as e:
+        return fail(str(e))
+    if not args.from_store:
+        try:
+            report = backtest(args.trace, config=config)
+        except TraceError as e:
+            return fail(str(e))
+        report["trace"]["source"] = f"trace {args.trace}"
+    else:
+        try:
+            report = _backtest_from_store(args, config, replay)
+        except _BacktestError as e:
+            return fail(str(e))
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(format_report(report))
     return 0
+
+
+class _BacktestError(Exception):
+    """A --from-store problem, said in one line."""
+
+
+def _parse_when(text: str, option: str, now: dt.datetime) -> dt.datetime:
+    """A duration back from ``now`` ("7d", "36h", "1h30m") or an ISO 8601 time (UTC when
+    it has no offset)."""
+    from .durations import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    except OverflowError:
+        raise _BacktestError(f"{option} {text}: too far back") from None
+    iso = text.strip()
+    if iso[-1:] in ("Z", "z"):  # fromisoformat takes "Z" only from Python 3.11
+        iso = iso[:-1] + "+00:00"
+    try:
+        when = dt.datetime.fromisoformat(iso)
+    except ValueError:
+        raise _BacktestError(f"{option} {text!r}: not a duration back from now (7d, 36h, 1h30m) "
+                             "or an ISO 8601 time (2026-11-02T08:00:00Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc)
+
+
+def _existing_sqlite_store(url: str) -> None:
+    """Refuse a SQLite store that does not exist or is not a gpu-reclaim store before
+    Store.open, which would create one: a backtest never writes a database."""
+    import os
+    import sqlite3
+
+    from .store import StoreError, _make_url
+
+    try:
+        parsed = _make_url(url)
+    except StoreError as e:
+        raise _BacktestError(str(e)) from None
+    if parsed.get_backend_name() != "sqlite":
+        return
+    name = parsed.render_as_string(hide_password=True)
+    path = parsed.database or ""
+    if parsed.query.get("uri") in ("true", "1") and path.startswith("file:"):
+        path = path[len("file:"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        raise _BacktestError(f"store {name} names no database file")
+    if not os.path.exists(path):
+        raise _BacktestError(f"store {name}: no such file {os.path.abspath(path)} (--store takes the "
+                             "database the service writes, its --store-url)")
+    if not os.path.isfile(path):
+        raise _BacktestError(f"store {name}: {os.path.abspath(path)} is not a file")
+    try:
+        conn = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
+        try:
+            found = conn.execute("select 1 from sqlite_master where type = 'table' "
+                                 "and name = 'schema_version'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise _BacktestError(f"store {name}: cannot read the database: {e}") from None
+    if found is None:
+        raise _BacktestError(f"store {name}: not a gpu-reclaim store (no schema_version table)")
+
+
+def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> dict:
+    from sqlalchemy import exc as sa_exc
+
+    from .store import Store, StoreError
+    from .trace import TraceError, TraceSample, format_time
+
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    since = _parse_when(args.since if args.since is not None else "7d", "--since", now)
+    until = _parse_when(args.until, "--until", now) if args.until is not None else now
+    if since >= until:
+        raise _BacktestError(f"--since {format_time(since)} is not before --until {format_time(until)}")
+    url = args.store if args.store is not None else DEFAULT_STORE_URL
+    _existing_sqlite_store(url)
+    try:
+        store = Store.open(url)
+    except StoreError as e:
+        raise _BacktestError(str(e)) from None
+    samples = 0
+
+    def counted(records):
+        nonlocal samples
+        for record in records:
+            if isinstance(record, TraceSample):
+                samples += 1
+            yield record
+
+    try:
+        report = replay(counted(store.export_records(since, until)), config=config)
+    except (TraceError, ValueError) as e:
+        raise _BacktestError(f"store {store.name}: {e}") from None
+    except sa_exc.SQLAlchemyError as e:
+        reason = getattr(e, "orig", None) or e
+        raise _BacktestError(f"store {store.name}: cannot read the observations: {reason}") from None
+    finally:
+        store.close()
+    if samples == 0:
+        raise _BacktestError(f"store {store.name} has no observations from {format_time(since)} "
+                             f"to {format_time(until)}")
+    report["trace"]["source"] = f"store {store.name}"
+    return report
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,11 +205,33 @@ def build_parser() -> argparse.ArgumentParser:
     backtest = sub.add_parser(
         "backtest",
         help="replay a session trace through the reclaim policy",
-        description="Replay a session trace (JSON Lines, ../shared/traces/FORMAT.md) through the "
-        "reclaim policy on a virtual clock and report its warnings, reclaims and holds, scored "
-        "against the trace's labels and compared with idle-culler's rule and a 0%%-GPU-for-2h rule.",
+        description="Replay a session trace (JSON Lines, ../shared/traces/FORMAT.md), or with "
+        "--from-store the observations the service recorded, through the reclaim policy on a "
+        "virtual clock and report its warnings, reclaims and holds, scored against the trace's "
+        "labels and compared with idle-culler's rule and a 0%-GPU-for-2h rule.",
     )
-    backtest.add_argument("--trace", required=True, metavar="FILE", help="the trace file")
+    source = backtest.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", metavar="FILE", help="the trace file")
+    source.add_argument(
+        "--from-store", action="store_true",
+        help="replay the observations the service recorded in its store (--store) from --since "
+        "to --until, e.g. under another --config: what would a 9%% threshold have done last week?",
+    )
+    backtest.add_argument(
+        "--store", metavar="URL",
+        help="with --from-store: the store's SQLAlchemy URL or SQLite file, the database the "
+        "service's --store-url names (default: %s); it is only read" % DEFAULT_STORE_URL.replace("%", "%%"),
+    )
+    backtest.add_argument(
+        "--since", metavar="WHEN",
+        help="with --from-store: start of the replay, a duration back from now (7d, 36h, 1h30m) or "
+        "an ISO 8601 time, UTC unless it has an offset (default: 7d)",
+    )
+    backtest.add_argument(
+        "--until", metavar="WHEN",
+        help="with --from-store: end of the replay, a duration back from now or an ISO 8601 time "
+        "(default: now)",
+    )
     backtest.add_argument(
         "--config", metavar="FILE",
         help='JSON or YAML object of policy settings to override, e.g. '

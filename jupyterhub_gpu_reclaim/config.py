@@ -33,11 +33,14 @@ import sys
 from textwrap import dedent
 from typing import Any, Sequence
 
-from traitlets import Bool, Float, Int, Set, TraitError, TraitType, Unicode, default, validate
+from traitlets import (Bool, Dict, Enum, Float, Int, List, Set, TraitError, TraitType, Unicode,
+                       default, validate)
 from traitlets.config import Application, Config
 
 from .durations import parse_duration
 from .policy import PolicyConfig
+from .signals.prometheus import DEFAULT_QUERY
+from .store import DEFAULT_URL as DEFAULT_STORE_URL
 
 CONFIG_FILE = "gpu_reclaim_config.py"
 
@@ -46,6 +49,15 @@ IDLE_CULLER_OPTIONS = (
     "api_page_size", "concurrency", "cull_admin_users", "cull_default_servers",
     "cull_every", "cull_named_servers", "cull_users", "internal_certs_location",
     "max_age", "remove_named_servers", "ssl_enabled", "timeout", "url",
+)
+
+# The service's own options beyond the policy (trait names).
+SERVICE_OPTIONS = (
+    "namespace", "kubeconfig", "pod_label_selector", "prometheus_url", "prometheus_query",
+    "prometheus_pod_label", "dcgm_exporter_urls", "gpu_request_timeout", "probe_kernels",
+    "kernel_probe_timeout", "stop_timeout", "verify_pod_gone", "store_url",
+    "observation_retention", "admin_recipients", "copy_admins", "notify_users_in_dry_run",
+    "keepalive_url", "hub_name", "bind_url",
 )
 
 # The GPU policy options: trait name -> PolicyConfig field.
@@ -307,6 +319,206 @@ class GpuReclaim(Application):
             """),
     ).tag(config=True)
 
+    # ------------------------------------------------------------------ signals
+
+    namespace = Unicode(
+        help=_help("""
+            The Kubernetes namespace of the single-user pods (the hub's namespace).
+
+            Default: the POD_NAMESPACE environment variable, else the namespace of the
+            service account the service runs under, else "default".
+            """),
+    ).tag(config=True)
+
+    @default("namespace")
+    def _namespace_default(self) -> str:
+        if os.environ.get("POD_NAMESPACE"):
+            return os.environ["POD_NAMESPACE"]
+        try:
+            with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+                return f.read().strip() or "default"
+        except OSError:
+            return "default"
+
+    kubeconfig = Unicode(
+        "",
+        help=_help("""
+            A kubeconfig file for reading pods. Default: the in-cluster service account,
+            else $KUBECONFIG / ~/.kube/config. Needs get/list/watch on pods.
+            """),
+    ).tag(config=True)
+
+    pod_label_selector = Unicode(
+        "component=singleuser-server",
+        help=_help("""
+            Label selector of the single-user pods (KubeSpawner's default labels).
+            """),
+    ).tag(config=True)
+
+    prometheus_url = Unicode(
+        "",
+        help=_help("""
+            Prometheus base URL (e.g. http://prometheus-server) to read GPU utilization
+            from with one query per cycle. Leave empty to scrape --dcgm-exporter-urls
+            directly. With neither, GPU sessions are held (never reclaimed) for lack of data.
+            """),
+    ).tag(config=True)
+
+    prometheus_query = Unicode(
+        DEFAULT_QUERY,
+        help=_help("""
+            The PromQL instant query for per-GPU utilization (and framebuffer use). The
+            default reads DCGM_FI_DEV_GPU_UTIL, falls back to DCGM_FI_PROF_GR_ENGINE_ACTIVE
+            where it is missing (MIG), and DCGM_FI_DEV_FB_USED.
+            """),
+    ).tag(config=True)
+
+    prometheus_pod_label = Enum(
+        ["auto", "pod", "exported_pod"], "auto",
+        help=_help("""
+            Which label names the pod holding a GPU: "exported_pod" when Prometheus scrapes
+            dcgm-exporter with honor_labels: false (the default), "pod" with honor_labels:
+            true; "auto" picks per answer.
+            """),
+    ).tag(config=True)
+
+    dcgm_exporter_urls = List(
+        Unicode(),
+        help=_help("""
+            dcgm-exporter /metrics URLs to scrape directly each cycle, for clusters without
+            Prometheus (one per GPU node, or a Service).
+            """),
+    ).tag(config=True)
+
+    gpu_request_timeout = Float(
+        10.0,
+        help=_help("""
+            Seconds to wait for Prometheus or a dcgm-exporter before counting the GPU data
+            of that cycle missing.
+            """),
+    ).tag(config=True)
+
+    probe_kernels = Bool(
+        True,
+        help=_help("""
+            Ask GPU sessions whose GPUs look idle for their kernels and terminals
+            (GET /api/kernels?no_track_activity=1), so a busy kernel keeps the session.
+            The probe goes to the pod's own address (the proxy would move the hub's
+            last_activity); on z2jh the service needs the label
+            hub.jupyter.org/network-access-singleuser=true. Needs the scope access:servers.
+            """),
+    ).tag(config=True)
+
+    kernel_probe_timeout = Float(
+        5.0,
+        help=_help("""
+            Seconds to wait for a server's kernel list; a server that does not answer has
+            no kernel data and is held, not reclaimed.
+            """),
+    ).tag(config=True)
+
+    # ------------------------------------------------------------------ actions, store
+
+    stop_timeout = Duration(
+        300.0,
+        help=_help("""
+            How long a stop may take (the hub's stop, then the pod's removal) before it is
+            reported as stuck (log, metric, store) and retried next cycle (seconds or "5m").
+            """),
+    ).tag(config=True)
+
+    verify_pod_gone = Bool(
+        True,
+        help=_help("""
+            After the hub stops a server, wait until its pod is gone, so the GPU is really
+            free before the reclaim counts as done.
+            """),
+    ).tag(config=True)
+
+    store_url = Unicode(
+        DEFAULT_STORE_URL,
+        help=_help("""
+            Where intents, warnings, reclaims and observations are kept: any SQLAlchemy URL
+            (sqlite:///path, postgresql://...). Default: gpu_reclaim.sqlite in the working
+            directory. `backtest --from-store --store URL` reads the same database.
+            """),
+    ).tag(config=True)
+
+    observation_retention = Duration(
+        14 * 86400.0,
+        help=_help("""
+            How long the observations of each cycle are kept for `backtest --from-store`
+            (seconds or "14d"). Intents, warnings and reclaims are kept.
+            """),
+    ).tag(config=True)
+
+    # ------------------------------------------------------------------ notifications
+
+    notifiers = List(
+        Dict(),
+        [{"type": "log"}],
+        help=_help("""
+            Where warnings and reclaim notices go: a list of {"type": ..., options}.
+            {"type": "log"}; {"type": "webhook", "url": ...} (JSON); {"type": "slack",
+            "url": ...} (Slack-compatible text); {"type": "email", "host": ..., "port":
+            ..., "sender": ..., "domain": ... or "addresses": {user: address},
+            "username"/"password", "starttls"/"use_tls"}.
+            """),
+    ).tag(config=True)
+
+    admin_recipients = List(
+        Unicode(),
+        help=_help("""
+            Who gets a copy of every warning and reclaim notice (user names or e-mail
+            addresses), and the only recipients in --dry-run.
+            """),
+    ).tag(config=True)
+
+    copy_admins = Bool(
+        True,
+        help=_help("""
+            Send --admin-recipients a copy of the notices users get.
+            """),
+    ).tag(config=True)
+
+    notify_users_in_dry_run = Bool(
+        False,
+        help=_help("""
+            In --dry-run, warn the users too (not only the admins).
+            """),
+    ).tag(config=True)
+
+    keepalive_url = Unicode(
+        help=_help("""
+            The keep-alive page linked from every warning. Default: this service's
+            keepalive page (JUPYTERHUB_PUBLIC_URL, else JUPYTERHUB_SERVICE_PREFIX, + "keepalive").
+            """),
+    ).tag(config=True)
+
+    @default("keepalive_url")
+    def _keepalive_default(self) -> str:
+        base = os.environ.get("JUPYTERHUB_PUBLIC_URL") or os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "")
+        return (base.rstrip("/") + "/keepalive") if base else ""
+
+    hub_name = Unicode(
+        "JupyterHub",
+        help=_help("""
+            The hub's name in notices ("Physics GPU Hub").
+            """),
+    ).tag(config=True)
+
+    bind_url = Unicode(
+        help=_help("""
+            Where the service's web server (/metrics, the pages) listens, http://IP:PORT.
+            Default: JUPYTERHUB_SERVICE_URL (set by JupyterHub for a service with a url);
+            empty: no web server.
+            """),
+    ).tag(config=True)
+
+    @default("bind_url")
+    def _bind_url_default(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+
     # ------------------------------------------------------------------ GPU policy
 
     gpu_idle_threshold = Float(
@@ -444,6 +656,7 @@ class GpuReclaim(Application):
         "config": "GpuReclaim.config_file",
         **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in IDLE_CULLER_OPTIONS},
         "dry-run": "GpuReclaim.dry_run",
+        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in SERVICE_OPTIONS},
         **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in POLICY_OPTIONS},
     }
 
@@ -460,7 +673,8 @@ class GpuReclaim(Application):
             for name in (
                 "cull_users", "cull_admin_users", "remove_named_servers",
                 "cull_default_servers", "cull_named_servers", "ssl_enabled", "dry_run",
-                "pressure_only",
+                "pressure_only", "probe_kernels", "verify_pod_gone", "copy_admins",
+                "notify_users_in_dry_run",
             )
         },
     }
@@ -571,6 +785,20 @@ class GpuReclaim(Application):
             f"{loc}/hub-ca/hub-ca.crt",
         )
 
+    def ssl_context(self) -> Any:
+        """The TLS context for the hub and servers with --ssl-enabled (client certificate
+        and CA of internal-ssl); ConfigError when the files cannot be loaded."""
+        import ssl
+
+        key, cert, ca = self.ssl_files()
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"--ssl-enabled: cannot load the internal-ssl files under "
+                              f"{self.internal_certs_location}: {e}") from None
+        return context
+
     def policy_config(self) -> PolicyConfig:
         """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
 
@@ -621,11 +849,25 @@ class GpuReclaim(Application):
             raise ConfigError(f"--url must be an http(s) URL, got {self.url!r}")
         if not self.api_token:
             raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
+        for u in [self.prometheus_url, *self.dcgm_exporter_urls]:
+            if u and not u.startswith(("http://", "https://")):
+                raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
+        if self.bind_url:
+            from urllib.parse import urlsplit
+            parts = urlsplit(self.bind_url)
+            if parts.scheme != "http" or not parts.hostname or not parts.port:
+                raise ConfigError(f"--bind-url must be http://IP:PORT, got {self.bind_url!r}")
+        try:
+            from .notify import make_notifiers
+            make_notifiers(self.notifiers)
+        except (TypeError, ValueError, KeyError) as e:
+            raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
         if self.ssl_enabled:
             missing = [p for p in self.ssl_files() if not os.path.isfile(p)]
             if missing:
                 raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
                                   f"(--internal-certs-location={self.internal_certs_location})")
+            self.ssl_context()
         return policy
 
     # ------------------------------------------------------------------ running
@@ -642,8 +884,12 @@ class GpuReclaim(Application):
         self.run_service(policy)
 
     def run_service(self, policy: PolicyConfig) -> None:
-        """The reclaim loop. Overridden/implemented by the service; not written yet."""
-        raise NotImplementedError("the reclaim loop is not implemented yet")
+        """Run the reclaim loop until SIGTERM or SIGINT."""
+        import asyncio
+
+        from .service import serve
+
+        asyncio.run(serve(self, policy))
 
 
 def _trait_message(e: Exception) -> str:
@@ -665,6 +911,10 @@ def _policy_message(text: str) -> str:
     return text
 
 
+class ServiceError(RuntimeError):
+    """The service cannot run (its store cannot be opened, ...); exit status 1."""
+
+
 def run_app(argv: Sequence[str] | None = None, app_class: type[GpuReclaim] = GpuReclaim) -> int:
     """Run the service application with `argv`; return the exit status.
 
@@ -677,7 +927,7 @@ def run_app(argv: Sequence[str] | None = None, app_class: type[GpuReclaim] = Gpu
     except ConfigError as e:
         print(f"{app.name}: error: {e}", file=sys.stderr)
         return 2
-    except NotImplementedError as e:
+    except ServiceError as e:
         print(f"{app.name}: {e}", file=sys.stderr)
         return 1
     return 0

@@ -457,6 +457,23 @@ def _decide_without_gpu(
                     f"inactive for {_minutes(inactive)}, under the timeout", None, evidence)
 
 
+def decide_user(
+    *, admin: bool, created: dt.datetime | None, last_activity: dt.datetime | None,
+    now: dt.datetime, config: PolicyConfig
+) -> tuple[bool, str]:
+    """jupyterhub-idle-culler 2.0's user rule (--cull-users), for a user none of whose
+    servers is running: delete when inactive (now - last_activity, else now - created)
+    >= timeout and the user is not an admin unless cull_admin_users; else when max-age is
+    set and now - created >= max age. Returns (delete?, why)."""
+    age = now - created if created is not None else None
+    inactive = now - last_activity if last_activity is not None else age
+    if inactive is not None and inactive >= config.cpu_timeout and (config.cull_admin_users or not admin):
+        return True, f"inactive for {_minutes(inactive)} (timeout {_minutes(config.cpu_timeout)})"
+    if config.cpu_max_age and age is not None and age >= config.cpu_max_age:
+        return True, f"age {_minutes(age)} (max age {_minutes(config.cpu_max_age)})"
+    return False, f"inactive for {_minutes(inactive)}" if inactive is not None else "no activity recorded"
+
+
 def decide_all(
     views: Iterable[SessionView], *, now: dt.datetime, pending_gpus: int, config: PolicyConfig
 ) -> list[Decision]:

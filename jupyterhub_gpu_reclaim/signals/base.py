@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import ssl
 from typing import Any
 
 import aiohttp
@@ -24,12 +25,15 @@ class SignalError(Exception):
 
 class HttpSource:
     """A signal that talks HTTP: one client session, opened on first use, with the
-    headers (and TLS settings) of `_new_session`; usable as `async with`."""
+    headers `_headers` and the TLS context `ssl_context` (the hub's internal-ssl, with
+    --ssl-enabled); usable as `async with`."""
 
     _session: aiohttp.ClientSession | None = None
+    ssl_context: ssl.SSLContext | None = None
 
     def _new_session(self) -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(headers=getattr(self, "_headers", None))
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context else None
+        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

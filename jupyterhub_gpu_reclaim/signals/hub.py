@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-import aiohttp
 
 from .base import HttpSource, SignalError, get_json, parse_time
 
@@ -42,6 +41,7 @@ class HubServer:
     url: str = ""  # "/user/alice/" — the path under the proxy's public URL
     user_options: dict[str, Any] = field(default_factory=dict)
     user_last_activity: dt.datetime | None = None
+    user_created: dt.datetime | None = None
 
     @property
     def session_id(self) -> str:
@@ -62,6 +62,7 @@ class HubServer:
             url=server.get("url") or "",
             user_options=dict(server.get("user_options") or {}),
             user_last_activity=parse_time(user.get("last_activity")),
+            user_created=parse_time(user.get("created")),
         )
 
 
@@ -91,13 +92,9 @@ class HubSignal(HttpSource):
         self.timeout = timeout
         self._headers = {"Authorization": f"token {token}"}
         self._semaphore = asyncio.Semaphore(concurrency)
-        self._ssl = ssl_context
+        self.ssl_context = ssl_context
         self._state_filter: bool | None = None
         self.requests = 0  # hub requests made, for benchmarks and metrics
-
-    def _new_session(self) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl else None
-        return aiohttp.ClientSession(headers=self._headers, connector=connector)
 
     async def _get(self, url: str, headers: dict[str, str] | None = None) -> Any:
         async with self._semaphore:
@@ -146,6 +143,13 @@ class HubSignal(HttpSource):
                 log.debug("fetching page %d of /users", pages + 1)
         log.debug("fetched %d users in %d page(s)", len(users), pages)
         return users
+
+    async def inactive_users(self) -> list[dict[str, Any]]:
+        """Users with no active server (`state=inactive`), for --cull-users as the culler
+        does; [] on hubs that cannot filter (their ready listing has every user)."""
+        if not await self._supports_state_filter():
+            return []
+        return await self.users("inactive")
 
     async def ready_servers(self) -> list[HubServer]:
         state_filter = await self._supports_state_filter()

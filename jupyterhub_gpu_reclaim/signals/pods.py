@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,14 @@ def pod_info(pod: dict[str, Any]) -> PodInfo:
     )
 
 
+@dataclass(frozen=True)
+class PodSnapshot:
+    """The single-user pods at one moment: by session id, and the GPUs waited for."""
+
+    by_session: dict[str, PodInfo]
+    pending_gpus: int
+
+
 class PodSignal:
     """`await start()` lists and then watches in the background; `pods` is the current
     view; `stop()` ends the watch. Before the first list succeeds, `pods_now()` raises."""
@@ -112,6 +121,8 @@ class PodSignal:
         self._api: Any = None
         self._task: asyncio.Task | None = None
         self._resource_version: str | None = None
+        self.last_ok: float | None = None  # time.monotonic() when the view was last known current
+        self.failing: str | None = None  # why the watch is down, while it is
 
     async def _connect(self) -> None:
         from kubernetes_asyncio import client, config  # after KUBECONFIG is set
@@ -144,10 +155,15 @@ class PodSignal:
         self.pods = pods
         self._resource_version = resp.metadata.resource_version
         self.relists += 1
+        self.last_ok, self.failing = time.monotonic(), None
         self.synced.set()
         return pods
 
     async def start(self) -> None:
+        """List, then watch in the background. Raises SignalError when the list fails;
+        calling it again once started does nothing."""
+        if self._task is not None:
+            return
         await self.list_once()
         self._task = asyncio.create_task(self._run(), name="pods-watch")
 
@@ -172,6 +188,15 @@ class PodSignal:
         """GPUs requested by pods the scheduler cannot place for lack of nvidia.com/gpu."""
         return sum(p.gpus for p in self.pods_now().values() if p.waits_for_gpu)
 
+    def snapshot(self, max_age: float) -> PodSnapshot:
+        """The current view; SignalError when it was never read, or when the watch has
+        been down for more than `max_age` seconds (the view may be out of date)."""
+        pods = self.pods_now()
+        if self.failing and (self.last_ok is None or time.monotonic() - self.last_ok > max_age):
+            raise SignalError("pods", f"the pod watch has been down for over {max_age:g} s: {self.failing}")
+        return PodSnapshot(by_session={p.session_id: p for p in pods.values() if p.user},
+                           pending_gpus=sum(p.gpus for p in pods.values() if p.waits_for_gpu))
+
     async def _run(self) -> None:
         from kubernetes_asyncio import watch
         from kubernetes_asyncio.client.exceptions import ApiException
@@ -186,11 +211,14 @@ class PodSignal:
                                     _request_timeout=self.watch_timeout + 5) as stream:
                     async for event in stream:
                         self._apply(event)
+                        self.last_ok, self.failing = time.monotonic(), None
                 # the server ended this watch (timeoutSeconds): resume where we were
+                self.last_ok, self.failing = time.monotonic(), None
                 backoff = 0.5
             except asyncio.CancelledError:
                 raise
             except ApiException as e:
+                self.failing = f"watch: HTTP {e.status} {e.reason}"
                 if e.status == 410:
                     log.info("pod watch expired (410 Gone): re-listing")
                 else:
@@ -198,6 +226,7 @@ class PodSignal:
                 await self._relist(backoff)
                 backoff = min(backoff * 2, 30)
             except Exception as e:
+                self.failing = f"watch dropped: {type(e).__name__}: {e}"
                 log.warning("pod watch dropped (%s: %s): re-listing", type(e).__name__, e)
                 await self._relist(backoff)
                 backoff = min(backoff * 2, 30)

@@ -330,7 +330,7 @@ def test_ssl_files_are_checked(tmp_path, capsys, monkeypatch):
         (tmp_path / "certs" / rel).write_text("x")
     code, _, err = run([f"--url={URL}", "--ssl-enabled",
                         f"--internal-certs-location={tmp_path / 'certs'}"], capsys)
-    assert code == 1  # valid settings: on to the (not yet written) service
+    assert code == 2 and "cannot load the internal-ssl files" in err  # "x" is no certificate
 
 
 def test_config_error_is_raised_by_the_app():
@@ -341,11 +341,13 @@ def test_config_error_is_raised_by_the_app():
 # --------------------------------------------------------------------------- running
 
 
-def test_start_logs_settings_without_token_then_service_not_implemented(capsys, monkeypatch):
+def test_start_logs_settings_without_token_then_a_store_it_cannot_open(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
-    code, out, err = run(Z2JH_ARGV + ["--dry-run"], capsys)
+    missing = tmp_path / "no-such-dir" / "store.sqlite"
+    code, out, err = run(Z2JH_ARGV + ["--dry-run", f"--store-url=sqlite:///{missing}"], capsys)
     assert code == 1
-    assert "the reclaim loop is not implemented yet" in err
+    assert f"store sqlite:///{missing}: cannot open the database" in err
+    assert not missing.parent.exists()
     assert "Traceback" not in err
     assert TOKEN not in out + err
     assert "timeout = 3600" in err and "cull_users = True" in err and "DRY RUN" in err

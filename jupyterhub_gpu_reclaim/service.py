@@ -1,0 +1,570 @@
+"""The reclaim cycle: signals → observations → policy → actions and store.
+
+`Reclaimer.run_cycle()` reads the hub's ready servers, the single-user pods and the GPU
+utilization, probes the kernels of GPU sessions whose GPUs look idle, builds one
+`SessionView` per server, asks the policy, then warns, stops (through the hub API only)
+and records. What it never does:
+
+* decide on a cycle whose hub or pod listing failed (it cannot tell GPU servers from
+  others then: the cycle is skipped and counted);
+* treat a server whose pod it cannot see as a server without GPUs (it is held);
+* reclaim on missing GPU or kernel data (the policy holds);
+* stop a server twice: a stop runs as a task recorded in the store before it begins;
+  a stop that never finishes is "stuck" and retried each cycle; after a restart, stops
+  that were under way are finished (or found done) first.
+
+History. Each session's samples are kept in memory (trimmed by `policy.retained_samples`)
+and reloaded from the store after a restart. A gap in the observations longer than
+`stale_after` — the service was down, or met the session late — is unknown time: a
+missing-data marker restarts the session's idle clock instead of counting the gap as idle.
+A gap is longer than one cycle interval plus `stale_after`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from .actions import HubStopper, StopResult
+from .metrics import Metrics
+from .notify import Dispatcher
+from .observations import Decision, Sample, Session, SessionView
+from .policy import PolicyConfig, decide, decide_user, retained_samples
+from .signals.base import SignalError, parse_time, utcnow
+from .signals.hub import HubServer
+from .signals.interfaces import GpuSource, HubSource, KernelSource
+from .signals.pods import PodInfo, PodSnapshot
+from .store import Store
+from .trace import TraceSample, TraceSession, format_time
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.service")
+
+EPSILON = dt.timedelta(microseconds=1)
+
+
+class PodSource(Protocol):
+    async def start(self) -> None: ...
+
+    def snapshot(self, max_age: float) -> PodSnapshot: ...
+
+
+@dataclass
+class Options:
+    """What the cycle needs beyond the policy (see config.GpuReclaim for each one's help)."""
+
+    dry_run: bool = False
+    cull_users: bool = False
+    keepalive_url: str = ""
+    hub_name: str = "JupyterHub"
+    record_observations: bool = True
+    observation_retention: dt.timedelta = dt.timedelta(days=14)
+    history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
+    cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
+
+
+@dataclass
+class CycleReport:
+    """What one cycle saw and did (for logs, tests and the benchmark)."""
+
+    t: dt.datetime
+    skipped: str | None = None  # the signal whose failure skipped the cycle
+    servers: int = 0
+    gpu_sessions: int = 0
+    probes: int = 0
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    warned: list[str] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)  # stops begun (not in dry run)
+    would_reclaim: list[str] = field(default_factory=list)  # dry run
+    users_deleted: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _episode(decision: Decision, session: Session) -> str:
+    """The idle episode a warning belongs to: the rule and when the episode began."""
+    if decision.rule == "max-age":
+        return f"max-age@{format_time(session.started)}"
+    since = decision.evidence.get("idle_since")
+    return f"{decision.rule}@{since or format_time(session.started)}"
+
+
+class Reclaimer:
+    def __init__(self, *, hub: HubSource, pods: PodSource, gpu: GpuSource | None,
+                 kernels: KernelSource | None, stopper: HubStopper, dispatcher: Dispatcher,
+                 store: Store, policy: PolicyConfig, options: Options | None = None,
+                 metrics: Metrics | None = None,
+                 clock: Callable[[], dt.datetime] = utcnow) -> None:
+        self.hub, self.pods, self.gpu, self.kernels = hub, pods, gpu, kernels
+        self.stopper, self.dispatcher, self.store = stopper, dispatcher, store
+        self.policy = policy
+        self.options = options or Options()
+        self.metrics = metrics or Metrics()
+        self.clock = clock
+        self.metrics.dry_run.set(1 if self.options.dry_run else 0)
+        self._history: dict[str, tuple[dt.datetime, list[Sample]]] = {}
+        self._recorded: set[tuple[str, dt.datetime]] = set()  # session lines already stored
+        self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
+        self._would_reclaim: set[str] = set()  # dry run: episodes already reported
+        self._live: set[str] = set()
+        self._tasks: dict[str, asyncio.Task] = {}  # sid (or "user:NAME") → stop task
+        self._restored = False
+        self._last_prune = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def restore(self) -> None:
+        """Reload recent samples from the store (after a restart)."""
+        self._restored = True
+        if not self.options.record_observations:
+            return
+        now = self.clock()
+        p = self.policy
+        lookback = self.options.history_lookback or (
+            2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead + p.stale_after)
+        n = 0
+        for rec in self.store.export_records(since=now - lookback, until=now, intents=False):
+            if isinstance(rec, TraceSession):
+                self._history[rec.id] = (rec.session.started, [])
+                self._recorded.add((rec.id, rec.session.started))
+            elif isinstance(rec, TraceSample) and rec.session in self._history:
+                self._history[rec.session][1].append(rec.sample)
+                n += 1
+        if n:
+            log.info("restored %d samples of %d sessions from %s", n, len(self._history), self.store.name)
+
+    async def drain(self) -> None:
+        """Wait for the stops under way."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def cancel(self) -> None:
+        """Cancel the stops under way (shutdown): they stay unfinished in the store and are
+        finished after the restart."""
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks.clear()
+
+    # ------------------------------------------------------------------ the cycle
+
+    def _error(self, report: CycleReport, e: SignalError) -> None:
+        log.warning("signal %s failed: %s", e.source, e.message)
+        self.metrics.signal_errors.labels(e.source).inc()
+        report.errors[e.source] = e.message
+
+    async def run_cycle(self) -> CycleReport:
+        t0 = time.monotonic()
+        now = self.clock()
+        report = CycleReport(t=now)
+        if not self._restored:
+            self.restore()
+        try:
+            await self._cycle(now, report)
+        finally:
+            report.seconds = time.monotonic() - t0
+            self.metrics.cycle_duration.observe(report.seconds)
+            self.metrics.cycles.labels(f"skipped-{report.skipped}" if report.skipped else "ok").inc()
+            self.metrics.last_cycle.set(time.time())
+        log.info("cycle: %d servers (%d with GPUs), %d probes, %d warned, %d stops%s%s in %.2f s",
+                 report.servers, report.gpu_sessions, report.probes, len(report.warned),
+                 len(report.stops), f", {len(report.would_reclaim)} would be reclaimed (dry run)"
+                 if self.options.dry_run else "",
+                 f", skipped: {report.skipped} unavailable" if report.skipped else "", report.seconds)
+        return report
+
+    async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:
+        self._retry_unfinished(now)
+        stale_s = self.policy.stale_after.total_seconds()
+        # the three reads are independent: run them together
+        hub_task = asyncio.ensure_future(self.hub.ready_servers())
+        gpu_task = asyncio.ensure_future(self.gpu.utilization()) if self.gpu else None
+        try:
+            await self.pods.start()
+            pods: PodSnapshot | None = self.pods.snapshot(stale_s)
+        except SignalError as e:
+            self._error(report, e)
+            pods = None
+        try:
+            servers = await hub_task
+        except SignalError as e:
+            self._error(report, e)
+            servers = None
+        readings = None
+        if gpu_task is not None:
+            try:
+                readings = await gpu_task
+            except SignalError as e:
+                self._error(report, e)
+        if servers is None or pods is None:
+            # without both we cannot tell GPU sessions from others: decide nothing
+            report.skipped = "hub" if servers is None else "pods"
+            return
+        report.servers = len(servers)
+        self.metrics.pending_gpus.set(pods.pending_gpus)
+
+        # observations
+        sessions: dict[str, tuple[HubServer, Session, Sample, PodInfo | None]] = {}
+        probe: list[str] = []
+        for srv in servers:
+            sid = srv.session_id
+            if sid in self._tasks:
+                continue  # being stopped
+            pod = pods.by_session.get(sid)
+            gpus = pod.gpus if pod else 0
+            session = Session(id=sid, user=srv.user, server=srv.name, gpus=gpus,
+                              started=srv.started or (pod.created if pod else None) or now,
+                              admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
+                              groups=frozenset(srv.groups))
+            util = mem = None
+            if pod is not None and gpus and readings is not None:
+                reading = readings.get((pod.namespace, pod.name))
+                if reading is not None and now - reading.t <= self.policy.stale_after:
+                    util, mem = reading.util, reading.fb_used_mib
+            sample = Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
+                            terminals=None, hub_last_activity=srv.last_activity)
+            sessions[sid] = (srv, session, sample, pod)
+            if gpus:
+                report.gpu_sessions += 1
+                if (self.kernels is not None and util is not None and len(util) == gpus
+                        and all(u is not None and u < self.policy.gpu_idle_threshold for u in util)):
+                    probe.append(sid)  # GPU-idle: only then is a busy kernel worth asking about
+
+        if probe:
+            await self._probe(probe, sessions, report)
+        self._sessions_gone(set(sessions), now)
+
+        # decisions
+        intents = self.store.intents()
+        warnings = self.store.open_warnings()
+        by_user: dict[str, list[tuple[Session, Decision]]] = {}
+        state_counts: dict[tuple[str, str, str], int] = {}
+        holds: dict[str, int] = {}
+        idle_gpus = 0
+        idle_hours = 0.0
+        observed: list[tuple[str, Sample]] = []
+        new_sessions: list[Session] = []
+        for sid, (srv, session, sample, pod) in sessions.items():
+            if pod is None:
+                d = Decision(sid, "hold", "pod-missing",
+                             "the server's pod is not in the pod list; never reclaimed unseen")
+            else:
+                samples = self._samples(session, sample, now)
+                view = SessionView(session=session, samples=samples, intent=intents.get(sid),
+                                   warnings=warnings.get(sid, ()))
+                d = decide(view, now=now, pending_gpus=pods.pending_gpus, config=self.policy)
+                if session.gpus:
+                    observed.append((sid, sample))
+                    if (sid, session.started) not in self._recorded:
+                        new_sessions.append(session)
+            report.decisions[sid] = d
+            key = ("true" if session.gpus else "false", d.action, d.rule)
+            state_counts[key] = state_counts.get(key, 0) + 1
+            if d.action == "hold":
+                holds[d.rule] = holds.get(d.rule, 0) + 1
+            if session.gpus and d.rule in ("gpu-idle", "gpu-never-used", "max-age"):
+                idle_gpus += session.gpus
+                since = parse_time(d.evidence.get("idle_since"))
+                if since is not None:
+                    idle_hours += session.gpus * max(0.0, (now - since).total_seconds()) / 3600
+            if d.evidence.get("episode_cleared"):
+                self.store.close_episode(sid, [parse_time(t) for t in d.evidence.get("cleared_warnings", [])],
+                                         t=now)
+            if self._last.get(sid) != (d.action, d.rule):
+                self._last[sid] = (d.action, d.rule)
+                self.store.record_decision(d, now)
+            if d.action == "warn":
+                await self._warn(session, d, now, report)
+            elif d.action == "reclaim":
+                by_user.setdefault(session.user, []).append((session, d))
+
+        self._set_state_metrics(state_counts, holds, idle_gpus, idle_hours)
+        if self.options.record_observations and observed:
+            self.store.record_observations(now, observed, pods.pending_gpus, new_sessions)
+            self._recorded.update((s.id, s.started) for s in new_sessions)
+            self._prune(now)
+
+        for user, reclaims in by_user.items():
+            self._reclaim(user, reclaims, servers, now, report)
+        if self.options.cull_users and not self.options.dry_run:
+            await self._cull_inactive_users(now, report)
+
+    def _samples(self, session: Session, sample: Sample, now: dt.datetime) -> tuple[Sample, ...]:
+        """The session's retained history with the new sample appended (see module doc)."""
+        started, kept = self._history.get(session.id, (session.started, []))
+        if started != session.started:
+            kept = []  # a new instance under the same name
+        last = kept[-1].t if kept else None
+        max_gap = self.options.cycle_interval + self.policy.stale_after
+        if session.gpus and (last if last is not None else session.started) < now - max_gap:
+            kept.append(Sample(t=now - EPSILON, gpu_util=None, kernels=None, terminals=None))
+        kept.append(sample)
+        kept = list(retained_samples(kept, now=now, config=self.policy, gpus=session.gpus))
+        self._history[session.id] = (session.started, kept)
+        return tuple(kept)
+
+    async def _probe(self, sids: list[str], sessions: dict, report: CycleReport) -> None:
+        assert self.kernels is not None
+
+        async def one(sid: str) -> None:
+            srv, session, sample, pod = sessions[sid]
+            try:
+                kernels, terminals = await self.kernels.probe(srv.url, pod.direct_url if pod else None)
+            except SignalError as e:
+                self.metrics.signal_errors.labels(e.source).inc()
+                log.warning("kernels of %s: %s", sid, e.message)
+                report.errors[f"kernels:{sid}"] = e.message
+                return  # kernels stay None: the policy holds a reclaim
+            sample = Sample(t=sample.t, gpu_util=sample.gpu_util, gpu_mem_used_mib=sample.gpu_mem_used_mib,
+                            kernels=tuple(kernels), terminals=tuple(terminals),
+                            hub_last_activity=sample.hub_last_activity)
+            sessions[sid] = (srv, session, sample, pod)
+
+        report.probes = len(sids)
+        await asyncio.gather(*(one(sid) for sid in sids))
+
+    def _sessions_gone(self, present: set[str], now: dt.datetime) -> None:
+        """Sessions no longer ready: note them stopped; their open warnings end."""
+        for sid in self._live - present - set(self._tasks):
+            self._history.pop(sid, None)
+            self._last.pop(sid, None)
+            self.store.session_stopped(sid, now)
+            self.store.close_episode(sid, t=now)
+        self._live = present | set(self._tasks)
+
+    def _set_state_metrics(self, counts: dict, holds: dict, idle_gpus: int, idle_hours: float) -> None:
+        m = self.metrics
+        m.sessions.clear()
+        for (gpu, action, rule), n in counts.items():
+            m.sessions.labels(gpu, action, rule).set(n)
+        m.holds.clear()
+        for reason, n in holds.items():
+            m.holds.labels(reason).set(n)
+        m.idle_gpus.set(idle_gpus)
+        m.idle_gpu_hours.set(round(idle_hours, 6))
+
+    def _prune(self, now: dt.datetime) -> None:
+        if time.monotonic() - self._last_prune > 3600:
+            self._last_prune = time.monotonic()
+            self.store.prune_observations(now - self.options.observation_retention)
+
+    # ------------------------------------------------------------------ actions
+
+    async def _warn(self, session: Session, d: Decision, now: dt.datetime, report: CycleReport) -> None:
+        from .observations import Warning
+
+        assert d.reclaim_at is not None
+        warning = Warning(session=session.id, t=now, rule=d.rule, reclaim_at=d.reclaim_at)
+        channels = [getattr(n, "name", type(n).__name__) for n in self.dispatcher.notifiers]
+        # recorded first: a restart between the two never sends it twice
+        if not self.store.record_warning(warning, _episode(d, session), channels):
+            return
+        report.warned.append(session.id)
+        self.metrics.warnings.labels(d.rule).inc()
+        log.info("warn %s (%s): %s", session.id, d.rule, d.reason)
+        await self._notify(d, session, now)
+
+    async def _notify(self, d: Decision, session: Session, now: dt.datetime) -> None:
+        results = await self.dispatcher.notify(d, session, keepalive_url=self.options.keepalive_url,
+                                               hub_name=self.options.hub_name, now=now)
+        for name, ok in results.items():
+            if not ok:
+                self.metrics.notification_errors.labels(name).inc()
+
+    def _reclaim(self, user: str, reclaims: list[tuple[Session, Decision]], servers: list[HubServer],
+                 now: dt.datetime, report: CycleReport) -> None:
+        begun: list[tuple[Session, Decision, int]] = []
+        for session, d in reclaims:
+            if self.options.dry_run:
+                key = f"{session.id} {_episode(d, session)}"
+                if key not in self._would_reclaim:
+                    self._would_reclaim.add(key)
+                    report.would_reclaim.append(session.id)
+                    self.metrics.reclaims.labels(d.rule, "dry-run").inc()
+                    log.info("[dry run] would reclaim %s (%s): %s", session.id, d.rule, d.reason)
+                continue
+            # one record per attempt: after a failed stop the next cycle tries again
+            rid = self.store.begin_reclaim(session.id, d.rule, now, d.evidence, session.gpus,
+                                           episode=f"{_episode(d, session)} {format_time(now)}")
+            if rid is None:
+                continue  # a stop of it is under way or stuck
+            begun.append((session, d, rid))
+            report.stops.append(session.id)
+        if not begun:
+            return
+        # with --cull-users the user goes too once all of their servers are stopped
+        mine = [s for s in servers if s.user == user]
+        cull_user = (self.options.cull_users and len(begun) == len(mine))
+        key = f"user:{user}"
+        task = asyncio.create_task(self._stop_all(begun, mine[0] if cull_user else None), name=f"stop {user}")
+        for session, _, _ in begun:
+            self._tasks[session.id] = task
+        self._tasks[key] = task
+        task.add_done_callback(lambda _t: [self._tasks.pop(k, None) for k in
+                                           [key, *(s.id for s, _, _ in begun)]])
+
+    async def _stop_all(self, begun: list[tuple[Session, Decision, int]], user: HubServer | None) -> None:
+        results = await asyncio.gather(*(self._stop_one(s, d, rid) for s, d, rid in begun))
+        if user is not None and all(r.ok for r in results):
+            now = self.clock()
+            delete, why = decide_user(admin=user.admin, created=user.user_created,
+                                      last_activity=user.user_last_activity, now=now, config=self.policy)
+            if delete:
+                log.info("culling user %s (%s)", user.user, why)
+                if (await self.stopper.delete_user(user.user)).ok:
+                    self.metrics.users_deleted.inc()
+
+    async def _stop_one(self, session: Session, d: Decision, rid: int) -> StopResult:
+        log.info("reclaim %s (%s): %s", session.id, d.rule, d.reason)
+        result = await self.stopper.stop(session.user, session.server)
+        self._finish(rid, session.id, d.rule, session.gpus, result)
+        if result.ok and session.gpus:
+            await self._notify(d, session, self.clock())
+        return result
+
+    def _finish(self, rid: int, sid: str, rule: str, gpus: int, result: StopResult) -> None:
+        now = self.clock()
+        outcome = "stopped" if result.ok else result.outcome
+        self.store.finish_reclaim(rid, now, outcome, result.detail)  # type: ignore[arg-type]
+        self.metrics.reclaims.labels(rule, result.outcome).inc()
+        if result.ok:
+            self.metrics.reclaimed_gpus.inc(gpus)
+            self.store.session_stopped(sid, now)
+            self.store.close_episode(sid, t=now)
+            self._history.pop(sid, None)
+        self.metrics.stuck_stops.set(len(self.store.stuck_reclaims()))
+
+    def _retry_unfinished(self, now: dt.datetime) -> None:
+        """Stops left stuck, or unfinished by a service that died: stop them again (a
+        stopped server answers at once)."""
+        for record in self.store.stuck_reclaims() + self.store.unfinished_reclaims():
+            if record.session in self._tasks:
+                continue
+            user, _, server = record.session.partition("/")
+            log.info("retrying the %s stop of %s begun %s", record.outcome or "unfinished",
+                     record.session, format_time(record.t))
+
+            async def again(record=record, user=user, server=server) -> None:
+                result = await self.stopper.stop(user, server)
+                self._finish(record.id, record.session, record.rule, record.gpus, result)
+
+            task = asyncio.create_task(again(), name=f"retry stop {record.session}")
+            self._tasks[record.session] = task
+            task.add_done_callback(lambda _t, sid=record.session: self._tasks.pop(sid, None))
+
+    async def _cull_inactive_users(self, now: dt.datetime, report: CycleReport) -> None:
+        """--cull-users for users with no running server, as idle-culler does each cycle."""
+        inactive = getattr(self.hub, "inactive_users", None)
+        if inactive is None:
+            return
+        try:
+            users = await inactive()
+        except SignalError as e:
+            self._error(report, e)
+            return
+        for user in users:
+            if f"user:{user['name']}" in self._tasks:
+                continue
+            delete, why = decide_user(admin=bool(user.get("admin")), created=parse_time(user.get("created")),
+                                      last_activity=parse_time(user.get("last_activity")), now=now,
+                                      config=self.policy)
+            if delete:
+                log.info("culling user %s (%s)", user["name"], why)
+                if (await self.stopper.delete_user(user["name"])).ok:
+                    report.users_deleted.append(user["name"])
+                    self.metrics.users_deleted.inc()
+
+
+# ---------------------------------------------------------------------- the running service
+
+def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Reclaimer:
+    """A Reclaimer wired to the real signals as `app` (config.GpuReclaim) describes them."""
+    from .notify import make_notifiers
+    from .signals.dcgm import DcgmScrapeSignal
+    from .signals.hub import HubSignal
+    from .signals.kernels import KernelSignal
+    from .signals.pods import PodSignal
+    from .signals.prometheus import PrometheusSignal
+
+    context = app.ssl_context() if app.ssl_enabled else None
+    hub = HubSignal(app.url, app.api_token, page_size=app.api_page_size,
+                    concurrency=app.concurrency or 1_000_000, ssl_context=context)
+    pods = PodSignal(app.namespace, app.kubeconfig or None, label_selector=app.pod_label_selector)
+    gpu: GpuSource | None = None
+    if app.prometheus_url:
+        gpu = PrometheusSignal(app.prometheus_url, app.prometheus_query, timeout=app.gpu_request_timeout,
+                               pod_label=app.prometheus_pod_label)
+    elif app.dcgm_exporter_urls:
+        gpu = DcgmScrapeSignal(app.dcgm_exporter_urls, timeout=app.gpu_request_timeout)
+    else:
+        log.warning("no GPU source (--prometheus-url or --dcgm-exporter-urls): GPU sessions are "
+                    "held, never reclaimed; servers without GPUs are culled as idle-culler does")
+    kernels = None
+    if app.probe_kernels:
+        kernels = KernelSignal("", app.api_token, timeout=app.kernel_probe_timeout,
+                               concurrency=app.concurrency or 100)
+        kernels.ssl_context = context
+
+    async def pod_gone(user: str, server: str) -> bool:
+        return f"{user}/{server}" not in pods.snapshot(policy.stale_after.total_seconds()).by_session
+
+    stopper = HubStopper(app.url, app.api_token, remove_named_servers=app.remove_named_servers,
+                         stop_timeout=app.stop_timeout, pod_gone=pod_gone if app.verify_pod_gone else None)
+    stopper.ssl_context = context
+    dispatcher = Dispatcher(make_notifiers(app.notifiers), admin_recipients=list(app.admin_recipients),
+                            copy_admins=app.copy_admins, users_in_dry_run=app.notify_users_in_dry_run,
+                            dry_run=app.dry_run)
+    options = Options(dry_run=app.dry_run, cull_users=app.cull_users, keepalive_url=app.keepalive_url,
+                      hub_name=app.hub_name, cycle_interval=dt.timedelta(seconds=app.effective_cull_every),
+                      observation_retention=dt.timedelta(seconds=app.observation_retention))
+    return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
+                     store=store, policy=policy, options=options, metrics=metrics)
+
+
+async def serve(app: Any, policy: PolicyConfig) -> None:
+    """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
+    import os
+    import signal
+
+    from .config import ServiceError
+    from .store import StoreError
+    from .web import listen, make_app
+
+    try:
+        store = Store.open(app.store_url)
+    except StoreError as e:
+        raise ServiceError(str(e)) from None
+    metrics = Metrics()
+    reclaimer = build(app, policy, store, metrics)
+    server = None
+    if app.bind_url:
+        server = listen(make_app(metrics, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")), app.bind_url)
+        log.info("serving /metrics on %s", app.bind_url)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        while not stopping.is_set():
+            try:
+                await reclaimer.run_cycle()
+            except Exception:  # one bad cycle must not end the service
+                log.exception("the cycle failed; trying again in %d s", app.effective_cull_every)
+            try:
+                await asyncio.wait_for(stopping.wait(), app.effective_cull_every)
+            except asyncio.TimeoutError:
+                pass
+        log.info("stopping")
+    finally:
+        await reclaimer.cancel()
+        if server is not None:
+            server.stop()
+        for part in (reclaimer.hub, reclaimer.gpu, reclaimer.kernels, reclaimer.stopper):
+            close = getattr(part, "close", None)
+            if close is not None:
+                await close()
+        await reclaimer.pods.stop()  # type: ignore[attr-defined]
+        store.close()

@@ -830,7 +830,10 @@ class GpuReclaim(Application):
             raise ConfigError(_policy_message(str(e))) from None
 
     def settings(self) -> dict[str, Any]:
-        """Every option's effective value, without the token (safe to log)."""
+        """Every option's effective value, without secrets (safe to log): no token, URLs
+        reduced to scheme and host (a Slack webhook's path is its secret), no passwords."""
+        from .notify import redact_url
+
         out: dict[str, Any] = {}
         for name in sorted(self.class_trait_names(config=True)):
             if name in ("api_token", "generate_config") or name in _APPLICATION_TRAITS:
@@ -838,6 +841,11 @@ class GpuReclaim(Application):
             value = getattr(self, name)
             out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
         out["cull_every"] = self.effective_cull_every
+        out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
+                             for k, v in spec.items()} for spec in self.notifiers]
+        out["store_url"] = _hide_password(self.store_url)
+        out["prometheus_url"] = _hide_password(self.prometheus_url)
+        out["dcgm_exporter_urls"] = [_hide_password(u) for u in self.dcgm_exporter_urls]
         return out
 
     def validate_settings(self) -> PolicyConfig:
@@ -889,7 +897,27 @@ class GpuReclaim(Application):
 
         from .service import serve
 
+        # the modules' loggers write through the application's handler and format
+        package = logging.getLogger("jupyterhub_gpu_reclaim")
+        package.setLevel(self.log_level)
+        package.propagate = False
+        for handler in self.log.handlers:
+            package.addHandler(handler)
         asyncio.run(serve(self, policy))
+
+
+_SECRET_KEYS = frozenset({"password", "headers", "token"})
+
+
+def _hide_password(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _trait_message(e: Exception) -> str:

@@ -169,11 +169,13 @@ class Reclaimer:
             self.metrics.cycle_duration.observe(report.seconds)
             self.metrics.cycles.labels(f"skipped-{report.skipped}" if report.skipped else "ok").inc()
             self.metrics.last_cycle.set(time.time())
-        log.info("cycle: %d servers (%d with GPUs), %d probes, %d warned, %d stops%s%s in %.2f s",
-                 report.servers, report.gpu_sessions, report.probes, len(report.warned),
-                 len(report.stops), f", {len(report.would_reclaim)} would be reclaimed (dry run)"
-                 if self.options.dry_run else "",
-                 f", skipped: {report.skipped} unavailable" if report.skipped else "", report.seconds)
+        eventful = report.warned or report.stops or report.would_reclaim or report.skipped or report.errors
+        log.log(logging.INFO if eventful else logging.DEBUG,
+                "cycle: %d servers (%d with GPUs), %d probes, %d warned, %d stops%s%s in %.2f s",
+                report.servers, report.gpu_sessions, report.probes, len(report.warned),
+                len(report.stops), f", {len(report.would_reclaim)} would be reclaimed (dry run)"
+                if self.options.dry_run else "",
+                f", skipped: {report.skipped} unavailable" if report.skipped else "", report.seconds)
         return report
 
     async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:

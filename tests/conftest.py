@@ -33,13 +33,14 @@ def sim(tmp_path_factory):
     child.stop()
 
 
-def start_test_hub(workdir, config, sim):
+def start_test_hub(workdir, config, sim, env=None):
     """A real JupyterHub on the cluster with `config`, and a token for the tests' service."""
     token = secrets.token_hex(16)
     child = start_hub(workdir, config, sim.info["kubeconfig"],
                       port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token,
                                              "GPU_RECLAIM_REPO": str(REPO),
-                                             "GPU_RECLAIM_DEMO_PASSWORD": "test-password"})
+                                             "GPU_RECLAIM_DEMO_PASSWORD": "test-password",
+                                             **(env or {})})
     child.info["token"] = token
     return child
 

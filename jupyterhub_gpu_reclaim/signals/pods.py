@@ -142,7 +142,10 @@ class PodSignal:
     async def list_once(self) -> dict[str, PodInfo]:
         """List the pods now, replacing the view; SignalError("pods", ...) on failure."""
         if self._api is None:
-            await self._connect()
+            try:
+                await self._connect()
+            except Exception as e:  # no or a bad kubeconfig, not in a cluster: a pods failure too
+                raise SignalError("pods", f"cannot connect to the Kubernetes API: {type(e).__name__}: {e}") from None
         try:
             resp = await self._api.list_namespaced_pod(
                 self.namespace, label_selector=self.label_selector, _request_timeout=self.request_timeout)

@@ -402,3 +402,15 @@ def test_python_m_runs_the_service(tmp_path):
     )
     assert proc.returncode == 2
     assert "--timeout must be >= 0" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_settings_hide_secrets():
+    app = GpuReclaim()
+    app.initialize(["--store-url=postgresql://reclaim:s3cret@db/reclaim",
+                    "--prometheus-url=http://user:pw-secret@prom:9090"])
+    app.notifiers = [{"type": "slack", "url": "https://hooks.slack.com/services/T0/B0/XYZSECRET"},
+                     {"type": "email", "host": "smtp", "password": "mailsecret"}]
+    text = repr(app.settings())
+    for secret in ("s3cret", "pw-secret", "XYZSECRET", "mailsecret"):
+        assert secret not in text
+    assert "postgresql://reclaim:***@db/reclaim" in text and "hooks.slack.com" in text

@@ -1,0 +1,115 @@
+"""What the service tests share: a hub that runs jupyterhub-gpu-reclaim as a managed
+service with short timings, a webhook receiver for its notices, and readers of its
+store and /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from jupyterhub_gpu_reclaim.launch import free_port
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..conftest import start_test_hub
+
+HERE = Path(__file__).parent
+
+# seconds; the defaults are 30 min / 60 min / 15 min
+TIMINGS = {
+    "never_used_warn_after": 30, "never_used_reclaim_after": 45,
+    "idle_warn_after": 30, "idle_reclaim_after": 45,
+    "warning_lead": 10, "stale_after": 10,
+}
+CPU_TIMEOUT = 30
+
+
+class Webhook:
+    """Collects the JSON documents POSTed to it (the service's webhook notifier)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                received.append(json.loads(self.rfile.read(length)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self, session: str, event: str | None = None) -> list[dict]:
+        return [m for m in self.received if m["session"] == session and (event is None or m["event"] == event)]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def start_service_hub(workdir: Path, sim, webhook: Webhook, *, dry_run: bool = False):
+    """The hub, and in it the service configured by a gpu_reclaim_config.py."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = workdir / "gpu_reclaim.sqlite"
+    settings = {
+        "timeout": CPU_TIMEOUT, "cull_every": 2, "namespace": "jhub",
+        "kubeconfig": sim.info["kubeconfig"], "dcgm_exporter_urls": [sim.info["metrics"]],
+        "store_url": f"sqlite:///{store}", "stop_timeout": 60, "dry_run": dry_run,
+        "notifiers": [{"type": "log"}, {"type": "webhook", "url": webhook.url}],
+        "admin_recipients": ["admin"], "hub_name": "Test Hub", **TIMINGS,
+    }
+    config = workdir / "gpu_reclaim_config.py"
+    config.write_text("c = get_config()\n" + "".join(f"c.GpuReclaim.{k} = {v!r}\n" for k, v in settings.items()))
+    port = free_port()
+    hub = start_test_hub(workdir, HERE / "jupyterhub_config_service.py", sim,
+                         env={"GPU_RECLAIM_SERVICE_PORT": str(port),
+                              "GPU_RECLAIM_SERVICE_CONFIG": str(config)})
+    hub.info.update(store=f"sqlite:///{store}", service_port=port)
+    return hub
+
+
+def metrics(hub) -> dict[tuple[str, tuple], float]:
+    """The service's /metrics, read through the hub's proxy: {(name, labels): value}."""
+    with urllib.request.urlopen(f"{hub.info['url']}/services/gpu-reclaim/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def metric(values: dict, name: str, **labels) -> float:
+    return values.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def latest_rule(hub, session: str) -> tuple[str, str] | None:
+    with Store.open(hub.info["store"]) as store:
+        decisions = store.decisions(session=session)
+    return (decisions[-1][1].action, decisions[-1][1].rule) if decisions else None
+
+
+async def until(check, timeout: float, what: str, interval: float = 0.5):
+    """Await `check()` (sync or async) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:.0f} s: {what}")
+        await asyncio.sleep(interval)

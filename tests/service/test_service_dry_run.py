@@ -1,0 +1,71 @@
+"""Dry run, the first step of a rollout: the service decides, records and reports
+everything (warnings to the admins only), and stops nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..hubapi import HubAPI
+from .common import TIMINGS, Webhook, latest_rule, metric, metrics, start_service_hub, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+
+@pytest.fixture(scope="module")
+def webhook():
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory, webhook):
+    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook, dry_run=True)
+    yield child
+    child.stop(grace=60)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def api(hub):
+    client = HubAPI(hub.info["url"], hub.info["token"])
+    try:
+        yield client
+    finally:
+        try:
+            await client.stop_all_servers()
+        finally:
+            await client.close()
+
+
+async def test_dry_run_decides_and_reports_but_stops_nothing(hub, api, webhook):
+    await api.start("alice", "gpu-1")  # idle GPU: would be reclaimed
+    await api.start("bob", "cpu")  # idle, no GPU: would be culled
+    await asyncio.gather(api.wait_ready("alice"), api.wait_ready("bob"))
+
+    limit = TIMINGS["never_used_reclaim_after"] + 60
+    await until(lambda: latest_rule(hub, "alice/") == ("reclaim", "gpu-never-used"), limit,
+                "alice would be reclaimed")
+    await until(lambda: latest_rule(hub, "bob/") == ("reclaim", "idle-culler-timeout"), 60,
+                "bob would be culled")
+    await asyncio.sleep(5)  # a few more cycles in which a real run would have stopped them
+
+    # nothing stopped, nothing begun
+    assert (await api.server("alice"))["ready"] and (await api.server("bob"))["ready"]
+    with Store.open(hub.info["store"]) as store:
+        assert store.reclaims() == []
+    # the warning went to the admins only, marked as a dry run; no reclaim notice
+    warning, = webhook.events("alice/", "warning")
+    assert warning["recipients"] == ["admin"] and warning["dry_run"] is True
+    assert "[dry run]" in warning["text"]
+    assert webhook.events("alice/", "reclaim") == []
+    values = metrics(hub)
+    name = "jupyterhub_gpu_reclaim"
+    assert metric(values, f"{name}_dry_run") == 1
+    assert metric(values, f"{name}_reclaims_total", rule="gpu-never-used", outcome="dry-run") == 1
+    assert metric(values, f"{name}_reclaims_total", rule="idle-culler-timeout", outcome="dry-run") == 1
+    assert metric(values, f"{name}_reclaims_total", rule="gpu-never-used", outcome="stopped") == 0

@@ -1,0 +1,185 @@
+"""The service end to end: a real JupyterHub runs jupyterhub-gpu-reclaim as a managed
+service (minimal role, short timings) over KubeSpawner on the simulated cluster, whose
+four GPUs are all taken while a fifth user waits for one.
+
+- alice (1 GPU, never used, a browser tab polling her server) is warned, then reclaimed,
+  and the freed GPU lets frank's waiting spawn proceed;
+- carol (1 GPU training, no hub activity) is kept although idle-culler would cull her;
+- dave (1 GPU idle, a cell running) is kept: a busy kernel is work;
+- erin (1 GPU idle, "keep alive until" declared) is kept;
+- bob (no GPU, no activity) is culled at the timeout, as idle-culler culls him.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from jupyterhub_gpu_reclaim.signals.base import parse_time
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..hubapi import HubAPI
+from .common import CPU_TIMEOUT, TIMINGS, Webhook, latest_rule, metric, metrics, start_service_hub, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="module")
+def webhook():
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory, webhook):
+    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook)
+    yield child
+    child.stop(grace=60)
+
+
+def pod_phase(sim, name: str) -> str | None:
+    kubectl = Path(sys.executable).with_name("kubectl")
+    out = subprocess.run([str(kubectl), "--kubeconfig", sim.info["kubeconfig"], "get", "pod", "-n", "jhub",
+                          name, "-o", "json"], capture_output=True, text=True, timeout=30)
+    if out.returncode != 0:
+        assert "NotFound" in out.stderr, out.stderr
+        return None
+    pod = json.loads(out.stdout)
+    conds = {c["type"]: c for c in pod["status"].get("conditions", [])}
+    if conds.get("PodScheduled", {}).get("status") == "False":
+        return "Unschedulable"
+    return pod["status"]["phase"]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def scene(hub, sim, webhook):
+    """Sets the scene once; yields (api, what happened), then stops every server."""
+    api = HubAPI(hub.info["url"], hub.info["token"])
+    tasks: list[asyncio.Task] = []
+    try:
+        # the four GPUs: carol trains, dave runs a cell, erin declares an intent; bob has no GPU
+        for user, profile in (("carol", "gpu-1"), ("dave", "gpu-1"), ("erin", "gpu-1"), ("bob", "cpu")):
+            await api.start(user, profile)
+        await asyncio.gather(*(api.wait_ready(u) for u in ("carol", "dave", "erin", "bob")))
+        await api.run_code("carol", "from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; "
+                                    "use_gpu(percent=85, seconds=900, block=False)")
+        tasks.append(asyncio.create_task(api.run_code("dave", "import time; time.sleep(900)", timeout=1000)))
+        now = dt.datetime.now(UTC)
+        with Store.open(hub.info["store"]) as store:
+            store.set_intent("erin/", until=now + dt.timedelta(minutes=10), set_at=now, by="erin")
+
+        # alice takes the last GPU and leaves a tab open that polls her server
+        await api.start("alice", "gpu-1")
+        await api.wait_ready("alice")
+
+        async def open_tab():
+            while True:
+                async with api.session.get(f"{api.url}/user/alice/api/status") as r:
+                    await r.read()
+                await asyncio.sleep(2)
+
+        tasks.append(asyncio.create_task(open_tab()))
+        # frank waits for a GPU
+        await api.start("frank", "gpu-1")
+        await until(lambda: pod_phase(sim, "jupyter-frank") == "Unschedulable", 30, "frank's pod waits for a GPU")
+        frank_waited_at = dt.datetime.now(UTC)
+
+        # alice: warned, then reclaimed; frank's spawn proceeds on her GPU
+        limit = TIMINGS["never_used_reclaim_after"] + 60
+        await until(lambda: webhook.events("alice/", "reclaim"), limit, "alice's reclaim notice")
+        tasks[-1].cancel()
+        frank = await api.wait_ready("frank", timeout=120)
+        yield api, {"frank_waited_at": frank_waited_at, "frank": frank}
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await api.stop_all_servers()
+        finally:
+            await api.close()
+
+
+async def test_idle_gpu_with_an_open_tab_is_warned_then_reclaimed(hub, sim, scene, webhook):
+    api, _ = scene
+    warning, = webhook.events("alice/", "warning")
+    reclaim, = webhook.events("alice/", "reclaim")
+    # the warning: who, the rule and its evidence, when, how to keep it, to alice and the admins
+    assert warning["rule"] == "gpu-never-used" and warning["recipients"] == ["alice", "admin"]
+    assert warning["evidence"]["never_used"] is True and warning["evidence"]["latest_util"] == [0.0]
+    assert warning["keepalive_url"] and warning["hub"] == "Test Hub" and not warning["dry_run"]
+    assert "keep" in warning["text"].lower() and "/tmp" in warning["text"]
+    # stopped through the hub, no earlier than warning_lead after the warning; pod and GPU gone
+    assert await api.server("alice") is None
+    assert pod_phase(sim, "jupyter-alice") is None
+    with Store.open(hub.info["store"]) as store:
+        record, = [r for r in store.reclaims() if r.session == "alice/"]
+    assert record.outcome == "stopped" and record.rule == "gpu-never-used" and record.gpus == 1
+    warned_at = parse_time(warning["evidence"]["idle_since"])
+    assert record.t >= warned_at + dt.timedelta(seconds=TIMINGS["never_used_reclaim_after"])
+    # the open tab kept the hub's last_activity fresh the whole time: it did not save her
+    hub_activity = parse_time(record.evidence["hub_last_activity"])
+    assert record.t - hub_activity < dt.timedelta(seconds=15)
+
+
+async def test_the_freed_gpu_lets_the_waiting_spawn_proceed(scene):
+    api, seen = scene
+    assert seen["frank"]["ready"]
+    assert parse_time(seen["frank"]["started"]) <= seen["frank_waited_at"]
+
+
+async def test_busy_gpu_with_stale_hub_activity_is_kept(hub, scene):
+    api, _ = scene
+    server = await api.server("carol")
+    assert server and server["ready"]
+    inactive = dt.datetime.now(UTC) - parse_time(server["last_activity"])
+    assert inactive > dt.timedelta(seconds=CPU_TIMEOUT), "idle-culler would have culled carol"
+    assert latest_rule(hub, "carol/") == ("keep", "gpu-active")
+
+
+async def test_busy_kernel_is_kept(hub, scene):
+    api, _ = scene
+    assert (await api.server("dave"))["ready"]
+    assert latest_rule(hub, "dave/") == ("keep", "kernel-busy")
+
+
+async def test_intent_is_honoured(hub, scene):
+    api, _ = scene
+    assert (await api.server("erin"))["ready"]
+    assert latest_rule(hub, "erin/") == ("keep", "intent")
+    started = parse_time((await api.server("erin"))["started"])
+    assert dt.datetime.now(UTC) - started > dt.timedelta(seconds=TIMINGS["never_used_reclaim_after"])
+
+
+async def test_server_without_gpu_is_culled_like_idle_culler(hub, scene, webhook):
+    api, _ = scene
+    await until(lambda: _gone(api, "bob"), 60, "bob culled")
+    with Store.open(hub.info["store"]) as store:
+        record, = [r for r in store.reclaims() if r.session == "bob/"]
+    assert record.rule == "idle-culler-timeout" and record.outcome == "stopped" and record.gpus == 0
+    assert record.evidence["inactive_s"] >= CPU_TIMEOUT
+    assert not webhook.events("bob/")  # idle-culler sends no notices; neither do we for CPU servers
+
+
+async def _gone(api: HubAPI, user: str) -> bool:
+    return await api.server(user) is None
+
+
+async def test_metrics_count_what_happened(hub, scene):
+    values = metrics(hub)
+    name = "jupyterhub_gpu_reclaim"
+    assert metric(values, f"{name}_warnings_total", rule="gpu-never-used") >= 1
+    assert metric(values, f"{name}_reclaims_total", rule="gpu-never-used", outcome="stopped") == 1
+    assert metric(values, f"{name}_dry_run") == 0
+    assert metric(values, f"{name}_cycle_duration_seconds_count") > 5
+    assert metric(values, f"{name}_sessions", gpu="true", action="keep", rule="intent") == 1

@@ -461,8 +461,8 @@ class GpuReclaim(Application):
             Where warnings and reclaim notices go: a list of {"type": ..., options}.
             {"type": "log"}; {"type": "webhook", "url": ...} (JSON); {"type": "slack",
             "url": ...} (Slack-compatible text); {"type": "email", "host": ..., "port":
-            ..., "sender": ..., "domain": ... or "addresses": {user: address},
-            "username"/"password", "starttls"/"use_tls"}.
+            ..., "sender": ..., "address_template": "{user}@example.edu",
+            "username"/"password", "starttls", "ssl"}. See docs/service.md.
             """),
     ).tag(config=True)
 

@@ -15,6 +15,7 @@ c.JupyterHub.services.append({
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
-    "scopes": ["list:users", "read:users:name", "read:users:activity", "read:users:groups",
-               "read:servers", "delete:servers", "access:servers"],
+    # idle-culler's role, plus groups (for --exempt-groups) and access:servers (kernel probes)
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
+               "read:users:groups", "access:servers"],
 })

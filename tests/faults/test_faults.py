@@ -1,0 +1,408 @@
+"""Faults: the real signal classes (HubSignal, PrometheusSignal, KernelSignal) and the real
+HubStopper against real HTTP fakes on 127.0.0.1 (tests/faults/fakes.py), wired into a
+Reclaimer with a fake pod source, a real Store and a controllable clock.
+
+For each fault: nothing is reclaimed on missing data, the fault is logged and counted, and
+the service recovers once the fault clears. Last, the real CLI as a subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import sys
+
+import aiohttp
+import pytest
+import sqlalchemy as sa
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from jupyterhub_gpu_reclaim.actions import HubStopper
+from jupyterhub_gpu_reclaim.metrics import Metrics
+from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
+from jupyterhub_gpu_reclaim.policy import PolicyConfig
+from jupyterhub_gpu_reclaim.service import Options, Reclaimer
+from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.hub import HubSignal
+from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
+from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
+from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
+from jupyterhub_gpu_reclaim.store import Store
+
+from .fakes import FakeHubAPI, FakePrometheus, FakeServers
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+STEP = dt.timedelta(minutes=5)
+NS = "jhub"
+TOKEN = "fault-test-token-7c1d9e"
+P = "jupyterhub_gpu_reclaim_"
+
+
+def minutes(m: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=m)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakePods:
+    """In-process pod source; `fail` makes `snapshot` raise as PodSignal does when its
+    watch has been down too long (e.g. re-lists after 410 Gone keep failing)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, PodInfo] = {}
+        self.fail: str | None = None
+
+    async def start(self) -> None:
+        pass
+
+    def snapshot(self, max_age: float) -> PodSnapshot:
+        if self.fail:
+            raise SignalError("pods", self.fail)
+        return PodSnapshot(by_session=dict(self.pods), pending_gpus=0)
+
+
+class World:
+    """The fakes, the real signals and a Reclaimer on a real store."""
+
+    def __init__(self, tmp_path) -> None:
+        self.now = [T0]
+        self.hub = FakeHubAPI()
+        self.prom = FakePrometheus(self.clock)
+        self.servers = FakeServers()
+        self.pods = FakePods()
+        self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
+        self.policy = PolicyConfig()
+        self.reports: list = []
+        self.parts: list = []
+        self.reclaimer: Reclaimer | None = None
+        self.metrics: Metrics | None = None
+
+    def clock(self) -> dt.datetime:
+        return self.now[0]
+
+    async def start(self) -> "World":
+        for fake in (self.hub, self.prom, self.servers):
+            await fake.start()
+        self.new_reclaimer()
+        return self
+
+    def new_reclaimer(self, stop_timeout: float = 0.3) -> Reclaimer:
+        """The service (re)started: fresh signals, metrics and memory; the same store."""
+        self.hub_signal = HubSignal(self.hub.api, TOKEN, timeout=0.3)
+        self.prom_signal = PrometheusSignal(self.prom.url, timeout=0.3)
+        self.kernel_signal = KernelSignal("", TOKEN, timeout=0.2)
+        self.stopper = HubStopper(self.hub.api, TOKEN, stop_timeout=stop_timeout, poll_interval=0.05,
+                                  retries=1, backoff=0.01, request_timeout=1.0)
+        self.parts += [self.hub_signal, self.prom_signal, self.kernel_signal, self.stopper]
+        self.metrics = Metrics()
+        self.reclaimer = Reclaimer(
+            hub=self.hub_signal, pods=self.pods, gpu=self.prom_signal, kernels=self.kernel_signal,
+            stopper=self.stopper, dispatcher=Dispatcher([LogNotifier()]), store=self.store,
+            policy=self.policy, options=Options(cycle_interval=STEP), metrics=self.metrics,
+            clock=self.clock)
+        return self.reclaimer
+
+    async def close(self) -> None:
+        if self.reclaimer is not None:
+            await self.reclaimer.cancel()
+        for part in self.parts:
+            await part.close()
+        for fake in (self.hub, self.prom, self.servers):
+            await fake.close()
+        self.store.close()
+
+    def add(self, user: str, *, gpus: int = 1, util: float | None = 0.0,
+            last_activity: dt.datetime | None = None) -> str:
+        sid = self.hub.add_server(user, started=T0, last_activity=last_activity)
+        port = int(self.servers.url.rsplit(":", 1)[1])
+        pod = f"jupyter-{user}"
+        self.pods.pods[sid] = PodInfo(namespace=NS, name=pod, user=user, server="", gpus=gpus,
+                                      node="gpu-node-1", phase="Running", ready=True,
+                                      pod_ip="127.0.0.1", port=port, created=T0, unschedulable=None)
+        if gpus and util is not None:
+            self.prom.util[(NS, pod)] = util
+        return sid
+
+    async def cycle(self):
+        report = await self.reclaimer.run_cycle()
+        await self.reclaimer.drain()
+        self.reports.append(report)
+        self.now[0] += STEP
+        return report
+
+    async def run_until(self, t: dt.datetime, each=None) -> None:
+        while self.now[0] <= t:
+            if each is not None:
+                each(self.now[0])
+            await self.cycle()
+
+    def warned(self, sid: str) -> list[dt.datetime]:
+        return [r.t for r in self.reports if sid in r.warned]
+
+    def stopped(self, sid: str) -> list[dt.datetime]:
+        return [r.t for r in self.reports if sid in r.stops]
+
+    def decisions(self, sid: str, since: dt.datetime = T0, until: dt.datetime | None = None) -> set:
+        return {(r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
+                if sid in r.decisions and since <= r.t and (until is None or r.t <= until)}
+
+    def metric(self, name: str, **labels) -> float | None:
+        text = generate_latest(self.metrics.registry).decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return sample.value
+        return None
+
+    def warning_rows(self) -> int:
+        with self.store.engine.connect() as c:
+            return c.execute(sa.text("SELECT count(*) FROM warnings")).scalar_one()
+
+
+@pytest.fixture
+async def world(tmp_path):
+    w = await World(tmp_path).start()
+    yield w
+    await w.close()
+
+
+# ---------------------------------------------------------------------------- cycle skipped
+
+
+@pytest.mark.parametrize("fault", ["hub-500", "hub-timeout", "pods-410"])
+async def test_hub_or_pods_failure_skips_the_cycle_then_recovers(world, caplog, fault):
+    caplog.set_level(logging.INFO)
+    w = world
+    gpu = w.add("alice")  # never used: would be warned at 30, reclaimed at 60
+    cpu = w.add("bob", gpus=0, last_activity=T0)  # idle-culler: due at 60
+
+    def each(t):
+        down = minutes(15) <= t <= minutes(40)
+        if fault == "pods-410":
+            w.pods.fail = "the pod watch has been down for over 300 s: watch: HTTP 410 Gone" if down else None
+        else:
+            w.hub.mode = ("500" if fault == "hub-500" else "hang") if down else "ok"
+
+    await w.run_until(minutes(40), each)
+    skipped = [r for r in w.reports if r.skipped]
+    source = "pods" if fault == "pods-410" else "hub"
+    assert [r.t for r in skipped] == [minutes(m) for m in range(15, 45, 5)]
+    assert all(r.skipped == source and r.decisions == {} and r.stops == [] for r in skipped)
+    assert w.hub.deletes == [] and w.warning_rows() == 0
+    assert w.metric(P + "cycles_total", result=f"skipped-{source}") == 6
+    assert w.metric(P + "signal_errors_total", source=source) == 6
+    assert f"signal {source} failed" in caplog.text
+    assert TOKEN not in caplog.text
+
+    await w.run_until(minutes(110), each)
+    # recovered: bob is culled as soon as a cycle runs (he was due during the fault);
+    # alice's idle clock restarted after the 35-minute hole in her observations
+    assert w.stopped(cpu) == [minutes(60)]
+    assert w.warned(gpu) == [minutes(75)]
+    assert w.stopped(gpu) == [minutes(105)]
+    assert sorted(w.hub.deletes) == ["/hub/api/users/alice/server", "/hub/api/users/bob/server"]
+    assert {r.outcome for r in w.store.reclaims()} == {"stopped"}
+    assert w.metric(P + "cycles_total", result="ok") == len(w.reports) - 6
+    assert w.hub.auth == {f"token {TOKEN}"}
+
+
+# ---------------------------------------------------------------------------- GPU data
+
+
+@pytest.mark.parametrize("fault", ["refused", "http-503", "status-error"])
+async def test_prometheus_failure_holds_gpu_sessions_then_recovers(world, caplog, fault):
+    caplog.set_level(logging.INFO)
+    w = world
+    gpu = w.add("alice")
+    cpu = w.add("bob", gpus=0, last_activity=T0 - dt.timedelta(minutes=50))  # due at 10
+    live_url = w.prom_signal.url
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    def each(t):
+        down = t <= minutes(30)
+        if fault == "refused":
+            w.prom_signal.url = dead_url if down else live_url
+        else:
+            w.prom.mode = fault if down else "ok"
+
+    await w.run_until(minutes(55), each)
+    # GPU data missing: held (never warned, never reclaimed); the CPU server is still culled
+    assert w.decisions(gpu, until=minutes(30)) == {("hold", "gpu-data-missing")}
+    assert w.warned(gpu) == [] or w.warned(gpu)[0] > minutes(30)
+    assert w.stopped(cpu) == [minutes(10)]
+    assert w.metric(P + "signal_errors_total", source="prometheus") == 7
+    assert w.metric(P + "cycles_total", result="ok") == len(w.reports)  # not skipped
+    assert "signal prometheus failed" in caplog.text
+
+    await w.run_until(minutes(95), each)
+    # recovered: the idle episode starts at the last sample without GPU data (30 min)
+    assert w.warned(gpu) == [minutes(60)]
+    assert w.stopped(gpu) == [minutes(90)]
+    assert w.metric(P + "holds", reason="gpu-data-missing") is None
+
+
+async def test_hanging_kernel_endpoint_holds_gpu_idle_session_then_recovers(world, caplog):
+    caplog.set_level(logging.INFO)
+    w = world
+    gpu = w.add("alice")
+
+    def each(t):
+        w.servers.mode = "hang" if minutes(50) <= t <= minutes(70) else "ok"
+
+    await w.run_until(minutes(70), each)
+    assert w.warned(gpu) == [minutes(30)]  # warnings still go out
+    assert w.decisions(gpu, since=minutes(60)) == {("hold", "kernel-data-missing")}
+    assert w.stopped(gpu) == [] and w.hub.deletes == []
+    assert w.metric(P + "signal_errors_total", source="kernels") == 5
+    assert w.metric(P + "holds", reason="kernel-data-missing") == 1
+    assert "kernels of alice/" in caplog.text
+    assert all(f"kernels:{gpu}" in r.errors for r in w.reports[-5:])
+
+    await w.run_until(minutes(80), each)
+    assert w.stopped(gpu) == [minutes(75)]  # due, and the kernels answer again
+    assert w.hub.deletes == ["/hub/api/users/alice/server"]
+    assert w.warning_rows() == 1
+
+
+# ---------------------------------------------------------------------------- stops
+
+
+async def test_killed_mid_stop_and_restarted_finishes_the_stop(world, caplog):
+    caplog.set_level(logging.INFO)
+    w = world
+    gpu = w.add("alice")
+    await w.run_until(minutes(55))
+    assert w.warned(gpu) == [minutes(30)]
+
+    # the stop at 60 min: the hub accepts it (202) and keeps the server pending
+    w.hub.delete_mode = "202"
+    w.stopper.stop_timeout = 30.0
+    report = await w.reclaimer.run_cycle()
+    assert report.stops == [gpu]
+    for _ in range(200):
+        if w.hub.deletes:
+            break
+        await asyncio.sleep(0.01)
+    assert w.hub.deletes == ["/hub/api/users/alice/server"]
+    await w.reclaimer.cancel()  # the service is killed mid-stop
+    (record,) = w.store.unfinished_reclaims()
+    assert record.session == gpu and record.outcome is None
+    w.now[0] = minutes(65)
+
+    # the new process: the hub has finished the stop meanwhile
+    w.hub.finish_stop("alice")
+    w.hub.delete_mode = "204"
+    w.new_reclaimer()
+    w.reports.clear()
+    await w.run_until(minutes(75))
+    assert [r.warned for r in w.reports] == [[], [], []]
+    assert [r.stops for r in w.reports] == [[], [], []]  # no new reclaim: the old one is finished
+    (record,) = w.store.reclaims()
+    assert record.outcome == "stopped"
+    assert w.store.unfinished_reclaims() == [] and w.store.stuck_reclaims() == []
+    assert w.warning_rows() == 1
+    assert w.hub.deletes == ["/hub/api/users/alice/server"] * 2
+    assert w.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") == 1
+    assert "retrying the unfinished stop of alice/" in caplog.text
+
+
+async def test_stop_that_never_completes_is_stuck_and_retried(world, caplog):
+    caplog.set_level(logging.INFO)
+    w = world
+    gpu = w.add("alice")
+    w.hub.delete_mode = "202"  # accepted, then pending forever
+    await w.run_until(minutes(60))
+    assert w.stopped(gpu) == [minutes(60)]
+    (record,) = w.store.reclaims()
+    assert record.outcome == "stuck" and "still listed" in record.detail
+    assert [r.id for r in w.store.stuck_reclaims()] == [record.id]
+    assert w.metric(P + "stuck_stops") == 1
+    assert w.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stuck") == 1
+    assert "stop alice/: stuck" in caplog.text
+
+    await w.cycle()  # retried, still stuck
+    assert len(w.hub.deletes) == 2
+    assert w.store.stuck_reclaims()[0].id == record.id
+    assert w.metric(P + "stuck_stops") == 1
+
+    w.hub.finish_stop("alice")  # the hub finally stops it
+    await w.run_until(minutes(80))
+    assert len(w.hub.deletes) == 3  # one retry more, then nothing
+    (record,) = w.store.reclaims()
+    assert record.outcome == "stopped"
+    assert w.store.stuck_reclaims() == []
+    assert w.metric(P + "stuck_stops") == 0
+    assert w.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") == 1
+    assert w.warning_rows() == 1
+    assert all(r.stops == [] for r in w.reports if r.t > minutes(60))
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+async def test_cli_with_failing_pod_signal_reclaims_nothing_and_stops_on_sigterm(tmp_path):
+    hub = await FakeHubAPI().start()
+    try:
+        long_ago = dt.datetime.now(UTC) - dt.timedelta(days=2)
+        hub.add_server("bob", started=long_ago, last_activity=long_ago)  # would be culled
+        hub.add_server("alice", started=long_ago, last_activity=long_ago)
+        port = free_port()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("JUPYTERHUB_", "KUBERNETES_"))}
+        env.update(JUPYTERHUB_API_TOKEN=TOKEN, KUBECONFIG=str(tmp_path / "no-such-kubeconfig"),
+                   POD_NAMESPACE="jhub", PYTHONUNBUFFERED="1")
+        out = open(tmp_path / "out.log", "wb")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jupyterhub_gpu_reclaim", f"--url={hub.api}", "--cull-every=1",
+            "--timeout=60", f"--store-url=sqlite:///{tmp_path}/store.sqlite",
+            f"--bind-url=http://127.0.0.1:{port}", "--stop-timeout=2",
+            stdout=out, stderr=asyncio.subprocess.STDOUT, env=env)
+        try:
+            errors = 0.0
+            async with aiohttp.ClientSession() as client:
+                for _ in range(150):
+                    await asyncio.sleep(0.1)
+                    if proc.returncode is not None:
+                        break
+                    try:
+                        async with client.get(f"http://127.0.0.1:{port}/metrics") as r:
+                            text = await r.text()
+                    except aiohttp.ClientError:
+                        continue
+                    errors = next((s.value for f in text_string_to_metric_families(text)
+                                   for s in f.samples if s.name == P + "signal_errors_total"
+                                   and s.labels == {"source": "pods"}), 0.0)
+                    if errors >= 2:
+                        break
+            assert proc.returncode is None, (tmp_path / "out.log").read_text()
+            assert errors >= 2, (tmp_path / "out.log").read_text()
+            assert ("GET", "/hub/api/users") in hub.requests  # it did read the hub
+            assert hub.deletes == []
+            proc.send_signal(signal.SIGTERM)
+            rc = await asyncio.wait_for(proc.wait(), 10)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            out.close()
+        log = (tmp_path / "out.log").read_text()
+        assert rc == 0, log
+        assert "signal pods failed" in log
+        assert "stopping" in log
+        assert "Traceback" not in log
+        assert TOKEN not in log
+        assert hub.auth == {f"token {TOKEN}"}
+        assert hub.deletes == []
+    finally:
+        await hub.close()

@@ -1,0 +1,486 @@
+"""The reclaim cycle (service.Reclaimer) with in-process fakes for the signals and the
+stopper, a real Store in tmp_path and a controllable clock.
+
+Every harness steps its clock by `STEP` (= Options.cycle_interval) between cycles and waits
+for the stop tasks of each cycle (`drain`) before the next one."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from jupyterhub_gpu_reclaim.actions import StopResult
+from jupyterhub_gpu_reclaim.metrics import Metrics
+from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
+from jupyterhub_gpu_reclaim.observations import Kernel
+from jupyterhub_gpu_reclaim.policy import PolicyConfig
+from jupyterhub_gpu_reclaim.service import Options, Reclaimer
+from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
+from jupyterhub_gpu_reclaim.signals.hub import HubServer
+from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
+from jupyterhub_gpu_reclaim.store import Store
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+STEP = dt.timedelta(minutes=5)
+NS = "jhub"
+
+
+def minutes(m: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=m)
+
+
+# ---------------------------------------------------------------------------- fakes
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.servers: dict[str, HubServer] = {}
+        self.inactive: list[dict] = []
+        self.fail: str | None = None
+        self.calls = 0
+
+    async def ready_servers(self) -> list[HubServer]:
+        self.calls += 1
+        if self.fail:
+            raise SignalError("hub", self.fail)
+        return list(self.servers.values())
+
+    async def inactive_users(self) -> list[dict]:
+        return list(self.inactive)
+
+
+class FakePods:
+    def __init__(self) -> None:
+        self.pods: dict[str, PodInfo] = {}
+        self.pending_gpus = 0
+        self.fail: str | None = None
+        self.started = 0
+
+    async def start(self) -> None:
+        self.started += 1
+
+    def snapshot(self, max_age: float) -> PodSnapshot:
+        if self.fail:
+            raise SignalError("pods", self.fail)
+        return PodSnapshot(by_session=dict(self.pods), pending_gpus=self.pending_gpus)
+
+
+class FakeGpu:
+    """util[(namespace, pod)]: the utilization of each GPU (a tuple), read at the clock's now
+    (or `age` earlier)."""
+
+    def __init__(self, clock) -> None:
+        self.clock = clock
+        self.util: dict[tuple[str, str], tuple] = {}
+        self.age = dt.timedelta(0)
+        self.calls = 0
+
+    async def utilization(self) -> dict[tuple[str, str], GpuReading]:
+        self.calls += 1
+        t = self.clock() - self.age
+        return {key: GpuReading(t=t, gpus=tuple(str(i) for i in range(len(u))), util=tuple(u),
+                                fb_used_mib=tuple(0.0 for _ in u))
+                for key, u in self.util.items()}
+
+
+class FakeKernels:
+    def __init__(self) -> None:
+        self.states: dict[str, list[str]] = {}  # server url → kernel states
+        self.calls: list[tuple[str, str | None]] = []
+
+    async def probe(self, server_url_path: str, direct_url: str | None = None):
+        self.calls.append((server_url_path, direct_url))
+        return [Kernel(execution_state=s) for s in self.states.get(server_url_path, [])], []
+
+
+class FakeStopper:
+    """Stops at once: the server leaves the hub's list and its pod goes."""
+
+    def __init__(self, hub: FakeHub, pods: FakePods) -> None:
+        self.hub, self.pods = hub, pods
+        self.calls: list[tuple[str, str]] = []
+        self.deleted: list[str] = []
+
+    async def stop(self, user: str, server: str = "") -> StopResult:
+        self.calls.append((user, server))
+        self.hub.servers.pop(f"{user}/{server}", None)
+        self.pods.pods.pop(f"{user}/{server}", None)
+        return StopResult("stopped", 1, 0.0)
+
+    async def delete_user(self, user: str) -> StopResult:
+        self.deleted.append(user)
+        self.hub.inactive = [u for u in self.hub.inactive if u["name"] != user]
+        return StopResult("stopped", 1, 0.0)
+
+
+# ---------------------------------------------------------------------------- harness
+
+
+class Harness:
+    def __init__(self, tmp_path, *, policy: PolicyConfig | None = None, gpu: bool = True,
+                 kernels: bool = True, step: dt.timedelta = STEP, **options) -> None:
+        self.now = [T0]
+        self.step = step
+        self.hub, self.pods = FakeHub(), FakePods()
+        self.gpu = FakeGpu(self.clock) if gpu else None
+        self.kernels = FakeKernels() if kernels else None
+        self.stopper = FakeStopper(self.hub, self.pods)
+        self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
+        self.policy = policy or PolicyConfig()
+        self.options = options
+        self.reports: list = []
+        self.dispatcher = self.reclaimer = self.metrics = None
+        self.new_reclaimer()
+
+    def clock(self) -> dt.datetime:
+        return self.now[0]
+
+    def new_reclaimer(self) -> Reclaimer:
+        """A fresh service on the same store (a restart): new metrics, empty memory."""
+        dry_run = self.options.get("dry_run", False)
+        self.dispatcher = Dispatcher([LogNotifier()], dry_run=dry_run)
+        self.metrics = Metrics()
+        self.reclaimer = Reclaimer(
+            hub=self.hub, pods=self.pods, gpu=self.gpu, kernels=self.kernels, stopper=self.stopper,
+            dispatcher=self.dispatcher, store=self.store, policy=self.policy,
+            options=Options(cycle_interval=self.step, **self.options), metrics=self.metrics,
+            clock=self.clock)
+        return self.reclaimer
+
+    def add(self, user: str, *, gpus: int | None = 1, util=(0.0,), name: str = "",
+            started: dt.datetime = T0, last_activity: dt.datetime | None = None, **user_fields) -> str:
+        """A ready server; `gpus` None: its pod is missing; `util` None: no GPU reading."""
+        sid = f"{user}/{name}"
+        self.hub.servers[sid] = HubServer(user=user, name=name, started=started, ready=True,
+                                          last_activity=last_activity, url=f"/user/{user}/{name}",
+                                          **user_fields)
+        if gpus is not None:
+            pod = f"jupyter-{user}" + (f"--{name}" if name else "")
+            self.pods.pods[sid] = PodInfo(namespace=NS, name=pod, user=user, server=name, gpus=gpus,
+                                          node="gpu-node-1", phase="Running", ready=True,
+                                          pod_ip="10.0.0.7", port=8888, created=started,
+                                          unschedulable=None)
+            if gpus and util is not None and self.gpu is not None:
+                self.gpu.util[(NS, pod)] = tuple(util)
+        return sid
+
+    def set_util(self, user: str, util) -> None:
+        self.gpu.util[(NS, f"jupyter-{user}")] = tuple(util)
+
+    async def cycle(self):
+        report = await self.reclaimer.run_cycle()
+        await self.reclaimer.drain()
+        self.reports.append(report)
+        self.now[0] += self.step
+        return report
+
+    async def run_until(self, t: dt.datetime, each=None) -> None:
+        """Cycles at now, now + step, ... up to and including t."""
+        while self.now[0] <= t:
+            if each is not None:
+                each(self.now[0])
+            await self.cycle()
+
+    # what happened, by session
+    def warned(self, sid: str) -> list[dt.datetime]:
+        return [r.t for r in self.reports if sid in r.warned]
+
+    def stopped(self, sid: str) -> list[dt.datetime]:
+        return [r.t for r in self.reports if sid in r.stops]
+
+    def decisions(self, sid: str) -> list[tuple[dt.datetime, str, str]]:
+        return [(r.t, r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
+                if sid in r.decisions]
+
+    def metric(self, name: str, **labels) -> float | None:
+        """The value of a series in the /metrics text (generate_latest)."""
+        text = generate_latest(self.metrics.registry).decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == labels:
+                    return sample.value
+        return None
+
+
+@pytest.fixture
+def harness(tmp_path):
+    made = []
+
+    def make(**kw) -> Harness:
+        h = Harness(tmp_path, **kw)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.store.close()
+
+
+P = "jupyterhub_gpu_reclaim_"
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+async def test_never_used_gpu_is_warned_at_30_then_reclaimed_at_60(harness, caplog):
+    caplog.set_level(logging.INFO)
+    h = harness()
+    sid = h.add("alice")
+    await h.run_until(minutes(90))
+
+    assert h.warned(sid) == [minutes(30)]
+    assert h.stopped(sid) == [minutes(60)]
+    assert h.stopper.calls == [("alice", "")]
+    before = [d for d in h.decisions(sid) if d[0] < minutes(30)]
+    assert {(a, r) for _, a, r in before} == {("keep", "gpu-never-used")}
+    assert [(t, a) for t, a, _ in h.decisions(sid) if t >= minutes(30)] == [
+        (minutes(30), "warn"), (minutes(35), "keep"), (minutes(40), "keep"), (minutes(45), "keep"),
+        (minutes(50), "keep"), (minutes(55), "keep"), (minutes(60), "reclaim")]
+    (record,) = h.store.reclaims()
+    assert (record.session, record.rule, record.outcome, record.gpus) == (sid, "gpu-never-used", "stopped", 1)
+    assert len(h.store.warnings_for(sid)) == 0  # the episode ended with the stop
+    assert h.dispatcher.sent["log"] == 2  # the warning, then the reclaim notice
+    assert "warn alice/ (gpu-never-used)" in caplog.text
+
+
+async def test_busy_gpu_with_stale_activity_is_kept_while_cpu_server_is_culled(harness):
+    h = harness()
+    gpu = h.add("alice", util=(63.0,), last_activity=T0)
+    cpu = h.add("bob", gpus=0, last_activity=T0)
+    await h.run_until(minutes(90))
+
+    assert {(a, r) for _, a, r in h.decisions(gpu)} == {("keep", "gpu-active")}
+    assert h.stopped(gpu) == [] and h.warned(gpu) == []
+    # idle-culler: inactive >= --timeout (3600 s), no warning first
+    assert h.stopped(cpu) == [minutes(60)]
+    assert h.warned(cpu) == []
+    assert h.decisions(cpu)[-1] == (minutes(60), "reclaim", "idle-culler-timeout")
+    assert h.stopper.calls == [("bob", "")]
+    assert h.store.reclaims()[0].rule == "idle-culler-timeout"
+
+
+async def test_busy_kernel_keeps_gpu_idle_session_and_only_gpu_idle_sessions_are_probed(harness):
+    h = harness()
+    sid = h.add("alice", util=(0.0,))
+    h.add("carol", util=(80.0,))  # busy GPU: never probed
+    h.add("bob", gpus=0, last_activity=T0)  # no GPU: never probed
+    h.add("dave", util=None)  # no GPU data: never probed
+    h.kernels.states["/user/alice/"] = ["idle", "busy"]
+
+    def each(t):
+        if t == minutes(60):
+            h.kernels.states["/user/alice/"] = ["idle"]
+
+    await h.run_until(minutes(120), each)
+
+    assert {(a, r) for t, a, r in h.decisions(sid) if t < minutes(60)} == {("keep", "kernel-busy")}
+    # the idle clock restarts from the last busy-kernel sample (55 min)
+    assert h.warned(sid) == [minutes(85)]
+    assert h.stopped(sid) == [minutes(115)]
+    probed = {url for url, _ in h.kernels.calls}
+    assert probed == {"/user/alice/"}
+    assert {direct for _, direct in h.kernels.calls} == {"http://10.0.0.7:8888"}  # the pod's address
+    assert len(h.kernels.calls) == len([t for t, _, _ in h.decisions(sid)])  # once per cycle
+    assert sum(r.probes for r in h.reports) == len(h.kernels.calls)
+
+
+async def test_intent_is_honoured(harness):
+    h = harness()
+    sid = h.add("alice")
+    h.store.set_intent(sid, until=minutes(120), set_at=minutes(10), by="alice")
+    await h.run_until(minutes(185))
+
+    rules = {t: r for t, _, r in h.decisions(sid)}
+    assert all(rules[minutes(m)] == "intent" for m in range(10, 120, 5))
+    assert h.warned(sid) == [minutes(150)]  # the episode starts when the intent ends
+    assert h.stopped(sid) == [minutes(180)]
+
+
+async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
+    h = harness(dry_run=True)
+    sid = h.add("alice")
+    await h.run_until(minutes(120))
+
+    assert h.stopper.calls == []
+    assert h.store.reclaims() == []
+    assert [r.t for r in h.reports if sid in r.would_reclaim] == [minutes(60)]
+    assert all(r.stops == [] for r in h.reports)
+    assert h.warned(sid) == [minutes(30)]
+    assert h.decisions(sid)[-1][1:] == ("reclaim", "gpu-never-used")  # still decided each cycle
+    assert h.metric(P + "reclaims_total", rule="gpu-never-used", outcome="dry-run") == 1
+    assert h.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") is None
+    assert h.metric(P + "dry_run") == 1
+    # dry run: the messages go to the admins only (none here); the log channel still writes
+    assert h.dispatcher.sent["log"] == 1
+
+
+async def test_server_whose_pod_is_missing_is_held_never_reclaimed(harness):
+    h = harness(step=dt.timedelta(minutes=15))
+    gpu = h.add("alice", gpus=None)
+    cpu = h.add("bob", gpus=None, last_activity=T0 - dt.timedelta(hours=5))
+    await h.run_until(minutes(240))
+
+    for sid in (gpu, cpu):
+        assert {(a, r) for _, a, r in h.decisions(sid)} == {("hold", "pod-missing")}
+    assert h.stopper.calls == [] and h.store.reclaims() == []
+    assert all(r.warned == [] for r in h.reports)
+    assert h.metric(P + "holds", reason="pod-missing") == 2
+
+
+@pytest.mark.parametrize("source", ["missing-for-pod", "no-gpu-source"])
+async def test_gpu_data_missing_is_held_never_reclaimed(harness, source):
+    h = harness(gpu=source != "no-gpu-source", step=dt.timedelta(minutes=15))
+    sids = [h.add("alice", util=None)]  # no series for the pod
+    if h.gpu is not None:
+        sids.append(h.add("carol", util=(None,)))  # a GPU without a value
+        sids.append(h.add("dave", gpus=2, util=(0.0,)))  # one GPU of two
+    await h.run_until(minutes(240))
+
+    for sid in sids:
+        assert {(a, r) for _, a, r in h.decisions(sid)} == {("hold", "gpu-data-missing")}
+    assert h.stopper.calls == [] and h.store.reclaims() == []
+    assert all(r.warned == [] for r in h.reports)
+    assert h.metric(P + "holds", reason="gpu-data-missing") == len(sids)
+    assert h.kernels.calls == []
+
+
+async def test_stale_gpu_reading_is_held(harness):
+    h = harness(step=dt.timedelta(minutes=15))
+    sid = h.add("alice")
+    h.gpu.age = dt.timedelta(minutes=6)  # older than stale_after (5 min)
+    await h.run_until(minutes(180))
+    assert {(a, r) for _, a, r in h.decisions(sid)} == {("hold", "gpu-data-missing")}
+    assert h.stopper.calls == []
+
+
+@pytest.mark.parametrize("kind", ["never-used", "used-then-idle"])
+async def test_restart_keeps_warnings_and_the_idle_clock(harness, kind):
+    h = harness()
+    sid = h.add("alice", util=(0.0,))
+    if kind == "never-used":
+        warn_at, reclaim_at, restart_at = minutes(30), minutes(60), minutes(45)
+        each = None
+    else:  # used until 20 min: warned at 20 + 60, reclaimed at 20 + 120
+        warn_at, reclaim_at, restart_at = minutes(80), minutes(140), minutes(100)
+
+        def each(t):
+            h.set_util("alice", (55.0,) if t <= minutes(20) else (0.0,))
+
+    await h.run_until(restart_at - STEP, each)
+    assert h.warned(sid) == [warn_at] and h.stopped(sid) == []
+    first = len(h.reports)
+
+    h.new_reclaimer()  # the service restarts (same store, nothing in memory)
+    await h.run_until(reclaim_at + 3 * STEP, each)
+    after = h.reports[first:]
+    assert [r.t for r in after if r.warned] == []  # no second warning
+    assert [r.t for r in after if sid in r.stops] == [reclaim_at]  # neither earlier nor later
+    assert h.stopper.calls == [("alice", "")]
+    rule = "gpu-never-used" if kind == "never-used" else "gpu-idle"
+    assert h.metric(P + "warnings_total", rule=rule) is None  # the new process sent none
+    assert h.metric(P + "reclaims_total", rule=rule, outcome="stopped") == 1
+    assert len(h.store.reclaims()) == 1
+
+
+@pytest.mark.parametrize("gap_minutes,restarts", [(10, False), (15, True)])
+async def test_gap_longer_than_interval_plus_stale_after_restarts_idle_clock(harness, gap_minutes, restarts):
+    h = harness()
+    sid = h.add("alice")
+    await h.run_until(minutes(20))
+    h.now[0] = minutes(20 + gap_minutes)  # the service was away
+    await h.run_until(minutes(20 + gap_minutes + 70))
+
+    resumed = minutes(20 + gap_minutes)
+    if restarts:  # the gap is unknown time: the clock restarts just before `resumed`
+        assert h.warned(sid) == [resumed + dt.timedelta(minutes=30)]
+        assert h.stopped(sid) == [resumed + dt.timedelta(minutes=60)]
+    else:
+        assert h.warned(sid) == [minutes(30)]
+        assert h.stopped(sid) == [minutes(60)]
+
+
+async def test_cull_users_deletes_inactive_users_like_idle_culler(harness):
+    h = harness(cull_users=True, policy=PolicyConfig(cull_admin_users=False))
+    old = T0 - dt.timedelta(hours=3)
+    h.add("bob", gpus=0, last_activity=old, user_last_activity=old, user_created=old)
+    h.add("gina", gpus=0, last_activity=old, user_last_activity=T0, user_created=old)
+    h.add("gina", gpus=0, name="x", last_activity=T0, user_last_activity=T0, user_created=old)
+    h.add("alice", util=(70.0,), last_activity=old, user_last_activity=old, user_created=old)
+    h.hub.inactive = [
+        {"name": "dave", "admin": False, "created": "2025-01-01T00:00:00Z", "last_activity": "2026-01-05T06:00:00Z"},
+        {"name": "erin", "admin": False, "created": "2025-01-01T00:00:00Z", "last_activity": "2026-01-05T08:50:00Z"},
+        {"name": "frank", "admin": True, "created": "2025-01-01T00:00:00Z", "last_activity": None},
+    ]
+    await h.run_until(minutes(10))
+
+    assert sorted(h.stopper.calls) == [("bob", ""), ("gina", "")]
+    # bob: his only server was culled and he is inactive; dave: inactive with no server;
+    # gina keeps a running server; erin is recent; frank is an admin (cull_admin_users off)
+    assert sorted(h.stopper.deleted) == ["bob", "dave"]
+    assert h.metric(P + "users_deleted_total") == 2
+    assert h.reports[0].users_deleted == ["dave"]
+
+
+async def test_cull_users_in_dry_run_deletes_nobody(harness):
+    h = harness(cull_users=True, dry_run=True)
+    old = T0 - dt.timedelta(hours=3)
+    h.add("bob", gpus=0, last_activity=old, user_last_activity=old, user_created=old)
+    h.hub.inactive = [{"name": "dave", "created": "2025-01-01T00:00:00Z", "last_activity": None}]
+    await h.run_until(minutes(10))
+    assert h.stopper.calls == [] and h.stopper.deleted == []
+
+
+async def test_metrics_text(harness):
+    h = harness()
+    h.add("alice")  # never used: warned at 30, reclaimed at 60
+    h.add("carol", util=(90.0,))
+    h.add("dan", gpus=None)  # pod missing
+    h.add("erin", gpus=2, util=(0.0, None))  # GPU data missing
+    h.add("bob", gpus=0, last_activity=T0)
+    h.pods.pending_gpus = 3
+
+    def each(t):
+        h.hub.servers["bob/"] = HubServer(user="bob", started=T0, ready=True, last_activity=t, url="/user/bob/")
+
+    await h.run_until(minutes(60), each)
+
+    m = h.metric
+    assert m(P + "sessions", gpu="true", action="reclaim", rule="gpu-never-used") == 1
+    assert m(P + "sessions", gpu="true", action="keep", rule="gpu-active") == 1
+    assert m(P + "sessions", gpu="true", action="hold", rule="gpu-data-missing") == 1
+    assert m(P + "sessions", gpu="false", action="hold", rule="pod-missing") == 1
+    assert m(P + "sessions", gpu="false", action="keep", rule="idle-culler") == 1
+    assert m(P + "sessions", gpu="true", action="keep", rule="gpu-never-used") is None  # cleared each cycle
+    assert m(P + "holds", reason="pod-missing") == 1
+    assert m(P + "holds", reason="gpu-data-missing") == 1
+    assert m(P + "warnings_total", rule="gpu-never-used") == 1
+    assert m(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") == 1
+    assert m(P + "reclaimed_gpus_total") == 1
+    assert m(P + "idle_gpus") == 1
+    assert m(P + "idle_gpu_hours") == pytest.approx(1.0)
+    assert m(P + "pending_gpus") == 3
+    assert m(P + "stuck_stops") == 0
+    assert m(P + "cycles_total", result="ok") == 13
+    assert m(P + "cycle_duration_seconds_count") == 13
+    assert m(P + "cycle_duration_seconds_bucket", le="+Inf") == 13
+    assert m(P + "dry_run") == 0
+    assert m(P + "signal_errors_total", source="hub") is None
+
+    # a failing signal skips the cycle and is counted
+    h.hub.fail = "HTTP 500"
+    report = await h.cycle()
+    assert report.skipped == "hub" and report.decisions == {}
+    assert m(P + "cycles_total", result="skipped-hub") == 1
+    assert m(P + "signal_errors_total", source="hub") == 1
+    h.hub.fail, h.pods.fail = None, "the pod watch has been down for over 300 s: watch: HTTP 410 Gone"
+    report = await h.cycle()
+    assert report.skipped == "pods"
+    assert m(P + "cycles_total", result="skipped-pods") == 1
+    assert m(P + "signal_errors_total", source="pods") == 1
+    assert h.stopper.calls == [("alice", "")]

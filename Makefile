@@ -15,3 +15,5 @@ test: setup
 
 benchmarks: setup
 	$(VENV)/bin/python benchmarks/sim_scale.py
+	$(VENV)/bin/python benchmarks/backtest_speed.py
+	$(VENV)/bin/python benchmarks/service_cycle.py

@@ -738,11 +738,23 @@ def _git_revision() -> str:
     return (rev or "unknown") + (" with uncommitted changes to jupyterhub_gpu_reclaim/sim" if dirty else "")
 
 
+def _replace_section(section: str) -> None:
+    """Put `section` in place of this benchmark's section of docs/benchmarks.md, leaving
+    the other benchmarks' sections as they are."""
+    title = section.split("\n", 1)[0]
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n\n"
+    start = text.find(title)
+    if start < 0:
+        DOCS.write_text(text.rstrip("\n") + "\n\n" + section)
+        return
+    end = text.find("\n## ", start + len(title))
+    rest = text[end + 1:] if end >= 0 else ""
+    DOCS.write_text(text[:start] + section.rstrip("\n") + "\n\n" + rest)
+
+
 def write_docs(res: dict[str, Any], table: str, interp: str, command: str) -> None:
     DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(f"""# Benchmarks
-
-## Simulated cluster at scale (`benchmarks/sim_scale.py`)
+    section = f"""## Simulated cluster at scale (`benchmarks/sim_scale.py`)
 
 What it does: starts the simulated cluster (`examples/sim/scale.yaml`: 50 CPU nodes, 10 GPU
 nodes × 8 GPUs, stub mode: no pod processes) as its own process; runs KubeSpawner's own
@@ -805,7 +817,8 @@ writing this benchmark found, and the simulator now does:
 Left: each create is schema-validated twice (`admission.decode`, then `admit_create`) and
 deep-copied a few times; a full list still grows with the number of pods, and the
 simulator answers on one thread, so a list holds other requests for its duration.
-""")
+"""
+    _replace_section(section)
 
 
 # --- main ----------------------------------------------------------------------------------

@@ -241,6 +241,9 @@ class Reclaimer:
 
         # decisions
         intents = self.store.intents()
+        for sid, (srv, session, sample, pod) in sessions.items():
+            if pod is not None and pod.keepalive_until is not None:
+                self._intent_from_spawn(sid, pod, intents, now)
         warnings = self.store.open_warnings()
         by_user: dict[str, list[tuple[Session, Decision]]] = {}
         state_counts: dict[tuple[str, str, str], int] = {}
@@ -249,6 +252,8 @@ class Reclaimer:
         idle_hours = 0.0
         observed: list[tuple[str, Sample]] = []
         new_sessions: list[Session] = []
+        changed: list[Decision] = []
+        warns: list[tuple[Session, Decision]] = []
         for sid, (srv, session, sample, pod) in sessions.items():
             if pod is None:
                 d = Decision(sid, "hold", "pod-missing",
@@ -277,12 +282,14 @@ class Reclaimer:
                                          t=now)
             if self._last.get(sid) != (d.action, d.rule):
                 self._last[sid] = (d.action, d.rule)
-                self.store.record_decision(d, now)
+                changed.append(d)
             if d.action == "warn":
-                await self._warn(session, d, now, report)
+                warns.append((session, d))
             elif d.action == "reclaim":
                 by_user.setdefault(session.user, []).append((session, d))
 
+        self.store.record_decisions(changed, now)
+        await asyncio.gather(*(self._warn(session, d, now, report) for session, d in warns))
         self._set_state_metrics(state_counts, holds, idle_gpus, idle_hours)
         if self.options.record_observations and observed:
             self.store.record_observations(now, observed, pods.pending_gpus, new_sessions)
@@ -293,6 +300,17 @@ class Reclaimer:
             self._reclaim(user, reclaims, servers, now, report)
         if self.options.cull_users and not self.options.dry_run:
             await self._cull_inactive_users(now, report)
+
+    def _intent_from_spawn(self, sid: str, pod: PodInfo, intents: dict, now: dt.datetime) -> None:
+        """The keep-alive declared on the spawn form is the session's first intent (once:
+        an intent set since the pod was created, e.g. from the keep-alive page, wins)."""
+        set_at = min(pod.created or now, now)
+        current = intents.get(sid)
+        if current is not None and current.set_at >= set_at:
+            return
+        assert pod.keepalive_until is not None
+        intents[sid] = self.store.set_intent(sid, pod.keepalive_until, set_at, by="spawn form")
+        log.info("intent of %s from the spawn form: keep until %s", sid, format_time(pod.keepalive_until))
 
     def _samples(self, session: Session, sample: Sample, now: dt.datetime) -> tuple[Sample, ...]:
         """The session's retained history with the new sample appended (see module doc)."""
@@ -545,6 +563,10 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
     if app.bind_url:
         server = listen(make_app(metrics, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")), app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
+    try:  # connect and list before the first cycle, so that cycle is like the others
+        await reclaimer.pods.start()
+    except SignalError as e:
+        log.warning("%s (the cycles will try again)", e)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -486,19 +486,27 @@ class Store:
         not yet recorded (pass the cycle's sessions; known ones cost one lookup). Returns the
         number of observation rows written."""
         t = _aware(t, "t")
-        rows = [ObservationRow(t=_aware(s.t, "sample.t"), kind="sample", session=sid,
-                               line=dump_record(TraceSample(session=sid, sample=s)))
+        rows = [{"t": _aware(s.t, "sample.t"), "kind": "sample", "session": sid,
+                 "line": dump_record(TraceSample(session=sid, sample=s))}
                 for sid, s in samples]
         if pending_gpus is not None:
-            rows.append(ObservationRow(t=t, kind="pressure", session=None,
-                                       line=dump_record(Pressure(t=t, pending_gpus=pending_gpus))))
+            rows.append({"t": t, "kind": "pressure", "session": None,
+                         "line": dump_record(Pressure(t=t, pending_gpus=pending_gpus))})
+        sessions = {(s.id, _aware(s.started, "started")): s for s in sessions}
         with self._session.begin() as db:
-            for session in sessions:
-                started = _aware(session.started, "started")
-                if db.get(TraceSessionRow, (session.id, started)) is None:
-                    db.add(TraceSessionRow(session=session.id, started=started, stopped=None,
-                                           line=dump_record(TraceSession(session=session))))
-            db.add_all(rows)
+            if sessions:  # one query for which are known, not one per session
+                ids = sorted({sid for sid, _ in sessions})
+                known = set()
+                for chunk in range(0, len(ids), 500):
+                    known.update(db.execute(sa.select(TraceSessionRow.session, TraceSessionRow.started)
+                                            .where(TraceSessionRow.session.in_(ids[chunk:chunk + 500]))).all())
+                new = [{"session": sid, "started": started, "stopped": None,
+                        "line": dump_record(TraceSession(session=session))}
+                       for (sid, started), session in sessions.items() if (sid, started) not in known]
+                if new:
+                    db.execute(sa.insert(TraceSessionRow), new)
+            if rows:
+                db.execute(sa.insert(ObservationRow), rows)  # one executemany
         return len(rows)
 
     def session_stopped(self, session: str, t: dt.datetime) -> bool:
@@ -621,12 +629,18 @@ class Store:
     # ---- decisions log
 
     def record_decision(self, decision: Decision, t: dt.datetime) -> None:
+        self.record_decisions([decision], t)
+
+    def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:
+        """Record the decisions of one cycle in one transaction; returns how many."""
         t = _aware(t, "t")
-        with self._session.begin() as db:
-            db.add(DecisionRow(t=t, session=decision.session, action=decision.action, rule=decision.rule,
-                               reason=decision.reason,
-                               reclaim_at=_aware(decision.reclaim_at, "reclaim_at") if decision.reclaim_at else None,
-                               evidence=_dumps(decision.evidence)))
+        rows = [{"t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
+                 "reclaim_at": _aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
+                 "evidence": _dumps(d.evidence)} for d in decisions]
+        if rows:
+            with self._session.begin() as db:
+                db.execute(sa.insert(DecisionRow), rows)
+        return len(rows)
 
     def decisions(self, since: dt.datetime | None = None,
                   session: str | None = None) -> list[tuple[dt.datetime, Decision]]:

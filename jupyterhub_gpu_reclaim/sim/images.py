@@ -1,33 +1,15 @@
-"""Container images: name normalisation as container runtimes report it, and what the
-scenario says of each image (size, entrypoint, env)."""
+"""Container images: the names runtimes report (`normalize` lives in the shared
+`jupyterhub_gpu_reclaim.images` and is re-exported here), and what the scenario says of
+each image (size, entrypoint, env)."""
 
 from __future__ import annotations
 
 import hashlib
 
+from ..images import normalize
 from .scenario import Image, Scenario
 
-_DEFAULT_REGISTRY = "docker.io"
-
-
-def normalize(ref: str) -> str:
-    """The fully qualified name a runtime lists in node `status.images`:
-    `ubuntu` → `docker.io/library/ubuntu:latest`, `jupyter/x` → `docker.io/jupyter/x:latest`,
-    `quay.io/a/b` → `quay.io/a/b:latest`; digests are kept as they are."""
-    ref = ref.strip()
-    name, digest = (ref.split("@", 1) + [""])[:2]
-    first, _, rest = name.partition("/")
-    if not rest or ("." not in first and ":" not in first and first != "localhost"):
-        registry, path = _DEFAULT_REGISTRY, name
-    else:
-        registry, path = first, rest
-    if registry == _DEFAULT_REGISTRY and "/" not in path:
-        path = "library/" + path
-    if digest:
-        return f"{registry}/{path}@{digest}"
-    if ":" not in path.rsplit("/", 1)[-1]:
-        path += ":latest"
-    return f"{registry}/{path}"
+__all__ = ["ImageRegistry", "normalize", "repo_digest"]
 
 
 def repo_digest(ref: str) -> str:

@@ -1,0 +1,381 @@
+"""GPUReclaimSpawner: KubeSpawner that measures each phase of a spawn, says plainly what a
+user waits for, keeps pods on nodes that already hold their image, and carries the user's
+"keep alive until" from the spawn form to the pod."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+from typing import Any
+
+from kubespawner import KubeSpawner
+from prometheus_client import Counter, Histogram
+from traitlets import Enum, Float, Int, List, Unicode, default
+
+from ..durations import parse_duration
+from ..images import normalize
+from . import affinity, keepalive, messages
+from .informer import Informer
+from .timings import SpawnTimings, extract
+
+UTC = dt.timezone.utc
+TIMINGS_ANNOTATION = "jupyterhub-gpu-reclaim/spawn-timings"
+
+# In the hub's default registry: they appear on the hub's /metrics next to
+# jupyterhub_server_spawn_duration_seconds.
+SPAWN_PHASE_SECONDS = Histogram(
+    "jupyterhub_gpu_reclaim_spawn_phase_duration_seconds",
+    "Time of each phase of a spawn (create, schedule, pull, start, ready, total), by profile",
+    ["phase", "profile"],
+    buckets=(0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600, float("inf")),
+)
+SPAWN_IMAGE_PULLS = Counter(
+    "jupyterhub_gpu_reclaim_spawn_image_pulls",
+    "Spawns whose pod had to pull its image first, by profile", ["profile"])
+IMAGE_LOCALITY_DECISIONS = Counter(
+    "jupyterhub_gpu_reclaim_image_locality_decisions",
+    "Image-locality affinity decisions by configured mode and outcome (disabled, no_holder, "
+    "configured, configured_no_room, holder_fits, no_holder_fits)", ["mode", "decision"])
+GPU_QUEUE_TIMEOUTS = Counter(
+    "jupyterhub_gpu_reclaim_gpu_queue_timeouts", "Spawns withdrawn after waiting too long for a GPU")
+
+
+class GpuQueueTimeout(Exception):
+    """The spawn waited longer than gpu_queue_timeout for a GPU."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.jupyterhub_message = message
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(UTC)
+
+
+class GPUReclaimSpawner(KubeSpawner):
+    image_locality = Enum(
+        ["off", "prefer", "require", "auto"], "auto", config=True,
+        help="""Keep pods on nodes that already hold their image, with node affinity (no
+        custom scheduler). "prefer": preferred affinity towards those nodes; "require":
+        required affinity (only such nodes; off when no node holds the image); "auto":
+        require when a node holding the image can take the pod now (counting room that
+        lower-priority pods such as user placeholders would free by preemption), else
+        prefer. Needs list/watch on nodes and pods cluster-wide (docs/spawner.md).""")
+
+    image_locality_weight = Int(
+        100, config=True, help="Weight (1-100) of the preferred affinity terms.")
+
+    image_locality_max_nodes = Int(
+        50, config=True,
+        help="""At most this many nodes are named in the affinity (those with room for the
+        pod first): each is one term per existing required term, and the scheduler checks
+        every term against every node.""")
+
+    gpu_queue_timeout = Float(
+        0, config=True,
+        help="""Seconds a spawn may wait for a free GPU (its pod unschedulable for
+        nvidia.com/gpu) before it is withdrawn with a clear message. 0: only start_timeout
+        applies.""")
+
+    keepalive_choices = List(
+        Unicode(), ["1h", "2h", "4h", "8h", "12h"], config=True,
+        help="""Durations the spawn form offers for "Keep this session until" (longer ones
+        than max_keepalive are left out); a custom time is offered too.""")
+
+    max_keepalive = Unicode(
+        "12h", config=True,
+        help="""The longest keep-alive a user can declare, from the moment it is set. Use the
+        same value as the reclaim service's --max-keepalive.""")
+
+    gpu_wait_message_interval = Float(
+        10, config=True, help="Seconds between updates of the 'waiting for a free GPU' message.")
+
+    _priority_values: dict[str, int] = {}  # PriorityClass name → value, shared
+
+    # ------------------------------------------------------------------ state
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spawn_timings: SpawnTimings | None = None
+        self._requested: dt.datetime | None = None
+        self.keepalive_until: dt.datetime | None = None
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.spawn_timings is not None:
+            state["spawn_timings"] = self.spawn_timings.to_state()
+        return state
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        if state.get("spawn_timings"):
+            self.spawn_timings = SpawnTimings.from_state(state["spawn_timings"])
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.spawn_timings = None
+
+    @property
+    def _max_keepalive(self) -> dt.timedelta:
+        return parse_duration(self.max_keepalive)
+
+    @property
+    def _profile(self) -> str:
+        return str((self.user_options or {}).get("profile") or "")
+
+    # ------------------------------------------------------------------ the form
+
+    @default("options_form")
+    def _options_form_default(self) -> Any:
+        base = super()._options_form_default()
+        extra = keepalive.form_html(self.keepalive_choices, self._max_keepalive)
+
+        async def form(spawner: KubeSpawner) -> str:
+            text = base
+            if callable(base):
+                text = await base(spawner) if asyncio.iscoroutinefunction(base) else base(spawner)
+                if asyncio.iscoroutine(text):
+                    text = await text
+            return (text or "") + extra
+
+        return form
+
+    @default("options_from_form")
+    def _options_from_form_default(self) -> Any:
+        return self._gpu_reclaim_options_from_form
+
+    def _gpu_reclaim_options_from_form(self, formdata: dict) -> dict:
+        data = {k: v for k, v in formdata.items() if not k.startswith("keepalive")}
+        options = self._options_from_form(data) if self.profile_list else {}
+        until = keepalive.from_form(formdata, now=_utcnow(), max_keepalive=self._max_keepalive)
+        if until is not None:
+            options[keepalive.OPTION] = keepalive.iso(until)
+        return options
+
+    async def load_user_options(self) -> None:
+        await super().load_user_options()
+        self.keepalive_until = keepalive.from_user_options(
+            self.user_options or {}, now=_utcnow(), max_keepalive=self._max_keepalive)
+
+    # ------------------------------------------------------------------ the pod
+
+    async def get_pod_manifest(self) -> Any:
+        pod = await super().get_pod_manifest()
+        annotations = dict(pod.metadata.annotations or {})
+        if self.keepalive_until is not None:
+            annotations[keepalive.ANNOTATION] = keepalive.iso(self.keepalive_until)
+        pod.metadata.annotations = annotations
+        if self.image_locality != "off":
+            await self._apply_image_locality(pod)
+        return pod
+
+    _informers: dict[str, Informer] = {}  # shared by every spawner of the hub
+
+    async def _informer(self, what: str) -> Informer:
+        """The shared list+watch of every node ("nodes") or every pod ("pods"); started on
+        first use, tried again on the next spawn if it could not start."""
+        informer = GPUReclaimSpawner._informers.get(what)
+        if informer is None:
+            method = self.api.list_node if what == "nodes" else self.api.list_pod_for_all_namespaces
+            informer = GPUReclaimSpawner._informers[what] = Informer(method, what)
+        try:
+            await informer.start()
+        except Exception:
+            GPUReclaimSpawner._informers.pop(what, None)
+            raise
+        return informer
+
+    async def _priority_of(self, name: str | None) -> int:
+        """The value of a PriorityClass (0 when unset or unreadable, as the default class)."""
+        if not name:
+            return 0
+        cache = GPUReclaimSpawner._priority_values
+        if name not in cache:
+            from kubespawner.clients import shared_client
+
+            try:
+                pc = await shared_client("SchedulingV1Api").read_priority_class(name)
+                cache[name] = int(pc.value or 0)
+            except Exception as e:
+                self.log.warning("image locality: cannot read PriorityClass %s (%s); using 0", name, e)
+                return 0
+        return cache[name]
+
+    async def _apply_image_locality(self, pod: Any) -> None:
+        try:
+            nodes_ref, pods_ref = await self._informer("nodes"), await self._informer("pods")
+        except Exception as e:  # no RBAC for nodes/pods: spawn as plain KubeSpawner would
+            self.log.warning("image locality off for %s: cannot watch nodes and pods (%s)", self._log_name, e)
+            IMAGE_LOCALITY_DECISIONS.labels(self.image_locality, "no_rbac").inc()
+            return
+        spec = self.api.api_client.sanitize_for_serialization(pod)["spec"]
+        container = next((c for c in spec["containers"] if c["name"] == "notebook"), spec["containers"][0])
+        image = normalize(container["image"])
+        index = affinity.ImageIndex()
+        nodes = {}
+        for node in nodes_ref.resources.values():
+            index.update(node)
+            nodes[node["metadata"]["name"]] = node
+        holders = index.nodes_with(image)
+        requests = affinity.pod_requests(spec)
+        priority = await self._priority_of(spec.get("priorityClassName"))
+        by_node: dict[str, list[dict]] = {}
+        for p in pods_ref.resources.values():
+            name = (p.get("spec") or {}).get("nodeName")
+            if name:
+                by_node.setdefault(name, []).append(p)
+        node_affinity = dict((spec.get("affinity") or {}).get("nodeAffinity") or {})
+        required = (node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get(
+            "nodeSelectorTerms", [])
+        candidates, fits = affinity.candidates_and_fits(
+            holders, nodes, by_node, requests, priority, spec.get("tolerations") or [],
+            spec.get("nodeSelector") or {}, required,
+            can_preempt=spec.get("preemptionPolicy") != "Never")
+        decision = affinity.choose_mode(self.image_locality, candidates, fits, self.image_locality_max_nodes)
+        IMAGE_LOCALITY_DECISIONS.labels(self.image_locality, decision.code).inc()
+        self.log.info("image locality for %s (%s): %s - %s", self._log_name, image, decision.mode,
+                      decision.reason)
+        if decision.mode == "off":
+            return
+        required, preferred = affinity.apply(
+            decision, required, node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution"),
+            self.image_locality_weight)
+        if required:
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {"nodeSelectorTerms": required}
+        if preferred:
+            node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+        # a plain dict is serialised as it is, next to the model's other fields
+        pod.spec.affinity = dict(spec.get("affinity") or {}, nodeAffinity=node_affinity)
+
+    # ------------------------------------------------------------------ starting
+
+    def _ref_key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+    def _pod(self) -> dict | None:
+        reflector = self.pod_reflector
+        return reflector.pods.get(self._ref_key()) if reflector else None
+
+    def _pending_gpu_pods(self) -> list[dict]:
+        reflector = self.pod_reflector
+        return [p for p in (reflector.pods.values() if reflector else []) if messages.is_waiting_for_gpu(p)]
+
+    async def _start(self) -> str:
+        self._requested = _utcnow()
+        self.spawn_timings = None
+        start = asyncio.ensure_future(super()._start())
+        watch = asyncio.ensure_future(self._watch_gpu_queue()) if self.gpu_queue_timeout > 0 else None
+        try:
+            if watch is None:
+                url = await start
+            else:
+                done, _ = await asyncio.wait({start, watch}, return_when=asyncio.FIRST_COMPLETED)
+                if watch in done and watch.exception() is not None:
+                    start.cancel()
+                    await asyncio.gather(start, return_exceptions=True)
+                    await self.stop(now=True)
+                    raise watch.exception()  # type: ignore[misc]
+                url = await start
+        finally:
+            if watch is not None:
+                watch.cancel()
+        await self._record_timings()
+        return url
+
+    async def _watch_gpu_queue(self) -> None:
+        """Raise GpuQueueTimeout once the pod has waited gpu_queue_timeout for a GPU."""
+        while True:
+            await asyncio.sleep(1)
+            pod = self._pod()
+            if pod is None or not messages.is_waiting_for_gpu(pod):
+                continue
+            since = messages.waiting_since(pod) or self._requested or _utcnow()
+            waited = _utcnow() - since
+            if waited.total_seconds() >= self.gpu_queue_timeout:
+                GPU_QUEUE_TIMEOUTS.inc()
+                message = messages.queue_timeout_message(waited, messages.requested_gpus(pod))
+                self.log.warning("%s: %s", self._log_name, message)
+                raise GpuQueueTimeout(message)
+
+    async def _record_timings(self) -> None:
+        pod = self._pod()
+        if pod is None or self._requested is None:
+            return
+        try:
+            timings = extract(pod, self.events, self._requested)
+        except Exception:  # never fail a started server over its statistics
+            self.log.exception("could not extract the spawn timings of %s", self._log_name)
+            return
+        self.spawn_timings = timings
+        profile = self._profile
+        for phase, seconds in timings.phases().items():
+            SPAWN_PHASE_SECONDS.labels(phase, profile).observe(seconds)
+        if timings.image_pulled:
+            SPAWN_IMAGE_PULLS.labels(profile).inc()
+        self.log.info("spawn timings %s", json.dumps(
+            {"user": self.user.name, "server": self.name, "profile": profile, **timings.log_fields()}))
+        try:
+            await self.api.patch_namespaced_pod(
+                self.pod_name, self.namespace,
+                {"metadata": {"annotations": {TIMINGS_ANNOTATION: json.dumps(timings.to_annotations())}}})
+        except Exception as e:
+            self.log.warning("could not annotate %s with its spawn timings: %s", self.pod_name, e)
+
+    # ------------------------------------------------------------------ progress
+
+    async def progress(self) -> Any:
+        """KubeSpawner's progress, with the scheduler's and kubelet's lines said plainly,
+        and a "waiting for a free GPU" line every gpu_wait_message_interval while the pod
+        waits for one (the wait is counted from the pod's own condition time)."""
+        queue: asyncio.Queue = asyncio.Queue()
+        done = object()
+
+        async def pump() -> None:
+            try:
+                async for event in super(GPUReclaimSpawner, self).progress():
+                    await queue.put(event)
+            finally:
+                await queue.put(done)
+
+        task = asyncio.ensure_future(pump())
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), self.gpu_wait_message_interval)
+                except asyncio.TimeoutError:
+                    pod = self._pod()
+                    if pod is not None and messages.is_waiting_for_gpu(pod):
+                        yield {"message": self._gpu_wait_text(pod)}
+                    continue
+                if event is done:
+                    break
+                pod = self._pod()
+                if pod is not None:
+                    raw = event.get("raw_event")
+                    if raw is not None:
+                        text = messages.translate_event(raw, pod, self._pending_gpu_pods(), _utcnow(),
+                                                        self._image_size)
+                    else:  # KubeSpawner's patience message
+                        text = self._gpu_wait_text(pod) if messages.is_waiting_for_gpu(pod) else None
+                    if text:
+                        event = dict(event, message=text)
+                yield event
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _gpu_wait_text(self, pod: dict) -> str:
+        since = messages.waiting_since(pod) or self._requested or _utcnow()
+        return messages.gpu_wait_message(messages.requested_gpus(pod),
+                                         messages.queue_position(pod, self._pending_gpu_pods()),
+                                         _utcnow() - since)
+
+    def _image_size(self, image: str) -> int | None:
+        reflector = GPUReclaimSpawner._informers.get("nodes")
+        if reflector is None or not reflector.first_load.done():
+            return None
+        index = affinity.ImageIndex()
+        for node in reflector.resources.values():
+            index.update(node)
+        return index.size_of(image)

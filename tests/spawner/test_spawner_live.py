@@ -1,0 +1,164 @@
+"""GPUReclaimSpawner on the simulated cluster with a real hub: spawn timings (with and
+without an image pull), the "waiting for a free GPU" line and the GPU queue timeout, the
+keep-alive control of the real spawn form, and image-locality affinity."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from jupyterhub_gpu_reclaim.signals.base import parse_time
+
+from ..conftest import start_test_hub
+from ..hubapi import HubAPI
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+HERE = Path(__file__).parent
+UTC = dt.timezone.utc
+PASSWORD = "test-password"
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    child = start_test_hub(tmp_path_factory.mktemp("hub"), HERE / "jupyterhub_config_spawner.py", sim)
+    yield child
+    child.stop(grace=60)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def api(hub):
+    client = HubAPI(hub.info["url"], hub.info["token"])
+    try:
+        yield client
+    finally:
+        try:
+            await client.stop_all_servers()
+        finally:
+            await client.close()
+
+
+def kubectl_json(sim, *args: str) -> dict:
+    kubectl = Path(sys.executable).with_name("kubectl")
+    out = subprocess.run([str(kubectl), "--kubeconfig", sim.info["kubeconfig"], "-n", "jhub", *args, "-o", "json"],
+                         check=True, capture_output=True, text=True, timeout=30).stdout
+    return json.loads(out)
+
+
+def hub_metrics(hub) -> dict:
+    with urllib.request.urlopen(f"{hub.info['url']}/hub/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def hub_log(hub) -> str:
+    return hub.log_path.read_text(errors="replace")
+
+
+async def test_timings_of_a_spawn_that_pulls(hub, sim, api):
+    await api.start("alice", "gpu-1")  # the 5 GB PyTorch image is on no GPU node yet: pulled at 2 GB/s
+    await api.wait_ready("alice")
+    pod = kubectl_json(sim, "get", "pod", "jupyter-alice")
+    timings = json.loads(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/spawn-timings"])
+    phases = timings["phases"]
+    assert timings["image_pulled"] is True and timings["image_size"] == 5_000_000_000, timings
+    assert 1.0 < phases["pull"] < 10
+    assert phases["pull"] <= phases["total"] < 120
+    # from the objects' own times: the pod's creation, its conditions, the kubelet's events
+    assert parse_time(timings["created"]) <= parse_time(timings["scheduled"]) <= parse_time(timings["ready"])
+    line, = [json.loads(m) for m in re.findall(r"spawn timings (\{.*\})", hub_log(hub))]
+    assert line["user"] == "alice" and line["profile"] == "gpu-1" and line["pull_s"] == phases["pull"]
+    values = hub_metrics(hub)
+    assert values[("jupyterhub_gpu_reclaim_spawn_phase_duration_seconds_count",
+                   (("phase", "pull"), ("profile", "gpu-1")))] == 1
+    assert values[("jupyterhub_gpu_reclaim_spawn_image_pulls_total", (("profile", "gpu-1"),))] == 1
+    assert any(name == "jupyterhub_server_spawn_duration_seconds_count" for name, _ in values)  # the same registry
+
+
+async def test_image_locality_requires_the_node_that_holds_the_image(hub, sim, api):
+    """alice's spawn pulled the GPU image onto one node; carol's GPU pod is sent there."""
+    alice_node = kubectl_json(sim, "get", "pod", "jupyter-alice")["spec"]["nodeName"]
+    await api.start("carol", "gpu-1")
+    await api.wait_ready("carol")
+    pod = kubectl_json(sim, "get", "pod", "jupyter-carol")
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all({"key": "metadata.name", "operator": "In", "values": [alice_node]} in t.get("matchFields", [])
+               for t in terms)
+    assert pod["spec"]["nodeName"] == alice_node
+    timings = json.loads(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/spawn-timings"])
+    assert timings["image_pulled"] is False and timings["phases"]["pull"] == 0  # "already present"
+    assert re.search(r"image locality for carol.*require", hub_log(hub))
+
+
+async def test_gpu_wait_is_said_plainly_then_the_queue_timeout_withdraws_it(hub, sim, api):
+    await api.start("dave", "gpu-2")  # 1 + 1 + 2: the cluster's four GPUs are taken
+    await api.wait_ready("dave")
+    await api.start("erin", "gpu-1")
+    events = await api.progress("erin", timeout=90)
+    texts = [e.get("message", "") for e in events]
+    waiting = [t for t in texts if t.startswith("Waiting for a free GPU")]
+    assert waiting, texts
+    assert re.match(r"Waiting for a free GPU \(1 GPU requested, no requests ahead of you, waiting \d+ s\)", waiting[0])
+    final = events[-1]
+    assert final.get("failed") and "No GPU became free" in final["message"]
+    assert not any("Insufficient nvidia.com/gpu" in t for t in texts)  # the raw scheduler line is replaced
+    assert (await api.server("erin")) is None
+    pods = [p["metadata"]["name"] for p in kubectl_json(sim, "get", "pods")["items"]]
+    assert "jupyter-dave" in pods and "jupyter-erin" not in pods  # withdrawn: no pod left waiting
+
+
+async def _login(hub, user: str) -> aiohttp.ClientSession:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    async with session.get(f"{hub.info['url']}/hub/login") as r:
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', await r.text()).group(1)
+    async with session.post(f"{hub.info['url']}/hub/login?next=",
+                            data={"username": user, "password": PASSWORD, "_xsrf": xsrf}) as r:
+        assert r.status == 200, await r.text()
+    return session
+
+
+async def _spawn_form(session, hub, user) -> tuple[str, str]:
+    async with session.get(f"{hub.info['url']}/hub/spawn/{user}") as r:
+        page = await r.text()
+        assert r.status == 200, page
+    return page, re.search(r'xsrf_token: "([^"]+)"', page).group(1)  # what the page's script sends
+
+
+async def test_keepalive_from_the_spawn_form_reaches_the_pod(hub, sim, api):
+    await api.ensure_user("frank")
+    session = await _login(hub, "frank")
+    try:
+        page, xsrf = await _spawn_form(session, hub, "frank")
+        assert "Keep this session until" in page and 'value="4h"' in page
+        # a time in the past: the form again, with the reason; nothing started
+        past = (dt.datetime.now(UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+        async with session.post(f"{hub.info['url']}/hub/spawn/frank",
+                                data={"_xsrf": xsrf, "profile": "cpu", "keepalive": "until",
+                                      "keepalive_until": past, "keepalive_tz_offset": "0"}) as r:
+            text = await r.text()
+        assert r.status == 400 and "is in the past" in text and "Keep this session until" in text
+        assert await api.server("frank") is None
+        # 4 hours: the annotation on the pod
+        before = dt.datetime.now(UTC)
+        async with session.post(f"{hub.info['url']}/hub/spawn/frank",
+                                data={"_xsrf": xsrf, "profile": "cpu", "keepalive": "4h"}) as r:
+            assert r.status == 200, await r.text()
+        await api.wait_ready("frank")
+    finally:
+        await session.close()
+    pod = kubectl_json(sim, "get", "pod", "jupyter-frank")
+    until = parse_time(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/keepalive-until"])
+    assert dt.timedelta(hours=4) - dt.timedelta(minutes=1) <= until - before <= dt.timedelta(hours=4, minutes=1)
+    assert (await api.user("frank"))["servers"][""]["user_options"]["keepalive_until"]

@@ -33,7 +33,7 @@ from .actions import HubStopper, StopResult
 from .metrics import Metrics
 from .notify import Dispatcher
 from .observations import Decision, Sample, Session, SessionView
-from .policy import PolicyConfig, decide, decide_user, retained_samples
+from .policy import IDLE_RULES, PolicyConfig, decide, decide_user, retained_samples
 from .signals.base import SignalError, parse_time, utcnow
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
@@ -272,7 +272,7 @@ class Reclaimer:
             state_counts[key] = state_counts.get(key, 0) + 1
             if d.action == "hold":
                 holds[d.rule] = holds.get(d.rule, 0) + 1
-            if session.gpus and d.rule in ("gpu-idle", "gpu-never-used", "max-age"):
+            if session.gpus and d.rule in IDLE_RULES:
                 idle_gpus += session.gpus
                 since = parse_time(d.evidence.get("idle_since"))
                 if since is not None:
@@ -561,7 +561,13 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
     reclaimer = build(app, policy, store, metrics)
     server = None
     if app.bind_url:
-        server = listen(make_app(metrics, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")), app.bind_url)
+        from jupyterhub.services.auth import HubAuth
+
+        name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpu-reclaim")
+        hub_auth = HubAuth(api_token=app.api_token, api_url=app.url,
+                           access_scopes={f"access:services!service={name}", "access:services"})
+        server = listen(make_app(metrics, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"), store, hub_auth),
+                        app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
     try:  # connect and list before the first cycle, so that cycle is like the others
         await reclaimer.pods.start()

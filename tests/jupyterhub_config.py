@@ -8,7 +8,7 @@ c.JupyterHub.services = [{"name": "tests", "api_token": os.environ["GPU_RECLAIM_
 c.JupyterHub.load_roles = [{
     "name": "tests",
     "services": ["tests"],
-    "scopes": ["admin:users", "admin:servers", "access:servers", "read:hub"],
+    "scopes": ["admin:users", "admin:servers", "access:servers", "access:services", "read:hub"],
 }]
 c.JupyterHub.db_url = "sqlite:///" + os.path.join(os.getcwd(), "jupyterhub.sqlite")
 c.KubeSpawner.start_timeout = 180

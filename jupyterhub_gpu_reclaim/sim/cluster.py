@@ -112,7 +112,7 @@ class Cluster:
                 "value": pc["value"],
                 "globalDefault": pc.get("globalDefault", False),
                 "description": pc.get("description", ""),
-                "preemptionPolicy": "PreemptLowerPriority",
+                "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
             })
         self._pod_router = asyncio.create_task(self._route_pods())
         await self.apiserver.start()

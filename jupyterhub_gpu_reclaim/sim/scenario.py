@@ -150,6 +150,7 @@ SCHEMA: dict[str, Any] = {
                     "value": {"type": "integer"},
                     "globalDefault": {"type": "boolean"},
                     "description": {"type": "string"},
+                    "preemptionPolicy": {"enum": ["PreemptLowerPriority", "Never"]},
                 },
             },
         },

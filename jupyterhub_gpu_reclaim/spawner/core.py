@@ -91,6 +91,29 @@ class GPUReclaimSpawner(KubeSpawner):
     gpu_wait_message_interval = Float(
         10, config=True, help="Seconds between updates of the 'waiting for a free GPU' message.")
 
+    resume_priority_window = Float(
+        0, config=True,
+        help="""Resume priority (off by default): when the server being started was reclaimed
+        by jupyterhub-gpu-reclaim (its GPUs given back while idle) within this many seconds,
+        its pod gets resume_priority_class_name, so the user is not sent to the back of the
+        GPU queue. 0: off.""")
+
+    resume_priority_class_name = Unicode(
+        "", config=True,
+        help="""The PriorityClass of resumed sessions' pods (higher than the user pods'
+        jhub-default-priority, so the scheduler tries them first). Required with
+        resume_priority_window.""")
+
+    reclaim_service_url = Unicode(
+        "", config=True,
+        help="""The reclaim service's URL, asked for a user's recent reclaims
+        (`<url>api/reclaims?user=...`), e.g. http://127.0.0.1:10101/services/gpu-reclaim/.""")
+
+    reclaim_service_token = Unicode(
+        "", config=True,
+        help="""A hub API token with access to the reclaim service
+        (access:services!service=gpu-reclaim), e.g. of a service entry without a command.""")
+
     _priority_values: dict[str, int] = {}  # PriorityClass name → value, shared
 
     # ------------------------------------------------------------------ state
@@ -264,6 +287,8 @@ class GPUReclaimSpawner(KubeSpawner):
     async def _start(self) -> str:
         self._requested = _utcnow()
         self.spawn_timings = None
+        if self.resume_priority_window > 0 and self.resume_priority_class_name:
+            await self._apply_resume_priority()
         start = asyncio.ensure_future(super()._start())
         watch = asyncio.ensure_future(self._watch_gpu_queue()) if self.gpu_queue_timeout > 0 else None
         try:
@@ -282,6 +307,36 @@ class GPUReclaimSpawner(KubeSpawner):
                 watch.cancel()
         await self._record_timings()
         return url
+
+    async def _recent_reclaim(self) -> dict | None:
+        """This server's latest GPU reclaim within resume_priority_window, from the service."""
+        import aiohttp
+
+        url = self.reclaim_service_url.rstrip("/") + "/api/reclaims"
+        params = {"user": self.user.name, "since": f"{int(self.resume_priority_window)}s"}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(url, params=params, timeout=aiohttp.ClientTimeout(total=5),
+                                headers={"Authorization": f"token {self.reclaim_service_token}"}) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"HTTP {r.status}")
+                body = await r.json()
+        mine = [x for x in body.get("reclaims", [])
+                if x.get("server") == self.name and x.get("gpus") and x.get("outcome") == "stopped"]
+        return mine[-1] if mine else None
+
+    async def _apply_resume_priority(self) -> None:
+        if not hasattr(self, "_plain_priority_class"):
+            self._plain_priority_class = self.priority_class_name
+        self.priority_class_name = self._plain_priority_class
+        try:
+            reclaim = await self._recent_reclaim()
+        except Exception as e:  # the service down never blocks a spawn
+            self.log.warning("resume priority for %s: cannot ask the reclaim service (%s)", self._log_name, e)
+            return
+        if reclaim is not None:
+            self.priority_class_name = self.resume_priority_class_name
+            self.log.info("resume priority for %s: its GPU session was reclaimed at %s; pod priority class %s",
+                          self._log_name, reclaim["t"], self.resume_priority_class_name)
 
     async def _watch_gpu_queue(self) -> None:
         """Raise GpuQueueTimeout once the pod has waited gpu_queue_timeout for a GPU."""

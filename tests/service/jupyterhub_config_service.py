@@ -12,6 +12,13 @@ c.JupyterHub.services.append({
     "command": [sys.executable, "-m", "jupyterhub_gpu_reclaim",
                 f"--config={os.environ['GPU_RECLAIM_SERVICE_CONFIG']}"],
 })
+# the spawner asks the service for users' recent reclaims (resume priority)
+c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
+c.GPUReclaimSpawner.resume_priority_window = 3600
+c.GPUReclaimSpawner.resume_priority_class_name = "jhub-resume-priority"
+c.GPUReclaimSpawner.reclaim_service_url = f"http://127.0.0.1:{os.environ['GPU_RECLAIM_SERVICE_PORT']}/services/gpu-reclaim/"
+c.GPUReclaimSpawner.reclaim_service_token = os.environ["GPU_RECLAIM_TEST_TOKEN"]
+
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],

@@ -183,3 +183,32 @@ async def test_metrics_count_what_happened(hub, scene):
     assert metric(values, f"{name}_dry_run") == 0
     assert metric(values, f"{name}_cycle_duration_seconds_count") > 5
     assert metric(values, f"{name}_sessions", gpu="true", action="keep", rule="intent") == 1
+
+
+async def test_reclaims_api_and_resume_priority(hub, sim, scene):
+    """The service tells a hub-authenticated caller a user's reclaims; GPUReclaimSpawner
+    uses that to give alice's next pod the resume priority class (queue first, no
+    preemption: everyone else keeps their GPU)."""
+    api, _ = scene
+    url = f"{hub.info['url']}/services/gpu-reclaim/api/reclaims?user=alice"
+    async with api.session.get(url) as r:  # the tests' token: access:services
+        assert r.status == 200
+        reclaims = (await r.json())["reclaims"]
+    assert [(x["session"], x["rule"], x["outcome"], x["gpus"]) for x in reclaims] == [
+        ("alice/", "gpu-never-used", "stopped", 1)]
+    import aiohttp
+    async with aiohttp.ClientSession() as anonymous:
+        async with anonymous.get(url) as r:
+            assert r.status == 403
+
+    await api.start("alice", "gpu-1")
+    await until(lambda: pod_phase(sim, "jupyter-alice") == "Unschedulable", 30, "alice's new pod waits")
+    pod = json.loads(subprocess.run(
+        [str(Path(sys.executable).with_name("kubectl")), "--kubeconfig", sim.info["kubeconfig"], "get", "pod",
+         "-n", "jhub", "jupyter-alice", "-o", "json"], check=True, capture_output=True, text=True).stdout)
+    assert pod["spec"]["priorityClassName"] == "jhub-resume-priority" and pod["spec"]["priority"] == 10
+    assert pod["spec"]["preemptionPolicy"] == "Never"
+    for user in ("carol", "dave", "erin", "frank"):
+        assert (await api.server(user))["ready"]  # nobody was preempted
+    await api.stop("carol")  # a GPU frees up: alice gets it
+    await api.wait_ready("alice", timeout=120)

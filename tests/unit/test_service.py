@@ -302,6 +302,24 @@ async def test_intent_is_honoured(harness):
     assert h.stopped(sid) == [minutes(180)]
 
 
+async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
+    """GPUReclaimSpawner writes the spawn form's "keep until" on the pod; the service
+    takes it as the session's intent, once: a later intent (the keep-alive page) wins."""
+    import dataclasses
+
+    h = harness()
+    sid = h.add("alice")
+    pod = h.pods.pods[sid]
+    h.pods.pods[sid] = dataclasses.replace(pod, keepalive_until=minutes(120))
+    await h.run_until(minutes(30))
+    intent = h.store.intents()[sid]
+    assert (intent.until, intent.set_at) == (minutes(120), T0)
+    h.store.set_intent(sid, until=minutes(60), set_at=minutes(35), by="alice")  # shortened later
+    await h.run_until(minutes(125))
+    assert h.store.intents()[sid].until == minutes(60)  # not overwritten by the annotation
+    assert h.warned(sid) == [minutes(90)] and h.stopped(sid) == [minutes(120)]
+
+
 async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
     h = harness(dry_run=True)
     sid = h.add("alice")

@@ -1,0 +1,70 @@
+"""The "keep this session until" control: what the form sends, what user_options carry."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from jupyterhub_gpu_reclaim.spawner import keepalive
+from jupyterhub_gpu_reclaim.spawner.keepalive import KeepaliveError
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+CAP = dt.timedelta(hours=12)
+
+
+def parse(**form):
+    return keepalive.from_form({k: [v] for k, v in form.items()}, now=NOW, max_keepalive=CAP)
+
+
+def test_no_choice_is_no_intent():
+    assert parse() is None and parse(keepalive="") is None
+
+
+def test_durations():
+    assert parse(keepalive="4h") == NOW + dt.timedelta(hours=4)
+    assert parse(keepalive="90m") == NOW + dt.timedelta(minutes=90)
+
+
+def test_custom_time_in_the_browsers_time_zone():
+    # 11:30 in UTC+2 (getTimezoneOffset() = -120) is 09:30 UTC
+    assert parse(keepalive="until", keepalive_until="2026-03-02T11:30",
+                 keepalive_tz_offset="-120") == NOW + dt.timedelta(minutes=30)
+    # without JavaScript the offset is missing: UTC
+    assert parse(keepalive="until", keepalive_until="2026-03-02T10:00") == NOW + dt.timedelta(hours=1)
+
+
+@pytest.mark.parametrize("form, message", [
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T08:00"}, "is in the past"),
+    ({"keepalive": "until", "keepalive_until": ""}, "Choose the date and time"),
+    ({"keepalive": "until", "keepalive_until": "tomorrow"}, "is not a date and time"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "x"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "9999"}, "time zone"),
+    ({"keepalive": "3 days"}, "is not a duration"),
+    ({"keepalive": "13h"}, "at most 12 hours from now"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-03T09:00"}, "at most 12 hours from now"),
+])
+def test_bad_values_say_why(form, message):
+    with pytest.raises(KeepaliveError, match=message) as e:
+        parse(**form)
+    assert e.value.status_code == 400 and message in e.value.jupyterhub_message
+
+
+def test_user_options_from_the_api():
+    options = {keepalive.OPTION: "2026-03-02T13:00:00Z"}
+    assert keepalive.from_user_options(options, now=NOW, max_keepalive=CAP) == NOW + dt.timedelta(hours=4)
+    # JupyterHub reuses the last user_options: yesterday's time is dropped, not an error
+    old = {keepalive.OPTION: "2026-03-01T13:00:00Z"}
+    assert keepalive.from_user_options(old, now=NOW, max_keepalive=CAP) is None
+    assert keepalive.from_user_options({}, now=NOW, max_keepalive=CAP) is None
+    for bad in ({keepalive.OPTION: 5}, {keepalive.OPTION: "soon"}, {keepalive.OPTION: "2026-03-05T00:00:00Z"}):
+        with pytest.raises(KeepaliveError):
+            keepalive.from_user_options(bad, now=NOW, max_keepalive=CAP)
+
+
+def test_form_offers_the_durations_under_the_cap():
+    html = keepalive.form_html(["1h", "4h", "24h"], CAP)
+    assert 'value="1h"' in html and 'value="4h"' in html and 'value="24h"' not in html
+    assert 'value="until"' in html and "at most 12 hours" in html
+    assert 'name="keepalive_until"' in html and 'name="keepalive_tz_offset"' in html

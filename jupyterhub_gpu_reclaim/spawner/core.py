@@ -114,7 +114,7 @@ class GPUReclaimSpawner(KubeSpawner):
         help="""A hub API token with access to the reclaim service
         (access:services!service=gpu-reclaim), e.g. of a service entry without a command.""")
 
-    _priority_values: dict[str, int] = {}  # PriorityClass name → value, shared
+    _priority_classes: dict[str, tuple[int, bool]] = {}  # name → (value, may preempt), shared
 
     # ------------------------------------------------------------------ state
 
@@ -209,20 +209,21 @@ class GPUReclaimSpawner(KubeSpawner):
             raise
         return informer
 
-    async def _priority_of(self, name: str | None) -> int:
-        """The value of a PriorityClass (0 when unset or unreadable, as the default class)."""
+    async def _priority_of(self, name: str | None) -> tuple[int, bool]:
+        """(value, may preempt) of a PriorityClass, as admission gives them to the pod;
+        (0, True) when unset or unreadable, as for the default class."""
         if not name:
-            return 0
-        cache = GPUReclaimSpawner._priority_values
+            return 0, True
+        cache = GPUReclaimSpawner._priority_classes
         if name not in cache:
             from kubespawner.clients import shared_client
 
             try:
                 pc = await shared_client("SchedulingV1Api").read_priority_class(name)
-                cache[name] = int(pc.value or 0)
             except Exception as e:
                 self.log.warning("image locality: cannot read PriorityClass %s (%s); using 0", name, e)
-                return 0
+                return 0, True
+            cache[name] = (int(pc.value or 0), pc.preemption_policy != "Never")
         return cache[name]
 
     async def _apply_image_locality(self, pod: Any) -> None:
@@ -242,7 +243,7 @@ class GPUReclaimSpawner(KubeSpawner):
             nodes[node["metadata"]["name"]] = node
         holders = index.nodes_with(image)
         requests = affinity.pod_requests(spec)
-        priority = await self._priority_of(spec.get("priorityClassName"))
+        priority, may_preempt = await self._priority_of(spec.get("priorityClassName"))
         by_node: dict[str, list[dict]] = {}
         for p in pods_ref.resources.values():
             name = (p.get("spec") or {}).get("nodeName")
@@ -254,7 +255,7 @@ class GPUReclaimSpawner(KubeSpawner):
         candidates, fits = affinity.candidates_and_fits(
             holders, nodes, by_node, requests, priority, spec.get("tolerations") or [],
             spec.get("nodeSelector") or {}, required,
-            can_preempt=spec.get("preemptionPolicy") != "Never")
+            can_preempt=may_preempt and spec.get("preemptionPolicy") != "Never")
         decision = affinity.choose_mode(self.image_locality, candidates, fits, self.image_locality_max_nodes)
         IMAGE_LOCALITY_DECISIONS.labels(self.image_locality, decision.code).inc()
         self.log.info("image locality for %s (%s): %s - %s", self._log_name, image, decision.mode,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -208,6 +209,9 @@ async def test_reclaims_api_and_resume_priority(hub, sim, scene):
          "-n", "jhub", "jupyter-alice", "-o", "json"], check=True, capture_output=True, text=True).stdout)
     assert pod["spec"]["priorityClassName"] == "jhub-resume-priority" and pod["spec"]["priority"] == 10
     assert pod["spec"]["preemptionPolicy"] == "Never"
+    # it may not preempt, so no node can take it now: image locality only prefers
+    assert re.search(r"image locality for alice .*: prefer - 2 node\(s\) hold the image, 0 can take",
+                     hub.log_path.read_text())
     for user in ("carol", "dave", "erin", "frank"):
         assert (await api.server(user))["ready"]  # nobody was preempted
     await api.stop("carol")  # a GPU frees up: alice gets it

@@ -302,8 +302,8 @@ def machine() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--users", type=int, default=15, help="students arriving (default 15)")
-    ap.add_argument("--interval", type=float, default=10.0, help="seconds between arrivals (default 10)")
+    ap.add_argument("--users", type=int, default=12, help="students arriving (default 12)")
+    ap.add_argument("--interval", type=float, default=20.0, help="seconds between arrivals (default 20)")
     ap.add_argument("--no-prepuller", action="store_true",
                     help="without the emulated z2jh continuous image puller (new nodes get the "
                          "image only when a user pod pulls it)")

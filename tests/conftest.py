@@ -45,22 +45,26 @@ def start_test_hub(workdir, config, sim, env=None):
     return child
 
 
-@pytest.fixture(scope="module")
-def hub(sim, tmp_path_factory):
-    child = start_test_hub(tmp_path_factory.mktemp("hub"), REPO / "tests" / "jupyterhub_config.py", sim)
-    yield child
-    child.stop(grace=60)
+def hub_fixture(config):
+    """A module-scoped `hub` fixture running `config` (a module assigns it to `hub`)."""
+
+    @pytest.fixture(scope="module")
+    def hub(sim, tmp_path_factory):
+        child = start_test_hub(tmp_path_factory.mktemp("hub"), config, sim)
+        yield child
+        child.stop(grace=60)
+
+    return hub
+
+
+hub = hub_fixture(REPO / "tests" / "jupyterhub_config.py")
 
 
 @pytest.fixture
 async def api(hub):
     """The hub's REST API as the tests' service; stops every server a test started."""
-    client = HubAPI(hub.info["url"], hub.info["token"])
-    yield client
-    try:
-        await client.stop_all_servers()
-    finally:
-        await client.close()
+    async with HubAPI.of(hub) as client:
+        yield client
 
 
 @pytest.fixture

@@ -18,8 +18,23 @@ class HubAPI:
         self.headers = {"Authorization": f"token {token}"}
         self.session = aiohttp.ClientSession(headers=self.headers)
 
+    @classmethod
+    def of(cls, hub) -> "HubAPI":
+        """A client of a hub started by the harness, as the tests' service."""
+        return cls(hub.info["url"], hub.info["token"])
+
     async def close(self) -> None:
         await self.session.close()
+
+    async def __aenter__(self) -> "HubAPI":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Stops every server the tests started, then closes."""
+        try:
+            await self.stop_all_servers()
+        finally:
+            await self.close()
 
     async def request(self, method: str, path: str, body: Any = None, ok=(200, 201, 202, 204)) -> Any:
         async with self.session.request(method, self.api + path, json=body) as r:

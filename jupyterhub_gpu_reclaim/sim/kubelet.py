@@ -115,9 +115,10 @@ class Kubelet:
                          f'Container image "{ref}" is not present with pull policy of Never', container, "Warning")
             raise ContainerError("ErrImageNeverPull")
         queued = time.monotonic()
+        # as the kubelet: the event first, then the node's serialized image puller
+        worker.event("Pulling", f'Pulling image "{ref}"', container)
         async with self._pull_lock:
             started = time.monotonic()
-            worker.event("Pulling", f'Pulling image "{ref}"', container)
             size = self.cluster.images.size(ref)
             # an image already here still costs a manifest check with policy Always
             await asyncio.sleep(0.1 if normalize(ref) in self.images else size / self.group.bandwidth)

@@ -1,6 +1,7 @@
 """A kube-scheduler (v1.30 default profile) for the simulated cluster.
 
-Pure part (no I/O, unit-tested): pod requests, the filter plugins NodeUnschedulable,
+Pure part (no I/O, unit-tested): pod requests (`kube.pod_requests`, re-exported here
+with `tolerates` and `match_node_selector_term`), the filter plugins NodeUnschedulable,
 NodeName, TaintToleration, NodeAffinity and NodeResourcesFit in the upstream order (the
 first plugin that fails gives the node's reasons), the score plugins NodeResourcesFit
 (LeastAllocated/MostAllocated), NodeResourcesBalancedAllocation, ImageLocality,
@@ -24,9 +25,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Mapping
 
+from ..kube import TAINT_UNSCHEDULABLE, match_node_selector_term, parse_quantity, pod_requests, tolerates
 from . import errors
 from .images import normalize
-from .quantity import parse as parse_quantity
 from .resources import BY_KIND
 from .store import Filter, Obj
 from .timestamps import parse as parse_time
@@ -74,61 +75,11 @@ REASON_NO_VICTIMS = "No preemption victims found for incoming pod"
 MSG_NO_NODES = "no nodes available to schedule pods"
 MSG_PREEMPTION_NEVER = "preemption: not eligible due to preemptionPolicy=Never."
 MSG_PREEMPTION_TERMINATING = "preemption: not eligible due to a terminating pod on the nominated node."
-TAINT_UNSCHEDULABLE = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 TAINT_NOT_READY = "node.kubernetes.io/not-ready"
 TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
 
 
 # --- requests ------------------------------------------------------------------------
-
-Resources = dict[str, Fraction]
-
-
-def _add(into: Resources, more: Mapping[str, Fraction]) -> None:
-    for k, v in more.items():
-        into[k] = into.get(k, Fraction(0)) + v
-
-
-def _max_into(into: Resources, other: Mapping[str, Fraction]) -> None:
-    for k, v in other.items():
-        if v > into.get(k, Fraction(0)):
-            into[k] = v
-
-
-def _container_requests(c: Obj, non_missing: Mapping[str, Fraction] | None) -> Resources:
-    raw = ((c.get("resources") or {}).get("requests")) or {}
-    reqs = {k: parse_quantity(v) for k, v in raw.items()}
-    for k, v in (non_missing or {}).items():
-        if k not in reqs:
-            reqs[k] = v
-    return reqs
-
-
-def pod_requests(pod: Obj, *, non_missing: Mapping[str, Fraction] | None = None) -> Resources:
-    """The pod's effective requests, as `resourcehelper.PodRequests`: containers (and
-    restartable init containers, i.e. sidecars) summed, then the max with each init
-    container, plus spec.overhead. Admission has already defaulted requests from limits.
-    `non_missing` fills a container's missing cpu/memory request (the scoring view)."""
-    spec = pod.get("spec") or {}
-    reqs: Resources = {}
-    for c in spec.get("containers") or []:
-        _add(reqs, _container_requests(c, non_missing))
-    sidecars: Resources = {}
-    init_max: Resources = {}
-    for c in spec.get("initContainers") or []:
-        cr = _container_requests(c, non_missing)
-        if c.get("restartPolicy") == "Always":
-            _add(reqs, cr)
-            _add(sidecars, cr)
-            effective = dict(sidecars)
-        else:
-            effective = dict(cr)
-            _add(effective, sidecars)
-        _max_into(init_max, effective)
-    _max_into(reqs, init_max)
-    _add(reqs, {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items()})
-    return reqs
-
 
 def to_units(resource: str, value: Fraction) -> int:
     """Integers as the scheduler compares them: millicores for cpu, else whole units (rounded up)."""
@@ -348,67 +299,11 @@ class Status:
     unresolvable: bool
 
 
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    """v1.Toleration.ToleratesTaint."""
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration["key"] != taint.get("key"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    if op == "Equal":
-        return (toleration.get("value") or "") == (taint.get("value") or "")
-    return False
-
-
 def untolerated_taint(taints: Iterable[Obj], tolerations: list[Obj]) -> Obj | None:
     for t in taints:
         if not any(tolerates(tol, t) for tol in tolerations):
             return t
     return None
-
-
-def _match_expression(expr: Obj, labels: Mapping[str, str]) -> bool:
-    key, op, values = expr.get("key", ""), expr.get("operator"), expr.get("values") or []
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def _match_field(expr: Obj, node_name: str) -> bool:
-    if expr.get("key") != "metadata.name":
-        return False
-    values = expr.get("values") or []
-    if expr.get("operator") == "In":
-        return node_name in values
-    if expr.get("operator") == "NotIn":
-        return node_name not in values
-    return False
-
-
-def match_node_selector_term(term: Obj, labels: Mapping[str, str], node_name: str) -> bool:
-    """matchExpressions and matchFields are ANDed; an empty term matches no node."""
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    return (all(_match_expression(e, labels) for e in exprs)
-            and all(_match_field(f, node_name) for f in fields))
 
 
 def matches_node_affinity(pod: PodView, node: NodeFacts) -> bool:

@@ -6,8 +6,10 @@ placeholders) would free, the choice between `off` / `prefer` / `require`, and t
 merge of the resulting terms into KubeSpawner's `node_affinity_required` /
 `node_affinity_preferred` trait values (camelCase dicts, as KubeSpawner accepts them).
 
-Kubernetes rules this module relies on (checked against kubernetes/kubernetes
-pkg/apis/core/validation/validation.go):
+Kubernetes semantics shared with the simulated cluster's scheduler (quantities, pod
+requests, taint toleration, node-selector matching) live in `jupyterhub_gpu_reclaim.kube`
+and are re-exported here. Kubernetes rules this module relies on (checked against
+kubernetes/kubernetes pkg/apis/core/validation/validation.go):
 
 * `ValidateNodeFieldSelectorRequirement`: a `matchFields` requirement takes operator
   `In` or `NotIn` with exactly one value ("must be only one value when `operator` is 'In'
@@ -23,14 +25,20 @@ pkg/apis/core/validation/validation.go):
 from __future__ import annotations
 
 import copy
-import numbers
-import re
 from dataclasses import dataclass, field
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from .. import kube
 from ..images import normalize
+from ..kube import (  # also re-exported: this module's names before kube.py existed
+    NODE_NAME_FIELD,
+    TAINT_UNSCHEDULABLE,
+    match_field,
+    match_node_selector_term,
+    parse_quantity,
+    tolerates,
+)
 
 Obj = dict[str, Any]
 Mode = Literal["off", "prefer", "require", "auto"]
@@ -43,82 +51,18 @@ MODES: tuple[str, ...] = ("off", "prefer", "require", "auto")
 # slow filtering for little gain: 100 holders (those with room first) leave the scheduler
 # plenty of choice. Nodes beyond the cap are simply not named.
 MAX_AFFINITY_NODES = 100
-NODE_NAME_FIELD = "metadata.name"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-TAINT_UNSCHEDULABLE: Obj = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
 
 
-# --- quantities ---------------------------------------------------------------------------
-
-_SUFFIX: dict[str, Fraction] = {
-    "": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
-    "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12),
-    "P": Fraction(10**15), "E": Fraction(10**18),
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-                       r"(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
-
-
-def parse_quantity(value: str | int | float | Fraction) -> Fraction:
-    """A Kubernetes quantity (`500m`, `2`, `4Gi`, `1G`, `1e3`) or a number as an exact
-    number. Fractions rather than floats so `0.1 + 0.2` cpu compares exactly like the
-    scheduler's integer millicores."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a quantity: {value!r}")
-    if isinstance(value, (Fraction, int, Decimal)):
-        return Fraction(value)
-    if isinstance(value, numbers.Real):
-        return Fraction(str(value))  # str(): 0.1 stays 1/10, not the binary float
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        raise ValueError(f"not a quantity: {value!r}")
-    number = Fraction(m.group(1))
-    if m.group(2) is not None:
-        return number * Fraction(10) ** int(m.group(2))
-    return number * _SUFFIX[m.group(3) or ""]
-
-
-def _resource_list(raw: Mapping[str, Any] | None) -> dict[str, Fraction]:
-    out: dict[str, Fraction] = {}
-    for k, v in (raw or {}).items():
-        try:
-            out[k] = parse_quantity(v)
-        except (ValueError, TypeError):
-            continue  # an unparseable entry counts as absent rather than failing the spawn
-    return out
-
-
-def _container_requests(c: Obj) -> dict[str, Fraction]:
-    res = c.get("resources") or {}
-    # API defaulting copies limits into missing requests; do the same for raw pod dicts.
-    return {**_resource_list(res.get("limits")), **_resource_list(res.get("requests"))}
+# --- quantities and requests (kube.py) ----------------------------------------------------
 
 
 def pod_requests(pod: Obj) -> dict[str, Fraction]:
-    """What the scheduler charges a pod: the sum over containers (and restartable "sidecar"
-    init containers), at least the largest ordinary init container, plus overhead.
-    Takes a pod or just its spec (JSON form)."""
-    spec = (pod.get("spec") or {}) if "spec" in pod or "containers" not in pod else pod
-    total: dict[str, Fraction] = {}
-    init_max: dict[str, Fraction] = {}
-    for c in spec.get("initContainers") or []:
-        reqs = _container_requests(c)
-        if c.get("restartPolicy") == "Always":  # sidecar: runs alongside the containers
-            for k, v in reqs.items():
-                total[k] = total.get(k, Fraction(0)) + v
-        else:
-            for k, v in reqs.items():
-                init_max[k] = max(init_max.get(k, Fraction(0)), v)
-    for c in spec.get("containers") or []:
-        for k, v in _container_requests(c).items():
-            total[k] = total.get(k, Fraction(0)) + v
-    for k, v in init_max.items():
-        total[k] = max(total.get(k, Fraction(0)), v)
-    for k, v in _resource_list(spec.get("overhead")).items():
-        total[k] = total.get(k, Fraction(0)) + v
-    return total
+    """What the scheduler charges a pod (`kube.pod_requests`, limits copied into missing
+    requests as the apiserver's defaulting does). Takes a pod or just its spec (JSON form);
+    an unparseable quantity counts as absent rather than failing the spawn (the apiserver
+    will reject the pod itself)."""
+    return kube.pod_requests(pod, skip_invalid=True)
 
 
 _charged = pod_requests  # for functions whose `pod_requests` parameter shadows the name
@@ -203,50 +147,6 @@ class ImageIndex:
 
 # --- node matching ------------------------------------------------------------------------
 
-_INTEGER = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.ParseInt accepts, base 10
-
-
-def match_expression(expr: Obj, labels: Mapping[str, str]) -> bool:
-    """One NodeSelectorRequirement against node labels."""
-    key, op, values = expr.get("key", ""), expr.get("operator"), expr.get("values") or []
-    present = key in labels
-    if op == "In":
-        return present and labels[key] in values
-    if op == "NotIn":
-        return not present or labels[key] not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        if not _INTEGER.match(labels[key]) or not _INTEGER.match(values[0]):
-            return False
-        have, want = int(labels[key]), int(values[0])
-        return have > want if op == "Gt" else have < want
-    return False
-
-
-def match_field(expr: Obj, node_name: str) -> bool:
-    """One matchFields requirement; `metadata.name` is the only field Kubernetes allows."""
-    if expr.get("key") != NODE_NAME_FIELD:
-        return False
-    if expr.get("operator") == "In":
-        return node_name in (expr.get("values") or [])
-    if expr.get("operator") == "NotIn":
-        return node_name not in (expr.get("values") or [])
-    return False
-
-
-def match_term(term: Obj, labels: Mapping[str, str], node_name: str) -> bool:
-    """One NodeSelectorTerm: all requirements ANDed; an empty term matches no node."""
-    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    return all(match_expression(e, labels) for e in exprs) and all(match_field(f, node_name) for f in fields)
-
-
 def matches_node(node: Obj, node_selector: Mapping[str, str] | None = None,
                  required_terms: Sequence[Obj] | None = None) -> bool:
     """nodeSelector AND required node affinity (terms ORed). No terms (None or [], which
@@ -255,19 +155,7 @@ def matches_node(node: Obj, node_selector: Mapping[str, str] | None = None,
     labels, name = meta.get("labels") or {}, meta.get("name", "")
     if any(labels.get(k) != v for k, v in (node_selector or {}).items()):
         return False
-    return not required_terms or any(match_term(t, labels, name) for t in required_terms)
-
-
-def tolerates(toleration: Obj, taint: Obj) -> bool:
-    """v1.Toleration.ToleratesTaint: empty key with Exists tolerates every taint."""
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("key") and toleration["key"] != taint.get("key"):
-        return False
-    op = toleration.get("operator") or "Equal"
-    if op == "Exists":
-        return True
-    return op == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+    return not required_terms or any(match_node_selector_term(t, labels, name) for t in required_terms)
 
 
 def is_ready(node: Obj) -> bool:
@@ -314,7 +202,7 @@ def unfit_reason(node: Obj, pod_requests: Mapping[str, str | int | float | Fract
     if reason:
         return reason
     status = node.get("status") or {}
-    allocatable = _resource_list(status.get("allocatable") or status.get("capacity"))
+    allocatable = kube.resource_list(status.get("allocatable") or status.get("capacity"), skip_invalid=True)
     used: dict[str, Fraction] = {}
     count = 0
     for p in pods_on_node:

@@ -111,6 +111,7 @@ def pod_events(pod: dict, events: Iterable[dict]) -> list[dict]:
 
 _IMAGE_IN_MESSAGE = re.compile(r'[Ii]mage "([^"]+)"')
 _PULL_DURATION = re.compile(r"Successfully pulled image \"[^\"]*\" in ([0-9.hmsµun]+)")
+_PULL_WAITING = re.compile(r"\(([0-9][0-9.a-zµ]*) including waiting\)")
 _IMAGE_SIZE = re.compile(r"Image size: (\d+) bytes")
 _GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
@@ -131,9 +132,11 @@ def pulled_image_size(event: dict) -> int | None:
 
 
 def pull_seconds(event: dict) -> float | None:
-    """The pull time a "Successfully pulled … in 5.002s (5.002s including waiting)" message
-    states: the pull itself, without the wait behind other pulls on the node."""
-    m = _PULL_DURATION.search(event_message(event))
+    """The time a "Successfully pulled … in 5.002s (14.4s including waiting)" message states
+    the pod waited for its image: the pull with the wait behind other pulls on the node
+    (another pod pulling the same image) when the message says it, else the pull itself."""
+    text = event_message(event)
+    m = _PULL_WAITING.search(text) or _PULL_DURATION.search(text)
     return parse_go_duration(m.group(1)) if m else None
 
 

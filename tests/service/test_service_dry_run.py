@@ -11,16 +11,9 @@ import pytest_asyncio
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
-from .common import TIMINGS, Webhook, latest_rule, metric, metrics, start_service_hub, until
+from .common import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
-
-
-@pytest.fixture(scope="module")
-def webhook():
-    hook = Webhook()
-    yield hook
-    hook.close()
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +25,8 @@ def hub(sim, tmp_path_factory, webhook):
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def api(hub):
-    client = HubAPI(hub.info["url"], hub.info["token"])
-    try:
+    async with HubAPI.of(hub) as client:
         yield client
-    finally:
-        try:
-            await client.stop_all_servers()
-        finally:
-            await client.close()
 
 
 async def test_dry_run_decides_and_reports_but_stops_nothing(hub, api, webhook):

@@ -27,18 +27,11 @@ from jupyterhub_gpu_reclaim.signals.base import parse_time
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
-from .common import CPU_TIMEOUT, TIMINGS, Webhook, latest_rule, metric, metrics, start_service_hub, until
+from .common import CPU_TIMEOUT, TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 UTC = dt.timezone.utc
-
-
-@pytest.fixture(scope="module")
-def webhook():
-    hook = Webhook()
-    yield hook
-    hook.close()
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,7 @@ def pod_phase(sim, name: str) -> str | None:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def scene(hub, sim, webhook):
     """Sets the scene once; yields (api, what happened), then stops every server."""
-    api = HubAPI(hub.info["url"], hub.info["token"])
+    api = HubAPI.of(hub)
     tasks: list[asyncio.Task] = []
     try:
         # the four GPUs: carol trains, dave runs a cell, erin declares an intent; bob has no GPU

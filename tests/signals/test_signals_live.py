@@ -28,7 +28,7 @@ from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal
 
-from ..conftest import start_test_hub
+from ..conftest import hub_fixture
 from ..hubapi import HubAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -37,27 +37,17 @@ HERE = Path(__file__).parent
 USERS = {"alice": "gpu-1", "bob": "cpu", "carol": "cpu"}
 
 
-@pytest.fixture(scope="module")
-def hub(sim, tmp_path_factory):
-    """Overrides conftest's hub: the same configuration, with 5 s activity intervals."""
-    child = start_test_hub(tmp_path_factory.mktemp("hub"), HERE / "jupyterhub_config_activity.py", sim)
-    yield child
-    child.stop(grace=60)
+# conftest's hub with 5 s activity intervals
+hub = hub_fixture(HERE / "jupyterhub_config_activity.py")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def servers(hub):
     """The three users' servers, started once for the module and stopped at its end."""
-    client = HubAPI(hub.info["url"], hub.info["token"])
-    try:
+    async with HubAPI.of(hub) as client:
         await asyncio.gather(*(client.start(u, p) for u, p in USERS.items()))
         await asyncio.gather(*(client.wait_ready(u) for u in USERS))
         yield client
-    finally:
-        try:
-            await client.stop_all_servers()
-        finally:
-            await client.close()
 
 
 def pod_url(sim, name: str) -> str:

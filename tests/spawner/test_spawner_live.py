@@ -4,7 +4,6 @@ keep-alive control of the real spawn form, and image-locality affinity."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import re
@@ -20,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.signals.base import parse_time
 
-from ..conftest import start_test_hub
+from ..conftest import hub_fixture
 from ..hubapi import HubAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -30,23 +29,13 @@ UTC = dt.timezone.utc
 PASSWORD = "test-password"
 
 
-@pytest.fixture(scope="module")
-def hub(sim, tmp_path_factory):
-    child = start_test_hub(tmp_path_factory.mktemp("hub"), HERE / "jupyterhub_config_spawner.py", sim)
-    yield child
-    child.stop(grace=60)
+hub = hub_fixture(HERE / "jupyterhub_config_spawner.py")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def api(hub):
-    client = HubAPI(hub.info["url"], hub.info["token"])
-    try:
+    async with HubAPI.of(hub) as client:
         yield client
-    finally:
-        try:
-            await client.stop_all_servers()
-        finally:
-            await client.close()
 
 
 def kubectl_json(sim, *args: str) -> dict:

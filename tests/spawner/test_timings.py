@@ -212,3 +212,17 @@ def test_parse_time_forms():
     assert parse_time("2025-01-01T01:00:01+01:00") == dt.datetime(2025, 1, 1, 0, 0, 1, tzinfo=UTC)
     assert parse_time(dt.datetime(2025, 1, 1)) == dt.datetime(2025, 1, 1, tzinfo=UTC)
     assert parse_time(None) is None and parse_time("") is None and parse_time("nonsense") is None
+
+
+def test_a_pull_queued_behind_another_counts_its_wait():
+    """Two pods on a node pulling the same image: the second waits for the first, and the
+    kubelet's message says so ("in 100ms (14.4s including waiting)"). That wait is an
+    image pull wait, not a cached image."""
+    from jupyterhub_gpu_reclaim.spawner.timings import pull_seconds
+
+    queued = {"message": 'Successfully pulled image "x:1" in 100ms (14.4s including waiting). '
+                         'Image size: 5000000000 bytes.'}
+    cached = {"message": 'Successfully pulled image "x:latest" in 100ms (100ms including waiting). '
+                         'Image size: 1100000000 bytes.'}
+    older = {"message": 'Successfully pulled image "x:1" in 20.5s'}  # kubelets before 1.28
+    assert pull_seconds(queued) == 14.4 and pull_seconds(cached) == 0.1 and pull_seconds(older) == 20.5

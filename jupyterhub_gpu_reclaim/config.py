@@ -57,7 +57,7 @@ SERVICE_OPTIONS = (
     "prometheus_pod_label", "dcgm_exporter_urls", "gpu_request_timeout", "probe_kernels",
     "kernel_probe_timeout", "stop_timeout", "verify_pod_gone", "store_url",
     "observation_retention", "admin_recipients", "copy_admins", "notify_users_in_dry_run",
-    "keepalive_url", "hub_name", "bind_url",
+    "keepalive_url", "hub_name", "bind_url", "cookie_secret_file", "admin_scope",
 )
 
 # The GPU policy options: trait name -> PolicyConfig field.
@@ -518,6 +518,28 @@ class GpuReclaim(Application):
     @default("bind_url")
     def _bind_url_default(self) -> str:
         return os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+
+    cookie_secret_file = Unicode(
+        help=_help("""
+            A file holding the secret that signs the web pages' login cookie (hex or raw
+            bytes, as JupyterHub's own cookie secret file). Empty: a new random secret at
+            each start, so users go through the hub's OAuth once more after a restart
+            (a redirect, no password). Default: $GPU_RECLAIM_COOKIE_SECRET_FILE if set.
+            """),
+    ).tag(config=True)
+
+    @default("cookie_secret_file")
+    def _cookie_secret_file_default(self) -> str:
+        return os.environ.get("GPU_RECLAIM_COOKIE_SECRET_FILE", "")
+
+    admin_scope = Unicode(
+        "custom:gpu-reclaim:admin",
+        help=_help("""
+            The scope that opens the admin page and admin API besides the hub's admin flag.
+            Define it in c.JupyterHub.custom_scopes, grant it in a role, and list it in the
+            service's oauth_client_allowed_scopes so it reaches the service's login token.
+            """),
+    ).tag(config=True)
 
     # ------------------------------------------------------------------ GPU policy
 

@@ -9,8 +9,35 @@ import sys
 import threading
 from pathlib import Path
 
-from .launch import EXAMPLES, start_hub, start_sim
+from .launch import EXAMPLES, free_port, start_hub, start_sim
 from .sim.main import port
+
+
+STORY = """
+The demo is running: a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner,
+and the reclaim service with its timings shrunk from hours to minutes.
+Log in at {url}/hub/login as alice, bob or carol (admin: admin), password: {password}
+
+  1. As alice, choose '1 × NVIDIA A100' and press Start. The spawn page says what happens
+     ("Downloading the environment image (5.0 GB) on node ..."). Then leave the GPU unused.
+  2. In a private window, as bob, start '2 × NVIDIA A100'. In another, carol starts
+     '2 × NVIDIA A100' too: only one GPU is free, so her spawn page says
+     "Waiting for a free GPU (2 GPUs requested, ...)".
+  3. Back as alice: 2 minutes after her start the hub's pages show a banner, "Your GPU session
+     will be reclaimed at ...". Her page {url}/services/gpu-reclaim/ shows why
+     (GPU never used), with "Keep alive until..." and "Stop now and free the GPU".
+     Do nothing: 4 minutes after the start her server is stopped through the hub, and carol's
+     spawn proceeds on the freed GPU. (Or keep it alive, and carol keeps waiting.)
+  4. As admin, open {url}/services/gpu-reclaim/admin: every GPU session with its
+     utilization, the rule that applies and its evidence, the GPU queue, the reclaims.
+  5. A session that works is never reclaimed. In a notebook:
+         from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; use_gpu(percent=90, seconds=300)
+     (the cell "trains" for 5 minutes; a busy kernel or a busy GPU keeps the session).
+
+The service's decisions and warnings are in {log}; its metrics at
+{url}/services/gpu-reclaim/metrics; dcgm-exporter's at {metrics}.
+The cluster with kubectl:  KUBECONFIG={kubeconfig} {kubectl} get pods -A
+Press Ctrl-C to stop."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,20 +73,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         print(f"Starting JupyterHub (logs: {workdir / 'jupyterhub.log'}) ...", flush=True)
         hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port,
-                        env={"GPU_RECLAIM_DEMO_PASSWORD": password})
+                        env={"GPU_RECLAIM_DEMO_PASSWORD": password,
+                             "GPU_RECLAIM_DEMO_CONFIG": str(Path(args.config).resolve()),
+                             "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
+                             "GPU_RECLAIM_DCGM_URL": sim.info["metrics"]})
         url = hub.info["url"]
-        print(
-            "\nThe demo is running.\n"
-            f"  Open {url}/hub/login and log in as alice, bob or carol (admin: admin)\n"
-            f"  with the password: {password}\n"
-            "  Pick '1 × NVIDIA A100' and press Start: the spawn page shows the pod being scheduled\n"
-            "  and the image being pulled. Then create a notebook and run a cell, for example:\n"
-            "      from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; use_gpu(percent=90, seconds=30)   # blocks 30 s, like training\n"
-            f"  GPU metrics as dcgm-exporter shows them: {sim.info['metrics']}\n"
-            f"  The cluster with kubectl:  KUBECONFIG={sim.info['kubeconfig']} {_kubectl()} get pods -A\n"
-            "Press Ctrl-C to stop.",
-            flush=True,
-        )
+        print(STORY.format(url=url, password=password, metrics=sim.info["metrics"],
+                           kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl(),
+                           log=workdir / "jupyterhub.log"), flush=True)
         while not stop.wait(1):
             for child in (sim, hub):
                 if not child.alive():

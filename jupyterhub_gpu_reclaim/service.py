@@ -84,6 +84,16 @@ class CycleReport:
     seconds: float = 0.0
 
 
+def _exempted(d: Decision, exemption: dict | None) -> Decision:
+    """An admin's exemption (web admin page) turns a warn or reclaim into a keep."""
+    if exemption is None or d.action == "keep" and d.rule == "exempt":
+        return d
+    return Decision(d.session, "keep", "exempt",
+                    f"exempted by {exemption['by']} until {format_time(exemption['until'])}",
+                    evidence={**d.evidence, "exempt": "admin", "exempt_by": exemption["by"],
+                              "exempt_until": format_time(exemption["until"])})
+
+
 def _episode(decision: Decision, session: Session) -> str:
     """The idle episode a warning belongs to: the rule and when the episode began."""
     if decision.rule == "max-age":
@@ -113,6 +123,8 @@ class Reclaimer:
         self._tasks: dict[str, asyncio.Task] = {}  # sid (or "user:NAME") → stop task
         self._restored = False
         self._last_prune = 0.0
+        # what the web pages read: the latest cycle's sessions and GPU queue (see snapshot())
+        self._snapshot: dict[str, Any] = {"t": None, "skipped": None, "sessions": {}, "queue": []}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -204,6 +216,7 @@ class Reclaimer:
         if servers is None or pods is None:
             # without both we cannot tell GPU sessions from others: decide nothing
             report.skipped = "hub" if servers is None else "pods"
+            self._snapshot = {**self._snapshot, "skipped": report.skipped}
             return
         report.servers = len(servers)
         self.metrics.pending_gpus.set(pods.pending_gpus)
@@ -241,6 +254,7 @@ class Reclaimer:
 
         # decisions
         intents = self.store.intents()
+        exemptions = self.store.exemptions(now)  # set by admins on the web admin page
         for sid, (srv, session, sample, pod) in sessions.items():
             if pod is not None and pod.keepalive_until is not None:
                 self._intent_from_spawn(sid, pod, intents, now)
@@ -263,6 +277,7 @@ class Reclaimer:
                 view = SessionView(session=session, samples=samples, intent=intents.get(sid),
                                    warnings=warnings.get(sid, ()))
                 d = decide(view, now=now, pending_gpus=pods.pending_gpus, config=self.policy)
+                d = _exempted(d, exemptions.get(sid))
                 if session.gpus:
                     observed.append((sid, sample))
                     if (sid, session.started) not in self._recorded:
@@ -289,6 +304,7 @@ class Reclaimer:
                 by_user.setdefault(session.user, []).append((session, d))
 
         self.store.record_decisions(changed, now)
+        self._publish(now, sessions, report, pods, intents, exemptions)
         await asyncio.gather(*(self._warn(session, d, now, report) for session, d in warns))
         self._set_state_metrics(state_counts, holds, idle_gpus, idle_hours)
         if self.options.record_observations and observed:
@@ -300,6 +316,112 @@ class Reclaimer:
             self._reclaim(user, reclaims, servers, now, report)
         if self.options.cull_users and not self.options.dry_run:
             await self._cull_inactive_users(now, report)
+
+    # ------------------------------------------------------------------ for the web pages
+
+    def snapshot(self) -> dict[str, Any]:
+        """The latest cycle as the web pages show it: {"t", "skipped", "sessions": {sid:
+        dict}, "queue": [dict]} (plain JSON-able values; times as datetimes)."""
+        return self._snapshot
+
+    def _publish(self, now: dt.datetime, sessions: dict, report: CycleReport, pods: PodSnapshot,
+                 intents: dict, exemptions: dict) -> None:
+        warnings = self.store.open_warnings()
+        out: dict[str, dict[str, Any]] = {}
+        for sid, (srv, session, sample, pod) in sessions.items():
+            d = report.decisions.get(sid)
+            history = self._history.get(sid, (None, []))[1] if session.gpus else []
+            per_gpu: list[list[float]] = [[] for _ in range(session.gpus)]
+            spark: list[float | None] = []
+            for s in history:
+                u = s.gpu_util
+                if u is None or len(u) != session.gpus or any(x is None for x in u):
+                    spark.append(None)
+                    continue
+                spark.append(sum(u) / len(u))  # type: ignore[arg-type]
+                for i, x in enumerate(u):
+                    per_gpu[i].append(float(x))  # type: ignore[arg-type]
+            kernels = None
+            if sample.kernels is not None:
+                acts = [k.last_activity for k in sample.kernels if k.last_activity is not None]
+                kernels = {"busy": sum(k.execution_state == "busy" for k in sample.kernels),
+                           "idle": sum(k.execution_state != "busy" for k in sample.kernels),
+                           "last_activity": max(acts) if acts else None}
+            warned = warnings.get(sid, ())
+            intent = intents.get(sid)
+            out[sid] = {
+                "session": sid, "user": session.user, "server": session.server,
+                "profile": session.profile, "node": pod.node if pod else None, "gpus": session.gpus,
+                "started": session.started, "url": srv.url,
+                "util_now": list(sample.gpu_util) if sample.gpu_util is not None else None,
+                "mem_mib": list(sample.gpu_mem_used_mib) if sample.gpu_mem_used_mib is not None else None,
+                "util_mean": [sum(g) / len(g) if g else None for g in per_gpu],
+                "util_max": [max(g) if g else None for g in per_gpu],
+                "spark": spark[-60:], "kernels": kernels,
+                "hub_last_activity": srv.last_activity,
+                "action": d.action if d else None, "rule": d.rule if d else None,
+                "reason": d.reason if d else None, "evidence": dict(d.evidence) if d else {},
+                "reclaim_at": (warned[-1].reclaim_at if warned else (d.reclaim_at if d else None)),
+                "warned_at": warned[-1].t if warned else None,
+                "intent_until": (min(intent.until, intent.set_at + self.policy.max_keepalive)
+                                 if intent else None),
+                "intent_set_at": intent.set_at if intent else None,
+                "exempt_until": exemptions[sid]["until"] if sid in exemptions else None,
+                "exempt_by": exemptions[sid]["by"] if sid in exemptions else None,
+                "stopping": sid in self._tasks,
+            }
+        queue = [{"session": p.session_id, "user": p.user, "server": p.server, "gpus": p.gpus,
+                  "since": p.created, "waited_s": (now - p.created).total_seconds() if p.created else None,
+                  "reason": p.unschedulable}
+                 for p in pods.by_session.values() if p.waits_for_gpu]
+        queue.sort(key=lambda q: q["since"] or now)
+        self._snapshot = {"t": now, "skipped": None, "sessions": out, "queue": queue,
+                          "pending_gpus": pods.pending_gpus}
+
+    def stop_now(self, user: str, server: str, *, by: str, rule: str = "admin",
+                 record: bool = True) -> bool:
+        """Stop a server at once (through the hub API, as every stop): an admin's "reclaim
+        now" (recorded as a reclaim, rule "admin") or a user's own "stop now" (record=False).
+        False when a stop of it is already under way."""
+        sid = f"{user}/{server}"
+        if sid in self._tasks:
+            return False
+        now = self.clock()
+        info = self._snapshot["sessions"].get(sid) or {}
+        gpus = int(info.get("gpus") or 0)
+        rid = None
+        if record:
+            rid = self.store.begin_reclaim(sid, rule, now, {"by": by}, gpus,
+                                           episode=f"{rule}@{format_time(now)}")
+            if rid is None:
+                return False
+
+        async def stop() -> None:
+            log.info("stop %s now, asked by %s", sid, by)
+            result = await self.stopper.stop(user, server)
+            if rid is not None:
+                self._finish(rid, sid, rule, gpus, result)
+            elif result.ok:
+                self.store.session_stopped(sid, self.clock())
+                self.store.close_episode(sid, t=self.clock())
+                self._history.pop(sid, None)
+
+        task = asyncio.create_task(stop(), name=f"stop {sid} ({by})")
+        self._tasks[sid] = task
+        task.add_done_callback(lambda _t: self._tasks.pop(sid, None))
+        if sid in self._snapshot["sessions"]:
+            self._snapshot["sessions"][sid]["stopping"] = True
+        return True
+
+    def retry_stuck(self, sid: str) -> bool:
+        """Retry the stuck stop of ``sid`` now (the cycle retries them too). False when none."""
+        if sid in self._tasks:
+            return False
+        records = [r for r in self.store.stuck_reclaims() if r.session == sid]
+        if not records:
+            return False
+        self._retry_unfinished(self.clock())
+        return True
 
     def _intent_from_spawn(self, sid: str, pod: PodInfo, intents: dict, now: dt.datetime) -> None:
         """The keep-alive declared on the spawn form is the session's first intent (once:
@@ -548,6 +670,7 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
     """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
     import os
     import signal
+    from urllib.parse import urlsplit
 
     from .config import ServiceError
     from .store import StoreError
@@ -561,13 +684,18 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
     reclaimer = build(app, policy, store, metrics)
     server = None
     if app.bind_url:
-        from jupyterhub.services.auth import HubAuth
+        from jupyterhub.services.auth import HubOAuth
 
         name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpu-reclaim")
-        hub_auth = HubAuth(api_token=app.api_token, api_url=app.url,
-                           access_scopes={f"access:services!service={name}", "access:services"})
-        server = listen(make_app(metrics, os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/"), store, hub_auth),
-                        app.bind_url)
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+        # HubOAuth: a hub token in the Authorization header, or the pages' OAuth login cookie
+        hub_auth = HubOAuth(api_token=app.api_token, api_url=app.url, cache_max_age=30,
+                            access_scopes={f"access:services!service={name}", "access:services"})
+        hub_prefix = urlsplit(app.url).path.rsplit("/api", 1)[0].rstrip("/") + "/" if app.url else "/hub/"
+        web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=policy,
+                           admin_scope=app.admin_scope, dry_run=app.dry_run,
+                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix)
+        server = listen(web_app, app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
     try:  # connect and list before the first cycle, so that cycle is like the others
         await reclaimer.pods.start()

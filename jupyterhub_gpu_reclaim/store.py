@@ -69,7 +69,7 @@ Outcome = Literal["stopped", "stuck", "failed"]
 OUTCOMES = ("stopped", "stuck", "failed")
 
 # MIGRATIONS[i] upgrades version i + 1 to version i + 2. Append, never edit or reorder.
-MIGRATIONS: list[Callable[[Connection], None]] = []
+MIGRATIONS: list[Callable[[Connection], None]] = []  # filled below the models
 
 
 def current_version() -> int:
@@ -203,6 +203,37 @@ class DecisionRow(Base):
     reclaim_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     evidence: Mapped[str] = mapped_column(sa.Text, default="{}")
 
+
+class ExemptionRow(Base):
+    """Schema v2: an admin's "exempt this session for N hours" (the web admin page)."""
+
+    __tablename__ = "exemptions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    until: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    set_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    by: Mapped[str] = mapped_column(sa.String(255), default="")
+    cleared_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
+
+
+class AuditRow(Base):
+    """Schema v2: what users and admins did through the web pages and API, and who."""
+
+    __tablename__ = "audit"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    actor: Mapped[str] = mapped_column(sa.String(255))
+    action: Mapped[str] = mapped_column(sa.String(64))
+    session: Mapped[str] = mapped_column(sa.String(255), default="")
+    detail: Mapped[str] = mapped_column(sa.Text, default="{}")  # JSON object
+
+
+def _v1_to_v2(conn: Connection) -> None:
+    """v1 → v2: the exemptions and audit tables (web admin actions)."""
+    Base.metadata.create_all(conn, tables=[ExemptionRow.__table__, AuditRow.__table__])  # type: ignore[list-item]
+
+
+MIGRATIONS.append(_v1_to_v2)
 
 _OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 
@@ -625,6 +656,51 @@ class Store:
             db.execute(sa.delete(DecisionRow).where(DecisionRow.t < older_than))
             db.execute(sa.delete(TraceSessionRow).where(TraceSessionRow.stopped < older_than))
         return n
+
+    # ---- exemptions and audit log (schema v2)
+
+    def set_exemption(self, session: str, until: dt.datetime, set_at: dt.datetime, by: str = "") -> None:
+        """Exempt ``session`` from reclaim until ``until`` (replacing its current exemption)."""
+        until, set_at = _aware(until, "until"), _aware(set_at, "set_at")
+        with self._session.begin() as db:
+            db.execute(sa.update(ExemptionRow)
+                       .where(ExemptionRow.session == session, ExemptionRow.cleared_at.is_(None))
+                       .values(cleared_at=set_at))
+            db.add(ExemptionRow(session=session, until=until, set_at=set_at, by=by))
+
+    def clear_exemption(self, session: str, t: dt.datetime) -> bool:
+        t = _aware(t, "t")
+        with self._session.begin() as db:
+            return db.execute(sa.update(ExemptionRow)
+                              .where(ExemptionRow.session == session, ExemptionRow.cleared_at.is_(None))
+                              .values(cleared_at=t)).rowcount > 0
+
+    def exemptions(self, now: dt.datetime) -> dict[str, dict[str, Any]]:
+        """The exemptions in force at ``now``: {session: {"until", "set_at", "by"}}."""
+        now = _aware(now, "now")
+        with self._session() as db:
+            rows = db.scalars(sa.select(ExemptionRow).where(ExemptionRow.cleared_at.is_(None),
+                                                            ExemptionRow.until > now)
+                              .order_by(ExemptionRow.set_at, ExemptionRow.id))
+            return {r.session: {"until": r.until, "set_at": r.set_at, "by": r.by} for r in rows}
+
+    def audit(self, actor: str, action: str, session: str = "", t: dt.datetime | None = None,
+              **detail: Any) -> None:
+        """Record that ``actor`` did ``action`` (to ``session``)."""
+        t = _aware(t, "t") if t is not None else dt.datetime.now(UTC)
+        with self._session.begin() as db:
+            db.add(AuditRow(t=t, actor=actor, action=action, session=session, detail=_dumps(detail)))
+
+    def audit_log(self, since: dt.datetime | None = None, session: str | None = None) -> list[dict[str, Any]]:
+        """The audit records, oldest first: {"t", "actor", "action", "session", "detail"}."""
+        query = sa.select(AuditRow).order_by(AuditRow.t, AuditRow.id)
+        if since is not None:
+            query = query.where(AuditRow.t >= _aware(since, "since"))
+        if session is not None:
+            query = query.where(AuditRow.session == session)
+        with self._session() as db:
+            return [{"t": r.t, "actor": r.actor, "action": r.action, "session": r.session,
+                     "detail": json.loads(r.detail)} for r in db.scalars(query)]
 
     # ---- decisions log
 

@@ -4,6 +4,12 @@ import os
 load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "examples", "demo", "jupyterhub_config.py"))  # noqa: F821
 
 c = get_config()  # noqa: F821
+# The harness's own tests run the unmodified KubeSpawner and no reclaim service; the
+# product's tests add GPUReclaimSpawner, the service and its pages on top of this file.
+c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
+c.JupyterHub.template_paths = []
+c.JupyterHub.extra_user_scopes = set()
+c.JupyterHub.custom_scopes = {}
 c.JupyterHub.services = [{"name": "tests", "api_token": os.environ["GPU_RECLAIM_TEST_TOKEN"]}]
 c.JupyterHub.load_roles = [{
     "name": "tests",

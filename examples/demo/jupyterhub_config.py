@@ -75,3 +75,35 @@ c.KubeSpawner.profile_list = [
         },
     },
 ]
+
+# --- jupyterhub-gpu-reclaim: the spawner, the reclaim service and its pages ------------
+import sys  # noqa: E402
+
+from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES  # noqa: E402
+
+c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
+c.GPUReclaimSpawner.gpu_queue_timeout = 900  # a spawn gives up after 15 min in the GPU queue
+
+_demo = os.path.dirname(os.path.abspath(env("GPU_RECLAIM_DEMO_CONFIG", "examples/demo/jupyterhub_config.py")))
+c.JupyterHub.services = [{
+    "name": "gpu-reclaim",
+    "url": f"http://127.0.0.1:{env('GPU_RECLAIM_SERVICE_PORT', '10101')}",
+    "command": [sys.executable, "-m", "jupyterhub_gpu_reclaim",
+                f"--config={os.path.join(_demo, 'gpu_reclaim_config.py')}"],
+    # a hub-managed service does not inherit the hub's environment
+    "environment": {"KUBECONFIG": env("KUBECONFIG", ""), "GPU_RECLAIM_DCGM_URL": env("GPU_RECLAIM_DCGM_URL", "")},
+    "oauth_no_confirm": True,
+    "oauth_client_allowed_scopes": ["custom:gpu-reclaim:admin"],
+}]
+c.JupyterHub.custom_scopes = {
+    "custom:gpu-reclaim:admin": {"description": "See and act on every GPU session on the GPU reclaim admin page"},
+}
+c.JupyterHub.load_roles = [{
+    "name": "gpu-reclaim",
+    "services": ["gpu-reclaim"],
+    # idle-culler's scopes, plus groups (--exempt-groups) and access:servers (kernel probes)
+    "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
+               "read:users:groups", "access:servers"],
+}]
+c.JupyterHub.extra_user_scopes = {"access:services!service=gpu-reclaim"}  # users may open its pages
+c.JupyterHub.template_paths = [HUB_TEMPLATES]  # the reclaim state and banner on the hub's pages

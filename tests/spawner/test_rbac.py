@@ -1,4 +1,4 @@
-"""The ClusterRole GPUReclaimSpawner needs is a valid Kubernetes manifest and grants the
+"""The ClusterRole GPUReclaimSpawner needs (helm-values/rbac.yaml) is a valid Kubernetes manifest and grants the
 calls the spawner makes."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import kubernetes_validate
 import yaml
 from kubernetes_validate.utils import latest_version
 
-RBAC = Path(__file__).resolve().parents[2] / "helm-values" / "spawner-rbac.yaml"
+RBAC = Path(__file__).resolve().parents[2] / "helm-values" / "rbac.yaml"
 
 
 def test_spawner_rbac_is_valid_and_sufficient():

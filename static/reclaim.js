@@ -1,0 +1,46 @@
+// jupyterhub-gpu-reclaim: small enhancements; every page works without this script.
+(function () {
+  "use strict";
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  // show times in the browser's zone
+  document.querySelectorAll("time[datetime]").forEach(function (el) {
+    var d = new Date(el.getAttribute("datetime"));
+    if (!isNaN(d)) { el.textContent = pad(d.getHours()) + ":" + pad(d.getMinutes()); el.title = d.toString(); }
+  });
+  // the keep-alive time field is in the browser's zone: tell the server which
+  document.querySelectorAll("input.tz-offset").forEach(function (el) { el.value = String(new Date().getTimezoneOffset()); });
+  document.querySelectorAll(".tz").forEach(function (el) {
+    try { el.textContent = Intl.DateTimeFormat().resolvedOptions().timeZone || "local time"; } catch (e) { el.textContent = "local time"; }
+  });
+  // confirmations for destructive user actions (admin actions confirm on a page of their own)
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (ev) { if (!window.confirm(form.getAttribute("data-confirm"))) ev.preventDefault(); });
+  });
+  // sortable tables: click a header
+  document.querySelectorAll("table.sortable").forEach(function (table) {
+    table.querySelectorAll("thead th").forEach(function (th, i) {
+      th.addEventListener("click", function () {
+        var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+        var dir = th.getAttribute("data-dir") === "asc" ? -1 : 1;
+        th.setAttribute("data-dir", dir === 1 ? "asc" : "desc");
+        rows.sort(function (a, b) {
+          var x = a.cells[i].textContent.trim(), y = b.cells[i].textContent.trim();
+          var nx = parseFloat(x), ny = parseFloat(y);
+          if (!isNaN(nx) && !isNaN(ny)) return (nx - ny) * dir;
+          return x.localeCompare(y) * dir;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+  // filters
+  document.querySelectorAll("input.table-filter").forEach(function (input) {
+    var table = document.getElementById(input.getAttribute("data-table"));
+    input.addEventListener("input", function () {
+      var q = input.value.toLowerCase();
+      Array.prototype.forEach.call(table.tBodies[0].rows, function (r) {
+        r.style.display = r.textContent.toLowerCase().indexOf(q) >= 0 ? "" : "none";
+      });
+    });
+  });
+})();

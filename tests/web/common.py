@@ -1,0 +1,95 @@
+"""What the web tests share: a hub running the service with the web pages' configuration
+(tests/web/jupyterhub_config_web.py) and slow reclaims (warned after 15 s, reclaimed only
+after 15 min), and clients that act as a hub token holder or as a browser with cookies."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import aiohttp
+
+from jupyterhub_gpu_reclaim.launch import free_port
+
+from ..conftest import start_test_hub
+
+HERE = Path(__file__).parent
+PREFIX = "/services/gpu-reclaim/"
+PASSWORD = "test-password"
+TIMINGS = {
+    "never_used_warn_after": 15, "never_used_reclaim_after": 900,
+    "idle_warn_after": 15, "idle_reclaim_after": 900,
+    "warning_lead": 10, "stale_after": 10, "max_keepalive": 4 * 3600,
+}
+
+
+def start_web_hub(workdir: Path, sim, *, dry_run: bool = False):
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = workdir / "gpu_reclaim.sqlite"
+    settings = {
+        "timeout": 3600, "cull_every": 2, "namespace": "jhub",
+        "kubeconfig": sim.info["kubeconfig"], "dcgm_exporter_urls": [sim.info["metrics"]],
+        "store_url": f"sqlite:///{store}", "stop_timeout": 60, "dry_run": dry_run,
+        "notifiers": [{"type": "log"}], "hub_name": "Test Hub", **TIMINGS,
+    }
+    config = workdir / "gpu_reclaim_config.py"
+    config.write_text("c = get_config()\n" + "".join(f"c.GpuReclaim.{k} = {v!r}\n" for k, v in settings.items()))
+    port = free_port()
+    hub = start_test_hub(workdir, HERE / "jupyterhub_config_web.py", sim,
+                         env={"GPU_RECLAIM_SERVICE_PORT": str(port),
+                              "GPU_RECLAIM_SERVICE_CONFIG": str(config)})
+    hub.info.update(store=f"sqlite:///{store}", service_port=port)
+    return hub
+
+
+async def user_token(api, name: str) -> str:
+    """A hub token of user `name` (with the user's own scopes)."""
+    from urllib.parse import quote
+
+    path = "/users/" + quote(name, safe="")
+    async with api.session.get(api.api + path) as r:
+        if r.status == 404:
+            await api.request("POST", path)
+    model = await api.request("POST", f"{path}/tokens", {"note": "web tests", "expires_in": 3600})
+    return model["token"]
+
+
+class Client:
+    """The service's pages and API as one caller: a token holder, or a browser (cookies)."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        headers = {"Authorization": f"token {token}"} if token else {}
+        self.session = aiohttp.ClientSession(headers=headers, cookie_jar=aiohttp.CookieJar(unsafe=True))
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def call(self, method: str, path: str, **kw) -> tuple[int, str, aiohttp.ClientResponse]:
+        kw.setdefault("allow_redirects", False)
+        async with self.session.request(method, self.url + PREFIX + path, **kw) as r:
+            return r.status, await r.text(), r
+
+    async def json(self, method: str, path: str, body=None, **kw) -> tuple[int, dict]:
+        import json
+        status, text, _ = await self.call(method, path, json=body, **kw) if body is not None else \
+            await self.call(method, path, **kw)
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, {"text": text}
+
+    async def log_in(self, user: str, password: str = PASSWORD) -> None:
+        """Log in to the hub with the form, then to the service through OAuth."""
+        async with self.session.get(self.url + "/hub/login") as r:
+            page = await r.text()
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+        async with self.session.post(self.url + "/hub/login", data={"username": user, "password": password,
+                                                                      "_xsrf": xsrf}) as r:
+            assert r.status == 200, await r.text()
+        async with self.session.get(self.url + PREFIX) as r:  # follows the OAuth redirects
+            assert r.status == 200 and str(r.url).endswith(PREFIX), (r.status, r.url)
+
+    async def xsrf(self, path: str = "") -> str:
+        _, page, _ = await self.call("GET", path)
+        return re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)

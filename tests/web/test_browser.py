@@ -1,0 +1,230 @@
+"""The web pages in a real browser (Debian's Chromium driven by Playwright; never a
+downloaded browser) on the real hub + simulated cluster with the package's hub templates.
+
+alice logs in, starts a 1-GPU server from the spawn page, sees its reclaim state on the
+hub's home page; her never-used GPU is warned after 15 s and every hub page shows the
+banner; she keeps it alive with the control on the home page and the intent is stored and
+shown. With all four GPUs taken (alice 1, bob 2, carol 1) dave waits for one: the admin
+sees the candidates and the queue and reclaims carol with the button (confirmed); dave's
+spawn proceeds. alice cannot open the admin page. Screenshots go to docs/img/."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import re
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import Page, async_playwright, expect
+
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..hubapi import HubAPI
+from ..service.common import until
+from .common import PASSWORD, PREFIX, Client, start_web_hub, user_token
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's; `playwright install` must never run here
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update"]
+GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"
+IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS", Path(__file__).parents[2] / "docs" / "img"))
+UTC = dt.timezone.utc
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim)
+    yield child
+    child.stop(grace=60)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def api(hub):
+    client = HubAPI.of(hub)
+    try:
+        yield client
+    finally:
+        try:
+            await client.stop_all_servers()
+        finally:
+            await client.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser():
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (apt-get install chromium)")
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+async def new_page(browser) -> Page:
+    context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
+    context.set_default_timeout(30_000)
+    return await context.new_page()
+
+
+async def log_in(page: Page, url: str, user: str) -> None:
+    await page.goto(f"{url}/hub/login")
+    await page.get_by_label("Username").fill(user)
+    await page.get_by_label("Password").fill(PASSWORD)
+    await page.get_by_role("button", name="Sign in").click()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def alice(hub, browser):
+    page = await new_page(browser)
+    await log_in(page, hub.info["url"], "alice")
+    yield page
+    await page.context.close()
+
+
+async def state_of(hub, api, user: str) -> str | None:
+    c = Client(hub.info["url"], await user_token(api, user))
+    try:
+        _, body = await c.json("GET", "api/sessions")
+    finally:
+        await c.close()
+    return body["sessions"][0]["state"] if body.get("sessions") else None
+
+
+async def test_user_starts_a_gpu_server_and_sees_its_state_on_the_hub_home_page(hub, api, alice):
+    page, url = alice, hub.info["url"]
+    await page.wait_for_url(re.compile(r"/hub/spawn$"))
+    await page.get_by_label(GPU_PROFILE).check()
+    await page.get_by_role("button", name="Start").click()
+    await page.wait_for_url(re.compile(r"/hub/spawn-pending/alice|/user/alice/"))
+    await api.wait_ready("alice", timeout=120)
+    await until(lambda: state_of(hub, api, "alice"), 30, "the service sees alice's session")
+    await page.goto(f"{url}/hub/home")
+    panel = page.frame_locator("#gpu-reclaim-home")
+    # the panel logs in to the service (OAuth, no confirmation) and shows the state
+    await expect(panel.locator('section.session[data-session="alice/"] .state-text')).to_have_text(
+        re.compile(r"active|idle since|warned: reclaim at"), timeout=30_000)
+    await expect(panel.get_by_text("Keep alive until…")).to_be_visible()
+    await expect(page.locator("#gpu-reclaim-state-default")).to_contain_text("GPU: ")
+
+
+async def test_warned_session_shows_the_banner_on_hub_pages(hub, api, alice):
+    page, url = alice, hub.info["url"]
+    await until(lambda: _is(state_of(hub, api, "alice"), "warned"), 60, "alice's GPU session is warned")
+    await page.goto(f"{url}/hub/home")
+    banner = page.locator("#gpu-reclaim-banner")
+    await expect(banner).to_have_attribute("data-warned", "yes", timeout=30_000)
+    frame = page.frame_locator("#gpu-reclaim-banner")
+    await expect(frame.locator(".banner.warned")).to_contain_text(
+        re.compile(r"Your GPU session.* will be reclaimed at \d\d:\d\d — GPU idle for .*Keep it alive"))
+    await page.screenshot(path=str(IMG / "hub-home-banner.png"), full_page=True)
+    # on other hub pages too
+    await page.goto(f"{url}/hub/token")
+    await expect(page.locator("#gpu-reclaim-banner")).to_have_attribute("data-warned", "yes", timeout=30_000)
+
+
+async def _is(value, expected):
+    return (await value) == expected
+
+
+async def test_keep_alive_from_the_hub_home_page_is_stored_and_shown(hub, api, alice):
+    page, url = alice, hub.info["url"]
+    await page.goto(f"{url}/hub/home")
+    panel = page.frame_locator("#gpu-reclaim-home")
+    await panel.get_by_role("button", name="2 h").click()
+    await expect(panel.locator(".notice")).to_contain_text("kept alive until")
+    await expect(panel.locator('section.session[data-session="alice/"] .state-text')).to_contain_text(
+        "kept alive until")
+    with Store.open(hub.info["store"]) as s:
+        intent = s.intents()["alice/"]
+    assert abs(intent.until - dt.datetime.now(UTC) - dt.timedelta(hours=2)) < dt.timedelta(minutes=2)
+    # the banner goes away once the cycle has seen the intent
+    await until(lambda: _is(state_of(hub, api, "alice"), "kept"), 30, "alice's session kept")
+    await page.goto(f"{url}/hub/home")
+    await expect(page.locator("#gpu-reclaim-banner")).to_have_attribute("data-warned", "no", timeout=30_000)
+    # the user page, reached from the warning link, with the session selected
+    await page.goto(f"{url}{PREFIX}keepalive?session=alice/")
+    await expect(page.locator("section.session.selected")).to_have_attribute("data-session", "alice/")
+    await expect(page.locator("section.session.selected .state-text")).to_contain_text("kept alive until")
+    await expect(page.locator("section.session.selected svg.spark")).to_be_visible()
+    await page.screenshot(path=str(IMG / "user-page.png"), full_page=True)
+
+
+async def test_keep_alive_works_without_javascript(hub, browser):
+    context = await browser.new_context(java_script_enabled=False, timezone_id="UTC")
+    context.set_default_timeout(30_000)
+    page = await context.new_page()
+    try:
+        await log_in(page, hub.info["url"], "alice")
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        section = page.locator('section.session[data-session="alice/"]')
+        await section.get_by_role("button", name="1 h").click()
+        await expect(page.locator(".notice")).to_contain_text("kept alive until")
+        await expect(section.locator(".state-text")).to_contain_text("kept alive until")
+    finally:
+        await context.close()
+    with Store.open(hub.info["store"]) as s:
+        intent = s.intents()["alice/"]
+    assert abs(intent.until - dt.datetime.now(UTC) - dt.timedelta(hours=1)) < dt.timedelta(minutes=2)
+
+
+async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub, api, browser, sim):
+    from ..service.test_service_live import pod_phase
+
+    await api.start("bob", "gpu-2")
+    await api.start("carol", "gpu-1")
+    await asyncio.gather(api.wait_ready("bob"), api.wait_ready("carol"))
+    await api.start("dave", "gpu-1")
+    await until(lambda: pod_phase(sim, "jupyter-dave") == "Unschedulable", 30, "dave's pod waits for a GPU")
+
+    async def queued():
+        c = Client(hub.info["url"], await user_token(api, "admin"))
+        try:
+            _, b = await c.json("GET", "api/admin/queue")
+        finally:
+            await c.close()
+        return [q["session"] for q in b["queue"]] == ["dave/"]
+    await until(queued, 30, "the service sees dave waiting")
+
+    page = await new_page(browser)
+    try:
+        await log_in(page, hub.info["url"], "admin")
+        await page.goto(f"{hub.info['url']}{PREFIX}admin")
+        await expect(page.locator('#sessions tr[data-session="alice/"]')).to_be_visible()
+        await expect(page.locator('#sessions tr[data-session="carol/"]')).to_be_visible()
+        await expect(page.locator('#queue tr[data-session="dave/"]')).to_contain_text("dave")
+        await expect(page.locator("#gpus-held")).to_have_text("4")
+        # filter and sort (the small script; the table works without it)
+        await page.locator("input.table-filter").fill("carol")
+        await expect(page.locator('#sessions tr[data-session="alice/"]')).to_be_hidden()
+        await page.locator("input.table-filter").fill("")
+        await page.screenshot(path=str(IMG / "admin-page.png"), full_page=True)
+        # reclaim carol: the button, then the confirmation
+        await page.locator('#sessions tr[data-session="carol/"]').get_by_role("button", name="Reclaim now").click()
+        await expect(page.locator(".confirm-text")).to_contain_text("Reclaim carol/ now")
+        await page.get_by_role("button", name="Confirm").click()
+        await expect(page.locator(".notice")).to_contain_text("reclaiming carol/")
+    finally:
+        await page.context.close()
+    await until(lambda: _none(api.server("carol")), 60, "carol's server stopped")
+    await api.wait_ready("dave", timeout=120)  # the freed GPU goes to the queue
+    with Store.open(hub.info["store"]) as s:
+        r, = [r for r in s.reclaims() if r.session == "carol/"]
+        assert r.rule == "admin" and r.outcome == "stopped"
+        assert [(a["actor"], a["action"]) for a in s.audit_log(session="carol/")] == [("admin", "reclaim")]
+
+
+async def _none(value):
+    return (await value) is None
+
+
+async def test_non_admin_cannot_open_the_admin_page(hub, alice):
+    response = await alice.goto(f"{hub.info['url']}{PREFIX}admin")
+    assert response.status == 403
+    await expect(alice.get_by_text("admins only")).to_be_visible()

@@ -1,0 +1,125 @@
+"""The web pages' pieces without a hub: state texts, the sparkline, time and duration
+parsing of the forms and API, CSV cells, and the templates' escaping and dry-run banner."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from jupyterhub_gpu_reclaim import web
+from jupyterhub_gpu_reclaim.web import BadInput, csv_cell, local_time_to_utc, parse_until, sparkline, state_of
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 11, 2, 14, 0, tzinfo=UTC)
+
+
+def info(**kw):
+    base = {"session": "alice/", "user": "alice", "server": "", "gpus": 1, "action": "keep", "rule": "gpu-active",
+            "reason": "", "evidence": {}, "warned_at": None, "reclaim_at": None, "intent_until": None,
+            "exempt_until": None, "stopping": False}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize("kw, kind, text", [
+    ({}, "active", "active"),
+    ({"rule": "gpu-idle", "evidence": {"idle_since": "2026-11-02T12:15:00Z"}}, "idle", "idle since 12:15 UTC"),
+    ({"warned_at": NOW, "reclaim_at": NOW + dt.timedelta(minutes=5)}, "warned", "warned: reclaim at 14:05 UTC"),
+    ({"warned_at": NOW, "reclaim_at": NOW, "intent_until": NOW + dt.timedelta(hours=2)}, "kept",
+     "kept alive until 16:00 UTC"),
+    ({"intent_until": NOW - dt.timedelta(hours=1)}, "active", "active"),
+    ({"exempt_until": NOW + dt.timedelta(hours=1)}, "exempt", "exempt until 15:00 UTC"),
+    ({"rule": "exempt"}, "exempt", "exempt"),
+    ({"action": "hold", "rule": "gpu-data-missing", "reason": "no GPU data"}, "held", "held: data missing (no GPU data)"),
+    ({"gpus": 0}, "cpu", "no GPU"),
+    ({"stopping": True}, "stopping", "stopping"),
+])
+def test_state_texts(kw, kind, text):
+    assert state_of(info(**kw), NOW) == (kind, text)
+
+
+def test_sparkline_is_svg_with_gaps_and_only_numbers():
+    svg = sparkline([0, 50, None, 100, 20])
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "latest 20 %" in svg
+    assert sparkline([]) == ""
+    assert "no GPU data" in sparkline([None, None])
+
+
+def test_parse_until():
+    assert abs(parse_until({"duration": "2h"}, dt.timedelta(hours=4)) - web.now() - dt.timedelta(hours=2)) \
+        < dt.timedelta(seconds=5)
+    assert parse_until({"until": "2030-01-01T10:00:00+02:00"}, dt.timedelta(hours=4)) == \
+        dt.datetime(2030, 1, 1, 8, tzinfo=UTC)
+    for bad in ({}, {"until": "tomorrow"}, {"hours": "x"}, {"until": "2030-01-01T10:00"},
+                {"duration": "1h", "until": "2030-01-01T10:00:00Z"}):
+        with pytest.raises(BadInput):
+            parse_until(bad, dt.timedelta(hours=4))
+
+
+def test_local_time_to_utc_is_the_next_such_moment(monkeypatch):
+    monkeypatch.setattr(web, "now", lambda: NOW)
+    assert local_time_to_utc("15:30", "0") == dt.datetime(2026, 11, 2, 15, 30, tzinfo=UTC)
+    assert local_time_to_utc("13:00", "0") == dt.datetime(2026, 11, 3, 13, 0, tzinfo=UTC)  # tomorrow
+    # UTC+1 (getTimezoneOffset() = -60): 16:00 local is 15:00 UTC
+    assert local_time_to_utc("16:00", "-60") == dt.datetime(2026, 11, 2, 15, 0, tzinfo=UTC)
+    for bad in ("25:00", "12", "ab:cd"):
+        with pytest.raises(BadInput, match="HH:MM"):
+            local_time_to_utc(bad, "0")
+    with pytest.raises(BadInput):
+        local_time_to_utc("12:00", "99999")
+
+
+def test_csv_cells_are_not_formulas():
+    assert csv_cell("=cmd()") == "'=cmd()" and csv_cell("@x") == "'@x" and csv_cell("alice") == "alice"
+    assert csv_cell(None) == ""
+
+
+def render_admin(dry_run: bool, sessions=()):
+    data = {"t": NOW, "skipped": None, "dry_run": dry_run, "sessions": list(sessions), "queue": [],
+            "reclaims": [], "stuck": [], "policy": {}, "audit": [],
+            "totals": {"gpus_held": 0, "gpus_idle": 0, "gpu_hours_idle_today": 0, "waiting": 0,
+                       "gpus_waited_for": 0, "gpu_hours_freed_7d": 0}}
+    return web._jinja.get_template("admin.html").render(
+        prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
+        dry_run=dry_run, xsrf="tok", now=NOW, sparkline=sparkline, state_of=state_of, quote=web.quote,
+        max_keepalive=dt.timedelta(hours=12), data=data, notice="", error="")
+
+
+def test_admin_page_has_a_prominent_dry_run_banner_only_in_dry_run():
+    assert "DRY RUN" in render_admin(True) and "DRY RUN" not in render_admin(False)
+
+
+def test_admin_page_escapes_names():
+    evil = '<script>alert("x")</script>\''
+    s = {**info(user=evil, server=evil, session=f"{evil}/{evil}"), "profile": evil, "node": "n", "util_mean": [1.0],
+         "util_max": [2.0], "util_now": [1.0], "mem_mib": [10.0], "spark": [1.0], "kernels": None,
+         "hub_last_activity": NOW, "state": "active", "state_text": "active", "exempt_by": None}
+    page = render_admin(False, [s])
+    assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&#39;" in page
+
+
+def test_access_log_never_has_the_query(caplog):
+    from unittest import mock
+
+    handler = mock.Mock()
+    handler.get_status.return_value = 403
+    handler.request.method = "GET"
+    handler.request.path = "/services/gpu-reclaim/oauth_callback"
+    handler.request.uri = "/services/gpu-reclaim/oauth_callback?code=SECRET&state=x"
+    handler.request.request_time.return_value = 0.01
+    with caplog.at_level("DEBUG", logger="jupyterhub_gpu_reclaim.web"):
+        web._log_request(handler)
+    assert "oauth_callback" in caplog.text and "SECRET" not in caplog.text
+
+
+def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
+    from jupyterhub_gpu_reclaim.observations import Decision
+    from jupyterhub_gpu_reclaim.service import _exempted
+
+    ex = {"until": NOW + dt.timedelta(hours=2), "by": "admin", "set_at": NOW}
+    for action in ("warn", "reclaim", "keep", "hold"):
+        d = _exempted(Decision("alice/", action, "gpu-idle", "idle", evidence={"idle_since": "x"}), ex)
+        assert (d.action, d.rule) == ("keep", "exempt") and d.evidence["exempt_by"] == "admin"
+        assert d.evidence["idle_since"] == "x" and "16:00" in d.reason
+    d = Decision("alice/", "reclaim", "gpu-idle", "idle")
+    assert _exempted(d, None) is d

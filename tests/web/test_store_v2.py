@@ -1,0 +1,71 @@
+"""Schema v2 of the store (the web pages' exemptions and audit log): a v1 store made by
+the previous release is upgraded in place, keeping its data."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+
+import pytest
+import sqlalchemy as sa
+
+from jupyterhub_gpu_reclaim import store as store_mod
+from jupyterhub_gpu_reclaim.store import Store
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "store.sqlite"
+
+
+def make_v1(path):
+    """A store as release 1 wrote it: the v1 tables, version 1, an intent."""
+    engine = sa.create_engine(f"sqlite:///{path}")
+    v2_only = {"exemptions", "audit"}
+    with engine.begin() as conn:
+        store_mod.Base.metadata.create_all(
+            conn, tables=[t for n, t in store_mod.Base.metadata.tables.items() if n not in v2_only])
+        conn.execute(sa.insert(store_mod.SchemaVersion).values(id=1, version=1))
+        conn.execute(sa.insert(store_mod.IntentRow).values(
+            session="alice/", until=T0 + dt.timedelta(hours=1),
+            set_at=T0, by="alice"))
+    engine.dispose()
+
+
+def test_v1_store_is_upgraded_to_v2_keeping_its_data(path):
+    make_v1(path)
+    with sqlite3.connect(path) as conn:
+        assert {r[0] for r in conn.execute("select name from sqlite_master where type='table'")} >= {"intents"}
+        assert "audit" not in {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
+    with Store.open(path) as s:
+        assert s.schema_version() == 2
+        assert s.intents()["alice/"].until == T0 + dt.timedelta(hours=1)
+        s.set_exemption("alice/", T0 + dt.timedelta(hours=3), T0, by="admin")
+        s.audit("admin", "exempt", "alice/", t=T0, hours=3)
+    with Store.open(path) as s:  # reopening does not migrate again
+        assert s.schema_version() == 2
+        assert s.exemptions(T0 + dt.timedelta(hours=1))["alice/"]["by"] == "admin"
+        assert s.audit_log()[0]["detail"] == {"hours": 3}
+
+
+def test_exemptions_expire_and_clear(path):
+    with Store.open(path) as s:
+        s.set_exemption("bob/x", T0 + dt.timedelta(hours=2), T0, by="admin")
+        assert set(s.exemptions(T0)) == {"bob/x"}
+        assert s.exemptions(T0 + dt.timedelta(hours=2)) == {}
+        assert s.clear_exemption("bob/x", T0) is True
+        assert s.exemptions(T0) == {}
+        assert s.clear_exemption("bob/x", T0) is False
+
+
+def test_audit_log_filters_and_refuses_naive_times(path):
+    with Store.open(path) as s:
+        s.audit("admin", "reclaim", "alice/", t=T0)
+        s.audit("root", "exempt", "bob/", t=T0 + dt.timedelta(minutes=5), hours=1)
+        assert [r["actor"] for r in s.audit_log(session="bob/")] == ["root"]
+        assert [r["action"] for r in s.audit_log(since=T0 + dt.timedelta(minutes=1))] == ["exempt"]
+        with pytest.raises(ValueError, match="naive"):
+            s.audit("admin", "x", t=dt.datetime(2026, 1, 1))

@@ -28,6 +28,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
+from urllib.parse import urlencode
 
 from .actions import HubStopper, StopResult
 from .metrics import Metrics
@@ -510,7 +511,10 @@ class Reclaimer:
         await self._notify(d, session, now)
 
     async def _notify(self, d: Decision, session: Session, now: dt.datetime) -> None:
-        results = await self.dispatcher.notify(d, session, keepalive_url=self.options.keepalive_url,
+        url = self.options.keepalive_url
+        if url:  # the keep-alive page opens with this session selected
+            url += ("&" if "?" in url else "?") + urlencode({"session": session.id})
+        results = await self.dispatcher.notify(d, session, keepalive_url=url,
                                                hub_name=self.options.hub_name, now=now)
         for name, ok in results.items():
             if not ok:

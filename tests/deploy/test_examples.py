@@ -22,7 +22,7 @@ from .test_values import SERVICE_SCOPES
 from .z2jh_chart import REPO, SHARED, Z2JH
 
 EXAMPLES = REPO / "examples"
-TRACE = SHARED / "traces" / "example.jsonl"
+TRACE = REPO / "examples" / "traces" / "example.jsonl"  # the sample trace of ../shared/traces
 PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
 METRIC = re.compile(r"\bjupyterhub_gpu_reclaim[a-z0-9_:]*")
 
@@ -166,3 +166,10 @@ def test_hub_image_builds_on_the_charts_hub_image():
     assert f"ARG HUB_IMAGE={chart_image}\n" in dockerfile
     assert "FROM ${HUB_IMAGE}:${HUB_IMAGE_TAG}" in dockerfile
     assert re.search(r"^USER 1000$", dockerfile, re.M)   # the chart's runAsUser
+
+
+def test_the_sample_trace_is_the_formats():
+    """examples/traces/example.jsonl is a copy of the shared sample trace, for users who
+    have only the repository."""
+    shared = SHARED / "traces" / "example.jsonl"
+    assert TRACE.read_text() == shared.read_text()

@@ -111,7 +111,8 @@ async def test_idle_gpu_with_an_open_tab_is_warned_then_reclaimed(hub, sim, scen
     # the warning: who, the rule and its evidence, when, how to keep it, to alice and the admins
     assert warning["rule"] == "gpu-never-used" and warning["recipients"] == ["alice", "admin"]
     assert warning["evidence"]["never_used"] is True and warning["evidence"]["latest_util"] == [0.0]
-    assert warning["keepalive_url"] and warning["hub"] == "Test Hub" and not warning["dry_run"]
+    assert warning["keepalive_url"] == "/services/gpu-reclaim/keepalive?session=alice%2F"
+    assert warning["hub"] == "Test Hub" and not warning["dry_run"]
     assert "keep" in warning["text"].lower() and "/tmp" in warning["text"]
     # stopped through the hub, no earlier than warning_lead after the warning; pod and GPU gone
     assert await api.server("alice") is None

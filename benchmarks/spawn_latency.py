@@ -1,7 +1,13 @@
 #!/usr/bin/env python
 """Benchmark: spawn latency with and without image-locality affinity (seed 2).
 
-Run it as `.venv/bin/python benchmarks/spawn_latency.py`. For each arm, in sequence, it
+Run it as `.venv/bin/python benchmarks/spawn_latency.py`. First it measures the notebook
+server's start-up after its pod is Ready, which stub mode does not have: on the simulated
+cluster in process mode (`examples/sim/cluster.yaml`, real `jupyterhub-singleuser`) with a
+real JupyterHub, it starts a few servers whose image is on the node and takes the median of
+pod Ready → the hub reports the server ready (`--startup-seconds S` uses S instead). The
+user-visible spawn time (`user_visible_*`) is the pod-Ready time plus that start-up. Then, for
+each arm, in sequence, it
 
 1. starts a fresh simulated cluster (`examples/sim/autoscaling.yaml`: two nodes that hold
    the 5 GB notebook image and 3 users each, three user placeholders, an autoscaler that

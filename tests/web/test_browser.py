@@ -6,13 +6,14 @@ hub's home page; her never-used GPU is warned after 15 s and every hub page show
 banner; she keeps it alive with the control on the home page and the intent is stored and
 shown. With all four GPUs taken (alice 1, bob 2, carol 1) dave waits for one: the admin
 sees the candidates and the queue and reclaims carol with the button (confirmed); dave's
-spawn proceeds. alice cannot open the admin page. Screenshots go to docs/img/."""
+spawn proceeds. alice cannot open the admin page. Screenshots go to $GPU_RECLAIM_SCREENSHOTS (docs/img for the README)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import os
+import tempfile
 import re
 from pathlib import Path
 
@@ -32,7 +33,9 @@ CHROMIUM = "/usr/bin/chromium"  # Debian's; `playwright install` must never run 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
                  "--disable-background-networking", "--disable-component-update"]
 GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"
-IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS", Path(__file__).parents[2] / "docs" / "img"))
+# the README's screenshots: GPU_RECLAIM_SCREENSHOTS=docs/img make test refreshes them;
+# otherwise they go to a temporary folder and the working tree stays as it is
+IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS") or tempfile.mkdtemp(prefix="gpu-reclaim-screenshots-"))
 UTC = dt.timezone.utc
 
 

@@ -57,7 +57,7 @@ def test_parse_until():
 
 
 def test_local_time_to_utc_is_the_next_such_moment(monkeypatch):
-    monkeypatch.setattr(web, "now", lambda: NOW)
+    monkeypatch.setattr(web.inputs, "now", lambda: NOW)  # where local_time_to_utc reads the time
     assert local_time_to_utc("15:30", "0") == dt.datetime(2026, 11, 2, 15, 30, tzinfo=UTC)
     assert local_time_to_utc("13:00", "0") == dt.datetime(2026, 11, 3, 13, 0, tzinfo=UTC)  # tomorrow
     # UTC+1 (getTimezoneOffset() = -60): 16:00 local is 15:00 UTC

@@ -1,0 +1,98 @@
+"""The tornado application: its routes and settings (cookie secret, access log), and
+listening on the service URL."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from jupyterhub.services.auth import HubAuth
+from tornado import web
+from tornado.httpserver import HTTPServer
+
+from ..metrics import Metrics
+from ..policy import PolicyConfig
+from ..store import Store
+from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, IntentApi,
+                  ReclaimsHandler, SessionsApi, StopApi)
+from .base import Context, OAuthCallback
+from .monitoring import HealthHandler, MetricsHandler
+from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage,
+                    StopForm, UserPage)
+from .paths import static_dir
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.web")
+
+
+def _log_request(handler: web.RequestHandler) -> None:
+    """The access log: method, path and status, never the query (OAuth codes go there)."""
+    status = handler.get_status()
+    level = logging.DEBUG if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    log.log(level, "%d %s %s %.1f ms", status, handler.request.method, handler.request.path,
+            1000 * handler.request.request_time())
+
+
+def _cookie_secret(path: str) -> bytes:
+    if path:
+        data = Path(path).read_bytes().strip()
+        try:
+            return bytes.fromhex(data.decode("ascii"))
+        except ValueError:
+            return data
+    return secrets.token_bytes(32)
+
+
+def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
+             hub_auth: HubAuth | None = None, *, reclaimer: Any = None, policy: PolicyConfig | None = None,
+             admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
+             cookie_secret_file: str = "", hub_prefix: str = "/hub/") -> web.Application:
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    routes: list = [
+        (prefix + "metrics", MetricsHandler, {"metrics": metrics}),
+        (prefix + "health", HealthHandler),
+    ]
+    if store is not None and hub_auth is not None:
+        routes.append((prefix + "api/reclaims", ReclaimsHandler, {"store": store, "hub_auth": hub_auth}))
+        ctx = Context(metrics=metrics, prefix=prefix, store=store, hub_auth=hub_auth, reclaimer=reclaimer,
+                      policy=policy, admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix)
+        c = {"ctx": ctx}
+        session = r"([^/]+)/([^/]*)"
+        routes += [
+            (prefix, UserPage, c),
+            (prefix + "keepalive", KeepalivePage, c),
+            (prefix + "sessions/keepalive", KeepaliveForm, c),
+            (prefix + "sessions/stop", StopForm, c),
+            (prefix + "embed/home", EmbedHome, c),
+            (prefix + "embed/banner", EmbedBanner, c),
+            (prefix + "admin", AdminPage, c),
+            (prefix + "admin/action", AdminActionForm, c),
+            (prefix + "api/sessions", SessionsApi, c),
+            (prefix + f"api/sessions/{session}/intent", IntentApi, c),
+            (prefix + f"api/sessions/{session}/stop", StopApi, c),
+            (prefix + "api/admin/candidates", AdminCandidatesApi, c),
+            (prefix + "api/admin/queue", AdminQueueApi, c),
+            (prefix + "api/admin/history", AdminHistoryApi, c),
+            (prefix + "api/admin/actions", AdminActionsApi, c),
+            (prefix + "oauth_callback", OAuthCallback, c),
+            (prefix + "static/(.*)", web.StaticFileHandler, {"path": str(static_dir())}),
+        ]
+    if prefix != "/":
+        routes.append((r"/metrics", MetricsHandler, {"metrics": metrics}))
+        if prefix != "/":
+            routes.append((prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}))
+    settings: dict[str, Any] = {"cookie_secret": _cookie_secret(cookie_secret_file),
+                                "log_function": _log_request}
+    return web.Application(routes, **settings)
+
+
+def listen(app: web.Application, bind_url: str) -> HTTPServer:
+    """Listen on the host and port of `bind_url` (http://HOST:PORT)."""
+    parts = urlsplit(bind_url)
+    if parts.scheme != "http" or not parts.port:
+        raise ValueError(f"the service URL must be http://HOST:PORT, got {bind_url!r}")
+    server = HTTPServer(app, xheaders=True)
+    server.listen(parts.port, parts.hostname or "127.0.0.1")
+    return server

@@ -1,0 +1,277 @@
+"""The hub-authenticated handlers' base (HubOAuth login cookie or hub token, XSRF for
+cookie writes, the admin check), their shared context, data and actions, and the OAuth
+callback."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from jupyterhub.services.auth import HubAuth, HubOAuthCallbackHandler, HubOAuthenticated
+from tornado import web
+
+from ..metrics import Metrics
+from ..policy import IDLE_RULES, PolicyConfig
+from ..signals.base import parse_time
+from ..store import Store
+from ..trace import format_time
+from .inputs import BadInput
+from .render import _jinja, hhmm, human, iso, now, reclaim_json, sparkline, state_of
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.web")
+
+ADMIN_ACTIONS = ("reclaim", "exempt", "clear-intent", "retry-stop")
+MAX_EXEMPT_HOURS = 24 * 14
+
+
+@dataclass
+class Context:
+    metrics: Metrics
+    prefix: str
+    store: Store | None = None
+    hub_auth: HubAuth | None = None
+    reclaimer: Any = None  # service.Reclaimer
+    policy: PolicyConfig | None = None
+    admin_scope: str = "custom:gpu-reclaim:admin"
+    dry_run: bool = False
+    hub_prefix: str = "/hub/"
+
+    @property
+    def max_keepalive(self) -> dt.timedelta:
+        return self.policy.max_keepalive if self.policy else dt.timedelta(hours=12)
+
+    def snapshot(self) -> dict[str, Any]:
+        if self.reclaimer is None:
+            return {"t": None, "skipped": None, "sessions": {}, "queue": []}
+        return self.reclaimer.snapshot()
+
+
+class Base(HubOAuthenticated, web.RequestHandler):
+    api = False
+
+    def initialize(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.hub_auth = ctx.hub_auth
+
+    # ---- who
+
+    @property
+    def user_name(self) -> str:
+        return self.current_user.get("name", "")
+
+    @property
+    def is_admin(self) -> bool:
+        u = self.current_user or {}
+        return bool(u.get("admin")) or self.ctx.admin_scope in (u.get("scopes") or [])
+
+    def require_admin(self) -> None:
+        if not self.is_admin:
+            raise web.HTTPError(403, f"admins only: the hub's admin flag or the scope {self.ctx.admin_scope}")
+
+    def get_login_url(self) -> str:
+        if self.api or self.request.method not in ("GET", "HEAD"):
+            raise web.HTTPError(403, "authentication required: a hub token with access to this service, "
+                                     "or the service's login cookie (with its _xsrf token for writes)")
+        return super().get_login_url()
+
+    # ---- output
+
+    def set_default_headers(self) -> None:
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Referrer-Policy", "same-origin")
+        self.set_header("Cache-Control", "no-store")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        message = self._reason
+        exc = kwargs.get("exc_info")
+        if exc and isinstance(exc[1], web.HTTPError) and exc[1].log_message:
+            message = exc[1].log_message % exc[1].args if exc[1].args else exc[1].log_message
+        if self.api:
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"status": status_code, "message": message}))
+        else:
+            self.set_header("Content-Type", "text/html; charset=utf-8")
+            self.finish(self.render_page("error.html", status=status_code, message=message))
+
+    def render_page(self, name: str, **ns: Any) -> str:
+        user = self.current_user if hasattr(self, "_hub_auth_user_cache") else None
+        base = {"prefix": self.ctx.prefix, "hub_prefix": self.ctx.hub_prefix, "user": user,
+                "is_admin": bool(user) and self.is_admin, "dry_run": self.ctx.dry_run,
+                "xsrf": self.xsrf_token.decode() if user else "", "now": now(),
+                "sparkline": sparkline, "state_of": state_of, "quote": quote,
+                "max_keepalive": self.ctx.max_keepalive}
+        return _jinja.get_template(name).render(**{**base, **ns})
+
+    def write_json(self, value: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(iso(value)))
+
+    def json_body(self) -> dict[str, Any]:
+        if not self.request.body:
+            return {}
+        try:
+            body = json.loads(self.request.body)
+        except ValueError as e:
+            raise web.HTTPError(400, f"the body is not JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        return body
+
+    # ---- data
+
+    def my_sessions(self) -> dict[str, dict[str, Any]]:
+        return {sid: s for sid, s in self.ctx.snapshot()["sessions"].items() if s["user"] == self.user_name}
+
+    def my_queue(self) -> list[dict[str, Any]]:
+        return [q for q in self.ctx.snapshot()["queue"] if q["user"] == self.user_name]
+
+    def own_session(self, sid: str) -> dict[str, Any]:
+        """The caller's running session `sid`; 404 for anyone else's (or none)."""
+        info = self.my_sessions().get(sid)
+        if info is None:
+            raise web.HTTPError(404, f"no running session {sid!r} of yours")
+        return info
+
+    def session_json(self, info: dict[str, Any]) -> dict[str, Any]:
+        kind, text = state_of(info, now())
+        return {**{k: v for k, v in info.items() if k != "url"}, "state": kind, "state_text": text}
+
+    def user_reclaims(self, days: int = 7) -> list[dict[str, Any]]:
+        if self.ctx.store is None:
+            return []
+        since = now() - dt.timedelta(days=days)
+        return [reclaim_json(r) for r in self.ctx.store.reclaims(since)
+                if r.session.split("/", 1)[0] == self.user_name][::-1]
+
+    # ---- actions shared by the API and the forms
+
+    def do_keepalive(self, sid: str, until: dt.datetime) -> dt.datetime:
+        self.own_session(sid)
+        t = now()
+        cap = self.ctx.max_keepalive
+        if until <= t:
+            raise BadInput(f"the time {format_time(until)} is in the past")
+        if until > t + cap + dt.timedelta(minutes=1):
+            raise BadInput(f"{format_time(until)} is beyond the cap: at most {human(cap.total_seconds())} "
+                           f"from now ({hhmm(t + cap)})")
+        until = min(until, t + cap)
+        assert self.ctx.store is not None
+        self.ctx.store.set_intent(sid, until, t, by=self.user_name)
+        self.ctx.store.audit(self.user_name, "keepalive", sid, t=t, until=until)
+        info = self.ctx.snapshot()["sessions"].get(sid)
+        if info is not None:  # shown at once; the next cycle decides with it
+            info["intent_until"], info["intent_set_at"] = until, t
+        log.info("%s keeps %s alive until %s", self.user_name, sid, format_time(until))
+        return until
+
+    def do_clear_intent(self, sid: str, actor: str) -> bool:
+        assert self.ctx.store is not None
+        t = now()
+        cleared = self.ctx.store.clear_intent(sid, t)
+        self.ctx.store.audit(actor, "clear-intent", sid, t=t, cleared=cleared)
+        info = self.ctx.snapshot()["sessions"].get(sid)
+        if info is not None:
+            info["intent_until"] = None
+        return cleared
+
+    def do_stop(self, sid: str) -> None:
+        self.own_session(sid)
+        user, _, server = sid.partition("/")
+        if self.ctx.reclaimer is None or not self.ctx.reclaimer.stop_now(user, server, by=self.user_name,
+                                                                         record=False):
+            raise web.HTTPError(409, f"{sid} is already being stopped")
+        assert self.ctx.store is not None
+        self.ctx.store.audit(self.user_name, "stop", sid)
+
+    def do_admin_action(self, action: str, sid: str, hours: Any = None) -> str:
+        if action not in ADMIN_ACTIONS:
+            raise BadInput(f"action must be one of {', '.join(ADMIN_ACTIONS)}, not {action!r}")
+        if not isinstance(sid, str) or "/" not in sid:
+            raise BadInput(f"session must be USER/SERVER, not {sid!r}")
+        store = self.ctx.store
+        assert store is not None
+        snap = self.ctx.snapshot()
+        running = sid in snap["sessions"]
+        user, _, server = sid.partition("/")
+        admin = self.user_name
+        if action == "reclaim":
+            if not running:
+                raise web.HTTPError(404, f"no running session {sid!r}")
+            if self.ctx.reclaimer is None or not self.ctx.reclaimer.stop_now(user, server, by=admin):
+                raise web.HTTPError(409, f"a stop of {sid} is already under way")
+            store.audit(admin, "reclaim", sid)
+            return f"reclaiming {sid}"
+        if action == "exempt":
+            try:
+                h = float(hours)
+            except (TypeError, ValueError):
+                raise BadInput(f"hours must be a number, not {hours!r}") from None
+            if not 0 < h <= MAX_EXEMPT_HOURS:
+                raise BadInput(f"hours must be in (0, {MAX_EXEMPT_HOURS}], not {h:g}")
+            if not running:
+                raise web.HTTPError(404, f"no running session {sid!r}")
+            t = now()
+            until = t + dt.timedelta(hours=h)
+            store.set_exemption(sid, until, t, by=admin)
+            store.audit(admin, "exempt", sid, t=t, hours=h, until=until)
+            snap["sessions"][sid]["exempt_until"], snap["sessions"][sid]["exempt_by"] = until, admin
+            return f"{sid} exempt until {hhmm(until)}"
+        if action == "clear-intent":
+            if not running and sid not in store.intents():
+                raise web.HTTPError(404, f"no session {sid!r} with an intent")
+            cleared = self.do_clear_intent(sid, admin)
+            return f"intent of {sid} cleared" if cleared else f"{sid} had no intent"
+        # retry-stop
+        if not any(r.session == sid for r in store.stuck_reclaims()):
+            raise web.HTTPError(404, f"no stuck stop of {sid!r}")
+        if self.ctx.reclaimer is None or not self.ctx.reclaimer.retry_stuck(sid):
+            raise web.HTTPError(409, f"a stop of {sid} is already under way")
+        store.audit(admin, "retry-stop", sid)
+        return f"retrying the stop of {sid}"
+
+    # ---- admin data
+
+    def admin_data(self) -> dict[str, Any]:
+        snap = self.ctx.snapshot()
+        t = now()
+        sessions = [self.session_json(s) for s in snap["sessions"].values() if s["gpus"]]
+        sessions.sort(key=lambda s: (s["user"], s["server"]))
+        today = t.replace(hour=0, minute=0, second=0, microsecond=0)
+        idle_hours = 0.0
+        for s in sessions:
+            since = parse_time((s.get("evidence") or {}).get("idle_since"))
+            if s.get("rule") in IDLE_RULES and since is not None:
+                idle_hours += s["gpus"] * max(0.0, (t - max(since, today)).total_seconds()) / 3600
+        store = self.ctx.store
+        reclaims = [reclaim_json(r, t) for r in (store.reclaims(t - dt.timedelta(days=7)) if store else [])][::-1]
+        stuck = [reclaim_json(r, t) for r in (store.stuck_reclaims() if store else [])]
+        queue = [{**q, "waited": human(q.get("waited_s"))} for q in snap["queue"]]
+        totals = {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
+                  "gpus_idle": sum(s["gpus"] for s in sessions if s.get("rule") in IDLE_RULES),
+                  "gpu_hours_idle_today": round(idle_hours, 2), "waiting": len(queue),
+                  "gpus_waited_for": sum(q["gpus"] for q in queue),
+                  "gpu_hours_freed_7d": round(sum(r["gpu_hours_freed"] for r in reclaims), 2)}
+        p = self.ctx.policy
+        policy = {} if p is None else {
+            "gpu_idle_threshold_percent": p.gpu_idle_threshold,
+            "never_used_warn_after": human(p.never_used_warn_after.total_seconds()),
+            "never_used_reclaim_after": human(p.never_used_reclaim_after.total_seconds()),
+            "idle_warn_after": human(p.idle_warn_after.total_seconds()),
+            "idle_reclaim_after": human(p.idle_reclaim_after.total_seconds()),
+            "warning_lead": human(p.warning_lead.total_seconds()),
+            "max_keepalive": human(p.max_keepalive.total_seconds()),
+        }
+        return {"t": snap["t"], "skipped": snap["skipped"], "dry_run": self.ctx.dry_run,
+                "sessions": sessions, "queue": queue, "reclaims": reclaims, "stuck": stuck,
+                "totals": totals, "policy": policy,
+                "audit": (store.audit_log(t - dt.timedelta(days=7)) if store else [])[::-1][:100]}
+
+
+class OAuthCallback(HubOAuthCallbackHandler):
+    def initialize(self, ctx: Context) -> None:
+        self.hub_auth = ctx.hub_auth

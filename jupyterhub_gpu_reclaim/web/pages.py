@@ -1,0 +1,149 @@
+"""The HTML pages and forms: the user page, keep-alive and stop, the hub-template embeds
+(home panel and banner), and the admin page and its actions."""
+
+from __future__ import annotations
+
+import datetime as dt
+from urllib.parse import quote, urlencode
+
+from tornado import web
+
+from ..signals.base import parse_time
+from .base import Base
+from .inputs import BadInput, _local_next, local_time_to_utc, parse_until
+from .render import hhmm, human, now, state_of
+
+
+class UserPage(Base):
+    template = "user.html"
+
+    @web.authenticated
+    def get(self) -> None:
+        self.show()
+
+    def show(self, error: str = "", status: int = 200, notice: str = "") -> None:
+        selected = self.get_argument("session", "")
+        sessions = sorted(self.my_sessions().values(), key=lambda s: (s["server"] != "", s["server"]))
+        cap = self.ctx.max_keepalive
+        presets = [h for h in (1, 2, 4, 8, 12, 24, 48) if dt.timedelta(hours=h) <= cap] or [cap.total_seconds() / 3600]
+        self.set_status(status)
+        self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
+                                     reclaims=self.user_reclaims(), selected=selected, error=error,
+                                     notice=notice or self.get_argument("notice", ""), presets=presets,
+                                     cap_text=human(cap.total_seconds()), cycle_t=self.ctx.snapshot()["t"],
+                                     here=self.request.path))
+
+
+class KeepalivePage(Base):
+    """The link of the warning messages: the user page with the session selected."""
+
+    @web.authenticated
+    def get(self) -> None:
+        session = self.get_argument("session", "")
+        if not session:  # the notices link here without one: select the warned session
+            t = now()
+            warned = [sid for sid, s in sorted(self.my_sessions().items()) if state_of(s, t)[0] == "warned"]
+            session = warned[0] if warned else ""
+        target = self.ctx.prefix + ("?" + urlencode({"session": session}) + "#s-" + quote(session, safe="")
+                                    if session else "")
+        self.redirect(target)
+
+
+class KeepaliveForm(UserPage):
+    @web.authenticated
+    def post(self) -> None:
+        sid = self.get_argument("session", "")
+        nxt = _local_next(self.ctx.prefix, self.get_argument("next", None), self.ctx.prefix)
+        if nxt.rstrip("/").endswith("embed/home"):
+            self.template = "embed_home.html"
+        try:
+            self.own_session(sid)
+            duration = self.get_argument("duration", "")
+            at = self.get_argument("until_time", "")
+            if at:
+                until = local_time_to_utc(at, self.get_argument("tz_offset", "0"))
+            elif duration:
+                until = parse_until({"duration": duration}, self.ctx.max_keepalive)
+            else:
+                raise BadInput("choose a duration or a time")
+            until = self.do_keepalive(sid, until)
+        except BadInput as e:
+            self.show(error=f"{sid}: {e}", status=400)
+            return
+        sep = "&" if "?" in nxt else "?"
+        self.redirect(nxt + sep + urlencode({"session": sid, "notice": f"kept alive until {hhmm(until)}"}),
+                      status=303)
+
+
+class StopForm(UserPage):
+    @web.authenticated
+    def post(self) -> None:
+        sid = self.get_argument("session", "")
+        self.do_stop(sid)
+        nxt = _local_next(self.ctx.prefix, self.get_argument("next", None), self.ctx.prefix)
+        sep = "&" if "?" in nxt else "?"
+        self.redirect(nxt + sep + urlencode({"notice": f"stopping {sid}: the GPU is freed in a moment"}),
+                      status=303)
+
+
+class EmbedHome(UserPage):
+    """For the hub's home page (an iframe): the sessions, their state and keep-alive."""
+
+    template = "embed_home.html"
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Content-Security-Policy", "frame-ancestors 'self'")
+
+
+class EmbedBanner(Base):
+    """For every hub page (an iframe in the announcement block): a banner when warned."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        self.set_header("Content-Security-Policy", "frame-ancestors 'self'")
+
+    def get_login_url(self) -> str:
+        # never start an OAuth dance for the banner: it shows nothing until the user
+        # has visited the service once (the home page's panel logs in)
+        raise web.HTTPError(403, "not logged in to the service")
+
+    @web.authenticated
+    def get(self) -> None:
+        t = now()
+        warned = []
+        for s in self.my_sessions().values():
+            kind, _ = state_of(s, t)
+            if kind == "warned":
+                since = parse_time((s.get("evidence") or {}).get("idle_since")) or s.get("started")
+                warned.append({**s, "idle_for": human((t - since).total_seconds()) if since else ""})
+        self.finish(self.render_page("embed_banner.html", warned=warned))
+
+
+class AdminPage(Base):
+    @web.authenticated
+    def get(self) -> None:
+        self.require_admin()
+        self.finish(self.render_page("admin.html", data=self.admin_data(),
+                                     notice=self.get_argument("notice", ""), error=""))
+
+
+class AdminActionForm(Base):
+    """Admin actions from the page: a confirmation page first (works without JS), then the action."""
+
+    @web.authenticated
+    def post(self) -> None:
+        self.require_admin()
+        action = self.get_argument("action", "")
+        sid = self.get_argument("session", "")
+        hours = self.get_argument("hours", None)
+        if self.get_argument("confirm", "") != "yes":
+            self.finish(self.render_page("confirm.html", action=action, session=sid, hours=hours))
+            return
+        try:
+            message = self.do_admin_action(action, sid, hours)
+        except BadInput as e:
+            self.set_status(400)
+            self.finish(self.render_page("admin.html", data=self.admin_data(), notice="", error=str(e)))
+            return
+        self.redirect(self.ctx.prefix + "admin?" + urlencode({"notice": message}), status=303)

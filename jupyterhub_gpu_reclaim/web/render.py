@@ -1,0 +1,121 @@
+"""How things look: times, durations, state texts, the utilization sparkline, CSV cells,
+JSON values, reclaim records, and the Jinja environment of the page templates."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import jinja2
+
+from ..policy import IDLE_RULES
+from ..signals.base import parse_time
+from ..trace import format_time
+from .paths import TEMPLATES
+
+UTC = dt.timezone.utc
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(UTC)
+
+
+def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
+    t = t or now()
+    end = r.finished_at or r.t
+    freed = r.gpus * max(0.0, min((t - end).total_seconds(), 24 * 3600)) / 3600 if r.outcome == "stopped" else 0.0
+    return {"id": r.id, "session": r.session, "user": r.session.split("/", 1)[0],
+            "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
+            "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
+            "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
+            "kept": "files under your home directory",
+            "lost": "running processes, kernel and GPU memory, /tmp, packages installed outside home"}
+
+
+def iso(value: Any) -> Any:
+    """JSON-able: datetimes as RFC 3339 (UTC, Z)."""
+    if isinstance(value, dt.datetime):
+        return format_time(value)
+    if isinstance(value, dict):
+        return {k: iso(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [iso(v) for v in value]
+    return value
+
+
+def hhmm(value: Any) -> str:
+    t = parse_time(value) if isinstance(value, str) else value
+    return t.astimezone(UTC).strftime("%H:%M UTC") if t else ""
+
+
+def human(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    h, m = divmod(seconds // 60, 60)
+    if h >= 24:
+        return f"{h // 24} d {h % 24} h"
+    return f"{h} h {m} min" if h else f"{m} min"
+
+
+def state_of(info: dict[str, Any], now: dt.datetime) -> tuple[str, str]:
+    """(kind, text) of a session's reclaim state, as the pages show it."""
+    if info.get("stopping"):
+        return "stopping", "stopping"
+    if info.get("exempt_until") or info.get("rule") == "exempt":
+        until = info.get("exempt_until")
+        return "exempt", f"exempt until {hhmm(until)}" if until else "exempt"
+    if info.get("intent_until") and info["intent_until"] > now:  # a new intent ends the warning
+        return "kept", f"kept alive until {hhmm(info['intent_until'])}"
+    if info.get("warned_at") and info.get("reclaim_at"):
+        return "warned", f"warned: reclaim at {hhmm(info['reclaim_at'])}"
+    if info.get("action") == "hold":
+        return "held", f"held: data missing ({info.get('reason') or info.get('rule')})"
+    if not info.get("gpus"):
+        return "cpu", "no GPU"
+    since = (info.get("evidence") or {}).get("idle_since")
+    if info.get("rule") in IDLE_RULES and since:
+        return "idle", f"idle since {hhmm(since)}"
+    return "active", "active"
+
+
+def sparkline(values: list[float | None], width: int = 120, height: int = 24) -> str:
+    """An inline SVG of utilization (0–100 %) over the window; gaps where data is missing.
+    Only numbers go into it, so it is safe to include unescaped."""
+    n = len(values)
+    if not n:
+        return ""
+    step = width / max(1, n - 1)
+    segments: list[list[str]] = [[]]
+    for i, v in enumerate(values):
+        if v is None:
+            if segments[-1]:
+                segments.append([])
+            continue
+        y = height - 1 - (min(100.0, max(0.0, float(v))) / 100.0) * (height - 2)
+        segments[-1].append(f"{i * step:.1f},{y:.1f}")
+    lines = "".join(f'<polyline points="{" ".join(s)}" fill="none" stroke="currentColor" stroke-width="1.5"/>'
+                    for s in segments if s)
+    last = next((v for v in reversed(values) if v is not None), None)
+    label = f"GPU utilization over the window, latest {last:.0f} %" if last is not None else "no GPU data"
+    return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+            f'role="img" aria-label="{label}"><rect width="{width}" height="{height}" fill="none" '
+            f'stroke="#ccc"/>{lines}</svg>')
+
+
+def _fmt_util(values: list | None) -> str:
+    if not values:
+        return "–"
+    return " / ".join("–" if v is None else f"{v:.0f} %" for v in values)
+
+
+def csv_cell(value: Any) -> str:
+    """A CSV cell that a spreadsheet does not run as a formula."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+_jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
+_jinja.filters.update(hhmm=hhmm, human=human, util=_fmt_util, iso=iso)

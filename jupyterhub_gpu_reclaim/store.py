@@ -137,14 +137,19 @@ class SchemaVersion(Base):
     version: Mapped[int]
 
 
-class IntentRow(Base):
-    __tablename__ = "intents"
+class _UntilRow:
+    """A session kept until a time, set by someone, until cleared: intents and exemptions."""
+
     id: Mapped[int] = mapped_column(primary_key=True)
     session: Mapped[str] = mapped_column(sa.String(255), index=True)
     until: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     set_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     by: Mapped[str] = mapped_column(sa.String(255), default="")
     cleared_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
+
+
+class IntentRow(_UntilRow, Base):
+    __tablename__ = "intents"
 
 
 class WarningRow(Base):
@@ -204,16 +209,10 @@ class DecisionRow(Base):
     evidence: Mapped[str] = mapped_column(sa.Text, default="{}")
 
 
-class ExemptionRow(Base):
+class ExemptionRow(_UntilRow, Base):
     """Schema v2: an admin's "exempt this session for N hours" (the web admin page)."""
 
     __tablename__ = "exemptions"
-    id: Mapped[int] = mapped_column(primary_key=True)
-    session: Mapped[str] = mapped_column(sa.String(255), index=True)
-    until: Mapped[dt.datetime] = mapped_column(UTCDateTime)
-    set_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
-    by: Mapped[str] = mapped_column(sa.String(255), default="")
-    cleared_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
 
 
 class AuditRow(Base):

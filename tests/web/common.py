@@ -9,9 +9,7 @@ from pathlib import Path
 
 import aiohttp
 
-from jupyterhub_gpu_reclaim.launch import free_port
-
-from ..conftest import start_test_hub
+from ..service.common import start_service_hub
 
 HERE = Path(__file__).parent
 PREFIX = "/services/gpu-reclaim/"
@@ -24,22 +22,9 @@ TIMINGS = {
 
 
 def start_web_hub(workdir: Path, sim, *, dry_run: bool = False):
-    workdir.mkdir(parents=True, exist_ok=True)
-    store = workdir / "gpu_reclaim.sqlite"
-    settings = {
-        "timeout": 3600, "cull_every": 2, "namespace": "jhub",
-        "kubeconfig": sim.info["kubeconfig"], "dcgm_exporter_urls": [sim.info["metrics"]],
-        "store_url": f"sqlite:///{store}", "stop_timeout": 60, "dry_run": dry_run,
-        "notifiers": [{"type": "log"}], "hub_name": "Test Hub", **TIMINGS,
-    }
-    config = workdir / "gpu_reclaim_config.py"
-    config.write_text("c = get_config()\n" + "".join(f"c.GpuReclaim.{k} = {v!r}\n" for k, v in settings.items()))
-    port = free_port()
-    hub = start_test_hub(workdir, HERE / "jupyterhub_config_web.py", sim,
-                         env={"GPU_RECLAIM_SERVICE_PORT": str(port),
-                              "GPU_RECLAIM_SERVICE_CONFIG": str(config)})
-    hub.info.update(store=f"sqlite:///{store}", service_port=port)
-    return hub
+    """The service tests' hub with the web pages' configuration and slow reclaims."""
+    return start_service_hub(workdir, sim, dry_run=dry_run, hub_config=HERE / "jupyterhub_config_web.py",
+                             timeout=3600, admin_recipients=[], **TIMINGS)
 
 
 async def user_token(api, name: str) -> str:

@@ -19,19 +19,12 @@ from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
 from ..service.common import until
-from .common import PREFIX, Client, start_web_hub, user_token
+from .common import PREFIX, Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 UTC = dt.timezone.utc
 EVIL = "<script>alert(\"x\")'&"  # no "/": hub user names cannot have one
-
-
-@pytest.fixture(scope="module")
-def hub(sim, tmp_path_factory):
-    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim)
-    yield child
-    child.stop(grace=60)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -25,7 +25,7 @@ from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
 from ..service.common import until
-from .common import PASSWORD, PREFIX, Client, start_web_hub, user_token
+from .common import PASSWORD, PREFIX, Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -37,13 +37,6 @@ GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"
 # otherwise they go to a temporary folder and the working tree stays as it is
 IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS") or tempfile.mkdtemp(prefix="gpu-reclaim-screenshots-"))
 UTC = dt.timezone.utc
-
-
-@pytest.fixture(scope="module")
-def hub(sim, tmp_path_factory):
-    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim)
-    yield child
-    child.stop(grace=60)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

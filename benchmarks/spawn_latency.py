@@ -6,8 +6,9 @@ server's start-up after its pod is Ready, which stub mode does not have: on the 
 cluster in process mode (`examples/sim/cluster.yaml`, real `jupyterhub-singleuser`) with a
 real JupyterHub, it starts a few servers whose image is on the node and takes the median of
 pod Ready → the hub reports the server ready (`--startup-seconds S` uses S instead). The
-user-visible spawn time (`user_visible_*`) is the pod-Ready time plus that start-up. Then, for
-each arm, in sequence, it
+user-visible spawn time (`user_visible_*`) is the pod-Ready time plus that start-up;
+`seed_calibrated_*` is the pod-Ready time with the start-up overheads seed 2 logged on its
+own cluster instead (`seed_calibrated`). Then, for each arm, in sequence, it
 
 1. starts a fresh simulated cluster (`examples/sim/autoscaling.yaml`: two nodes that hold
    the 5 GB notebook image and 3 users each, three user placeholders, an autoscaler that
@@ -65,6 +66,19 @@ IMAGE = "quay.io/jupyter/datascience-notebook:2025-06-02"
 ARMS = ("baseline", "image_locality")
 PULL_WAIT_S = 1.0  # CACHED_PULL_SECONDS in spawner/timings.py: shorter is a manifest check
 TARGET_P95_S = 20.0
+# Seed 2's own log of a spawn without a pull on its cluster: spawn start → container started
+# 6 s (59:46.474 → 59:52), container started → the hub's "took N seconds" 9 s (11 s in the
+# slow spawn). Stub mode has neither (no sandbox, volumes, init containers or server process).
+SEED_TO_CONTAINER_S = 6.0
+SEED_STARTUP_S = 9.0
+
+
+def seed_calibrated(pod_ready_s: float) -> float:
+    """A stub pod-Ready time as seed 2's cluster would show it to the student: the kubelet's
+    own 6 s before the container starts overlap a pull wait (it pulls after setting up the
+    sandbox and init containers), so the larger of the two counts; then the server's 9 s.
+    The overlap makes this a lower bound for spawns that waited for a pull."""
+    return max(pod_ready_s, SEED_TO_CONTAINER_S) + SEED_STARTUP_S
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -282,6 +296,10 @@ def summarize(arm_result: dict[str, Any], startup_s: float) -> dict[str, Any]:
         "user_visible_p50_s": round(percentile(totals, 0.50) + startup_s, 1),
         "user_visible_p95_s": round(percentile(totals, 0.95) + startup_s, 1),
         "user_visible_max_s": round(totals[-1] + startup_s, 1) if totals else math.nan,
+        # the same with the start-up overheads seed 2 measured on its cluster (see seed_calibrated)
+        "seed_calibrated_p50_s": round(seed_calibrated(percentile(totals, 0.50)), 1),
+        "seed_calibrated_p95_s": round(seed_calibrated(percentile(totals, 0.95)), 1),
+        "seed_calibrated_max_s": round(seed_calibrated(totals[-1]), 1) if totals else math.nan,
     }
 
 
@@ -489,12 +507,19 @@ def main() -> None:
                               and uv["image_locality_user_visible_p95_within"]
                               and not uv["baseline_user_visible_p95_within"])
     report["target"].update(uv)
+    sc = {"image_locality_seed_calibrated_p95_within": il["seed_calibrated_p95_s"] <= TARGET_P95_S,
+          "baseline_seed_calibrated_p95_within": base["seed_calibrated_p95_s"] <= TARGET_P95_S}
+    sc["met_seed_calibrated"] = (report["target"]["no_pull_wait_while_holder_could_take"]
+                                 and sc["image_locality_seed_calibrated_p95_within"]
+                                 and not sc["baseline_seed_calibrated_p95_within"])
+    report["target"].update(sc)
     report["server_startup"] = {k: v for k, v in startup.items() if k != "runs"}
     report["scenario"] = {"file": str(SCENARIO.relative_to(REPO)), "users": args.users,
                           "interval_s": args.interval,
                           "continuous_image_puller": not args.no_prepuller, "workdir": str(workdir)}
     report["per_user"] = {arm: [
         {"user": s["user"], "offset_s": s.get("offset_s"), "total_s": (s.get("phases") or {}).get("total"),
+         "seed_calibrated_s": round(seed_calibrated(s["phases"]["total"]), 1) if "total" in (s.get("phases") or {}) else None,
          "start_returned_s": s.get("start_returned_s"), "node": s.get("node"), "pull_wait_s": s.get("pull_wait_s"), "affinity": s.get("affinity"),
          "holders_that_fit_at_request": len(s["at_request"]["holders_that_fit"]) if s.get("at_request") else None,
          **({"error": s["error"]} if "error" in s else {})}

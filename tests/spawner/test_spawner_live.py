@@ -1,6 +1,6 @@
 """GPUReclaimSpawner on the simulated cluster with a real hub: spawn timings (with and
 without an image pull), the "waiting for a free GPU" line and the GPU queue timeout, the
-keep-alive control of the real spawn form, and image-locality affinity."""
+keep-alive control of the real spawn form and of a spawn link, and image-locality affinity."""
 
 from __future__ import annotations
 
@@ -151,3 +151,27 @@ async def test_keepalive_from_the_spawn_form_reaches_the_pod(hub, sim, api):
     until = parse_time(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/keepalive-until"])
     assert dt.timedelta(hours=4) - dt.timedelta(minutes=1) <= until - before <= dt.timedelta(hours=4, minutes=1)
     assert (await api.user("frank"))["servers"][""]["user_options"]["keepalive_until"]
+
+
+async def test_keepalive_from_a_spawn_link(hub, sim, api):
+    """A link that starts a server straight away (JupyterHub 6: options as `opt-` query
+    arguments, e.g. in a course page): a bad keep-alive shows the form with the reason and
+    starts nothing; a good one reaches the pod like the form's."""
+    await api.ensure_user("grace")
+    session = await _login(hub, "grace")
+    try:
+        async with session.get(f"{hub.info['url']}/hub/spawn/grace?opt-profile=cpu&opt-keepalive=24h") as r:
+            text = await r.text()
+        assert r.status == 400 and "at most 12 hours from now" in text and "Keep this session until" in text
+        assert await api.server("grace") is None
+        before = dt.datetime.now(UTC)
+        async with session.get(f"{hub.info['url']}/hub/spawn/grace?opt-profile=cpu&opt-keepalive=2h") as r:
+            assert r.status == 200, await r.text()
+        await api.wait_ready("grace")
+    finally:
+        await session.close()
+    pod = kubectl_json(sim, "get", "pod", "jupyter-grace")
+    until = parse_time(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/keepalive-until"])
+    assert dt.timedelta(hours=2) - dt.timedelta(minutes=1) <= until - before <= dt.timedelta(hours=2, minutes=1)
+    options = (await api.user("grace"))["servers"][""]["user_options"]
+    assert options["profile"] == "cpu" and parse_time(options["keepalive_until"]) == until

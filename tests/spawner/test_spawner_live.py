@@ -175,3 +175,43 @@ async def test_keepalive_from_a_spawn_link(hub, sim, api):
     assert dt.timedelta(hours=2) - dt.timedelta(minutes=1) <= until - before <= dt.timedelta(hours=2, minutes=1)
     options = (await api.user("grace"))["servers"][""]["user_options"]
     assert options["profile"] == "cpu" and parse_time(options["keepalive_until"]) == until
+
+
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True},
+    {"display_name": "One GPU", "slug": "gpu-1", "profile_options": {"image": {
+        "display_name": "Environment",
+        "choices": {"torch": {"display_name": "PyTorch", "kubespawner_override": {"image": "torch:1"}},
+                    "tf": {"display_name": "TensorFlow", "kubespawner_override": {"image": "tf:1"}}}}}},
+]
+
+
+async def _profiles_coroutine(spawner):
+    return PROFILES
+
+
+@pytest.mark.parametrize("profile_list", [PROFILES, lambda spawner: PROFILES, _profiles_coroutine],
+                         ids=["list", "callable", "coroutine"])
+async def test_keepalive_joins_every_form_of_profile_list(kubeconfig, profile_list):
+    """The keep-alive control follows KubeSpawner's profile form whether profile_list is a
+    list or a function (plain or async), and the options keep the profile and its choices."""
+    from traitlets.config import Config
+
+    from jupyterhub_gpu_reclaim.spawner import GPUReclaimSpawner
+
+    class User:
+        name = escaped_name = "ivan"
+        id = 9
+        url = "/user/ivan/"
+        spawners: dict = {}
+
+    config = Config()
+    config.GPUReclaimSpawner.profile_list = profile_list
+    spawner = GPUReclaimSpawner(_mock=True, user=User(), config=config)
+    page = await spawner.get_options_form()
+    assert page.index("One GPU") < page.index("TensorFlow") < page.index("Keep this session until")
+    before = dt.datetime.now(UTC)
+    options = spawner.run_options_from_form(
+        {"profile": ["gpu-1"], "profile-option-gpu-1--image": ["tf"], "keepalive": ["2h"]})
+    assert options["profile"] == "gpu-1" and options["image"] == "tf"
+    assert dt.timedelta(hours=2) - dt.timedelta(seconds=5) <= parse_time(options["keepalive_until"]) - before <= dt.timedelta(hours=2, seconds=5)

@@ -147,10 +147,17 @@ async def test_keepalive_from_the_spawn_form_reaches_the_pod(hub, sim, api):
         await api.wait_ready("frank")
     finally:
         await session.close()
-    pod = kubectl_json(sim, "get", "pod", "jupyter-frank")
+    await _assert_kept_for(sim, api, "frank", dt.timedelta(hours=4), since=before)
+
+
+async def _assert_kept_for(sim, api, user: str, duration: dt.timedelta, since: dt.datetime) -> None:
+    """The user's pod carries a keep-alive `duration` after `since` (within a minute), and the
+    server's user_options the same time with the cpu profile."""
+    pod = kubectl_json(sim, "get", "pod", f"jupyter-{user}")
     until = parse_time(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/keepalive-until"])
-    assert dt.timedelta(hours=4) - dt.timedelta(minutes=1) <= until - before <= dt.timedelta(hours=4, minutes=1)
-    assert (await api.user("frank"))["servers"][""]["user_options"]["keepalive_until"]
+    assert duration - dt.timedelta(minutes=1) <= until - since <= duration + dt.timedelta(minutes=1)
+    options = (await api.user(user))["servers"][""]["user_options"]
+    assert options["profile"] == "cpu" and parse_time(options["keepalive_until"]) == until
 
 
 async def test_keepalive_from_a_spawn_link(hub, sim, api):
@@ -170,11 +177,7 @@ async def test_keepalive_from_a_spawn_link(hub, sim, api):
         await api.wait_ready("grace")
     finally:
         await session.close()
-    pod = kubectl_json(sim, "get", "pod", "jupyter-grace")
-    until = parse_time(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/keepalive-until"])
-    assert dt.timedelta(hours=2) - dt.timedelta(minutes=1) <= until - before <= dt.timedelta(hours=2, minutes=1)
-    options = (await api.user("grace"))["servers"][""]["user_options"]
-    assert options["profile"] == "cpu" and parse_time(options["keepalive_until"]) == until
+    await _assert_kept_for(sim, api, "grace", dt.timedelta(hours=2), since=before)
 
 
 PROFILES = [

@@ -18,7 +18,6 @@ import sys
 import aiohttp
 import pytest
 import sqlalchemy as sa
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.actions import HubStopper
@@ -33,6 +32,7 @@ from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
 from jupyterhub_gpu_reclaim.store import Store
 
+from ..cycles import CycleRecorder
 from .fakes import FakeHubAPI, FakePrometheus, FakeServers
 
 UTC = dt.timezone.utc
@@ -70,8 +70,10 @@ class FakePods:
         return PodSnapshot(by_session=dict(self.pods), pending_gpus=0)
 
 
-class World:
+class World(CycleRecorder):
     """The fakes, the real signals and a Reclaimer on a real store."""
+
+    step = STEP
 
     def __init__(self, tmp_path) -> None:
         self.now = [T0]
@@ -132,36 +134,9 @@ class World:
             self.prom.util[(NS, pod)] = util
         return sid
 
-    async def cycle(self):
-        report = await self.reclaimer.run_cycle()
-        await self.reclaimer.drain()
-        self.reports.append(report)
-        self.now[0] += STEP
-        return report
-
-    async def run_until(self, t: dt.datetime, each=None) -> None:
-        while self.now[0] <= t:
-            if each is not None:
-                each(self.now[0])
-            await self.cycle()
-
-    def warned(self, sid: str) -> list[dt.datetime]:
-        return [r.t for r in self.reports if sid in r.warned]
-
-    def stopped(self, sid: str) -> list[dt.datetime]:
-        return [r.t for r in self.reports if sid in r.stops]
-
     def decisions(self, sid: str, since: dt.datetime = T0, until: dt.datetime | None = None) -> set:
         return {(r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
                 if sid in r.decisions and since <= r.t and (until is None or r.t <= until)}
-
-    def metric(self, name: str, **labels) -> float | None:
-        text = generate_latest(self.metrics.registry).decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and sample.labels == labels:
-                    return sample.value
-        return None
 
     def warning_rows(self) -> int:
         with self.store.engine.connect() as c:

@@ -10,8 +10,6 @@ import datetime as dt
 import logging
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.actions import StopResult
 from jupyterhub_gpu_reclaim.metrics import Metrics
@@ -24,6 +22,8 @@ from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.store import Store
+
+from ..cycles import CycleRecorder
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
@@ -122,7 +122,7 @@ class FakeStopper:
 # ---------------------------------------------------------------------------- harness
 
 
-class Harness:
+class Harness(CycleRecorder):
     def __init__(self, tmp_path, *, policy: PolicyConfig | None = None, gpu: bool = True,
                  kernels: bool = True, step: dt.timedelta = STEP, **options) -> None:
         self.now = [T0]
@@ -173,39 +173,10 @@ class Harness:
     def set_util(self, user: str, util) -> None:
         self.gpu.util[(NS, f"jupyter-{user}")] = tuple(util)
 
-    async def cycle(self):
-        report = await self.reclaimer.run_cycle()
-        await self.reclaimer.drain()
-        self.reports.append(report)
-        self.now[0] += self.step
-        return report
-
-    async def run_until(self, t: dt.datetime, each=None) -> None:
-        """Cycles at now, now + step, ... up to and including t."""
-        while self.now[0] <= t:
-            if each is not None:
-                each(self.now[0])
-            await self.cycle()
-
-    # what happened, by session
-    def warned(self, sid: str) -> list[dt.datetime]:
-        return [r.t for r in self.reports if sid in r.warned]
-
-    def stopped(self, sid: str) -> list[dt.datetime]:
-        return [r.t for r in self.reports if sid in r.stops]
-
+    # what happened, by session (cycle, run_until, warned, stopped, metric: CycleRecorder)
     def decisions(self, sid: str) -> list[tuple[dt.datetime, str, str]]:
         return [(r.t, r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
                 if sid in r.decisions]
-
-    def metric(self, name: str, **labels) -> float | None:
-        """The value of a series in the /metrics text (generate_latest)."""
-        text = generate_latest(self.metrics.registry).decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and sample.labels == labels:
-                    return sample.value
-        return None
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ configurable-http-proxy and the unmodified KubeSpawner, and single-user servers.
 
 from __future__ import annotations
 
-import os
 import secrets
 
 import pytest
@@ -68,6 +67,12 @@ async def api(hub):
 
 
 @pytest.fixture
-def kubeconfig(sim) -> str:
-    os.environ.setdefault("KUBECONFIG", sim.info["kubeconfig"])
-    return sim.info["kubeconfig"]
+def kubeconfig(sim, monkeypatch) -> str:
+    """The cluster's kubeconfig as this test's default: KUBECONFIG, and the default location
+    kubernetes_asyncio took from it when an earlier test imported it."""
+    from kubernetes_asyncio.config import kube_config
+
+    path = sim.info["kubeconfig"]
+    monkeypatch.setenv("KUBECONFIG", path)
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", path)
+    return path

@@ -20,13 +20,10 @@ docs/api.md for the API and docs/api.yaml for its OpenAPI description.
 
 from __future__ import annotations
 
-# what other code imports from here (the service, tests, docs, hub configs): kept as before
-from urllib.parse import quote
-
-from .app import _log_request, listen, make_app
+from .app import listen, make_app
 from .inputs import BadInput, local_time_to_utc, parse_until
 from .paths import HUB_TEMPLATES
-from .render import _jinja, csv_cell, now, sparkline, state_of
+from .render import csv_cell, sparkline, state_of
 
 __all__ = ["HUB_TEMPLATES", "make_app", "listen", "sparkline", "state_of",
-           "BadInput", "csv_cell", "local_time_to_utc", "parse_until", "now", "quote", "_jinja", "_log_request"]
+           "BadInput", "csv_cell", "local_time_to_utc", "parse_until"]

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import io
 from typing import Any
 
 from jupyterhub.services.auth import HubAuth, HubAuthenticated
 from tornado import web
 
-from ..durations import parse_duration
-from ..signals.base import parse_time
 from ..store import Store
 from ..trace import format_time
 from .base import Base
-from .inputs import BadInput, parse_until
+from .inputs import BadInput, parse_since, parse_until
 from .render import csv_cell, iso, now, reclaim_json
 
 
@@ -39,12 +36,10 @@ class ReclaimsHandler(HubAuthenticated, web.RequestHandler):
             raise web.HTTPError(400, "user=NAME is required")
         if caller.get("kind") == "user" and caller.get("name") != user and not caller.get("admin"):
             raise web.HTTPError(403, "users may read only their own reclaims")
-        since_text = self.get_argument("since", "1d")
         try:
-            since = parse_time(since_text) if "T" in since_text else (
-                dt.datetime.now(dt.timezone.utc) - parse_duration(since_text))
-        except ValueError:
-            raise web.HTTPError(400, f"since: not a time or a duration: {since_text!r}") from None
+            since = parse_since(self.get_argument("since", "1d"))
+        except BadInput as e:
+            raise web.HTTPError(400, str(e)) from None
         records = [r for r in self.store.reclaims(since) if r.session.split("/", 1)[0] == user]
         self.write({"reclaims": [{
             "session": r.session, "server": r.session.split("/", 1)[1], "rule": r.rule,
@@ -135,11 +130,10 @@ class AdminHistoryApi(ApiBase):
     @web.authenticated
     def get(self) -> None:
         self.require_admin()
-        text = self.get_argument("since", "7d")
         try:
-            since = parse_time(text) if "T" in text else now() - parse_duration(text)
-        except (ValueError, OverflowError):
-            raise web.HTTPError(400, f"since: not a time or a duration: {text!r}") from None
+            since = parse_since(self.get_argument("since", "7d"))
+        except BadInput as e:
+            raise web.HTTPError(400, str(e)) from None
         store = self.ctx.store
         assert store is not None
         t = now()

@@ -81,8 +81,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
         ]
     if prefix != "/":
         routes.append((r"/metrics", MetricsHandler, {"metrics": metrics}))
-        if prefix != "/":
-            routes.append((prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}))
+        routes.append((prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}))
     settings: dict[str, Any] = {"cookie_secret": _cookie_secret(cookie_secret_file),
                                 "log_function": _log_request}
     return web.Application(routes, **settings)

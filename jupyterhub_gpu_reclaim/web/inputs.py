@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from ..durations import parse_duration
+from ..signals.base import parse_time
 from .render import UTC, now
 
 
@@ -35,6 +36,14 @@ def parse_until(body: dict[str, Any], cap: dt.timedelta) -> dt.datetime:
     except (ValueError, TypeError, OverflowError):
         raise BadInput(f"{key}: not a valid {'time with a time zone' if key == 'until' else 'duration'}: "
                        f"{value!r}") from None
+
+
+def parse_since(text: str) -> dt.datetime:
+    """`since=`: an ISO 8601 time, or a duration back from now ("7d")."""
+    try:
+        return parse_time(text) if "T" in text else now() - parse_duration(text)
+    except (ValueError, OverflowError):
+        raise BadInput(f"since: not a time or a duration: {text!r}") from None
 
 
 def local_time_to_utc(text: str, tz_offset: str) -> dt.datetime:

@@ -14,6 +14,10 @@ from .inputs import BadInput, _local_next, local_time_to_utc, parse_until
 from .render import hhmm, human, now, state_of
 
 
+def _with_query(url: str, **params: str) -> str:
+    return url + ("&" if "?" in url else "?") + urlencode(params)
+
+
 class UserPage(Base):
     template = "user.html"
 
@@ -70,9 +74,7 @@ class KeepaliveForm(UserPage):
         except BadInput as e:
             self.show(error=f"{sid}: {e}", status=400)
             return
-        sep = "&" if "?" in nxt else "?"
-        self.redirect(nxt + sep + urlencode({"session": sid, "notice": f"kept alive until {hhmm(until)}"}),
-                      status=303)
+        self.redirect(_with_query(nxt, session=sid, notice=f"kept alive until {hhmm(until)}"), status=303)
 
 
 class StopForm(UserPage):
@@ -81,9 +83,7 @@ class StopForm(UserPage):
         sid = self.get_argument("session", "")
         self.do_stop(sid)
         nxt = _local_next(self.ctx.prefix, self.get_argument("next", None), self.ctx.prefix)
-        sep = "&" if "?" in nxt else "?"
-        self.redirect(nxt + sep + urlencode({"notice": f"stopping {sid}: the GPU is freed in a moment"}),
-                      status=303)
+        self.redirect(_with_query(nxt, notice=f"stopping {sid}: the GPU is freed in a moment"), status=303)
 
 
 class EmbedHome(UserPage):

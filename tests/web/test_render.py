@@ -4,6 +4,7 @@ parsing of the forms and API, CSV cells, and the templates' escaping and dry-run
 from __future__ import annotations
 
 import datetime as dt
+from urllib.parse import quote
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_sparkline_is_svg_with_gaps_and_only_numbers():
 
 
 def test_parse_until():
-    assert abs(parse_until({"duration": "2h"}, dt.timedelta(hours=4)) - web.now() - dt.timedelta(hours=2)) \
+    assert abs(parse_until({"duration": "2h"}, dt.timedelta(hours=4)) - web.render.now() - dt.timedelta(hours=2)) \
         < dt.timedelta(seconds=5)
     assert parse_until({"until": "2030-01-01T10:00:00+02:00"}, dt.timedelta(hours=4)) == \
         dt.datetime(2030, 1, 1, 8, tzinfo=UTC)
@@ -79,9 +80,9 @@ def render_admin(dry_run: bool, sessions=()):
             "reclaims": [], "stuck": [], "policy": {}, "audit": [],
             "totals": {"gpus_held": 0, "gpus_idle": 0, "gpu_hours_idle_today": 0, "waiting": 0,
                        "gpus_waited_for": 0, "gpu_hours_freed_7d": 0}}
-    return web._jinja.get_template("admin.html").render(
+    return web.render._jinja.get_template("admin.html").render(
         prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
-        dry_run=dry_run, xsrf="tok", now=NOW, sparkline=sparkline, state_of=state_of, quote=web.quote,
+        dry_run=dry_run, xsrf="tok", now=NOW, sparkline=sparkline, state_of=state_of, quote=quote,
         max_keepalive=dt.timedelta(hours=12), data=data, notice="", error="")
 
 
@@ -108,7 +109,7 @@ def test_access_log_never_has_the_query(caplog):
     handler.request.uri = "/services/gpu-reclaim/oauth_callback?code=SECRET&state=x"
     handler.request.request_time.return_value = 0.01
     with caplog.at_level("DEBUG", logger="jupyterhub_gpu_reclaim.web"):
-        web._log_request(handler)
+        web.app._log_request(handler)
     assert "oauth_callback" in caplog.text and "SECRET" not in caplog.text
 
 

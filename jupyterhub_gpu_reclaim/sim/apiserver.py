@@ -424,9 +424,14 @@ class ApiServer:
     async def _logs(self, request: web.Request, t: Target) -> web.StreamResponse:
         pod = self.store.get(t.rtype, t.namespace, t.name)
         container = _log_container(pod, request.query.get("container"))
-        if request.query.get("previous") in _TRUE:
-            raise errors.bad_request(f'previous terminated container "{container}" in pod "{t.name}" not found')
-        path = Path(self.cluster.pod_log_path(t.namespace, t.name, container))
+        previous = request.query.get("previous") in _TRUE
+        path = Path(self.cluster.pod_log_path(t.namespace, t.name, container, previous=previous))
+        if previous:
+            if not path.exists():
+                raise errors.bad_request(f'previous terminated container "{container}" in pod "{t.name}" not found')
+            return web.Response(body=_tail(path.read_bytes(), _int_param(request.query, "tailLines"),
+                                           _int_param(request.query, "limitBytes")),
+                                headers={"Content-Type": "text/plain"})
         if not path.exists():
             _explain_missing_log(pod, container)
         whole = path.read_bytes() if path.exists() else b""

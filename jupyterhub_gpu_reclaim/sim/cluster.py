@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from . import admission
+from . import admission, errors
 from .apiserver import ApiServer
 from .autoscaler import Autoscaler
 from .control import ControlServer
@@ -145,9 +145,19 @@ class Cluster:
         self.network.close()
         self.started = False
 
-    def pod_log_path(self, namespace: str, pod: str, container: str) -> Path:
-        """Where a container's output goes (`kubectl logs` reads it)."""
-        return self.data_dir / "logs" / f"{namespace}_{pod}_{container}.log"
+    def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
+        """Where a container's output goes (`kubectl logs` reads it); `previous`: that of
+        its last run before a restart (`kubectl logs --previous`)."""
+        return self.data_dir / "logs" / f"{namespace}_{pod}_{container}{'.previous' if previous else ''}.log"
+
+    def service_account_token(self, namespace: str, name: str, *, pod: Obj, expiration_seconds: int,
+                              audience: str | None) -> str:
+        """A token of the service account `name`, bound to `pod` (the TokenRequest API, as
+        the kubelet asks for it to fill a projected `serviceAccountToken` volume source)."""
+        if self.store.find(BY_KIND["ServiceAccount"], namespace, name) is None:
+            raise errors.not_found("serviceaccounts", name)
+        # the API server does not issue service account tokens yet (no authenticator for them)
+        raise errors.ApiError(501, f'serviceaccounts "{name}": token requests are not served by this cluster')
 
     # --- clients ---------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Container images: the names runtimes report (`normalize` lives in the shared
 `jupyterhub_gpu_reclaim.images` and is re-exported here), and what the scenario says of
-each image (size, entrypoint, env)."""
+each image (size, entrypoint, env, user)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class ImageRegistry:
             return img
         d = self.scenario.image_defaults
         return Image(name=ref, size=self.scenario.default_image_size, entrypoint=list(d.entrypoint),
-                     cmd=list(d.cmd), env=dict(d.env), working_dir=d.working_dir)
+                     cmd=list(d.cmd), env=dict(d.env), working_dir=d.working_dir, user=d.user)
 
     def size(self, ref: str) -> int:
         return self.get(ref).size

@@ -1,8 +1,10 @@
 """A simulated kubelet: one per node. It registers the Node, pulls images (one at a time,
-as the kubelet's default serializeImagePulls does), starts each bound pod's containers as
-real local processes (process mode) or not at all (stub mode), reports pod status and
-events in the real kubelet's words, and stops containers with SIGTERM, then SIGKILL after
-the grace period, before removing the pod object.
+as the kubelet's default serializeImagePulls does), sets up each bound pod's volumes
+(sim.volumes) and /etc/hosts (sim.hosts), starts its containers through the container
+runtime (sim.runtime: isolated local processes in process mode, nothing in stub mode),
+restarts them with the kubelet's back-off (sim.backoff), reports pod status and events
+in the real kubelet's words, and stops containers with SIGTERM, then SIGKILL after the
+grace period, before removing the pod object.
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ import logging
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from . import errors
+from . import cgroups, errors, hosts, runtime, volumes
+from .backoff import RestartBackoff
 from .images import normalize, repo_digest
 from .nodes import MAX_IMAGES, node_manifest
 from .resources import BY_KIND
-from .sandbox import SPEC_ENV
 from .scenario import NodeGroup
 from .store import Filter, Obj
 from .timestamps import rfc3339
@@ -34,12 +35,9 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.sim.kubelet")
 POD, NODE = BY_KIND["Pod"], BY_KIND["Node"]
 GPU = "nvidia.com/gpu"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # an editable install runs from here
-MAX_BACKOFF = 300.0  # CrashLoopBackOff's cap
-
-
-def sandbox_available() -> bool:
-    """Pods get their own /tmp and volume mounts only where mount namespaces are allowed."""
-    return os.geteuid() == 0 and shutil.which("unshare") is not None and shutil.which("mount") is not None
+MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
+MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
+READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
 
 
 class Kubelet:
@@ -139,7 +137,7 @@ class Kubelet:
 
 
 class ContainerError(Exception):
-    """A container that cannot start; the reason shows in its waiting state."""
+    """A container that cannot be created; the reason shows in its waiting state."""
 
 
 class PodWorker:
@@ -152,9 +150,11 @@ class PodWorker:
         meta = pod["metadata"]
         self.ns, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
         self.task: asyncio.Task | None = None
-        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.procs: dict[str, runtime.ContainerProcess | runtime.StubProcess] = {}
         self.ip: str | None = None
         self.dir = self.cluster.data_dir / "pods" / self.ns / f"{self.name}-{self.uid[:8]}"
+        self.volumes = volumes.PodVolumes(pod, self.dir, self.cluster.data_dir, self._lookup, self._token)
+        self._volume_paths: dict[str, Path] = {}
         self._stop = asyncio.Event()
         self._grace = 30.0
         self._life: asyncio.Task | None = None
@@ -162,14 +162,21 @@ class PodWorker:
         self._restarts: dict[str, int] = {}
         self._container_ids: dict[str, str] = {}
         self._started_at: dict[str, str] = {}
+        self._state: dict[str, Obj] = {}  # container name -> its current state
+        self._last_terminated: dict[str, Obj] = {}  # container name -> its last run's end
+        self._backoff = RestartBackoff()
 
     # --- status and events -----------------------------------------------------------
 
     def event(self, reason: str, message: str, container: Obj | None = None, type_: str = "Normal") -> None:
         field_path = f"spec.containers{{{container['name']}}}" if container else None
         current = self.cluster.store.find(POD, self.ns, self.name) or self.pod
-        self.cluster.events.record(current, reason, message, type_=type_, component="kubelet",
-                                   host=self.kubelet.name, field_path=field_path)
+        try:
+            self.cluster.events.record(current, reason, message, type_=type_, component="kubelet",
+                                       host=self.kubelet.name, field_path=field_path)
+        except errors.ApiError as e:  # e.g. in a terminating namespace: refused, and the kubelet carries on
+            log.debug("node %s: event %s of pod %s/%s refused: %s", self.kubelet.name, reason, self.ns,
+                      self.name, e.message)
 
     def update_status(self, mutate) -> None:
         store = self.cluster.store
@@ -194,39 +201,54 @@ class PodWorker:
         # a container still being pulled never starts; one that runs gets its grace period
         self._life.cancel()
         await asyncio.gather(self._life, return_exceptions=True)
-        for c in self._containers():
-            proc = self.procs.get(c["name"])
-            if proc is not None and proc.returncode is None:
-                self.event("Killing", f"Stopping container {c['name']}", c)
-        await self.shutdown(self._grace)
-        _remove_pod(self.cluster.store, self.pod)
-        self.kubelet.workers.pop(self.uid, None)
+        try:
+            for c in self._containers():
+                proc = self.procs.get(c["name"])
+                if proc is not None and proc.returncode is None:
+                    self.event("Killing", f"Stopping container {c['name']}", c)
+            await self.shutdown(self._grace)
+        finally:  # whatever happened, the pod goes once its processes have
+            _remove_pod(self.cluster.store, self.pod)
+            self.kubelet.workers.pop(self.uid, None)
 
     async def shutdown(self, grace: float) -> None:
-        """SIGTERM every container process, SIGKILL what is left after `grace` seconds."""
+        """SIGTERM to every container, SIGKILL to all their processes after `grace`
+        seconds (at least the kubelet's minimum of 2 s)."""
         procs = [p for p in self.procs.values() if p.returncode is None]
         for p in procs:
-            _signal_group(p, signal.SIGTERM)
+            p.terminate()
         if procs:
             try:
-                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), max(grace, 0.1))
+                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), max(grace, MIN_GRACE))
             except asyncio.TimeoutError:
                 for p in procs:
-                    _signal_group(p, signal.SIGKILL)
+                    p.kill()
                 await asyncio.gather(*(p.wait() for p in procs))
-        self.release()
+        await self.release()
 
-    def release(self) -> None:
-        """Give back the pod's GPUs, address and scratch space (its PVCs stay)."""
+    async def release(self) -> None:
+        """Give back the pod's GPUs, address, cgroups and scratch space (its PVCs stay)."""
         if self._released:
             return
         self._released = True
         self.cluster.gpus.release(self.ns, self.name)
         self.cluster.network.pods.release(self.ip)
-        shutil.rmtree(self.dir / "scratch", ignore_errors=True)
+        if self._runs_processes():
+            if runtime.sandbox_available() and cgroups.available():
+                await asyncio.to_thread(cgroups.remove, self.uid)
+            self.volumes.release()
+            await asyncio.to_thread(shutil.rmtree, self.dir, True)
 
     def _containers(self) -> list[Obj]:
         return self.pod["spec"].get("containers", [])
+
+    def _runs_processes(self) -> bool:
+        """Whether any container of the pod is a process (not stub mode or a stub image)."""
+        if self.cluster.scenario.mode == "stub":
+            return False
+        spec = self.pod["spec"]
+        return any(not self.cluster.images.get(c["image"]).stub
+                   for c in spec.get("initContainers", []) + spec.get("containers", []))
 
     async def _lifecycle(self) -> None:
         try:
@@ -239,7 +261,6 @@ class PodWorker:
 
     async def _run_pod(self) -> None:
         spec = self.pod["spec"]
-        self.ip = self.cluster.network.pods.allocate()
         gpu_env: dict[str, str] = {}
         for c in self._containers():
             count = int(str((c.get("resources", {}).get("limits") or {}).get(GPU, 0)) or 0)
@@ -253,7 +274,7 @@ class PodWorker:
                 self.event("UnexpectedAdmissionError", message, type_="Warning")
                 self.update_status(lambda s: s.update({"phase": "Failed", "reason": "UnexpectedAdmissionError",
                                                        "message": message}))
-                self.release()
+                await self.release()
                 return
             gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)
         start = rfc3339()
@@ -263,6 +284,13 @@ class PodWorker:
             "conditions": _conditions(self.pod, initialized=not spec.get("initContainers"), ready=False),
             "containerStatuses": [_waiting(c, "ContainerCreating") for c in self._containers()],
         }))
+        if self._runs_processes():  # stub containers see no files: none to write
+            await self._mount_volumes()
+        self.ip = self.cluster.network.pods.allocate()
+        if self._runs_processes():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            hosts.write(self.dir / "etc-hosts", self._hosts_file())
+            (self.dir / "etc-hostname").write_text(hosts.pod_hostname(self.pod)[0] + "\n")
         try:
             for c in spec.get("initContainers", []):
                 await self.kubelet.pull(self, c)
@@ -272,115 +300,173 @@ class PodWorker:
                     raise ContainerError(f"Init:Error (exit code {code})")
             for c in self._containers():
                 await self.kubelet.pull(self, c)
-            for c in self._containers():
-                await self._start(c, gpu_env.get(c["name"]))
-        except ContainerError as e:
-            reason = str(e).split(" ")[0]
+            first = {c["name"]: await self._start_or_fail(c, gpu_env.get(c["name"])) for c in self._containers()}
+        except (ContainerError, runtime.StartError) as e:
+            reason = str(e).split(" ")[0] if isinstance(e, ContainerError) else "StartError"
             self.update_status(lambda s: s.update({
                 "containerStatuses": [_waiting(c, reason) for c in self._containers()]}))
             return
         self.update_status(lambda s: s.update({
             "phase": "Running", "podIP": self.ip, "podIPs": [{"ip": self.ip}],
-            "conditions": _conditions(self.pod, initialized=True, ready=True),
-            "containerStatuses": [self._running(c) for c in self._containers()],
+            "conditions": _conditions(self.pod, initialized=True, ready=self._all_running()),
+            "containerStatuses": [self._status(c) for c in self._containers()],
         }))
-        await self._supervise(gpu_env)
-
-    async def _supervise(self, gpu_env: dict[str, str]) -> None:
-        """Wait for containers to exit and apply the restart policy (CrashLoopBackOff)."""
-        policy = self.pod["spec"].get("restartPolicy", "Always")
-        backoff: dict[str, float] = {}
-        while self.procs:
-            waits = {asyncio.ensure_future(p.wait()): name for name, p in self.procs.items()}
-            done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for f in pending:
-                f.cancel()
-            for f in done:
-                name = waits[f]
-                code = f.result()
-                c = next(c for c in self._containers() if c["name"] == name)
-                restart = policy == "Always" or (policy == "OnFailure" and code != 0)
-                self._record_exit(c, code, restart)
-                if not restart:
-                    del self.procs[name]
-                    continue
-                delay = backoff[name] = min(backoff.get(name, 5.0) * 2, MAX_BACKOFF)
-                self.event("BackOff", "Back-off restarting failed container "
-                           f"{name} in pod {self.name}_{self.ns}({self.uid})", c, "Warning")
-                await asyncio.sleep(delay)
-                self._restarts[name] = self._restarts.get(name, 0) + 1
-                self.procs[name] = await self._start(c, gpu_env.get(name))
-                self.update_status(lambda s, c=c: _set_container(s, self._running(c)))
+        codes = await asyncio.gather(*(self._keep_running(c, first[c["name"]], gpu_env.get(c["name"]))
+                                       for c in self._containers()))
         # every container has finished for good
-        codes = [cs["state"]["terminated"]["exitCode"] for cs in self.pod["status"]["containerStatuses"]]
         phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
         self.update_status(lambda s: s.update({
             "phase": phase, "conditions": _conditions(self.pod, initialized=True, ready=False)}))
-        self.release()
+        await self.release()
 
-    def _record_exit(self, c: Obj, code: int, restarting: bool) -> None:
-        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                      "startedAt": self._started_at.get(c["name"]), "finishedAt": rfc3339(),
-                      "containerID": self._container_ids.get(c["name"])}
-        status = {**self._running(c), "ready": False, "started": False,
-                  "state": {"waiting": {"reason": "CrashLoopBackOff"}} if restarting else {"terminated": terminated},
-                  "lastState": {"terminated": terminated} if restarting else {}}
-        self.update_status(lambda s: (_set_container(s, status), s.update(
-            {"conditions": _conditions(self.pod, initialized=True, ready=False)})))
+    async def _mount_volumes(self) -> None:
+        """Set up every volume of the pod; one that fails is a FailedMount event, tried
+        again with the volume manager's back-off (0.5 s doubling to about 2 min)."""
+        delay = 0.5
+        while True:
+            failed = []
+            for vol in self.pod["spec"].get("volumes", []):
+                if vol["name"] in self._volume_paths:
+                    continue
+                try:
+                    self._volume_paths[vol["name"]] = self.volumes.setup(vol)
+                except volumes.MountError as e:
+                    failed.append(vol["name"])
+                    self.event("FailedMount", f'MountVolume.SetUp failed for volume "{vol["name"]}" : {e}',
+                               type_="Warning")
+            if not failed:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MOUNT_RETRY_MAX)
 
-    def _running(self, c: Obj) -> dict[str, Any]:
-        return {**_base_status(c, self._restarts.get(c["name"], 0)), "ready": True, "started": True,
-                "containerID": self._container_ids.get(c["name"]),
-                "state": {"running": {"startedAt": self._started_at.get(c["name"])}}}
+    def _hosts_file(self) -> str:
+        # Service names (cluster DNS) go in here: the Services emulation passes
+        # (cluster IP, names) pairs as the third argument
+        return hosts.hosts_file(self.pod, self.ip or "", ())
+
+    def _all_running(self) -> bool:
+        return all(self._state.get(c["name"], {}).get("running") for c in self._containers())
+
+    async def _keep_running(self, c: Obj, proc: Any, gpu_uuids: str | None) -> int:
+        """Wait for a container to exit and apply the restart policy, with the kubelet's
+        back-off (CrashLoopBackOff). Returns its exit code once it is done for good."""
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        name = c["name"]
+        while True:
+            code = 128 if proc is None else await proc.wait()
+            finished = time.time()
+            terminated = self._state[name].get("terminated") if proc is None else {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "startedAt": self._started_at.get(name), "finishedAt": rfc3339(),
+                "containerID": self._container_ids.get(name)}
+            self.procs.pop(name, None)
+            if not (policy == "Always" or (policy == "OnFailure" and code != 0)):
+                self._set_state(c, {"terminated": terminated})
+                return code
+            wait = self._backoff.wait(name, finished, time.time())
+            if wait > 0:
+                message = (f"back-off {_go_duration(self._backoff.delay(name))} restarting failed "
+                           f"container={name} pod={self.name}_{self.ns}({self.uid})")
+                self._set_state(c, {"waiting": {"reason": "CrashLoopBackOff", "message": message}}, terminated)
+                self.event("BackOff", f"Back-off restarting failed container {name} in pod "
+                           f"{self.name}_{self.ns}({self.uid})", c, "Warning")
+                await asyncio.sleep(wait)
+            self._backoff.restarted(name, finished, time.time())
+            self._restarts[name] = self._restarts.get(name, 0) + 1
+            self._rotate_log(name)
+            try:
+                proc = await self._start_or_fail(c, gpu_uuids, terminated)
+            except ContainerError as e:  # e.g. a secret its environment needs is gone
+                self._set_state(c, {"terminated": {**terminated, "exitCode": 128, "reason": "StartError",
+                                                   "message": str(e), "finishedAt": rfc3339()}})
+                proc = None
+            if proc is not None:
+                self._set_state(c, self._state[name])
+
+    def _set_state(self, c: Obj, state: Obj, last: Obj | None = None) -> None:
+        self._state[c["name"]] = state
+        if last is not None:
+            self._last_terminated[c["name"]] = last
+        self.update_status(lambda s: (_set_container(s, self._status(c)), s.update(
+            {"conditions": _conditions(self.pod, initialized=True, ready=self._all_running())})))
+
+    def _status(self, c: Obj) -> dict[str, Any]:
+        state = self._state.get(c["name"], {"waiting": {"reason": "ContainerCreating"}})
+        running = "running" in state
+        last = self._last_terminated.get(c["name"])
+        return {**_base_status(c, self._restarts.get(c["name"], 0)), "ready": running, "started": running,
+                "containerID": self._container_ids.get(c["name"]), "state": state,
+                "lastState": {"terminated": last} if last else {}}
+
+    def _rotate_log(self, container: str) -> None:
+        """Keep the last run's output for `kubectl logs --previous`."""
+        current = self.cluster.pod_log_path(self.ns, self.name, container)
+        if current.exists():
+            current.replace(self.cluster.pod_log_path(self.ns, self.name, container, previous=True))
 
     # --- processes -------------------------------------------------------------------
 
-    async def _start(self, c: Obj, gpu_uuids: str | None) -> asyncio.subprocess.Process | _StubProcess:
+    async def _start_or_fail(self, c: Obj, gpu_uuids: str | None, last: Obj | None = None) -> Any:
+        """Start a container; one that cannot start is terminated with StartError (exit
+        code 128), the runtime's message in a `Failed` event, and restarted by policy."""
+        if last is not None:
+            self._last_terminated[c["name"]] = last
+        try:
+            proc = await self._start(c, gpu_uuids)
+        except runtime.StartError as e:
+            message = ("failed to create containerd task: failed to create shim task: OCI runtime create "
+                       f"failed: runc create failed: unable to start container process: {e}: unknown")
+            self.event("Failed", f"Error: {message}", c, "Warning")
+            now = rfc3339()
+            self._set_state(c, {"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
+                                               "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now,
+                                               "containerID": self._container_ids.get(c["name"])}})
+            return None
+        self._state[c["name"]] = {"running": {"startedAt": self._started_at[c["name"]]}}  # the caller reports it
+        return proc
+
+    async def _start(self, c: Obj, gpu_uuids: str | None) -> Any:
         self.event("Created", f"Created container {c['name']}", c)
         cid = uuid.uuid4().hex
         self._container_ids[c["name"]] = f"containerd://{cid}"
-        self._started_at[c["name"]] = rfc3339()
-        if self.cluster.scenario.mode == "stub" or self.cluster.images.get(c["image"]).stub:
-            proc: Any = _StubProcess()
+        image = self.cluster.images.get(c["image"])
+        if self.cluster.scenario.mode == "stub" or image.stub:
+            proc: Any = runtime.StubProcess()
         else:
-            proc = await self._exec(c, gpu_uuids)
+            proc = await self._exec(c, image, gpu_uuids, cid)
+        self._started_at[c["name"]] = rfc3339()
         self.procs[c["name"]] = proc
         self.event("Started", f"Started container {c['name']}", c)
         return proc
 
-    async def _exec(self, c: Obj, gpu_uuids: str | None) -> asyncio.subprocess.Process:
-        image = self.cluster.images.get(c["image"])
+    async def _exec(self, c: Obj, image: Any, gpu_uuids: str | None, cid: str) -> runtime.ContainerProcess:
         # Kubernetes' rule: command replaces ENTRYPOINT; args replace CMD
         if c.get("command"):
             argv = list(c["command"]) + list(c.get("args", []))
         else:
             argv = list(image.entrypoint) + list(c.get("args", image.cmd if not c.get("args") else []))
         if not argv:
-            raise ContainerError("CreateContainerError (no command)")
+            raise runtime.StartError("no command specified")
         env = self._env(c, image.env, gpu_uuids)
-        argv = [self._rewrite(a) for a in argv]
+        sc = c.get("securityContext") or {}
+        try:
+            mounts = self._mounts(c, env)
+        except volumes.MountError as e:
+            raise runtime.StartError(str(e)) from None
+        box = runtime.Sandbox(
+            argv=[self._rewrite(a) for a in argv],
+            workdir=c.get("workingDir") or image.working_dir or "/",
+            hostname=hosts.pod_hostname(self.pod)[0],
+            identity=runtime.identity(self.pod, c, image),
+            mounts=mounts,
+            directory=self.dir / "containers" / c["name"],
+            caps=runtime.capabilities(c),
+            no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+            readonly_root=bool(sc.get("readOnlyRootFilesystem")),
+            keep=sorted({sys.prefix, sys.base_prefix, str(PACKAGE_ROOT)}),
+        )
         log_path = self.cluster.pod_log_path(self.ns, self.name, c["name"])
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        mounts = self._mounts(c)
-        workdir = c.get("workingDir") or image.working_dir or "/"
-        if sandbox_available():
-            import json
-
-            env[SPEC_ENV] = json.dumps({
-                "argv": argv, "mounts": mounts, "workdir": workdir,
-                "keep": sorted({sys.prefix, sys.base_prefix, str(PACKAGE_ROOT), str(self.cluster.data_dir)}),
-            })
-            cmd = ["unshare", "--mount", "--propagation", "private",
-                   sys.executable, "-m", "jupyterhub_gpu_reclaim.sim.sandbox"]
-            cwd = "/"
-        else:  # no mount namespace: volumes are reachable only at their host paths
-            log.warning("pod %s/%s runs without its own /tmp and volume mounts (needs root and unshare)",
-                        self.ns, self.name)
-            cmd, cwd = argv, next((m["source"] for m in mounts), str(self.dir))
-        with open(log_path, "ab") as out:
-            return await asyncio.create_subprocess_exec(
-                *cmd, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=out,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        return await runtime.start(box, env, log_path, self.uid, cid)
 
     def _rewrite(self, value: str) -> str:
         """A container listening on every interface listens on the pod's own address here."""
@@ -391,7 +477,7 @@ class PodWorker:
         host, _, port = api.rpartition(":")
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOSTNAME": self.name,
+            "HOSTNAME": hosts.pod_hostname(self.pod)[0],
             "KUBERNETES_SERVICE_HOST": host,
             "KUBERNETES_SERVICE_PORT": port,
             "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -403,27 +489,22 @@ class PodWorker:
         for e in c.get("env", []):
             value = e.get("value")
             if "valueFrom" in e:
-                value = self._value_from(e["valueFrom"])
+                value = self._value_from(e["valueFrom"], c)
             env[e["name"]] = self._rewrite(_expand(value or "", env))
         return env
 
-    def _value_from(self, src: Obj) -> str:
-        store = self.cluster.store
+    def _value_from(self, src: Obj, c: Obj) -> str:
         if "fieldRef" in src:
-            path = src["fieldRef"]["fieldPath"]
-            fields = {"metadata.name": self.name, "metadata.namespace": self.ns, "metadata.uid": self.uid,
-                      "spec.nodeName": self.kubelet.name, "spec.serviceAccountName":
-                      self.pod["spec"].get("serviceAccountName", ""), "status.podIP": self.ip or "",
-                      "status.hostIP": self.kubelet.address}
-            m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
-            if m:
-                return (self.pod["metadata"].get(m.group(1)) or {}).get(m.group(2), "")
-            return fields.get(path, "")
+            pod = {**self.pod, "status": {**self.pod.get("status", {}), "podIP": self.ip or "",
+                                          "hostIP": self.kubelet.address}}
+            return volumes.downward_field(pod, src["fieldRef"]["fieldPath"])
+        if "resourceFieldRef" in src:
+            return volumes.resource_field(self.pod, c["name"], src["resourceFieldRef"],
+                                          self._allocatable())
         for kind, key in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
             if kind in src:
                 ref = src[kind]
-                obj = store.find(BY_KIND[key], self.ns, ref["name"])
-                data = (obj or {}).get("data") or {}
+                data = (self._lookup(key, ref["name"]) or {}).get("data") or {}
                 if ref["key"] not in data:
                     if ref.get("optional"):
                         return ""
@@ -432,76 +513,55 @@ class PodWorker:
                 return base64.b64decode(value).decode() if key == "Secret" else value
         return ""
 
-    def _mounts(self, c: Obj) -> list[dict[str, str]]:
-        """Host directories for the container's volume mounts: a PVC's directory lives as
-        long as its volume; emptyDir, secrets and config maps only as long as the pod."""
-        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
+    def _allocatable(self) -> Obj:
+        node = self.cluster.store.find(NODE, None, self.kubelet.name) or {}
+        return (node.get("status") or {}).get("allocatable") or {}
+
+    def _mounts(self, c: Obj, env: dict[str, str]) -> list[dict[str, Any]]:
+        """What the container mounts: its volumes (or a `subPath` of one: a file or a
+        directory), read-only where the volume is; and the pod's /etc/hosts and
+        /etc/hostname unless it mounts its own."""
+        vols = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
         mounts = []
         for vm in c.get("volumeMounts", []):
-            vol = volumes.get(vm["name"])
-            if vol is None:
+            vol = vols.get(vm["name"])
+            if vol is None or vm["name"] not in self._volume_paths:
                 continue
-            source = self._volume_dir(vol)
-            if vm.get("subPath"):
-                source = source / vm["subPath"]
-                source.mkdir(parents=True, exist_ok=True)
-            mounts.append({"source": str(source), "target": vm["mountPath"]})
+            source = self._volume_paths[vm["name"]]
+            sub = vm.get("subPath") or _expand(vm.get("subPathExpr") or "", env)
+            if sub:
+                source = volumes.subpath_source(source, sub)
+            readonly = bool(vm.get("readOnly")) or any(k in vol for k in READ_ONLY_VOLUMES) \
+                or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
+            mounts.append({"source": str(source), "target": vm["mountPath"], "readonly": readonly})
+        taken = {m["target"] for m in mounts}
+        for name, target in (("etc-hosts", "/etc/hosts"), ("etc-hostname", "/etc/hostname")):
+            if target not in taken:
+                mounts.append({"source": str(self.dir / name), "target": target, "readonly": False})
         return mounts
 
-    def _volume_dir(self, vol: Obj) -> Path:
-        store = self.cluster.store
-        if "persistentVolumeClaim" in vol:
-            claim = vol["persistentVolumeClaim"]["claimName"]
-            pvc = store.find(BY_KIND["PersistentVolumeClaim"], self.ns, claim)
-            name = (pvc or {}).get("spec", {}).get("volumeName") or f"{self.ns}-{claim}"
-            path = self.cluster.data_dir / "volumes" / name
-        else:
-            path = self.dir / "scratch" / "volumes" / vol["name"]
-            for kind, key in (("secret", "secretName"), ("configMap", "name")):
-                if kind in vol:
-                    obj = store.find(BY_KIND["Secret" if kind == "secret" else "ConfigMap"],
-                                     self.ns, vol[kind].get(key, "")) or {}
-                    path.mkdir(parents=True, exist_ok=True)
-                    for k, v in (obj.get("data") or {}).items():
-                        (path / k).write_bytes(base64.b64decode(v) if kind == "secret" else v.encode())
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    # --- what the volumes read -------------------------------------------------------
 
+    def _lookup(self, kind: str, name: str) -> Obj | None:
+        return self.cluster.store.find(BY_KIND[kind], self.ns, name)
 
-class _StubProcess:
-    """Stands in for a container process in stub mode: runs until it is signalled."""
-
-    def __init__(self) -> None:
-        self.returncode: int | None = None
-        self._done = asyncio.Event()
-        self.pid = -1
-
-    async def wait(self) -> int:
-        await self._done.wait()
-        return self.returncode  # type: ignore[return-value]
-
-    def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            self.returncode = 128 + int(sig)
-            self._done.set()
-
-
-def _signal_group(proc: Any, sig: int) -> None:
-    if isinstance(proc, _StubProcess):
-        proc.send_signal(sig)
-        return
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
+    def _token(self, service_account: str, expiration: int, audience: str | None) -> str:
+        return self.cluster.service_account_token(self.ns, service_account, pod=self.pod,
+                                                  expiration_seconds=expiration, audience=audience)
 
 
 def _go_duration(seconds: float) -> str:
-    """A duration as the kubelet prints it (Go's Duration truncated to milliseconds)."""
+    """A duration as the kubelet prints it: Go's Duration.String, truncated to
+    milliseconds (`750ms`, `5.01s`, `1m20s`, `5m0s`)."""
     ms = int(seconds * 1000)
     if ms < 1000:
         return f"{ms}ms"
-    return f"{ms / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{secs}"
+    return f"{minutes}m{secs}" if minutes else secs
 
 
 def _expand(value: str, env: dict[str, str]) -> str:

@@ -70,6 +70,16 @@ _image = {
         "cmd": {"type": "array", "items": {"type": "string"}},
         "env": {"type": "object", "additionalProperties": {"type": "string"}},
         "workingDir": {"type": "string"},
+        "user": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["uid"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "uid": {"type": "integer", "minimum": 0},
+                "gid": {"type": "integer", "minimum": 0},
+            },
+        },
         "stub": {"type": "boolean"},
     },
 }
@@ -99,7 +109,7 @@ SCHEMA: dict[str, Any] = {
         "imageDefaults": {
             "type": "object",
             "additionalProperties": False,
-            "properties": {k: _image["properties"][k] for k in ("entrypoint", "cmd", "env", "workingDir")},
+            "properties": {k: _image["properties"][k] for k in ("entrypoint", "cmd", "env", "workingDir", "user")},
         },
         "apiserver": {
             "type": "object",
@@ -209,6 +219,17 @@ SCHEMA: dict[str, Any] = {
 
 
 @dataclass
+class ImageUser:
+    """The user an image runs as (its Dockerfile's USER) and its /etc/passwd entry."""
+    uid: int
+    gid: int = 0
+    name: str = ""
+
+    def home(self, env: dict[str, str]) -> str:
+        return env.get("HOME") or ("/root" if self.uid == 0 else f"/home/{self.name or self.uid}")
+
+
+@dataclass
 class Image:
     name: str  # as written in pod specs; the kubelet normalises it
     size: int
@@ -216,6 +237,7 @@ class Image:
     cmd: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     working_dir: str | None = None
+    user: ImageUser | None = None  # the image's USER; None: root
     stub: bool = False  # never runs a process (e.g. the pause image of placeholders)
 
 
@@ -325,13 +347,14 @@ def _from_dict(data: Any, source: str) -> Scenario:
             cmd=list(d.get("cmd", defaults.cmd)),
             env={**defaults.env, **d.get("env", {})},
             working_dir=d.get("workingDir", defaults.working_dir),
+            user=_user(d["user"]) if "user" in d else defaults.user,
             stub=bool(d.get("stub", False)),
         )
 
     dd = data.get("imageDefaults", {})
     defaults = Image(name="", size=0, entrypoint=list(dd.get("entrypoint", [])),
                      cmd=list(dd.get("cmd", [])), env=dict(dd.get("env", {})),
-                     working_dir=dd.get("workingDir"))
+                     working_dir=dd.get("workingDir"), user=_user(dd["user"]) if "user" in dd else None)
     images = {d["name"]: img(d, f"images[{i}]") for i, d in enumerate(data.get("images", []))}
     default_bw = parse_bandwidth(data.get("bandwidth", "100MB/s"), "bandwidth")
     groups = []
@@ -416,3 +439,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         scheduler_weights=dict(sch.get("weights", {})),
         source=source,
     )
+
+
+def _user(d: dict[str, Any]) -> ImageUser:
+    return ImageUser(uid=d["uid"], gid=d.get("gid", 0 if d["uid"] == 0 else d["uid"]), name=d.get("name", ""))

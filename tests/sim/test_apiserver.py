@@ -55,8 +55,8 @@ class StandInCluster:
         prepared = admission.admit_create(self.store, rtype, obj, namespace)
         return self.store.create(rtype, prepared, namespace)
 
-    def pod_log_path(self, namespace: str, pod: str, container: str) -> Path:
-        return self.data_dir / "logs" / namespace / pod / f"{container}.log"
+    def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
+        return self.data_dir / "logs" / namespace / pod / f"{container}{'.previous' if previous else ''}.log"
 
 
 class Sim:
@@ -634,7 +634,7 @@ def test_http_errors_are_status_objects(sim: Sim) -> None:
 
 
 def test_nothing_crashes_the_server(sim: Sim) -> None:
-    def broken(*args: Any) -> Path:
+    def broken(*args: Any, **kwargs: Any) -> Path:
         raise RuntimeError("boom")
 
     make_namespace(sim, "crash")

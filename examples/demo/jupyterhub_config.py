@@ -25,8 +25,8 @@ c.Authenticator.admin_users = {"admin"}
 c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
 c.KubeSpawner.namespace = "jhub"
 c.KubeSpawner.cmd = ["jupyterhub-singleuser"]
-# the simulated kubelet runs containers as its own user, root on our machines
-c.KubeSpawner.args = ["--allow-root"]
+c.KubeSpawner.uid = 1000  # jovyan, as z2jh's singleuser.uid and fsGid set them
+c.KubeSpawner.fs_gid = 100
 c.KubeSpawner.image = "quay.io/jupyterhub/singleuser:latest"
 c.KubeSpawner.start_timeout = 600  # a GPU spawn may wait in the queue
 c.KubeSpawner.http_timeout = 120

@@ -113,6 +113,10 @@ class Sandbox:
     readonly_root: bool = False
     keep: list[str] = field(default_factory=list)  # host paths the command needs (its Python)
 
+    def __post_init__(self) -> None:  # a path inside another one comes with it
+        paths = sorted({os.path.normpath(p) for p in self.keep})
+        self.keep = [p for p in paths if not any(p.startswith(q.rstrip("/") + "/") for q in paths)]
+
 
 class ContainerProcess:
     """One run of a container: the sandbox's outer process, and the container's cgroup."""
@@ -195,7 +199,7 @@ async def start(box: Sandbox, env: dict[str, str], log_path: Path, pod_uid: str,
         "uid": box.identity.uid, "gid": box.identity.gid, "groups": box.identity.groups,
         "user": box.identity.image_user, "mounts": box.mounts, "keep": box.keep,
         "caps": box.caps, "no_new_privs": box.no_new_privs, "readonly_root": box.readonly_root,
-        "cgroup": str(cgroup) if cgroup else None, "status_fd": write_fd,
+        "cgroup": str(cgroup) if cgroup else None, "status_fd": write_fd, "kubelet_pid": os.getpid(),
         "rootfs": {name: str(box.directory / name) for name in ("upper", "work", "root", "scratch")},
     }
     for name in ("root", "scratch"):
@@ -208,8 +212,12 @@ async def start(box: Sandbox, env: dict[str, str], log_path: Path, pod_uid: str,
                 start_new_session=True, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
-    failure = await _read_all(read_fd)
     container = ContainerProcess(proc, cgroup)
+    try:
+        failure = await _read_all(read_fd)
+    except BaseException:  # the pod went while its container started: nothing of it stays
+        container.kill()
+        raise
     if failure:
         await container.wait()
         raise StartError(failure)

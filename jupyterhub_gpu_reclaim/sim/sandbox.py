@@ -5,7 +5,8 @@
    the child is PID 1 of the container, so when it ends, or the kubelet kills the
    container, every process it started ends with it, also one that left its session.
    The parent stays outside, passes signals on and exits with the child's status
-   (128 + signal when killed, as a runtime reports it).
+   (128 + signal when killed, as a runtime reports it); it dies with the simulator, and
+   the container with it.
 2. The child gets its own mount, UTS (hostname) and IPC namespaces and a root file
    system of its own: an overlay whose lower layer is the host's `/` and whose upper
    layer is the container's writable layer (a fresh directory per run), so that its
@@ -15,9 +16,9 @@
    paths in `keep` (the Python environment the container's command runs from), bound
    read-only. `/proc` is the container's own, `/dev` a small tmpfs with the usual
    devices, a private `/dev/shm` and its own pseudo-terminals, `/sys` read-only.
-3. The volumes (and the pod's /etc/hosts and /etc/hostname) are bound at their paths;
-   then it switches to the container's root (pivot_root), user, groups and
-   capabilities, and executes the command.
+3. It moves into that root (pivot_root), binds the volumes (and the pod's /etc/hosts and
+   /etc/hostname) at their paths, lets go of the host's root, takes the container's
+   user, groups and capabilities, and executes the command.
 
 A failure before the command runs is written to the file descriptor `status_fd` (closed
 on exec: nothing arrives when the command started) and the child exits 128.
@@ -99,13 +100,16 @@ def main() -> None:
     status_fd = spec["status_fd"]
     os.set_inheritable(status_fd, False)  # closed by the exec of the command
     try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # should the simulator die, its containers die too
+        if os.getppid() != spec["kubelet_pid"]:
+            _fail(status_fd, "the kubelet is gone")
         if spec.get("cgroup"):
             with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
         _unshare(CLONE_NEWPID)
         child = os.fork()
     except OSError as e:
-        _fail(status_fd, str(e))
+        _fail(status_fd, e.strerror or str(e))
     if child == 0:
         _container(spec, status_fd)
     os.close(status_fd)
@@ -181,20 +185,30 @@ def _root_fs(spec: dict) -> None:
     user = spec.get("user")
     if user:
         _image_user(user)
-    os.makedirs(spec["workdir"], 0o755, exist_ok=True)
+    os.makedirs(_inside(spec["workdir"]), 0o755, exist_ok=True)
     for m in sorted(spec.get("mounts", []), key=lambda m: m["target"].rstrip("/").count("/")):
-        source = OLD_ROOT + m["source"]
+        source, target = OLD_ROOT + m["source"], _inside(m["target"])
         if os.path.isdir(source):
-            os.makedirs(m["target"], 0o755, exist_ok=True)
+            os.makedirs(target, 0o755, exist_ok=True)
         else:
-            os.makedirs(os.path.dirname(m["target"]) or "/", 0o755, exist_ok=True)
-            if not os.path.exists(m["target"]):
-                open(m["target"], "a").close()
-        _bind(source, m["target"], readonly=m.get("readonly", False), recursive=True)
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            if not os.path.exists(target):
+                open(target, "a").close()
+        _bind(source, target, readonly=m.get("readonly", False), recursive=True)
     _check(_libc.umount2(OLD_ROOT.encode(), MNT_DETACH), "umount old root")
     os.rmdir(OLD_ROOT)
     if spec.get("readonly_root"):
         _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+
+def _inside(path: str) -> str:
+    """`path` in the container, its links resolved: never through the host's root, which
+    is still reachable while the volumes are bound (a link in a volume must not lead a
+    mount point onto the host)."""
+    real = os.path.realpath(path)
+    if real == OLD_ROOT or real.startswith(OLD_ROOT + "/"):
+        raise OSError(errno.EPERM, f"mount point {path!r} leads out of the container")
+    return real
 
 
 def _overlay(upper: str, work: str, root: str, hidden_with_keep: set[str]) -> None:

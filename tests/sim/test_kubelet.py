@@ -26,7 +26,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from jupyterhub_gpu_reclaim.launch import start_sim
-from jupyterhub_gpu_reclaim.sim import cgroups, volumes
+from jupyterhub_gpu_reclaim.sim import cgroups, hosts, volumes
 from jupyterhub_gpu_reclaim.sim.backoff import RestartBackoff
 from jupyterhub_gpu_reclaim.sim.timestamps import parse
 
@@ -277,6 +277,18 @@ def test_a_claims_directory_outlives_its_pod_and_uid_1000_writes_there(sim, core
     assert output(core, "read") == "kept\n"
 
 
+def test_a_subpath_stays_inside_its_volume(tmp_path):
+    vol = tmp_path / "vol"
+    vol.mkdir(mode=0o750)
+    (vol / "config.py").write_text("c = 1")
+    (vol / "etc").symlink_to("/etc")
+    assert volumes.subpath_source(vol, "config.py") == vol / "config.py"
+    made = volumes.subpath_source(vol, "users/alice")  # created, with the volume's mode
+    assert made.is_dir() and made.stat().st_mode & 0o777 == 0o750
+    with pytest.raises(volumes.MountError, match="not within volume path"):
+        volumes.subpath_source(vol, "etc/passwd")
+
+
 # --- stopping ----------------------------------------------------------------------------
 
 @needs_root
@@ -365,6 +377,21 @@ def test_crash_loop_back_off_restarts_at_once_then_waits_10s_then_20s(sim, core)
 
 
 # --- identity ----------------------------------------------------------------------------
+
+def test_hosts_file_is_the_kubelets_with_aliases_and_service_entries():
+    long_name = "jupyter-" + "a" * 54 + "-x"  # 64 characters: cut to 63, without the trailing "-"
+    the_pod = {"metadata": {"name": long_name, "namespace": NS},
+               "spec": {"hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo.remote", "bar.remote"]}]}}
+    assert hosts.pod_hostname(the_pod) == (long_name[:62], "")
+    text = hosts.hosts_file(the_pod, "127.9.0.4", [("127.96.0.10", ["hub", f"hub.{NS}.svc.cluster.local"])])
+    assert text.splitlines() == [
+        "# Kubernetes-managed hosts file.", "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
+        "fe00::0\tip6-localnet", "fe00::0\tip6-mcastprefix", "fe00::1\tip6-allnodes", "fe00::2\tip6-allrouters",
+        f"127.9.0.4\t{long_name[:62]}", "", "# Entries added by HostAliases.", "10.1.2.3\tfoo.remote\tbar.remote",
+        "", "# Entries for Services (the simulator's stand-in for cluster DNS).",
+        f"127.96.0.10\thub\thub.{NS}.svc.cluster.local"]
+
+
 
 @needs_root
 def test_the_hostname_is_the_pods_name_at_its_own_ip(sim, core):

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import cgroups
-from . import sandbox
+from . import cgroups, sandbox
 from .scenario import Image
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.runtime")

@@ -9,7 +9,11 @@ For nftables (NetworkPolicy, a kube-proxy data plane): in the output hook,
 `socket cgroupv2 level {NFT_LEVEL} "{nft_path(uid)}"` matches the sockets of every
 process of a pod. nft looks the path up under /sys/fs/cgroup, so on a hybrid cgroup
 layout (cgroup2 at /sys/fs/cgroup/unified) the path starts with `unified/`;
-`nft_path` gives it in the form nft needs. Checked on Linux 6.18 with nft 1.0.6.
+`nft_path` gives it in the form nft needs. Checked on Linux 6.18 with nft 1.0.6, in a
+private network namespace: the rule drops exactly the connections of that cgroup's
+processes (to 127.0.0.1 too). nft's other match, `meta cgroup <classid>`, also works
+there but needs a v1 net_cls hierarchy mounted and a classid per pod; both can be used
+together on this kernel. Pods get only the v2 cgroup.
 
 Needs root and a writable cgroup2 mount; `available()` says whether this machine has
 them (without, pods still die with their PID namespace, see sim.sandbox).

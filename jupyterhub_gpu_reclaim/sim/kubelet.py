@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import errors
+from . import errors, names, volumes
 from .images import normalize, repo_digest
 from .nodes import MAX_IMAGES, node_manifest
 from .resources import BY_KIND
@@ -222,6 +222,7 @@ class PodWorker:
             return
         self._released = True
         self.cluster.gpus.release(self.ns, self.name)
+        self.cluster.hosts.unregister(self.uid)
         self.cluster.network.pods.release(self.ip)
         shutil.rmtree(self.dir / "scratch", ignore_errors=True)
 
@@ -264,6 +265,7 @@ class PodWorker:
             "containerStatuses": [_waiting(c, "ContainerCreating") for c in self._containers()],
         }))
         try:
+            await volumes.wait_for_claims(self.cluster.store, self.pod, self.event)
             for c in spec.get("initContainers", []):
                 await self.kubelet.pull(self, c)
                 code = await (await self._start(c, gpu_env.get(c["name"]))).wait()
@@ -366,6 +368,9 @@ class PodWorker:
         if sandbox_available():
             import json
 
+            hosts = self.cluster.hosts.register(self.pod, self.ip, self.dir / "scratch" / "etc-hosts")
+            mounts.append({"source": str(hosts), "target": "/etc/hosts"})  # service names (sim.names)
+
             env[SPEC_ENV] = json.dumps({
                 "argv": argv, "mounts": mounts, "workdir": workdir,
                 "keep": sorted({sys.prefix, sys.base_prefix, str(PACKAGE_ROOT), str(self.cluster.data_dir)}),
@@ -397,6 +402,7 @@ class PodWorker:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **image_env,
         }
+        env.update(names.service_env(self.cluster.store, self.ns, self.pod["spec"].get("enableServiceLinks", True)))
         if gpu_uuids:
             env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuids
             env.update(self.cluster.control.pod_env(self.ns, self.name, self.uid))
@@ -452,9 +458,9 @@ class PodWorker:
         store = self.cluster.store
         if "persistentVolumeClaim" in vol:
             claim = vol["persistentVolumeClaim"]["claimName"]
-            pvc = store.find(BY_KIND["PersistentVolumeClaim"], self.ns, claim)
-            name = (pvc or {}).get("spec", {}).get("volumeName") or f"{self.ns}-{claim}"
-            path = self.cluster.data_dir / "volumes" / name
+            path = volumes.claim_dir(store, self.ns, claim)  # bound before containers start
+            if path is None:
+                raise ContainerError("CreateContainerConfigError")
         else:
             path = self.dir / "scratch" / "volumes" / vol["name"]
             for kind, key in (("secret", "secretName"), ("configMap", "name")):

@@ -255,7 +255,7 @@ class Store:
         if obj == current:
             return current  # a no-op write does not bump the resourceVersion
         new = self._commit(rtype, "MODIFIED", current, obj)
-        self._maybe_finalize(rtype, new)
+        self._maybe_finalize(rtype, new, current)
         return new
 
     def update(
@@ -270,7 +270,7 @@ class Store:
         if obj == current:
             return current
         new = self._commit(rtype, "MODIFIED", current, obj)
-        self._maybe_finalize(rtype, new)
+        self._maybe_finalize(rtype, new, current)
         return new
 
     def delete(
@@ -395,10 +395,15 @@ class Store:
         obj = self.find(BY_KIND["Namespace"], None, ns)
         return obj is not None and not obj["metadata"].get("deletionTimestamp")
 
-    def _maybe_finalize(self, rtype: ResourceType, obj: Obj) -> None:
+    def _maybe_finalize(self, rtype: ResourceType, obj: Obj, old: Obj) -> None:
+        """An object being deleted goes once its last finalizer is removed (the list
+        emptied or dropped); a pod still in its grace period waits for its kubelet."""
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp") and "finalizers" in meta and not meta["finalizers"]:
-            self.remove(rtype, meta.get("namespace"), meta["name"])
+        if not meta.get("deletionTimestamp") or meta.get("finalizers") or not old["metadata"].get("finalizers"):
+            return
+        if rtype.plural == "pods" and meta.get("deletionGracePeriodSeconds"):
+            return
+        self.remove(rtype, meta.get("namespace"), meta["name"])
 
     def remove(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
         """Take the object out for good: the DELETED event."""

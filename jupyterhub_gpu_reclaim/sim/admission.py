@@ -2,14 +2,12 @@
 
 `admit_create` and `admit_update` return a prepared deep copy or raise `errors.ApiError`,
 in the order the real server works: schema (type) validation, defaulting, mutating
-admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, the PVC binder and
-the Service IP allocator in shortcut form), then the semantic validation the OpenAPI
+admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, DefaultStorageClass
+and PVC protection, the Service IP allocator), then the semantic validation the OpenAPI
 schema cannot express. Messages follow the apiserver's wording, e.g.
 `Pod "x" is invalid: spec.containers[0].image: Required value`.
 
 Simplifications (documented in docs/sim.md):
-- a PVC is Bound at once to a made-up volume `pvc-<uuid>` with the requested capacity,
-  storage class "standard", and no `kubernetes.io/pvc-protection` finalizer;
 - the ServiceAccount plugin names `default` but neither requires the account to exist
   nor injects the API-access token volume;
 - unknown fields are pruned here (`decode` reports them, for `fieldValidation`).
@@ -24,7 +22,6 @@ import ipaddress
 import json
 import random
 import re
-import uuid
 from fractions import Fraction
 from typing import Any
 
@@ -699,8 +696,8 @@ def used_service_ips(store: Store) -> set[str]:
 
 
 def load_balancer_range(store: Store) -> ipaddress.IPv4Network:
-    """The service network's last /24: load-balancer addresses (sim.services), as a
-    MetalLB pool carved from it; cluster IPs come from the rest."""
+    """The service network's last /24: load-balancer addresses, as a
+    MetalLB pool carved from it (sim.loadbalancers); cluster IPs come from the rest."""
     return ipaddress.ip_network(f"{store.service_cidr.broadcast_address - 255}/24")
 
 

@@ -20,6 +20,7 @@ from .admission import allocate_ip, load_balancer_range, used_service_ips
 from .controller import Controller
 from .resources import BY_KIND
 from .store import Obj
+from .workloads import record
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.loadbalancers")
 
@@ -50,14 +51,14 @@ class LoadBalancerController(Controller):
         wants = (svc.get("spec") or {}).get("type") == "LoadBalancer" and not svc["metadata"].get("deletionTimestamp")
         have = ingress_ips(svc)
         if wants and not have:
-            self.cluster.events.record(svc, "EnsuringLoadBalancer", "Ensuring load balancer", component=COMPONENT)
+            record(self.cluster, svc, "EnsuringLoadBalancer", "Ensuring load balancer", COMPONENT)
             ip = self._address(svc)
             self.store.update(SVC, ns, name, lambda o: o.setdefault("status", {}).__setitem__(
                 "loadBalancer", {"ingress": [{"ip": ip, "ipMode": "VIP"}]}))
-            self.cluster.events.record(svc, "EnsuredLoadBalancer", "Ensured load balancer", component=COMPONENT)
+            record(self.cluster, svc, "EnsuredLoadBalancer", "Ensured load balancer", COMPONENT)
         elif have and not wants:
             self.store.update(SVC, ns, name, lambda o: o.setdefault("status", {}).__setitem__("loadBalancer", {}))
-            self.cluster.events.record(svc, "DeletedLoadBalancer", "Deleted load balancer", component=COMPONENT)
+            record(self.cluster, svc, "DeletedLoadBalancer", "Deleted load balancer", COMPONENT)
 
     def _address(self, svc: Obj) -> str:
         pool, used = load_balancer_range(self.store), used_service_ips(self.store)

@@ -29,7 +29,7 @@ from typing import Any
 from .endpoints import SERVICE_NAME_LABEL
 from .loadbalancers import ingress_ips
 from .resources import BY_KIND
-from .store import Change, Obj
+from .store import Change
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.proxy")
 

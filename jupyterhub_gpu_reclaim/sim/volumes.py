@@ -37,6 +37,7 @@ from .errors import ApiError
 from .quantity import parse as parse_quantity
 from .resources import BY_KIND
 from .store import Change, Obj
+from .workloads import record
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.volumes")
 
@@ -189,8 +190,7 @@ class VolumeController(Controller):
                 "claimRef": self._claim_ref(pvc),
             },
         })
-        self.cluster.events.record(pvc, "ProvisioningSucceeded", f"Successfully provisioned volume {name}",
-                                   component=PROVISIONER)
+        record(self.cluster, pvc, "ProvisioningSucceeded", f"Successfully provisioned volume {name}", PROVISIONER)
         return pv
 
     @staticmethod

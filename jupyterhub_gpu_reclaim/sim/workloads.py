@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 from typing import Any
 
 from .controller import owner_reference
+from .errors import ApiError
 from .store import Obj
 from .timestamps import now, parse
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.sim.workloads")
 
 _SAFE_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.SafeEncodeString alphabet
 
@@ -93,7 +97,13 @@ def pod_from_template(owner: Obj, template: Obj, *, name: str | None = None,
 
 
 def record(cluster: Any, obj: Obj, reason: str, message: str, component: str, type_: str = "Normal") -> None:
-    cluster.events.record(obj, reason, message, type_=type_, component=component)
+    """A controller's event about `obj`. One that cannot be stored (its namespace is
+    going away) is dropped, as client-go's recorder drops what the server refuses."""
+    try:
+        cluster.events.record(obj, reason, message, type_=type_, component=component)
+    except ApiError as e:
+        log.debug("event %s on %s/%s dropped: %s", reason, obj["metadata"].get("namespace"),
+                  obj["metadata"]["name"], e.message)
 
 
 def drop_zeros(status: dict[str, Any], keep: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -2,14 +2,12 @@
 
 `admit_create` and `admit_update` return a prepared deep copy or raise `errors.ApiError`,
 in the order the real server works: schema (type) validation, defaulting, mutating
-admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, the PVC binder and
-the Service IP allocator in shortcut form), then the semantic validation the OpenAPI
+admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, DefaultStorageClass
+and PVC protection, the Service IP allocator), then the semantic validation the OpenAPI
 schema cannot express. Messages follow the apiserver's wording, e.g.
 `Pod "x" is invalid: spec.containers[0].image: Required value`.
 
 Simplifications (documented in docs/sim.md):
-- a PVC is Bound at once to a made-up volume `pvc-<uuid>` with the requested capacity,
-  storage class "standard", and no `kubernetes.io/pvc-protection` finalizer;
 - the ServiceAccount plugin names `default` but neither requires the account to exist
   nor injects the API-access token volume;
 - unknown fields are pruned here (`decode` reports them, for `fieldValidation`).
@@ -24,13 +22,13 @@ import ipaddress
 import json
 import random
 import re
-import uuid
 from fractions import Fraction
 from typing import Any
 
 from . import errors, openapi, quantity
 from .errors import ApiError
 from .resources import BY_KIND, ResourceType
+from .selectors import selector_matches
 from .store import Obj, Store
 
 Cause = dict[str, str]
@@ -58,10 +56,10 @@ POD_UPDATE_FORBIDDEN = (
     "`spec.tolerations` (only additions to existing tolerations),"
     "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)"
 )
-SERVICE_CIDR = ipaddress.ip_network("10.96.0.0/12")
 NODE_PORTS = range(30000, 32768)
 DEFAULT_TOLERATION_SECONDS = 300
-STORAGE_CLASS = "standard"
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 COMPUTE = ("cpu", "memory")
 _NATIVE_PREFIXES = ("kubernetes.io/", "requests.")
 
@@ -583,19 +581,28 @@ def _default_pvc(store: Store, pvc: Obj, old: Obj | None = None) -> None:
 
 
 def _admit_pvc(store: Store, pvc: Obj) -> None:
-    """DefaultStorageClass plus, in a shortcut, the binder: Bound at once (simplification)."""
+    """DefaultStorageClass (a claim that names no class gets the default one, if any) and
+    the StorageObjectInUseProtection finalizer; the volume binder (sim.persistentvolumes) binds it."""
     spec = pvc["spec"]
-    spec.setdefault("storageClassName", STORAGE_CLASS)
-    spec.setdefault("volumeName", f"pvc-{uuid.uuid4()}")
-    annotations = pvc["metadata"].setdefault("annotations", {})
-    annotations.setdefault("pv.kubernetes.io/bind-completed", "yes")
-    annotations.setdefault("pv.kubernetes.io/bound-by-controller", "yes")
-    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
-    pvc["status"] = {
-        "phase": "Bound",
-        "accessModes": list(spec.get("accessModes") or []),
-        "capacity": {"storage": _quantity_string(storage)} if storage is not None else {},
-    }
+    if spec.get("storageClassName") is None:
+        default = default_storage_class(store)
+        if default is not None:
+            spec["storageClassName"] = default
+    finalizers = pvc["metadata"].setdefault("finalizers", [])
+    if PVC_PROTECTION not in finalizers:
+        finalizers.append(PVC_PROTECTION)
+    pvc["status"] = {"phase": "Pending"}
+
+
+def default_storage_class(store: Store) -> str | None:
+    """The class marked `storageclass.kubernetes.io/is-default-class: "true"` (the newest
+    if several are, as the admission plugin picks)."""
+    marked = [sc for sc in store.objects(BY_KIND["StorageClass"])
+              if (sc["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true"]
+    if not marked:
+        return None
+    return max(marked, key=lambda sc: (sc["metadata"].get("creationTimestamp", ""),
+                                       sc["metadata"]["name"]))["metadata"]["name"]
 
 
 def _validate_pvc(store: Store, pvc: Obj) -> list[Cause]:
@@ -661,11 +668,11 @@ def _admit_service(store: Store, svc: Obj) -> None:
     if spec["type"] != "ExternalName":
         ip = spec.get("clusterIP") or (spec.get("clusterIPs") or [None])[0]
         if ip != "None":
-            used = _used_cluster_ips(store)
+            used = used_service_ips(store)
             if ip:
-                _check_cluster_ip(ip, used)
+                _check_cluster_ip(ip, used, store)
             else:
-                ip = _allocate_ip(used)
+                ip = allocate_ip(store.service_cidr, used, exclude=load_balancer_range(store))
         spec["clusterIP"], spec["clusterIPs"] = ip, [ip]
         spec.setdefault("ipFamilies", ["IPv4"])
         spec.setdefault("ipFamilyPolicy", "SingleStack")
@@ -679,19 +686,30 @@ def _admit_service(store: Store, svc: Obj) -> None:
     svc["status"] = {"loadBalancer": {}}
 
 
-def _used_cluster_ips(store: Store) -> set[str]:
-    return {ip for s in store.objects(BY_KIND["Service"])
-            for ip in (s.get("spec") or {}).get("clusterIPs") or []}
+def used_service_ips(store: Store) -> set[str]:
+    """Cluster IPs and load-balancer IPs in use (both come from the service network)."""
+    used = set()
+    for s in store.objects(BY_KIND["Service"]):
+        used.update((s.get("spec") or {}).get("clusterIPs") or [])
+        used.update(i.get("ip") for i in ((s.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [])
+    return used
 
 
-def _check_cluster_ip(ip: str, used: set[str]) -> None:
+def load_balancer_range(store: Store) -> ipaddress.IPv4Network:
+    """The service network's last /24: load-balancer addresses, as a
+    MetalLB pool carved from it (sim.loadbalancers); cluster IPs come from the rest."""
+    return ipaddress.ip_network(f"{store.service_cidr.broadcast_address - 255}/24")
+
+
+def _check_cluster_ip(ip: str, used: set[str], store: Store) -> None:
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         raise _invalid_ip(ip, "must be a valid IP address") from None
-    if addr not in SERVICE_CIDR:
+    cidr = store.service_cidr
+    if addr not in cidr or addr in load_balancer_range(store):
         raise _invalid_ip(ip, f"failed to allocate IP {ip}: the provided IP ({ip}) is not in the valid range. "
-                              f"The range of valid IPs is {SERVICE_CIDR}")
+                              f"The range of valid IPs is {cidr}")
     if ip in used:
         raise _invalid_ip(ip, f"failed to allocate IP {ip}: provided IP is already allocated")
 
@@ -701,13 +719,14 @@ def _invalid_ip(ip: str, message: str) -> ApiError:
                                                   f'Invalid value: []string{{"{ip}"}}: {message}')])
 
 
-def _allocate_ip(used: set[str]) -> str:
-    # 10.96.0.1 belongs to the `kubernetes` service; pick at random like the real allocator
-    size = SERVICE_CIDR.num_addresses
+def allocate_ip(cidr: Any, used: set[str], exclude: Any = None) -> str:
+    """A free address of `cidr` (not in `exclude`) at random, like the real allocator (the
+    first ten are left out: .1 is the `kubernetes` Service's on a real cluster)."""
+    size = cidr.num_addresses
     for _ in range(1000):
-        ip = str(SERVICE_CIDR.network_address + random.randrange(10, size - 1))
-        if ip not in used:
-            return ip
+        addr = cidr.network_address + random.randrange(min(10, size - 2), size - 1)
+        if str(addr) not in used and (exclude is None or addr not in exclude):
+            return str(addr)
     raise ApiError(500, "Internal error occurred: failed to allocate a serviceIP: range is full")
 
 
@@ -813,6 +832,192 @@ def _validate_priority_class_update(store: Store, old: Obj, new: Obj) -> list[Ca
     return []
 
 
+# --- workloads (apps/v1) --------------------------------------------------------------
+#
+# Deployments, ReplicaSets, StatefulSets and DaemonSets: the apps/v1 defaults
+# (SetDefaults_Deployment...), their pod templates defaulted and validated as pods are,
+# and the apps validation the schema cannot express (selector vs template labels,
+# strategies, immutable fields).
+
+_WORKLOADS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet")
+STS_UPDATABLE = ("replicas", "ordinals", "template", "updateStrategy", "persistentVolumeClaimRetentionPolicy",
+                 "minReadySeconds")
+
+
+def _default_workload(store: Store, obj: Obj, old: Obj | None = None) -> None:
+    kind = obj["kind"]
+    spec = obj.setdefault("spec", {})
+    template = spec.setdefault("template", {})
+    if isinstance(template, dict):
+        template.setdefault("metadata", {})
+        if isinstance(template.get("spec"), dict):
+            _default_pod(store, {"spec": template["spec"]})
+    if kind != "DaemonSet":
+        spec.setdefault("replicas", 1)
+    if kind in ("Deployment", "StatefulSet", "DaemonSet"):
+        spec.setdefault("revisionHistoryLimit", 10)
+    if kind == "Deployment":
+        spec.setdefault("progressDeadlineSeconds", 600)
+        strategy = spec.setdefault("strategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", "25%")
+            rolling.setdefault("maxSurge", "25%")
+    elif kind == "StatefulSet":
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        strategy = spec.setdefault("updateStrategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            strategy.setdefault("rollingUpdate", {}).setdefault("partition", 0)
+        retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+        retention.setdefault("whenDeleted", "Retain")
+        retention.setdefault("whenScaled", "Retain")
+        for claim in spec.get("volumeClaimTemplates") or []:
+            if isinstance(claim, dict):
+                claim.setdefault("apiVersion", "v1")
+                claim.setdefault("kind", "PersistentVolumeClaim")
+                claim.setdefault("spec", {}).setdefault("volumeMode", "Filesystem")
+                claim.setdefault("status", {"phase": "Pending"})
+    elif kind == "DaemonSet":
+        strategy = spec.setdefault("updateStrategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", 1)
+            rolling.setdefault("maxSurge", 0)
+
+
+def _validate_workload(store: Store, obj: Obj) -> list[Cause]:
+    kind, spec = obj["kind"], obj.get("spec") or {}
+    causes: list[Cause] = []
+    selector = spec.get("selector")
+    template = spec.get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        causes.append(_cause("spec.selector", "FieldValueInvalid",
+                             f"Invalid value: {_go_map(selector or {})}: empty selector is invalid for "
+                             f"{kind.lower()}"))
+    elif not selector_matches(selector, labels):
+        causes.append(_cause("spec.template.metadata.labels", "FieldValueInvalid",
+                             f"Invalid value: {_go_map(labels)}: `selector` does not match template `labels`"))
+    replicas = spec.get("replicas")
+    if isinstance(replicas, int) and replicas < 0:
+        causes.append(_cause("spec.replicas", "FieldValueInvalid",
+                             f"Invalid value: {replicas}: must be greater than or equal to 0"))
+    pod = {"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}
+    for c in _validate_pod(store, pod):
+        causes.append({**c, "field": "spec.template." + c["field"]})
+    policy = (template.get("spec") or {}).get("restartPolicy")
+    if policy not in (None, "Always"):
+        causes.append(_cause("spec.template.spec.restartPolicy", "FieldValueNotSupported",
+                             f'Unsupported value: {json.dumps(policy)}: supported values: "Always"'))
+    if kind == "Deployment":
+        causes += _validate_rolling(spec.get("strategy") or {}, "spec.strategy", replicas_field=True)
+    elif kind == "DaemonSet":
+        causes += _validate_rolling(spec.get("updateStrategy") or {}, "spec.updateStrategy", replicas_field=False)
+    elif kind == "StatefulSet":
+        for i, claim in enumerate(spec.get("volumeClaimTemplates") or []):
+            for c in _validate_pvc(store, {"spec": claim.get("spec") or {}}):
+                causes.append({**c, "field": f"spec.volumeClaimTemplates[{i}]." + c["field"]})
+    return causes
+
+
+def _validate_rolling(strategy: dict[str, Any], path: str, replicas_field: bool) -> list[Cause]:
+    rolling = strategy.get("rollingUpdate")
+    if strategy.get("type") in ("Recreate", "OnDelete"):
+        if rolling is not None:
+            return [_cause(f"{path}.rollingUpdate", "FieldValueForbidden",
+                           f"Forbidden: may not be specified when strategy `type` is '{strategy['type']}'")]
+        return []
+    rolling = rolling or {}
+    causes = []
+    for key in ("maxUnavailable", "maxSurge"):
+        value = rolling.get(key)
+        if isinstance(value, str) and not re.fullmatch(r"[0-9]+%", value):
+            causes.append(_cause(f"{path}.rollingUpdate.{key}", "FieldValueInvalid",
+                                 f"Invalid value: {json.dumps(value)}: a valid percent string must be a numeric "
+                                 "string followed by an ending '%' (e.g. '1%',  or '93%', regex used for "
+                                 "validation is '[0-9]+%')"))
+    if _is_zero(rolling.get("maxUnavailable")) and _is_zero(rolling.get("maxSurge")):
+        causes.append(_cause(f"{path}.rollingUpdate.maxUnavailable", "FieldValueInvalid",
+                             f"Invalid value: {json.dumps(rolling.get('maxUnavailable'))}: may not be 0 when "
+                             "`maxSurge` is 0"))
+    return causes
+
+
+def _is_zero(value: Any) -> bool:
+    return value in (0, "0", "0%")
+
+
+def _validate_workload_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    ospec, nspec = old.get("spec") or {}, new.get("spec") or {}
+    if ospec.get("selector") != nspec.get("selector"):
+        return [_cause("spec.selector", "FieldValueInvalid",
+                       f"Invalid value: {_go_selector(nspec.get('selector'))}: field is immutable")]
+    if new["kind"] == "StatefulSet":
+        rest = [k for k in set(ospec) | set(nspec) if k not in STS_UPDATABLE and ospec.get(k) != nspec.get(k)]
+        if rest:
+            return [_cause("spec", "FieldValueForbidden",
+                           "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', "
+                           "'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and "
+                           "'minReadySeconds' are forbidden")]
+    return []
+
+
+def _go_map(m: dict[str, Any]) -> str:
+    """A Go map[string]string as %v prints it in validation messages."""
+    return "map[string]string{" + ", ".join(f'"{k}":"{v}"' for k, v in sorted(m.items())) + "}"
+
+
+def _go_selector(selector: Any) -> str:
+    return f"v1.LabelSelector{{MatchLabels:{_go_map((selector or {}).get('matchLabels') or {})}}}"
+
+
+# --- endpoints, volumes, storage classes, policies -------------------------------------
+
+def _default_ports(store: Store, obj: Obj, old: Obj | None = None) -> None:
+    """Endpoints subsets' and EndpointSlices' ports default to TCP."""
+    holders = obj.get("subsets") or [] if obj["kind"] == "Endpoints" else [obj]
+    for holder in holders:
+        for p in (holder.get("ports") or []) if isinstance(holder, dict) else []:
+            if isinstance(p, dict):
+                p.setdefault("protocol", "TCP")
+
+
+def _default_storage_class(store: Store, sc: Obj, old: Obj | None = None) -> None:
+    sc.setdefault("reclaimPolicy", "Delete")
+    sc.setdefault("volumeBindingMode", "Immediate")
+
+
+def _validate_storage_class(store: Store, sc: Obj) -> list[Cause]:
+    if not sc.get("provisioner"):
+        return [_cause("provisioner", "FieldValueRequired", "Required value")]
+    return []
+
+
+def _default_pv(store: Store, pv: Obj, old: Obj | None = None) -> None:
+    spec = pv.setdefault("spec", {})
+    spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+    spec.setdefault("volumeMode", "Filesystem")
+
+
+def _admit_pv(store: Store, pv: Obj) -> None:
+    pv["status"] = {"phase": "Pending"}
+
+
+def _default_network_policy(store: Store, np: Obj, old: Obj | None = None) -> None:
+    """SetDefaults_NetworkPolicy: policyTypes from the rules given; ports TCP."""
+    spec = np.setdefault("spec", {})
+    if not spec.get("policyTypes"):
+        spec["policyTypes"] = ["Ingress"] + (["Egress"] if spec.get("egress") else [])
+    for direction in ("ingress", "egress"):
+        for rule in spec.get(direction) or []:
+            for p in (rule.get("ports") or []) if isinstance(rule, dict) else []:
+                if isinstance(p, dict):
+                    p.setdefault("protocol", "TCP")
+
+
 # --- helpers --------------------------------------------------------------------------
 
 def _noop(*args: Any) -> None:
@@ -884,6 +1089,12 @@ def _show(value: Any) -> str:
 
 
 _DEFAULTERS = {
+    **{kind: _default_workload for kind in _WORKLOADS},
+    "Endpoints": _default_ports,
+    "EndpointSlice": _default_ports,
+    "StorageClass": _default_storage_class,
+    "PersistentVolume": _default_pv,
+    "NetworkPolicy": _default_network_policy,
     "Pod": _default_pod,
     "PersistentVolumeClaim": _default_pvc,
     "Service": _default_service,
@@ -892,12 +1103,15 @@ _DEFAULTERS = {
     "PriorityClass": _default_priority_class,
 }
 _CREATE_PLUGINS = {
+    "PersistentVolume": _admit_pv,
     "Pod": _admit_pod,
     "PersistentVolumeClaim": _admit_pvc,
     "Service": _admit_service,
     "Namespace": _admit_namespace,
 }
 _VALIDATORS = {
+    **{kind: _validate_workload for kind in _WORKLOADS},
+    "StorageClass": _validate_storage_class,
     "Pod": _validate_pod,
     "PersistentVolumeClaim": _validate_pvc,
     "Service": _validate_service,
@@ -906,6 +1120,7 @@ _VALIDATORS = {
     "PriorityClass": _validate_priority_class,
 }
 _UPDATE_VALIDATORS = {
+    **{kind: _validate_workload_update for kind in _WORKLOADS},
     "Pod": _validate_pod_update,
     "PersistentVolumeClaim": _validate_pvc_update,
     "Service": _validate_service_update,

@@ -32,6 +32,7 @@ from aiohttp import web
 from . import admission, certificates, errors, openapi, patch, protobuf, tables
 from .errors import ApiError
 from .resources import ALL, BY_KIND, ResourceType, lookup
+from .selectors import selector_string
 from .store import Filter, Obj
 from .timestamps import rfc3339
 from .watch import WatchStream, dumps
@@ -43,6 +44,7 @@ MIN_WATCH_TIMEOUT = 300.0  # a watch without timeoutSeconds lasts 5-10 min (jitt
 LOG_POLL_INTERVAL = 0.2
 _TRUE = ("true", "True", "1")
 _RETURNS_DELETED_OBJECT = ("Pod", "Namespace")  # the others answer a Status on deletion
+_PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
 @dataclass
@@ -222,6 +224,10 @@ class ApiServer:
             return _only(method, "POST", self._bind)
         if t.subresource == "eviction":
             return _only(method, "POST", self._evict)
+        if t.subresource == "scale":
+            if method not in ("GET", "PUT", "PATCH"):
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return self._scale
         if t.watch_path:
             return _only(method, "GET", self._watch)
         if t.name is None:
@@ -359,7 +365,8 @@ class ApiServer:
             return _json(current)
         obj, finished = self.store.delete(t.rtype, t.namespace, t.name,
                                           grace_period_seconds=options.get("gracePeriodSeconds"),
-                                          uid=preconditions.get("uid"))
+                                          uid=preconditions.get("uid"),
+                                          propagation_policy=options.get("propagationPolicy"))
         if finished and t.rtype.kind not in _RETURNS_DELETED_OBJECT:
             return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                           "details": {"name": t.name, "group": t.rtype.group, "kind": t.rtype.plural,
@@ -377,12 +384,46 @@ class ApiServer:
                     deleted.append(obj)
                     continue
                 deleted.append(self.store.delete(t.rtype, meta.get("namespace"), meta["name"],
-                                                 grace_period_seconds=options.get("gracePeriodSeconds"))[0])
+                                                 grace_period_seconds=options.get("gracePeriodSeconds"),
+                                                 propagation_policy=options.get("propagationPolicy"))[0])
             except ApiError as e:
                 if e.code != 404:  # already gone is fine
                     raise
         return _json({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version,
                       "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+
+    async def _scale(self, request: web.Request, t: Target) -> web.StreamResponse:
+        """The `scale` subresource (autoscaling/v1 Scale) of Deployments, ReplicaSets and
+        StatefulSets: what `kubectl scale` reads and writes."""
+        obj = self.store.get(t.rtype, t.namespace, t.name)
+        current = _scale_of(obj)
+        if request.method == "GET":
+            return _json(current)
+        if request.method == "PUT":
+            body = await _body(request)
+        else:
+            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
+            if content_type not in patch.SUPPORTED:
+                raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
+                                    f"include: {', '.join(patch.SUPPORTED)}")
+            body = patch.apply(content_type, current, await _body(request, as_json=True),
+                               openapi.root("autoscaling/v1", "Scale"))
+        if not isinstance(body, dict):
+            raise errors.bad_request("Scale body must be a JSON object")
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != obj["metadata"]["resourceVersion"]:
+            raise errors.conflict(t.rtype.plural, t.name or "", t.rtype.group)
+        replicas = (body.get("spec") or {}).get("replicas", 0)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid("Scale", t.name or "", [{
+                "reason": "FieldValueInvalid", "field": "spec.replicas",
+                "message": f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0"}],
+                "autoscaling")
+        new = {**obj, "spec": {**obj.get("spec", {}), "replicas": replicas}}
+        new = admission.admit_update(self.store, t.rtype, obj, new)
+        if _dry_run(request):
+            return _json(_scale_of(new))
+        return _json(_scale_of(self.store.replace(t.rtype, new)))
 
     # --- pod subresources ------------------------------------------------------------
 
@@ -512,6 +553,8 @@ def parse_target(group: str, parts: list[str], path: str) -> Target:
 
 def _subresources(rtype: ResourceType) -> tuple[str, ...]:
     subs: tuple[str, ...] = ("status",) if rtype.status_subresource else ()
+    if rtype.scale_subresource:
+        subs += ("scale",)
     if rtype.kind == "Pod":
         subs += ("log", "binding", "eviction")
     return subs
@@ -573,6 +616,10 @@ def discovery_resources(group: str) -> dict[str, Any]:
         if r.status_subresource:
             resources.append({"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
                               "kind": r.kind, "verbs": ["get", "patch", "update"]})
+        if r.scale_subresource:
+            resources.append({"name": f"{r.plural}/scale", "singularName": "", "namespaced": r.namespaced,
+                              "group": "autoscaling", "version": "v1", "kind": "Scale",
+                              "verbs": ["get", "patch", "update"]})
         if r.kind == "Pod":
             resources += [
                 {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding",
@@ -624,6 +671,16 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
         options["gracePeriodSeconds"] = max(0, options["gracePeriodSeconds"])
     if request.query.get("dryRun"):
         options["dryRun"] = request.query.getall("dryRun")
+    if request.query.get("propagationPolicy"):
+        options["propagationPolicy"] = request.query["propagationPolicy"]
+    if options.get("orphanDependents") is not None and not options.get("propagationPolicy"):
+        options["propagationPolicy"] = "Orphan" if options["orphanDependents"] else "Background"
+    policy = options.get("propagationPolicy")
+    if policy is not None and policy not in _PROPAGATION_POLICIES:
+        raise errors.invalid("DeleteOptions", "", [{
+            "reason": "FieldValueNotSupported", "field": "propagationPolicy",
+            "message": f"Unsupported value: {json.dumps(policy)}: supported values: "
+                       + ", ".join(f'"{p}"' for p in _PROPAGATION_POLICIES + ("nil",))}], "meta.k8s.io")
     return options
 
 
@@ -743,6 +800,16 @@ def _json(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web
 
 def _status_response(err: ApiError) -> web.Response:
     return _json(err.status(), status=err.code)
+
+
+def _scale_of(obj: Obj) -> dict[str, Any]:
+    meta = obj["metadata"]
+    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+                         if k in meta},
+            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
+            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
+                       "selector": selector_string((obj.get("spec") or {}).get("selector"))}}
 
 
 def _success(code: int) -> dict[str, Any]:

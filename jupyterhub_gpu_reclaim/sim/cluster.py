@@ -6,6 +6,9 @@ Every component gets this object and reads what it needs from it:
 - `scenario` (sim.scenario.Scenario), `data_dir` (Path; PVCs, pod logs);
 - `images` (sim.images.ImageRegistry), `network` (sim.network.PodNetwork),
   `gpus` (sim.gpus.GpuFleet);
+- `gc` (sim.gc.GarbageCollector: also the index of who owns what), the workload,
+  endpoints, load-balancer and volume controllers, `proxy` (sim.proxy.ServiceProxy) and
+  `hosts` (sim.names.HostsFiles, the pods' /etc/hosts);
 - `create(rtype, obj, namespace)`: a create that passes validation, defaulting and
   admission exactly like one through the API (controllers use it for the pods they make).
 """
@@ -25,15 +28,24 @@ from . import admission, errors
 from .apiserver import ApiServer
 from .autoscaler import Autoscaler
 from .control import ControlServer
+from .daemonsets import DaemonSetController
+from .deployments import DeploymentController, ReplicaSetController
+from .endpoints import EndpointsController
 from .events import EventRecorder
+from .gc import GarbageCollector
 from .gpus import GpuFleet
 from .images import ImageRegistry
 from .kubelet import Kubelet
+from .loadbalancers import LoadBalancerController
+from .names import HostsFiles
 from .network import PodNetwork
+from .persistentvolumes import VolumeController, default_storage_class
 from .placeholders import PlaceholderController
+from .proxy import ServiceProxy
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
 from .scheduler import Scheduler
+from .statefulsets import StatefulSetController
 from .store import Filter, Obj, Store
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim")
@@ -48,13 +60,23 @@ class Cluster:
         self.store = Store(history_limit=scenario.history_limit)
         self.events = EventRecorder(self.store)
         self.images = ImageRegistry(scenario)
-        self.network = PodNetwork(scenario.pod_network)
+        self.network = PodNetwork(scenario.pod_network, service_cidr=scenario.service_network)
+        self.store.service_cidr = self.network.services
         self.gpus = GpuFleet(scenario)
         self.apiserver = ApiServer(self)
         self.control = ControlServer(self)
         self.scheduler = Scheduler(self)
         self.autoscaler = Autoscaler(self)
         self.placeholders = PlaceholderController(self)
+        # kube-controller-manager's controllers, the cloud's load balancers, kube-proxy
+        self.gc = GarbageCollector(self)
+        self.controllers = [
+            self.gc, ReplicaSetController(self, self.gc), DeploymentController(self, self.gc),
+            StatefulSetController(self, self.gc), DaemonSetController(self, self.gc),
+            EndpointsController(self, self.gc), LoadBalancerController(self), VolumeController(self),
+        ]
+        self.proxy = ServiceProxy(self)
+        self.hosts = HostsFiles(self.store)
         self.kubelets: dict[str, Kubelet] = {}
         self._node_counter: dict[str, int] = {}
         self._event_expiry: asyncio.Task | None = None
@@ -103,6 +125,10 @@ class Cluster:
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        for controller in self.controllers:
+            await controller.start()
+        if self.store.find(BY_KIND["StorageClass"], None, default_storage_class()["metadata"]["name"]) is None:
+            self.create(BY_KIND["StorageClass"], default_storage_class())
         for ns in self.scenario.namespaces:
             if self.store.find(BY_KIND["Namespace"], None, ns) is None:
                 self.create(BY_KIND["Namespace"], {"metadata": {"name": ns}})
@@ -115,6 +141,7 @@ class Cluster:
                 "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
             })
         self._pod_router = asyncio.create_task(self._route_pods())
+        await self.proxy.start()
         await self.apiserver.start()
         await self.control.start()
         await self.gpus.start()
@@ -135,12 +162,16 @@ class Cluster:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self.placeholders.stop()
+        for controller in reversed(self.controllers):
+            await controller.stop()
         await self.autoscaler.stop()
         await self.scheduler.stop()
         await asyncio.gather(*(k.stop(delete_node=False) for k in self.kubelets.values()))
         await self.gpus.stop()
         await self.control.stop()
         await self.apiserver.stop()
+        await self.proxy.stop()
+        self.hosts.close()
         self.store.close()
         self.network.close()
         self.started = False
@@ -193,6 +224,7 @@ class Cluster:
             "metrics": self.control.url + "/metrics",
             "nodes": sorted(self.kubelets),
             "pod_network": str(self.network.pods.network),
+            "service_network": str(self.network.services),
             "namespaces": self.scenario.namespaces,
             "data_dir": str(self.data_dir),
         }

@@ -30,8 +30,9 @@ def pod_hostname(pod: dict[str, Any]) -> tuple[str, str]:
 
 def hosts_file(pod: dict[str, Any], ip: str, services: HostEntries = ()) -> str:
     """The pod's /etc/hosts: localhost, the pod's own name at its IP, the pod's
-    `hostAliases`, then `services` — (cluster IP, names) for the emulation of cluster DNS
-    (a real pod asks CoreDNS; here Service names are resolved through this file)."""
+    `hostAliases`, then `services` — (address, names) lines for the emulation of cluster
+    DNS (`sim.names.service_entries`; a real pod asks CoreDNS, here Service names are
+    resolved through this file, which `sim.names.HostsFiles` rewrites as they change)."""
     name, domain = pod_hostname(pod)
     own = f"{ip}\t{name}.{domain}\t{name}\n" if domain else f"{ip}\t{name}\n"
     text = HEADER + _LOCAL + own

@@ -1,10 +1,12 @@
 """A simulated kubelet: one per node. It registers the Node, pulls images (one at a time,
-as the kubelet's default serializeImagePulls does), sets up each bound pod's volumes
-(sim.volumes) and /etc/hosts (sim.hosts), starts its containers through the container
-runtime (sim.runtime: isolated local processes in process mode, nothing in stub mode),
-restarts them with the kubelet's back-off (sim.backoff), reports pod status and events
-in the real kubelet's words, and stops containers with SIGTERM, then SIGKILL after the
-grace period, before removing the pod object.
+as the kubelet's default serializeImagePulls does), waits for a pod's claims to be bound
+(sim.persistentvolumes), sets up its volumes (sim.volumes) and /etc/hosts (sim.hosts,
+with Service names from sim.names, kept current), gives containers the Service variables
+(sim.names), starts them through the container runtime (sim.runtime: isolated local
+processes in process mode, nothing in stub mode), restarts them with the kubelet's
+back-off (sim.backoff), reports pod status and events in the real kubelet's words, and
+stops containers with SIGTERM, then SIGKILL after the grace period, before removing the
+pod object.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import cgroups, errors, hosts, runtime, volumes
+from . import cgroups, errors, hosts, names, persistentvolumes, runtime, volumes
 from .backoff import RestartBackoff
 from .images import normalize, repo_digest
 from .nodes import MAX_IMAGES, node_manifest
@@ -37,6 +39,8 @@ GPU = "nvidia.com/gpu"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # an editable install runs from here
 MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
+CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
+CLAIM_TIMEOUT = 10.0  # then a FailedMount event says what the pod waits for (a real kubelet: 2m3s)
 READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
 
 
@@ -153,7 +157,7 @@ class PodWorker:
         self.procs: dict[str, runtime.ContainerProcess | runtime.StubProcess] = {}
         self.ip: str | None = None
         self.dir = self.cluster.data_dir / "pods" / self.ns / f"{self.name}-{self.uid[:8]}"
-        self.volumes = volumes.PodVolumes(pod, self.dir, self.cluster.data_dir, self._lookup, self._token)
+        self.volumes = volumes.PodVolumes(pod, self.dir, self._lookup, self._claim_dir, self._token)
         self._volume_paths: dict[str, Path] = {}
         self._stop = asyncio.Event()
         self._grace = 30.0
@@ -232,6 +236,7 @@ class PodWorker:
             return
         self._released = True
         self.cluster.gpus.release(self.ns, self.name)
+        self.cluster.hosts.unregister(self.uid)
         self.cluster.network.pods.release(self.ip)
         if self._runs_processes():
             if runtime.sandbox_available() and cgroups.available():
@@ -284,12 +289,13 @@ class PodWorker:
             "conditions": _conditions(self.pod, initialized=not spec.get("initContainers"), ready=False),
             "containerStatuses": [_waiting(c, "ContainerCreating") for c in self._containers()],
         }))
+        await self._wait_for_claims()
         if self._runs_processes():  # stub containers see no files: none to write
             await self._mount_volumes()
         self.ip = self.cluster.network.pods.allocate()
         if self._runs_processes():
             self.dir.mkdir(parents=True, exist_ok=True)
-            hosts.write(self.dir / "etc-hosts", self._hosts_file())
+            self.cluster.hosts.register(self.pod, self.ip, self.dir / "etc-hosts")  # kept current (sim.names)
             (self.dir / "etc-hostname").write_text(hosts.pod_hostname(self.pod)[0] + "\n")
         try:
             for c in spec.get("initContainers", []):
@@ -319,6 +325,23 @@ class PodWorker:
             "phase": phase, "conditions": _conditions(self.pod, initialized=True, ready=False)}))
         await self.release()
 
+    async def _wait_for_claims(self) -> None:
+        """The volume manager's wait for a pod's claims: every claim it mounts must be
+        bound (a pod without claims, the usual case, costs nothing). An unbound one is
+        looked at again every `CLAIM_POLL` seconds, with one FailedMount warning after
+        `CLAIM_TIMEOUT`, as the kubelet reports a mount that timed out."""
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in self.pod["spec"].get("volumes", [])
+                  if (v.get("persistentVolumeClaim") or {}).get("claimName")}
+        deadline, warned = time.monotonic() + CLAIM_TIMEOUT, False
+        while unbound := [name for name, claim in claims.items()
+                          if persistentvolumes.claim_dir(self.cluster.store, self.ns, claim) is None]:
+            if not warned and time.monotonic() >= deadline:
+                warned = True
+                every = " ".join(v["name"] for v in self.pod["spec"].get("volumes", []))
+                self.event("FailedMount", f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(unbound)}], "
+                           f"unattached volumes=[{every}]: timed out waiting for the condition", type_="Warning")
+            await asyncio.sleep(CLAIM_POLL)
+
     async def _mount_volumes(self) -> None:
         """Set up every volume of the pod; one that fails is a FailedMount event, tried
         again with the volume manager's back-off (0.5 s doubling to about 2 min)."""
@@ -338,11 +361,6 @@ class PodWorker:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, MOUNT_RETRY_MAX)
-
-    def _hosts_file(self) -> str:
-        # Service names (cluster DNS) go in here: the Services emulation passes
-        # (cluster IP, names) pairs as the third argument
-        return hosts.hosts_file(self.pod, self.ip or "", ())
 
     def _all_running(self) -> bool:
         return all(self._state.get(c["name"], {}).get("running") for c in self._containers())
@@ -483,6 +501,7 @@ class PodWorker:
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **image_env,
         }
+        env.update(names.service_env(self.cluster.store, self.ns, self.pod["spec"].get("enableServiceLinks", True)))
         if gpu_uuids:
             env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuids
             env.update(self.cluster.control.pod_env(self.ns, self.name, self.uid))
@@ -544,6 +563,9 @@ class PodWorker:
 
     def _lookup(self, kind: str, name: str) -> Obj | None:
         return self.cluster.store.find(BY_KIND[kind], self.ns, name)
+
+    def _claim_dir(self, claim: str) -> Path | None:
+        return persistentvolumes.claim_dir(self.cluster.store, self.ns, claim)
 
     def _token(self, service_account: str, expiration: int, audience: str | None) -> str:
         return self.cluster.service_account_token(self.ns, service_account, pod=self.pod,

@@ -1,5 +1,7 @@
-"""Addresses: one loopback IP per node and per pod, so every pod's server binds its own
-address and port 8888 can be used by all of them at once (127.0.0.0/8 all reaches lo)."""
+"""Addresses: one loopback IP per node, per pod and per Service, so every pod's server binds
+its own address and port 8888 can be used by all of them at once (127.0.0.0/8 all reaches
+lo). Service addresses (cluster IPs, load-balancer IPs) come from a network of their own,
+like a cluster's --service-cluster-ip-range."""
 
 from __future__ import annotations
 
@@ -53,10 +55,11 @@ def _listening_second_octets() -> set[int]:
     return octets
 
 
-def free_pod_cidr() -> str:
+def free_pod_cidr(exclude: tuple[int, ...] | set[int] = ()) -> str:
     """A 127.x.0.0/16 nobody listens in, so two clusters on one machine (a demo and a
-    test run) never hand out the same pod address — a hub would reach the wrong server."""
-    taken = _listening_second_octets() | {0, 100}  # 127.0.0.1 and our node addresses
+    test run) never hand out the same pod or service address — a hub would reach the
+    wrong server. `exclude`: second octets already chosen."""
+    taken = _listening_second_octets() | {0, 100} | set(exclude)  # 127.0.0.1 and our node addresses
     free = [x for x in range(101, 255) if x not in taken]
     if not free:
         raise RuntimeError("no free 127.x.0.0/16 left for pod addresses")
@@ -64,20 +67,28 @@ def free_pod_cidr() -> str:
 
 
 class PodNetwork:
-    """`pod_cidr` "auto" picks a free loopback /16 (see `free_pod_cidr`) and keeps a
-    socket listening in it, so that a cluster started later sees it taken."""
+    """`pod_cidr` and `service_cidr` "auto" pick free loopback /16s (see `free_pod_cidr`);
+    a socket listening in each keeps it taken for a cluster started later."""
 
-    def __init__(self, pod_cidr: str, node_cidr: str = "127.100.0.0/16") -> None:
-        self._claim: socket.socket | None = None
-        if pod_cidr == "auto":
-            pod_cidr = free_pod_cidr()
-            self._claim = socket.socket()
-            self._claim.bind((str(ipaddress.ip_network(pod_cidr).broadcast_address), 0))
-            self._claim.listen(1)
+    def __init__(self, pod_cidr: str, node_cidr: str = "127.100.0.0/16", service_cidr: str = "auto") -> None:
+        self._claims: list[socket.socket] = []
+        pod_cidr = self._claim(pod_cidr, set())
         self.pods = AddressPool(pod_cidr)
         self.nodes = AddressPool(node_cidr)
+        self.services = ipaddress.ip_network(
+            self._claim(service_cidr, {self.pods.network.network_address.packed[1]}))
+
+    def _claim(self, cidr: str, exclude: set[int]) -> str:
+        if cidr != "auto":
+            return cidr
+        cidr = free_pod_cidr(exclude)
+        claim = socket.socket()
+        claim.bind((str(ipaddress.ip_network(cidr).broadcast_address), 0))
+        claim.listen(1)
+        self._claims.append(claim)
+        return cidr
 
     def close(self) -> None:
-        if self._claim is not None:
-            self._claim.close()
-            self._claim = None
+        for claim in self._claims:
+            claim.close()
+        self._claims.clear()

@@ -20,6 +20,7 @@ class ResourceType:
     # field labels the real apiserver accepts in fieldSelector for this resource
     field_labels: tuple[str, ...] = _META_FIELDS
     status_subresource: bool = False
+    scale_subresource: bool = False
     categories: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -80,10 +81,27 @@ CORE = [
     ResourceType("secrets", "Secret", True, field_labels=_META_FIELDS + ("type",)),
     ResourceType("configmaps", "ConfigMap", True, short_names=("cm",)),
     ResourceType("serviceaccounts", "ServiceAccount", True, short_names=("sa",)),
+    ResourceType("endpoints", "Endpoints", True, short_names=("ep",)),
+    ResourceType("persistentvolumes", "PersistentVolume", False, short_names=("pv",),
+                 status_subresource=True),
 ]
 GROUPS = [
     ResourceType("priorityclasses", "PriorityClass", False, group="scheduling.k8s.io",
                  short_names=("pc",)),
+    ResourceType("deployments", "Deployment", True, group="apps", short_names=("deploy",),
+                 categories=("all",), status_subresource=True, scale_subresource=True),
+    ResourceType("replicasets", "ReplicaSet", True, group="apps", short_names=("rs",),
+                 categories=("all",), status_subresource=True, scale_subresource=True),
+    ResourceType("statefulsets", "StatefulSet", True, group="apps", short_names=("sts",),
+                 categories=("all",), status_subresource=True, scale_subresource=True),
+    ResourceType("daemonsets", "DaemonSet", True, group="apps", short_names=("ds",),
+                 categories=("all",), status_subresource=True),
+    ResourceType("endpointslices", "EndpointSlice", True, group="discovery.k8s.io"),
+    ResourceType("storageclasses", "StorageClass", False, group="storage.k8s.io", short_names=("sc",)),
+    ResourceType("poddisruptionbudgets", "PodDisruptionBudget", True, group="policy", short_names=("pdb",),
+                 status_subresource=True),
+    ResourceType("networkpolicies", "NetworkPolicy", True, group="networking.k8s.io",
+                 short_names=("netpol",)),
 ]
 ALL: list[ResourceType] = CORE + GROUPS
 BY_PLURAL: dict[tuple[str, str], ResourceType] = {(r.group, r.plural): r for r in ALL}

@@ -105,6 +105,7 @@ SCHEMA: dict[str, Any] = {
         "defaultImageSize": _num_or_str,
         "strictImages": {"type": "boolean"},
         "podNetwork": {"type": "string"},
+        "serviceNetwork": {"type": "string"},
         "images": {"type": "array", "items": _image},
         "imageDefaults": {
             "type": "object",
@@ -304,7 +305,23 @@ class Scenario:
     scoring_strategy: str = "LeastAllocated"
     scheduler_retry_interval: float = 10.0
     scheduler_weights: dict[str, float] = field(default_factory=dict)
+    service_network: str = "auto"
     source: str = "<scenario>"
+
+
+def _loopback_network(data: dict[str, Any], key: str, source: str, min_size: int) -> str:
+    """A network inside 127.0.0.0/8 (tests reach every simulated address on loopback), or "auto"."""
+    value = data.get(key, "auto")
+    if value == "auto":
+        return value
+    try:
+        net = ipaddress.ip_network(value)
+    except ValueError as e:
+        raise ScenarioError(f"{source}: {key}: {e}") from None
+    if not net.subnet_of(ipaddress.ip_network("127.0.0.0/8")) or net.num_addresses < min_size:
+        raise ScenarioError(f"{source}: {key}: {value} must be a network inside 127.0.0.0/8 "
+                            f"of at least {min_size} addresses")
+    return value
 
 
 def load(path: str | Path) -> Scenario:
@@ -396,14 +413,8 @@ def _from_dict(data: Any, source: str) -> Scenario:
         )
         for p in data.get("placeholders", [])
     ]
-    pod_network = data.get("podNetwork", "auto")
-    if pod_network != "auto":
-        try:
-            net = ipaddress.ip_network(pod_network)
-        except ValueError as e:
-            raise ScenarioError(f"{source}: podNetwork: {e}") from None
-        if not net.subnet_of(ipaddress.ip_network("127.0.0.0/8")) or net.num_addresses < 4:
-            raise ScenarioError(f"{source}: podNetwork: {pod_network} must be a network inside 127.0.0.0/8")
+    pod_network = _loopback_network(data, "podNetwork", source, 4)
+    service_network = _loopback_network(data, "serviceNetwork", source, 512)
     pcs = [dict(pc) for pc in data.get("priorityClasses", [])]
     known_pcs = {pc["name"] for pc in pcs}
     for i, p in enumerate(placeholders):
@@ -420,6 +431,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         default_image_size=parse_size(data.get("defaultImageSize", "1GB"), "defaultImageSize"),
         strict_images=bool(data.get("strictImages", False)),
         pod_network=pod_network,
+        service_network=service_network,
         node_groups=groups,
         placeholders=placeholders,
         priority_classes=pcs,

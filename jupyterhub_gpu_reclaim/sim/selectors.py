@@ -105,3 +105,34 @@ def parse_field_selector(
             raise bad_request(f'field label not supported: {key}')
         terms.append((key, equal, value.strip()))
     return terms
+
+
+def selector_requirements(selector: Mapping[str, object] | None) -> list[Requirement] | None:
+    """A `LabelSelector` object (matchLabels, matchExpressions) as requirements, as
+    metav1.LabelSelectorAsSelector: None (a null selector) matches nothing, {} everything."""
+    if selector is None:
+        return None
+    reqs = [Requirement(k, "=", (str(v),)) for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+    for e in selector.get("matchExpressions") or []:  # type: ignore[union-attr]
+        reqs.append(Requirement(e.get("key", ""), ops.get(e.get("operator"), "in"), tuple(e.get("values") or ())))
+    return reqs
+
+
+def selector_matches(selector: Mapping[str, object] | None, labels: Mapping[str, str]) -> bool:
+    reqs = selector_requirements(selector)
+    return reqs is not None and all(r.matches(labels) for r in reqs)
+
+
+def selector_string(selector: Mapping[str, object] | None) -> str:
+    """The selector in the string form (`a=b,c in (x,y)`), as Scale.status.selector and the
+    SELECTOR column print it."""
+    out = []
+    for r in selector_requirements(selector) or []:
+        if r.op in ("=", "!="):
+            out.append(f"{r.key}{r.op}{r.values[0]}")
+        elif r.op in ("in", "notin"):
+            out.append(f"{r.key} {r.op} ({','.join(sorted(r.values))})")
+        else:
+            out.append(r.key if r.op == "exists" else f"!{r.key}")
+    return ",".join(out)

@@ -13,6 +13,8 @@ import asyncio
 import copy
 import json
 import datetime as dt
+import ipaddress
+import logging
 import uuid
 from collections import deque
 from dataclasses import dataclass
@@ -25,8 +27,13 @@ from .timestamps import now, parse, rfc3339
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
+Subscriber = Callable[["Change"], None]
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.sim.store")
 
 _GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
+# DeleteOptions.propagationPolicy -> the finalizer the apiserver puts on the owner
+PROPAGATION_FINALIZERS = {"Orphan": "orphan", "Foreground": "foregroundDeletion"}
 
 
 @dataclass
@@ -128,6 +135,10 @@ class Store:
         self._encoded: dict[tuple[str, Key], tuple[str, bytes]] = {}  # -> (rv, JSON)
         # nodes whose kubelet removes its pods itself once their containers have stopped
         self.kubelet_nodes: set[str] = set()
+        # the apiserver's --service-cluster-ip-range (a cluster sets its own free /16)
+        self.service_cidr = ipaddress.ip_network("127.96.0.0/16")
+        # controllers' informers: called synchronously with each change (see `subscribe`)
+        self._subscribers: dict[str | None, list[Subscriber]] = {}
 
     # --- reading -------------------------------------------------------------------
 
@@ -182,6 +193,12 @@ class Store:
             self._compacted_rv = self._history.popleft().rv
         for w in list(self._watches):
             w.offer(change)
+        for subscribers in (self._subscribers.get(rtype.plural), self._subscribers.get(None)):
+            for callback in subscribers or ():
+                try:
+                    callback(change)
+                except Exception:  # a controller's bug must not fail the write that fed it
+                    log.exception("subscriber %r failed on %s %s", callback, type_, rtype.plural)
         return new
 
     def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
@@ -238,7 +255,7 @@ class Store:
         if obj == current:
             return current  # a no-op write does not bump the resourceVersion
         new = self._commit(rtype, "MODIFIED", current, obj)
-        self._maybe_finalize(rtype, new)
+        self._maybe_finalize(rtype, new, current)
         return new
 
     def update(
@@ -253,18 +270,34 @@ class Store:
         if obj == current:
             return current
         new = self._commit(rtype, "MODIFIED", current, obj)
-        self._maybe_finalize(rtype, new)
+        self._maybe_finalize(rtype, new, current)
         return new
 
     def delete(
         self, rtype: ResourceType, namespace: str | None, name: str,
         grace_period_seconds: int | None = None, uid: str | None = None,
+        propagation_policy: str | None = None,
     ) -> tuple[Obj, bool]:
-        """Delete, gracefully for pods on a node. Returns (object, finished?)."""
+        """Delete, gracefully for pods on a node. Returns (object, finished?).
+
+        `propagation_policy` Orphan or Foreground puts the `orphan` or
+        `foregroundDeletion` finalizer on the object, for the garbage collector
+        (sim.gc) to act on; Background (the default) deletes the object now and leaves
+        its dependents to the collector."""
         current = self.get(rtype, namespace, name)
         meta = current["metadata"]
         if uid and meta["uid"] != uid:
             raise errors.conflict(rtype.plural, name, rtype.group)
+        finalizer = PROPAGATION_FINALIZERS.get(propagation_policy or "")
+        if finalizer and rtype.plural not in ("pods", "namespaces"):
+            def mark(o: Obj) -> None:
+                m = o["metadata"]
+                m.setdefault("deletionTimestamp", rfc3339())
+                m.setdefault("deletionGracePeriodSeconds", 0)
+                if finalizer not in m.setdefault("finalizers", []):
+                    m["finalizers"].append(finalizer)
+
+            return self.update(rtype, namespace, name, mark), False
         if rtype.plural == "pods":
             spec = current.get("spec", {})
             grace = grace_period_seconds
@@ -362,10 +395,15 @@ class Store:
         obj = self.find(BY_KIND["Namespace"], None, ns)
         return obj is not None and not obj["metadata"].get("deletionTimestamp")
 
-    def _maybe_finalize(self, rtype: ResourceType, obj: Obj) -> None:
+    def _maybe_finalize(self, rtype: ResourceType, obj: Obj, old: Obj) -> None:
+        """An object being deleted goes once its last finalizer is removed (the list
+        emptied or dropped); a pod still in its grace period waits for its kubelet."""
         meta = obj["metadata"]
-        if meta.get("deletionTimestamp") and "finalizers" in meta and not meta["finalizers"]:
-            self.remove(rtype, meta.get("namespace"), meta["name"])
+        if not meta.get("deletionTimestamp") or meta.get("finalizers") or not old["metadata"].get("finalizers"):
+            return
+        if rtype.plural == "pods" and meta.get("deletionGracePeriodSeconds"):
+            return
+        self.remove(rtype, meta.get("namespace"), meta["name"])
 
     def remove(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
         """Take the object out for good: the DELETED event."""
@@ -382,6 +420,15 @@ class Store:
         return new
 
     # --- watching ------------------------------------------------------------------
+
+    def subscribe(self, rtype: ResourceType | None, callback: Subscriber) -> Callable[[], None]:
+        """Call `callback(change)` after every change of `rtype` (every type: None), inside
+        the write. It is how the controllers' informers learn of changes without a queue
+        of objects per watcher: the callback must be cheap and must not write (it only
+        notes keys to reconcile later). Returns the function that unsubscribes."""
+        subscribers = self._subscribers.setdefault(rtype.plural if rtype else None, [])
+        subscribers.append(callback)
+        return lambda: subscribers.remove(callback) if callback in subscribers else None
 
     def watch(self, flt: Filter, resource_version: str | None = None) -> Watch:
         """Start a watch. An unset or "0" resourceVersion first sends every matching object

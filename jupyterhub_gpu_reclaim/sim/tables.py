@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .selectors import selector_string
 from .timestamps import now, parse
 
 Obj = dict[str, Any]
@@ -211,7 +212,10 @@ def _service_row(svc: Obj) -> list[Any]:
         f"{p.get('port')}{':' + str(p['nodePort']) if p.get('nodePort') else ''}/{p.get('protocol', 'TCP')}"
         for p in spec.get("ports") or []) or "<none>"
     selector = ",".join(f"{k}={v}" for k, v in sorted((spec.get("selector") or {}).items())) or "<none>"
-    external = ",".join(spec.get("externalIPs") or []) or ("<pending>" if spec.get("type") == "LoadBalancer" else "<none>")
+    ingress = [i.get("ip") or i.get("hostname") for i in
+               ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []]
+    external = ",".join([ip for ip in ingress if ip] + list(spec.get("externalIPs") or [])) or (
+        "<pending>" if spec.get("type") == "LoadBalancer" else "<none>")
     return [_name(svc), spec.get("type", ""), spec.get("clusterIP") or "<none>", external, ports,
             _age(svc["metadata"].get("creationTimestamp")), selector]
 
@@ -230,7 +234,127 @@ def _priority_class_row(pc: Obj) -> list[Any]:
             _age(pc["metadata"].get("creationTimestamp")), pc.get("preemptionPolicy", "")]
 
 
+# --- workloads, endpoints, storage, policies --------------------------------------------
+
+def _template_columns(o: Obj) -> list[str]:
+    containers = (((o.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+    return [",".join(c.get("name", "") for c in containers), ",".join(c.get("image", "") for c in containers)]
+
+
+def _selector(o: Obj) -> str:
+    return selector_string((o.get("spec") or {}).get("selector")) or "<none>"
+
+
+def _count(o: Obj, field: str) -> int:
+    return int((o.get("status") or {}).get(field) or 0)
+
+
+def _deployment_row(d: Obj) -> list[Any]:
+    replicas = int((d.get("spec") or {}).get("replicas", 1) or 0)
+    return [_name(d), f"{_count(d, 'readyReplicas')}/{replicas}", _count(d, "updatedReplicas"),
+            _count(d, "availableReplicas"), _age(d["metadata"].get("creationTimestamp")),
+            *_template_columns(d), _selector(d)]
+
+
+def _replica_set_row(rs: Obj) -> list[Any]:
+    return [_name(rs), int((rs.get("spec") or {}).get("replicas", 1) or 0), _count(rs, "replicas"),
+            _count(rs, "readyReplicas"), _age(rs["metadata"].get("creationTimestamp")),
+            *_template_columns(rs), _selector(rs)]
+
+
+def _stateful_set_row(sts: Obj) -> list[Any]:
+    replicas = int((sts.get("spec") or {}).get("replicas", 1) or 0)
+    return [_name(sts), f"{_count(sts, 'readyReplicas')}/{replicas}", _age(sts["metadata"].get("creationTimestamp")),
+            *_template_columns(sts)]
+
+
+def _daemon_set_row(ds: Obj) -> list[Any]:
+    node_selector = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeSelector") or {}
+    return [_name(ds), _count(ds, "desiredNumberScheduled"), _count(ds, "currentNumberScheduled"),
+            _count(ds, "numberReady"), _count(ds, "updatedNumberScheduled"), _count(ds, "numberAvailable"),
+            ",".join(f"{k}={v}" for k, v in sorted(node_selector.items())) or "<none>",
+            _age(ds["metadata"].get("creationTimestamp")), *_template_columns(ds), _selector(ds)]
+
+
+def _endpoints_row(ep: Obj) -> list[Any]:
+    """ENDPOINTS: ip:port pairs, the first three and "+ N more..."."""
+    pairs = [f"{a['ip']}:{p['port']}" if subset.get("ports") else a["ip"]
+             for subset in ep.get("subsets") or [] for a in subset.get("addresses") or []
+             for p in (subset.get("ports") or [{}])]
+    shown = ",".join(pairs[:3]) + (f" + {len(pairs) - 3} more..." if len(pairs) > 3 else "")
+    return [_name(ep), shown or "<none>", _age(ep["metadata"].get("creationTimestamp"))]
+
+
+def _endpoint_slice_row(s: Obj) -> list[Any]:
+    ports = ",".join(str(p.get("port")) for p in s.get("ports") or []) or "<unset>"
+    addresses = [a for e in s.get("endpoints") or [] for a in e.get("addresses") or []]
+    shown = ",".join(addresses[:3]) + (f" + {len(addresses) - 3} more..." if len(addresses) > 3 else "")
+    return [_name(s), s.get("addressType", ""), ports, shown or "<unset>", _age(s["metadata"].get("creationTimestamp"))]
+
+
+_ACCESS_MODES = {"ReadWriteOnce": "RWO", "ReadOnlyMany": "ROX", "ReadWriteMany": "RWX", "ReadWriteOncePod": "RWOP"}
+
+
+def _pv_row(pv: Obj) -> list[Any]:
+    spec, status = pv.get("spec") or {}, pv.get("status") or {}
+    ref = spec.get("claimRef") or {}
+    phase = "Terminating" if pv["metadata"].get("deletionTimestamp") else status.get("phase", "")
+    return [_name(pv), (spec.get("capacity") or {}).get("storage", ""),
+            ",".join(_ACCESS_MODES.get(m, m) for m in spec.get("accessModes") or []),
+            spec.get("persistentVolumeReclaimPolicy", ""), phase,
+            f"{ref.get('namespace')}/{ref.get('name')}" if ref else "", spec.get("storageClassName", ""),
+            spec.get("volumeAttributesClassName") or "<unset>", status.get("reason", ""),
+            _age(pv["metadata"].get("creationTimestamp")), spec.get("volumeMode", "")]
+
+
+def _storage_class_row(sc: Obj) -> list[Any]:
+    default = (sc["metadata"].get("annotations") or {}).get("storageclass.kubernetes.io/is-default-class") == "true"
+    return [_name(sc) + (" (default)" if default else ""), sc.get("provisioner", ""), sc.get("reclaimPolicy", ""),
+            sc.get("volumeBindingMode", ""), bool(sc.get("allowVolumeExpansion")),
+            _age(sc["metadata"].get("creationTimestamp"))]
+
+
+def _pdb_row(pdb: Obj) -> list[Any]:
+    spec = pdb.get("spec") or {}
+    return [_name(pdb), str(spec.get("minAvailable", "N/A")), str(spec.get("maxUnavailable", "N/A")),
+            _count(pdb, "disruptionsAllowed"), _age(pdb["metadata"].get("creationTimestamp"))]
+
+
+def _network_policy_row(np: Obj) -> list[Any]:
+    selector = selector_string((np.get("spec") or {}).get("podSelector") or {})
+    return [_name(np), selector or "<none>", _age(np["metadata"].get("creationTimestamp"))]
+
+
+_WIDE_TEMPLATE: list[Column] = [("Containers", "string", 1), ("Images", "string", 1)]
+
 _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
+    "Deployment": ([("Name", "string", 0), ("Ready", "string", 0), ("Up-to-date", "integer", 0),
+                    ("Available", "integer", 0), ("Age", "string", 0), *_WIDE_TEMPLATE, ("Selector", "string", 1)],
+                   _deployment_row),
+    "ReplicaSet": ([("Name", "string", 0), ("Desired", "integer", 0), ("Current", "integer", 0),
+                    ("Ready", "integer", 0), ("Age", "string", 0), *_WIDE_TEMPLATE, ("Selector", "string", 1)],
+                   _replica_set_row),
+    "StatefulSet": ([("Name", "string", 0), ("Ready", "string", 0), ("Age", "string", 0), *_WIDE_TEMPLATE],
+                    _stateful_set_row),
+    "DaemonSet": ([("Name", "string", 0), ("Desired", "integer", 0), ("Current", "integer", 0),
+                   ("Ready", "integer", 0), ("Up-to-date", "integer", 0), ("Available", "integer", 0),
+                   ("Node Selector", "string", 0), ("Age", "string", 0), *_WIDE_TEMPLATE,
+                   ("Selector", "string", 1)], _daemon_set_row),
+    "Endpoints": ([("Name", "string", 0), ("Endpoints", "string", 0), ("Age", "string", 0)], _endpoints_row),
+    "EndpointSlice": ([("Name", "string", 0), ("AddressType", "string", 0), ("Ports", "string", 0),
+                       ("Endpoints", "string", 0), ("Age", "string", 0)], _endpoint_slice_row),
+    "PersistentVolume": ([("Name", "string", 0), ("Capacity", "string", 0), ("Access Modes", "string", 0),
+                          ("Reclaim Policy", "string", 0), ("Status", "string", 0), ("Claim", "string", 0),
+                          ("StorageClass", "string", 0), ("VolumeAttributesClass", "string", 0),
+                          ("Reason", "string", 0), ("Age", "string", 0), ("VolumeMode", "string", 1)], _pv_row),
+    "StorageClass": ([("Name", "string", 0), ("Provisioner", "string", 0), ("ReclaimPolicy", "string", 0),
+                      ("VolumeBindingMode", "string", 0), ("AllowVolumeExpansion", "string", 0),
+                      ("Age", "string", 0)], _storage_class_row),
+    "PodDisruptionBudget": ([("Name", "string", 0), ("Min Available", "string", 0),
+                             ("Max Unavailable", "string", 0), ("Allowed Disruptions", "integer", 0),
+                             ("Age", "string", 0)], _pdb_row),
+    "NetworkPolicy": ([("Name", "string", 0), ("Pod-Selector", "string", 0), ("Age", "string", 0)],
+                      _network_policy_row),
     "Pod": _POD,
     "Node": _NODE,
     "Namespace": ([("Name", "string", 0), ("Status", "string", 0), ("Age", "string", 0)], _namespace_row),

@@ -7,8 +7,9 @@
   writer writes them (the files in a `..<timestamp>` directory, `..data` pointing at it,
   each top-level name a link through `..data`), with `items` (key → path), `defaultMode`
   and `mode`, `optional`. Containers mount them read-only.
-- `persistentVolumeClaim`: the claim's directory (`claim_directory`), which outlives
-  the pod. `hostPath`: the host's path.
+- `persistentVolumeClaim`: the directory of the claim's bound volume (the kubelet waits
+  for the binding; `sim.persistentvolumes.claim_dir` says which directory), which
+  outlives the pod. `hostPath`: the host's path.
 - `fsGroup` gives emptyDir, configMap, secret, downwardAPI and projected volumes to that
   group, as `SetVolumeOwnership` does (group-readable, or -writable for emptyDir, and
   setgid directories).
@@ -45,14 +46,15 @@ class MountError(Exception):
 
 @dataclass
 class PodVolumes:
-    """Sets up the volumes of one pod; `lookup(kind, name)` finds a ConfigMap, Secret or
-    PersistentVolumeClaim of the pod's namespace, `token(service_account, expiration,
-    audience)` asks the API server for a bound service account token (TokenRequest)."""
+    """Sets up the volumes of one pod; `lookup(kind, name)` finds a ConfigMap or Secret of
+    the pod's namespace, `claim_dir(claim)` the directory of a claim's bound volume (None:
+    not found or not bound), `token(service_account, expiration, audience)` asks the API
+    server for a bound service account token (TokenRequest)."""
 
     pod: Obj
     pod_dir: Path
-    data_dir: Path
     lookup: Callable[[str, str], Obj | None]
+    claim_dir: Callable[[str], Path | None]
     token: Callable[[str, int, str | None], str]
 
     def __post_init__(self) -> None:
@@ -64,10 +66,10 @@ class PodVolumes:
         name = vol["name"]
         if "persistentVolumeClaim" in vol:
             claim = vol["persistentVolumeClaim"]["claimName"]
-            pvc = self.lookup("PersistentVolumeClaim", claim)
-            if pvc is None:
-                raise MountError(f'persistentvolumeclaim "{claim}" not found')
-            return claim_directory(self.data_dir, pvc)
+            path = self.claim_dir(claim)
+            if path is None:  # deleted (or unbound) since the kubelet saw it bound
+                raise MountError(f'persistentvolumeclaim "{claim}" not found or not bound')
+            return path
         if "hostPath" in vol:
             return _host_path(vol["hostPath"])
         if "emptyDir" in vol:
@@ -162,20 +164,6 @@ class PodVolumes:
             if entry.is_dir():
                 mask |= 0o2000 | _EXEC_MASK
             entry.chmod(entry.stat().st_mode & 0o7777 | mask)
-
-
-def claim_directory(data_dir: Path, pvc: Obj) -> Path:
-    """The directory behind a bound PersistentVolumeClaim: `<data dir>/volumes/<volume
-    name>`, created on first use with mode 0777 as kind's local-path provisioner creates
-    its volumes (so any user of a pod can write there; fsGroup is not applied, as for
-    hostPath-backed volumes). It outlives pods, and the claim."""
-    meta, spec = pvc["metadata"], pvc.get("spec", {})
-    name = spec.get("volumeName") or f"{meta['namespace']}-{meta['name']}"
-    path = data_dir / "volumes" / name
-    if not path.exists():
-        path.mkdir(parents=True)
-        path.chmod(0o777)
-    return path
 
 
 def subpath_source(volume_dir: Path, sub_path: str) -> Path:

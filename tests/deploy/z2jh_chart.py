@@ -43,6 +43,36 @@ HELM_VALUES = REPO / "helm-values"
 BASE = HELM_VALUES / "gpu-reclaim.yaml"
 
 
+CHART = Z2JH / "chart"
+
+
+def render(*files: Path, extra: dict | None = None, name: str = "jhub", namespace: str = "jhub") -> list[dict]:
+    """The manifests the real chart renders for `files` (then `extra`) over its defaults,
+    with Helm's own Go SDK (PyPI's helm-python-sdk; its schema enforced as `helm install`
+    does), in file order; NOTES.txt and empty documents left out."""
+    import helm_python as helm
+
+    chart = helm.Chart.load(str(CHART))
+    values: dict = {}
+    for text in [Path(f).read_text() for f in files] + ([yaml.safe_dump(extra)] if extra else []):
+        values = _merge_maps(values, helm.values_from_yaml(text))
+    manifests = chart.render(values, name=name, namespace=namespace, is_install=True)
+    return [doc for path, text in sorted(manifests.items()) if path.endswith((".yaml", ".yml"))
+            for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+
+
+def _merge_maps(a: dict, b: dict) -> dict:
+    """Helm's mergeMaps for `-f a -f b`: maps merged key by key, anything else (a null
+    included) replaced; the chart's defaults are coalesced in later, by the SDK."""
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge_maps(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def merge(base: Any, overlay: Any) -> Any:
     """`overlay` over `base` as Helm coalesces values files (neither is modified)."""
     if not isinstance(base, dict) or not isinstance(overlay, dict):

@@ -235,7 +235,8 @@ def test_service_account_token_source_asks_for_a_token_and_errors_aggregate(tmp_
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}
     found = {("ConfigMap", "kube-root-ca.crt"): {"data": {"ca.crt": "CA"}}}
-    vols = volumes.PodVolumes(the_pod, tmp_path / "pod", tmp_path, lambda k, n: found.get((k, n)), token)
+    vols = volumes.PodVolumes(the_pod, tmp_path / "pod", lookup=lambda k, n: found.get((k, n)),
+                              claim_dir=lambda claim: None, token=token)
     path = vols.setup(source)
     assert (path / "token").read_text() == "eyJ.token" and (path / "ca.crt").read_text() == "CA"
     assert asked == [("hub", 3607, None)]
@@ -243,7 +244,8 @@ def test_service_account_token_source_asks_for_a_token_and_errors_aggregate(tmp_
     def refused(*args: Any) -> str:
         raise RuntimeError('serviceaccounts "hub" not found')
 
-    vols = volumes.PodVolumes(the_pod, tmp_path / "pod2", tmp_path, lambda k, n: None, refused)
+    vols = volumes.PodVolumes(the_pod, tmp_path / "pod2", lookup=lambda k, n: None, claim_dir=lambda claim: None,
+                              token=refused)
     with pytest.raises(volumes.MountError) as err:
         vols.setup(source)
     assert str(err.value) == ('[failed to fetch token: serviceaccounts "hub" not found, '
@@ -275,6 +277,29 @@ def test_a_claims_directory_outlives_its_pod_and_uid_1000_writes_there(sim, core
     assert output(core, "write") == "1000\n"
     create(core, pod("read", "cat ~/notes", volumes=vol, mounts=mount))
     assert output(core, "read") == "kept\n"
+
+
+@needs_root
+def test_a_pod_waits_for_its_claim_to_be_bound_then_mounts_its_volumes_directory(sim, core, tmp_path):
+    core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "claim-static"}, "spec": {
+        "storageClassName": "manual", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    vol = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-static"}}]
+    create(core, pod("claim-waits", "id -u; echo kept > ~/notes", volumes=vol,
+                     mounts=[{"name": "home", "mountPath": "/home/jovyan"}]))
+    [event] = wait_for(lambda: events(core, "claim-waits", "FailedMount"), "FailedMount", timeout=30)
+    assert (event.type, event.message) == ("Warning", "Unable to attach or mount volumes: unmounted volumes=[home], "
+                                           "unattached volumes=[home]: timed out waiting for the condition")
+    [cs] = core.read_namespaced_pod("claim-waits", NS).status.container_statuses
+    assert cs.state.waiting.reason == "ContainerCreating"
+
+    directory = tmp_path / "static"  # a volume an admin made: the pod gets this very directory
+    directory.mkdir(mode=0o777)
+    directory.chmod(0o777)
+    core.create_persistent_volume({"metadata": {"name": f"static-{uuid.uuid4().hex[:6]}"}, "spec": {
+        "storageClassName": "manual", "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+        "hostPath": {"path": str(directory)}}})
+    assert output(core, "claim-waits") == "1000\n"
+    assert (directory / "notes").read_text() == "kept\n"
 
 
 def test_a_subpath_stays_inside_its_volume(tmp_path):

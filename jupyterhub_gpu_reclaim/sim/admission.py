@@ -2,16 +2,14 @@
 
 `admit_create` and `admit_update` return a prepared deep copy or raise `errors.ApiError`,
 in the order the real server works: schema (type) validation, defaulting, mutating
-admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, the PVC binder and
-the Service IP allocator in shortcut form), then the semantic validation the OpenAPI
+admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount (see
+`serviceaccounts.admit_pod`), the PVC binder and the Service IP allocator in shortcut form), then the semantic validation the OpenAPI
 schema cannot express. Messages follow the apiserver's wording, e.g.
 `Pod "x" is invalid: spec.containers[0].image: Required value`.
 
 Simplifications (documented in docs/sim.md):
 - a PVC is Bound at once to a made-up volume `pvc-<uuid>` with the requested capacity,
   storage class "standard", and no `kubernetes.io/pvc-protection` finalizer;
-- the ServiceAccount plugin names `default` but neither requires the account to exist
-  nor injects the API-access token volume;
 - unknown fields are pruned here (`decode` reports them, for `fieldValidation`).
 """
 
@@ -28,7 +26,7 @@ import uuid
 from fractions import Fraction
 from typing import Any
 
-from . import errors, openapi, quantity
+from . import errors, openapi, quantity, rbac, serviceaccounts
 from .errors import ApiError
 from .resources import BY_KIND, ResourceType
 from .store import Obj, Store
@@ -74,6 +72,8 @@ def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | N
     meta = obj.setdefault("metadata", {})
     if rtype.namespaced and namespace and not meta.get("namespace"):
         meta["namespace"] = namespace
+    if rtype.namespaced and isinstance(meta.get("namespace") or "", str):  # NamespaceLifecycle comes first
+        store.check_namespace(rtype, meta.get("namespace") or "default", str(meta.get("name") or ""))
     _validate_schema(rtype, obj)
     if rtype.kind != "Node":  # status is the server's to set (kubelets register nodes with theirs)
         obj.pop("status", None)
@@ -257,6 +257,9 @@ def _validate_meta(rtype: ResourceType, meta: dict[str, Any], creating: bool) ->
 
 
 def _name_causes(rtype: ResourceType, name: str, field: str) -> list[Cause]:
+    if rtype.kind in rbac.RBAC_KINDS:  # RBAC names need only be valid path segments
+        return [_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: {m}")
+                for m in rbac.path_segment_problems(name)]
     if rtype.kind == "Namespace":
         pattern, msg, limit = DNS1123_LABEL, LABEL_MSG, 63
     elif rtype.kind == "Service":
@@ -357,8 +360,7 @@ def _admit_pod(store: Store, pod: Obj) -> None:
     spec = pod["spec"]
     name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
     _admit_priority(store, spec, name)
-    spec.setdefault("serviceAccountName", "default")  # ServiceAccount plugin
-    spec["serviceAccount"] = spec["serviceAccountName"]
+    serviceaccounts.admit_pod(store, pod)
     _add_default_tolerations(spec)
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
@@ -813,6 +815,24 @@ def _validate_priority_class_update(store: Store, old: Obj, new: Obj) -> list[Ca
     return []
 
 
+# --- RBAC ------------------------------------------------------------------------------
+
+def _default_binding(store: Store, binding: Obj, old: Obj | None = None) -> None:
+    rbac.default_binding(binding)
+
+
+def _validate_role(store: Store, role: Obj) -> list[Cause]:
+    return rbac.validate_rules(role.get("rules"), namespaced=role.get("kind") == "Role")
+
+
+def _validate_binding(store: Store, binding: Obj) -> list[Cause]:
+    return rbac.validate_binding(binding, namespaced=binding.get("kind") == "RoleBinding")
+
+
+def _validate_binding_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    return rbac.validate_binding_update(old, new)
+
+
 # --- helpers --------------------------------------------------------------------------
 
 def _noop(*args: Any) -> None:
@@ -890,6 +910,8 @@ _DEFAULTERS = {
     "Namespace": _default_namespace,
     "Secret": _default_secret,
     "PriorityClass": _default_priority_class,
+    "RoleBinding": _default_binding,
+    "ClusterRoleBinding": _default_binding,
 }
 _CREATE_PLUGINS = {
     "Pod": _admit_pod,
@@ -904,6 +926,10 @@ _VALIDATORS = {
     "Secret": _validate_config_keys,
     "ConfigMap": _validate_config_keys,
     "PriorityClass": _validate_priority_class,
+    "Role": _validate_role,
+    "ClusterRole": _validate_role,
+    "RoleBinding": _validate_binding,
+    "ClusterRoleBinding": _validate_binding,
 }
 _UPDATE_VALIDATORS = {
     "Pod": _validate_pod_update,
@@ -912,4 +938,6 @@ _UPDATE_VALIDATORS = {
     "Secret": _validate_immutable_data,
     "ConfigMap": _validate_immutable_data,
     "PriorityClass": _validate_priority_class_update,
+    "RoleBinding": _validate_binding_update,
+    "ClusterRoleBinding": _validate_binding_update,
 }

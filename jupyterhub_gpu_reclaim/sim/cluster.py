@@ -34,6 +34,7 @@ from .placeholders import PlaceholderController
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
 from .scheduler import Scheduler
+from .serviceaccounts import ServiceAccountController
 from .store import Filter, Obj, Store
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim")
@@ -51,6 +52,7 @@ class Cluster:
         self.network = PodNetwork(scenario.pod_network)
         self.gpus = GpuFleet(scenario)
         self.apiserver = ApiServer(self)
+        self.serviceaccounts = ServiceAccountController(self.store, self.create, self.apiserver.ca_pem)
         self.control = ControlServer(self)
         self.scheduler = Scheduler(self)
         self.autoscaler = Autoscaler(self)

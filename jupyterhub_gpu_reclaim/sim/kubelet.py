@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from . import errors
+from . import errors, projected
 from .images import normalize, repo_digest
 from .nodes import MAX_IMAGES, node_manifest
 from .resources import BY_KIND
@@ -387,13 +387,10 @@ class PodWorker:
         return value.replace("0.0.0.0", self.ip or "127.0.0.1")
 
     def _env(self, c: Obj, image_env: dict[str, str], gpu_uuids: str | None) -> dict[str, str]:
-        api = self.cluster.apiserver.url.split("://", 1)[1]
-        host, _, port = api.rpartition(":")
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOSTNAME": self.name,
-            "KUBERNETES_SERVICE_HOST": host,
-            "KUBERNETES_SERVICE_PORT": port,
+            **self.cluster.apiserver.pod_env(),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **image_env,
         }
@@ -457,6 +454,8 @@ class PodWorker:
             path = self.cluster.data_dir / "volumes" / name
         else:
             path = self.dir / "scratch" / "volumes" / vol["name"]
+            if "projected" in vol:
+                projected.write(self.cluster, self.pod, vol["projected"], path)
             for kind, key in (("secret", "secretName"), ("configMap", "name")):
                 if kind in vol:
                     obj = store.find(BY_KIND["Secret" if kind == "secret" else "ConfigMap"],

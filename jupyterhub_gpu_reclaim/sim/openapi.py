@@ -26,6 +26,12 @@ def schema_version() -> str:
     return kubernetes_validate.latest_version()
 
 
+def kubernetes_version() -> str:
+    """The one Kubernetes version the simulated cluster claims (`/version`, the nodes'
+    kubelet): the version whose schemas it validates against, e.g. "v1.37.0"."""
+    return f"v{schema_version()}"
+
+
 def _schema_dir() -> Any:
     return importlib_resources.files("kubernetes_validate").joinpath(
         "kubernetes-json-schema", f"v{schema_version()}-local-strict")

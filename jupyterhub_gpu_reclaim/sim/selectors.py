@@ -105,3 +105,20 @@ def parse_field_selector(
             raise bad_request(f'field label not supported: {key}')
         terms.append((key, equal, value.strip()))
     return terms
+
+
+_EXPRESSION_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+
+
+def object_label_matcher(selector: Mapping | None) -> Callable[[Mapping[str, str]], bool]:
+    """A `metav1.LabelSelector` (matchLabels and matchExpressions, ANDed), as
+    LabelSelectorAsSelector reads it: an empty selector matches everything, none nothing."""
+    if selector is None:
+        return lambda labels: False
+    reqs = [Requirement(k, "=", (v,)) for k, v in (selector.get("matchLabels") or {}).items()]
+    for e in selector.get("matchExpressions") or []:
+        op = _EXPRESSION_OPS.get(e.get("operator"))
+        if op is None:
+            return lambda labels: False
+        reqs.append(Requirement(e.get("key", ""), op, tuple(e.get("values") or ())))
+    return lambda labels: all(r.matches(labels) for r in reqs)

@@ -128,6 +128,9 @@ class Store:
         self._encoded: dict[tuple[str, Key], tuple[str, bytes]] = {}  # -> (rv, JSON)
         # nodes whose kubelet removes its pods itself once their containers have stopped
         self.kubelet_nodes: set[str] = set()
+        # called with every change after the watches have it (the apiserver's informers:
+        # the RBAC authorizer's index, the role aggregation and service account controllers)
+        self.listeners: list[Callable[[Change], None]] = []
 
     # --- reading -------------------------------------------------------------------
 
@@ -182,6 +185,8 @@ class Store:
             self._compacted_rv = self._history.popleft().rv
         for w in list(self._watches):
             w.offer(change)
+        for listener in self.listeners:
+            listener(change)
         return new
 
     def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
@@ -195,8 +200,8 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             meta["namespace"] = ns
-            if rtype.plural != "namespaces" and not self._namespace_ready(ns):
-                raise errors.not_found("namespaces", ns)
+            if rtype.plural != "namespaces":
+                self.check_namespace(rtype, ns, meta.get("name") or "")
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
@@ -356,11 +361,21 @@ class Store:
                 return
         self.remove(BY_KIND["Namespace"], None, name)
 
-    def _namespace_ready(self, ns: str) -> bool:
+    def check_namespace(self, rtype: ResourceType, ns: str, name: str) -> None:
+        """The NamespaceLifecycle admission plugin: no namespace is a 404, a terminating
+        one refuses new content with a 403 (the name is empty for generateName: the
+        plugin runs before the name is generated)."""
         from .resources import BY_KIND
 
         obj = self.find(BY_KIND["Namespace"], None, ns)
-        return obj is not None and not obj["metadata"].get("deletionTimestamp")
+        if obj is None:
+            raise errors.not_found("namespaces", ns)
+        if obj["metadata"].get("deletionTimestamp"):
+            raise errors.forbidden(
+                rtype.plural, name, f"unable to create new content in namespace {ns} because it is being "
+                "terminated", rtype.group, causes=[{"reason": "NamespaceTerminating",
+                                                    "message": f"namespace {ns} is being terminated",
+                                                    "field": "metadata.namespace"}])
 
     def _maybe_finalize(self, rtype: ResourceType, obj: Obj) -> None:
         meta = obj["metadata"]

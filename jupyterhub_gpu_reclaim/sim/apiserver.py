@@ -74,8 +74,9 @@ class ApiServer:
         self.store = cluster.store
         scenario = cluster.scenario
         self.tls = scenario.api_tls if tls is None else tls
-        self._ssl, self.ca_pem = certificates.server_context(
-            Path(cluster.data_dir) / "apiserver-tls", scenario.api_host)
+        tls_dir = Path(cluster.data_dir) / "apiserver-tls"
+        self._ssl, self.ca_pem = certificates.server_context(tls_dir, scenario.api_host)
+        self.ca_file = tls_dir / certificates.CERT_FILE
         self.tokens = serviceaccounts.TokenIssuer(self.store)
         self.authorizer = rbac.Authorizer(self.store, getattr(scenario, "authorization_mode", "RBAC"))
         self.aggregator = rbac.RoleAggregator(self.store)

@@ -1,8 +1,8 @@
-"""A self-signed certificate for the API server's optional TLS.
+"""A self-signed certificate for the API server's secure (HTTPS) port.
 
-kubectl and other client-go programs only send credentials over TLS, so a cluster that
-wants its token checked for every client serves HTTPS with this certificate, which the
-kubeconfig trusts through `certificate-authority-data`.
+kubectl and other client-go programs only send credentials over TLS, and in-cluster
+configuration is HTTPS only: pods trust this certificate through the `ca.crt` of their
+kube-api-access volume, a kubeconfig through `certificate-authority-data`.
 """
 
 from __future__ import annotations
@@ -19,16 +19,22 @@ from cryptography.x509.oid import NameOID
 
 
 def self_signed(host: str) -> tuple[bytes, bytes]:
-    """(certificate PEM, key PEM) valid for `host`, localhost and 127.0.0.1 for a year."""
+    """(certificate PEM, key PEM) valid for `host`, localhost, 127.0.0.1 and the `kubernetes`
+    Service's names for a year."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-reclaim-sim-apiserver")])
-    names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    # the names in-cluster clients may use for the API server, as kube-apiserver's serving
+    # certificate has them (the `kubernetes` Service's first address of 10.96.0.0/12 included)
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in (
+        "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local")]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", "10.96.0.1")]
     try:
         addr = ipaddress.ip_address(host)
-        if str(addr) != "127.0.0.1":
+        if str(addr) not in ("127.0.0.1", "10.96.0.1"):
             names.append(x509.IPAddress(addr))
     except ValueError:
-        if host != "localhost":
+        if host not in ("localhost", "kubernetes"):
             names.append(x509.DNSName(host))
     now = dt.datetime.now(dt.timezone.utc)
     cert = (
@@ -45,11 +51,14 @@ def self_signed(host: str) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+CERT_FILE = "apiserver.crt"
+
+
 def server_context(directory: Path, host: str) -> tuple[ssl.SSLContext, bytes]:
     """An SSL context serving a fresh self-signed certificate, and that certificate (the CA)."""
     cert_pem, key_pem = self_signed(host)
     directory.mkdir(parents=True, exist_ok=True)
-    cert_file, key_file = directory / "apiserver.crt", directory / "apiserver.key"
+    cert_file, key_file = directory / CERT_FILE, directory / "apiserver.key"
     key_file.touch(mode=0o600, exist_ok=True)
     key_file.write_bytes(key_pem)
     cert_file.write_bytes(cert_pem)

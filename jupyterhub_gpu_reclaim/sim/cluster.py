@@ -181,6 +181,8 @@ class Cluster:
         return {
             "scenario": self.scenario.name,
             "api": self.apiserver.url,
+            "api_secure": self.apiserver.secure_url,  # HTTPS, where ServiceAccount tokens are meant for
+            "ca_file": str(self.apiserver.ca_file),
             "control": self.control.url,
             "metrics": self.control.url + "/metrics",
             "nodes": sorted(self.kubelets),

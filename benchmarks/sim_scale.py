@@ -5,7 +5,9 @@ Run it as `.venv/bin/python benchmarks/sim_scale.py` (or `make benchmarks`). It
 
 1. starts the simulated cluster (`jupyterhub-gpu-reclaim sim`, scenario
    `examples/sim/scale.yaml`: 50 CPU nodes and 10 GPU nodes x 8 GPUs, stub mode) as its own
-   process, through `jupyterhub_gpu_reclaim.launch.start_sim`;
+   process, through `jupyterhub_gpu_reclaim.launch.start_sim`, and gives the ServiceAccount
+   `hub` the z2jh chart's hub Role: every request below uses its token over HTTPS, with RBAC
+   enforced, as a hub's requests do;
 2. starts KubeSpawner's own pod reflector (`kubespawner.spawner.PodReflector`, configured
    as `KubeSpawner._start_watching_pods` configures it: namespace, label selector
    `component=singleuser-server`, KubeSpawner's shared client and `load_config`) in a
@@ -763,6 +765,9 @@ shared client and `load_config`, its default watch settings) in a second process
 would; creates {res['pods']:,} pods built by KubeSpawner's `make_pod` through kubernetes_asyncio
 ({res['gpu_pods']} of them GPU pods asking for {res['gpus_requested']} GPUs, the scenario's whole
 GPU capacity), then gets, lists and deletes them (grace period 1 s, as KubeSpawner deletes).
+Every request, the reflector's included, is made as a hub makes it in its pod: over HTTPS,
+authenticated with the token of the ServiceAccount `{SERVICE_ACCOUNT}` (from the TokenRequest API) and
+authorized by RBAC through a Role with the z2jh chart's hub rules.
 
 - **Latency** is measured by the client from sending a request to having read the whole
   response (with `_preload_content=False`: no model deserialisation). Requests are started at
@@ -821,6 +826,46 @@ simulator answers on one thread, so a list holds other requests for its duration
     _replace_section(section)
 
 
+# --- the hub's identity ----------------------------------------------------------------------
+
+SERVICE_ACCOUNT = "hub"
+HUB_ROLE_RULES = [  # the z2jh chart's hub Role (jupyterhub/templates/hub/rbac.yaml)
+    {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+     "verbs": ["get", "watch", "list", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+
+
+def service_account_kubeconfig(sim: Child, workdir: Path) -> Path:
+    """A kubeconfig for the ServiceAccount `hub` of NAMESPACE on the simulator's HTTPS port,
+    bound through a Role with the z2jh chart's hub rules: every request of the benchmark is
+    authenticated by its token and authorized by RBAC, as a hub's requests are. Set up with
+    kubectl and the admin kubeconfig."""
+    import subprocess
+
+    kubectl = [str(Path(sys.executable).with_name("kubectl")), "--kubeconfig", sim.info["kubeconfig"],
+               "-n", NAMESPACE]
+    rbac = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": SERVICE_ACCOUNT},
+             "rules": HUB_ROLE_RULES},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": SERVICE_ACCOUNT},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT},
+             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]}]
+    subprocess.run(kubectl + ["apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in rbac),
+                   check=True, capture_output=True, text=True, timeout=60)
+    token = subprocess.run(kubectl + ["create", "token", SERVICE_ACCOUNT, "--duration=6h"], check=True,
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    path = workdir / "hub-sa.kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "hub",
+        "clusters": [{"name": "sim", "cluster": {"server": sim.info["api_secure"],
+                                                 "certificate-authority": sim.info["ca_file"]}}],
+        "users": [{"name": "hub", "user": {"token": token}}],
+        "contexts": [{"name": "hub", "context": {"cluster": "sim", "user": "hub", "namespace": NAMESPACE}}]}))
+    return path
+
+
 # --- main ----------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -853,7 +898,8 @@ def main(argv: list[str] | None = None) -> int:
     sim = start_sim(workdir, SCENARIO, timeout=120)
     sim_start_seconds = time.monotonic() - t0
     try:
-        os.environ["KUBECONFIG"] = sim.info["kubeconfig"]  # before kubernetes_asyncio is imported
+        # before kubernetes_asyncio is imported; the reflector process inherits it
+        os.environ["KUBECONFIG"] = str(service_account_kubeconfig(sim, workdir))
         res = asyncio.run(run_benchmark(args, sim))
     finally:
         code = sim.stop()

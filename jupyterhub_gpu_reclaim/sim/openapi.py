@@ -38,9 +38,13 @@ def _schema_dir() -> Any:
 
 
 @functools.lru_cache(maxsize=1)
+def _definitions_document() -> Schema:
+    return _load("_definitions.json")
+
+
 def definitions() -> dict[str, Schema]:
     """Every type's schema by its OpenAPI name (`io.k8s.api.core.v1.Pod`)."""
-    return _load("_definitions.json")["$defs"]
+    return _definitions_document()["$defs"]
 
 
 def _load(filename: str) -> Schema:
@@ -61,7 +65,8 @@ def validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | N
     except FileNotFoundError:
         return None
     registry = Resource.from_contents(schema) @ Registry()
-    registry = Resource.from_contents(_load("_definitions.json")) @ registry
+    # one parsed copy of the shared definitions for every kind (about 4 MB each otherwise)
+    registry = Resource.from_contents(_definitions_document()) @ registry
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 

@@ -75,6 +75,12 @@ def label_matcher(text: str | None) -> Callable[[Mapping[str, str]], bool]:
     reqs = parse_label_selector(text)
     if not reqs:
         return lambda labels: True
+    if all(r.op == "=" for r in reqs):  # the common `a=b,c=d`: plain look-ups (list of 5,000 pods)
+        pairs = [(r.key, r.values[0]) for r in reqs]
+        if len(pairs) == 1:
+            (key, value), = pairs
+            return lambda labels: labels.get(key) == value
+        return lambda labels: all(labels.get(k) == v for k, v in pairs)
     return lambda labels: all(r.matches(labels) for r in reqs)
 
 

@@ -125,7 +125,10 @@ class Store:
         self._compacted_rv = 1  # watches must start at or after this
         self._watches: set[Watch] = set()
         self._removal_timers: dict[tuple[str, Key], asyncio.TimerHandle] = {}
-        self._encoded: dict[tuple[str, Key], tuple[str, bytes]] = {}  # -> (rv, JSON)
+        self._encoded: dict[str, dict[Key, tuple[Obj, bytes]]] = {}  # the JSON of each stored version
+        self._sorted: dict[str, list[Key]] = {}  # a bucket's keys in order, until one comes or goes
+        # per resource: the resourceVersion of its last change (what a cached list depends on)
+        self.revisions: dict[str, int] = {}
         # nodes whose kubelet removes its pods itself once their containers have stopped
         self.kubelet_nodes: set[str] = set()
         # called with every change after the watches have it (the apiserver's informers:
@@ -149,20 +152,45 @@ class Store:
     def list(self, flt: Filter) -> tuple[list[Obj], str]:
         """Matching objects in key order (namespace, name), and the list's resourceVersion."""
         bucket = self._bucket(flt.rtype)
-        items = [bucket[k] for k in sorted(bucket) if flt(bucket[k])]
-        return items, str(self.rv)
+        return [bucket[k] for k in self._matching_keys(flt)], str(self.rv)
+
+    def list_encoded(self, flt: Filter) -> tuple[list[bytes], str]:
+        """`list`, as each object's JSON (`encoded`)."""
+        bucket = self._bucket(flt.rtype)
+        cache = self._encoded.setdefault(flt.rtype.plural, {})
+        out = []
+        for k in self._matching_keys(flt):
+            obj, hit = bucket[k], cache.get(k)
+            out.append(hit[1] if hit is not None and hit[0] is obj else self._encode(cache, k, obj))
+        return out, str(self.rv)
+
+    def _matching_keys(self, flt: Filter) -> list[Key]:
+        bucket = self._bucket(flt.rtype)
+        keys = self._sorted.get(flt.rtype.plural)
+        if keys is None:
+            keys = self._sorted[flt.rtype.plural] = sorted(bucket)
+        if flt._fields:
+            return [k for k in keys if flt(bucket[k])]
+        # the common case, in one pass: a namespace (the key's first part) and labels
+        ns, labels = flt.namespace, flt._labels
+        return [k for k in keys if (not ns or k[0] == ns) and labels(bucket[k]["metadata"].get("labels") or {})]
 
     def encoded(self, rtype: ResourceType, obj: Obj) -> bytes:
         """The object as compact JSON. Stored versions never change, so each is encoded
         once, however many lists and watches send it."""
-        key = (rtype.plural, _key(rtype, obj))
-        rv = obj["metadata"].get("resourceVersion", "")
-        hit = self._encoded.get(key)
-        if hit is not None and hit[0] == rv:
+        key = _key(rtype, obj)
+        cache = self._encoded.setdefault(rtype.plural, {})
+        hit = cache.get(key)
+        if hit is not None and hit[0] is obj:
             return hit[1]
+        if self._bucket(rtype).get(key) is not obj:  # an old or final version: not kept
+            return json.dumps(obj, separators=(",", ":")).encode()
+        return self._encode(cache, key, obj)
+
+    @staticmethod
+    def _encode(cache: dict[Key, tuple[Obj, bytes]], key: Key, obj: Obj) -> bytes:
         data = json.dumps(obj, separators=(",", ":")).encode()
-        if self._bucket(rtype).get(key[1]) is obj:
-            self._encoded[key] = (rv, data)
+        cache[key] = (obj, data)
         return data
 
     def objects(self, rtype: ResourceType) -> Iterable[Obj]:
@@ -174,11 +202,16 @@ class Store:
         self.rv += 1
         new["metadata"]["resourceVersion"] = str(self.rv)
         key = _key(rtype, new)
+        self.revisions[rtype.plural] = self.rv
+        bucket = self._bucket(rtype)
+        self._encoded.get(rtype.plural, {}).pop(key, None)  # the old version's JSON goes with it
         if type_ == "DELETED":
-            self._bucket(rtype).pop(key, None)
-            self._encoded.pop((rtype.plural, key), None)
+            bucket.pop(key, None)
+            self._sorted.pop(rtype.plural, None)
         else:
-            self._bucket(rtype)[key] = new
+            if key not in bucket:
+                self._sorted.pop(rtype.plural, None)
+            bucket[key] = new
         change = Change(self.rv, type_, rtype, old, new)
         self._history.append(change)
         while len(self._history) > self.history_limit:

@@ -119,7 +119,7 @@ async def test_the_spawner_annotates_its_pods_with_the_chart_role_and_rbac_yaml(
     await api.start("alice", "cpu")
     await api.wait_ready("alice")
     timings = json.loads(pod_annotations(sim, "jupyter-alice")[TIMINGS_ANNOTATION])
-    assert timings["phases"]["total"] > 0
+    assert timings["phases"]["total"] >= 0 and timings["created"] <= timings["ready"]  # (times to the second)
     assert "could not annotate" not in hub.log_path.read_text(errors="replace")
 
 

@@ -56,9 +56,9 @@ class Target:
 
 
 Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
-USER = web.RequestKey("user", authn.UserInfo)
+USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after impersonation
 _ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
-_LIST_CHUNK = 1 << 20  # who sends the request, after impersonation
+_LIST_CHUNK = 1 << 20
 
 
 class ApiServer:
@@ -80,7 +80,7 @@ class ApiServer:
         self._ssl, self.ca_pem = certificates.server_context(tls_dir, scenario.api_host)
         self.ca_file = tls_dir / certificates.CERT_FILE
         self.tokens = serviceaccounts.TokenIssuer(self.store)
-        self.authorizer = rbac.Authorizer(self.store, getattr(scenario, "authorization_mode", "RBAC"))
+        self.authorizer = rbac.Authorizer(self.store, scenario.authorization_mode)
         self.aggregator = rbac.RoleAggregator(self.store)
         self._runner: web.AppRunner | None = None
         self._sites: list[web.TCPSite] = []
@@ -127,8 +127,7 @@ class ApiServer:
 
     async def start(self) -> None:
         self._stopping.clear()
-        rbac.bootstrap(self.store, self.cluster.create)
-        self.aggregator.sync()
+        rbac.bootstrap(self.store, self.cluster.create)  # the aggregator fills admin/edit/view as they come
         self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         scenario = self.cluster.scenario

@@ -345,6 +345,65 @@ async def pod_manifests(n: int) -> list[dict[str, Any]]:
     return out
 
 
+# --- the transfer floor --------------------------------------------------------------------
+
+def _static_server(conn: Any, body: bytes, tls_dir: str) -> None:
+    """An aiohttp HTTPS server answering every GET with `body` (the floor's other end)."""
+    from aiohttp import web
+
+    from jupyterhub_gpu_reclaim.sim import certificates
+
+    async def main() -> None:
+        async def handler(request: web.Request) -> web.Response:
+            return web.Response(body=body, content_type="application/json")
+
+        app = web.Application()
+        app.router.add_get("/", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        ssl_context, _ = certificates.server_context(Path(tls_dir), "127.0.0.1")
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
+        await site.start()
+        conn.send(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # until the parent is done
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+async def transfer_floor(body: bytes, n: int, pause: float) -> list[float]:
+    """Seconds to fetch `body` n times over HTTPS from a static aiohttp server in another
+    process, with the benchmark's client library: what a list costs with no simulator work
+    at all (TLS and moving the bytes between two processes)."""
+    import ssl
+
+    import aiohttp
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    tls_dir = tempfile.mkdtemp(prefix="gpu-reclaim-floor-")
+    proc = ctx.Process(target=_static_server, args=(child, body, tls_dir), daemon=True)
+    proc.start()
+    try:
+        port = await asyncio.get_running_loop().run_in_executor(None, parent.recv)
+        ca = ssl.create_default_context(cafile=str(Path(tls_dir) / "apiserver.crt"))
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(n):
+                started = time.perf_counter()
+                async with session.get(f"https://127.0.0.1:{port}/", ssl=ca) as resp:
+                    await resp.read()
+                times.append(time.perf_counter() - started)
+                await asyncio.sleep(pause)
+        return times
+    finally:
+        parent.send("stop")
+        proc.join(10)
+        if proc.is_alive():
+            proc.terminate()
+        shutil.rmtree(tls_dir, ignore_errors=True)
+
+
 # --- the benchmark -------------------------------------------------------------------------
 
 class Recorder:
@@ -503,13 +562,17 @@ async def run_benchmark(args: argparse.Namespace, sim: Child) -> dict[str, Any]:
     # --- list ---------------------------------------------------------------------------
     print(f"{args.lists} full lists ...", flush=True)
     list_counts, list_bytes = [], []
+    last_list = b""
     for _ in range(args.lists):
         body = await timed(rec, "list", lambda: api.list_namespaced_pod(
             NAMESPACE, label_selector=LABEL_SELECTOR, _preload_content=False))
         if body is not None:
             list_bytes.append(len(body))
             list_counts.append(len(json.loads(body)["items"]))
+            last_list = body
         await asyncio.sleep(args.list_pause)
+    if last_list:
+        res["list_floor"] = await transfer_floor(last_list, args.lists, args.list_pause)
     res["list_items"] = sorted(set(list_counts))
     res["list_mb"] = (sum(list_bytes) / len(list_bytes) / 2**20) if list_bytes else math.nan
     res["rss_after_lists"] = proc_status(pid)
@@ -605,6 +668,10 @@ def tables(res: dict[str, Any]) -> tuple[str, dict[str, bool]]:
         met[f"p99 {op}"] = ok
         rows.append(f"| {label} | {s['n']} | {_ms(s['p50'])} | {_ms(s['p99'])} | {_ms(s['max'])} | "
                     f"p99 < {TARGET_P99_MS:.0f} ms | {'yes' if ok else '**no**'} |")
+    if res.get("list_floor"):
+        s = summary(res["list_floor"])
+        rows.append(f"| … the same bytes from a static aiohttp server over HTTPS (the floor: no simulator) "
+                     f"| {s['n']} | {_ms(s['p50'])} | {_ms(s['p99'])} | {_ms(s['max'])} | – | – |")
     for key, label in (("lag_added", "watch lag: create sent → pod in reflector"),
                        ("lag_added_quiet", "… the same, pods sent while the reflector was not re-listing"),
                        ("lag_running", "create sent → reflector sees Running"),
@@ -694,6 +761,13 @@ def interpretation(res: dict[str, Any], met: dict[str, bool]) -> str:
                f"**the {TARGET_P99_MS:.0f} ms target is not met for lists**: a list's cost grows with the "
                "number of pods it returns, and the simulator answers on one thread.")
         )
+    if "list" in s and res.get("list_floor"):
+        f = summary(res["list_floor"])
+        lines.append(
+            f"- The same {res['list_mb']:.1f} MiB fetched over HTTPS from a static aiohttp server (no "
+            f"simulator, no authorization, nothing to build) take {f['p50'] * 1000:.0f} ms (p50) / "
+            f"{f['p99'] * 1000:.0f} ms (p99) on this machine: that much of a list is TLS and moving the bytes "
+            "between two Python processes, which no server-side work can remove.")
     if res["relists"]:
         rs = res["reflector_settings"]
         lines.append(

@@ -477,3 +477,33 @@ def test_in_cluster_config_works_in_a_pod(tmp_path: Path) -> None:
             kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
     finally:
         child.stop()
+
+
+def test_subject_access_and_token_reviews(sim: Sim, tmp_path: Path) -> None:
+    from kubernetes.client import AuthenticationV1Api, AuthorizationV1Api
+
+    apply(sim, role("hub", "jhub", *CHART_HUB_RULES), binding("hub", "jhub", "Role", "hub", sa("hub", "jhub")))
+    admin = k8s_config.new_client_from_config(str(sim.kubeconfig))
+    authz = AuthorizationV1Api(admin)
+
+    def review(verb: str, namespace: str = "jhub") -> Any:
+        return authz.create_subject_access_review({"spec": {
+            "user": HUB, "groups": ["system:serviceaccounts", "system:serviceaccounts:jhub", "system:authenticated"],
+            "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": "pods"}}}).status
+
+    allowed = review("create")
+    assert allowed.allowed and allowed.reason == ('RBAC: allowed by RoleBinding "hub/jhub" of Role "hub" to '
+                                                  'ServiceAccount "hub/jhub"')
+    assert not review("patch").allowed and not review("create", "default").allowed
+    local = authz.create_namespaced_local_subject_access_review("jhub", {"spec": {
+        "user": HUB, "resourceAttributes": {"namespace": "jhub", "verb": "list", "resource": "pods"}}})
+    assert local.status.allowed
+    # the hub may ask about itself, not about others
+    hub = Identity(sim, "jhub", "hub", tmp_path)
+    with pytest.raises(ApiException) as e:
+        AuthorizationV1Api(k8s_config.new_client_from_config(str(hub.kubeconfig))).create_subject_access_review(
+            {"spec": {"user": "alice", "resourceAttributes": {"verb": "get", "resource": "pods"}}})
+    assert e.value.status == 403
+    tokens = AuthenticationV1Api(admin)
+    assert tokens.create_token_review({"spec": {"token": hub.token}}).status.user.username == HUB
+    assert not tokens.create_token_review({"spec": {"token": "not-a-token"}}).status.authenticated

@@ -40,7 +40,7 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.sim.apiserver")
 
 MIN_WATCH_TIMEOUT = 300.0  # a watch without timeoutSeconds lasts 5-10 min (jittered)
 LOG_POLL_INTERVAL = 0.2
-_TRUE = ("true", "True", "1")
+_TRUE = rbac.TRUE
 _RETURNS_DELETED_OBJECT = ("Pod", "Namespace")  # the others answer a Status on deletion
 
 

@@ -39,7 +39,7 @@ from .resources import BY_KIND, RBAC_GROUP
 from .selectors import object_label_matcher
 from .store import Change, Obj, Store
 
-_TRUE = ("true", "True", "1")
+TRUE = ("true", "True", "1")  # what a boolean query parameter (`watch=…`) accepts as true
 _SPECIAL_VERBS = ("proxy", "watch")
 _NAMESPACE_SUBRESOURCES = ("status", "finalize")
 ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING = (BY_KIND[k] for k in (
@@ -92,7 +92,7 @@ def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[st
     name = parts[1] if len(parts) >= 2 else ""
     subresource = parts[2] if len(parts) >= 3 and verb != "proxy" else ""
     if not name and verb == "get":
-        verb = "watch" if query.get("watch") in _TRUE else "list"
+        verb = "watch" if query.get("watch") in TRUE else "list"
         for term in (query.get("fieldSelector") or "").split(","):
             key, sep, value = term.partition("==") if "==" in term else term.partition("=")
             if sep and key.strip() == "metadata.name" and not key.endswith("!") and _path_segment_ok(value):

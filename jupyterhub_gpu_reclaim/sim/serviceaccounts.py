@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from . import errors
-from .authn import UserInfo, service_account_groups, service_account_username, AUTHENTICATED
+from .authn import AUTHENTICATED, UserInfo, service_account_groups, service_account_username
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj, Store

@@ -494,7 +494,7 @@ def test_subject_access_and_token_reviews(sim: Sim, tmp_path: Path) -> None:
     allowed = review("create")
     assert allowed.allowed and allowed.reason == ('RBAC: allowed by RoleBinding "hub/jhub" of Role "hub" to '
                                                   'ServiceAccount "hub/jhub"')
-    assert not review("patch").allowed and not review("create", "default").allowed
+    assert not review("update").allowed and not review("create", "default").allowed
     local = authz.create_namespaced_local_subject_access_review("jhub", {"spec": {
         "user": HUB, "resourceAttributes": {"namespace": "jhub", "verb": "list", "resource": "pods"}}})
     assert local.status.allowed

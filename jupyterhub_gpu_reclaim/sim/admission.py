@@ -24,7 +24,7 @@ import random
 import re
 import uuid
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import errors, openapi, quantity, rbac, serviceaccounts
 from .errors import ApiError
@@ -66,15 +66,18 @@ _NATIVE_PREFIXES = ("kubernetes.io/", "requests.")
 
 # --- entry points ---------------------------------------------------------------------
 
-def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
-    """Validate, default and admit a new object; returns the object to store."""
+def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | None = None, *,
+                 schema_valid: bool = False) -> Obj:
+    """Validate, default and admit a new object; returns the object to store.
+    `schema_valid`: `decode` found it fits the schema (validating a pod costs milliseconds)."""
     obj = _prepare(rtype, obj)
     meta = obj.setdefault("metadata", {})
     if rtype.namespaced and namespace and not meta.get("namespace"):
         meta["namespace"] = namespace
     if rtype.namespaced and isinstance(meta.get("namespace") or "", str):  # NamespaceLifecycle comes first
         store.check_namespace(rtype, meta.get("namespace") or "default", str(meta.get("name") or ""))
-    _validate_schema(rtype, obj)
+    if not schema_valid:
+        _validate_schema(rtype, obj)
     if rtype.kind != "Node":  # status is the server's to set (kubelets register nodes with theirs)
         obj.pop("status", None)
     _DEFAULTERS.get(rtype.kind, _noop)(store, obj)
@@ -86,7 +89,8 @@ def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | N
 
 
 def admit_update(
-    store: Store, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None = None,
+    store: Store, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None = None, *,
+    schema_valid: bool = False,
 ) -> Obj:
     """Validate an update (PUT or a patch's result) against the stored `old` object.
 
@@ -97,7 +101,8 @@ def admit_update(
     for key in ("name", "namespace"):
         if key in old["metadata"]:
             meta.setdefault(key, old["metadata"][key])
-    _validate_schema(rtype, new)
+    if not schema_valid:
+        _validate_schema(rtype, new)
     if subresource == "status":
         merged = copy.deepcopy(old)
         merged["status"] = new.get("status") or {}
@@ -121,10 +126,17 @@ def admit_update(
     return new
 
 
-def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> tuple[Obj, list[str]]:
+class Decoded(NamedTuple):
+    obj: Obj
+    warnings: list[str]
+    # it fits the schema (unknown fields dropped): admission need not validate it again
+    schema_valid: bool
+
+
+def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> Decoded:
     """Check a request body as the apiserver's decoder does: a JSON object of the right
     kind; unknown fields refused (`Strict`, 400), reported as warnings (`Warn`) or
-    ignored, and in both last cases dropped. Returns the object and warnings."""
+    ignored, and in both last cases dropped."""
     if not isinstance(obj, dict):
         raise errors.bad_request(f"{rtype.kind} in version \"{rtype.version}\" cannot be handled as a "
                                  f"{rtype.kind}: json: cannot unmarshal into Go value of type {rtype.kind}")
@@ -139,24 +151,26 @@ def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> tup
     obj = copy.deepcopy(obj)
     obj.setdefault("apiVersion", rtype.api_version)
     obj.setdefault("kind", rtype.kind)
-    unknown = unknown_fields(rtype.api_version, rtype.kind, obj)
+    unknown, others = _schema_errors(rtype.api_version, rtype.kind, obj)
     if unknown and field_validation == "Strict":
         fields = ", ".join(f'unknown field "{_dotted(p)}"' for p, _ in unknown)
         raise errors.bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
                                  f"{rtype.kind}: strict decoding error: {fields}")
     _prune(obj, unknown)
     warnings = [f'unknown field "{_dotted(p)}"' for p, _ in unknown] if field_validation == "Warn" else []
-    return obj, warnings
+    return Decoded(obj, warnings, not others)
 
 
-def unknown_fields(api_version: str, kind: str, obj: Obj) -> list[tuple[tuple[Any, ...], str]]:
-    """(path, key) of every field the schema does not know."""
-    found = []
+def _schema_errors(api_version: str, kind: str, obj: Obj) -> tuple[list[tuple[tuple[Any, ...], str]], list[Any]]:
+    """(path, key) of every field the schema does not know, and the other schema errors."""
+    unknown, others = [], []
     for e in openapi.errors(api_version, kind, obj):
         if e.validator == "additionalProperties" and isinstance(e.instance, dict):
             known = set(e.schema.get("properties") or {})
-            found += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
-    return found
+            unknown += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
+        else:
+            others.append(e)
+    return unknown, others
 
 
 # --- schema validation ----------------------------------------------------------------
@@ -180,16 +194,9 @@ def _prepare(rtype: ResourceType, obj: Any) -> Obj:
 def _validate_schema(rtype: ResourceType, obj: Obj) -> None:
     """Refuse what does not fit the OpenAPI schema, naming each field (unknown fields are
     pruned instead: `decode` has already applied the request's fieldValidation)."""
-    causes: list[Cause] = []
-    unknown: list[tuple[tuple[Any, ...], str]] = []
-    for e in openapi.errors(rtype.api_version, rtype.kind, obj):
-        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
-            known = set(e.schema.get("properties") or {})
-            unknown += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
-        else:
-            causes.append(_cause_from_schema(e))
-    if causes:
-        _raise_invalid(rtype, obj, _dedupe(causes))
+    unknown, others = _schema_errors(rtype.api_version, rtype.kind, obj)
+    if others:
+        _raise_invalid(rtype, obj, _dedupe([_cause_from_schema(e) for e in others]))
     _prune(obj, unknown)
 
 

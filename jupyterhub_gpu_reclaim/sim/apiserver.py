@@ -395,24 +395,23 @@ class ApiServer:
     # --- writing ---------------------------------------------------------------------
 
     async def _create(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings = admission.decode(t.rtype, await _body(request), _field_validation(request))
+        body, warnings, schema_valid = admission.decode(t.rtype, await _body(request), _field_validation(request))
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
         if t.rtype.namespaced and meta.get("namespace") and meta["namespace"] != t.namespace:
             raise errors.bad_request("the namespace of the provided object does not match the namespace "
                                      "sent on the request")
+        # what Cluster.create does, with the schema checked once
+        obj = admission.admit_create(self.store, t.rtype, body, t.namespace, schema_valid=schema_valid)
         if t.rtype.kind in rbac.RBAC_KINDS:  # the RBAC registry's escalation check, after admission
-            prepared = admission.admit_create(self.store, t.rtype, body, t.namespace)
-            rbac.confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, prepared)
-        if _dry_run(request):
-            obj = admission.admit_create(self.store, t.rtype, body, t.namespace)
-        else:
-            obj = self.cluster.create(t.rtype, body, t.namespace)
+            rbac.confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, obj)
+        if not _dry_run(request):
+            obj = self.store.create(t.rtype, obj, t.namespace)
         return _json(obj, status=201, warnings=warnings)
 
     async def _replace(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings = admission.decode(t.rtype, await _body(request), _field_validation(request))
+        body, warnings, schema_valid = admission.decode(t.rtype, await _body(request), _field_validation(request))
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, t.name):
             raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on "
@@ -420,7 +419,7 @@ class ApiServer:
         if t.rtype.namespaced and meta.get("namespace") not in (None, t.namespace):
             raise errors.bad_request("the namespace of the provided object does not match the namespace "
                                      "sent on the request")
-        return self._update(request, t, body, warnings)
+        return self._update(request, t, body, warnings, schema_valid)
 
     async def _patch(self, request: web.Request, t: Target) -> web.StreamResponse:
         current = self.store.get(t.rtype, t.namespace, t.name)
@@ -436,12 +435,14 @@ class ApiServer:
         if patched["metadata"].get("name") != t.name:
             raise ApiError(422, f'{t.rtype.kind} "{t.name}" is invalid: metadata.name: Invalid value: '
                                 f'{json.dumps(patched["metadata"].get("name"))}: field is immutable')
-        body, warnings = admission.decode(t.rtype, patched, _field_validation(request))
-        return self._update(request, t, body, warnings)
+        body, warnings, schema_valid = admission.decode(t.rtype, patched, _field_validation(request))
+        return self._update(request, t, body, warnings, schema_valid)
 
-    def _update(self, request: web.Request, t: Target, body: Obj, warnings: list[str]) -> web.Response:
+    def _update(self, request: web.Request, t: Target, body: Obj, warnings: list[str],
+                schema_valid: bool) -> web.Response:
         current = self.store.get(t.rtype, t.namespace, t.name)
-        new = admission.admit_update(self.store, t.rtype, current, body, subresource=t.subresource)
+        new = admission.admit_update(self.store, t.rtype, current, body, subresource=t.subresource,
+                                     schema_valid=schema_valid)
         if t.rtype.kind in rbac.RBAC_KINDS:
             rbac.confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, new, current)
         if _dry_run(request):

@@ -348,14 +348,23 @@ async def pod_manifests(n: int) -> list[dict[str, Any]]:
 # --- the transfer floor --------------------------------------------------------------------
 
 def _static_server(conn: Any, body: bytes, tls_dir: str) -> None:
-    """An aiohttp HTTPS server answering every GET with `body` (the floor's other end)."""
+    """An aiohttp HTTPS server answering every GET with `body` (the floor's other end),
+    written as the simulator writes a list body."""
     from aiohttp import web
 
     from jupyterhub_gpu_reclaim.sim import certificates
 
     async def main() -> None:
-        async def handler(request: web.Request) -> web.Response:
-            return web.Response(body=body, content_type="application/json")
+        async def handler(request: web.Request) -> web.StreamResponse:
+            # written as the simulator writes a list: 1 MiB pieces, each waiting for the client
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            response.content_length = len(body)
+            await response.prepare(request)
+            view = memoryview(body)
+            for start in range(0, len(view), 1 << 20):
+                await response.write(view[start:start + (1 << 20)])
+            await response.write_eof()
+            return response
 
         app = web.Application()
         app.router.add_get("/", handler)

@@ -146,4 +146,4 @@ def test_rbac_manifest_is_valid():
     docs = list(yaml.safe_load_all((HELM_VALUES / "rbac.yaml").read_text()))
     for doc in docs:
         kubernetes_validate.validate(doc, latest_version(), strict=True)
-    assert [d["kind"] for d in docs] == ["ClusterRole", "ClusterRoleBinding"]
+    assert [d["kind"] for d in docs] == ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]

@@ -17,34 +17,39 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 
 from ..observations import Kernel
-from .base import HttpSource, SignalError, get_json, parse_time
+from .base import HttpSource, SignalError, brief, entry_field, entry_time, get_json
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.kernels")
 
 NO_TRACK = {"no_track_activity": "1"}
+T = TypeVar("T")
 
 
 def kernels_from_model(model: Any) -> list[Kernel]:
-    if not isinstance(model, list):
-        raise SignalError("kernels", f"/api/kernels: not a list: {model!r:.200}")
-    try:
-        return [Kernel(execution_state=str(k.get("execution_state", "unknown")),
-                       last_activity=parse_time(k.get("last_activity"))) for k in model]
-    except (AttributeError, ValueError) as e:
-        raise SignalError("kernels", f"/api/kernels: bad kernel model: {e}") from None
+    """The kernels of `/api/kernels`. The user controls this answer: any malformed kernel
+    makes the whole answer unusable (SignalError), so the session's kernels are unknown
+    and the policy holds its reclaim (kernel-data-missing)."""
+    return _each(model, "/api/kernels", lambda k: Kernel(
+        execution_state=entry_field(k, "execution_state", str, "unknown", max_length=64),
+        last_activity=entry_time(k, "last_activity")))
 
 
 def terminals_from_model(model: Any) -> list[dt.datetime | None]:
+    """last_activity of each terminal of `/api/terminals`; SignalError as above."""
+    return _each(model, "/api/terminals", lambda t: entry_time(t, "last_activity"))
+
+
+def _each(model: Any, path: str, read: Callable[[Any], T]) -> list[T]:
     if not isinstance(model, list):
-        raise SignalError("kernels", f"/api/terminals: not a list: {model!r:.200}")
+        raise SignalError("kernels", f"{path}: not a list: {brief(model)}")
     try:
-        return [parse_time(t.get("last_activity")) for t in model]
-    except (AttributeError, ValueError) as e:
-        raise SignalError("kernels", f"/api/terminals: bad terminal model: {e}") from None
+        return [read(entry) for entry in model]
+    except ValueError as e:
+        raise SignalError("kernels", f"{path}: a malformed entry: {e}") from None
 
 
 class KernelSignal(HttpSource):

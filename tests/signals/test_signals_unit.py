@@ -426,7 +426,7 @@ async def test_prometheus_custom_query_without_field_label(server):
     (web.json_response({"status": "error", "errorType": "bad_data", "error": "parse error"}, status=400), "HTTP 400"),
     (web.json_response({"status": "error", "errorType": "timeout", "error": "query timed out"}), "query timed out"),
     (web.json_response({"status": "success", "data": {"resultType": "matrix", "result": []}}), "instant vector"),
-    (web.json_response({"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}}), "malformed"),
+    (web.json_response({"status": "success", "data": {"resultType": "vector", "result": {"metric": {}}}}), "malformed"),
     (web.Response(text="<html>", content_type="text/html"), "not JSON"),
     ("hang", "no answer within 0.2 s"),
     ("refused", "ClientConnector"),

@@ -31,7 +31,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Protocol, TypeVar
 from urllib.parse import urlencode
 
@@ -343,6 +343,8 @@ class Reclaimer:
                                        warnings=warnings.get(sid, ()))
                     d = decide(view, now=now, pending_gpus=pods.pending_gpus, config=self.policy)
                     d = _exempted(d, exemptions.get(sid))
+                    if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
+                        d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
                     if session.gpus and d.rule in IDLE_RULES:
                         since = parse_time(d.evidence.get("idle_since"))
                         if since is not None:

@@ -81,11 +81,14 @@ def parse_time(value: object) -> dt.datetime | None:
     text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
     try:
         t = dt.datetime.fromisoformat(text)
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=dt.timezone.utc)
-        t = t.astimezone(dt.timezone.utc)
-    except (ValueError, OverflowError):  # OverflowError: out of range once in UTC
+    except ValueError:
         raise ValueError(f"not a timestamp: {value!r}") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    try:
+        t = t.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise ValueError(f"timestamp out of range once in UTC: {value!r}") from None
     if not EARLIEST <= t < LATEST:
         raise ValueError(f"timestamp out of range (1970-2999): {value!r}")
     return t

@@ -65,7 +65,7 @@ class HubServer:
                 last_activity=entry_time(server, "last_activity"),
                 started=entry_time(server, "started"),
                 pending=entry_field(server, "pending", str),
-                ready=entry_field(server, "ready", bool, False),
+                ready=_listed_ready(entry_field(server, "ready", bool, False)),
                 url=entry_field(server, "url", str, ""),
                 user_options=user_options,
                 user_last_activity=entry_time(user, "last_activity"),
@@ -73,6 +73,12 @@ class HubServer:
             )
         except ValueError as e:
             return cls(user=user["name"], name=name, invalid=f"the hub's model of this server: {e}")
+
+
+def _listed_ready(ready: bool) -> bool:
+    if not ready:  # ready_servers leaves out those that say they are not
+        raise ValueError("ready: missing in a listing of ready servers")
+    return ready
 
 
 def _strings(values: list, key: str) -> list[str]:
@@ -186,7 +192,8 @@ class HubSignal(HttpSource):
             for name, server in models.items():
                 # with state=ready the hub lists only ready servers; check anyway, and
                 # always on hubs that cannot filter (a malformed model is kept: it is held)
-                if isinstance(server, dict) and (server.get("ready") in (False, None) or server.get("pending")):
+                if isinstance(server, dict) and (server.get("ready") is False
+                                                 or isinstance(server.get("pending"), str) and server["pending"]):
                     continue
                 servers.append(HubServer.from_models(user, name, server))
         return servers

@@ -34,13 +34,19 @@ def kernels_from_model(model: Any) -> list[Kernel]:
     makes the whole answer unusable (SignalError), so the session's kernels are unknown
     and the policy holds its reclaim (kernel-data-missing)."""
     return _each(model, "/api/kernels", lambda k: Kernel(
-        execution_state=entry_field(k, "execution_state", str, "unknown", max_length=64),
+        execution_state=_required(entry_field(k, "execution_state", str, max_length=64), "execution_state"),
         last_activity=entry_time(k, "last_activity")))
 
 
 def terminals_from_model(model: Any) -> list[dt.datetime | None]:
     """last_activity of each terminal of `/api/terminals`; SignalError as above."""
     return _each(model, "/api/terminals", lambda t: entry_time(t, "last_activity"))
+
+
+def _required(value: T | None, key: str) -> T:
+    if value is None:
+        raise ValueError(f"no {key}")
+    return value
 
 
 def _each(model: Any, path: str, read: Callable[[Any], T]) -> list[T]:

@@ -309,7 +309,7 @@ class PodSignal:
                 await self._relist(backoff)
                 backoff = min(backoff * 2, 30)
             except Exception as e:  # a broken connection, or an event that is not one (LineTooLong
-                # past aiohttp's 128 KiB line limit, not JSON, too deep): the view is re-listed
+                # over kubernetes-asyncio's 4 MiB per line, too deep, no event): the view is re-listed
                 self.failing = f"watch dropped: {type(e).__name__}: {str(e)[:200]}"
                 log.warning("pod watch dropped (%s): re-listing", self.failing[len("watch dropped: "):])
                 await self._relist(backoff)
@@ -333,18 +333,20 @@ class PodSignal:
             name = meta.get("name") if isinstance(meta, dict) else None
             if isinstance(name, str):
                 self.pods.pop(name, None)
-        elif kind in ("ADDED", "MODIFIED"):
-            _put(self.pods, pod)
+        elif kind in ("ADDED", "MODIFIED") and not _put(self.pods, pod):
+            # which pod changed, and how? The list tells (and leaves that one out).
+            raise ValueError("a pod in the watch cannot be told apart")
 
 
-def _put(view: dict[str, PodInfo], pod: Any) -> None:
+def _put(view: dict[str, PodInfo], pod: Any) -> bool:
     """Add or replace one pod of a list or watch in `view`. A pod that cannot be told
-    apart is logged and left out; a malformed one is kept, marked invalid (held)."""
+    apart is logged and left out (False); a malformed one is kept, marked invalid (held)."""
     try:
         info = pod_info(pod)
     except ValueError as e:
         log.warning("ignoring a pod that cannot be told apart: %s", e)
-        return
+        return False
     if info.invalid:
         log.warning("%s", info.invalid)
     view[info.name] = info
+    return True

@@ -30,7 +30,7 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from .signals.base import HttpSource, SignalError, get_json
+from .signals.base import HttpSource, SignalError, brief, get_json
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.actions")
 
@@ -192,7 +192,10 @@ class HubStopper(HttpSource):
                     return True, ""
                 log.warning("stop %s/%s: polling failed: %s", user, server, e.message)
                 return False, f"polling failed: {e.message}"
-            spec = ((model or {}).get("servers") or {}).get(server)
+            servers = (model.get("servers") or {}) if isinstance(model, dict) else None
+            spec = servers.get(server) if isinstance(servers, dict) else ()
+            if not isinstance(spec, (dict, type(None))):  # never taken for "stopped"
+                return False, f"the hub's user model cannot be read: {brief(model)}"
             if spec is None or spec.get("stopped"):
                 return True, ""
             return False, f"still listed (pending={spec.get('pending')!r}, ready={spec.get('ready')!r})"

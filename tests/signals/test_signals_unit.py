@@ -201,6 +201,60 @@ def test_parse_time_forms():
     assert parse_time(None) is None and parse_time("") is None
 
 
+@pytest.mark.parametrize("value,message", [
+    ("9999-12-31T23:59:59-23:59", "out of range once in UTC"),  # OverflowError in astimezone
+    ("0001-01-01T00:00:00+01:00", "out of range once in UTC"),
+    ("9999-12-31T23:59:59Z", "out of range (1970-2999)"),        # would overflow any deadline
+    ("0001-01-01T00:00:00Z", "out of range (1970-2999)"),
+    ("1969-12-31T23:59:59Z", "out of range (1970-2999)"),
+    ("3000-01-01T00:00:00Z", "out of range (1970-2999)"),
+    ("99999-01-01T00:00:00Z", "not a timestamp"),
+    ("2026-13-01T00:00:00Z", "not a timestamp"),
+    ("2026-01-01T00:00:00+24:00", "not a timestamp"),
+    ("yesterday", "not a timestamp"),
+    ("2026-01-01T00:00:00Z\r\nFORGED", "not a timestamp"),
+    ("2" * 100_000, "100000 characters"),
+    (1767225600, "not a timestamp: int"),
+    (float("nan"), "not a timestamp: float"),
+    (float("inf"), "not a timestamp: float"),
+    (10 ** 400, "not a timestamp: int"),
+    (True, "not a timestamp: bool"),
+    (["2026-01-01T00:00:00Z"], "not a timestamp: list"),
+    ({"t": 1}, "not a timestamp: dict"),
+    (0, "not a timestamp: int"),
+])
+def test_parse_time_refuses_hostile_input_with_a_value_error(value, message):
+    with pytest.raises(ValueError) as err:
+        parse_time(value)
+    assert message in str(err.value) and len(str(err.value)) < 200
+    assert "\n" not in str(err.value)  # quoted: a log line it goes into cannot be forged
+
+
+def test_parse_time_of_deeply_nested_input_is_brief():
+    deep: list = []
+    for _ in range(50_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="list"):
+        parse_time(deep)
+
+
+def test_hub_server_from_malformed_models_is_marked_invalid():
+    good = {"ready": True, "started": "2026-01-01T00:00:00Z", "url": "/user/x/"}
+    assert HubServer.from_models({"name": "x"}, "", good).invalid is None
+    for server, user, field in [
+        ({**good, "last_activity": "9999-12-31T23:59:59-23:59"}, {}, "last_activity"),
+        ({**good, "started": 5}, {}, "started"),
+        ({**good, "ready": "yes"}, {}, "ready"),
+        ({**good, "user_options": []}, {}, "user_options"),
+        ({**good, "user_options": {"profile": {"a": 1}}}, {}, "profile"),
+        ("running", {}, "not an object"),
+        (good, {"groups": "gpu"}, "groups"),
+        (good, {"created": "0001-01-01T00:00:00+01:00"}, "created"),
+    ]:
+        s = HubServer.from_models({"name": "x", **user}, "", server)
+        assert s.session_id == "x/" and s.invalid and field in s.invalid, (server, user, s.invalid)
+
+
 # --- dcgm -------------------------------------------------------------------------
 
 LABELS = 'gpu="{gpu}",UUID="GPU-{uuid}",device="nvidia{gpu}",modelName="NVIDIA A100",Hostname="{host}"'

@@ -4,9 +4,9 @@ scrape of `/metrics` or a Prometheus query): one place that knows the label name
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 from collections.abc import Iterable, Mapping
-import logging
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 

@@ -61,7 +61,7 @@ def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
     for item in result:
         labels = item.get("metric") if isinstance(item, dict) else None
         if not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
-            log.warning("Prometheus: a series without labels, ignored: %s", brief(item))
+            log.warning("Prometheus: a series whose labels cannot be read, ignored: %s", brief(item))
             continue
         name = FIELDS.get(labels.get("field", ""))
         if name is None:
@@ -73,7 +73,6 @@ def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
 
 
 class PrometheusSignal(HttpSource):
-
     source = "prometheus"  # the label of its errors
 
     def __init__(self, url: str, query: str = DEFAULT_QUERY, timeout: float = 10.0,

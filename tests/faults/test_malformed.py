@@ -346,7 +346,7 @@ async def test_malformed_prometheus_series_hold_only_their_gpu_session(make, cap
     assert {r.decisions[victims[0]].evidence["problem"] for r in w.reports} == {"no data for some GPUs"}
     assert_all_ok(w)
     assert w.metric(P + "holds", reason="gpu-data-missing") == len(victims)
-    assert "Prometheus: a series without labels" in caplog.text
+    assert "Prometheus: a series whose labels cannot be read" in caplog.text
     assert "DCGM_FI_DEV_GPU_UTIL: inf is outside 0..100" in caplog.text
 
 

@@ -32,6 +32,7 @@ import re
 import sys
 from textwrap import dedent
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 from traitlets import (Bool, Dict, Enum, Float, Int, List, Set, TraitError, TraitType, Unicode,
                        default, validate)
@@ -510,14 +511,22 @@ class GpuReclaim(Application):
     bind_url = Unicode(
         help=_help("""
             Where the service's web server (/metrics, the pages) listens, http://IP:PORT.
-            Default: JUPYTERHUB_SERVICE_URL (set by JupyterHub for a service with a url);
-            empty: no web server.
+            Default: JUPYTERHUB_SERVICE_URL, set by JupyterHub from the service's url;
+            empty, or a service registered without a url (as idle-culler's README
+            registers the culler): no web server, the cycles run alone.
             """),
     ).tag(config=True)
 
     @default("bind_url")
     def _bind_url_default(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        # JupyterHub gives a service registered without a url http://127.0.0.1:0/
+        # (Spawner.get_env): there is nothing to serve on
+        try:
+            no_url = urlsplit(url).port == 0
+        except ValueError:
+            no_url = False  # not a port: validate_settings says so
+        return "" if no_url else url
 
     cookie_secret_file = Unicode(
         help=_help("""
@@ -883,9 +892,12 @@ class GpuReclaim(Application):
             if u and not u.startswith(("http://", "https://")):
                 raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
         if self.bind_url:
-            from urllib.parse import urlsplit
             parts = urlsplit(self.bind_url)
-            if parts.scheme != "http" or not parts.hostname or not parts.port:
+            try:
+                port = parts.port
+            except ValueError:  # not a number, or out of range
+                port = None
+            if parts.scheme != "http" or not parts.hostname or not port:
                 raise ConfigError(f"--bind-url must be http://IP:PORT, got {self.bind_url!r}")
         try:
             from .notify import make_notifiers

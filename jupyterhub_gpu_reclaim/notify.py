@@ -138,18 +138,18 @@ class Message:
                 f"{who}{gpus} will be stopped at {format_utc(reclaim_at)} "
                 f"({_in_minutes(reclaim_at, now)}) to free its GPUs for others.",
             ]
-            keep = [
-                "How to keep your session:",
-                f"  Open {keepalive_url} and declare how long you need it (\"keep alive until\"),",
-                "  or use the GPU / run a cell before the reclaim time.",
-            ]
+            keep = ["How to keep your session:"]
+            if keepalive_url:  # none without the service's pages
+                keep += [f"  Open {keepalive_url} and declare how long you need it (\"keep alive until\"),",
+                         "  or use the GPU / run a cell before the reclaim time."]
+            else:
+                keep += ["  use the GPU / run a cell before the reclaim time."]
         else:
             subject = f"{dry}{hub_name}: your {server_label} ({session.id}) was stopped (idle GPU)"
             head = [f"{who}{gpus} was stopped at {format_utc(reclaim_at)} to free its GPUs."]
-            keep = [
-                "You can start it again from the hub at any time.",
-                f"Next time, to keep a session running, use {keepalive_url}.",
-            ]
+            keep = ["You can start it again from the hub at any time."]
+            if keepalive_url:
+                keep += [f"Next time, to keep a session running, use {keepalive_url}."]
         body = [
             *head,
             "",

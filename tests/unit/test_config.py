@@ -333,6 +333,22 @@ def test_ssl_files_are_checked(tmp_path, capsys, monkeypatch):
     assert code == 2 and "cannot load the internal-ssl files" in err  # "x" is no certificate
 
 
+def test_a_service_registered_without_url_runs_without_web_server(capsys, monkeypatch):
+    """JupyterHub gives a service without a url (idle-culler's README registration)
+    JUPYTERHUB_SERVICE_URL=http://127.0.0.1:0/: no web server, not an error. A service with
+    a url listens there; a bad --bind-url given explicitly is still an error."""
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0/")
+    app = parse([f"--url={URL}"])
+    app.validate_settings()
+    assert app.bind_url == ""
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101/services/gpu-reclaim/")
+    assert parse([f"--url={URL}"]).bind_url == "http://127.0.0.1:10101/services/gpu-reclaim/"
+    for bad in ("http://127.0.0.1:0/", "127.0.0.1:10101", "http://127.0.0.1:99999/"):
+        code, _, err = run([f"--url={URL}", f"--bind-url={bad}"], capsys)
+        assert code == 2 and f"--bind-url must be http://IP:PORT, got {bad!r}" in err, err
+
+
 def test_config_error_is_raised_by_the_app():
     with pytest.raises(ConfigError, match="unknown option"):
         GpuReclaim().initialize(["--nope"])

@@ -103,6 +103,17 @@ def test_reclaim_message_and_invalid_actions():
         Message.build(Decision(s.id, "keep", "gpu-active", "busy"), s, keepalive_url=KEEP_URL)
 
 
+def test_without_the_services_pages_no_keepalive_link():
+    """A service registered without a url has no keep-alive page: the notices say how to
+    keep the session without pointing anywhere."""
+    s = session()
+    warn = Message.build(warn_decision(s), s, keepalive_url="", now=NOW)
+    assert "How to keep your session:\n  use the GPU / run a cell before the reclaim time." in warn.text
+    assert "Open " not in warn.text and "keep alive until" not in warn.text
+    gone = Message.build(Decision(s.id, "reclaim", "gpu-idle", "idle", evidence={}), s, keepalive_url="", now=NOW)
+    assert "start it again" in gone.text and "Next time" not in gone.text
+
+
 def test_dry_run_message_says_so():
     m = warning(dry_run=True)
     assert m.subject.startswith("[dry run]") and "nothing is stopped" in m.text

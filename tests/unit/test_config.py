@@ -295,6 +295,9 @@ def test_generate_config_edited_file_loads(tmp_path, capsys):
     (["--cull-users=maybe"], "--cull-users expected a boolean"),
     (["--timeout=5", "stray"], "unexpected argument 'stray'"),
     (["--idle-reclaim-after=soon"], "--idle-reclaim-after expected a duration"),
+    (["--idle-reclaim-after=99999999999h"], "--idle-reclaim-after expected a duration"),  # past timedelta
+    (["--idle-reclaim-after=nan"], "--idle-reclaim-after expected a duration"),
+    (["--idle-reclaim-after=1e308"], "--idle-reclaim-after expected a duration"),
     (["--warning-lead=-5"], "--warning-lead"),
     (["--gpu-idle-threshold=0"], "--gpu-idle-threshold must be a percent"),
     (["--gpu-idle-threshold=101"], "--gpu-idle-threshold must be a percent"),

@@ -37,8 +37,10 @@ from urllib.parse import urlsplit
 from traitlets import (Bool, Dict, Enum, Float, Int, List, Set, TraitError, TraitType, Unicode,
                        default, validate)
 from traitlets.config import Application, Config
+from traitlets.config.application import LevelFormatter
 
 from .durations import parse_duration
+from .oneline import one_line
 from .policy import PolicyConfig
 from .signals.prometheus import DEFAULT_QUERY
 from .store import DEFAULT_URL as DEFAULT_STORE_URL
@@ -123,11 +125,27 @@ def _bool_flag(trait: str) -> tuple[dict, str]:
     return ({"GpuReclaim": {trait: True}}, f"Set {trait}=True (same as --{trait.replace('_', '-')}=true).")
 
 
+class LogFormatter(LevelFormatter):
+    """The service's log: one record, one line, whatever users put in names or their servers
+    answer. The message is written with :func:`~.oneline.one_line`; the lines of a traceback
+    are indented, as JupyterHub indents them, so that none reads as a record of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg, args = record.msg, record.args
+        record.msg, record.args = one_line(record.getMessage()), None
+        try:
+            text = super().format(record)
+        finally:
+            record.msg, record.args = msg, args
+        return "\n    ".join(text.splitlines())
+
+
 class GpuReclaim(Application):
     """Reclaim idle GPUs on a JupyterHub; cull idle servers without GPUs like
     jupyterhub-idle-culler."""
 
     name = "jupyterhub-gpu-reclaim"
+    _log_formatter_cls = LogFormatter
     description = _help("""
         Give idle GPUs on a JupyterHub back to the people waiting for them.
 
@@ -462,7 +480,8 @@ class GpuReclaim(Application):
             Where warnings and reclaim notices go: a list of {"type": ..., options}.
             {"type": "log"}; {"type": "webhook", "url": ...} (JSON); {"type": "slack",
             "url": ...} (Slack-compatible text); {"type": "email", "host": ..., "port":
-            ..., "sender": ..., "address_template": "{user}@example.edu",
+            ..., "sender": ..., "address_template": "{user}@example.edu" (users get no
+            e-mail without it; see docs/service.md for what an address must be),
             "username"/"password", "starttls", "ssl"}. See docs/service.md.
             """),
     ).tag(config=True)

@@ -14,6 +14,7 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import pytest_asyncio
@@ -28,6 +29,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 HERE = Path(__file__).parent
 NO_WEB_SERVER = "no web server"
+FORGED = "x\r\nINFO forged"
 
 
 def start_registered_hub(workdir: Path, sim, which: str, **env: str):
@@ -57,19 +59,35 @@ async def culler_api(culler_shaped_hub):
 
 async def test_registered_as_idle_cullers_readme_it_stays_up_and_culls(culler_shaped_hub, culler_api):
     hub, api = culler_shaped_hub, culler_api
-    await api.start("bob", "cpu")  # no GPU, no activity: the culler's rule culls it at --timeout
-    await api.wait_ready("bob")
-    await until(lambda: _gone(api, "bob"), CPU_TIMEOUT + 60, "bob's idle server culled")
+    # no GPU, no activity: the culler's rule culls them at --timeout; one named to forge log lines
+    for user in ("bob", FORGED):
+        await api.request("POST", f"/users/{quote(user, safe='')}", ok=(201, 409))  # bob is in allowed_users
+        await api.request("POST", f"/users/{quote(user, safe='')}/server", {"profile": "cpu"})
+    for user in ("bob", FORGED):
+        await until(lambda: _ready(api, user), 120, f"{user!r}'s server ready")
+    for user in ("bob", FORGED):
+        await until(lambda: _gone(api, user), CPU_TIMEOUT + 60, f"{user!r}'s idle server culled")
     log = hub.log_path.read_text(errors="replace")
     # one process all along: never exited, never restarted by the hub; said once why it serves nothing
     assert "Service jupyterhub-idle-culler-service exited" not in log, log[-3000:]
     assert "--bind-url must be" not in log
     assert log.count(NO_WEB_SERVER) == 1, log[-3000:]
     assert "reclaim bob/ (idle-culler-timeout)" in log
+    # the service's lines keep a name on one line (the hub's own lines are the hub's)
+    assert "reclaim x\\r\\nINFO forged/ (idle-culler-timeout)" in log
+
+
+async def _server(api: HubAPI, user: str) -> dict | None:
+    return (await api.request("GET", f"/users/{quote(user, safe='')}"))["servers"].get("")
+
+
+async def _ready(api: HubAPI, user: str) -> bool:
+    server = await _server(api, user)
+    return bool(server and server["ready"])
 
 
 async def _gone(api: HubAPI, user: str) -> bool:
-    return await api.server(user) is None
+    return await _server(api, user) is None
 
 
 @pytest.fixture(scope="module")

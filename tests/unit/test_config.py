@@ -17,6 +17,7 @@ from jupyterhub_gpu_reclaim.config import (
     POLICY_OPTIONS,
     ConfigError,
     GpuReclaim,
+    LogFormatter,
     run_app,
 )
 from jupyterhub_gpu_reclaim.policy import PolicyConfig
@@ -370,6 +371,37 @@ def test_start_logs_settings_without_token_then_a_store_it_cannot_open(capsys, m
     assert "Traceback" not in err
     assert TOKEN not in out + err
     assert "timeout = 3600" in err and "cull_users = True" in err and "DRY RUN" in err
+
+
+def test_the_services_log_is_one_line_per_record():
+    """Names and server answers in log messages cannot forge a record: the application's
+    log format keeps the message on one line and indents the lines of a traceback (as
+    JupyterHub indents them)."""
+    import io
+    import logging
+
+    app = parse([])
+    assert {type(h.formatter) for h in app.log.handlers} == {LogFormatter}
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(LogFormatter(app.log_format, app.log_datefmt))
+    log = logging.getLogger("jupyterhub_gpu_reclaim.test_one_line")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("warn %s (%s): %s", "x\r\nINFO forged/", "gpu-idle", "idle\u2028INFO forged")
+        try:
+            raise ValueError("bad answer\r\n[I 2026-01-01 00:00:00.000 forged] yes")
+        except ValueError:
+            log.exception("the cycle failed for %s", "x\nINFO forged")
+    finally:
+        log.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    records = [line for line in lines if not line.startswith("    ")]
+    assert len(records) == 2 and all(line.startswith("[") for line in records), lines
+    assert "warn x\\r\\nINFO forged/ (gpu-idle): idle\\u2028INFO forged" in records[0]
+    assert "the cycle failed for x\\nINFO forged" in records[1]
+    assert "    ValueError: bad answer" in lines and "    [I 2026-01-01 00:00:00.000 forged] yes" in lines
 
 
 def test_run_service_is_overridable(monkeypatch):

@@ -143,12 +143,13 @@ class Message:
                 f"{who}{gpus} will be stopped at {format_utc(reclaim_at)} "
                 f"({_in_minutes(reclaim_at, now)}) to free its GPUs for others.",
             ]
+            use_it = "use the GPU / run a cell before the reclaim time."
             keep = ["How to keep your session:"]
             if keepalive_url:  # none without the service's pages
                 keep += [f"  Open {keepalive_url} and declare how long you need it (\"keep alive until\"),",
-                         "  or use the GPU / run a cell before the reclaim time."]
+                         f"  or {use_it}"]
             else:
-                keep += ["  use the GPU / run a cell before the reclaim time."]
+                keep += [f"  {use_it[0].upper()}{use_it[1:]}"]
         else:
             subject = f"{dry}{hub_name}: your {server_label} ({sid}) was stopped (idle GPU)"
             head = [f"{who}{gpus} was stopped at {format_utc(reclaim_at)} to free its GPUs."]

@@ -22,6 +22,7 @@ from ..signals.pods import KEEPALIVE_ANNOTATION as ANNOTATION  # noqa: F401 (the
 
 UTC = dt.timezone.utc
 OPTION = "keepalive_until"  # the user_options key
+ROUND_TRIP = dt.timedelta(minutes=1)  # slack beyond max_keepalive for the form's round trip
 
 
 class KeepaliveError(web.HTTPError, ValueError):
@@ -95,7 +96,7 @@ def from_form(form: Mapping[str, Any], *, now: dt.datetime, max_keepalive: dt.ti
             duration = parse_duration(choice)
         except ValueError:
             raise KeepaliveError(f"{_shown(choice)} is not a duration.") from None
-        if duration > max_keepalive + SLACK:
+        if duration > max_keepalive + ROUND_TRIP:
             raise _too_far(now, max_keepalive)
         return check(now + duration, now=now, max_keepalive=max_keepalive)
     text = _one(form, "keepalive_until")
@@ -118,9 +119,6 @@ def from_form(form: Mapping[str, Any], *, now: dt.datetime, max_keepalive: dt.ti
     return check(until, now=now, max_keepalive=max_keepalive)
 
 
-SLACK = dt.timedelta(minutes=1)  # for the form's round trip
-
-
 def _too_far(now: dt.datetime, max_keepalive: dt.timedelta) -> KeepaliveError:
     latest = now + max_keepalive
     return KeepaliveError(f"A session can be kept at most {_label(max_keepalive)} from now "
@@ -137,7 +135,7 @@ def check(until: dt.datetime, *, now: dt.datetime, max_keepalive: dt.timedelta) 
         except OverflowError:
             shown = until.isoformat()
         raise KeepaliveError(f"The keep-alive time {shown} is in the past.")
-    if until > now + max_keepalive + SLACK:
+    if until > now + max_keepalive + ROUND_TRIP:
         raise _too_far(now, max_keepalive)
     return min(until.astimezone(UTC), now + max_keepalive)
 

@@ -108,7 +108,7 @@ def test_without_the_services_pages_no_keepalive_link():
     keep the session without pointing anywhere."""
     s = session()
     warn = Message.build(warn_decision(s), s, keepalive_url="", now=NOW)
-    assert "How to keep your session:\n  use the GPU / run a cell before the reclaim time." in warn.text
+    assert "How to keep your session:\n  Use the GPU / run a cell before the reclaim time." in warn.text
     assert "Open " not in warn.text and "keep alive until" not in warn.text
     gone = Message.build(Decision(s.id, "reclaim", "gpu-idle", "idle", evidence={}), s, keepalive_url="", now=NOW)
     assert "start it again" in gone.text and "Next time" not in gone.text

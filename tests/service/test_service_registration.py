@@ -112,7 +112,7 @@ async def test_readmes_example_serves_metrics_and_pages(readme_hub):
     status, metrics, _ = await until(lambda: (r := get("metrics"))[0] == 200 and r, 60, "/metrics served")
     assert "jupyterhub_gpu_reclaim_dry_run 1.0" in metrics  # the README's --dry-run
     # the pages: through the hub's OAuth login, which lands on the hub's login page
-    status, page, landed = await asyncio.to_thread(get, "")
+    status, _, landed = await asyncio.to_thread(get, "")
     assert status == 200 and "/hub/login" in landed, landed
     log = readme_hub.log_path.read_text(errors="replace")
     assert NO_WEB_SERVER not in log and "serving /metrics on http://127.0.0.1:" in log

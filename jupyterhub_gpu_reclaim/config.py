@@ -32,12 +32,15 @@ import re
 import sys
 from textwrap import dedent
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 from traitlets import (Bool, Dict, Enum, Float, Int, List, Set, TraitError, TraitType, Unicode,
                        default, validate)
 from traitlets.config import Application, Config
+from traitlets.config.application import LevelFormatter
 
 from .durations import parse_duration
+from .oneline import one_line
 from .policy import PolicyConfig
 from .signals.prometheus import DEFAULT_QUERY
 from .store import DEFAULT_URL as DEFAULT_STORE_URL
@@ -122,11 +125,27 @@ def _bool_flag(trait: str) -> tuple[dict, str]:
     return ({"GpuReclaim": {trait: True}}, f"Set {trait}=True (same as --{trait.replace('_', '-')}=true).")
 
 
+class LogFormatter(LevelFormatter):
+    """The service's log: one record, one line, whatever users put in names or their servers
+    answer. The message is written with :func:`~.oneline.one_line`; the lines of a traceback
+    are indented, as JupyterHub indents them, so that none reads as a record of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg, args = record.msg, record.args
+        record.msg, record.args = one_line(record.getMessage()), None
+        try:
+            text = super().format(record)
+        finally:
+            record.msg, record.args = msg, args
+        return "\n    ".join(text.splitlines())
+
+
 class GpuReclaim(Application):
     """Reclaim idle GPUs on a JupyterHub; cull idle servers without GPUs like
     jupyterhub-idle-culler."""
 
     name = "jupyterhub-gpu-reclaim"
+    _log_formatter_cls = LogFormatter
     description = _help("""
         Give idle GPUs on a JupyterHub back to the people waiting for them.
 
@@ -461,7 +480,8 @@ class GpuReclaim(Application):
             Where warnings and reclaim notices go: a list of {"type": ..., options}.
             {"type": "log"}; {"type": "webhook", "url": ...} (JSON); {"type": "slack",
             "url": ...} (Slack-compatible text); {"type": "email", "host": ..., "port":
-            ..., "sender": ..., "address_template": "{user}@example.edu",
+            ..., "sender": ..., "address_template": "{user}@example.edu" (users get no
+            e-mail without it; see docs/service.md for what an address must be),
             "username"/"password", "starttls", "ssl"}. See docs/service.md.
             """),
     ).tag(config=True)
@@ -510,14 +530,22 @@ class GpuReclaim(Application):
     bind_url = Unicode(
         help=_help("""
             Where the service's web server (/metrics, the pages) listens, http://IP:PORT.
-            Default: JUPYTERHUB_SERVICE_URL (set by JupyterHub for a service with a url);
-            empty: no web server.
+            Default: JUPYTERHUB_SERVICE_URL, set by JupyterHub from the service's url;
+            empty, or a service registered without a url (as idle-culler's README
+            registers the culler): no web server, the cycles run alone.
             """),
     ).tag(config=True)
 
     @default("bind_url")
     def _bind_url_default(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        # JupyterHub gives a service registered without a url http://127.0.0.1:0/
+        # (Spawner.get_env): there is nothing to serve on
+        try:
+            no_url = urlsplit(url).port == 0
+        except ValueError:
+            no_url = False  # not a port: validate_settings says so
+        return "" if no_url else url
 
     cookie_secret_file = Unicode(
         help=_help("""
@@ -883,9 +911,12 @@ class GpuReclaim(Application):
             if u and not u.startswith(("http://", "https://")):
                 raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
         if self.bind_url:
-            from urllib.parse import urlsplit
             parts = urlsplit(self.bind_url)
-            if parts.scheme != "http" or not parts.hostname or not parts.port:
+            try:
+                port = parts.port
+            except ValueError:  # not a number, or out of range
+                port = None
+            if parts.scheme != "http" or not parts.hostname or not port:
                 raise ConfigError(f"--bind-url must be http://IP:PORT, got {self.bind_url!r}")
         try:
             from .notify import make_notifiers

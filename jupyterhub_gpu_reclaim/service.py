@@ -793,6 +793,9 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
                            cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix)
         server = listen(web_app, app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
+    else:
+        log.info("no web server (no url in the service's entry in c.JupyterHub.services, no "
+                 "--bind-url): the cycles run; the pages, the JSON API and /metrics are unavailable")
     try:  # connect and list before the first cycle, so that cycle is like the others
         await reclaimer.pods.start()
     except SignalError as e:

@@ -26,14 +26,16 @@ class SignalError(Exception):
 class HttpSource:
     """A signal that talks HTTP: one client session, opened on first use, with the
     headers `_headers` and the TLS context `ssl_context` (the hub's internal-ssl, with
-    --ssl-enabled); usable as `async with`."""
+    --ssl-enabled); usable as `async with`. It keeps no cookies: none is needed, and a
+    cookie one user's server sets must never reach another's."""
 
     _session: aiohttp.ClientSession | None = None
     ssl_context: ssl.SSLContext | None = None
 
     def _new_session(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context else None
-        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector)
+        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector,
+                                     cookie_jar=aiohttp.DummyCookieJar())
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -71,10 +73,11 @@ def utcnow() -> dt.datetime:
 
 async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
                    timeout: float, headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> Any:
+                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> Any:
     """GET `url` and decode its JSON body. Anything but a 2xx answer with JSON — a status
     error, a timeout, a refused connection, a body that is not JSON — is a SignalError."""
-    text = await get_text(session, url, source=source, timeout=timeout, headers=headers, params=params)
+    text = await get_text(session, url, source=source, timeout=timeout, headers=headers, params=params,
+                          allow_redirects=allow_redirects)
     try:
         return json.loads(text)
     except ValueError as e:
@@ -83,9 +86,11 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
 
 async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
                    timeout: float, headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> str:
+                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> str:
+    """GET `url`; its body as text (see get_json). Without `allow_redirects` a redirect is
+    an error (status 3xx), not followed."""
     try:
-        async with session.get(url, headers=headers, params=params,
+        async with session.get(url, headers=headers, params=params, allow_redirects=allow_redirects,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             text = await r.text(errors="replace")
             if r.status >= 300:
@@ -95,6 +100,17 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
         raise SignalError(source, f"GET {_safe(url)}: no answer within {timeout:g} s") from None
     except aiohttp.ClientError as e:
         raise SignalError(source, f"GET {_safe(url)}: {type(e).__name__}: {e}") from None
+
+
+def hub_message(text: str) -> str:
+    """The hub's error message (its API errors are JSON {"status", "message"})."""
+    try:
+        data: Any = json.loads(text)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])[:200]
+    except ValueError:
+        pass
+    return text.strip()[:200]
 
 
 def _safe(url: str) -> str:

@@ -58,7 +58,8 @@ IDLE_CULLER_OPTIONS = (
 SERVICE_OPTIONS = (
     "namespace", "kubeconfig", "pod_label_selector", "prometheus_url", "prometheus_query",
     "prometheus_pod_label", "dcgm_exporter_urls", "gpu_request_timeout", "probe_kernels",
-    "kernel_probe_timeout", "stop_timeout", "verify_pod_gone", "store_url",
+    "kernel_probe_credential", "kernel_probe_token_lifetime", "kernel_probe_timeout",
+    "stop_timeout", "verify_pod_gone", "store_url",
     "observation_retention", "admin_recipients", "copy_admins", "notify_users_in_dry_run",
     "keepalive_url", "hub_name", "bind_url", "cookie_secret_file", "admin_scope",
 )
@@ -424,7 +425,31 @@ class GpuReclaim(Application):
             (GET /api/kernels?no_track_activity=1), so a busy kernel keeps the session.
             The probe goes to the pod's own address (the proxy would move the hub's
             last_activity); on z2jh the service needs the label
-            hub.jupyter.org/network-access-singleuser=true. Needs the scope access:servers.
+            hub.jupyter.org/network-access-singleuser=true. Its credential: see
+            kernel_probe_credential.
+            """),
+    ).tag(config=True)
+
+    kernel_probe_credential = Enum(
+        ["user-token", "none"],
+        default_value="user-token",
+        help=_help("""
+            What a kernel probe authenticates with. The service's own token never goes to a
+            user's server (the user can record every request to it). "user-token": per
+            probed server, a token owned by that server's user and good for that server only
+            (scope access:servers!server=USER/NAME), minted from the hub and deleted when the
+            server stops; the service's role needs the scope tokens. "none": no credential,
+            so no probe: a session whose GPUs look idle is held, never reclaimed (no kernel
+            data), and a busy kernel cannot be told from an idle one.
+            """),
+    ).tag(config=True)
+
+    kernel_probe_token_lifetime = Duration(
+        3600.0,
+        help=_help("""
+            How long a kernel-probe token lives (seconds or "1h"). It is reused until a
+            quarter of this is left, then replaced; a hub whose token_expires_in_max_seconds
+            is lower shortens it to that.
             """),
     ).tag(config=True)
 
@@ -690,6 +715,13 @@ class GpuReclaim(Application):
         value = proposal["value"]
         if value < 0:
             raise TraitError(f"--cull-every must be >= 0, got {value}")
+        return value
+
+    @validate("kernel_probe_token_lifetime")
+    def _token_lifetime_valid(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if value < 60:
+            raise TraitError(f"--kernel-probe-token-lifetime must be at least 60 s, got {value:g}")
         return value
 
     @validate("gpu_idle_threshold")

@@ -44,6 +44,7 @@ from .signals.base import SignalError, brief, entry_field, entry_time, parse_tim
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
 from .signals.pods import PodInfo, PodSnapshot
+from .signals.probe_tokens import NoProbeCredential
 from .store import Store
 from .trace import TraceSample, TraceSession, format_time
 
@@ -539,10 +540,12 @@ class Reclaimer:
         async def one(sid: str) -> None:
             srv, session, sample, pod = sessions[sid]
             try:
-                kernels, terminals = await self.kernels.probe(srv.url, pod.direct_url if pod else None)
+                kernels, terminals = await self.kernels.probe(srv.user, srv.name, srv.url,
+                                                              pod.direct_url if pod else None)
             except SignalError as e:
-                self.metrics.signal_errors.labels(e.source).inc()
-                log.warning("kernels of %s: %s", sid, e.message)
+                if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
+                    self.metrics.signal_errors.labels(e.source).inc()
+                    log.warning("kernels of %s: %s", sid, e.message)
                 report.errors[f"kernels:{sid}"] = e.message
                 return  # kernels stay None: the policy holds a reclaim
             except Exception as e:
@@ -558,7 +561,10 @@ class Reclaimer:
 
     def _sessions_gone(self, present: set[str], now: dt.datetime) -> None:
         """Sessions no longer ready: note them stopped; their open warnings end."""
+        release = getattr(self.kernels, "release", None)  # the probe credential goes too
         for sid in self._live - present - set(self._tasks):
+            if release is not None:
+                release(sid)
             self._history.pop(sid, None)
             self._last.pop(sid, None)
             self._failing.pop(sid, None)
@@ -725,6 +731,7 @@ def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Rec
     from .signals.hub import HubSignal
     from .signals.kernels import KernelSignal
     from .signals.pods import PodSignal
+    from .signals.probe_tokens import ProbeTokens
     from .signals.prometheus import PrometheusSignal
 
     context = app.ssl_context() if app.ssl_enabled else None
@@ -742,7 +749,14 @@ def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Rec
                     "held, never reclaimed; servers without GPUs are culled as idle-culler does")
     kernels = None
     if app.probe_kernels:
-        kernels = KernelSignal("", app.api_token, timeout=app.kernel_probe_timeout,
+        credentials = None
+        if app.kernel_probe_credential == "user-token":
+            credentials = ProbeTokens(app.url, app.api_token, lifetime=int(app.kernel_probe_token_lifetime),
+                                      ssl_context=context)
+        else:
+            log.warning("kernel probes have no credential (kernel_probe_credential = 'none'): GPU sessions "
+                        "whose GPUs look idle are held, never reclaimed (no kernel data)")
+        kernels = KernelSignal("", credentials, timeout=app.kernel_probe_timeout,
                                concurrency=app.concurrency or 100)
         kernels.ssl_context = context
 

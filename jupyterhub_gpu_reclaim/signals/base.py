@@ -34,14 +34,16 @@ class SignalError(Exception):
 class HttpSource:
     """A signal that talks HTTP: one client session, opened on first use, with the
     headers `_headers` and the TLS context `ssl_context` (the hub's internal-ssl, with
-    --ssl-enabled); usable as `async with`."""
+    --ssl-enabled); usable as `async with`. It keeps no cookies: none is needed, and a
+    cookie one user's server sets must never reach another's."""
 
     _session: aiohttp.ClientSession | None = None
     ssl_context: ssl.SSLContext | None = None
 
     def _new_session(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context else None
-        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector)
+        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector,
+                                     cookie_jar=aiohttp.DummyCookieJar())
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -146,13 +148,13 @@ MAX_BODY = {"kernels": 1 * MiB, "hub": 16 * MiB, "dcgm": 16 * MiB, "prometheus":
 async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
                    timeout: float, limit: int | None = None,
                    headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> Any:
+                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> Any:
     """GET `url` and decode its JSON body. Anything but a 2xx answer with JSON — a status
     error, a timeout, a refused connection, a body over `limit` bytes (default: the
     source's MAX_BODY), a body that is not JSON or nested too deeply to decode — is a
     SignalError."""
     text = await get_text(session, url, source=source, timeout=timeout, limit=limit,
-                          headers=headers, params=params)
+                          headers=headers, params=params, allow_redirects=allow_redirects)
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as e:  # RecursionError: [[[[...]]]] 100,000 deep
@@ -163,11 +165,12 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
 async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
                    timeout: float, limit: int | None = None,
                    headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> str:
-    """GET `url` and return its body as text; SignalError as get_json (but any text)."""
+                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> str:
+    """GET `url` and return its body as text; SignalError as get_json (but any text).
+    Without `allow_redirects` a redirect is an error (status 3xx), not followed."""
     limit = limit or MAX_BODY[source]
     try:
-        async with session.get(url, headers=headers, params=params,
+        async with session.get(url, headers=headers, params=params, allow_redirects=allow_redirects,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             if r.status >= 300:
                 snippet = (await r.content.read(200)).decode("utf-8", "replace")
@@ -201,6 +204,17 @@ def _charset(name: str | None) -> str:
         return codecs.lookup(name).name if name else "utf-8"
     except LookupError:  # a made-up charset in Content-Type
         return "utf-8"
+
+
+def hub_message(text: str) -> str:
+    """The hub's error message (its API errors are JSON {"status", "message"})."""
+    try:
+        data: Any = json.loads(text)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])[:200]
+    except ValueError:
+        pass
+    return text.strip()[:200]
 
 
 def _safe(url: str) -> str:

@@ -91,7 +91,7 @@ async def test_service_role_has_the_documented_scopes(hub):
     assert me["kind"] == "service" and me["name"] == "gpu-reclaim"
     scopes = set(me["scopes"])
     assert SERVICE_SCOPES <= scopes
-    assert not {"admin:users", "admin:servers", "servers", "users"} & scopes
+    assert not {"admin:users", "admin:servers", "servers", "users", "access:servers"} & scopes
 
 
 async def test_users_may_access_the_service(hub):

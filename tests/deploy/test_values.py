@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not Z2JH.exists(), reason="../shared/z2jh is not
 NOT_VALUES = {"rbac.yaml"}   # Kubernetes manifests, applied with kubectl
 VARIANTS = sorted(p for p in HELM_VALUES.glob("*.yaml") if p.name not in NOT_VALUES and p != BASE)
 SERVICE_SCOPES = {"list:users", "read:users:activity", "read:servers", "delete:servers",
-                  "read:users:groups", "access:servers"}
+                  "read:users:groups", "tokens"}
 
 
 @pytest.fixture(scope="module")

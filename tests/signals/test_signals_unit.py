@@ -16,6 +16,8 @@ from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_tex
 from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 
+from ..hubapi import StaticProbeToken
+
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
 TOKEN = "secret-token-123"
@@ -377,9 +379,9 @@ async def test_kernels_probe_reduces_models_and_never_tracks_activity(server):
         {"id": "k2", "name": "python3", "last_activity": None, "execution_state": "idle", "connections": 0},
     ], [{"name": "1", "last_activity": "2026-01-01T00:00:00Z"}])
     await server.start()
-    async with KernelSignal("http://unused.invalid", TOKEN) as ks:
+    async with KernelSignal("http://unused.invalid", StaticProbeToken(TOKEN)) as ks:
         assert isinstance(ks, KernelSource)
-        kernels, terminals = await ks.probe("/user/alice/", direct_url=server.url)
+        kernels, terminals = await ks.probe("alice", "", "/user/alice/", direct_url=server.url)
     assert kernels == [Kernel("busy", T0), Kernel("idle", None)]
     assert terminals == [T0]
     assert len(server.requests) == 2
@@ -391,16 +393,16 @@ async def test_kernels_probe_reduces_models_and_never_tracks_activity(server):
 async def test_kernels_probe_through_the_proxy_base(server):
     kernel_app(server, [], [])
     await server.start()
-    async with KernelSignal(server.url + "/", TOKEN) as ks:
-        assert await ks.probe("/user/alice/") == ([], [])
+    async with KernelSignal(server.url + "/", StaticProbeToken(TOKEN)) as ks:
+        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
         assert ks.base_url("user/alice") == server.url + "/user/alice/"
 
 
 async def test_kernels_terminals_disabled_means_none(server):
     kernel_app(server, [], 404)
     await server.start()
-    async with KernelSignal(server.url, TOKEN) as ks:
-        assert await ks.probe("/user/alice/") == ([], [])
+    async with KernelSignal(server.url, StaticProbeToken(TOKEN)) as ks:
+        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
 
 
 @pytest.mark.parametrize("kernels,terminals,delay,needle", [
@@ -413,9 +415,9 @@ async def test_kernels_terminals_disabled_means_none(server):
 async def test_kernels_errors(server, kernels, terminals, delay, needle):
     kernel_app(server, kernels, terminals, delay=delay)
     await server.start()
-    async with KernelSignal(server.url, TOKEN, timeout=0.2) as ks:
+    async with KernelSignal(server.url, StaticProbeToken(TOKEN), timeout=0.2) as ks:
         with pytest.raises(SignalError) as err:
-            await ks.probe("/user/alice/")
+            await ks.probe("alice", "", "/user/alice/")
     assert err.value.source == "kernels" and needle in err.value.message, err.value
     assert TOKEN not in str(err.value)
 

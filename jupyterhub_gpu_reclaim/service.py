@@ -707,7 +707,8 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
         hub_prefix = urlsplit(app.url).path.rsplit("/api", 1)[0].rstrip("/") + "/" if app.url else "/hub/"
         web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=policy,
                            admin_scope=app.admin_scope, dry_run=app.dry_run,
-                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix)
+                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix,
+                           writes_per_minute=app.user_writes_per_minute)
         server = listen(web_app, app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
     try:  # connect and list before the first cycle, so that cycle is like the others

@@ -60,9 +60,11 @@ class Webhook:
 
 
 def start_service_hub(workdir: Path, sim, webhook: Webhook | None = None, *, dry_run: bool = False,
-                      hub_config: Path = HERE / "jupyterhub_config_service.py", **overrides):
-    """The hub (`hub_config`), and in it the service configured by a gpu_reclaim_config.py:
-    short timings, notices to the log (and `webhook`), `overrides` on top."""
+                      hub_config: Path = HERE / "jupyterhub_config_service.py", env: dict | None = None,
+                      **overrides):
+    """The hub (`hub_config`, with `env` in its environment), and in it the service configured
+    by a gpu_reclaim_config.py: short timings, notices to the log (and `webhook`), `overrides`
+    on top."""
     workdir.mkdir(parents=True, exist_ok=True)
     store = workdir / "gpu_reclaim.sqlite"
     notifiers = [{"type": "log"}] + ([{"type": "webhook", "url": webhook.url}] if webhook else [])
@@ -78,7 +80,7 @@ def start_service_hub(workdir: Path, sim, webhook: Webhook | None = None, *, dry
     port = free_port()
     hub = start_test_hub(workdir, hub_config, sim,
                          env={"GPU_RECLAIM_SERVICE_PORT": str(port),
-                              "GPU_RECLAIM_SERVICE_CONFIG": str(config)})
+                              "GPU_RECLAIM_SERVICE_CONFIG": str(config), **(env or {})})
     hub.info.update(store=f"sqlite:///{store}", service_port=port)
     return hub
 

@@ -123,6 +123,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         self._chunks: list[bytes] = []
 
     def prepare(self) -> None:
+        # refused here, before the body: tornado then closes the connection without reading it
         if self.request.method in WRITE_METHODS:
             token = self.request.headers.get("Authorization")
             if not token and not self.get_secure_cookie(self.hub_auth.cookie_name):

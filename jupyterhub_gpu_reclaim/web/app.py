@@ -19,11 +19,11 @@ from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, IntentApi,
                   ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
-from .ratelimit import WriteLimiter
 from .monitoring import HealthHandler, MetricsHandler
 from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage,
                     StopForm, UserPage)
 from .paths import static_dir
+from .ratelimit import WriteLimiter
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -50,7 +50,8 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
              hub_auth: HubAuth | None = None, *, reclaimer: Any = None, policy: PolicyConfig | None = None,
              admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
              cookie_secret_file: str = "", hub_prefix: str = "/hub/",
-             writes_per_minute: int = 30) -> web.Application:
+             writes_per_minute: int) -> web.Application:
+    """The routes; `writes_per_minute`: --user-writes-per-minute."""
     prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
     routes: list = [
         (prefix + "metrics", MetricsHandler, {"metrics": metrics}),

@@ -55,7 +55,7 @@ class Context:
     admin_scope: str = "custom:gpu-reclaim:admin"
     dry_run: bool = False
     hub_prefix: str = "/hub/"
-    limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(30))
+    limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(0))  # make_app: the setting
 
     @property
     def max_keepalive(self) -> dt.timedelta:

@@ -36,7 +36,6 @@ ADMIN_PAGE_ROWS = 100  # the newest reclaims and audit records on the admin page
 #: the largest request body taken (the forms and JSON bodies are a few hundred bytes);
 #: the HTTP server refuses a larger one without reading it
 MAX_BODY = 64 * 1024
-WRITE_METHODS = ("POST", "PUT", "DELETE", "PATCH")
 NOT_AUTHENTICATED = ("authentication required: a hub token with access to this service, "
                      "or the service's login cookie (with its _xsrf token for writes)")
 #: query parameters whose values never reach a log (OAuth codes and states, tokens)
@@ -109,9 +108,9 @@ def writes(method: Callable) -> Callable:
 
 @web.stream_request_body
 class Base(HubOAuthenticated, RedactedLogs):
-    """The body arrives after prepare() has checked its size and, for a change, that the
-    request carries credentials (a token is checked in full); it is then parsed as tornado
-    parses it (form fields, JSON in `json_body`)."""
+    """The body arrives after prepare() has checked its declared size (and refused one too
+    large, checking the credentials first); it is then parsed as tornado parses it (form
+    fields; JSON in `json_body`)."""
 
     api = False
     embedded = False  # shown inside the hub's pages (same-origin iframes)
@@ -123,16 +122,16 @@ class Base(HubOAuthenticated, RedactedLogs):
         self._chunks: list[bytes] = []
 
     def prepare(self) -> None:
-        # refused here, before the body: tornado then closes the connection without reading it
-        if self.request.method in WRITE_METHODS:
+        length = self.request.headers.get("Content-Length", "0").strip()
+        if not length.isdigit() or int(length) > MAX_BODY:
+            # refused before the body, which tornado then leaves unread (it closes the
+            # connection); who asks is checked first. A smaller body is read as usual, so an
+            # ordinary refusal keeps the connection (and the hub's proxy's) open.
             token = self.request.headers.get("Authorization")
             if not token and not self.get_secure_cookie(self.hub_auth.cookie_name):
                 raise web.HTTPError(403, NOT_AUTHENTICATED)
-            # a token is checked now; a cookie needs the _xsrf field of the body first
-            if token and self.current_user is None:
+            if token and self.current_user is None:  # a cookie would need the body's _xsrf
                 raise web.HTTPError(403, NOT_AUTHENTICATED)
-        length = self.request.headers.get("Content-Length", "0").strip()
-        if not length.isdigit() or int(length) > MAX_BODY:
             raise web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
         # runs before the handler's method: the body's future got this callback first
         self.request._body_future.add_done_callback(self._body_received)

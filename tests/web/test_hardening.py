@@ -26,6 +26,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 import pytest_asyncio
 
+from jupyterhub_gpu_reclaim.config import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
@@ -35,7 +36,7 @@ from .common import PREFIX, Client, user_token
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 UTC = dt.timezone.utc
-WRITES_PER_MINUTE = 30  # the default of --user-writes-per-minute
+WRITES_PER_MINUTE = GpuReclaim.user_writes_per_minute.default_value  # the hub's service runs the default
 MB90 = 90 * 1024 * 1024
 
 

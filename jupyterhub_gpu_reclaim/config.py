@@ -62,6 +62,7 @@ SERVICE_OPTIONS = (
     "stop_timeout", "verify_pod_gone", "store_url",
     "observation_retention", "admin_recipients", "copy_admins", "notify_users_in_dry_run",
     "keepalive_url", "hub_name", "bind_url", "cookie_secret_file", "admin_scope",
+    "record_retention", "user_writes_per_minute",
 )
 
 # The GPU policy options: trait name -> PolicyConfig field.
@@ -492,7 +493,17 @@ class GpuReclaim(Application):
         14 * 86400.0,
         help=_help("""
             How long the observations of each cycle are kept for `backtest --from-store`
-            (seconds or "14d"). Intents, warnings and reclaims are kept.
+            (seconds or "14d"). Intents, warnings and reclaims are kept (--record-retention).
+            """),
+    ).tag(config=True)
+
+    record_retention = Duration(
+        90 * 86400.0,
+        help=_help("""
+            How long what has ended is kept in the store (seconds or "90d"): intents cleared
+            or expired, warnings of closed episodes, admins' exemptions, and the audit log of
+            what users and admins did on the web pages. Current intents, open warnings and
+            reclaims are kept. Pruned once an hour.
             """),
     ).tag(config=True)
 
@@ -593,6 +604,21 @@ class GpuReclaim(Application):
             service's oauth_client_allowed_scopes so it reaches the service's login token.
             """),
     ).tag(config=True)
+
+    user_writes_per_minute = Int(
+        30,
+        help=_help("""
+            How many changes (keep-alive, clear, stop) each user may make per minute through
+            the web pages and API, in bursts of as many; beyond it the answer is 429 with
+            Retry-After. 0: no limit.
+            """),
+    ).tag(config=True)
+
+    @validate("user_writes_per_minute")
+    def _writes_valid(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"--user-writes-per-minute must be >= 0, got {proposal['value']}")
+        return proposal["value"]
 
     # ------------------------------------------------------------------ GPU policy
 

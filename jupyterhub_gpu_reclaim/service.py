@@ -70,6 +70,7 @@ class Options:
     hub_name: str = "JupyterHub"
     record_observations: bool = True
     observation_retention: dt.timedelta = dt.timedelta(days=14)
+    record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
     history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
     cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
 
@@ -383,7 +384,7 @@ class Reclaimer:
         if self.options.record_observations and observed:
             self.store.record_observations(now, observed, pods.pending_gpus, new_sessions)
             self._recorded.update((s.id, s.started) for s in new_sessions)
-            self._prune(now)
+        self._prune(now)
 
         for user, reclaims in by_user.items():
             try:
@@ -509,13 +510,19 @@ class Reclaimer:
         return True
 
     def _intent_from_spawn(self, sid: str, pod: PodInfo, intents: dict, now: dt.datetime) -> None:
-        """The keep-alive declared on the spawn form is the session's first intent (once:
-        an intent set since the pod was created, e.g. from the keep-alive page, wins)."""
+        """The keep-alive declared on the spawn form is the session's first intent, once per
+        server start: an intent set or cleared since the pod was created (the keep-alive page,
+        the API, an admin) wins, and a cleared one stays cleared. A keep-alive already over
+        changes nothing."""
+        assert pod.keepalive_until is not None
         set_at = min(pod.created or now, now)
         current = intents.get(sid)
-        if current is not None and current.set_at >= set_at:
+        if (current is not None and current.set_at >= set_at) or pod.keepalive_until <= now:
             return
-        assert pod.keepalive_until is not None
+        if current is None:
+            changed = self.store.intent_changed_at(sid)  # asked only of sessions without an intent
+            if changed is not None and (changed >= set_at or pod.created is None):
+                return
         intents[sid] = self.store.set_intent(sid, pod.keepalive_until, set_at, by="spawn form")
         log.info("intent of %s from the spawn form: keep until %s", sid, format_time(pod.keepalive_until))
 
@@ -587,6 +594,7 @@ class Reclaimer:
         if time.monotonic() - self._last_prune > 3600:
             self._last_prune = time.monotonic()
             self.store.prune_observations(now - self.options.observation_retention)
+            self.store.prune_records(now - self.options.record_retention)
 
     # ------------------------------------------------------------------ actions
 
@@ -771,7 +779,8 @@ def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Rec
                             dry_run=app.dry_run)
     options = Options(dry_run=app.dry_run, cull_users=app.cull_users, keepalive_url=app.keepalive_url,
                       hub_name=app.hub_name, cycle_interval=dt.timedelta(seconds=app.effective_cull_every),
-                      observation_retention=dt.timedelta(seconds=app.observation_retention))
+                      observation_retention=dt.timedelta(seconds=app.observation_retention),
+                      record_retention=dt.timedelta(seconds=app.record_retention))
     return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
                      store=store, policy=policy, options=options, metrics=metrics)
 
@@ -804,7 +813,8 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
         hub_prefix = urlsplit(app.url).path.rsplit("/api", 1)[0].rstrip("/") + "/" if app.url else "/hub/"
         web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=policy,
                            admin_scope=app.admin_scope, dry_run=app.dry_run,
-                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix)
+                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix,
+                           writes_per_minute=app.user_writes_per_minute)
         server = listen(web_app, app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
     else:

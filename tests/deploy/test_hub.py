@@ -107,6 +107,18 @@ async def test_users_may_access_the_service(hub):
     assert status == 200
 
 
+async def test_the_hubs_admin_holds_the_reclaim_admin_scope(hub):
+    # the demo's admin_users ({"admin"}) join gpu-reclaim-admins: the admin's token carries the
+    # scope that opens the admin page (the hub's admin flag alone would not)
+    async with HubAPI.of(hub) as api:
+        await api.ensure_user("admin")
+        token = (await api.request("POST", "/users/admin/tokens", {"note": "deploy test"}))["token"]
+    me = json.loads(get(f"{hub.info['url']}/hub/api/user", token)[1])
+    assert me["admin"] and "custom:gpu-reclaim:admin" in me["scopes"]
+    status, _ = get(f"{hub.info['url']}/services/gpu-reclaim/api/admin/queue", token)
+    assert status == 200
+
+
 async def test_rendered_config_uses_the_spawner(hub):
     async with HubAPI.of(hub) as api:
         info = await api.request("GET", "/")

@@ -292,6 +292,27 @@ async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
     assert h.warned(sid) == [minutes(90)] and h.stopped(sid) == [minutes(120)]
 
 
+async def test_a_cleared_spawn_keepalive_stays_cleared_until_the_next_spawn(harness):
+    """Cleared by the user or an admin, the spawn form's keep-alive does not come back from
+    the pod's annotation; a new server start with a new keep-alive counts again."""
+    import dataclasses
+
+    h = harness()
+    sid = h.add("alice")
+    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=minutes(120))
+    await h.run_until(minutes(10))
+    assert h.store.intents()[sid].until == minutes(120)
+    assert h.store.clear_intent(sid, minutes(12))
+    await h.run_until(minutes(60))
+    assert sid not in h.store.intents()
+    assert [r for t, _, r in h.decisions(sid) if t > minutes(12)][0] != "intent"
+    # the server is started again (a new pod) with a new keep-alive
+    h.add("alice", started=minutes(65))
+    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=minutes(200))
+    await h.run_until(minutes(70))
+    assert h.store.intents()[sid].until == minutes(200)
+
+
 async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
     h = harness(dry_run=True)
     sid = h.add("alice")

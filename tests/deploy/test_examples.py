@@ -181,6 +181,8 @@ def test_hub_image_builds_on_the_charts_hub_image():
     assert re.search(r"^USER 1000$", dockerfile, re.M)   # the chart's runAsUser
 
 
+@pytest.mark.skipif(not (SHARED / "traces" / "example.jsonl").exists(),
+                    reason="../shared/traces/example.jsonl is not beside the clone")
 def test_the_sample_trace_is_the_formats():
     """examples/traces/example.jsonl is a copy of the shared sample trace, for users who
     have only the repository."""

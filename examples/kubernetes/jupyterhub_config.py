@@ -37,7 +37,7 @@ c.JupyterHub.load_roles = [{
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "access:servers"],
+               "read:users:groups", "tokens"],
 }]
 # users may open the service's pages (JupyterHub 6; on 5, override the "user" role:
 # {"name": "user", "scopes": ["self", "access:services!service=gpu-reclaim"]})

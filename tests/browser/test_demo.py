@@ -97,8 +97,9 @@ async def test_log_in_start_gpu_server_and_run_a_cell(hub, api, page):
     await expect(cells.nth(1).locator(".jp-OutputArea-output")).to_contain_text("'utilization': 90.0", timeout=60_000)
     await page.screenshot(path=str(SCREENSHOT))
 
-    # stop the server as a person does: the hub's home page
-    await page.goto(f"{url}/hub/home")
+    # stop the server as a person does: the hub's home page, once its scripts are in (the
+    # button's handler comes with home.js: a click before it is lost, as a person's would be)
+    await page.goto(f"{url}/hub/home", wait_until="networkidle")
     await page.get_by_role("button", name="Stop My Server").click()
     await expect(page.get_by_role("button", name="Start My Server")).to_be_visible(timeout=60_000)
     assert await api.server(USER) is None

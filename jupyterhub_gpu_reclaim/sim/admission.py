@@ -25,7 +25,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from . import errors, openapi, quantity
+from . import errors, netpol, openapi, quantity
 from .errors import ApiError
 from .resources import BY_KIND, ResourceType
 from .selectors import selector_matches
@@ -1118,6 +1118,7 @@ _VALIDATORS = {
     "Secret": _validate_config_keys,
     "ConfigMap": _validate_config_keys,
     "PriorityClass": _validate_priority_class,
+    "NetworkPolicy": lambda store, np: netpol.validate(np),
 }
 _UPDATE_VALIDATORS = {
     **{kind: _validate_workload_update for kind in _WORKLOADS},

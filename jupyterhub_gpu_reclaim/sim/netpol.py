@@ -39,13 +39,15 @@ own address (127.0.0.1): only an ipBlock, or a rule with no `from`, admits it.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .selectors import selector_matches
+from .selectors import selector_requirements
 
 Interval = tuple[int, int]  # inclusive, of addresses (as integers) or of ports
 Box = tuple[Interval, Interval]  # addresses × ports
@@ -79,9 +81,9 @@ class Pod:
         meta = obj["metadata"]
         return cls(meta["uid"], meta["namespace"], dict(meta.get("labels") or {}), ip, cgroup, ports)
 
-    @property
+    @functools.cached_property
     def address(self) -> int:
-        return int(ipaddress.IPv4Address(self.ip))
+        return _address(self.ip)
 
 
 class AddressView:
@@ -149,7 +151,7 @@ class Compiled:
     def allows(self, src: Pod | None, dst_ip: str, port: int, *, src_ip: str = "127.0.0.1") -> bool:
         """Whether a new TCP connection from `src` (None: from outside every pod, at
         `src_ip`) to `dst_ip:port` (after the Service's DNAT) is allowed."""
-        dst = int(ipaddress.IPv4Address(dst_ip))
+        dst = _address(dst_ip)
         if src is not None and src.cgroup is not None and src.ip == dst_ip:
             return True  # to itself
         if src is not None and src.cgroup in self.egress_isolated:
@@ -157,7 +159,7 @@ class Compiled:
                 return False
         if dst_ip not in self.ingress_isolated:
             return True
-        source = int(ipaddress.IPv4Address(src_ip))
+        source = _address(src_ip)
         for r in self.ingress:
             if not _in_boxes(r.to, dst, port):
                 continue
@@ -177,6 +179,7 @@ def compile_policies(policies: Sequence[Mapping[str, Any]], pods: Sequence[Pod],
     by_ns: dict[str, list[Pod]] = {}
     for p in pods:
         by_ns.setdefault(p.namespace, []).append(p)
+    select = _Selector(by_ns, namespaces)
     in_isolated: set[str] = set()
     eg_isolated: set[str] = set()
     ingress: list[IngressRule] = []
@@ -185,7 +188,7 @@ def compile_policies(policies: Sequence[Mapping[str, Any]], pods: Sequence[Pod],
         ns = policy["metadata"]["namespace"]
         name = f"{ns}/{policy['metadata']['name']}"
         spec = policy.get("spec") or {}
-        subjects = [p for p in by_ns.get(ns, []) if selector_matches(spec.get("podSelector") or {}, p.labels)]
+        subjects = select.pods(ns, spec.get("podSelector") or {})
         types = spec.get("policyTypes") or ["Ingress"]
         if "Ingress" in types:
             in_isolated.update(p.ip for p in subjects)
@@ -207,7 +210,7 @@ def compile_policies(policies: Sequence[Mapping[str, Any]], pods: Sequence[Pod],
                         from_pods.update(p.cgroup for p in pods if p.cgroup and _inside(view.of(p.address), block))
                         from_hosts += view.actual(block)
                     else:
-                        from_pods.update(p.cgroup for p in _peer_pods(peer, ns, by_ns, namespaces) if p.cgroup)
+                        from_pods.update(p.cgroup for p in select.peer(peer, ns) if p.cgroup)
                 ingress.append(IngressRule(f"{name} ingress[{i}]", to, frozenset(from_pods), _union(from_hosts)))
         if "Egress" in types:
             sources = frozenset(p.cgroup for p in subjects if p.cgroup)
@@ -226,7 +229,7 @@ def compile_policies(policies: Sequence[Mapping[str, Any]], pods: Sequence[Pod],
                         to += _boxes(view.actual(block), numbers)
                         to += _named_boxes([p for p in pods if _inside(view.of(p.address), block)], names)
                     else:
-                        targets = _peer_pods(peer, ns, by_ns, namespaces)
+                        targets = select.peer(peer, ns)
                         to += _boxes([(p.address, p.address) for p in targets], numbers) + _named_boxes(targets, names)
                 if to:
                     egress.append(EgressRule(f"{name} egress[{i}]", sources, disjoint(to)))
@@ -234,14 +237,29 @@ def compile_policies(policies: Sequence[Mapping[str, Any]], pods: Sequence[Pod],
                     [IngressRule(r.name, disjoint(r.to), r.from_pods, r.from_hosts) for r in ingress], egress)
 
 
-def _peer_pods(peer: Mapping[str, Any], ns: str, by_ns: Mapping[str, list[Pod]],
-               namespaces: Mapping[str, Mapping[str, str]]) -> list[Pod]:
-    if peer.get("namespaceSelector") is None:
-        selected = [ns]
-    else:
-        selected = [n for n, labels in namespaces.items() if selector_matches(peer["namespaceSelector"], labels)]
-    pod_selector = peer.get("podSelector") or {}
-    return [p for n in selected for p in by_ns.get(n, []) if selector_matches(pod_selector, p.labels)]
+class _Selector:
+    """Which pods a selector or a peer selects, each selector evaluated once per compile."""
+
+    def __init__(self, by_ns: Mapping[str, list[Pod]], namespaces: Mapping[str, Mapping[str, str]]) -> None:
+        self.by_ns, self.namespaces = by_ns, namespaces
+        self._cache: dict[str, list[Pod]] = {}
+
+    def pods(self, ns: str, selector: Mapping[str, Any]) -> list[Pod]:
+        key = json.dumps(["pods", ns, selector], sort_keys=True)
+        if key not in self._cache:
+            reqs = selector_requirements(selector) or []
+            self._cache[key] = [p for p in self.by_ns.get(ns, []) if all(r.matches(p.labels) for r in reqs)]
+        return self._cache[key]
+
+    def peer(self, peer: Mapping[str, Any], ns: str) -> list[Pod]:
+        """A peer's pods: its podSelector's (all when absent) in the policy's namespace, or in
+        every namespace its namespaceSelector selects."""
+        if peer.get("namespaceSelector") is None:
+            selected = [ns]
+        else:
+            reqs = selector_requirements(peer["namespaceSelector"]) or []
+            selected = [n for n, labels in self.namespaces.items() if all(r.matches(labels) for r in reqs)]
+        return [p for n in selected for p in self.pods(n, peer.get("podSelector") or {})]
 
 
 def _ports(ports: Sequence[Mapping[str, Any]] | None) -> tuple[list[Interval], list[str]]:
@@ -318,6 +336,10 @@ def _clip(intervals: list[Interval]) -> list[Interval]:
     return [(low, min(high, ALL_ADDRESSES[1])) for low, high in intervals if low <= ALL_ADDRESSES[1]]
 
 
+def _address(ip: str) -> int:
+    return int.from_bytes(socket.inet_aton(ip), "big")
+
+
 def _inside(value: int, intervals: list[Interval]) -> bool:
     return any(low <= value <= high for low, high in intervals)
 
@@ -327,31 +349,16 @@ def disjoint(boxes: Iterable[Box]) -> list[Box]:
     overlapping elements of an interval set): a sweep over the address boundaries, each
     stretch of addresses with the union of the ports that cover it, stretches with equal
     ports merged."""
-    boxes = list(boxes)
-    if not boxes:
-        return []
-    points = sorted({a[0] for a, _ in boxes} | {a[1] + 1 for a, _ in boxes})
-    starts: dict[int, list[Interval]] = {}
-    ends: dict[int, list[Interval]] = {}
+    by_addresses: dict[Interval, list[Interval]] = {}
     for a, p in boxes:
-        starts.setdefault(a[0], []).append(p)
-        ends.setdefault(a[1] + 1, []).append(p)
-    active: dict[Interval, int] = {}
-    out: list[Box] = []
-    current: list[Interval] = []
-    for i, point in enumerate(points):
-        for p in ends.get(point, ()):
-            active[p] -= 1
-            if not active[p]:
-                del active[p]
-        for p in starts.get(point, ()):
-            active[p] = active.get(p, 0) + 1
-        current = _union(active) if active else []
-        if i + 1 == len(points) or not current:
-            continue
-        stretch = (point, points[i + 1] - 1)
-        for p in current:
-            out.append((stretch, p))
+        by_addresses.setdefault(a, []).append(p)
+    if not by_addresses:
+        return []
+    addresses = sorted(by_addresses)
+    if all(addresses[i][1] < addresses[i + 1][0] for i in range(len(addresses) - 1)):  # the usual case
+        out = [(a, p) for a in addresses for p in _union(by_addresses[a])]
+    else:
+        out = _sweep([(a, p) for a in addresses for p in by_addresses[a]])
     # merge neighbouring stretches that have the same ports
     merged: dict[Interval, list[Interval]] = {}
     for a, p in out:
@@ -361,6 +368,27 @@ def disjoint(boxes: Iterable[Box]) -> list[Box]:
         else:
             runs.append(a)
     return sorted((a, p) for p, runs in merged.items() for a in runs)
+
+
+def _sweep(boxes: list[Box]) -> list[Box]:
+    points = sorted({a[0] for a, _ in boxes} | {a[1] + 1 for a, _ in boxes})
+    starts: dict[int, list[Interval]] = {}
+    ends: dict[int, list[Interval]] = {}
+    for a, p in boxes:
+        starts.setdefault(a[0], []).append(p)
+        ends.setdefault(a[1] + 1, []).append(p)
+    active: dict[Interval, int] = {}
+    out: list[Box] = []
+    for i, point in enumerate(points[:-1]):
+        for p in ends.get(point, ()):
+            active[p] -= 1
+            if not active[p]:
+                del active[p]
+        for p in starts.get(point, ()):
+            active[p] = active.get(p, 0) + 1
+        stretch = (point, points[i + 1] - 1)
+        out += [(stretch, p) for p in _union(active)]
+    return out
 
 
 # --- validation (ValidateNetworkPolicySpec) -----------------------------------------------

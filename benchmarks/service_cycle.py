@@ -9,7 +9,8 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
    - a hub REST API as JupyterHub 5 answers it: `GET /hub/api/` (version), `GET
      /hub/api/users?state=ready&limit=&offset=` with the pagination media type (page
      size capped at 200, JupyterHub's `api_page_max_limit`; `_pagination.next.url` built
-     as the hub builds it), `GET /hub/api/users/NAME`, `DELETE .../server` (204). 5,000
+     as the hub builds it), `GET /hub/api/users/NAME`, `DELETE .../server` (204),
+     `POST`/`DELETE /hub/api/users/NAME/tokens` (the kernel-probe tokens). 5,000
      users, each with one ready default server, all active in the last 30 minutes, so
      neither tool stops anything: what is timed is the decision cycle, not stops;
    - Prometheus `GET /api/v1/query`: the default query's answer (`field="util"` and
@@ -145,6 +146,22 @@ def serve_fakes(port_file: str) -> None:
         count("hub:delete")
         return web.Response(status=204)
 
+    async def hub_token_mint(request: web.Request) -> web.Response:
+        # JupyterHub's token model (apihandlers/users.py), for the kernel-probe tokens
+        count("hub:token-mint")
+        body = await request.json()
+        name = request.match_info["name"]
+        scopes = body["scopes"] + [f"read:users:name!user={name}", f"read:users:groups!user={name}"]
+        return web.json_response({"user": name, "id": f"a{counts['hub:token-mint']}", "kind": "api_token",
+                                  "roles": [], "scopes": scopes, "created": iso(now), "last_activity": None,
+                                  "expires_at": iso(now + dt.timedelta(seconds=body["expires_in"])),
+                                  "note": body["note"], "session_id": None, "oauth_client": "JupyterHub",
+                                  "token": f"probe-{name}"}, status=201)
+
+    async def hub_token_delete(request: web.Request) -> web.Response:
+        count("hub:token-delete")
+        return web.Response(status=204)
+
     async def hub_other(request: web.Request) -> web.Response:
         count("hub:other")
         return web.json_response({"status": 404, "message": "not here"}, status=404)
@@ -211,6 +228,8 @@ def serve_fakes(port_file: str) -> None:
                     web.get("/hub/api/users/{name}", hub_user),
                     web.delete("/hub/api/users/{name}/server", hub_delete),
                     web.delete("/hub/api/users/{name}/servers/{server}", hub_delete),
+                    web.post("/hub/api/users/{name}/tokens", hub_token_mint),
+                    web.delete("/hub/api/users/{name}/tokens/{id}", hub_token_delete),
                     web.get("/bench/counters", counters), web.post("/bench/reset", reset),
                     web.route("*", "/{tail:.*}", hub_other)])
     prom = web.Application()
@@ -358,6 +377,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     from jupyterhub_gpu_reclaim.service import Options, Reclaimer
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
+    from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
     from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
     from jupyterhub_gpu_reclaim.store import Store
 
@@ -388,7 +408,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     store = Store.open(f"sqlite:///{tmp}/store.sqlite")
     hub = HubSignal(api, TOKEN, page_size=200, concurrency=10)
     gpu = PrometheusSignal(f"http://127.0.0.1:{ports['prometheus']}")
-    kernels = KernelSignal("", TOKEN, timeout=5.0, concurrency=10)
+    kernels = KernelSignal("", ProbeTokens(api, TOKEN), timeout=5.0, concurrency=10)
     stopper = HubStopper(api, TOKEN)
     dispatcher = Dispatcher([LogNotifier()])
     reclaimer = Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper,

@@ -5,7 +5,9 @@ Run it as `.venv/bin/python benchmarks/sim_scale.py` (or `make benchmarks`). It
 
 1. starts the simulated cluster (`jupyterhub-gpu-reclaim sim`, scenario
    `examples/sim/scale.yaml`: 50 CPU nodes and 10 GPU nodes x 8 GPUs, stub mode) as its own
-   process, through `jupyterhub_gpu_reclaim.launch.start_sim`;
+   process, through `jupyterhub_gpu_reclaim.launch.start_sim`, and gives the ServiceAccount
+   `hub` the z2jh chart's hub Role: every request below uses its token over HTTPS, with RBAC
+   enforced, as a hub's requests do;
 2. starts KubeSpawner's own pod reflector (`kubespawner.spawner.PodReflector`, configured
    as `KubeSpawner._start_watching_pods` configures it: namespace, label selector
    `component=singleuser-server`, KubeSpawner's shared client and `load_config`) in a
@@ -343,6 +345,74 @@ async def pod_manifests(n: int) -> list[dict[str, Any]]:
     return out
 
 
+# --- the transfer floor --------------------------------------------------------------------
+
+def _static_server(conn: Any, body: bytes, tls_dir: str) -> None:
+    """An aiohttp HTTPS server answering every GET with `body` (the floor's other end),
+    written as the simulator writes a list body."""
+    from aiohttp import web
+
+    from jupyterhub_gpu_reclaim.sim import certificates
+
+    async def main() -> None:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            # written as the simulator writes a list: 1 MiB pieces, each waiting for the client
+            response = web.StreamResponse(headers={"Content-Type": "application/json"})
+            response.content_length = len(body)
+            await response.prepare(request)
+            view = memoryview(body)
+            for start in range(0, len(view), 1 << 20):
+                await response.write(view[start:start + (1 << 20)])
+            await response.write_eof()
+            return response
+
+        app = web.Application()
+        app.router.add_get("/", handler)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        ssl_context, _ = certificates.server_context(Path(tls_dir), "127.0.0.1")
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context)
+        await site.start()
+        conn.send(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # until the parent is done
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+async def transfer_floor(body: bytes, n: int, pause: float) -> list[float]:
+    """Seconds to fetch `body` n times over HTTPS from a static aiohttp server in another
+    process, with the benchmark's client library: what a list costs with no simulator work
+    at all (TLS and moving the bytes between two processes)."""
+    import ssl
+
+    import aiohttp
+
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    tls_dir = tempfile.mkdtemp(prefix="gpu-reclaim-floor-")
+    proc = ctx.Process(target=_static_server, args=(child, body, tls_dir), daemon=True)
+    proc.start()
+    try:
+        port = await asyncio.get_running_loop().run_in_executor(None, parent.recv)
+        ca = ssl.create_default_context(cafile=str(Path(tls_dir) / "apiserver.crt"))
+        times = []
+        async with aiohttp.ClientSession() as session:
+            for _ in range(n):
+                started = time.perf_counter()
+                async with session.get(f"https://127.0.0.1:{port}/", ssl=ca) as resp:
+                    await resp.read()
+                times.append(time.perf_counter() - started)
+                await asyncio.sleep(pause)
+        return times
+    finally:
+        parent.send("stop")
+        proc.join(10)
+        if proc.is_alive():
+            proc.terminate()
+        shutil.rmtree(tls_dir, ignore_errors=True)
+
+
 # --- the benchmark -------------------------------------------------------------------------
 
 class Recorder:
@@ -501,13 +571,17 @@ async def run_benchmark(args: argparse.Namespace, sim: Child) -> dict[str, Any]:
     # --- list ---------------------------------------------------------------------------
     print(f"{args.lists} full lists ...", flush=True)
     list_counts, list_bytes = [], []
+    last_list = b""
     for _ in range(args.lists):
         body = await timed(rec, "list", lambda: api.list_namespaced_pod(
             NAMESPACE, label_selector=LABEL_SELECTOR, _preload_content=False))
         if body is not None:
             list_bytes.append(len(body))
             list_counts.append(len(json.loads(body)["items"]))
+            last_list = body
         await asyncio.sleep(args.list_pause)
+    if last_list:
+        res["list_floor"] = await transfer_floor(last_list, args.lists, args.list_pause)
     res["list_items"] = sorted(set(list_counts))
     res["list_mb"] = (sum(list_bytes) / len(list_bytes) / 2**20) if list_bytes else math.nan
     res["rss_after_lists"] = proc_status(pid)
@@ -603,6 +677,10 @@ def tables(res: dict[str, Any]) -> tuple[str, dict[str, bool]]:
         met[f"p99 {op}"] = ok
         rows.append(f"| {label} | {s['n']} | {_ms(s['p50'])} | {_ms(s['p99'])} | {_ms(s['max'])} | "
                     f"p99 < {TARGET_P99_MS:.0f} ms | {'yes' if ok else '**no**'} |")
+    if res.get("list_floor"):
+        s = summary(res["list_floor"])
+        rows.append(f"| … the same bytes from a static aiohttp server over HTTPS (the floor: no simulator) "
+                     f"| {s['n']} | {_ms(s['p50'])} | {_ms(s['p99'])} | {_ms(s['max'])} | – | – |")
     for key, label in (("lag_added", "watch lag: create sent → pod in reflector"),
                        ("lag_added_quiet", "… the same, pods sent while the reflector was not re-listing"),
                        ("lag_running", "create sent → reflector sees Running"),
@@ -691,7 +769,15 @@ def interpretation(res: dict[str, Any], met: dict[str, bool]) -> str:
             + ("within the target." if met.get("p99 list") else
                f"**the {TARGET_P99_MS:.0f} ms target is not met for lists**: a list's cost grows with the "
                "number of pods it returns, and the simulator answers on one thread.")
+            + _slowest_list(res["latency"]["list"])
         )
+    if "list" in s and res.get("list_floor"):
+        f = summary(res["list_floor"])
+        lines.append(
+            f"- The same {res['list_mb']:.1f} MiB fetched over HTTPS from a static aiohttp server (no "
+            f"simulator, no authorization, nothing to build) take {f['p50'] * 1000:.0f} ms (p50) / "
+            f"{f['p99'] * 1000:.0f} ms (p99) on this machine: that much of a list is TLS and moving the bytes "
+            "between two Python processes, which no server-side work can remove.")
     if res["relists"]:
         rs = res["reflector_settings"]
         lines.append(
@@ -722,6 +808,13 @@ def interpretation(res: dict[str, Any], met: dict[str, bool]) -> str:
         "20,000 changes as watch history and events for an hour "
         f"({res.get('events_stored', 0):,} here), as a real apiserver's watch cache and event TTL do.")
     return "\n".join(lines)
+
+
+def _slowest_list(latencies: list[float]) -> str:
+    worst = latencies.index(max(latencies))
+    return (f" The slowest ({max(latencies) * 1000:.0f} ms) was list {worst + 1} of {len(latencies)}"
+            + (", the first after the pods last changed, which joins the items' JSON again; the others are "
+               "answered from that join." if worst == 0 else "."))
 
 
 def _git_revision() -> str:
@@ -763,6 +856,9 @@ shared client and `load_config`, its default watch settings) in a second process
 would; creates {res['pods']:,} pods built by KubeSpawner's `make_pod` through kubernetes_asyncio
 ({res['gpu_pods']} of them GPU pods asking for {res['gpus_requested']} GPUs, the scenario's whole
 GPU capacity), then gets, lists and deletes them (grace period 1 s, as KubeSpawner deletes).
+Every request, the reflector's included, is made as a hub makes it in its pod: over HTTPS,
+authenticated with the token of the ServiceAccount `{SERVICE_ACCOUNT}` (from the TokenRequest API) and
+authorized by RBAC through a Role with the z2jh chart's hub rules.
 
 - **Latency** is measured by the client from sending a request to having read the whole
   response (with `_preload_content=False`: no model deserialisation). Requests are started at
@@ -814,11 +910,70 @@ writing this benchmark found, and the simulator now does:
   changes; a client further behind gets 410 and re-lists, as after an etcd compaction), and
   events expire after `apiserver.eventTTL` (1 h, the apiserver's `--event-ttl`).
 
-Left: each create is schema-validated twice (`admission.decode`, then `admit_create`) and
-deep-copied a few times; a full list still grows with the number of pods, and the
-simulator answers on one thread, so a list holds other requests for its duration.
+With RBAC on and every request made as a ServiceAccount over HTTPS (issue 13), the list got
+slower and the peak RSS went over 500 MB (512 MiB in a first run); the simulator now does:
+
+- **Authentication and authorization cost a few dict look-ups**: a token's signature is
+  checked once and remembered (its account and bound pod are still looked up on every
+  request), and the RBAC authorizer indexes the bindings by subject, rebuilt only when an
+  RBAC object changes.
+- **A list of an unchanged collection is not built again**: the store keeps each bucket's
+  keys sorted until an object comes or goes, an equality label selector (`component=…`) is
+  one dict look-up per object, and the joined JSON of a list's items is kept until an object
+  of that kind changes (`ApiServer._joined_items`; the first list after a change builds it).
+- **A list's body is written in 1 MiB pieces**, each waiting for the client to take it, so
+  neither the socket nor TLS buffers hold a second copy of 16 MB per list.
+- **One parsed copy of the OpenAPI definitions** for all kinds' validators: each had parsed
+  its own (about 4 MB each; about 30 MB for the kinds a cluster now has at start).
+- **A request's object is checked against the schema once**: `admission.decode` found the
+  unknown fields with one full validation and admission ran a second (a few milliseconds
+  per pod); admission now skips it when decoding found the object valid.
+
+Left: each create is deep-copied a few times; a list after a change still costs in proportion to the pods it
+returns, TLS costs both ends CPU in proportion to the bytes, and the simulator answers on
+one thread, so a list holds other requests for its duration.
 """
     _replace_section(section)
+
+
+# --- the hub's identity ----------------------------------------------------------------------
+
+SERVICE_ACCOUNT = "hub"
+HUB_ROLE_RULES = [  # the z2jh chart's hub Role (jupyterhub/templates/hub/rbac.yaml)
+    {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+     "verbs": ["get", "watch", "list", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+]
+
+
+def service_account_kubeconfig(sim: Child, workdir: Path) -> Path:
+    """A kubeconfig for the ServiceAccount `hub` of NAMESPACE on the simulator's HTTPS port,
+    bound through a Role with the z2jh chart's hub rules: every request of the benchmark is
+    authenticated by its token and authorized by RBAC, as a hub's requests are. Set up with
+    kubectl and the admin kubeconfig."""
+    import subprocess
+
+    kubectl = [str(Path(sys.executable).with_name("kubectl")), "--kubeconfig", sim.info["kubeconfig"],
+               "-n", NAMESPACE]
+    rbac = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": SERVICE_ACCOUNT},
+             "rules": HUB_ROLE_RULES},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": SERVICE_ACCOUNT},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SERVICE_ACCOUNT},
+             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}]}]
+    subprocess.run(kubectl + ["apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in rbac),
+                   check=True, capture_output=True, text=True, timeout=60)
+    token = subprocess.run(kubectl + ["create", "token", SERVICE_ACCOUNT, "--duration=6h"], check=True,
+                           capture_output=True, text=True, timeout=60).stdout.strip()
+    path = workdir / "hub-sa.kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "hub",
+        "clusters": [{"name": "sim", "cluster": {"server": sim.info["api_secure"],
+                                                 "certificate-authority": sim.info["ca_file"]}}],
+        "users": [{"name": "hub", "user": {"token": token}}],
+        "contexts": [{"name": "hub", "context": {"cluster": "sim", "user": "hub", "namespace": NAMESPACE}}]}))
+    return path
 
 
 # --- main ----------------------------------------------------------------------------------
@@ -853,7 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
     sim = start_sim(workdir, SCENARIO, timeout=120)
     sim_start_seconds = time.monotonic() - t0
     try:
-        os.environ["KUBECONFIG"] = sim.info["kubeconfig"]  # before kubernetes_asyncio is imported
+        # before kubernetes_asyncio is imported; the reflector process inherits it
+        os.environ["KUBECONFIG"] = str(service_account_kubeconfig(sim, workdir))
         res = asyncio.run(run_benchmark(args, sim))
     finally:
         code = sim.stop()

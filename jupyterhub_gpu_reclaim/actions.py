@@ -30,7 +30,7 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from .signals.base import HttpSource, SignalError, get_json
+from .signals.base import HttpSource, SignalError, brief, get_json, hub_message
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.actions")
 
@@ -106,9 +106,9 @@ class HubStopper(HttpSource):
         if status is None:
             return result("failed", attempts, f"hub DELETE gave up: {text}")
         if status == 404 or (status == 400 and "not running" in text.lower()):
-            return result("already-stopped", attempts, f"hub DELETE: HTTP {status}: {_message(text)}")
+            return result("already-stopped", attempts, f"hub DELETE: HTTP {status}: {hub_message(text)}")
         if status not in (202, 204):
-            return result("failed", attempts, f"hub DELETE: HTTP {status}: {_message(text)}")
+            return result("failed", attempts, f"hub DELETE: HTTP {status}: {hub_message(text)}")
 
         log.info("stop %s: hub answered %d; following the stop", sid, status)
         gone, detail = await self._wait_hub(user, server)
@@ -129,7 +129,7 @@ class HubStopper(HttpSource):
         outcome: Outcome = ("stopped" if status in (200, 202, 204) else
                             "already-stopped" if status == 404 else "failed")
         detail = ("" if outcome == "stopped" else f"hub DELETE user gave up: {text}" if status is None
-                  else f"hub DELETE user: HTTP {status}: {_message(text)}")
+                  else f"hub DELETE user: HTTP {status}: {hub_message(text)}")
         log.log(logging.INFO if outcome != "failed" else logging.WARNING,
                 "delete user %s: %s%s", user, outcome, f" ({detail})" if detail else "")
         return StopResult(outcome, attempts, round(time.monotonic() - t0, 3), detail)
@@ -160,7 +160,7 @@ class HubStopper(HttpSource):
                     timeout=aiohttp.ClientTimeout(total=self.request_timeout)) as r:
                 text = await r.text(errors="replace")
                 if r.status in RETRY_STATUSES:
-                    raise _Transient(f"HTTP {r.status}: {_message(text)}")
+                    raise _Transient(f"HTTP {r.status}: {hub_message(text)}")
                 return r.status, text
         except asyncio.TimeoutError:
             raise _Transient(f"no answer within {self.request_timeout:g} s") from None
@@ -192,7 +192,10 @@ class HubStopper(HttpSource):
                     return True, ""
                 log.warning("stop %s/%s: polling failed: %s", user, server, e.message)
                 return False, f"polling failed: {e.message}"
-            spec = ((model or {}).get("servers") or {}).get(server)
+            servers = (model.get("servers") or {}) if isinstance(model, dict) else None
+            spec = servers.get(server) if isinstance(servers, dict) else ()
+            if not isinstance(spec, (dict, type(None))):  # never taken for "stopped"
+                return False, f"the hub's user model cannot be read: {brief(model)}"
             if spec is None or spec.get("stopped"):
                 return True, ""
             return False, f"still listed (pending={spec.get('pending')!r}, ready={spec.get('ready')!r})"
@@ -211,14 +214,3 @@ class HubStopper(HttpSource):
                 return False, last
 
         return await self._poll(gone, "hub stopped the server but its pod was not gone")
-
-
-def _message(text: str) -> str:
-    """The hub's error message (its API errors are JSON {"status", "message"})."""
-    try:
-        data: Any = json.loads(text)
-        if isinstance(data, dict) and data.get("message"):
-            return str(data["message"])[:200]
-    except ValueError:
-        pass
-    return text.strip()[:200]

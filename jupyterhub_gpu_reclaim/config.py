@@ -32,12 +32,15 @@ import re
 import sys
 from textwrap import dedent
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
 from traitlets import (Bool, Dict, Enum, Float, Int, List, Set, TraitError, TraitType, Unicode,
                        default, validate)
 from traitlets.config import Application, Config
+from traitlets.config.application import LevelFormatter
 
 from .durations import parse_duration
+from .oneline import one_line
 from .policy import PolicyConfig
 from .signals.prometheus import DEFAULT_QUERY
 from .store import DEFAULT_URL as DEFAULT_STORE_URL
@@ -55,9 +58,11 @@ IDLE_CULLER_OPTIONS = (
 SERVICE_OPTIONS = (
     "namespace", "kubeconfig", "pod_label_selector", "prometheus_url", "prometheus_query",
     "prometheus_pod_label", "dcgm_exporter_urls", "gpu_request_timeout", "probe_kernels",
-    "kernel_probe_timeout", "stop_timeout", "verify_pod_gone", "store_url",
+    "kernel_probe_credential", "kernel_probe_token_lifetime", "kernel_probe_timeout",
+    "stop_timeout", "verify_pod_gone", "store_url",
     "observation_retention", "admin_recipients", "copy_admins", "notify_users_in_dry_run",
     "keepalive_url", "hub_name", "bind_url", "cookie_secret_file", "admin_scope",
+    "record_retention", "user_writes_per_minute",
 )
 
 # The GPU policy options: trait name -> PolicyConfig field.
@@ -122,11 +127,27 @@ def _bool_flag(trait: str) -> tuple[dict, str]:
     return ({"GpuReclaim": {trait: True}}, f"Set {trait}=True (same as --{trait.replace('_', '-')}=true).")
 
 
+class LogFormatter(LevelFormatter):
+    """The service's log: one record, one line, whatever users put in names or their servers
+    answer. The message is written with :func:`~.oneline.one_line`; the lines of a traceback
+    are indented, as JupyterHub indents them, so that none reads as a record of its own."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg, args = record.msg, record.args
+        record.msg, record.args = one_line(record.getMessage()), None
+        try:
+            text = super().format(record)
+        finally:
+            record.msg, record.args = msg, args
+        return "\n    ".join(text.splitlines())
+
+
 class GpuReclaim(Application):
     """Reclaim idle GPUs on a JupyterHub; cull idle servers without GPUs like
     jupyterhub-idle-culler."""
 
     name = "jupyterhub-gpu-reclaim"
+    _log_formatter_cls = LogFormatter
     description = _help("""
         Give idle GPUs on a JupyterHub back to the people waiting for them.
 
@@ -405,7 +426,31 @@ class GpuReclaim(Application):
             (GET /api/kernels?no_track_activity=1), so a busy kernel keeps the session.
             The probe goes to the pod's own address (the proxy would move the hub's
             last_activity); on z2jh the service needs the label
-            hub.jupyter.org/network-access-singleuser=true. Needs the scope access:servers.
+            hub.jupyter.org/network-access-singleuser=true. Its credential: see
+            kernel_probe_credential.
+            """),
+    ).tag(config=True)
+
+    kernel_probe_credential = Enum(
+        ["user-token", "none"],
+        default_value="user-token",
+        help=_help("""
+            What a kernel probe authenticates with. The service's own token never goes to a
+            user's server (the user can record every request to it). "user-token": per
+            probed server, a token owned by that server's user and good for that server only
+            (scope access:servers!server=USER/NAME), minted from the hub and deleted when the
+            server stops; the service's role needs the scope tokens. "none": no credential,
+            so no probe: a session whose GPUs look idle is held, never reclaimed (no kernel
+            data), and a busy kernel cannot be told from an idle one.
+            """),
+    ).tag(config=True)
+
+    kernel_probe_token_lifetime = Duration(
+        3600.0,
+        help=_help("""
+            How long a kernel-probe token lives (seconds or "1h"). It is reused until a
+            quarter of this is left, then replaced; a hub whose token_expires_in_max_seconds
+            is lower shortens it to that.
             """),
     ).tag(config=True)
 
@@ -448,7 +493,17 @@ class GpuReclaim(Application):
         14 * 86400.0,
         help=_help("""
             How long the observations of each cycle are kept for `backtest --from-store`
-            (seconds or "14d"). Intents, warnings and reclaims are kept.
+            (seconds or "14d"). Intents, warnings and reclaims are kept (--record-retention).
+            """),
+    ).tag(config=True)
+
+    record_retention = Duration(
+        90 * 86400.0,
+        help=_help("""
+            How long what has ended is kept in the store (seconds or "90d"): intents cleared
+            or expired, warnings of closed episodes, admins' exemptions, and the audit log of
+            what users and admins did on the web pages. Current intents, open warnings and
+            reclaims are kept. Pruned once an hour.
             """),
     ).tag(config=True)
 
@@ -461,7 +516,8 @@ class GpuReclaim(Application):
             Where warnings and reclaim notices go: a list of {"type": ..., options}.
             {"type": "log"}; {"type": "webhook", "url": ...} (JSON); {"type": "slack",
             "url": ...} (Slack-compatible text); {"type": "email", "host": ..., "port":
-            ..., "sender": ..., "address_template": "{user}@example.edu",
+            ..., "sender": ..., "address_template": "{user}@example.edu" (users get no
+            e-mail without it; see docs/service.md for what an address must be),
             "username"/"password", "starttls", "ssl"}. See docs/service.md.
             """),
     ).tag(config=True)
@@ -510,14 +566,22 @@ class GpuReclaim(Application):
     bind_url = Unicode(
         help=_help("""
             Where the service's web server (/metrics, the pages) listens, http://IP:PORT.
-            Default: JUPYTERHUB_SERVICE_URL (set by JupyterHub for a service with a url);
-            empty: no web server.
+            Default: JUPYTERHUB_SERVICE_URL, set by JupyterHub from the service's url;
+            empty, or a service registered without a url (as idle-culler's README
+            registers the culler): no web server, the cycles run alone.
             """),
     ).tag(config=True)
 
     @default("bind_url")
     def _bind_url_default(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        url = os.environ.get("JUPYTERHUB_SERVICE_URL", "")
+        # JupyterHub gives a service registered without a url http://127.0.0.1:0/
+        # (Spawner.get_env): there is nothing to serve on
+        try:
+            no_url = urlsplit(url).port == 0
+        except ValueError:
+            no_url = False  # not a port: validate_settings says so
+        return "" if no_url else url
 
     cookie_secret_file = Unicode(
         help=_help("""
@@ -540,6 +604,21 @@ class GpuReclaim(Application):
             service's oauth_client_allowed_scopes so it reaches the service's login token.
             """),
     ).tag(config=True)
+
+    user_writes_per_minute = Int(
+        30,
+        help=_help("""
+            How many changes (keep-alive, clear, stop) each user may make per minute through
+            the web pages and API, in bursts of as many; beyond it the answer is 429 with
+            Retry-After. 0: no limit.
+            """),
+    ).tag(config=True)
+
+    @validate("user_writes_per_minute")
+    def _writes_valid(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"--user-writes-per-minute must be >= 0, got {proposal['value']}")
+        return proposal["value"]
 
     # ------------------------------------------------------------------ GPU policy
 
@@ -662,6 +741,13 @@ class GpuReclaim(Application):
         value = proposal["value"]
         if value < 0:
             raise TraitError(f"--cull-every must be >= 0, got {value}")
+        return value
+
+    @validate("kernel_probe_token_lifetime")
+    def _token_lifetime_valid(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if value < 60:
+            raise TraitError(f"--kernel-probe-token-lifetime must be at least 60 s, got {value:g}")
         return value
 
     @validate("gpu_idle_threshold")
@@ -883,9 +969,12 @@ class GpuReclaim(Application):
             if u and not u.startswith(("http://", "https://")):
                 raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
         if self.bind_url:
-            from urllib.parse import urlsplit
             parts = urlsplit(self.bind_url)
-            if parts.scheme != "http" or not parts.hostname or not parts.port:
+            try:
+                port = parts.port
+            except ValueError:  # not a number, or out of range
+                port = None
+            if parts.scheme != "http" or not parts.hostname or not port:
                 raise ConfigError(f"--bind-url must be http://IP:PORT, got {self.bind_url!r}")
         try:
             from .notify import make_notifiers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Any
 
@@ -15,9 +16,14 @@ def parse_duration(value: Any) -> dt.timedelta:
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"not a duration: {value!r}")
         if value < 0:
             raise ValueError(f"negative duration: {value!r}")
-        return dt.timedelta(seconds=value)
+        try:
+            return dt.timedelta(seconds=value)
+        except OverflowError:  # beyond timedelta's 999999999 days
+            raise ValueError(f"duration too long: {value!r}") from None
     if isinstance(value, dt.timedelta):
         return value
     if isinstance(value, str):
@@ -33,5 +39,8 @@ def parse_duration(value: Any) -> dt.timedelta:
             total += float(m.group(1)) * _UNITS[m.group(2)]
             pos = m.end()
         if text and pos == len(text):
-            return dt.timedelta(seconds=total)
+            try:
+                return parse_duration(total)
+            except ValueError:
+                raise ValueError(f"duration too long: {value!r}") from None
     raise ValueError(f"not a duration (seconds, or like 30m, 2h, 1h30m): {value!r}")

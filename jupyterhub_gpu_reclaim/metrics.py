@@ -47,10 +47,20 @@ class Metrics:
         self.cycle_duration = Histogram(
             f"{PREFIX}_cycle_duration_seconds", "Time of one reclaim cycle (signals, decisions, actions begun)",
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 30, 60), registry=r)
+        self.session_errors = Counter(
+            f"{PREFIX}_session_errors",
+            "Unexpected errors while observing or deciding one session (the session is held)", registry=r)
         self.cycles = Counter(
-            f"{PREFIX}_cycles", "Cycles run, by result (ok, or the signal that made it skip)",
-            ["result"], registry=r)
+            f"{PREFIX}_cycles", "Cycles run, by result: ok, skipped-hub or skipped-pods (that signal "
+            "failed: nothing decided), error (the cycle raised)", ["result"], registry=r)
         self.last_cycle = Gauge(
-            f"{PREFIX}_last_cycle_timestamp_seconds", "When the last cycle ended (Unix time)", registry=r)
+            f"{PREFIX}_last_cycle_timestamp_seconds",
+            "When the last cycle ended, whatever its result (Unix time)", registry=r)
+        self.last_successful_cycle = Gauge(
+            f"{PREFIX}_last_successful_cycle_timestamp_seconds",
+            "When the last cycle with result ok ended (Unix time); the service's start before the first",
+            registry=r)
+        self.cycle_interval = Gauge(
+            f"{PREFIX}_cycle_interval_seconds", "The configured time between cycles (--cull-every)", registry=r)
         self.dry_run = Gauge(
             f"{PREFIX}_dry_run", "1 when the service runs in dry-run mode (decides, stops nothing)", registry=r)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import email.errors
 import email.utils
 import json
 import logging
@@ -26,11 +27,13 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from email.headerregistry import Address
 from email.message import EmailMessage
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from .observations import Decision, Session
+from .oneline import one_line
 
 log = logging.getLogger(__name__)
 
@@ -127,35 +130,38 @@ class Message:
             raise ValueError(f"no message for a {decision.action!r} decision")
         now = _utc(now or dt.datetime.now(dt.timezone.utc))
         reclaim_at = _utc(decision.reclaim_at or now)
-        server_label = f"server {session.server!r}" if session.server else "default server"
-        who = f"{session.user}'s {server_label} ({session.id})"
+        # names are the user's choice: one line each, in the subject (a header) and the text
+        sid = one_line(session.id)
+        server_label = f"server {session.server!r}" if session.server else "default server"  # repr: one line
+        who = f"{one_line(session.user)}'s {server_label} ({sid})"
         gpus = f" with {session.gpus} GPU{'s' if session.gpus != 1 else ''}" if session.gpus else ""
         dry = "[dry run] " if dry_run else ""
         if event == "warning":
-            subject = (f"{dry}{hub_name}: your {server_label} ({session.id}) will be stopped at "
+            subject = (f"{dry}{hub_name}: your {server_label} ({sid}) will be stopped at "
                        f"{format_utc(reclaim_at)} (idle GPU)")
             head = [
                 f"{who}{gpus} will be stopped at {format_utc(reclaim_at)} "
                 f"({_in_minutes(reclaim_at, now)}) to free its GPUs for others.",
             ]
-            keep = [
-                "How to keep your session:",
-                f"  Open {keepalive_url} and declare how long you need it (\"keep alive until\"),",
-                "  or use the GPU / run a cell before the reclaim time.",
-            ]
+            use_it = "use the GPU / run a cell before the reclaim time."
+            keep = ["How to keep your session:"]
+            if keepalive_url:  # none without the service's pages
+                keep += [f"  Open {keepalive_url} and declare how long you need it (\"keep alive until\"),",
+                         f"  or {use_it}"]
+            else:
+                keep += [f"  {use_it[0].upper()}{use_it[1:]}"]
         else:
-            subject = f"{dry}{hub_name}: your {server_label} ({session.id}) was stopped (idle GPU)"
+            subject = f"{dry}{hub_name}: your {server_label} ({sid}) was stopped (idle GPU)"
             head = [f"{who}{gpus} was stopped at {format_utc(reclaim_at)} to free its GPUs."]
-            keep = [
-                "You can start it again from the hub at any time.",
-                f"Next time, to keep a session running, use {keepalive_url}.",
-            ]
+            keep = ["You can start it again from the hub at any time."]
+            if keepalive_url:
+                keep += [f"Next time, to keep a session running, use {keepalive_url}."]
         body = [
             *head,
             "",
-            f"Rule: {decision.rule} - {decision.reason}",
+            one_line(f"Rule: {decision.rule} - {decision.reason}"),
             "Evidence:",
-            *(_evidence_lines(decision.evidence) or ["  - (none recorded)"]),
+            *([one_line(line) for line in _evidence_lines(decision.evidence)] or ["  - (none recorded)"]),
             "",
             *keep,
             "",
@@ -209,6 +215,12 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}/…"
 
 
+def slack_escape(text: str) -> str:
+    """Text for Slack's mrkdwn, escaped as Slack documents ("Escaping text"): &, < and >
+    only. What is left cannot form a mention (<!channel>, <@U…>) or a link (<url|label>)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 class LogNotifier:
     """Writes each message to the log (always, even with no recipients)."""
 
@@ -222,9 +234,9 @@ class LogNotifier:
 
     async def send(self, message: Message, recipients: Sequence[str]) -> None:
         self.logger.log(self.level, "%s for %s (rule %s, reclaim at %s) to %s: %s",
-                        message.event, message.session, message.rule,
-                        iso_utc(message.reclaim_at), ", ".join(recipients) or "-",
-                        message.subject)
+                        message.event, one_line(message.session), message.rule,
+                        iso_utc(message.reclaim_at), one_line(", ".join(recipients) or "-"),
+                        one_line(message.subject))
 
 
 class WebhookNotifier:
@@ -245,7 +257,7 @@ class WebhookNotifier:
         import aiohttp
 
         if self.slack:
-            body: dict[str, Any] = {"text": f"*{message.subject}*\n{message.text}"}
+            body: dict[str, Any] = {"text": f"*{slack_escape(message.subject)}*\n{slack_escape(message.text)}"}
         else:
             body = dict(message.payload(), recipients=list(recipients))
         where = redact_url(self.url)
@@ -269,16 +281,37 @@ class WebhookNotifier:
 AddressMap = str | Callable[[str], "str | None"]
 
 
+def single_address(text: str) -> str | None:
+    """`text` if it is exactly one plain address, ``local@domain``, else None.
+
+    Parsed by :class:`email.headerregistry.Address`, and refused unless that parse gives back
+    exactly `text`: no second address (``mallory,victim@…``), display name, angle brackets,
+    comment, whitespace or control character. Quoted local parts (``"a b"@x``, and
+    ``"victim"@x``, which is victim's mailbox) and domain literals (``a@[10.0.0.1]``) are
+    refused too: a name that needs quoting gets no e-mail rather than a surprising one."""
+    if '"' in text or "[" in text:
+        return None
+    try:
+        address = Address(addr_spec=text)
+    except (ValueError, IndexError, email.errors.MessageError):  # the parser's ways of saying no
+        return None
+    return text if address.addr_spec == text and address.username and address.domain else None
+
+
 class EmailNotifier:
     """Sends one plain-text e-mail per recipient over SMTP (aiosmtplib).
 
-    A recipient with an ``@`` is an address; a user name goes through `address_template`
-    (``"{user}@example.org"``) or a function returning an address (or None: no e-mail).
-    `starttls`: None upgrades when the server offers it, True requires it, False never;
-    `ssl`: implicit TLS (port 465)."""
+    The session's user gets an e-mail only through `address_template`: a template
+    (``"{user}@example.edu"``) or a function of the user name returning an address or None
+    (no e-mail); without one, users get no e-mail. The admin recipients (configured) may be
+    addresses, or user names mapped the same way. Every address must be exactly one plain
+    address (:func:`single_address`): a user whose name maps to anything else gets no e-mail,
+    and the failure is reported (logged and counted by the :class:`Dispatcher`) after every
+    other recipient has had theirs. `starttls`: None upgrades when the server offers it,
+    True requires it, False never; `ssl`: implicit TLS (port 465)."""
 
     def __init__(self, host: str = "localhost", port: int | None = None, *,
-                 sender: str, address_template: AddressMap = "{user}@example.org",
+                 sender: str, address_template: AddressMap | None = None,
                  username: str | None = None, password: str | None = None,
                  starttls: bool | None = None, ssl: bool = False,
                  validate_certs: bool = True, timeout: float = 30.0,
@@ -294,22 +327,35 @@ class EmailNotifier:
         self.validate_certs = validate_certs
         self.timeout = timeout
         self.name = name
+        if isinstance(address_template, str):
+            address_template.format(user="x")  # a bad template is a setting's error, at start
 
     def __repr__(self) -> str:
         return f"EmailNotifier({self.host!r}, {self.port!r}, sender={self.sender!r})"
 
-    def address(self, recipient: str) -> str | None:
-        if "@" in recipient:
-            return recipient
-        if callable(self.address_template):
-            return self.address_template(recipient)
-        return self.address_template.format(user=recipient)
+    def address(self, recipient: str, *, user: bool = False) -> str | None:
+        """The address for `recipient`, None for no e-mail; ValueError when the mapping
+        gives something that is not exactly one plain address. `user`: the recipient is the
+        session's user (a name the user chose), never taken as an address."""
+        if "@" in recipient and not user:
+            found = recipient
+        elif self.address_template is None:
+            return None
+        elif callable(self.address_template):
+            found = self.address_template(recipient)
+            if found is None:
+                return None
+        else:
+            found = self.address_template.format(user=recipient)
+        if not isinstance(found, str) or single_address(found) is None:
+            raise ValueError("not exactly one plain e-mail address")
+        return found
 
     def compose(self, message: Message, to: str) -> EmailMessage:
         mail = EmailMessage()
         mail["From"] = self.sender
         mail["To"] = to
-        mail["Subject"] = message.subject
+        mail["Subject"] = one_line(message.subject)
         mail["Date"] = email.utils.format_datetime(message.now)
         mail["Message-ID"] = email.utils.make_msgid(domain=self.sender.rpartition("@")[2] or None)
         mail.set_content(message.text)
@@ -318,23 +364,31 @@ class EmailNotifier:
     async def send(self, message: Message, recipients: Sequence[str]) -> None:
         import aiosmtplib
 
-        addresses = list(dict.fromkeys(a for a in map(self.address, recipients) if a))
-        failed = []
-        for to in addresses:
+        failed, addresses = [], {}
+        for recipient in recipients:
+            try:
+                to = self.address(recipient, user=recipient == message.user)
+            except Exception as e:  # a user's name, or the admin's function: reported below
+                why = str(e) if isinstance(e, ValueError) else f"the address function raised {type(e).__name__}"
+                failed.append(f"no e-mail to {one_line(recipient)!r}: {why}")
+                continue
+            if to is not None:
+                addresses.setdefault(to, recipient)
+        for to in addresses:  # each on its own: one recipient's failure stops no other
             try:
                 await aiosmtplib.send(
-                    self.compose(message, to), hostname=self.host, port=self.port,
+                    self.compose(message, to), sender=self.sender, recipients=[to],
+                    hostname=self.host, port=self.port,
                     username=self.username, password=self._password,
                     use_tls=self.ssl, start_tls=self.starttls,
                     validate_certs=self.validate_certs, timeout=self.timeout)
-            except (aiosmtplib.SMTPException, OSError, asyncio.TimeoutError) as e:
-                text = str(e)
+            except Exception as e:
+                text = str(e) if isinstance(e, (aiosmtplib.SMTPException, OSError)) else ""
                 if self._password:
                     text = text.replace(self._password, "***")
-                failed.append(f"{to}: {type(e).__name__}: {text}")
+                failed.append(f"{to}: {type(e).__name__}" + (f": {one_line(text)}" if text else ""))
         if failed:
-            raise NotifyError(f"e-mail via {self.host}:{self.port} failed for "
-                              + "; ".join(failed))
+            raise NotifyError(f"e-mail via {self.host}:{self.port} failed for " + "; ".join(failed))
 
 
 @dataclass
@@ -369,7 +423,7 @@ class Dispatcher:
             self.errors[name] += 1
             text = str(e) if isinstance(e, NotifyError) else type(e).__name__
             log.warning("notifier %s failed to send the %s for %s: %s",
-                        name, message.event, message.session, text)
+                        name, message.event, one_line(message.session), one_line(text))
             return False
         self.sent[name] += 1
         return True

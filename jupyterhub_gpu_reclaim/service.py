@@ -8,6 +8,11 @@ and records. What it never does:
 * decide on a cycle whose hub or pod listing failed (it cannot tell GPU servers from
   others then: the cycle is skipped and counted);
 * treat a server whose pod it cannot see as a server without GPUs (it is held);
+* let one session's data stop the cycle: a malformed entry (a server's model, its pod, a
+  GPU series, its kernels) holds only its own session, and an unexpected error while
+  observing or deciding one session holds that session (logged once with its traceback,
+  counted). A cycle that raises all the same is counted as an error
+  (`cycles_total{result="error"}`); only ok cycles move the last-successful-cycle time;
 * reclaim on missing GPU or kernel data (the policy holds);
 * stop a server twice: a stop runs as a task recorded in the store before it begins;
   a stop that never finishes is "stuck" and retried each cycle; after a restart, stops
@@ -26,8 +31,8 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 from urllib.parse import urlencode
 
 from .actions import HubStopper, StopResult
@@ -35,16 +40,18 @@ from .metrics import Metrics
 from .notify import Dispatcher
 from .observations import Decision, Sample, Session, SessionView
 from .policy import IDLE_RULES, PolicyConfig, decide, decide_user, retained_samples
-from .signals.base import SignalError, parse_time, utcnow
+from .signals.base import SignalError, brief, entry_field, entry_time, parse_time, utcnow
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
 from .signals.pods import PodInfo, PodSnapshot
+from .signals.probe_tokens import NoProbeCredential
 from .store import Store
 from .trace import TraceSample, TraceSession, format_time
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
 EPSILON = dt.timedelta(microseconds=1)
+T = TypeVar("T")
 
 
 class PodSource(Protocol):
@@ -63,6 +70,7 @@ class Options:
     hub_name: str = "JupyterHub"
     record_observations: bool = True
     observation_retention: dt.timedelta = dt.timedelta(days=14)
+    record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
     history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
     cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
 
@@ -82,6 +90,7 @@ class CycleReport:
     would_reclaim: list[str] = field(default_factory=list)  # dry run
     users_deleted: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # why the cycle raised (cycles_total{result="error"})
     seconds: float = 0.0
 
 
@@ -116,6 +125,9 @@ class Reclaimer:
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.metrics.dry_run.set(1 if self.options.dry_run else 0)
+        self.metrics.cycle_interval.set(self.options.cycle_interval.total_seconds())
+        self.metrics.last_successful_cycle.set(time.time())  # what "no cycle succeeded for" counts from
+        self._failing: dict[str, str] = {}  # sid → the unexpected error already logged for it
         self._history: dict[str, tuple[dt.datetime, list[Sample]]] = {}
         self._recorded: set[tuple[str, dt.datetime]] = set()  # session lines already stored
         self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
@@ -173,47 +185,101 @@ class Reclaimer:
         t0 = time.monotonic()
         now = self.clock()
         report = CycleReport(t=now)
-        if not self._restored:
-            self.restore()
         try:
+            if not self._restored:
+                self.restore()
             await self._cycle(now, report)
-        finally:
-            report.seconds = time.monotonic() - t0
-            self.metrics.cycle_duration.observe(report.seconds)
-            self.metrics.cycles.labels(f"skipped-{report.skipped}" if report.skipped else "ok").inc()
-            self.metrics.last_cycle.set(time.time())
-        eventful = report.warned or report.stops or report.would_reclaim or report.skipped or report.errors
+        except Exception as e:  # the store, a bug: the next cycle tries again
+            report.error = f"{type(e).__name__}: {str(e)[:200]}"
+            log.exception("the cycle failed")
+        report.seconds = time.monotonic() - t0
+        self.metrics.cycle_duration.observe(report.seconds)
+        result = "error" if report.error else f"skipped-{report.skipped}" if report.skipped else "ok"
+        self.metrics.cycles.labels(result).inc()
+        self.metrics.last_cycle.set(time.time())
+        if result == "ok":
+            self.metrics.last_successful_cycle.set(time.time())
+        eventful = (report.warned or report.stops or report.would_reclaim or report.skipped or report.errors
+                    or report.error)
         log.log(logging.INFO if eventful else logging.DEBUG,
                 "cycle: %d servers (%d with GPUs), %d probes, %d warned, %d stops%s%s in %.2f s",
                 report.servers, report.gpu_sessions, report.probes, len(report.warned),
                 len(report.stops), f", {len(report.would_reclaim)} would be reclaimed (dry run)"
                 if self.options.dry_run else "",
-                f", skipped: {report.skipped} unavailable" if report.skipped else "", report.seconds)
+                f", skipped: {report.skipped} unavailable" if report.skipped else
+                f", failed: {report.error}" if report.error else "", report.seconds)
         return report
+
+    async def _read(self, source: str, read: Awaitable[T], report: CycleReport) -> T | None:
+        """One signal's answer, or None when it failed (logged and counted): a SignalError,
+        or anything unexpected (a bug, an answer no check foresaw; logged with its traceback)."""
+        try:
+            return await read
+        except SignalError as e:
+            self._error(report, e)
+        except Exception as e:
+            log.exception("signal %s failed unexpectedly", source)
+            self._error(report, SignalError(source, f"{type(e).__name__}: {str(e)[:200]}"))
+        return None
+
+    async def _pods(self, stale_s: float) -> PodSnapshot:
+        await self.pods.start()
+        return self.pods.snapshot(stale_s)
+
+    def _session_error(self, sid: str, e: Exception, report: CycleReport) -> Decision:
+        """An unexpected error while observing or deciding one session: it is held, the
+        error counted, and logged with its traceback once (until the session recovers)."""
+        what = f"{type(e).__name__}: {brief(str(e))}"
+        if self._failing.get(sid) != what:
+            self._failing[sid] = what
+            log.error("session %s held: unexpected %s", sid, what, exc_info=e)
+        self.metrics.session_errors.inc()
+        report.errors[f"session:{sid}"] = what
+        return Decision(sid, "hold", "session-error",
+                        f"an unexpected error while deciding ({what}); never reclaimed on it",
+                        evidence={"problem": what})
+
+    def _unusable(self, srv: HubServer, pod: PodInfo | None, report: CycleReport) -> Decision | None:
+        """The hold of a session whose hub model or pod cannot be used, or None."""
+        sid = srv.session_id
+        if srv.invalid:
+            source, rule, problem = "hub", "hub-data-invalid", srv.invalid
+        elif pod is None:
+            return Decision(sid, "hold", "pod-missing",
+                            "the server's pod is not in the pod list; never reclaimed unseen")
+        elif pod.invalid:
+            source, rule, problem = "pods", "pod-data-invalid", pod.invalid
+        else:
+            return None
+        self.metrics.signal_errors.labels(source).inc()
+        report.errors[f"{source}:{sid}"] = problem
+        return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
+                        evidence={"problem": problem})
+
+    def _observe(self, srv: HubServer, pod: PodInfo | None, readings: dict | None,
+                 now: dt.datetime) -> tuple[Session, Sample]:
+        gpus = pod.gpus if pod else 0
+        session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
+                          started=srv.started or (pod.created if pod else None) or now,
+                          admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
+                          groups=frozenset(srv.groups))
+        util = mem = None
+        if pod is not None and gpus and readings is not None:
+            reading = readings.get((pod.namespace, pod.name))
+            if reading is not None and now - reading.t <= self.policy.stale_after:
+                util, mem = reading.util, reading.fb_used_mib
+        return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
+                               terminals=None, hub_last_activity=srv.last_activity)
 
     async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:
         self._retry_unfinished(now)
         stale_s = self.policy.stale_after.total_seconds()
         # the three reads are independent: run them together
-        hub_task = asyncio.ensure_future(self.hub.ready_servers())
-        gpu_task = asyncio.ensure_future(self.gpu.utilization()) if self.gpu else None
-        try:
-            await self.pods.start()
-            pods: PodSnapshot | None = self.pods.snapshot(stale_s)
-        except SignalError as e:
-            self._error(report, e)
-            pods = None
-        try:
-            servers = await hub_task
-        except SignalError as e:
-            self._error(report, e)
-            servers = None
-        readings = None
-        if gpu_task is not None:
-            try:
-                readings = await gpu_task
-            except SignalError as e:
-                self._error(report, e)
+        gpu_source = getattr(self.gpu, "source", "gpu")
+        servers, pods, readings = await asyncio.gather(
+            self._read("hub", self.hub.ready_servers(), report),
+            self._read("pods", self._pods(stale_s), report),
+            self._read(gpu_source, self.gpu.utilization(), report) if self.gpu else asyncio.sleep(0))
         if servers is None or pods is None:
             # without both we cannot tell GPU sessions from others: decide nothing
             report.skipped = "hub" if servers is None else "pods"
@@ -222,43 +288,44 @@ class Reclaimer:
         report.servers = len(servers)
         self.metrics.pending_gpus.set(pods.pending_gpus)
 
-        # observations
+        # observations; `held`: sessions decided without the policy (data that cannot be used)
         sessions: dict[str, tuple[HubServer, Session, Sample, PodInfo | None]] = {}
+        held: dict[str, Decision] = {}
         probe: list[str] = []
         for srv in servers:
             sid = srv.session_id
             if sid in self._tasks:
                 continue  # being stopped
             pod = pods.by_session.get(sid)
-            gpus = pod.gpus if pod else 0
-            session = Session(id=sid, user=srv.user, server=srv.name, gpus=gpus,
-                              started=srv.started or (pod.created if pod else None) or now,
-                              admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
-                              groups=frozenset(srv.groups))
-            util = mem = None
-            if pod is not None and gpus and readings is not None:
-                reading = readings.get((pod.namespace, pod.name))
-                if reading is not None and now - reading.t <= self.policy.stale_after:
-                    util, mem = reading.util, reading.fb_used_mib
-            sample = Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
-                            terminals=None, hub_last_activity=srv.last_activity)
+            try:
+                session, sample = self._observe(srv, pod, readings, now)
+                hold = self._unusable(srv, pod, report)
+            except Exception as e:
+                session = Session(id=sid, user=srv.user, server=srv.name, gpus=0, started=now)
+                sample, hold = Sample(t=now, gpu_util=None), self._session_error(sid, e, report)
             sessions[sid] = (srv, session, sample, pod)
-            if gpus:
+            if hold is not None:
+                held[sid] = hold
+            if session.gpus:
                 report.gpu_sessions += 1
-                if (self.kernels is not None and util is not None and len(util) == gpus
+                util = sample.gpu_util
+                if (hold is None and self.kernels is not None and util is not None and len(util) == session.gpus
                         and all(u is not None and u < self.policy.gpu_idle_threshold for u in util)):
                     probe.append(sid)  # GPU-idle: only then is a busy kernel worth asking about
 
         if probe:
-            await self._probe(probe, sessions, report)
+            await self._probe(probe, sessions, held, report)
         self._sessions_gone(set(sessions), now)
 
         # decisions
         intents = self.store.intents()
         exemptions = self.store.exemptions(now)  # set by admins on the web admin page
         for sid, (srv, session, sample, pod) in sessions.items():
-            if pod is not None and pod.keepalive_until is not None:
-                self._intent_from_spawn(sid, pod, intents, now)
+            if sid not in held and pod is not None and pod.keepalive_until is not None:
+                try:
+                    self._intent_from_spawn(sid, pod, intents, now)
+                except Exception as e:
+                    held[sid] = self._session_error(sid, e, report)
         warnings = self.store.open_warnings()
         by_user: dict[str, list[tuple[Session, Decision]]] = {}
         state_counts: dict[tuple[str, str, str], int] = {}
@@ -270,19 +337,31 @@ class Reclaimer:
         changed: list[Decision] = []
         warns: list[tuple[Session, Decision]] = []
         for sid, (srv, session, sample, pod) in sessions.items():
-            if pod is None:
-                d = Decision(sid, "hold", "pod-missing",
-                             "the server's pod is not in the pod list; never reclaimed unseen")
-            else:
-                samples = self._samples(session, sample, now)
-                view = SessionView(session=session, samples=samples, intent=intents.get(sid),
-                                   warnings=warnings.get(sid, ()))
-                d = decide(view, now=now, pending_gpus=pods.pending_gpus, config=self.policy)
-                d = _exempted(d, exemptions.get(sid))
-                if session.gpus:
-                    observed.append((sid, sample))
-                    if (sid, session.started) not in self._recorded:
-                        new_sessions.append(session)
+            d = held.get(sid)
+            if d is None:
+                try:
+                    samples = self._samples(session, sample, now)
+                    view = SessionView(session=session, samples=samples, intent=intents.get(sid),
+                                       warnings=warnings.get(sid, ()))
+                    d = decide(view, now=now, pending_gpus=pods.pending_gpus, config=self.policy)
+                    d = _exempted(d, exemptions.get(sid))
+                    if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
+                        d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
+                    if session.gpus and d.rule in IDLE_RULES:
+                        since = parse_time(d.evidence.get("idle_since"))
+                        if since is not None:
+                            idle_hours += session.gpus * max(0.0, (now - since).total_seconds()) / 3600
+                    if d.evidence.get("episode_cleared"):
+                        self.store.close_episode(
+                            sid, [parse_time(t) for t in d.evidence.get("cleared_warnings", [])], t=now)
+                    self._failing.pop(sid, None)
+                except Exception as e:
+                    d = self._session_error(sid, e, report)
+                else:
+                    if session.gpus:
+                        observed.append((sid, sample))
+                        if (sid, session.started) not in self._recorded:
+                            new_sessions.append(session)
             report.decisions[sid] = d
             key = ("true" if session.gpus else "false", d.action, d.rule)
             state_counts[key] = state_counts.get(key, 0) + 1
@@ -290,12 +369,6 @@ class Reclaimer:
                 holds[d.rule] = holds.get(d.rule, 0) + 1
             if session.gpus and d.rule in IDLE_RULES:
                 idle_gpus += session.gpus
-                since = parse_time(d.evidence.get("idle_since"))
-                if since is not None:
-                    idle_hours += session.gpus * max(0.0, (now - since).total_seconds()) / 3600
-            if d.evidence.get("episode_cleared"):
-                self.store.close_episode(sid, [parse_time(t) for t in d.evidence.get("cleared_warnings", [])],
-                                         t=now)
             if self._last.get(sid) != (d.action, d.rule):
                 self._last[sid] = (d.action, d.rule)
                 changed.append(d)
@@ -311,10 +384,13 @@ class Reclaimer:
         if self.options.record_observations and observed:
             self.store.record_observations(now, observed, pods.pending_gpus, new_sessions)
             self._recorded.update((s.id, s.started) for s in new_sessions)
-            self._prune(now)
+        self._prune(now)
 
         for user, reclaims in by_user.items():
-            self._reclaim(user, reclaims, servers, now, report)
+            try:
+                self._reclaim(user, reclaims, servers, now, report)
+            except Exception:  # one user's stops must not keep the others' from starting
+                log.exception("the reclaim of %s's servers failed", user)
         if self.options.cull_users and not self.options.dry_run:
             await self._cull_inactive_users(now, report)
 
@@ -331,23 +407,11 @@ class Reclaimer:
         out: dict[str, dict[str, Any]] = {}
         for sid, (srv, session, sample, pod) in sessions.items():
             d = report.decisions.get(sid)
-            history = self._history.get(sid, (None, []))[1] if session.gpus else []
-            per_gpu: list[list[float]] = [[] for _ in range(session.gpus)]
-            spark: list[float | None] = []
-            for s in history:
-                u = s.gpu_util
-                if u is None or len(u) != session.gpus or any(x is None for x in u):
-                    spark.append(None)
-                    continue
-                spark.append(sum(u) / len(u))  # type: ignore[arg-type]
-                for i, x in enumerate(u):
-                    per_gpu[i].append(float(x))  # type: ignore[arg-type]
-            kernels = None
-            if sample.kernels is not None:
-                acts = [k.last_activity for k in sample.kernels if k.last_activity is not None]
-                kernels = {"busy": sum(k.execution_state == "busy" for k in sample.kernels),
-                           "idle": sum(k.execution_state != "busy" for k in sample.kernels),
-                           "last_activity": max(acts) if acts else None}
+            try:
+                per_gpu, spark, kernels = self._activity(session, sample)
+            except Exception as e:  # shown blank; the decision is already made
+                log.warning("session %s: its activity cannot be shown: %s: %s", sid, type(e).__name__, e)
+                per_gpu, spark, kernels = [[] for _ in range(session.gpus)], [], None
             warned = warnings.get(sid, ())
             intent = intents.get(sid)
             out[sid] = {
@@ -378,6 +442,27 @@ class Reclaimer:
         queue.sort(key=lambda q: q["since"] or now)
         self._snapshot = {"t": now, "skipped": None, "sessions": out, "queue": queue,
                           "pending_gpus": pods.pending_gpus}
+
+    def _activity(self, session: Session, sample: Sample) -> tuple[list[list[float]], list[float | None], dict | None]:
+        """Per GPU the utilization history, the sparkline, and the kernels, for the pages."""
+        history = self._history.get(session.id, (None, []))[1] if session.gpus else []
+        per_gpu: list[list[float]] = [[] for _ in range(session.gpus)]
+        spark: list[float | None] = []
+        for s in history:
+            u = s.gpu_util
+            if u is None or len(u) != session.gpus or any(x is None for x in u):
+                spark.append(None)
+                continue
+            spark.append(sum(u) / len(u))  # type: ignore[arg-type]
+            for i, x in enumerate(u):
+                per_gpu[i].append(float(x))  # type: ignore[arg-type]
+        kernels = None
+        if sample.kernels is not None:
+            acts = [k.last_activity for k in sample.kernels if k.last_activity is not None]
+            kernels = {"busy": sum(k.execution_state == "busy" for k in sample.kernels),
+                       "idle": sum(k.execution_state != "busy" for k in sample.kernels),
+                       "last_activity": max(acts) if acts else None}
+        return per_gpu, spark, kernels
 
     def stop_now(self, user: str, server: str, *, by: str, rule: str = "admin",
                  record: bool = True) -> bool:
@@ -425,13 +510,19 @@ class Reclaimer:
         return True
 
     def _intent_from_spawn(self, sid: str, pod: PodInfo, intents: dict, now: dt.datetime) -> None:
-        """The keep-alive declared on the spawn form is the session's first intent (once:
-        an intent set since the pod was created, e.g. from the keep-alive page, wins)."""
+        """The keep-alive declared on the spawn form is the session's first intent, once per
+        server start: an intent set or cleared since the pod was created (the keep-alive page,
+        the API, an admin) wins, and a cleared one stays cleared. A keep-alive already over
+        changes nothing."""
+        assert pod.keepalive_until is not None
         set_at = min(pod.created or now, now)
         current = intents.get(sid)
-        if current is not None and current.set_at >= set_at:
+        if (current is not None and current.set_at >= set_at) or pod.keepalive_until <= now:
             return
-        assert pod.keepalive_until is not None
+        if current is None:
+            changed = self.store.intent_changed_at(sid)  # asked only of sessions without an intent
+            if changed is not None and (changed >= set_at or pod.created is None):
+                return
         intents[sid] = self.store.set_intent(sid, pod.keepalive_until, set_at, by="spawn form")
         log.info("intent of %s from the spawn form: keep until %s", sid, format_time(pod.keepalive_until))
 
@@ -449,18 +540,24 @@ class Reclaimer:
         self._history[session.id] = (session.started, kept)
         return tuple(kept)
 
-    async def _probe(self, sids: list[str], sessions: dict, report: CycleReport) -> None:
+    async def _probe(self, sids: list[str], sessions: dict, held: dict[str, Decision],
+                     report: CycleReport) -> None:
         assert self.kernels is not None
 
         async def one(sid: str) -> None:
             srv, session, sample, pod = sessions[sid]
             try:
-                kernels, terminals = await self.kernels.probe(srv.url, pod.direct_url if pod else None)
+                kernels, terminals = await self.kernels.probe(srv.user, srv.name, srv.url,
+                                                              pod.direct_url if pod else None)
             except SignalError as e:
-                self.metrics.signal_errors.labels(e.source).inc()
-                log.warning("kernels of %s: %s", sid, e.message)
+                if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
+                    self.metrics.signal_errors.labels(e.source).inc()
+                    log.warning("kernels of %s: %s", sid, e.message)
                 report.errors[f"kernels:{sid}"] = e.message
                 return  # kernels stay None: the policy holds a reclaim
+            except Exception as e:
+                held[sid] = self._session_error(sid, e, report)
+                return
             sample = Sample(t=sample.t, gpu_util=sample.gpu_util, gpu_mem_used_mib=sample.gpu_mem_used_mib,
                             kernels=tuple(kernels), terminals=tuple(terminals),
                             hub_last_activity=sample.hub_last_activity)
@@ -471,9 +568,13 @@ class Reclaimer:
 
     def _sessions_gone(self, present: set[str], now: dt.datetime) -> None:
         """Sessions no longer ready: note them stopped; their open warnings end."""
+        release = getattr(self.kernels, "release", None)  # the probe credential goes too
         for sid in self._live - present - set(self._tasks):
+            if release is not None:
+                release(sid)
             self._history.pop(sid, None)
             self._last.pop(sid, None)
+            self._failing.pop(sid, None)
             self.store.session_stopped(sid, now)
             self.store.close_episode(sid, t=now)
         self._live = present | set(self._tasks)
@@ -493,6 +594,7 @@ class Reclaimer:
         if time.monotonic() - self._last_prune > 3600:
             self._last_prune = time.monotonic()
             self.store.prune_observations(now - self.options.observation_retention)
+            self.store.prune_records(now - self.options.record_retention)
 
     # ------------------------------------------------------------------ actions
 
@@ -502,13 +604,16 @@ class Reclaimer:
         assert d.reclaim_at is not None
         warning = Warning(session=session.id, t=now, rule=d.rule, reclaim_at=d.reclaim_at)
         channels = [getattr(n, "name", type(n).__name__) for n in self.dispatcher.notifiers]
-        # recorded first: a restart between the two never sends it twice
-        if not self.store.record_warning(warning, _episode(d, session), channels):
-            return
-        report.warned.append(session.id)
-        self.metrics.warnings.labels(d.rule).inc()
-        log.info("warn %s (%s): %s", session.id, d.rule, d.reason)
-        await self._notify(d, session, now)
+        try:
+            # recorded first: a restart between the two never sends it twice
+            if not self.store.record_warning(warning, _episode(d, session), channels):
+                return
+            report.warned.append(session.id)
+            self.metrics.warnings.labels(d.rule).inc()
+            log.info("warn %s (%s): %s", session.id, d.rule, d.reason)
+            await self._notify(d, session, now)
+        except Exception:  # one warning must not keep the others, or the reclaims, from going out
+            log.exception("the warning of %s failed", session.id)
 
     async def _notify(self, d: Decision, session: Session, now: dt.datetime) -> None:
         url = self.options.keepalive_url
@@ -606,16 +711,17 @@ class Reclaimer:
         inactive = getattr(self.hub, "inactive_users", None)
         if inactive is None:
             return
-        try:
-            users = await inactive()
-        except SignalError as e:
-            self._error(report, e)
-            return
-        for user in users:
+        users = await self._read("hub", inactive(), report)
+        for user in users or ():
             if f"user:{user['name']}" in self._tasks:
                 continue
-            delete, why = decide_user(admin=bool(user.get("admin")), created=parse_time(user.get("created")),
-                                      last_activity=parse_time(user.get("last_activity")), now=now,
+            try:  # a user model that cannot be read is never a reason to delete its user
+                admin, created, last_activity = (entry_field(user, "admin", bool, False), entry_time(user, "created"),
+                                                 entry_time(user, "last_activity"))
+            except ValueError as e:
+                log.warning("not culling user %s: the hub's model of the user: %s", user["name"], e)
+                continue
+            delete, why = decide_user(admin=admin, created=created, last_activity=last_activity, now=now,
                                       config=self.policy)
             if delete:
                 log.info("culling user %s (%s)", user["name"], why)
@@ -633,6 +739,7 @@ def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Rec
     from .signals.hub import HubSignal
     from .signals.kernels import KernelSignal
     from .signals.pods import PodSignal
+    from .signals.probe_tokens import ProbeTokens
     from .signals.prometheus import PrometheusSignal
 
     context = app.ssl_context() if app.ssl_enabled else None
@@ -650,7 +757,14 @@ def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Rec
                     "held, never reclaimed; servers without GPUs are culled as idle-culler does")
     kernels = None
     if app.probe_kernels:
-        kernels = KernelSignal("", app.api_token, timeout=app.kernel_probe_timeout,
+        credentials = None
+        if app.kernel_probe_credential == "user-token":
+            credentials = ProbeTokens(app.url, app.api_token, lifetime=int(app.kernel_probe_token_lifetime),
+                                      ssl_context=context)
+        else:
+            log.warning("kernel probes have no credential (kernel_probe_credential = 'none'): GPU sessions "
+                        "whose GPUs look idle are held, never reclaimed (no kernel data)")
+        kernels = KernelSignal("", credentials, timeout=app.kernel_probe_timeout,
                                concurrency=app.concurrency or 100)
         kernels.ssl_context = context
 
@@ -665,7 +779,8 @@ def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Rec
                             dry_run=app.dry_run)
     options = Options(dry_run=app.dry_run, cull_users=app.cull_users, keepalive_url=app.keepalive_url,
                       hub_name=app.hub_name, cycle_interval=dt.timedelta(seconds=app.effective_cull_every),
-                      observation_retention=dt.timedelta(seconds=app.observation_retention))
+                      observation_retention=dt.timedelta(seconds=app.observation_retention),
+                      record_retention=dt.timedelta(seconds=app.record_retention))
     return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
                      store=store, policy=policy, options=options, metrics=metrics)
 
@@ -698,9 +813,13 @@ async def serve(app: Any, policy: PolicyConfig) -> None:
         hub_prefix = urlsplit(app.url).path.rsplit("/api", 1)[0].rstrip("/") + "/" if app.url else "/hub/"
         web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=policy,
                            admin_scope=app.admin_scope, dry_run=app.dry_run,
-                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix)
+                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix,
+                           writes_per_minute=app.user_writes_per_minute)
         server = listen(web_app, app.bind_url)
         log.info("serving /metrics on %s", app.bind_url)
+    else:
+        log.info("no web server (no url in the service's entry in c.JupyterHub.services, no "
+                 "--bind-url): the cycles run; the pages, the JSON API and /metrics are unavailable")
     try:  # connect and list before the first cycle, so that cycle is like the others
         await reclaimer.pods.start()
     except SignalError as e:

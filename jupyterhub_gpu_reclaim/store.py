@@ -13,7 +13,9 @@ Times go in and come out as timezone-aware UTC datetimes. They are stored as nai
 (SQLite keeps no offset); a naive datetime passed in is refused with ValueError. Evidence
 dicts are stored as JSON: datetimes in them come back as RFC 3339 strings, tuples as lists.
 
-Schema versions: the ``schema_version`` table holds one row. Version 1 is the first.
+Schema versions: the ``schema_version`` table holds one row. Version 1 is the first;
+version 2 added the web pages' exemptions and audit log; version 3 keeps one intent row
+per session (a new intent replaces it, a clear marks it).
 ``MIGRATIONS[i]`` is a function ``(connection) -> None`` that upgrades a store from version
 ``i + 1`` to ``i + 2``; the current version is ``len(MIGRATIONS) + 1`` and the ORM models
 below always describe the current schema. A new database gets the current tables directly;
@@ -149,7 +151,12 @@ class _UntilRow:
 
 
 class IntentRow(_UntilRow, Base):
+    """Schema v3: one row per session, its latest intent (replaced by the next, marked
+    cleared by a clear): what a user writes never grows the table."""
+
     __tablename__ = "intents"
+    __table_args__ = (sa.Index("uq_intents_session", "session", unique=True),)
+    session: Mapped[str] = mapped_column(sa.String(255))
 
 
 class WarningRow(Base):
@@ -234,6 +241,20 @@ def _v1_to_v2(conn: Connection) -> None:
 
 MIGRATIONS.append(_v1_to_v2)
 
+
+def _v2_to_v3(conn: Connection) -> None:
+    """v2 → v3: one intent row per session. Every set added a row; keep each session's
+    latest (the current intent if it has one: a set cleared all others), then make the
+    session unique."""
+    t = IntentRow.__table__
+    latest = sa.select(sa.func.max(t.c.id)).group_by(t.c.session).scalar_subquery()
+    conn.execute(sa.delete(t).where(t.c.id.not_in(latest)))
+    conn.execute(sa.text("DROP INDEX IF EXISTS ix_intents_session"))
+    next(i for i in t.indexes if i.name == "uq_intents_session").create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(_v2_to_v3)
+
 _OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 
 
@@ -258,6 +279,11 @@ def _reclaim(row: ReclaimRow) -> ReclaimRecord:
     return ReclaimRecord(id=row.id, session=row.session, episode=row.episode, rule=row.rule, t=row.t,
                          gpus=row.gpus, evidence=json.loads(row.evidence), finished_at=row.finished_at,
                          outcome=row.outcome, detail=row.detail)
+
+
+def _audit(row: AuditRow) -> dict[str, Any]:
+    return {"t": row.t, "actor": row.actor, "action": row.action, "session": row.session,
+            "detail": json.loads(row.detail)}
 
 
 def _aware(value: dt.datetime, name: str) -> dt.datetime:
@@ -368,14 +394,23 @@ class Store:
     # ---- intents
 
     def set_intent(self, session: str, until: dt.datetime, set_at: dt.datetime, by: str = "") -> Intent:
-        """Record "keep alive until ``until``" (replacing the session's current intent).
+        """Record "keep alive until ``until``", replacing the session's intent (its one row).
         Capping ``until`` at ``max_keepalive`` is the caller's job."""
         until, set_at = _aware(until, "until"), _aware(set_at, "set_at")
-        with self._session.begin() as db:
-            db.execute(sa.update(IntentRow)
-                       .where(IntentRow.session == session, IntentRow.cleared_at.is_(None))
-                       .values(cleared_at=set_at))
-            db.add(IntentRow(session=session, until=until, set_at=set_at, by=by))
+        values = {"until": until, "set_at": set_at, "by": by, "cleared_at": None}
+        for attempt in (1, 2):
+            try:
+                with self._session.begin() as db:
+                    row = db.scalar(sa.select(IntentRow).where(IntentRow.session == session))
+                    if row is None:
+                        db.add(IntentRow(session=session, **values))
+                    else:
+                        for key, value in values.items():
+                            setattr(row, key, value)
+                break
+            except sa_exc.IntegrityError:  # another writer added the row first: replace it
+                if attempt == 2:
+                    raise
         return Intent(session=session, until=until, set_at=set_at)
 
     def clear_intent(self, session: str, t: dt.datetime) -> bool:
@@ -394,6 +429,14 @@ class Store:
             rows = db.scalars(sa.select(IntentRow).where(IntentRow.cleared_at.is_(None))
                               .order_by(IntentRow.set_at, IntentRow.id))
             return {r.session: Intent(session=r.session, until=r.until, set_at=r.set_at) for r in rows}
+
+    def intent_changed_at(self, session: str) -> dt.datetime | None:
+        """When the session's intent was last set or cleared; None if it never had one (or
+        the retention pruned it). A cleared intent is remembered: see ``service._intent_from_spawn``."""
+        with self._session() as db:
+            row = db.execute(sa.select(IntentRow.set_at, IntentRow.cleared_at)
+                             .where(IntentRow.session == session)).first()
+        return None if row is None else row.cleared_at or row.set_at
 
     # ---- warnings
 
@@ -499,8 +542,12 @@ class Store:
         """Begun and never finished: after a restart, check these servers again."""
         return self._reclaims(ReclaimRow.outcome.is_(None))
 
-    def reclaims(self, since: dt.datetime | None = None) -> list[ReclaimRecord]:
-        return self._reclaims(ReclaimRow.t >= _aware(since, "since") if since is not None else sa.true())
+    def reclaims(self, since: dt.datetime | None = None, user: str | None = None) -> list[ReclaimRecord]:
+        """The reclaims begun since ``since`` (of ``user``'s servers only, if given), oldest first."""
+        where = [ReclaimRow.t >= _aware(since, "since")] if since is not None else []
+        if user is not None:  # autoescape: a user name may hold % or _
+            where.append(ReclaimRow.session.startswith(user + "/", autoescape=True))
+        return self._reclaims(sa.and_(sa.true(), *where))
 
     def _reclaims(self, where: Any) -> list[ReclaimRecord]:
         with self._session() as db:
@@ -648,7 +695,7 @@ class Store:
     def prune_observations(self, older_than: dt.datetime) -> int:
         """Delete observations and decisions before ``older_than`` (the retention setting),
         and session lines of instances that stopped before it. Returns the observation rows
-        deleted. Intents, warnings and reclaims are kept."""
+        deleted. Intents, warnings and reclaims are kept (see :meth:`prune_records`)."""
         older_than = _aware(older_than, "older_than")
         with self._session.begin() as db:
             n = db.execute(sa.delete(ObservationRow).where(ObservationRow.t < older_than)).rowcount
@@ -690,16 +737,59 @@ class Store:
         with self._session.begin() as db:
             db.add(AuditRow(t=t, actor=actor, action=action, session=session, detail=_dumps(detail)))
 
-    def audit_log(self, since: dt.datetime | None = None, session: str | None = None) -> list[dict[str, Any]]:
-        """The audit records, oldest first: {"t", "actor", "action", "session", "detail"}."""
-        query = sa.select(AuditRow).order_by(AuditRow.t, AuditRow.id)
+    def audit_log(self, since: dt.datetime | None = None, session: str | None = None, *,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """The audit records, oldest first: {"t", "actor", "action", "session", "detail"}.
+        With ``limit``: the newest ``limit`` records only, newest first."""
+        newest_first = limit is not None
+        order = (AuditRow.t.desc(), AuditRow.id.desc()) if newest_first else (AuditRow.t, AuditRow.id)
+        query = sa.select(AuditRow).order_by(*order).limit(limit)
         if since is not None:
             query = query.where(AuditRow.t >= _aware(since, "since"))
         if session is not None:
             query = query.where(AuditRow.session == session)
         with self._session() as db:
-            return [{"t": r.t, "actor": r.actor, "action": r.action, "session": r.session,
-                     "detail": json.loads(r.detail)} for r in db.scalars(query)]
+            return [_audit(r) for r in db.scalars(query)]
+
+    def history(self, since: dt.datetime | None = None, *, offset: int = 0,
+                limit: int = 50) -> tuple[int, list[tuple[str, ReclaimRecord | dict[str, Any]]]]:
+        """One page of the reclaims and audit records since ``since``, newest first, for the
+        admin API: (how many there are in all, [("reclaim", ReclaimRecord) or ("audit", dict)])."""
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        r_where = ReclaimRow.t >= _aware(since, "since") if since is not None else sa.true()
+        a_where = AuditRow.t >= _aware(since, "since") if since is not None else sa.true()
+        # a compound select ordered on its own columns: SQLite merges the two index scans on t
+        # and stops after the page (a subquery around it would sort every row first)
+        page_query = sa.union_all(
+            sa.select(sa.literal_column("'reclaim'").label("kind"), ReclaimRow.id, ReclaimRow.t).where(r_where),
+            sa.select(sa.literal_column("'audit'").label("kind"), AuditRow.id, AuditRow.t).where(a_where),
+        ).order_by(sa.column("t").desc(), sa.column("id").desc()).offset(offset).limit(limit)
+        with self._session() as db:
+            total = (db.scalar(sa.select(sa.func.count()).select_from(ReclaimRow).where(r_where))
+                     + db.scalar(sa.select(sa.func.count()).select_from(AuditRow).where(a_where)))
+            page = [(kind, i) for kind, i, _t in db.execute(page_query)]
+            ids = {kind: [i for k, i in page if k == kind] for kind in ("reclaim", "audit")}
+            reclaims = {r.id: _reclaim(r) for r in db.scalars(sa.select(ReclaimRow)
+                                                               .where(ReclaimRow.id.in_(ids["reclaim"])))}
+            audits = {r.id: _audit(r) for r in db.scalars(sa.select(AuditRow).where(AuditRow.id.in_(ids["audit"])))}
+        return total, [(kind, reclaims[i] if kind == "reclaim" else audits[i]) for kind, i in page]
+
+    def prune_records(self, older_than: dt.datetime) -> dict[str, int]:
+        """Delete what ended before ``older_than`` (the record retention): intents cleared or
+        expired, warnings whose episode was closed, exemptions cleared or expired, and audit
+        records. Open warnings, current intents and exemptions, and reclaims are kept.
+        Returns the rows deleted per table."""
+        cut = _aware(older_than, "older_than")
+        ended = {
+            IntentRow: sa.or_(IntentRow.cleared_at < cut, IntentRow.until < cut),
+            ExemptionRow: sa.or_(ExemptionRow.cleared_at < cut, ExemptionRow.until < cut),
+            WarningRow: WarningRow.cleared_at < cut,
+            AuditRow: AuditRow.t < cut,
+        }
+        with self._session.begin() as db:
+            return {model.__tablename__: db.execute(sa.delete(model).where(where)).rowcount
+                    for model, where in ended.items()}
 
     # ---- decisions log
 

@@ -137,3 +137,19 @@ class HubAPI:
                 elif kind == "status" and msg["content"]["execution_state"] == "idle":
                     break
         return "".join(out)
+
+
+class StaticProbeToken:
+    """Kernel-probe credentials that give one fixed token for every server: for tests that
+    probe as the tests' own service. The service never does (it mints a token per server
+    owned by its user: signals/probe_tokens.py)."""
+
+    def __init__(self, token: str) -> None:
+        self.value = token
+        self.rejected_tokens: list[str] = []
+
+    async def token(self, user: str, server: str) -> str:
+        return self.value
+
+    async def rejected(self, user: str, server: str, token: str) -> None:
+        self.rejected_tokens.append(token)

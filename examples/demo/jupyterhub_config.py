@@ -101,9 +101,14 @@ c.JupyterHub.custom_scopes = {
 c.JupyterHub.load_roles = [{
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
-    # idle-culler's scopes, plus groups (--exempt-groups) and access:servers (kernel probes)
+    # idle-culler's scopes, plus groups (--exempt-groups) and tokens (kernel-probe tokens)
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "access:servers"],
+               "read:users:groups", "tokens"],
+}, {
+    # the admin page and API: the scope decides, not the hub's admin flag (docs/security.md)
+    "name": "gpu-reclaim-admins",
+    "users": sorted(c.Authenticator.admin_users),
+    "scopes": ["custom:gpu-reclaim:admin"],
 }]
 c.JupyterHub.extra_user_scopes = {"access:services!service=gpu-reclaim"}  # users may open its pages
 c.JupyterHub.template_paths = [HUB_TEMPLATES]  # the reclaim state and banner on the hub's pages

@@ -3,7 +3,8 @@
 # project; merge them into your jupyterhub_config.py. With the chart: helm-values/ instead.
 #
 # The hub's ServiceAccount needs: get/list/watch on pods in its namespace, create/delete on
-# pods and PVCs (KubeSpawner), and helm-values/rbac.yaml for image locality.
+# pods and PVCs (KubeSpawner), and what helm-values/rbac.yaml grants: patch on pods (the
+# spawn timings annotation) and cluster-wide reads of nodes and pods (image locality).
 import os
 import sys
 
@@ -36,7 +37,7 @@ c.JupyterHub.load_roles = [{
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "access:servers"],
+               "read:users:groups", "tokens"],
 }]
 # users may open the service's pages (JupyterHub 6; on 5, override the "user" role:
 # {"name": "user", "scopes": ["self", "access:services!service=gpu-reclaim"]})

@@ -1,11 +1,19 @@
-"""What every signal shares: the error callers count by source, and small helpers for
-the HTTP calls the signals make (each with a timeout, none logging a token)."""
+"""What every signal shares: the error callers count by source, small helpers for the HTTP
+calls the signals make (each with a timeout and a cap on the answer's size, none logging a
+token), and the checks that read one entry of an answer without trusting it.
+
+Everything a signal reads is untrusted: a user controls their server's answers, and a bug
+or a corrupt store can make any source answer nonsense with 200 OK. So each entry of an
+answer (a user model, a pod, a series, a kernel) is checked on its own: a malformed entry
+concerns only its own session, never the whole answer or the cycle."""
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import datetime as dt
 import json
+import reprlib
 import ssl
 from typing import Any
 
@@ -26,14 +34,16 @@ class SignalError(Exception):
 class HttpSource:
     """A signal that talks HTTP: one client session, opened on first use, with the
     headers `_headers` and the TLS context `ssl_context` (the hub's internal-ssl, with
-    --ssl-enabled); usable as `async with`."""
+    --ssl-enabled); usable as `async with`. It keeps no cookies: none is needed, and a
+    cookie one user's server sets must never reach another's."""
 
     _session: aiohttp.ClientSession | None = None
     ssl_context: ssl.SSLContext | None = None
 
     def _new_session(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context else None
-        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector)
+        return aiohttp.ClientSession(headers=getattr(self, "_headers", None), connector=connector,
+                                     cookie_jar=aiohttp.DummyCookieJar())
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -52,49 +62,159 @@ class HttpSource:
         await self.close()
 
 
-def parse_time(value: str | None) -> dt.datetime | None:
+# No hub, server or cluster clock reports a time outside these; times near datetime's own
+# limits would overflow in the arithmetic that follows (an idle clock, a deadline).
+EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+LATEST = dt.datetime(3000, 1, 1, tzinfo=dt.timezone.utc)
+MAX_TIME_LENGTH = 64  # "2026-01-05T09:00:00.123456+00:00" is 32
+
+
+def parse_time(value: object) -> dt.datetime | None:
     """An ISO 8601 timestamp as JupyterHub and Jupyter Server write it ("...Z"), as an
-    aware UTC datetime; naive timestamps are taken as UTC (as idle-culler does)."""
-    if not value:
+    aware UTC datetime; naive timestamps are taken as UTC (as idle-culler does). None or ""
+    is None. Anything else — not a string, malformed, too long, outside 1970-2999 once in
+    UTC ("9999-12-31T23:59:59-23:59") — raises ValueError, and nothing else."""
+    if value is None or value == "":
         return None
-    if value.endswith(("Z", "z")):
-        value = value[:-1] + "+00:00"
-    t = dt.datetime.fromisoformat(value)
+    if not isinstance(value, str):
+        raise ValueError(f"not a timestamp: {type(value).__name__} {brief(value)}")
+    if len(value) > MAX_TIME_LENGTH:
+        raise ValueError(f"not a timestamp: {len(value)} characters: {brief(value)}")
+    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not a timestamp: {value!r}") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
-    return t.astimezone(dt.timezone.utc)
+    try:
+        t = t.astimezone(dt.timezone.utc)
+    except OverflowError:
+        raise ValueError(f"timestamp out of range once in UTC: {value!r}") from None
+    if not EARLIEST <= t < LATEST:
+        raise ValueError(f"timestamp out of range (1970-2999): {value!r}")
+    return t
+
+
+_brief = reprlib.Repr()
+_brief.maxlevel, _brief.maxstring, _brief.maxother, _brief.maxlong = 3, 60, 60, 40
+
+
+def brief(value: object) -> str:
+    """A short repr of an untrusted value for logs and reasons: bounded in length and
+    depth (a plain repr of deeply nested JSON raises RecursionError)."""
+    return _brief.repr(value)
+
+
+def entry_field(model: object, key: str, kinds: type | tuple[type, ...], default: Any = None,
+                *, max_length: int = 1024) -> Any:
+    """`model[key]` checked to be one of `kinds` (absent or null: `default`); ValueError
+    naming the field otherwise. A bool is not an int here, and strings are bounded."""
+    if not isinstance(model, dict):
+        raise ValueError(f"not an object: {brief(model)}")
+    value = model.get(key)
+    if value is None:
+        return default
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ValueError(f"{key}: {type(value).__name__} {brief(value)}, expected "
+                         + " or ".join(k.__name__ for k in kinds))
+    if isinstance(value, str) and len(value) > max_length:
+        raise ValueError(f"{key}: a string of {len(value)} characters (at most {max_length})")
+    return value
+
+
+def entry_time(model: object, key: str) -> dt.datetime | None:
+    """`model[key]` as parse_time reads it; ValueError naming the field otherwise."""
+    value = entry_field(model, key, str)
+    try:
+        return parse_time(value)
+    except ValueError as e:
+        raise ValueError(f"{key}: {e}") from None
 
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+MiB = 1024 * 1024
+# The most read from one answer of each source (docs/service.md, "Limits"); a larger answer
+# is that source's error: a server's kernels → its kernels unknown (held); the hub listing
+# or Prometheus → that source failed for the cycle; one dcgm-exporter → its node's GPUs
+# unknown; a pod list page → the pod list failed.
+MAX_BODY = {"kernels": 1 * MiB, "hub": 16 * MiB, "dcgm": 16 * MiB, "prometheus": 64 * MiB, "pods": 64 * MiB}
+
+
 async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
-                   timeout: float, headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> Any:
+                   timeout: float, limit: int | None = None,
+                   headers: dict[str, str] | None = None,
+                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> Any:
     """GET `url` and decode its JSON body. Anything but a 2xx answer with JSON — a status
-    error, a timeout, a refused connection, a body that is not JSON — is a SignalError."""
-    text = await get_text(session, url, source=source, timeout=timeout, headers=headers, params=params)
+    error, a timeout, a refused connection, a body over `limit` bytes (default: the
+    source's MAX_BODY), a body that is not JSON or nested too deeply to decode — is a
+    SignalError."""
+    text = await get_text(session, url, source=source, timeout=timeout, limit=limit,
+                          headers=headers, params=params, allow_redirects=allow_redirects)
     try:
         return json.loads(text)
-    except ValueError as e:
-        raise SignalError(source, f"GET {_safe(url)}: not JSON ({e}): {text[:200]!r}") from None
+    except (ValueError, RecursionError) as e:  # RecursionError: [[[[...]]]] 100,000 deep
+        raise SignalError(source, f"GET {_safe(url)}: not JSON ({type(e).__name__}: {str(e)[:200]}): "
+                                  f"{text[:200]!r}") from None
 
 
 async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
-                   timeout: float, headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None) -> str:
+                   timeout: float, limit: int | None = None,
+                   headers: dict[str, str] | None = None,
+                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> str:
+    """GET `url` and return its body as text; SignalError as get_json (but any text).
+    Without `allow_redirects` a redirect is an error (status 3xx), not followed."""
+    limit = limit or MAX_BODY[source]
     try:
-        async with session.get(url, headers=headers, params=params,
+        async with session.get(url, headers=headers, params=params, allow_redirects=allow_redirects,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
-            text = await r.text(errors="replace")
             if r.status >= 300:
-                raise SignalError(source, f"GET {_safe(url)}: HTTP {r.status}: {text[:200]!r}", r.status)
-            return text
+                snippet = (await r.content.read(200)).decode("utf-8", "replace")
+                raise SignalError(source, f"GET {_safe(url)}: HTTP {r.status}: {snippet!r}", r.status)
+            body = await read_capped(r.content, r.content_length, limit)
+            if body is None:
+                raise SignalError(source, f"GET {_safe(url)}: the answer is larger than {limit} bytes")
+            return body.decode(_charset(r.charset), errors="replace")
     except asyncio.TimeoutError:
         raise SignalError(source, f"GET {_safe(url)}: no answer within {timeout:g} s") from None
     except aiohttp.ClientError as e:
         raise SignalError(source, f"GET {_safe(url)}: {type(e).__name__}: {e}") from None
+
+
+async def read_capped(content: aiohttp.StreamReader, length: int | None, limit: int) -> bytes | None:
+    """The whole body, or None as soon as it is known to exceed `limit` bytes (from its
+    Content-Length, or while reading: only `limit` bytes are ever held)."""
+    if length is not None and length > limit:
+        return None
+    chunks, size = [], 0
+    async for chunk in content.iter_chunked(256 * 1024):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _charset(name: str | None) -> str:
+    try:
+        return codecs.lookup(name).name if name else "utf-8"
+    except LookupError:  # a made-up charset in Content-Type
+        return "utf-8"
+
+
+def hub_message(text: str) -> str:
+    """The hub's error message (its API errors are JSON {"status", "message"})."""
+    try:
+        data: Any = json.loads(text)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])[:200]
+    except ValueError:
+        pass
+    return text.strip()[:200]
 
 
 def _safe(url: str) -> str:

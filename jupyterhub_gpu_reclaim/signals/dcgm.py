@@ -2,7 +2,7 @@
 without Prometheus (and the demo). Parsed with prometheus-client's parser.
 
 Failure semantics: the URLs are scraped concurrently; a URL that fails (HTTP error,
-timeout, unparsable text) is logged and recorded in `last_errors` as a
+timeout, an answer over MAX_BODY["dcgm"]) is logged and recorded in `last_errors` as a
 SignalError("dcgm", ...), and its pods are simply missing from the answer — the policy
 holds sessions without data. Only when every URL fails is SignalError raised.
 """
@@ -16,36 +16,46 @@ from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .base import HttpSource, SignalError, get_text, utcnow
-from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, readings_from_series
+from .base import HttpSource, SignalError, brief, get_text, utcnow
+from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, Series, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.dcgm")
+
+_NAMES = (GPU_UTIL, ENGINE_ACTIVE, FB_USED)
 
 __all__ = ["DcgmScrapeSignal", "GpuReading", "parse_dcgm_text"]
 
 
 def parse_dcgm_text(text: str, scraped_at: dt.datetime) -> dict[tuple[str, str], GpuReading]:
-    """Readings from one exposition text. The reading's time is the newest sample
-    timestamp in the text if the exporter wrote any, else `scraped_at`."""
+    """Readings from one exposition text, at the newest sample timestamp of each pod if
+    the exporter wrote any, else `scraped_at`.
+
+    Only the lines of the three metrics read are parsed, each on its own: a malformed
+    line is logged and left out (its GPU then has no value, so its session is held),
+    and the rest of the text still counts. A text without one readable series of them
+    (not an exporter's, or every line malformed) is a SignalError."""
     series = []
-    newest: float | None = None
-    try:
-        for family in text_string_to_metric_families(text):
-            if family.name not in (GPU_UTIL, ENGINE_ACTIVE, FB_USED):
-                continue
-            for sample in family.samples:
-                series.append((family.name, sample.labels, sample.value))
-                if sample.timestamp is not None:
-                    ts = float(sample.timestamp)
-                    newest = ts if newest is None else max(newest, ts)
-    except ValueError as e:
-        raise SignalError("dcgm", f"unparsable metrics text: {e}") from None
-    t = dt.datetime.fromtimestamp(newest, dt.timezone.utc) if newest is not None else scraped_at
-    return readings_from_series(series, t)
+    for line in text.splitlines():
+        if not line.startswith(_NAMES):
+            continue
+        try:
+            samples = [(f.name, sample) for f in text_string_to_metric_families(line + "\n")
+                       for sample in f.samples]
+        except (ValueError, TypeError, IndexError) as e:
+            log.warning("dcgm-exporter: a malformed line, ignored (%s): %s", e, brief(line))
+            continue
+        for name, sample in samples:
+            if name in _NAMES:
+                series.append(Series(name, sample.labels, sample.value, sample.timestamp))
+    if not series:
+        raise SignalError("dcgm", f"no {GPU_UTIL}, {ENGINE_ACTIVE} or {FB_USED} series in {brief(text)}")
+    return readings_from_series(series, scraped_at)
 
 
 class DcgmScrapeSignal(HttpSource):
     """Scrapes each dcgm-exporter URL (one per GPU node, usually) once per call."""
+
+    source = "dcgm"  # the label of its errors
 
     def __init__(self, urls: Sequence[str] | str, timeout: float = 5.0) -> None:
         self.urls = [urls] if isinstance(urls, str) else list(urls)

@@ -4,14 +4,20 @@ scrape of `/metrics` or a Prometheus query): one place that knows the label name
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple
+
+from .base import brief
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.signals.gpu")
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0..1; the one MIG devices have
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+_KEY = {GPU_UTIL: "util", ENGINE_ACTIVE: "engine", FB_USED: "fb"}  # the field each metric fills
 
 
 @dataclass(frozen=True)
@@ -57,10 +63,59 @@ def _device_name(labels: Mapping[str, str]) -> str:
     return f"{gpu}/{labels['GPU_I_ID']}" if labels.get("GPU_I_ID", "") != "" else gpu
 
 
-def readings_from_series(series: Iterable[tuple[str, Mapping[str, str], float]],
-                         t: dt.datetime, pod_label: PodLabel = "auto"
+# The range of each metric's values (engine activity is a ratio): anything outside, an
+# infinity, or not a number is a malformed series, and its GPU has no value.
+RANGES = {GPU_UTIL: (0.0, 100.0), ENGINE_ACTIVE: (0.0, 1.0), FB_USED: (0.0, 2.0 ** 40)}
+
+
+class Series(NamedTuple):
+    """One series of an answer as it came: `value` (a number, a string, anything) and `t`,
+    its Unix time when the source gives one per series (None: the answer's time)."""
+
+    name: str
+    labels: Mapping[str, str]
+    value: Any
+    t: Any = None
+
+
+def series_time(t: Any) -> dt.datetime:
+    """A series' Unix time; ValueError when it is not one (not a number, NaN, 1e308)."""
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        raise ValueError(f"the time {brief(t)} is not a number")
+    try:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"the time {brief(t)} is out of range") from None
+
+
+def series_value(name: str, value: Any) -> float | None:
+    """The value of a series of metric `name`; None for NaN (no value, as Prometheus
+    writes it); ValueError when it is malformed (see RANGES)."""
+    if isinstance(value, str) and len(value) <= 40:
+        x = float(value)  # ValueError for anything but a number
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            x = float(value)
+        except OverflowError:  # an int of 400 digits
+            raise ValueError(f"{name}: {brief(value)} is out of range") from None
+    else:
+        raise ValueError(f"{name}: {type(value).__name__} {brief(value)} is not a number")
+    if math.isnan(x):
+        return None
+    low, high = RANGES[name]
+    if not low <= x <= high:
+        raise ValueError(f"{name}: {x:g} is outside {low:g}..{high:g}")
+    return x
+
+
+def readings_from_series(series: Iterable[Series], t: dt.datetime, pod_label: PodLabel = "auto"
                          ) -> dict[tuple[str, str], GpuReading]:
-    """Group (metric name, labels, value) series into one GpuReading per pod.
+    """Group series into one GpuReading per pod, at the newest time of its series (`t`
+    for series without one).
+
+    A malformed value (series_value) or time (series_time) leaves its GPU without that
+    value, whatever the other series of the GPU say: the GPU's data is missing, and the
+    policy holds the session.
 
     `pod_label` says which labels name the pod holding a GPU: "pod" (a direct scrape, or
     Prometheus with `honor_labels: true`), "exported_pod" (Prometheus with the default
@@ -68,34 +123,37 @@ def readings_from_series(series: Iterable[tuple[str, Mapping[str, str], float]],
     carries `exported_pod`, else "pod". (With "auto" and not one GPU allocated, the
     exporter's own pod shows up as a key; it never matches a user's pod. Set the label
     explicitly where that matters.)"""
-    series = list(series)
+    series = [Series(*s) for s in series]  # plain (name, labels, value[, t]) tuples too
     if pod_label not in ("auto", "pod", "exported_pod"):
         raise ValueError(f"pod_label must be auto, pod or exported_pod, not {pod_label!r}")
     renamed = (pod_label == "exported_pod" or
-               (pod_label == "auto" and any("exported_pod" in labels for _, labels, _ in series)))
-    devices: dict[tuple[str, str], dict[tuple, dict[str, float | str]]] = {}
-    for name, labels, value in series:
-        if name not in (GPU_UTIL, ENGINE_ACTIVE, FB_USED):
-            continue
-        pod = pod_of(labels, renamed)
+               (pod_label == "auto" and any("exported_pod" in s.labels for s in series)))
+    devices: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
+    times: dict[tuple[str, str], dt.datetime] = {}
+    for s in series:
+        field = _KEY.get(s.name)
+        pod = pod_of(s.labels, renamed) if field else None
         if pod is None:
             continue
-        fields = devices.setdefault(pod, {}).setdefault(_device(labels), {"name": _device_name(labels)})
-        if value is None or math.isnan(value):
+        fields = devices.setdefault(pod, {}).setdefault(_device(s.labels), {"name": _device_name(s.labels)})
+        try:
+            if s.t is not None:
+                at = series_time(s.t)
+                times[pod] = max(times.get(pod, at), at)
+            value = series_value(s.name, s.value)
+        except ValueError as e:
+            log.warning("GPU %s of pod %s/%s: %s", fields["name"], pod[0], pod[1], e)
+            fields[field] = None  # malformed: this GPU has no such value
             continue
-        if name == GPU_UTIL:
-            fields["util"] = float(value)
-        elif name == ENGINE_ACTIVE:
-            fields["engine"] = float(value) * 100.0
-        else:
-            fields["fb"] = float(value)
+        if value is not None and fields.get(field, 0.0) is not None:
+            fields[field] = value * 100.0 if s.name == ENGINE_ACTIVE else value
     readings = {}
     for pod, by_device in devices.items():
         ordered = [by_device[k] for k in sorted(by_device)]
         readings[pod] = GpuReading(
-            t=t,
+            t=times.get(pod, t),
             gpus=tuple(str(f["name"]) for f in ordered),
-            util=tuple(f.get("util", f.get("engine")) for f in ordered),  # type: ignore[misc]
-            fb_used_mib=tuple(f.get("fb") for f in ordered),  # type: ignore[misc]
+            util=tuple(f.get("util", f.get("engine")) for f in ordered),
+            fb_used_mib=tuple(f.get("fb") for f in ordered),
         )
     return readings

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 
-from .base import HttpSource, SignalError, get_json, parse_time
+from .base import HttpSource, SignalError, brief, entry_field, entry_time, get_json
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 
@@ -42,6 +42,7 @@ class HubServer:
     user_options: dict[str, Any] = field(default_factory=dict)
     user_last_activity: dt.datetime | None = None
     user_created: dt.datetime | None = None
+    invalid: str | None = None  # why the models could not be read: the session is held
 
     @property
     def session_id(self) -> str:
@@ -49,21 +50,41 @@ class HubServer:
         return f"{self.user}/{self.name}"
 
     @classmethod
-    def from_models(cls, user: dict[str, Any], name: str, server: dict[str, Any]) -> HubServer:
-        return cls(
-            user=user["name"],
-            admin=bool(user.get("admin", False)),
-            groups=tuple(user.get("groups") or ()),
-            name=name,
-            last_activity=parse_time(server.get("last_activity")),
-            started=parse_time(server.get("started")),
-            pending=server.get("pending"),
-            ready=bool(server.get("ready", False)),
-            url=server.get("url") or "",
-            user_options=dict(server.get("user_options") or {}),
-            user_last_activity=parse_time(user.get("last_activity")),
-            user_created=parse_time(user.get("created")),
-        )
+    def from_models(cls, user: dict[str, Any], name: str, server: Any) -> HubServer:
+        """The server `name` of the user model `user` (whose "name" is a string). Never
+        raises: a malformed field of either model gives a HubServer with only its identity
+        and `invalid` saying what is wrong (the service holds it)."""
+        try:
+            user_options = entry_field(server, "user_options", dict, {})
+            entry_field(user_options, "profile", str)
+            return cls(
+                user=user["name"],
+                admin=entry_field(user, "admin", bool, False),
+                groups=tuple(_strings(entry_field(user, "groups", list, []), "groups")),
+                name=name,
+                last_activity=entry_time(server, "last_activity"),
+                started=entry_time(server, "started"),
+                pending=entry_field(server, "pending", str),
+                ready=_listed_ready(entry_field(server, "ready", bool, False)),
+                url=entry_field(server, "url", str, ""),
+                user_options=user_options,
+                user_last_activity=entry_time(user, "last_activity"),
+                user_created=entry_time(user, "created"),
+            )
+        except ValueError as e:
+            return cls(user=user["name"], name=name, invalid=f"the hub's model of this server: {e}")
+
+
+def _listed_ready(ready: bool) -> bool:
+    if not ready:  # ready_servers leaves out those that say they are not
+        raise ValueError("ready: missing in a listing of ready servers")
+    return ready
+
+
+def _strings(values: list, key: str) -> list[str]:
+    if not all(isinstance(v, str) for v in values):
+        raise ValueError(f"{key}: not a list of strings: {brief(values)}")
+    return values
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -105,9 +126,10 @@ class HubSignal(HttpSource):
     async def _supports_state_filter(self) -> bool:
         if self._state_filter is None:
             info = await self._get(f"{self.api_url}/")
-            version = _version(str(info.get("version", ""))) if isinstance(info, dict) else ()
+            version = info.get("version") if isinstance(info, dict) else None
+            version = _version(version) if isinstance(version, str) else ()
             if not version:
-                raise SignalError("hub", f"GET {self.api_url}/: no hub version in {info!r:.200}")
+                raise SignalError("hub", f"GET {self.api_url}/: no hub version in {brief(info)}")
             self._state_filter = version >= STATE_FILTER_MIN_VERSION
         return self._state_filter
 
@@ -123,23 +145,28 @@ class HubSignal(HttpSource):
         users: list[dict[str, Any]] = []
         pages = 0
         while url:
-            model = await self._get(url, headers)
+            page_url, url = url, ""
+            model = await self._get(page_url, headers)
             pages += 1
             if isinstance(model, list):  # hub < 2.0: no pagination
-                users.extend(model)
+                users.extend(_named(model))
                 break
             try:
-                items = model["items"]
-                next_info = model["_pagination"]["next"]
-            except (KeyError, TypeError):
-                raise SignalError("hub", f"GET {url.split('?')[0]}: not a user list: {model!r:.200}") from None
-            users.extend(items)
-            url = ""
-            if next_info:
-                url = next_info.get("url") or ""
-                if not url:  # be lenient: rebuild it from offset and limit
-                    params.update(offset=str(next_info["offset"]), limit=str(next_info["limit"]))
-                    url = f"{self.api_url}/users?{urlencode(params)}"
+                items, next_info = model["items"], model["_pagination"]["next"]
+                if not isinstance(items, list) or not isinstance(next_info, (dict, type(None))):
+                    raise TypeError
+                if next_info:
+                    url = entry_field(next_info, "url", str, "")
+                    if not url:  # be lenient: rebuild it from offset and limit
+                        offset, limit = entry_field(next_info, "offset", int), entry_field(next_info, "limit", int)
+                        if offset is None or limit is None:
+                            raise KeyError("offset")
+                        params.update(offset=str(offset), limit=str(limit))
+                        url = f"{self.api_url}/users?{urlencode(params)}"
+            except (KeyError, TypeError, ValueError):
+                raise SignalError("hub", f"GET {page_url.split('?')[0]}: not a user list: {brief(model)}") from None
+            users.extend(_named(items))
+            if url:
                 log.debug("fetching page %d of /users", pages + 1)
         log.debug("fetched %d users in %d page(s)", len(users), pages)
         return users
@@ -152,13 +179,34 @@ class HubSignal(HttpSource):
         return await self.users("inactive")
 
     async def ready_servers(self) -> list[HubServer]:
+        """The ready servers; a server whose models are malformed is listed with `invalid`
+        set (HubServer.from_models), so that only its own session is held."""
         state_filter = await self._supports_state_filter()
         users = await self.users("ready" if state_filter else None)
         servers = []
         for user in users:
-            for name, server in (user.get("servers") or {}).items():
+            models = user.get("servers") or {}
+            if not isinstance(models, dict):  # which servers? none can be named
+                log.warning("hub: user %s: servers is not an object: %s", user["name"], brief(models))
+                continue
+            for name, server in models.items():
                 # with state=ready the hub lists only ready servers; check anyway, and
-                # always on hubs that cannot filter
-                if server.get("ready") and not server.get("pending"):
-                    servers.append(HubServer.from_models(user, name, server))
+                # always on hubs that cannot filter (a malformed model is kept: it is held)
+                if isinstance(server, dict) and (server.get("ready") is False
+                                                 or isinstance(server.get("pending"), str) and server["pending"]):
+                    continue
+                servers.append(HubServer.from_models(user, name, server))
         return servers
+
+
+def _named(models: list) -> list[dict[str, Any]]:
+    """The user models that name their user; the others are logged and left out (no
+    session can be told from them)."""
+    named = []
+    for model in models:
+        name = model.get("name") if isinstance(model, dict) else None
+        if isinstance(name, str) and name and len(name) <= 1024:
+            named.append(model)
+        else:
+            log.warning("hub: a user model without a name, ignored: %s", brief(model))
+    return named

@@ -29,7 +29,8 @@ class GpuSource(Protocol):
 
 @runtime_checkable
 class KernelSource(Protocol):
-    async def probe(self, server_url_path: str, direct_url: str | None = None
+    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None = None
                     ) -> tuple[list[Kernel], list[dt.datetime | None]]:
-        """Kernels and terminal activity of one server; raises SignalError("kernels", ...)."""
+        """Kernels and terminal activity of `user`'s server `server`; raises
+        SignalError("kernels", ...), NoProbeCredential when it has no credential for it."""
         ...

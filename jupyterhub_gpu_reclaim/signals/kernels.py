@@ -1,8 +1,11 @@
 """The kernel signal: a server's kernels and terminals, read without counting as activity.
 
 `GET <base><server.url>api/kernels?no_track_activity=1` and `.../api/terminals?no_track_activity=1`
-with the service's token (scope `access:servers`). `no_track_activity=1` keeps the
-single-user server from reporting the probe as activity to the hub.
+with a token owned by the server's user and good for that server only (probe_tokens.py),
+never the service's own: the user controls the server and can record every request to it.
+No cookie is ever sent and no redirect followed (a server could send the probe elsewhere).
+`no_track_activity=1` keeps the single-user server from reporting the probe as activity
+to the hub.
 
 Where the probe goes matters: configurable-http-proxy records activity for *every*
 successful request it proxies, whatever the query string, and the hub copies the proxy's
@@ -17,71 +20,114 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from typing import Any
-
+from typing import Any, Callable, TypeVar
 
 from ..observations import Kernel
-from .base import HttpSource, SignalError, get_json, parse_time
+from .base import HttpSource, SignalError, brief, entry_field, entry_time, get_json
+from .probe_tokens import NoProbeCredential, ProbeCredentials
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.kernels")
 
 NO_TRACK = {"no_track_activity": "1"}
+T = TypeVar("T")
 
 
 def kernels_from_model(model: Any) -> list[Kernel]:
-    if not isinstance(model, list):
-        raise SignalError("kernels", f"/api/kernels: not a list: {model!r:.200}")
-    try:
-        return [Kernel(execution_state=str(k.get("execution_state", "unknown")),
-                       last_activity=parse_time(k.get("last_activity"))) for k in model]
-    except (AttributeError, ValueError) as e:
-        raise SignalError("kernels", f"/api/kernels: bad kernel model: {e}") from None
+    """The kernels of `/api/kernels`. The user controls this answer: any malformed kernel
+    makes the whole answer unusable (SignalError), so the session's kernels are unknown
+    and the policy holds its reclaim (kernel-data-missing)."""
+    return _each(model, "/api/kernels", lambda k: Kernel(
+        execution_state=_required(entry_field(k, "execution_state", str, max_length=64), "execution_state"),
+        last_activity=entry_time(k, "last_activity")))
 
 
 def terminals_from_model(model: Any) -> list[dt.datetime | None]:
+    """last_activity of each terminal of `/api/terminals`; SignalError as above."""
+    return _each(model, "/api/terminals", lambda t: entry_time(t, "last_activity"))
+
+
+def _required(value: T | None, key: str) -> T:
+    if value is None:
+        raise ValueError(f"no {key}")
+    return value
+
+
+def _each(model: Any, path: str, read: Callable[[Any], T]) -> list[T]:
     if not isinstance(model, list):
-        raise SignalError("kernels", f"/api/terminals: not a list: {model!r:.200}")
+        raise SignalError("kernels", f"{path}: not a list: {brief(model)}")
     try:
-        return [parse_time(t.get("last_activity")) for t in model]
-    except (AttributeError, ValueError) as e:
-        raise SignalError("kernels", f"/api/terminals: bad terminal model: {e}") from None
+        return [read(entry) for entry in model]
+    except ValueError as e:
+        raise SignalError("kernels", f"{path}: a malformed entry: {e}") from None
 
 
 class KernelSignal(HttpSource):
     """Probes users' servers. `hub_url_base` is the proxy's public URL (e.g.
-    `http://proxy-public`), to which a server's `url` path (`/user/alice/`) is appended."""
+    `http://proxy-public`), to which a server's `url` path (`/user/alice/`) is appended.
+    `credentials` gives the token for each server; None: no credential, so no probe (every
+    probe raises NoProbeCredential without a request)."""
 
-    def __init__(self, hub_url_base: str, token: str, timeout: float = 5.0,
+    def __init__(self, hub_url_base: str, credentials: ProbeCredentials | None, timeout: float = 5.0,
                  concurrency: int = 10) -> None:
         self.hub_url_base = hub_url_base.rstrip("/")
         self.timeout = timeout
-        self._headers = {"Authorization": f"token {token}"}
+        self.credentials = credentials
         self._semaphore = asyncio.Semaphore(concurrency)
-
 
     def base_url(self, server_url_path: str, direct_url: str | None = None) -> str:
         path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
         return (direct_url or self.hub_url_base).rstrip("/") + path
 
-    async def probe(self, server_url_path: str, direct_url: str | None = None
+    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None = None
                     ) -> tuple[list[Kernel], list[dt.datetime | None]]:
-        """(kernels, last_activity of each terminal) of the server at `server_url_path`."""
+        """(kernels, last_activity of each terminal) of `user`'s server `server` at
+        `server_url_path`. A token the server refuses (401/403) is replaced once."""
+        if self.credentials is None:
+            raise NoProbeCredential("kernel probes have no credential (kernel_probe_credential = 'none')")
         base = self.base_url(server_url_path, direct_url)
-        async with self._semaphore:
-            kernels, terminals = await asyncio.gather(
-                get_json(self._client(), base + "api/kernels", source="kernels",
-                         timeout=self.timeout, params=NO_TRACK),
-                self._terminals(base), return_exceptions=True)
-        for result in (kernels, terminals):
-            if isinstance(result, BaseException):
-                raise result
+        for attempt in (1, 2):
+            # the token first, outside the semaphore: slow servers never delay minting
+            token = await self.credentials.token(user, server)
+            try:
+                async with self._semaphore:
+                    kernels, terminals = await self._get_both(base, token)
+                break
+            except SignalError as e:
+                if e.status not in (401, 403) or attempt == 2:
+                    raise
+                await self.credentials.rejected(user, server, token)
         return kernels_from_model(kernels), terminals_from_model(terminals)
 
-    async def _terminals(self, base: str) -> Any:
+    async def _get_both(self, base: str, token: str) -> tuple[Any, Any]:
+        headers = {"Authorization": f"token {token}"}
+        results = await asyncio.gather(
+            self._get(base + "api/kernels", headers), self._terminals(base, headers),
+            return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results[0], results[1]
+
+    async def _get(self, url: str, headers: dict[str, str]) -> Any:
+        return await get_json(self._client(), url, source="kernels", timeout=self.timeout,
+                              headers=headers, params=NO_TRACK, allow_redirects=False)
+
+    async def _terminals(self, base: str, headers: dict[str, str]) -> Any:
         try:
-            return await get_json(self._client(), base + "api/terminals", source="kernels",
-                                  timeout=self.timeout, params=NO_TRACK)
+            return await self._get(base + "api/terminals", headers)
         except SignalError as e:
             if e.status == 404:  # terminals disabled on this server: there are none
                 return []
             raise
+
+    def release(self, sid: str) -> None:
+        """Session `sid` left the ready list: its credential goes too."""
+        release = getattr(self.credentials, "release", None)
+        if release is not None:
+            release(sid)
+
+    async def close(self) -> None:
+        close = getattr(self.credentials, "close", None)
+        if close is not None:
+            await close()
+        await super().close()

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import ipaddress
 import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from .base import SignalError, parse_time
+from .base import MAX_BODY, SignalError, brief, entry_field, entry_time, parse_time, read_capped
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 
@@ -47,6 +48,7 @@ class PodInfo:
     created: dt.datetime | None
     unschedulable: str | None  # the scheduler's message while PodScheduled is False
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
+    invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
     def session_id(self) -> str:
@@ -62,48 +64,80 @@ class PodInfo:
         return bool(self.unschedulable) and GPU_RESOURCE in (self.unschedulable or "") and self.gpus > 0
 
 
-def _gpus(resources: dict[str, Any] | None) -> int:
-    resources = resources or {}
-    value = (resources.get("limits") or {}).get(GPU_RESOURCE, (resources.get("requests") or {}).get(GPU_RESOURCE, 0))
+MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are sized by it)
+
+
+def _gpus(resources: dict[str, Any]) -> int:
+    """nvidia.com/gpu of one container (its limit, else its request): an integer quantity."""
+    limits, requests = entry_field(resources, "limits", dict, {}), entry_field(resources, "requests", dict, {})
+    value = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0))
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 4:
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_GPUS:
+        raise ValueError(f"{GPU_RESOURCE}: {brief(value)} is not a GPU count")
+    return value
+
+
+def _objects(model: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    items = entry_field(model, key, list, [])
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValueError(f"{key}: an item is not an object: {brief(item)}")
+    return items
+
+
+def pod_info(pod: Any) -> PodInfo:
+    """A PodInfo from a pod in its JSON form (camelCase keys, as the API serves it).
+
+    Raises ValueError only when the pod cannot be told apart: no name, or user/server
+    annotations and labels that are not strings. Any other malformed field gives a PodInfo
+    with its identity, `invalid` saying what is wrong, and nothing else (its session is
+    held, "pod-data-invalid")."""
+    meta = entry_field(pod, "metadata", dict, {})
+    name = entry_field(meta, "name", str, "", max_length=253)
+    if not name:
+        raise ValueError(f"a pod without a name: {brief(pod)}")
+    labels, annotations = entry_field(meta, "labels", dict, {}), entry_field(meta, "annotations", dict, {})
+    identity = dict(namespace=entry_field(meta, "namespace", str, "", max_length=253), name=name,
+                    user=entry_field(annotations, USER_KEY, str) or entry_field(labels, USER_KEY, str, ""),
+                    server=entry_field(annotations, SERVER_KEY, str) or entry_field(labels, SERVER_KEY, str, ""))
     try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def pod_info(pod: dict[str, Any]) -> PodInfo:
-    """A PodInfo from a pod in its JSON form (camelCase keys, as the API serves it)."""
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    containers = spec.get("containers") or []
-    port = next((p.get("containerPort") for c in containers for p in c.get("ports") or []
-                 if p.get("name") == "notebook-port"), None)
-    statuses = status.get("containerStatuses") or []
-    phase = status.get("phase") or "Unknown"
-    ready = (phase == "Running" and bool(status.get("podIP")) and not meta.get("deletionTimestamp")
-             and bool(statuses) and all(s.get("ready") for s in statuses))
-    unschedulable = None
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            unschedulable = cond.get("message") or cond.get("reason") or "Unschedulable"
-    return PodInfo(
-        namespace=meta.get("namespace", ""), name=meta.get("name", ""),
-        user=annotations.get(USER_KEY) or labels.get(USER_KEY, ""),
-        server=annotations.get(SERVER_KEY) or labels.get(SERVER_KEY, ""),
-        gpus=sum(_gpus(c.get("resources")) for c in containers),
-        node=spec.get("nodeName"), phase=phase, ready=ready,
-        pod_ip=status.get("podIP"), port=port,
-        created=parse_time(meta.get("creationTimestamp")) if isinstance(meta.get("creationTimestamp"), str) else None,
-        unschedulable=unschedulable,
-        keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
-    )
+        spec, status = entry_field(pod, "spec", dict, {}), entry_field(pod, "status", dict, {})
+        containers = _objects(spec, "containers")
+        ports = [p for c in containers for p in _objects(c, "ports") if entry_field(p, "name", str) == "notebook-port"]
+        port = entry_field(ports[0], "containerPort", int) if ports else None
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"containerPort: {port}")
+        pod_ip = entry_field(status, "podIP", str, max_length=64)
+        if pod_ip is not None:
+            ipaddress.ip_address(pod_ip)  # probes go to it: an address, nothing else
+        phase = entry_field(status, "phase", str, "", max_length=64) or "Unknown"
+        statuses = _objects(status, "containerStatuses")
+        ready = (phase == "Running" and bool(pod_ip) and not meta.get("deletionTimestamp")
+                 and bool(statuses) and all(entry_field(s, "ready", bool, False) for s in statuses))
+        unschedulable = None
+        for cond in _objects(status, "conditions"):
+            if entry_field(cond, "type", str) == "PodScheduled" and entry_field(cond, "status", str) == "False":
+                unschedulable = (entry_field(cond, "message", str, max_length=4096)
+                                 or entry_field(cond, "reason", str) or "Unschedulable")
+        return PodInfo(
+            **identity, gpus=sum(_gpus(entry_field(c, "resources", dict, {})) for c in containers),
+            node=entry_field(spec, "nodeName", str, max_length=253), phase=phase, ready=ready,
+            pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
+            unschedulable=unschedulable,
+            keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
+        )
+    except ValueError as e:  # ipaddress' errors are ValueErrors too
+        return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,
+                       created=None, unschedulable=None, invalid=f"the pod {name}: {e}")
 
 
 def _time_or_none(value: Any) -> dt.datetime | None:
+    """The spawn form's keep-alive (the user typed it): a malformed one is ignored."""
     try:
         return parse_time(value) if isinstance(value, str) else None
-    except ValueError:
-        log.warning("ignoring a malformed %s annotation: %r", KEEPALIVE_ANNOTATION, value[:100])
+    except ValueError as e:
+        log.warning("ignoring a malformed %s annotation: %s", KEEPALIVE_ANNOTATION, e)
         return None
 
 
@@ -151,9 +185,6 @@ class PodSignal:
         self._api_client = client.ApiClient()
         self._api = client.CoreV1Api(self._api_client)
 
-    def _to_dict(self, pod: Any) -> dict[str, Any]:
-        return pod if isinstance(pod, dict) else self._api_client.sanitize_for_serialization(pod)
-
     async def list_once(self) -> dict[str, PodInfo]:
         """List the pods now, replacing the view; SignalError("pods", ...) on failure."""
         if self._api is None:
@@ -178,25 +209,30 @@ class PodSignal:
             try:
                 resp = await self._api.list_namespaced_pod(self.namespace, **kwargs)
                 try:
-                    text = await resp.read()
                     if not 200 <= resp.status <= 299:
+                        snippet = (await resp.content.read(200)).decode("utf-8", "replace")
                         raise SignalError("pods", f"listing pods in {self.namespace}: HTTP {resp.status}: "
-                                                  f"{text[:200].decode('utf-8', 'replace')!r}", resp.status)
+                                                  f"{snippet!r}", resp.status)
+                    text = await read_capped(resp.content, resp.content_length, MAX_BODY["pods"])
                 finally:
                     resp.release()
+                if text is None:
+                    raise SignalError("pods", f"listing pods in {self.namespace}: a page larger than "
+                                              f"{MAX_BODY['pods']} bytes")
                 body = json.loads(text)
                 del text
-                items, meta = body.get("items") or [], body.get("metadata") or {}
+                items = entry_field(body, "items", list, [])
+                meta = entry_field(body, "metadata", dict, {})
+                resource_version = entry_field(meta, "resourceVersion", str) or resource_version
+                token = entry_field(meta, "continue", str)
             except SignalError:
                 raise
             except Exception as e:  # ApiException, aiohttp errors, timeouts, a body that is not a pod list
-                raise SignalError("pods", f"listing pods in {self.namespace}: {type(e).__name__}: {e}") from None
+                raise SignalError("pods", f"listing pods in {self.namespace}: {type(e).__name__}: "
+                                          f"{str(e)[:200]}") from None
             for pod in items:
-                info = pod_info(pod)
-                pods[info.name] = info
+                _put(pods, pod)
             del body, items
-            resource_version = meta.get("resourceVersion") or resource_version
-            token = meta.get("continue")
             if not token:
                 break
         self.pods = pods
@@ -250,7 +286,7 @@ class PodSignal:
         backoff = 0.5
         while True:
             try:
-                w = watch.Watch()
+                w = watch.Watch(return_type="object")  # the pods as served, checked by pod_info
                 async with w.stream(self._api.list_namespaced_pod, self.namespace,
                                     label_selector=self.label_selector,
                                     resource_version=self._resource_version,
@@ -272,9 +308,10 @@ class PodSignal:
                     log.warning("pod watch failed: %s %s: re-listing", e.status, e.reason)
                 await self._relist(backoff)
                 backoff = min(backoff * 2, 30)
-            except Exception as e:
-                self.failing = f"watch dropped: {type(e).__name__}: {e}"
-                log.warning("pod watch dropped (%s: %s): re-listing", type(e).__name__, e)
+            except Exception as e:  # a broken connection, or an event that is not one (LineTooLong
+                # over kubernetes-asyncio's 4 MiB per line, too deep, no event): the view is re-listed
+                self.failing = f"watch dropped: {type(e).__name__}: {str(e)[:200]}"
+                log.warning("pod watch dropped (%s): re-listing", self.failing[len("watch dropped: "):])
                 await self._relist(backoff)
                 backoff = min(backoff * 2, 30)
 
@@ -285,16 +322,31 @@ class PodSignal:
         except SignalError as e:
             log.warning("%s", e)
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        kind = event.get("type")
-        pod = self._to_dict(event.get("object"))
-        rv = (pod.get("metadata") or {}).get("resourceVersion")
-        if rv:
+    def _apply(self, event: Any) -> None:
+        kind = event.get("type") if isinstance(event, dict) else None
+        pod = event.get("object") if isinstance(event, dict) else None
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        rv = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(rv, str) and rv:
             self._resource_version = rv
-        if kind == "BOOKMARK":
-            return
-        info = pod_info(pod)
         if kind == "DELETED":
-            self.pods.pop(info.name, None)
-        elif kind in ("ADDED", "MODIFIED"):
-            self.pods[info.name] = info
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if isinstance(name, str):
+                self.pods.pop(name, None)
+        elif kind in ("ADDED", "MODIFIED") and not _put(self.pods, pod):
+            # which pod changed, and how? The list tells (and leaves that one out).
+            raise ValueError("a pod in the watch cannot be told apart")
+
+
+def _put(view: dict[str, PodInfo], pod: Any) -> bool:
+    """Add or replace one pod of a list or watch in `view`. A pod that cannot be told
+    apart is logged and left out (False); a malformed one is kept, marked invalid (held)."""
+    try:
+        info = pod_info(pod)
+    except ValueError as e:
+        log.warning("ignoring a pod that cannot be told apart: %s", e)
+        return False
+    if info.invalid:
+        log.warning("%s", info.invalid)
+    view[info.name] = info
+    return True

@@ -11,18 +11,20 @@ drops empty labels — is an unallocated GPU, and its `pod` is the exporter's ow
 
 A custom `query` may return plain utilization series (no `field` label): each is then read
 as the utilization of one GPU, identified by its `gpu` (and `GPU_I_ID`) label.
-Prometheus down, an error answer or a malformed body → SignalError("prometheus", ...).
+Prometheus down, an error answer, a body over MAX_BODY["prometheus"] or one that is not
+an instant vector → SignalError("prometheus", ...); a malformed series → its GPU's value
+is missing.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
+import math
 from typing import Any
 
 
-from .base import HttpSource, SignalError, get_json, utcnow
-from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, readings_from_series
+from .base import HttpSource, SignalError, brief, get_json, utcnow
+from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, Series, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")
 
@@ -37,31 +39,42 @@ FIELDS = {"util": GPU_UTIL, "fb_used": FB_USED, "": GPU_UTIL}
 
 def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
                                ) -> dict[tuple[str, str], GpuReading]:
-    """GpuReadings from the JSON of `/api/v1/query` (an instant vector)."""
+    """GpuReadings from the JSON of `/api/v1/query` (an instant vector). An answer that
+    is not one is a SignalError; a malformed series in it concerns only its own GPU: one
+    whose labels cannot be read is left out, one whose time or value cannot be read
+    leaves its GPU without that value (see readings_from_series)."""
     try:
         if body.get("status") != "success":
-            raise SignalError("prometheus", f"query failed: {body.get('errorType')}: {body.get('error')}")
+            raise SignalError("prometheus", f"query failed: {brief(body.get('errorType'))}: "
+                                            f"{brief(body.get('error'))}")
         data = body["data"]
         if data["resultType"] != "vector":
-            raise SignalError("prometheus", f"the query must return an instant vector, not {data['resultType']}")
-        series, newest = [], None
-        for item in data["result"]:
-            labels = item["metric"]
-            ts, value = item["value"]
-            name = FIELDS.get(labels.get("field", ""))
-            if name is None:
-                continue
-            series.append((name, labels, float(value)))
-            newest = float(ts) if newest is None else max(newest, float(ts))
+            raise SignalError("prometheus", f"the query must return an instant vector, not {brief(data['resultType'])}")
+        result = data["result"]
+        if not isinstance(result, list):
+            raise TypeError("result is not a list")
     except SignalError:
         raise
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
-        raise SignalError("prometheus", f"malformed query answer ({type(e).__name__}: {e}): {body!r:.200}") from None
-    t = dt.datetime.fromtimestamp(newest, dt.timezone.utc) if newest is not None else utcnow()
-    return readings_from_series(series, t, pod_label)
+    except (AttributeError, KeyError, TypeError) as e:
+        raise SignalError("prometheus", f"malformed query answer ({type(e).__name__}: {e}): {brief(body)}") from None
+    series = []
+    for item in result:
+        labels = item.get("metric") if isinstance(item, dict) else None
+        if not (isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())):
+            log.warning("Prometheus: a series whose labels cannot be read, ignored: %s", brief(item))
+            continue
+        name = FIELDS.get(labels.get("field", ""))
+        if name is None:
+            continue
+        pair = item.get("value")
+        ts, value = pair if isinstance(pair, list) and len(pair) == 2 else (math.nan, pair)
+        series.append(Series(name, labels, value, ts))
+    return readings_from_series(series, utcnow(), pod_label)
 
 
 class PrometheusSignal(HttpSource):
+    source = "prometheus"  # the label of its errors
+
     def __init__(self, url: str, query: str = DEFAULT_QUERY, timeout: float = 10.0,
                  headers: dict[str, str] | None = None, pod_label: PodLabel = "auto") -> None:
         if pod_label not in ("auto", "pod", "exported_pod"):

@@ -2,14 +2,12 @@
 
 `admit_create` and `admit_update` return a prepared deep copy or raise `errors.ApiError`,
 in the order the real server works: schema (type) validation, defaulting, mutating
-admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount, DefaultStorageClass
-and PVC protection, the Service IP allocator), then the semantic validation the OpenAPI
-schema cannot express. Messages follow the apiserver's wording, e.g.
+admission plugins (Priority, DefaultTolerationSeconds, ServiceAccount (see
+`serviceaccounts.admit_pod`), DefaultStorageClass and PVC protection, the Service IP
+allocator), then the semantic validation the OpenAPI schema cannot express. Messages follow the apiserver's wording, e.g.
 `Pod "x" is invalid: spec.containers[0].image: Required value`.
 
 Simplifications (documented in docs/sim.md):
-- the ServiceAccount plugin names `default` but neither requires the account to exist
-  nor injects the API-access token volume;
 - unknown fields are pruned here (`decode` reports them, for `fieldValidation`).
 """
 
@@ -23,12 +21,12 @@ import json
 import random
 import re
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
-from . import errors, netpol, openapi, quantity
+from . import errors, netpol, openapi, quantity, rbac, serviceaccounts
 from .errors import ApiError
 from .resources import BY_KIND, ResourceType
-from .selectors import selector_matches
+from .selectors import object_label_matcher
 from .store import Obj, Store
 
 Cause = dict[str, str]
@@ -66,13 +64,18 @@ _NATIVE_PREFIXES = ("kubernetes.io/", "requests.")
 
 # --- entry points ---------------------------------------------------------------------
 
-def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
-    """Validate, default and admit a new object; returns the object to store."""
+def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | None = None, *,
+                 schema_valid: bool = False) -> Obj:
+    """Validate, default and admit a new object; returns the object to store.
+    `schema_valid`: `decode` found it fits the schema (validating a pod costs milliseconds)."""
     obj = _prepare(rtype, obj)
     meta = obj.setdefault("metadata", {})
     if rtype.namespaced and namespace and not meta.get("namespace"):
         meta["namespace"] = namespace
-    _validate_schema(rtype, obj)
+    if rtype.namespaced and isinstance(meta.get("namespace") or "", str):  # NamespaceLifecycle comes first
+        store.check_namespace(rtype, meta.get("namespace") or "default", str(meta.get("name") or ""))
+    if not schema_valid:
+        _validate_schema(rtype, obj)
     if rtype.kind != "Node":  # status is the server's to set (kubelets register nodes with theirs)
         obj.pop("status", None)
     _DEFAULTERS.get(rtype.kind, _noop)(store, obj)
@@ -84,7 +87,8 @@ def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | N
 
 
 def admit_update(
-    store: Store, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None = None,
+    store: Store, rtype: ResourceType, old: Obj, new: Obj, subresource: str | None = None, *,
+    schema_valid: bool = False,
 ) -> Obj:
     """Validate an update (PUT or a patch's result) against the stored `old` object.
 
@@ -95,7 +99,8 @@ def admit_update(
     for key in ("name", "namespace"):
         if key in old["metadata"]:
             meta.setdefault(key, old["metadata"][key])
-    _validate_schema(rtype, new)
+    if not schema_valid:
+        _validate_schema(rtype, new)
     if subresource == "status":
         merged = copy.deepcopy(old)
         merged["status"] = new.get("status") or {}
@@ -119,10 +124,17 @@ def admit_update(
     return new
 
 
-def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> tuple[Obj, list[str]]:
+class Decoded(NamedTuple):
+    obj: Obj
+    warnings: list[str]
+    # it fits the schema (unknown fields dropped): admission need not validate it again
+    schema_valid: bool
+
+
+def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> Decoded:
     """Check a request body as the apiserver's decoder does: a JSON object of the right
     kind; unknown fields refused (`Strict`, 400), reported as warnings (`Warn`) or
-    ignored, and in both last cases dropped. Returns the object and warnings."""
+    ignored, and in both last cases dropped."""
     if not isinstance(obj, dict):
         raise errors.bad_request(f"{rtype.kind} in version \"{rtype.version}\" cannot be handled as a "
                                  f"{rtype.kind}: json: cannot unmarshal into Go value of type {rtype.kind}")
@@ -137,24 +149,26 @@ def decode(rtype: ResourceType, obj: Any, field_validation: str = "Warn") -> tup
     obj = copy.deepcopy(obj)
     obj.setdefault("apiVersion", rtype.api_version)
     obj.setdefault("kind", rtype.kind)
-    unknown = unknown_fields(rtype.api_version, rtype.kind, obj)
+    unknown, others = _schema_errors(rtype.api_version, rtype.kind, obj)
     if unknown and field_validation == "Strict":
         fields = ", ".join(f'unknown field "{_dotted(p)}"' for p, _ in unknown)
         raise errors.bad_request(f'{rtype.kind} in version "{rtype.version}" cannot be handled as a '
                                  f"{rtype.kind}: strict decoding error: {fields}")
     _prune(obj, unknown)
     warnings = [f'unknown field "{_dotted(p)}"' for p, _ in unknown] if field_validation == "Warn" else []
-    return obj, warnings
+    return Decoded(obj, warnings, not others)
 
 
-def unknown_fields(api_version: str, kind: str, obj: Obj) -> list[tuple[tuple[Any, ...], str]]:
-    """(path, key) of every field the schema does not know."""
-    found = []
+def _schema_errors(api_version: str, kind: str, obj: Obj) -> tuple[list[tuple[tuple[Any, ...], str]], list[Any]]:
+    """(path, key) of every field the schema does not know, and the other schema errors."""
+    unknown, others = [], []
     for e in openapi.errors(api_version, kind, obj):
         if e.validator == "additionalProperties" and isinstance(e.instance, dict):
             known = set(e.schema.get("properties") or {})
-            found += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
-    return found
+            unknown += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
+        else:
+            others.append(e)
+    return unknown, others
 
 
 # --- schema validation ----------------------------------------------------------------
@@ -178,16 +192,9 @@ def _prepare(rtype: ResourceType, obj: Any) -> Obj:
 def _validate_schema(rtype: ResourceType, obj: Obj) -> None:
     """Refuse what does not fit the OpenAPI schema, naming each field (unknown fields are
     pruned instead: `decode` has already applied the request's fieldValidation)."""
-    causes: list[Cause] = []
-    unknown: list[tuple[tuple[Any, ...], str]] = []
-    for e in openapi.errors(rtype.api_version, rtype.kind, obj):
-        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
-            known = set(e.schema.get("properties") or {})
-            unknown += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
-        else:
-            causes.append(_cause_from_schema(e))
-    if causes:
-        _raise_invalid(rtype, obj, _dedupe(causes))
+    unknown, others = _schema_errors(rtype.api_version, rtype.kind, obj)
+    if others:
+        _raise_invalid(rtype, obj, _dedupe([_cause_from_schema(e) for e in others]))
     _prune(obj, unknown)
 
 
@@ -255,6 +262,9 @@ def _validate_meta(rtype: ResourceType, meta: dict[str, Any], creating: bool) ->
 
 
 def _name_causes(rtype: ResourceType, name: str, field: str) -> list[Cause]:
+    if rtype.kind in rbac.RBAC_KINDS:  # RBAC names need only be valid path segments
+        return [_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: {m}")
+                for m in rbac.path_segment_problems(name)]
     if rtype.kind == "Namespace":
         pattern, msg, limit = DNS1123_LABEL, LABEL_MSG, 63
     elif rtype.kind == "Service":
@@ -355,8 +365,7 @@ def _admit_pod(store: Store, pod: Obj) -> None:
     spec = pod["spec"]
     name = pod["metadata"].get("name") or pod["metadata"].get("generateName", "")
     _admit_priority(store, spec, name)
-    spec.setdefault("serviceAccountName", "default")  # ServiceAccount plugin
-    spec["serviceAccount"] = spec["serviceAccountName"]
+    serviceaccounts.admit_pod(store, pod)
     _add_default_tolerations(spec)
     pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
@@ -898,7 +907,7 @@ def _validate_workload(store: Store, obj: Obj) -> list[Cause]:
         causes.append(_cause("spec.selector", "FieldValueInvalid",
                              f"Invalid value: {_go_map(selector or {})}: empty selector is invalid for "
                              f"{kind.lower()}"))
-    elif not selector_matches(selector, labels):
+    elif not object_label_matcher(selector)(labels):
         causes.append(_cause("spec.template.metadata.labels", "FieldValueInvalid",
                              f"Invalid value: {_go_map(labels)}: `selector` does not match template `labels`"))
     replicas = spec.get("replicas")
@@ -1018,6 +1027,24 @@ def _default_network_policy(store: Store, np: Obj, old: Obj | None = None) -> No
                     p.setdefault("protocol", "TCP")
 
 
+# --- RBAC ------------------------------------------------------------------------------
+
+def _default_binding(store: Store, binding: Obj, old: Obj | None = None) -> None:
+    rbac.default_binding(binding)
+
+
+def _validate_role(store: Store, role: Obj) -> list[Cause]:
+    return rbac.validate_rules(role.get("rules"), namespaced=role.get("kind") == "Role")
+
+
+def _validate_binding(store: Store, binding: Obj) -> list[Cause]:
+    return rbac.validate_binding(binding, namespaced=binding.get("kind") == "RoleBinding")
+
+
+def _validate_binding_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
+    return rbac.validate_binding_update(old, new)
+
+
 # --- helpers --------------------------------------------------------------------------
 
 def _noop(*args: Any) -> None:
@@ -1101,6 +1128,8 @@ _DEFAULTERS = {
     "Namespace": _default_namespace,
     "Secret": _default_secret,
     "PriorityClass": _default_priority_class,
+    "RoleBinding": _default_binding,
+    "ClusterRoleBinding": _default_binding,
 }
 _CREATE_PLUGINS = {
     "PersistentVolume": _admit_pv,
@@ -1119,6 +1148,10 @@ _VALIDATORS = {
     "ConfigMap": _validate_config_keys,
     "PriorityClass": _validate_priority_class,
     "NetworkPolicy": lambda store, np: netpol.validate(np),
+    "Role": _validate_role,
+    "ClusterRole": _validate_role,
+    "RoleBinding": _validate_binding,
+    "ClusterRoleBinding": _validate_binding,
 }
 _UPDATE_VALIDATORS = {
     **{kind: _validate_workload_update for kind in _WORKLOADS},
@@ -1128,4 +1161,6 @@ _UPDATE_VALIDATORS = {
     "Secret": _validate_immutable_data,
     "ConfigMap": _validate_immutable_data,
     "PriorityClass": _validate_priority_class_update,
+    "RoleBinding": _validate_binding_update,
+    "ClusterRoleBinding": _validate_binding_update,
 }

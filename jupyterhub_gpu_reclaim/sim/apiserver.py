@@ -29,7 +29,8 @@ from typing import Any, Awaitable, Callable
 import yaml
 from aiohttp import web
 
-from . import admission, certificates, errors, openapi, patch, protobuf, tables
+from . import (admission, authn, certificates, errors, kubernetes_service, openapi, patch, protobuf, rbac,
+               serviceaccounts, tables)
 from .errors import ApiError
 from .resources import ALL, BY_KIND, ResourceType, lookup
 from .selectors import selector_string
@@ -39,10 +40,9 @@ from .watch import WatchStream, dumps
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.apiserver")
 
-OPEN_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 MIN_WATCH_TIMEOUT = 300.0  # a watch without timeoutSeconds lasts 5-10 min (jittered)
 LOG_POLL_INTERVAL = 0.2
-_TRUE = ("true", "True", "1")
+_TRUE = rbac.TRUE
 _RETURNS_DELETED_OBJECT = ("Pod", "Namespace")  # the others answer a Status on deletion
 _PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
@@ -59,25 +59,40 @@ class Target:
 
 
 Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
+USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after impersonation
+_ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
+_LIST_CHUNK = 1 << 20
 
 
 class ApiServer:
     """`ApiServer(cluster)`; `await start()`, `url`, `await stop()`.
 
-    With `tls=True` (default: the scenario's `api_tls`, else False) it serves HTTPS with
-    a self-signed certificate made at start (`ca_pem`, and `kubeconfig_cluster()` for a
-    kubeconfig's cluster entry) and every resource request must carry the token."""
+    It always serves HTTPS (the secure port, `secure_url`) with a certificate made at
+    construction (`ca_pem`), where pods reach it through the `kubernetes` Service
+    (sim.kubernetes_service). With `tls=False` (the
+    default: the scenario's `api_tls`) the kubeconfig's server (`url`) is a second,
+    plain-HTTP port where a request without credentials acts as `system:unsecured`, as the
+    old insecure port did. Requests are authenticated (see `authn`) and authorized (see
+    `rbac`; the scenario's `apiserver.authorization`, RBAC by default)."""
 
     def __init__(self, cluster: Any, *, tls: bool | None = None) -> None:
         self.cluster = cluster
         self.store = cluster.store
-        self.tls = cluster.scenario.api_tls if tls is None else tls
-        self.require_token = self.tls
-        self.ca_pem: bytes | None = None
+        scenario = cluster.scenario
+        self.tls = scenario.api_tls if tls is None else tls
+        tls_dir = Path(cluster.data_dir) / "apiserver-tls"
+        self._ssl, self.ca_pem = certificates.server_context(
+            tls_dir, scenario.api_host, kubernetes_service.cluster_ip(self.store.service_cidr))
+        self.ca_file = tls_dir / certificates.CERT_FILE
+        self.tokens = serviceaccounts.TokenIssuer(self.store)
+        self.authorizer = rbac.Authorizer(self.store, scenario.authorization_mode)
+        self.aggregator = rbac.RoleAggregator(self.store)
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
-        self._port: int | None = None
+        self._sites: list[web.TCPSite] = []
+        self._port: int | None = None  # the kubeconfig's port
+        self._secure_port: int | None = None
         self._streams: set[WatchStream] = set()
+        self._lists: dict[tuple[Any, ...], tuple[int, bytes]] = {}  # see _joined_items
         self._stopping = asyncio.Event()
         self.app = web.Application(middlewares=[self._middleware], client_max_size=16 * 2**20)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
@@ -86,32 +101,44 @@ class ApiServer:
 
     @property
     def url(self) -> str:
+        """The kubeconfig's server: HTTPS with `tls`, else the plain-HTTP port."""
         if self._port is None:
             raise RuntimeError("the API server has not started")
         return f"{'https' if self.tls else 'http'}://{self.cluster.scenario.api_host}:{self._port}"
 
-    def kubeconfig_cluster(self) -> dict[str, Any]:
-        """The `cluster` entry of a kubeconfig for this server."""
-        entry: dict[str, Any] = {"server": self.url}
-        if self.ca_pem:
-            entry["certificate-authority-data"] = base64.b64encode(self.ca_pem).decode()
-        return entry
+    @property
+    def secure_url(self) -> str:
+        if self._secure_port is None:
+            raise RuntimeError("the API server has not started")
+        return f"https://{self.cluster.scenario.api_host}:{self._secure_port}"
+
+    def kubeconfig_cluster(self, secure: bool | None = None) -> dict[str, Any]:
+        """The `cluster` entry of a kubeconfig for this server (`secure=True`: the HTTPS
+        port even where the admin kubeconfig uses plain HTTP)."""
+        if secure or (secure is None and self.tls):
+            return {"server": self.secure_url,
+                    "certificate-authority-data": base64.b64encode(self.ca_pem).decode()}
+        return {"server": self.url}
 
     async def start(self) -> None:
         self._stopping.clear()
+        rbac.bootstrap(self.store, self.cluster.create)  # the aggregator fills admin/edit/view as they come
         self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         scenario = self.cluster.scenario
-        ssl_context = None
-        if self.tls:
-            ssl_context, self.ca_pem = certificates.server_context(
-                Path(self.cluster.data_dir) / "apiserver-tls", scenario.api_host)
-        self._site = web.TCPSite(self._runner, scenario.api_host, scenario.api_port, ssl_context=ssl_context)
-        await self._site.start()
-        server = self._site._server
+        self._secure_port = await self._listen(scenario.api_port if self.tls else 0, self._ssl)
+        self._port = self._secure_port if self.tls else await self._listen(scenario.api_port, None)
+        kubernetes_service.ensure(self.store, self.cluster.create, scenario.api_host, self._secure_port)
+        log.info("API server listening on %s (secure port %s)", self.url, self.secure_url)
+
+    async def _listen(self, port: int, ssl_context: Any) -> int:
+        assert self._runner is not None
+        site = web.TCPSite(self._runner, self.cluster.scenario.api_host, port, ssl_context=ssl_context)
+        await site.start()
+        self._sites.append(site)
+        server = site._server
         assert server is not None and server.sockets  # type: ignore[union-attr]
-        self._port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("API server listening on %s", self.url)
+        return server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -120,6 +147,7 @@ class ApiServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+            self._sites = []
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -129,8 +157,7 @@ class ApiServer:
         started = time.perf_counter()
         status = 500
         try:
-            if request.path not in OPEN_PATHS:
-                self._authenticate(request)
+            request[USER] = self._authenticate(request)
             response = await handler(request)
             status = response.status
             return response
@@ -149,21 +176,46 @@ class ApiServer:
             log.debug("%s %s -> %s (%.1f ms)", request.method, request.path_qs, status,
                       (time.perf_counter() - started) * 1000)
 
-    def _authenticate(self, request: web.Request) -> None:
-        """Credentials, when sent, must be the cluster's bearer token (else 401).
-
-        Over plain HTTP kubectl and every client-go program send no credentials at all
-        (clientcmd only loads them for TLS), so a request without an Authorization header
-        is let in, as the apiserver's old localhost "insecure port" did, unless the
-        server runs with `require_token` (TLS, where clients do send the token)."""
+    def _authenticate(self, request: web.Request) -> authn.UserInfo:
+        """Who sends the request (see `authn`), after impersonation; a bad token is a 401."""
         header = request.headers.get("Authorization")
-        if header is None and not self.require_token:
-            return
-        scheme, _, token = (header or "").partition(" ")
-        if scheme.lower() != "bearer" or token.strip() != self.cluster.token:
-            raise ApiError(401, "Unauthorized")
+        if header is None:
+            user = authn.ANONYMOUS if request.secure else authn.UNSECURED
+        else:
+            scheme, _, token = header.partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                raise ApiError(401, "Unauthorized")
+            found = authn.ADMIN if token == self.cluster.token else self.tokens.authenticate(token)
+            if found is None:
+                raise ApiError(401, "Unauthorized")
+            user = found
+        wanted = authn.impersonation(request.headers)
+        return user if wanted is None else self._impersonate(user, *wanted)
+
+    def _impersonate(self, user: authn.UserInfo, name: str, groups: list[str], uid: str,
+                     extras: list[tuple[str, str]]) -> authn.UserInfo:
+        """The impersonation filter: `impersonate` on each thing asked for, checked as `user`."""
+        if not name:
+            raise ApiError(500, "Internal error occurred: requested impersonation without impersonating a user")
+        sa = authn.split_service_account(name)
+        checks = [rbac.Attributes(user, "impersonate", True, "", sa[0], "", "v1", "serviceaccounts", "", sa[1])
+                  if sa else rbac.Attributes(user, "impersonate", True, "", "", "", "v1", "users", "", name)]
+        checks += [rbac.Attributes(user, "impersonate", True, "", "", "", "v1", "groups", "", g) for g in groups]
+        if uid:
+            checks.append(rbac.Attributes(user, "impersonate", True, "", "", "authentication.k8s.io", "v1",
+                                          "uids", "", uid))
+        checks += [rbac.Attributes(user, "impersonate", True, "", "", "authentication.k8s.io", "v1",
+                                   "userextras", key, value) for key, value in extras]
+        for a in checks:
+            self.authorizer.check(a)
+        return authn.impersonated_user(name, groups, uid, extras)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        # authorization comes before routing: a request that may not see a path gets a
+        # 403 whether or not something is there
+        self.authorizer.check(rbac.request_attributes(request[USER], request.method, request.path,
+                                                      request.query))
         parts = [p for p in request.path.split("/") if p]
         if not parts:
             return _json({"paths": sorted(["/api", "/api/v1", "/apis", "/version", "/healthz", "/livez",
@@ -218,6 +270,12 @@ class ApiServer:
         return await handler(request, target)
 
     def _handler_for(self, method: str, t: Target) -> Handler:
+        if not t.rtype.stored:
+            if t.name is not None:
+                raise _path_not_found(f"/{t.rtype.plural}/{t.name}")
+            return _only(method, "POST", self._review)
+        if t.subresource == "token":
+            return _only(method, "POST", self._token_request)
         if t.subresource == "log":
             return _only(method, "GET", self._logs)
         if t.subresource == "binding":
@@ -265,20 +323,50 @@ class ApiServer:
         if request.query.get("watch") in _TRUE:
             return await self._watch(request, t)
         flt = self._filter(request, t)
-        items, rv = self.store.list(flt)
-        items, token, remaining = _paginate(t.rtype, items, rv, request.query)
-        if tables.wants_table(request.headers.get("Accept", "")):
-            return _json(tables.table(t.rtype.kind, items, rv,
-                                      request.query.get("includeObject", "PartialObjectMetadata"), token))
-        meta: dict[str, Any] = {"resourceVersion": rv}
-        if token:
-            meta["continue"] = token
-            meta["remainingItemCount"] = remaining
-        # the items' JSON comes from the store's cache: a 5,000-pod list is a join, not an encode
-        head = dumps({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta})
-        body = b"%s,\"items\":[%s]}" % (head[:-1], b",".join(self.store.encoded(t.rtype, o) for o in items))
-        return web.Response(body=body, headers={"Content-Type": "application/json",
-                                                "Cache-Control": "no-cache, private"})
+        q = request.query
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        if tables.wants_table(request.headers.get("Accept", "")) or q.get("limit") or q.get("continue"):
+            items, rv = self.store.list(flt)
+            items, token, remaining = _paginate(t.rtype, items, rv, q)
+            if tables.wants_table(request.headers.get("Accept", "")):
+                return _json(tables.table(t.rtype.kind, items, rv, q.get("includeObject", "PartialObjectMetadata"),
+                                          token))
+            if token:
+                meta["continue"] = token
+                meta["remainingItemCount"] = remaining
+            joined = b",".join(self.store.encoded(t.rtype, o) for o in items)
+        else:
+            joined = self._joined_items(t.rtype, flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
+        head = dumps({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta})[:-1]
+        # written in pieces: a 5,000-pod list is not copied into one more buffer
+        response = web.StreamResponse(headers={"Content-Type": "application/json",
+                                               "Cache-Control": "no-cache, private"})
+        response.content_length = len(head) + len(joined) + len(_ITEMS_OPEN) + len(_ITEMS_CLOSE)
+        await response.prepare(request)
+        await response.write(head + _ITEMS_OPEN)
+        view = memoryview(joined)
+        for start in range(0, len(view), _LIST_CHUNK):  # each waits for the client to take it: the
+            await response.write(view[start:start + _LIST_CHUNK])  # socket (and TLS) buffers stay small
+        await response.write(_ITEMS_CLOSE)
+        await response.write_eof()
+        return response
+
+    def _joined_items(self, rtype: ResourceType, flt: Filter, selection: tuple[Any, ...]) -> bytes:
+        """The JSON of a whole list's items, comma-joined. The store keeps each stored
+        version's JSON, and the join itself is kept until an object of the kind changes,
+        so listing an unchanged collection again costs next to nothing."""
+        key = (rtype.plural, *selection)
+        revision = self.store.revisions.get(rtype.plural, 0)
+        hit = self._lists.pop(key, None)
+        if hit is not None and hit[0] == revision:
+            self._lists[key] = hit
+            return hit[1]
+        del hit  # the outdated join goes before the new one is made
+        joined = b",".join(self.store.list_encoded(flt)[0])
+        if len(self._lists) >= 16:
+            self._lists.clear()
+        self._lists[key] = (revision, joined)
+        return joined
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         q = request.query
@@ -307,21 +395,19 @@ class ApiServer:
     # --- writing ---------------------------------------------------------------------
 
     async def _create(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings = admission.decode(t.rtype, await _body(request), _field_validation(request))
+        body, warnings, schema_valid = admission.decode(t.rtype, await _body(request), _field_validation(request))
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
         if t.rtype.namespaced and meta.get("namespace") and meta["namespace"] != t.namespace:
             raise errors.bad_request("the namespace of the provided object does not match the namespace "
                                      "sent on the request")
-        if _dry_run(request):
-            obj = admission.admit_create(self.store, t.rtype, body, t.namespace)
-        else:
-            obj = self.cluster.create(t.rtype, body, t.namespace)
+        obj = self.cluster.create(t.rtype, body, t.namespace, user=request[USER], schema_valid=schema_valid,
+                                  dry_run=_dry_run(request))
         return _json(obj, status=201, warnings=warnings)
 
     async def _replace(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings = admission.decode(t.rtype, await _body(request), _field_validation(request))
+        body, warnings, schema_valid = admission.decode(t.rtype, await _body(request), _field_validation(request))
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, t.name):
             raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on "
@@ -329,7 +415,7 @@ class ApiServer:
         if t.rtype.namespaced and meta.get("namespace") not in (None, t.namespace):
             raise errors.bad_request("the namespace of the provided object does not match the namespace "
                                      "sent on the request")
-        return self._update(request, t, body, warnings)
+        return self._update(request, t, body, warnings, schema_valid)
 
     async def _patch(self, request: web.Request, t: Target) -> web.StreamResponse:
         current = self.store.get(t.rtype, t.namespace, t.name)
@@ -345,12 +431,16 @@ class ApiServer:
         if patched["metadata"].get("name") != t.name:
             raise ApiError(422, f'{t.rtype.kind} "{t.name}" is invalid: metadata.name: Invalid value: '
                                 f'{json.dumps(patched["metadata"].get("name"))}: field is immutable')
-        body, warnings = admission.decode(t.rtype, patched, _field_validation(request))
-        return self._update(request, t, body, warnings)
+        body, warnings, schema_valid = admission.decode(t.rtype, patched, _field_validation(request))
+        return self._update(request, t, body, warnings, schema_valid)
 
-    def _update(self, request: web.Request, t: Target, body: Obj, warnings: list[str]) -> web.Response:
+    def _update(self, request: web.Request, t: Target, body: Obj, warnings: list[str],
+                schema_valid: bool) -> web.Response:
         current = self.store.get(t.rtype, t.namespace, t.name)
-        new = admission.admit_update(self.store, t.rtype, current, body, subresource=t.subresource)
+        new = admission.admit_update(self.store, t.rtype, current, body, subresource=t.subresource,
+                                     schema_valid=schema_valid)
+        if t.rtype.kind in rbac.RBAC_KINDS:
+            rbac.confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, new, current)
         if _dry_run(request):
             return _json(new, warnings=warnings)
         return _json(self.store.replace(t.rtype, new), warnings=warnings)
@@ -424,6 +514,27 @@ class ApiServer:
         if _dry_run(request):
             return _json(_scale_of(new))
         return _json(_scale_of(self.store.replace(t.rtype, new)))
+
+    async def _review(self, request: web.Request, t: Target) -> web.StreamResponse:
+        """The access and identity reviews: answered, never stored."""
+        body = await _body(request)
+        if t.rtype.kind == "TokenReview":
+            return _json(self._token_review(body), status=201)
+        return _json(rbac.review(self.authorizer, t.rtype.kind, request[USER], body, t.namespace), status=201)
+
+    def _token_review(self, body: Any) -> dict[str, Any]:
+        spec = (body or {}).get("spec") if isinstance(body, dict) else None
+        token = (spec or {}).get("token") or ""
+        user = authn.ADMIN if token and token == self.cluster.token else self.tokens.authenticate(token)
+        status: dict[str, Any] = {"authenticated": True, "user": user.as_json(),
+                                  "audiences": list(serviceaccounts.API_AUDIENCES)} if user else {}
+        return {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+                "metadata": {"creationTimestamp": None}, "spec": spec or {}, "status": status}
+
+    async def _token_request(self, request: web.Request, t: Target) -> web.StreamResponse:
+        body = await _body(request)
+        return _json(serviceaccounts.token_request(self.tokens, self.store, t.namespace or "", t.name or "", body),
+                     status=201)
 
     # --- pod subresources ------------------------------------------------------------
 
@@ -557,6 +668,8 @@ def _subresources(rtype: ResourceType) -> tuple[str, ...]:
         subs += ("scale",)
     if rtype.kind == "Pod":
         subs += ("log", "binding", "eviction")
+    if rtype.kind == "ServiceAccount":
+        subs += ("token",)
     return subs
 
 
@@ -578,9 +691,9 @@ def _groups() -> list[str]:
 
 
 def _version() -> dict[str, str]:
-    version = openapi.schema_version()
-    major, minor = version.split(".")[:2]
-    return {"major": major, "minor": minor, "gitVersion": f"v{version}", "gitCommit": "simulated",
+    version = openapi.kubernetes_version()
+    major, minor = version[1:].split(".")[:2]
+    return {"major": major, "minor": minor, "gitVersion": version, "gitCommit": "simulated",
             "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24",
             "compiler": "gc", "platform": "linux/amd64"}
 
@@ -607,7 +720,7 @@ def discovery_resources(group: str) -> dict[str, Any]:
         if r.group != group:
             continue
         entry: dict[str, Any] = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
-                                 "kind": r.kind, "verbs": _verbs(r)}
+                                 "kind": r.kind, "verbs": list(r.verbs)}
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
         if r.categories:
@@ -628,15 +741,12 @@ def discovery_resources(group: str) -> dict[str, Any]:
                  "version": "v1", "kind": "Eviction", "verbs": ["create"]},
                 {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
             ]
+        if r.kind == "ServiceAccount":
+            resources.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,
+                              "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
+                              "verbs": ["create"]})
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/v1" if group else "v1",
             "resources": resources}
-
-
-def _verbs(r: ResourceType) -> list[str]:
-    verbs = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-    if r.kind == "Namespace":
-        verbs.remove("deletecollection")
-    return verbs
 
 
 # --- request helpers -------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""A self-signed certificate for the API server's optional TLS.
+"""A self-signed certificate for the API server's secure (HTTPS) port.
 
-kubectl and other client-go programs only send credentials over TLS, so a cluster that
-wants its token checked for every client serves HTTPS with this certificate, which the
-kubeconfig trusts through `certificate-authority-data`.
+kubectl and other client-go programs only send credentials over TLS, and in-cluster
+configuration is HTTPS only: pods trust this certificate through the `ca.crt` of their
+kube-api-access volume, a kubeconfig through `certificate-authority-data`.
 """
 
 from __future__ import annotations
@@ -18,18 +18,21 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-def self_signed(host: str) -> tuple[bytes, bytes]:
-    """(certificate PEM, key PEM) valid for `host`, localhost and 127.0.0.1 for a year."""
+def self_signed(host: str, service_ip: str | None = None) -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM) valid for a year for `host`, localhost, 127.0.0.1 and the
+    `kubernetes` Service's names and address `service_ip`, as kube-apiserver's serving
+    certificate has them."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpu-reclaim-sim-apiserver")])
-    names: list[x509.GeneralName] = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    dns = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+           "kubernetes.default.svc.cluster.local"]
+    ips = {"127.0.0.1", *([service_ip] if service_ip else [])}
     try:
-        addr = ipaddress.ip_address(host)
-        if str(addr) != "127.0.0.1":
-            names.append(x509.IPAddress(addr))
+        ips.add(str(ipaddress.ip_address(host)))
     except ValueError:
-        if host != "localhost":
-            names.append(x509.DNSName(host))
+        dns.append(host)
+    names: list[x509.GeneralName] = [x509.DNSName(n) for n in dict.fromkeys(dns)]
+    names += [x509.IPAddress(ipaddress.ip_address(a)) for a in sorted(ips)]
     now = dt.datetime.now(dt.timezone.utc)
     cert = (
         x509.CertificateBuilder()
@@ -45,11 +48,14 @@ def self_signed(host: str) -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
-def server_context(directory: Path, host: str) -> tuple[ssl.SSLContext, bytes]:
+CERT_FILE = "apiserver.crt"
+
+
+def server_context(directory: Path, host: str, service_ip: str | None = None) -> tuple[ssl.SSLContext, bytes]:
     """An SSL context serving a fresh self-signed certificate, and that certificate (the CA)."""
-    cert_pem, key_pem = self_signed(host)
+    cert_pem, key_pem = self_signed(host, service_ip)
     directory.mkdir(parents=True, exist_ok=True)
-    cert_file, key_file = directory / "apiserver.crt", directory / "apiserver.key"
+    cert_file, key_file = directory / CERT_FILE, directory / "apiserver.key"
     key_file.touch(mode=0o600, exist_ok=True)
     key_file.write_bytes(key_pem)
     cert_file.write_bytes(cert_pem)

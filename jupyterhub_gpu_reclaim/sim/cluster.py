@@ -9,8 +9,9 @@ Every component gets this object and reads what it needs from it:
 - `gc` (sim.gc.GarbageCollector: also the index of who owns what), the workload,
   endpoints, load-balancer and volume controllers, `dataplane` (sim.dataplane.DataPlane:
   kube-proxy and NetworkPolicy) and `hosts` (sim.names.HostsFiles, the pods' /etc/hosts);
-- `create(rtype, obj, namespace)`: a create that passes validation, defaulting and
-  admission exactly like one through the API (controllers use it for the pods they make).
+- `create(rtype, obj, namespace)`: the one create path, validation, defaulting and
+  admission, for API requests and for what the controllers make;
+- `service_account_token(...)`: the TokenRequest the kubelet makes for a pod's token.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from . import admission, errors
+from . import admission, authn, rbac, serviceaccounts
 from .apiserver import ApiServer
 from .autoscaler import Autoscaler
 from .control import ControlServer
@@ -45,6 +46,7 @@ from .placeholders import PlaceholderController
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
 from .scheduler import Scheduler
+from .serviceaccounts import ServiceAccountController
 from .statefulsets import StatefulSetController
 from .store import Filter, Obj, Store
 
@@ -64,6 +66,7 @@ class Cluster:
         self.store.service_cidr = self.network.services
         self.gpus = GpuFleet(scenario)
         self.apiserver = ApiServer(self)
+        self.serviceaccounts = ServiceAccountController(self.store, self.create, self.apiserver.ca_pem)
         self.control = ControlServer(self)
         self.scheduler = Scheduler(self)
         self.autoscaler = Autoscaler(self)
@@ -85,9 +88,16 @@ class Cluster:
 
     # --- objects ---------------------------------------------------------------------
 
-    def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None) -> Obj:
-        prepared = admission.admit_create(self.store, rtype, obj, namespace)
-        return self.store.create(rtype, prepared, namespace)
+    def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None, *,
+               user: authn.UserInfo | None = None, schema_valid: bool = False, dry_run: bool = False) -> Obj:
+        """The one way an object is created, for the API and the controllers alike:
+        admission (`schema_valid`: the API's decoder has checked the schema), then for a
+        request's `user` the RBAC registry's escalation check, then the store (not for a
+        `dry_run`). Returns the object as stored (or as it would be)."""
+        prepared = admission.admit_create(self.store, rtype, obj, namespace, schema_valid=schema_valid)
+        if user is not None and rtype.kind in rbac.RBAC_KINDS:
+            rbac.confirm_no_escalation(self.apiserver.authorizer, user, rtype.kind, prepared)
+        return prepared if dry_run else self.store.create(rtype, prepared, namespace)
 
     # --- nodes -----------------------------------------------------------------------
 
@@ -183,12 +193,13 @@ class Cluster:
 
     def service_account_token(self, namespace: str, name: str, *, pod: Obj, expiration_seconds: int,
                               audience: str | None) -> str:
-        """A token of the service account `name`, bound to `pod` (the TokenRequest API, as
-        the kubelet asks for it to fill a projected `serviceAccountToken` volume source)."""
-        if self.store.find(BY_KIND["ServiceAccount"], namespace, name) is None:
-            raise errors.not_found("serviceaccounts", name)
-        # the API server does not issue service account tokens yet (no authenticator for them)
-        raise errors.ApiError(501, f'serviceaccounts "{name}": token requests are not served by this cluster')
+        """A token of the service account `name`, bound to `pod`: the TokenRequest the
+        kubelet makes to fill a projected `serviceAccountToken` volume source."""
+        spec = {"expirationSeconds": expiration_seconds, "audiences": [audience] if audience else [],
+                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"],
+                                   "uid": pod["metadata"]["uid"]}}
+        answer = serviceaccounts.token_request(self.apiserver.tokens, self.store, namespace, name, {"spec": spec})
+        return answer["status"]["token"]
 
     # --- clients ---------------------------------------------------------------------
 
@@ -220,6 +231,8 @@ class Cluster:
         return {
             "scenario": self.scenario.name,
             "api": self.apiserver.url,
+            "api_secure": self.apiserver.secure_url,  # HTTPS, where ServiceAccount tokens are meant for
+            "ca_file": str(self.apiserver.ca_file),
             "control": self.control.url,
             "metrics": self.control.url + "/metrics",
             "nodes": sorted(self.kubelets),

@@ -77,6 +77,24 @@ def conflict(resource: str, name: str, group: str = "") -> ApiError:
     )
 
 
+def forbidden(resource: str, name: str, reason: str, group: str = "",
+              causes: list[dict[str, str]] | None = None) -> ApiError:
+    """apierrors.NewForbidden: `pods "x" is forbidden: <reason>`, `pods is forbidden: …`
+    without a name, `forbidden: …` without a resource. Details carry only what is set,
+    as Go's omitempty does."""
+    qualified = f"{resource}.{group}" if group else resource
+    if not qualified:
+        message = f"forbidden: {reason}"
+    elif not name:
+        message = f"{qualified} is forbidden: {reason}"
+    else:
+        message = f'{qualified} "{name}" is forbidden: {reason}'
+    details: dict[str, Any] = {k: v for k, v in (("name", name), ("group", group), ("kind", resource)) if v}
+    if causes:
+        details["causes"] = causes
+    return ApiError(403, message, details=details)
+
+
 def expired(resource_version: int | str) -> ApiError:
     return ApiError(410, f"too old resource version: {resource_version}", reason="Expired")
 
@@ -86,7 +104,8 @@ def bad_request(message: str) -> ApiError:
 
 
 def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "") -> ApiError:
-    """422 Invalid, worded like the apiserver: `Pod "x" is invalid: spec.containers: Required value`."""
+    """422 Invalid, worded like the apiserver: `Pod "x" is invalid: spec.containers: Required value`
+    (`Role.rbac.authorization.k8s.io "x" …` for a kind of a named group)."""
     summary = "; ".join(
         f'{c["field"]}: {c["message"]}' if c.get("field") else c["message"] for c in causes
     )
@@ -96,6 +115,6 @@ def invalid(kind: str, name: str, causes: list[dict[str, str]], group: str = "")
         ) + "]"
     return ApiError(
         422,
-        f'{kind} "{name}" is invalid: {summary}',
+        f'{kind}{"." + group if group else ""} "{name}" is invalid: {summary}',
         details={"name": name, "group": group, "kind": kind, "causes": causes},
     )

@@ -493,13 +493,9 @@ class PodWorker:
         return value.replace("0.0.0.0", self.ip or "127.0.0.1")
 
     def _env(self, c: Obj, image_env: dict[str, str], gpu_uuids: str | None) -> dict[str, str]:
-        api = self.cluster.apiserver.url.split("://", 1)[1]
-        host, _, port = api.rpartition(":")
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOSTNAME": hosts.pod_hostname(self.pod)[0],
-            "KUBERNETES_SERVICE_HOST": host,
-            "KUBERNETES_SERVICE_PORT": port,
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             **image_env,
         }

@@ -1,9 +1,10 @@
 """How a pod finds Services: the kubelet's service environment variables, and a hosts
 file that stands in for cluster DNS.
 
-- `service_env`: for each Service with a cluster IP in the pod's namespace that exists
-  when a container starts (when `enableServiceLinks` is true, the default), exactly the
-  variables pkg/kubelet/envvars makes: `{NAME}_SERVICE_HOST`, `{NAME}_SERVICE_PORT`,
+- `service_env`: for the `kubernetes` Service (sim.kubernetes_service: how in-cluster
+  configuration finds the API server) and, when `enableServiceLinks` is true (the
+  default), each Service with a cluster IP in the pod's namespace that exists when a
+  container starts, exactly the variables pkg/kubelet/envvars makes: `{NAME}_SERVICE_HOST`, `{NAME}_SERVICE_PORT`,
   `{NAME}_SERVICE_PORT_{PORT}` for named ports, and Docker-link style `{NAME}_PORT`,
   `{NAME}_PORT_{port}_{PROTO}[_PROTO|_PORT|_ADDR]` (NAME: upper case, `-` → `_`). The
   container's own `env` wins over them and may refer to them with `$(VAR)`.
@@ -27,6 +28,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from . import kubernetes_service
 from .hosts import CLUSTER_DOMAIN, hosts_file, write
 from .resources import BY_KIND
 from .store import Change, Obj
@@ -46,14 +48,22 @@ def _env_name(name: str) -> str:
 
 
 def service_env(store: Any, namespace: str, enable_service_links: bool = True) -> dict[str, str]:
-    """The variables the kubelet sets for the Services visible to a pod of `namespace`."""
+    """The variables the kubelet sets for the Services visible to a pod of `namespace`:
+    the `kubernetes` Service of `default` always (unless the pod's namespace has its own),
+    the namespace's Services unless `enable_service_links` is false (getServiceEnvVarMap)."""
+    visible: dict[str, Obj] = {}
+    for svc in store.objects(SVC):
+        meta = svc["metadata"]
+        if _cluster_ip(svc) is None:
+            continue
+        if (meta.get("namespace"), meta["name"]) == (kubernetes_service.NAMESPACE, kubernetes_service.NAME):
+            visible.setdefault(meta["name"], svc)
+        elif meta.get("namespace") == namespace and enable_service_links:
+            visible[meta["name"]] = svc
     env: dict[str, str] = {}
-    if not enable_service_links:
-        return env
-    services = [s for s in store.objects(SVC) if s["metadata"].get("namespace") == namespace]
-    for svc in sorted(services, key=lambda s: s["metadata"]["name"]):
+    for svc in sorted(visible.values(), key=lambda s: s["metadata"]["name"]):
         ip, ports = _cluster_ip(svc), (svc.get("spec") or {}).get("ports") or []
-        if ip is None or not ports:
+        if not ports:
             continue
         name = _env_name(svc["metadata"]["name"])
         env[f"{name}_SERVICE_HOST"] = ip

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .openapi import kubernetes_version
 from .scenario import NodeGroup, Scenario
 from .timestamps import rfc3339
 
 GROUP_LABEL = "sim.jupyterhub-gpu-reclaim/node-group"
-KUBELET_VERSION = "v1.30.4"
 MAX_IMAGES = 50  # the kubelet reports only the largest 50 images (nodeStatusMaxImages)
 
 
@@ -67,8 +67,8 @@ def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any =
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {
                 "architecture": "amd64", "operatingSystem": "linux",
-                "containerRuntimeVersion": "sim://1.0", "kubeletVersion": KUBELET_VERSION,
-                "kubeProxyVersion": KUBELET_VERSION, "osImage": "jupyterhub-gpu-reclaim simulated node",
+                "containerRuntimeVersion": "sim://1.0", "kubeletVersion": kubernetes_version(),
+                "kubeProxyVersion": kubernetes_version(), "osImage": "jupyterhub-gpu-reclaim simulated node",
                 "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
             },
             "images": status_images,

@@ -26,15 +26,25 @@ def schema_version() -> str:
     return kubernetes_validate.latest_version()
 
 
+def kubernetes_version() -> str:
+    """The one Kubernetes version the simulated cluster claims (`/version`, the nodes'
+    kubelet): the version whose schemas it validates against, e.g. "v1.37.0"."""
+    return f"v{schema_version()}"
+
+
 def _schema_dir() -> Any:
     return importlib_resources.files("kubernetes_validate").joinpath(
         "kubernetes-json-schema", f"v{schema_version()}-local-strict")
 
 
 @functools.lru_cache(maxsize=1)
+def _definitions_document() -> Schema:
+    return _load("_definitions.json")
+
+
 def definitions() -> dict[str, Schema]:
     """Every type's schema by its OpenAPI name (`io.k8s.api.core.v1.Pod`)."""
-    return _load("_definitions.json")["$defs"]
+    return _definitions_document()["$defs"]
 
 
 def _load(filename: str) -> Schema:
@@ -55,7 +65,8 @@ def validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | N
     except FileNotFoundError:
         return None
     registry = Resource.from_contents(schema) @ Registry()
-    registry = Resource.from_contents(_load("_definitions.json")) @ registry
+    # one parsed copy of the shared definitions for every kind (about 4 MB each otherwise)
+    registry = Resource.from_contents(_definitions_document()) @ registry
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 

@@ -1,9 +1,9 @@
 """Decoding the Kubernetes protobuf request bodies kubectl's typed clients send.
 
-kubectl's imperative `create namespace|configmap|secret|serviceaccount|service|priorityclass`
-POST protobuf (`application/vnd.kubernetes.protobuf`) and, unlike for CBOR, client-go
+kubectl's imperative `create namespace|configmap|secret|serviceaccount|service|priorityclass|
+role|clusterrole|rolebinding|clusterrolebinding|token` and `auth can-i|whoami` POST protobuf (`application/vnd.kubernetes.protobuf`) and, unlike for CBOR, client-go
 does not fall back to JSON when refused. This decodes those few kinds (field numbers from
-k8s.io/api/core/v1/generated.proto) into the JSON form the rest of the server handles.
+k8s.io/api's generated.proto files) into the JSON form the rest of the server handles.
 Responses are always JSON, which every client accepts. Other kinds are refused with 415.
 """
 
@@ -51,6 +51,35 @@ KINDS: dict[str, Table] = {
                        3: ("imagePullSecrets", ("repeated", _LOCAL_REF)),
                        4: ("automountServiceAccountToken", "bool")},
 }
+# rbac.authorization.k8s.io/v1, authentication.k8s.io/v1 and authorization.k8s.io/v1
+# (kubectl create role|rolebinding|token, kubectl auth can-i|whoami)
+_SELECTOR_REQUIREMENT: Table = {1: ("key", "string"), 2: ("operator", "string"), 3: ("values", "repeated_string")}
+_LABEL_SELECTOR: Table = {1: ("matchLabels", "map_string"), 2: ("matchExpressions", ("repeated", _SELECTOR_REQUIREMENT))}
+_POLICY_RULE: Table = {1: ("verbs", "repeated_string"), 2: ("apiGroups", "repeated_string"),
+                       3: ("resources", "repeated_string"), 4: ("resourceNames", "repeated_string"),
+                       5: ("nonResourceURLs", "repeated_string")}
+_SUBJECT: Table = {1: ("kind", "string"), 2: ("apiGroup", "string"), 3: ("name", "string"), 4: ("namespace", "string")}
+_ROLE_REF: Table = {1: ("apiGroup", "string"), 2: ("kind", "string"), 3: ("name", "string")}
+_BINDING: Table = {1: ("metadata", _META), 2: ("subjects", ("repeated", _SUBJECT)), 3: ("roleRef", _ROLE_REF)}
+_RESOURCE_ATTRIBUTES: Table = {1: ("namespace", "string"), 2: ("verb", "string"), 3: ("group", "string"),
+                               4: ("version", "string"), 5: ("resource", "string"), 6: ("subresource", "string"),
+                               7: ("name", "string")}
+_ACCESS_REVIEW_SPEC: Table = {1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
+                              2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")})}
+KINDS.update({
+    "Role": {1: ("metadata", _META), 2: ("rules", ("repeated", _POLICY_RULE))},
+    "ClusterRole": {1: ("metadata", _META), 2: ("rules", ("repeated", _POLICY_RULE)),
+                    3: ("aggregationRule", {1: ("clusterRoleSelectors", ("repeated", _LABEL_SELECTOR))})},
+    "RoleBinding": _BINDING,
+    "ClusterRoleBinding": _BINDING,
+    "TokenRequest": {1: ("metadata", _META), 2: ("spec", {
+        1: ("audiences", "repeated_string"), 4: ("expirationSeconds", "int"),
+        3: ("boundObjectRef", {1: ("kind", "string"), 2: ("apiVersion", "string"), 3: ("name", "string"),
+                               4: ("uid", "string")})})},
+    "SelfSubjectAccessReview": {1: ("metadata", _META), 2: ("spec", _ACCESS_REVIEW_SPEC)},
+    "SelfSubjectRulesReview": {1: ("metadata", _META), 2: ("spec", {1: ("namespace", "string")})},
+    "SelfSubjectReview": {1: ("metadata", _META)},
+})
 _UNKNOWN: Table = {1: ("typeMeta", {1: ("apiVersion", "string"), 2: ("kind", "string")}), 2: ("raw", "raw")}
 
 

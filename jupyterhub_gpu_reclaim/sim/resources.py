@@ -22,6 +22,9 @@ class ResourceType:
     status_subresource: bool = False
     scale_subresource: bool = False
     categories: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = tuple(VERBS)
+    # False for the review kinds: a create is answered, nothing is stored
+    stored: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -59,7 +62,8 @@ class ResourceType:
 
 CORE = [
     ResourceType("namespaces", "Namespace", False, short_names=("ns",),
-                 field_labels=("metadata.name", "status.phase"), status_subresource=True),
+                 field_labels=("metadata.name", "status.phase"), status_subresource=True,
+                 verbs=tuple(v for v in VERBS if v != "deletecollection")),
     ResourceType("nodes", "Node", False, short_names=("no",),
                  field_labels=("metadata.name", "spec.unschedulable"), status_subresource=True),
     ResourceType("pods", "Pod", True, short_names=("po",), categories=("all",),
@@ -85,6 +89,8 @@ CORE = [
     ResourceType("persistentvolumes", "PersistentVolume", False, short_names=("pv",),
                  status_subresource=True),
 ]
+RBAC_GROUP = "rbac.authorization.k8s.io"
+_REVIEW = {"verbs": ("create",), "stored": False, "field_labels": ()}
 GROUPS = [
     ResourceType("priorityclasses", "PriorityClass", False, group="scheduling.k8s.io",
                  short_names=("pc",)),
@@ -102,6 +108,22 @@ GROUPS = [
                  status_subresource=True),
     ResourceType("networkpolicies", "NetworkPolicy", True, group="networking.k8s.io",
                  short_names=("netpol",)),
+    ResourceType("roles", "Role", True, group=RBAC_GROUP),
+    ResourceType("clusterroles", "ClusterRole", False, group=RBAC_GROUP),
+    ResourceType("rolebindings", "RoleBinding", True, group=RBAC_GROUP),
+    ResourceType("clusterrolebindings", "ClusterRoleBinding", False, group=RBAC_GROUP),
+    ResourceType("selfsubjectaccessreviews", "SelfSubjectAccessReview", False, group="authorization.k8s.io",
+                 **_REVIEW),  # type: ignore[arg-type]
+    ResourceType("selfsubjectrulesreviews", "SelfSubjectRulesReview", False, group="authorization.k8s.io",
+                 **_REVIEW),  # type: ignore[arg-type]
+    ResourceType("subjectaccessreviews", "SubjectAccessReview", False, group="authorization.k8s.io",
+                 **_REVIEW),  # type: ignore[arg-type]
+    ResourceType("localsubjectaccessreviews", "LocalSubjectAccessReview", True, group="authorization.k8s.io",
+                 **_REVIEW),  # type: ignore[arg-type]
+    ResourceType("selfsubjectreviews", "SelfSubjectReview", False, group="authentication.k8s.io",
+                 **_REVIEW),  # type: ignore[arg-type]
+    ResourceType("tokenreviews", "TokenReview", False, group="authentication.k8s.io",
+                 **_REVIEW),  # type: ignore[arg-type]
 ]
 ALL: list[ResourceType] = CORE + GROUPS
 BY_PLURAL: dict[tuple[str, str], ResourceType] = {(r.group, r.plural): r for r in ALL}

@@ -123,6 +123,7 @@ SCHEMA: dict[str, Any] = {
                 "eventTTL": _num_or_str,
                 "bookmarkInterval": _num_or_str,
                 "tls": {"type": "boolean"},
+                "authorization": {"enum": ["RBAC", "AlwaysAllow"]},
             },
         },
         "control": {
@@ -297,7 +298,8 @@ class Scenario:
     history_limit: int = 20000
     event_ttl: float = 3600.0  # the apiserver's --event-ttl
     bookmark_interval: float = 60.0
-    api_tls: bool = False  # HTTPS with a self-signed CA; then every request needs the token
+    api_tls: bool = False  # the kubeconfig uses the HTTPS port (with the CA) instead of plain HTTP
+    authorization_mode: str = "RBAC"  # kube-apiserver's --authorization-mode: RBAC or AlwaysAllow
     control_host: str = "127.0.0.1"
     control_port: int = 0
     gpu_collection_interval: float = 30.0
@@ -444,6 +446,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         event_ttl=parse_duration(api.get("eventTTL", "1h"), "apiserver.eventTTL"),
         bookmark_interval=parse_duration(api.get("bookmarkInterval", 60), "apiserver.bookmarkInterval"),
         api_tls=bool(api.get("tls", False)),
+        authorization_mode=api.get("authorization", "RBAC"),
         control_host=ctl.get("host", "127.0.0.1"),
         control_port=ctl.get("port", 0),
         gpu_collection_interval=parse_duration(gpu.get("collectionInterval", 30), "gpu.collectionInterval"),

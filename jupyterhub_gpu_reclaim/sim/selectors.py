@@ -72,9 +72,19 @@ def parse_label_selector(text: str | None) -> list[Requirement]:
 
 
 def label_matcher(text: str | None) -> Callable[[Mapping[str, str]], bool]:
-    reqs = parse_label_selector(text)
+    return requirements_matcher(parse_label_selector(text))
+
+
+def requirements_matcher(reqs: list[Requirement]) -> Callable[[Mapping[str, str]], bool]:
+    """All requirements hold (none: everything matches)."""
     if not reqs:
         return lambda labels: True
+    if all(r.op == "=" for r in reqs):  # the common `a=b,c=d`: plain look-ups (list of 5,000 pods)
+        pairs = [(r.key, r.values[0]) for r in reqs]
+        if len(pairs) == 1:
+            (key, value), = pairs
+            return lambda labels: labels.get(key) == value
+        return lambda labels: all(labels.get(k) == v for k, v in pairs)
     return lambda labels: all(r.matches(labels) for r in reqs)
 
 
@@ -107,24 +117,33 @@ def parse_field_selector(
     return terms
 
 
-def selector_requirements(selector: Mapping[str, object] | None) -> list[Requirement] | None:
-    """A `LabelSelector` object (matchLabels, matchExpressions) as requirements, as
-    metav1.LabelSelectorAsSelector: None (a null selector) matches nothing, {} everything."""
+_EXPRESSION_OPS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+
+
+def selector_requirements(selector: Mapping | None) -> list[Requirement] | None:
+    """A `metav1.LabelSelector` (matchLabels and matchExpressions, ANDed) as requirements, as
+    LabelSelectorAsSelector reads it: None for a null selector or an operator it refuses
+    (matches nothing), [] for an empty one (matches everything)."""
     if selector is None:
         return None
     reqs = [Requirement(k, "=", (str(v),)) for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    ops = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
-    for e in selector.get("matchExpressions") or []:  # type: ignore[union-attr]
-        reqs.append(Requirement(e.get("key", ""), ops.get(e.get("operator"), "in"), tuple(e.get("values") or ())))
+    for e in selector.get("matchExpressions") or []:
+        op = _EXPRESSION_OPS.get(e.get("operator"))
+        if op is None:
+            return None
+        reqs.append(Requirement(e.get("key", ""), op, tuple(e.get("values") or ())))
     return reqs
 
 
-def selector_matches(selector: Mapping[str, object] | None, labels: Mapping[str, str]) -> bool:
+def object_label_matcher(selector: Mapping | None) -> Callable[[Mapping[str, str]], bool]:
+    """A matcher for a `metav1.LabelSelector` object (see selector_requirements)."""
     reqs = selector_requirements(selector)
-    return reqs is not None and all(r.matches(labels) for r in reqs)
+    if reqs is None:
+        return lambda labels: False
+    return requirements_matcher(reqs)
 
 
-def selector_string(selector: Mapping[str, object] | None) -> str:
+def selector_string(selector: Mapping | None) -> str:
     """The selector in the string form (`a=b,c in (x,y)`), as Scale.status.selector and the
     SELECTOR column print it."""
     out = []

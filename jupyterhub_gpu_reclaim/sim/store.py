@@ -132,12 +132,15 @@ class Store:
         self._compacted_rv = 1  # watches must start at or after this
         self._watches: set[Watch] = set()
         self._removal_timers: dict[tuple[str, Key], asyncio.TimerHandle] = {}
-        self._encoded: dict[tuple[str, Key], tuple[str, bytes]] = {}  # -> (rv, JSON)
+        self._encoded: dict[str, dict[Key, tuple[Obj, bytes]]] = {}  # the JSON of each stored version
+        self._sorted: dict[str, list[Key]] = {}  # a bucket's keys in order, until one comes or goes
+        # per resource: the resourceVersion of its last change (what a cached list depends on)
+        self.revisions: dict[str, int] = {}
         # nodes whose kubelet removes its pods itself once their containers have stopped
         self.kubelet_nodes: set[str] = set()
         # the apiserver's --service-cluster-ip-range (a cluster sets its own free /16)
         self.service_cidr = ipaddress.ip_network("127.96.0.0/16")
-        # controllers' informers: called synchronously with each change (see `subscribe`)
+        # the apiserver's informers, called synchronously with each change (see `subscribe`)
         self._subscribers: dict[str | None, list[Subscriber]] = {}
 
     # --- reading -------------------------------------------------------------------
@@ -157,20 +160,45 @@ class Store:
     def list(self, flt: Filter) -> tuple[list[Obj], str]:
         """Matching objects in key order (namespace, name), and the list's resourceVersion."""
         bucket = self._bucket(flt.rtype)
-        items = [bucket[k] for k in sorted(bucket) if flt(bucket[k])]
-        return items, str(self.rv)
+        return [bucket[k] for k in self._matching_keys(flt)], str(self.rv)
+
+    def list_encoded(self, flt: Filter) -> tuple[list[bytes], str]:
+        """`list`, as each object's JSON (`encoded`)."""
+        bucket = self._bucket(flt.rtype)
+        cache = self._encoded.setdefault(flt.rtype.plural, {})
+        out = []
+        for k in self._matching_keys(flt):
+            obj, hit = bucket[k], cache.get(k)
+            out.append(hit[1] if hit is not None and hit[0] is obj else self._encode(cache, k, obj))
+        return out, str(self.rv)
+
+    def _matching_keys(self, flt: Filter) -> list[Key]:
+        bucket = self._bucket(flt.rtype)
+        keys = self._sorted.get(flt.rtype.plural)
+        if keys is None:
+            keys = self._sorted[flt.rtype.plural] = sorted(bucket)
+        if flt._fields:
+            return [k for k in keys if flt(bucket[k])]
+        # the common case, in one pass: a namespace (the key's first part) and labels
+        ns, labels = flt.namespace, flt._labels
+        return [k for k in keys if (not ns or k[0] == ns) and labels(bucket[k]["metadata"].get("labels") or {})]
 
     def encoded(self, rtype: ResourceType, obj: Obj) -> bytes:
         """The object as compact JSON. Stored versions never change, so each is encoded
         once, however many lists and watches send it."""
-        key = (rtype.plural, _key(rtype, obj))
-        rv = obj["metadata"].get("resourceVersion", "")
-        hit = self._encoded.get(key)
-        if hit is not None and hit[0] == rv:
+        key = _key(rtype, obj)
+        cache = self._encoded.setdefault(rtype.plural, {})
+        hit = cache.get(key)
+        if hit is not None and hit[0] is obj:
             return hit[1]
+        if self._bucket(rtype).get(key) is not obj:  # an old or final version: not kept
+            return json.dumps(obj, separators=(",", ":")).encode()
+        return self._encode(cache, key, obj)
+
+    @staticmethod
+    def _encode(cache: dict[Key, tuple[Obj, bytes]], key: Key, obj: Obj) -> bytes:
         data = json.dumps(obj, separators=(",", ":")).encode()
-        if self._bucket(rtype).get(key[1]) is obj:
-            self._encoded[key] = (rv, data)
+        cache[key] = (obj, data)
         return data
 
     def objects(self, rtype: ResourceType) -> Iterable[Obj]:
@@ -182,11 +210,16 @@ class Store:
         self.rv += 1
         new["metadata"]["resourceVersion"] = str(self.rv)
         key = _key(rtype, new)
+        self.revisions[rtype.plural] = self.rv
+        bucket = self._bucket(rtype)
+        self._encoded.get(rtype.plural, {}).pop(key, None)  # the old version's JSON goes with it
         if type_ == "DELETED":
-            self._bucket(rtype).pop(key, None)
-            self._encoded.pop((rtype.plural, key), None)
+            bucket.pop(key, None)
+            self._sorted.pop(rtype.plural, None)
         else:
-            self._bucket(rtype)[key] = new
+            if key not in bucket:
+                self._sorted.pop(rtype.plural, None)
+            bucket[key] = new
         change = Change(self.rv, type_, rtype, old, new)
         self._history.append(change)
         while len(self._history) > self.history_limit:
@@ -212,8 +245,8 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent on the request"
                 )
             meta["namespace"] = ns
-            if rtype.plural != "namespaces" and not self._namespace_ready(ns):
-                raise errors.not_found("namespaces", ns)
+            if rtype.plural != "namespaces":
+                self.check_namespace(rtype, ns, meta.get("name") or "")
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
@@ -389,11 +422,21 @@ class Store:
                 return
         self.remove(BY_KIND["Namespace"], None, name)
 
-    def _namespace_ready(self, ns: str) -> bool:
+    def check_namespace(self, rtype: ResourceType, ns: str, name: str) -> None:
+        """The NamespaceLifecycle admission plugin: no namespace is a 404, a terminating
+        one refuses new content with a 403 (the name is empty for generateName: the
+        plugin runs before the name is generated)."""
         from .resources import BY_KIND
 
         obj = self.find(BY_KIND["Namespace"], None, ns)
-        return obj is not None and not obj["metadata"].get("deletionTimestamp")
+        if obj is None:
+            raise errors.not_found("namespaces", ns)
+        if obj["metadata"].get("deletionTimestamp"):
+            raise errors.forbidden(
+                rtype.plural, name, f"unable to create new content in namespace {ns} because it is being "
+                "terminated", rtype.group, causes=[{"reason": "NamespaceTerminating",
+                                                    "message": f"namespace {ns} is being terminated",
+                                                    "field": "metadata.namespace"}])
 
     def _maybe_finalize(self, rtype: ResourceType, obj: Obj, old: Obj) -> None:
         """An object being deleted goes once its last finalizer is removed (the list
@@ -424,8 +467,10 @@ class Store:
     def subscribe(self, rtype: ResourceType | None, callback: Subscriber) -> Callable[[], None]:
         """Call `callback(change)` after every change of `rtype` (every type: None), inside
         the write. It is how the controllers' informers learn of changes without a queue
-        of objects per watcher: the callback must be cheap and must not write (it only
-        notes keys to reconcile later). Returns the function that unsubscribes."""
+        of objects per watcher: the callback must be cheap; the workload controllers only
+        note keys to reconcile later, the RBAC index drops its cache, and the role
+        aggregation and service account controllers write at once (as their informers
+        would have, a moment later). Returns the function that unsubscribes."""
         subscribers = self._subscribers.setdefault(rtype.plural if rtype else None, [])
         subscribers.append(callback)
         return lambda: subscribers.remove(callback) if callback in subscribers else None

@@ -325,6 +325,30 @@ def _network_policy_row(np: Obj) -> list[Any]:
     return [_name(np), selector or "<none>", _age(np["metadata"].get("creationTimestamp"))]
 
 
+def _service_account_row(sa: Obj) -> list[Any]:
+    return [_name(sa), len(sa.get("secrets") or []), _age(sa["metadata"].get("creationTimestamp"))]
+
+
+def _role_row(role: Obj) -> list[Any]:
+    return [_name(role), role["metadata"].get("creationTimestamp") or ""]
+
+
+def _binding_row(binding: Obj) -> list[Any]:
+    ref = binding.get("roleRef") or {}
+    subjects = binding.get("subjects") or []
+
+    def names(kind: str) -> str:
+        return ", ".join(s.get("name", "") if kind != "ServiceAccount" else f"{s.get('namespace', '')}/{s.get('name')}"
+                         for s in subjects if s.get("kind") == kind)
+
+    return [_name(binding), f"{ref.get('kind', '')}/{ref.get('name', '')}",
+            _age(binding["metadata"].get("creationTimestamp")), names("User"), names("Group"),
+            names("ServiceAccount")]
+
+
+_ROLE = ([("Name", "string", 0), ("Created At", "date", 0)], _role_row)
+_BINDING = ([("Name", "string", 0), ("Role", "string", 0), ("Age", "string", 0), ("Users", "string", 1),
+             ("Groups", "string", 1), ("ServiceAccounts", "string", 1)], _binding_row)
 _WIDE_TEMPLATE: list[Column] = [("Containers", "string", 1), ("Images", "string", 1)]
 
 _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
@@ -371,6 +395,12 @@ _PRINTERS: dict[str, tuple[list[Column], Callable[[Obj], list[Any]]]] = {
     "Secret": ([("Name", "string", 0), ("Type", "string", 0), ("Data", "integer", 0), ("Age", "string", 0)],
                _secret_row),
     "ConfigMap": ([("Name", "string", 0), ("Data", "integer", 0), ("Age", "string", 0)], _configmap_row),
+    "ServiceAccount": ([("Name", "string", 0), ("Secrets", "integer", 0), ("Age", "string", 0)],
+                       _service_account_row),
+    "Role": _ROLE,
+    "ClusterRole": _ROLE,
+    "RoleBinding": _BINDING,
+    "ClusterRoleBinding": _BINDING,
     "PriorityClass": ([("Name", "string", 0), ("Value", "integer", 0), ("Global-Default", "boolean", 0),
                        ("Age", "string", 0), ("PreemptionPolicy", "string", 0)], _priority_class_row),
 }

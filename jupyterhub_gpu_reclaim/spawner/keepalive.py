@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import math
 from typing import Any, Mapping, Sequence
 
 from tornado import web
@@ -21,6 +22,7 @@ from ..signals.pods import KEEPALIVE_ANNOTATION as ANNOTATION  # noqa: F401 (the
 
 UTC = dt.timezone.utc
 OPTION = "keepalive_until"  # the user_options key
+ROUND_TRIP = dt.timedelta(minutes=1)  # slack beyond max_keepalive for the form's round trip
 
 
 class KeepaliveError(web.HTTPError, ValueError):
@@ -76,6 +78,12 @@ def _one(form: Mapping[str, Any], key: str) -> str:
     return str(value).strip()
 
 
+def _shown(value: Any) -> str:
+    """A value as an error message quotes it: repr, cut short (it is the user's)."""
+    text = repr(value)
+    return text if len(text) <= 42 else text[:40] + "…"
+
+
 def from_form(form: Mapping[str, Any], *, now: dt.datetime, max_keepalive: dt.timedelta,
               ) -> dt.datetime | None:
     """The "keep until" time the form asks for (UTC), or None; KeepaliveError when the
@@ -83,41 +91,53 @@ def from_form(form: Mapping[str, Any], *, now: dt.datetime, max_keepalive: dt.ti
     choice = _one(form, "keepalive")
     if not choice:
         return None
-    if choice == "until":
-        text = _one(form, "keepalive_until")
-        if not text:
-            raise KeepaliveError("Choose the date and time to keep the session until.")
+    if choice != "until":
         try:
-            local = dt.datetime.fromisoformat(text)
+            duration = parse_duration(choice)
         except ValueError:
-            raise KeepaliveError(f"{text!r} is not a date and time.") from None
-        if local.tzinfo is None:
-            offset = _one(form, "keepalive_tz_offset") or "0"
-            try:
-                minutes = int(float(offset))
-            except ValueError:
-                raise KeepaliveError(f"bad time zone offset {offset!r}") from None
-            if abs(minutes) > 24 * 60:
-                raise KeepaliveError(f"bad time zone offset {offset!r}")
-            # getTimezoneOffset() is UTC minus local time, in minutes
-            local = local.replace(tzinfo=UTC) + dt.timedelta(minutes=minutes)
-        until = local.astimezone(UTC)
-    else:
+            raise KeepaliveError(f"{_shown(choice)} is not a duration.") from None
+        if duration > max_keepalive + ROUND_TRIP:
+            raise _too_far(now, max_keepalive)
+        return check(now + duration, now=now, max_keepalive=max_keepalive)
+    text = _one(form, "keepalive_until")
+    if not text:
+        raise KeepaliveError("Choose the date and time to keep the session until.")
+    try:
+        until = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise KeepaliveError(f"{_shown(text)} is not a date and time.") from None
+    if until.tzinfo is None:
+        # getTimezoneOffset() is UTC minus local time, in minutes
+        offset = _one(form, "keepalive_tz_offset") or "0"
         try:
-            until = now + parse_duration(choice)
+            minutes = float(offset)
         except ValueError:
-            raise KeepaliveError(f"{choice!r} is not a duration.") from None
+            minutes = math.nan
+        if not abs(minutes) < 24 * 60:  # NaN too
+            raise KeepaliveError(f"bad time zone offset {_shown(offset)}")
+        until = until.replace(tzinfo=dt.timezone(-dt.timedelta(minutes=minutes)))
     return check(until, now=now, max_keepalive=max_keepalive)
 
 
+def _too_far(now: dt.datetime, max_keepalive: dt.timedelta) -> KeepaliveError:
+    latest = now + max_keepalive
+    return KeepaliveError(f"A session can be kept at most {_label(max_keepalive)} from now "
+                          f"(until {latest:%Y-%m-%d %H:%M} UTC).")
+
+
 def check(until: dt.datetime, *, now: dt.datetime, max_keepalive: dt.timedelta) -> dt.datetime:
+    """`until` (aware, any time zone) within (now, now + max_keepalive], in UTC. Compared
+    before it is converted: a time near datetime's limits (year 1 or 9999 with an offset)
+    cannot be converted to UTC, and is refused as in the past or too far."""
     if until <= now:
-        raise KeepaliveError(f"The keep-alive time {until:%Y-%m-%d %H:%M} UTC is in the past.")
-    if until > now + max_keepalive + dt.timedelta(minutes=1):  # a minute of slack for the form's round trip
-        latest = now + max_keepalive
-        raise KeepaliveError(f"A session can be kept at most {_label(max_keepalive)} from now "
-                             f"(until {latest:%Y-%m-%d %H:%M} UTC).")
-    return min(until, now + max_keepalive)
+        try:
+            shown = f"{until.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+        except OverflowError:
+            shown = until.isoformat()
+        raise KeepaliveError(f"The keep-alive time {shown} is in the past.")
+    if until > now + max_keepalive + ROUND_TRIP:
+        raise _too_far(now, max_keepalive)
+    return min(until.astimezone(UTC), now + max_keepalive)
 
 
 def from_user_options(options: Mapping[str, Any], *, now: dt.datetime,
@@ -130,16 +150,16 @@ def from_user_options(options: Mapping[str, Any], *, now: dt.datetime,
     if value in (None, ""):
         return None
     if not isinstance(value, str):
-        raise KeepaliveError(f"{OPTION} must be an ISO 8601 time, not {value!r}")
+        raise KeepaliveError(f"{OPTION} must be an ISO 8601 time (a string), not {type(value).__name__}.")
     try:
         until = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise KeepaliveError(f"{OPTION} must be an ISO 8601 time, not {value!r}") from None
+        raise KeepaliveError(f"{OPTION} must be an ISO 8601 time, not {_shown(value)}.") from None
     if until.tzinfo is None:
         until = until.replace(tzinfo=UTC)
     if until <= now:
         return None
-    return check(until.astimezone(UTC), now=now, max_keepalive=max_keepalive)
+    return check(until, now=now, max_keepalive=max_keepalive)
 
 
 def iso(t: dt.datetime) -> str:

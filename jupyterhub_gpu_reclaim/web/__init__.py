@@ -13,9 +13,10 @@ Everything else needs the hub's say: a hub token (`Authorization: token …`, ch
 HubAuth) or the service's own login cookie, set by JupyterHub's OAuth at
 `<prefix>oauth_callback`. Writes with the cookie need the service's XSRF token (the `_xsrf`
 field of its forms, or the `X-XSRFToken` header); token-authenticated writes do not. Users
-see and act on their own sessions only (another user's session is answered 404); the admin
-pages and API need the hub's admin flag or the `admin_scope` (403 otherwise). See
-docs/api.md for the API and docs/api.yaml for its OpenAPI description.
+see and act on their own sessions only (another user's session is answered 404; a hub
+service has none); the admin pages and API need the `admin_scope` among the scopes of the
+credential used (403 otherwise). Each user's changes are rate-limited, request bodies are
+small. See docs/api.md for the API and docs/api.yaml for its OpenAPI description.
 """
 
 from __future__ import annotations

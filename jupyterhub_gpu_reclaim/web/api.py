@@ -1,4 +1,5 @@
-"""The JSON API: `api/reclaims` (hub token) and the user and admin endpoints under `api/`."""
+"""The JSON API: `api/reclaims` (the spawner's resume priority) and the user and admin
+endpoints under `api/`."""
 
 from __future__ import annotations
 
@@ -6,27 +7,54 @@ import csv
 import io
 from typing import Any
 
-from jupyterhub.services.auth import HubAuth, HubAuthenticated
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
 from tornado import web
 
-from ..store import Store
 from ..trace import format_time
-from .base import Base
+from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
 from .render import csv_cell, iso, now, reclaim_json
 
+#: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
+PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+PAGE_DEFAULT, PAGE_MAX = 50, 200
 
-class ReclaimsHandler(HubAuthenticated, web.RequestHandler):
+
+class ApiBase(Base):
+    api = True
+
+    def pagination(self) -> tuple[int, int, bool]:
+        """offset, limit and whether the caller asked for JupyterHub's paginated form (its
+        Accept header); as the hub: limit up to 200, default 50 (200 without that header)."""
+        accept = {part.strip().lower() for part in self.request.headers.get("Accept", "").split(",")}
+        paginated = PAGINATION_MEDIA_TYPE in accept
+        try:
+            offset = int(self.get_argument("offset", "0"))
+            limit = int(self.get_argument("limit", str(PAGE_DEFAULT if paginated else PAGE_MAX)))
+        except ValueError:
+            raise web.HTTPError(400, "offset and limit must be integers") from None
+        if offset < 0 or limit < 0:
+            raise web.HTTPError(400, "offset and limit must not be negative")
+        return offset, min(max(limit, 1), PAGE_MAX), paginated
+
+    def write_page(self, items: list, offset: int, limit: int, total: int) -> None:
+        """JupyterHub's paginated model: {"items", "_pagination": {offset, limit, total, next}}."""
+        nxt = None
+        if offset + limit < total:
+            url = urlsplit(self.request.full_url())
+            query = [(k, v) for k, v in parse_qsl(url.query, keep_blank_values=True) if k not in ("offset", "limit")]
+            query += [("offset", str(offset + limit)), ("limit", str(limit))]
+            nxt = {"offset": offset + limit, "limit": limit, "url": urlunsplit(url._replace(query=urlencode(query)))}
+        self.write_json({"items": items, "_pagination": {"offset": offset, "limit": limit, "total": total,
+                                                         "next": nxt}})
+
+
+class ReclaimsApi(ApiBase):
     """`GET api/reclaims?user=NAME&since=WHEN`: the user's reclaims since WHEN (an ISO 8601
-    time or a duration back from now, default 1d), newest last. GPUReclaimSpawner asks it
-    whether a user's last session was reclaimed (resume priority)."""
-
-    def initialize(self, store: Store, hub_auth: HubAuth) -> None:
-        self.store = store
-        self.hub_auth = hub_auth
-
-    def get_login_url(self) -> str:
-        raise web.HTTPError(403, "a hub token with access to this service is required")
+    time or a duration back from now, default 1d), oldest first. GPUReclaimSpawner asks it,
+    with a hub service's token, whether a user's last session was reclaimed (resume
+    priority). A user may read their own; admins and hub services anyone's."""
 
     @web.authenticated
     def get(self) -> None:
@@ -34,22 +62,18 @@ class ReclaimsHandler(HubAuthenticated, web.RequestHandler):
         user = self.get_argument("user", "")
         if not user:
             raise web.HTTPError(400, "user=NAME is required")
-        if caller.get("kind") == "user" and caller.get("name") != user and not caller.get("admin"):
+        if caller.get("kind") != "service" and caller.get("name") != user and not self.is_admin:
             raise web.HTTPError(403, "users may read only their own reclaims")
         try:
             since = parse_since(self.get_argument("since", "1d"))
         except BadInput as e:
             raise web.HTTPError(400, str(e)) from None
-        records = [r for r in self.store.reclaims(since) if r.session.split("/", 1)[0] == user]
-        self.write({"reclaims": [{
+        assert self.ctx.store is not None
+        self.write_json({"reclaims": [{
             "session": r.session, "server": r.session.split("/", 1)[1], "rule": r.rule,
             "t": format_time(r.t), "gpus": r.gpus, "outcome": r.outcome,
             "finished_at": format_time(r.finished_at) if r.finished_at else None,
-        } for r in records]})
-
-
-class ApiBase(Base):
-    api = True
+        } for r in self.ctx.store.reclaims(since, user=user)]})
 
 
 class SessionsApi(ApiBase):
@@ -63,7 +87,7 @@ class SessionsApi(ApiBase):
 
 
 class IntentApi(ApiBase):
-    @web.authenticated
+    @writes
     def put(self, user: str, server: str) -> None:
         sid = f"{user}/{server}"
         self.own_session(sid)
@@ -74,7 +98,7 @@ class IntentApi(ApiBase):
             raise web.HTTPError(400, str(e)) from None
         self.write_json({"session": sid, "intent_until": until})
 
-    @web.authenticated
+    @writes
     def delete(self, user: str, server: str) -> None:
         sid = f"{user}/{server}"
         self.own_session(sid)
@@ -82,7 +106,7 @@ class IntentApi(ApiBase):
 
 
 class StopApi(ApiBase):
-    @web.authenticated
+    @writes
     def post(self, user: str, server: str) -> None:
         sid = f"{user}/{server}"
         self.do_stop(sid)
@@ -127,6 +151,10 @@ class AdminQueueApi(ApiBase):
 
 
 class AdminHistoryApi(ApiBase):
+    """`GET api/admin/history?since=7d`: reclaims and audit records, newest first, a page at
+    a time (`offset`, `limit`; with JupyterHub's pagination Accept header, its paginated
+    model; without it, the page as {"reclaims", "stuck", "audit"})."""
+
     @web.authenticated
     def get(self) -> None:
         self.require_admin()
@@ -134,12 +162,18 @@ class AdminHistoryApi(ApiBase):
             since = parse_since(self.get_argument("since", "7d"))
         except BadInput as e:
             raise web.HTTPError(400, str(e)) from None
+        offset, limit, paginated = self.pagination()
         store = self.ctx.store
         assert store is not None
         t = now()
-        self.write_json({"reclaims": [reclaim_json(r, t) for r in store.reclaims(since)],
+        total, page = store.history(since, offset=offset, limit=limit)
+        records = [(kind, reclaim_json(r, t) if kind == "reclaim" else r) for kind, r in page]
+        if paginated:
+            self.write_page([{"kind": kind, **r} for kind, r in records], offset, limit, total)  # type: ignore[dict-item]
+            return
+        self.write_json({"reclaims": [r for kind, r in records if kind == "reclaim"],
                          "stuck": [reclaim_json(r, t) for r in store.stuck_reclaims()],
-                         "audit": store.audit_log(since)})
+                         "audit": [r for kind, r in records if kind == "audit"]})
 
 
 class AdminActionsApi(ApiBase):

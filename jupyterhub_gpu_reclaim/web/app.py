@@ -1,5 +1,5 @@
-"""The tornado application: its routes and settings (cookie secret, access log), and
-listening on the service URL."""
+"""The tornado application: its routes and settings (cookie secret and cookie policy, access
+log without secrets), and listening on the service URL with a small body limit."""
 
 from __future__ import annotations
 
@@ -17,21 +17,22 @@ from ..metrics import Metrics
 from ..policy import PolicyConfig
 from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, IntentApi,
-                  ReclaimsHandler, SessionsApi, StopApi)
-from .base import Context, OAuthCallback
+                  ReclaimsApi, SessionsApi, StopApi)
+from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
 from .monitoring import HealthHandler, MetricsHandler
 from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage,
                     StopForm, UserPage)
 from .paths import static_dir
+from .ratelimit import WriteLimiter
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
 
 def _log_request(handler: web.RequestHandler) -> None:
-    """The access log: method, path and status, never the query (OAuth codes go there)."""
+    """The access log: method, path and query with secret values hidden (OAuth codes go there)."""
     status = handler.get_status()
     level = logging.DEBUG if status < 400 else logging.WARNING if status < 500 else logging.ERROR
-    log.log(level, "%d %s %s %.1f ms", status, handler.request.method, handler.request.path,
+    log.log(level, "%d %s %s %.1f ms", status, handler.request.method, redacted_uri(handler.request),
             1000 * handler.request.request_time())
 
 
@@ -48,19 +49,25 @@ def _cookie_secret(path: str) -> bytes:
 def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
              hub_auth: HubAuth | None = None, *, reclaimer: Any = None, policy: PolicyConfig | None = None,
              admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
-             cookie_secret_file: str = "", hub_prefix: str = "/hub/") -> web.Application:
+             cookie_secret_file: str = "", hub_prefix: str = "/hub/",
+             writes_per_minute: int) -> web.Application:
+    """The routes; `writes_per_minute`: --user-writes-per-minute."""
     prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
     routes: list = [
         (prefix + "metrics", MetricsHandler, {"metrics": metrics}),
         (prefix + "health", HealthHandler),
     ]
     if store is not None and hub_auth is not None:
-        routes.append((prefix + "api/reclaims", ReclaimsHandler, {"store": store, "hub_auth": hub_auth}))
+        # the login cookie (and OAuth's state cookie) go only with same-site requests and
+        # top-level navigations, which the OAuth redirects from the hub are; admins may override
+        hub_auth.cookie_options = {"samesite": "Lax", **hub_auth.cookie_options}
         ctx = Context(metrics=metrics, prefix=prefix, store=store, hub_auth=hub_auth, reclaimer=reclaimer,
-                      policy=policy, admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix)
+                      policy=policy, admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix,
+                      limiter=WriteLimiter(writes_per_minute))
         c = {"ctx": ctx}
         session = r"([^/]+)/([^/]*)"
         routes += [
+            (prefix + "api/reclaims", ReclaimsApi, c),
             (prefix, UserPage, c),
             (prefix + "keepalive", KeepalivePage, c),
             (prefix + "sessions/keepalive", KeepaliveForm, c),
@@ -83,7 +90,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
         routes.append((r"/metrics", MetricsHandler, {"metrics": metrics}))
         routes.append((prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}))
     settings: dict[str, Any] = {"cookie_secret": _cookie_secret(cookie_secret_file),
-                                "log_function": _log_request}
+                                "log_function": _log_request, "xsrf_cookie_kwargs": {"samesite": "Lax"}}
     return web.Application(routes, **settings)
 
 
@@ -92,6 +99,8 @@ def listen(app: web.Application, bind_url: str) -> HTTPServer:
     parts = urlsplit(bind_url)
     if parts.scheme != "http" or not parts.port:
         raise ValueError(f"the service URL must be http://HOST:PORT, got {bind_url!r}")
-    server = HTTPServer(app, xheaders=True)
+    # a larger body is refused unread (400, connection closed); the pages' handlers answer a
+    # declared Content-Length beyond it with a 413 of their own before that
+    server = HTTPServer(app, xheaders=True, max_body_size=MAX_BODY, max_buffer_size=4 * MAX_BODY)
     server.listen(parts.port, parts.hostname or "127.0.0.1")
     return server

@@ -1,18 +1,23 @@
-"""The hub-authenticated handlers' base (HubOAuth login cookie or hub token, XSRF for
-cookie writes, the admin check), their shared context, data and actions, and the OAuth
-callback."""
+"""The hub-authenticated handlers' base: who calls (HubOAuth login cookie or hub token, XSRF
+for cookie writes; users act on their own sessions, hub services on none; admin rights from
+the token's scopes), what a request may send (a small body, refused before it is read) and
+how often a user may change something, the pages' headers and notices, logs without
+secrets, their shared context, data and actions, and the OAuth callback."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+from urllib.parse import parse_qsl, quote, urlencode
 
 from jupyterhub.services.auth import HubAuth, HubOAuthCallbackHandler, HubOAuthenticated
-from tornado import web
+from tornado import httputil, web
+from tornado.log import app_log, gen_log
 
 from ..metrics import Metrics
 from ..policy import IDLE_RULES, PolicyConfig
@@ -20,12 +25,22 @@ from ..signals.base import parse_time
 from ..store import Store
 from ..trace import format_time
 from .inputs import BadInput
-from .render import _jinja, hhmm, human, iso, now, reclaim_json, sparkline, state_of
+from .ratelimit import WriteLimiter
+from .render import _jinja, hhmm, human, iso, notice, now, reclaim_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
 ADMIN_ACTIONS = ("reclaim", "exempt", "clear-intent", "retry-stop")
 MAX_EXEMPT_HOURS = 24 * 14
+ADMIN_PAGE_ROWS = 100  # the newest reclaims and audit records on the admin page (all: api/admin/history)
+#: the largest request body taken (the forms and JSON bodies are a few hundred bytes);
+#: the HTTP server refuses a larger one without reading it
+MAX_BODY = 64 * 1024
+NOT_AUTHENTICATED = ("authentication required: a hub token with access to this service, "
+                     "or the service's login cookie (with its _xsrf token for writes)")
+#: query parameters whose values never reach a log (OAuth codes and states, tokens)
+SECRET_PARAMS = frozenset({"code", "state", "token", "access_token", "_xsrf", "code_verifier"})
+NOTICE_COOKIE = "gpu-reclaim-notice"
 
 
 @dataclass
@@ -39,6 +54,7 @@ class Context:
     admin_scope: str = "custom:gpu-reclaim:admin"
     dry_run: bool = False
     hub_prefix: str = "/hub/"
+    limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(0))  # make_app: the setting
 
     @property
     def max_keepalive(self) -> dt.timedelta:
@@ -50,33 +66,129 @@ class Context:
         return self.reclaimer.snapshot()
 
 
-class Base(HubOAuthenticated, web.RequestHandler):
+def redacted_uri(request: httputil.HTTPServerRequest) -> str:
+    """The request's path and query for a log line: secret values hidden, everything
+    percent-encoded (a value cannot forge a line)."""
+    path = quote(request.path, safe="/%:@!$&'()*+,;=-._~")
+    query = [(k, "[secret]" if k.lower() in SECRET_PARAMS else v)
+             for k, v in parse_qsl(request.query, keep_blank_values=True)]
+    return path + ("?" + urlencode(query, safe="[]") if query else "")
+
+
+class RedactedLogs(web.RequestHandler):
+    """tornado's error log lines name the request by its URI, query included (an OAuth
+    callback's code and state): name it without secrets instead."""
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        summary = f"{self.request.method} {redacted_uri(self.request)} ({self.request.remote_ip})"
+        if isinstance(value, web.HTTPError):
+            if value.log_message:
+                message = value.log_message % value.args if value.args else value.log_message
+                gen_log.warning("%d %s: %s", value.status_code, summary, message)
+        else:
+            app_log.error("Uncaught exception %s", summary, exc_info=(typ, value, tb))
+
+
+def writes(method: Callable) -> Callable:
+    """@web.authenticated for a user's change (keep alive, clear, stop): counted against the
+    user's --user-writes-per-minute (429 with Retry-After beyond it)."""
+
+    @functools.wraps(method)
+    @web.authenticated
+    def wrapper(self: "Base", *args: Any, **kwargs: Any) -> Any:
+        wait = self.ctx.limiter.take(self.user_name)
+        if wait:
+            self.retry_after = max(1, math.ceil(wait))
+            raise web.HTTPError(429, f"too many changes: at most {self.ctx.limiter.per_minute} a minute; "
+                                     f"try again in {self.retry_after} s")
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+@web.stream_request_body
+class Base(HubOAuthenticated, RedactedLogs):
+    """The body arrives after prepare() has checked its declared size (and refused one too
+    large, checking the credentials first); it is then parsed as tornado parses it (form
+    fields; JSON in `json_body`)."""
+
     api = False
+    embedded = False  # shown inside the hub's pages (same-origin iframes)
+    retry_after = 0
 
     def initialize(self, ctx: Context) -> None:
         self.ctx = ctx
         self.hub_auth = ctx.hub_auth
+        self._chunks: list[bytes] = []
+
+    def prepare(self) -> None:
+        length = self.request.headers.get("Content-Length", "0").strip()
+        if not length.isdigit() or int(length) > MAX_BODY:
+            # refused before the body, which tornado then leaves unread (it closes the
+            # connection); who asks is checked first. A smaller body is read as usual, so an
+            # ordinary refusal keeps the connection (and the hub's proxy's) open.
+            token = self.request.headers.get("Authorization")
+            if not token and not self.get_secure_cookie(self.hub_auth.cookie_name):
+                raise web.HTTPError(403, NOT_AUTHENTICATED)
+            if token and self.current_user is None:  # a cookie would need the body's _xsrf
+                raise web.HTTPError(403, NOT_AUTHENTICATED)
+            raise web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
+        # runs before the handler's method: the body's future got this callback first
+        self.request._body_future.add_done_callback(self._body_received)
+
+    def data_received(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+
+    def _body_received(self, future: Any) -> None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        request = self.request
+        request.body = b"".join(self._chunks)
+        httputil.parse_body_arguments(request.headers.get("Content-Type", ""), request.body,
+                                      request.body_arguments, request.files, request.headers)
+        for name, values in request.body_arguments.items():
+            request.arguments.setdefault(name, []).extend(values)
 
     # ---- who
 
     @property
     def user_name(self) -> str:
-        return self.current_user.get("name", "")
+        """The caller as a hub user. A hub service is nobody here, whatever its name."""
+        caller = self.current_user
+        if caller.get("kind") != "user":
+            raise web.HTTPError(403, "hub services have no GPU sessions: this needs a user's token or login")
+        return caller["name"]
+
+    @property
+    def actor(self) -> str:
+        """Who did it, for the audit log: the user's name, or service:NAME."""
+        caller = self.current_user
+        return caller["name"] if caller.get("kind") == "user" else f"service:{caller['name']}"
 
     @property
     def is_admin(self) -> bool:
-        u = self.current_user or {}
-        return bool(u.get("admin")) or self.ctx.admin_scope in (u.get("scopes") or [])
+        """Admin rights come from the scopes of the credential used (a down-scoped token of a
+        hub admin has none), never from the hub's admin flag."""
+        return self.ctx.admin_scope in ((self.current_user or {}).get("scopes") or [])
 
     def require_admin(self) -> None:
         if not self.is_admin:
-            raise web.HTTPError(403, f"admins only: the hub's admin flag or the scope {self.ctx.admin_scope}")
+            raise web.HTTPError(403, f"admins only: a token or login with the scope {self.ctx.admin_scope}")
 
     def get_login_url(self) -> str:
         if self.api or self.request.method not in ("GET", "HEAD"):
-            raise web.HTTPError(403, "authentication required: a hub token with access to this service, "
-                                     "or the service's login cookie (with its _xsrf token for writes)")
+            raise web.HTTPError(403, NOT_AUTHENTICATED)
         return super().get_login_url()
+
+    def next_page(self) -> str:
+        """Where a form goes back to (its `next` field): the user page or the hub home
+        panel, nothing else; refused before anything is done."""
+        value = self.get_argument("next", "") or self.ctx.prefix
+        if value not in (self.ctx.prefix, self.ctx.prefix + "embed/home"):
+            raise web.HTTPError(400, f"next: not a page of this service: {value!r}")
+        self.embedded = value != self.ctx.prefix
+        self.set_default_headers()
+        return value
 
     # ---- output
 
@@ -84,12 +196,19 @@ class Base(HubOAuthenticated, web.RequestHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Referrer-Policy", "same-origin")
         self.set_header("Cache-Control", "no-store")
+        # as the hub: no framing, except the embeds in the hub's own pages
+        ancestors = "'self'" if self.embedded else "'none'"
+        self.set_header("Content-Security-Policy",
+                        f"default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors {ancestors}")
+        self.set_header("X-Frame-Options", "SAMEORIGIN" if self.embedded else "DENY")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         message = self._reason
         exc = kwargs.get("exc_info")
         if exc and isinstance(exc[1], web.HTTPError) and exc[1].log_message:
             message = exc[1].log_message % exc[1].args if exc[1].args else exc[1].log_message
+        if status_code == 429 and self.retry_after:
+            self.set_header("Retry-After", str(self.retry_after))
         if self.api:
             self.set_header("Content-Type", "application/json")
             self.finish(json.dumps({"status": status_code, "message": message}))
@@ -116,11 +235,26 @@ class Base(HubOAuthenticated, web.RequestHandler):
             return {}
         try:
             body = json.loads(self.request.body)
+        except RecursionError:
+            raise web.HTTPError(400, "the body is not JSON: nested too deeply") from None
         except ValueError as e:
             raise web.HTTPError(400, f"the body is not JSON: {e}") from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "the body must be a JSON object")
         return body
+
+    # ---- notices: the sentence a form's action leads to, shown once by the next page. It
+    # travels in a signed cookie, never in the URL, so no link can make a page say anything.
+
+    def flash(self, text: str) -> None:
+        self.set_signed_cookie(NOTICE_COOKIE, text, expires_days=None, path=self.ctx.prefix,
+                               httponly=True, samesite="Lax", secure=self.request.protocol == "https")
+
+    def take_notice(self) -> str:
+        text = self.get_signed_cookie(NOTICE_COOKIE, max_age_days=1 / 1440)  # a minute old at most
+        if self.get_cookie(NOTICE_COOKIE) is not None:
+            self.clear_cookie(NOTICE_COOKIE, path=self.ctx.prefix)
+        return text.decode() if text else ""
 
     # ---- data
 
@@ -145,8 +279,7 @@ class Base(HubOAuthenticated, web.RequestHandler):
         if self.ctx.store is None:
             return []
         since = now() - dt.timedelta(days=days)
-        return [reclaim_json(r) for r in self.ctx.store.reclaims(since)
-                if r.session.split("/", 1)[0] == self.user_name][::-1]
+        return [reclaim_json(r) for r in self.ctx.store.reclaims(since, user=self.user_name)][::-1]
 
     # ---- actions shared by the API and the forms
 
@@ -198,14 +331,14 @@ class Base(HubOAuthenticated, web.RequestHandler):
         snap = self.ctx.snapshot()
         running = sid in snap["sessions"]
         user, _, server = sid.partition("/")
-        admin = self.user_name
+        admin = self.actor
         if action == "reclaim":
             if not running:
                 raise web.HTTPError(404, f"no running session {sid!r}")
             if self.ctx.reclaimer is None or not self.ctx.reclaimer.stop_now(user, server, by=admin):
                 raise web.HTTPError(409, f"a stop of {sid} is already under way")
             store.audit(admin, "reclaim", sid)
-            return f"reclaiming {sid}"
+            return notice("reclaiming", session=sid)
         if action == "exempt":
             try:
                 h = float(hours)
@@ -220,19 +353,19 @@ class Base(HubOAuthenticated, web.RequestHandler):
             store.set_exemption(sid, until, t, by=admin)
             store.audit(admin, "exempt", sid, t=t, hours=h, until=until)
             snap["sessions"][sid]["exempt_until"], snap["sessions"][sid]["exempt_by"] = until, admin
-            return f"{sid} exempt until {hhmm(until)}"
+            return notice("exempt", session=sid, until=hhmm(until))
         if action == "clear-intent":
             if not running and sid not in store.intents():
                 raise web.HTTPError(404, f"no session {sid!r} with an intent")
             cleared = self.do_clear_intent(sid, admin)
-            return f"intent of {sid} cleared" if cleared else f"{sid} had no intent"
+            return notice("intent-cleared" if cleared else "no-intent", session=sid)
         # retry-stop
         if not any(r.session == sid for r in store.stuck_reclaims()):
             raise web.HTTPError(404, f"no stuck stop of {sid!r}")
         if self.ctx.reclaimer is None or not self.ctx.reclaimer.retry_stuck(sid):
             raise web.HTTPError(409, f"a stop of {sid} is already under way")
         store.audit(admin, "retry-stop", sid)
-        return f"retrying the stop of {sid}"
+        return notice("retrying", session=sid)
 
     # ---- admin data
 
@@ -267,11 +400,11 @@ class Base(HubOAuthenticated, web.RequestHandler):
             "max_keepalive": human(p.max_keepalive.total_seconds()),
         }
         return {"t": snap["t"], "skipped": snap["skipped"], "dry_run": self.ctx.dry_run,
-                "sessions": sessions, "queue": queue, "reclaims": reclaims, "stuck": stuck,
+                "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
                 "totals": totals, "policy": policy,
-                "audit": (store.audit_log(t - dt.timedelta(days=7)) if store else [])[::-1][:100]}
+                "audit": store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS) if store else []}
 
 
-class OAuthCallback(HubOAuthCallbackHandler):
+class OAuthCallback(HubOAuthCallbackHandler, RedactedLogs):
     def initialize(self, ctx: Context) -> None:
         self.hub_auth = ctx.hub_auth

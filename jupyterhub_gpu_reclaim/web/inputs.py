@@ -1,5 +1,4 @@
-"""Reading what users send: keep-alive times and durations, redirect targets, and the
-error for bad input."""
+"""Reading what users send: keep-alive times and durations, and the error for bad input."""
 
 from __future__ import annotations
 
@@ -62,9 +61,3 @@ def local_time_to_utc(text: str, tz_offset: str) -> dt.datetime:
         t += dt.timedelta(days=1)
     return t + dt.timedelta(minutes=off)
 
-
-def _local_next(prefix: str, value: str | None, default: str) -> str:
-    """A redirect target inside the service only (no open redirect)."""
-    if value and value.startswith(prefix) and "//" not in value and "\\" not in value:
-        return value
-    return default

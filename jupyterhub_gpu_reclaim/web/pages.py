@@ -9,13 +9,9 @@ from urllib.parse import quote, urlencode
 from tornado import web
 
 from ..signals.base import parse_time
-from .base import Base
-from .inputs import BadInput, _local_next, local_time_to_utc, parse_until
-from .render import hhmm, human, now, state_of
-
-
-def _with_query(url: str, **params: str) -> str:
-    return url + ("&" if "?" in url else "?") + urlencode(params)
+from .base import Base, writes
+from .inputs import BadInput, local_time_to_utc, parse_until
+from .render import hhmm, human, notice, now, state_of
 
 
 class UserPage(Base):
@@ -25,7 +21,7 @@ class UserPage(Base):
     def get(self) -> None:
         self.show()
 
-    def show(self, error: str = "", status: int = 200, notice: str = "") -> None:
+    def show(self, error: str = "", status: int = 200) -> None:
         selected = self.get_argument("session", "")
         sessions = sorted(self.my_sessions().values(), key=lambda s: (s["server"] != "", s["server"]))
         cap = self.ctx.max_keepalive
@@ -33,9 +29,8 @@ class UserPage(Base):
         self.set_status(status)
         self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
                                      reclaims=self.user_reclaims(), selected=selected, error=error,
-                                     notice=notice or self.get_argument("notice", ""), presets=presets,
-                                     cap_text=human(cap.total_seconds()), cycle_t=self.ctx.snapshot()["t"],
-                                     here=self.request.path))
+                                     notice=self.take_notice(), presets=presets,
+                                     cap_text=human(cap.total_seconds()), cycle_t=self.ctx.snapshot()["t"]))
 
 
 class KeepalivePage(Base):
@@ -54,11 +49,11 @@ class KeepalivePage(Base):
 
 
 class KeepaliveForm(UserPage):
-    @web.authenticated
+    @writes
     def post(self) -> None:
         sid = self.get_argument("session", "")
-        nxt = _local_next(self.ctx.prefix, self.get_argument("next", None), self.ctx.prefix)
-        if nxt.rstrip("/").endswith("embed/home"):
+        nxt = self.next_page()
+        if self.embedded:
             self.template = "embed_home.html"
         try:
             self.own_session(sid)
@@ -74,34 +69,31 @@ class KeepaliveForm(UserPage):
         except BadInput as e:
             self.show(error=f"{sid}: {e}", status=400)
             return
-        self.redirect(_with_query(nxt, session=sid, notice=f"kept alive until {hhmm(until)}"), status=303)
+        self.flash(notice("kept", until=hhmm(until)))
+        self.redirect(nxt + "?" + urlencode({"session": sid}), status=303)
 
 
 class StopForm(UserPage):
-    @web.authenticated
+    @writes
     def post(self) -> None:
         sid = self.get_argument("session", "")
+        nxt = self.next_page()
         self.do_stop(sid)
-        nxt = _local_next(self.ctx.prefix, self.get_argument("next", None), self.ctx.prefix)
-        self.redirect(_with_query(nxt, notice=f"stopping {sid}: the GPU is freed in a moment"), status=303)
+        self.flash(notice("stopping", session=sid))
+        self.redirect(nxt, status=303)
 
 
 class EmbedHome(UserPage):
     """For the hub's home page (an iframe): the sessions, their state and keep-alive."""
 
     template = "embed_home.html"
-
-    def set_default_headers(self) -> None:
-        super().set_default_headers()
-        self.set_header("Content-Security-Policy", "frame-ancestors 'self'")
+    embedded = True
 
 
 class EmbedBanner(Base):
     """For every hub page (an iframe in the announcement block): a banner when warned."""
 
-    def set_default_headers(self) -> None:
-        super().set_default_headers()
-        self.set_header("Content-Security-Policy", "frame-ancestors 'self'")
+    embedded = True
 
     def get_login_url(self) -> str:
         # never start an OAuth dance for the banner: it shows nothing until the user
@@ -124,8 +116,7 @@ class AdminPage(Base):
     @web.authenticated
     def get(self) -> None:
         self.require_admin()
-        self.finish(self.render_page("admin.html", data=self.admin_data(),
-                                     notice=self.get_argument("notice", ""), error=""))
+        self.finish(self.render_page("admin.html", data=self.admin_data(), notice=self.take_notice(), error=""))
 
 
 class AdminActionForm(Base):
@@ -146,4 +137,5 @@ class AdminActionForm(Base):
             self.set_status(400)
             self.finish(self.render_page("admin.html", data=self.admin_data(), notice="", error=str(e)))
             return
-        self.redirect(self.ctx.prefix + "admin?" + urlencode({"notice": message}), status=303)
+        self.flash(message)
+        self.redirect(self.ctx.prefix + "admin", status=303)

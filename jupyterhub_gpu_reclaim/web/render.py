@@ -20,6 +20,22 @@ def now() -> dt.datetime:
     return dt.datetime.now(UTC)
 
 
+#: what the pages say after an action (the forms' notices, the admin API's messages)
+NOTICES = {
+    "kept": "kept alive until {until}",
+    "stopping": "stopping {session}: the GPU is freed in a moment",
+    "reclaiming": "reclaiming {session}",
+    "exempt": "{session} exempt until {until}",
+    "intent-cleared": "intent of {session} cleared",
+    "no-intent": "{session} had no intent",
+    "retrying": "retrying the stop of {session}",
+}
+
+
+def notice(code: str, **values: str) -> str:
+    return NOTICES[code].format(**values)
+
+
 def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
     t = t or now()
     end = r.finished_at or r.t

@@ -125,6 +125,19 @@ def test_recording_rules_parse_and_use_exported_metrics():
             assert not unknown, (rule, unknown)
 
 
+def test_alert_fires_when_no_cycle_succeeded_for_three_cycle_intervals():
+    """`promtool test rules` (Debian's prometheus package, installed by scripts/setup.sh)
+    evaluates the alerts on series as the service exports them: no alert while cycles
+    succeed, GpuReclaimNoSuccessfulCycle past 3 x the exported cycle interval,
+    GpuReclaimAbsent when the service's metrics are gone."""
+    assert PROMTOOL, "promtool is missing: scripts/setup.sh installs Debian's prometheus package"
+    tests = Path(__file__).with_name("prometheus-alerts-test.yaml")
+    result = subprocess.run([PROMTOOL, "test", "rules", str(tests)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+    used = set(METRIC.findall(tests.read_text()))
+    assert used <= exported_metrics() and "jupyterhub_gpu_reclaim_cycle_interval_seconds" in used
+
+
 def test_prometheus_scrape_config():
     config = yaml.safe_load((EXAMPLES / "prometheus" / "prometheus.yml").read_text())
     assert config["rule_files"] == ["recording-rules.yaml"]
@@ -168,6 +181,8 @@ def test_hub_image_builds_on_the_charts_hub_image():
     assert re.search(r"^USER 1000$", dockerfile, re.M)   # the chart's runAsUser
 
 
+@pytest.mark.skipif(not (SHARED / "traces" / "example.jsonl").exists(),
+                    reason="../shared/traces/example.jsonl is not beside the clone")
 def test_the_sample_trace_is_the_formats():
     """examples/traces/example.jsonl is a copy of the shared sample trace, for users who
     have only the repository."""

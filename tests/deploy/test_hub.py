@@ -91,7 +91,7 @@ async def test_service_role_has_the_documented_scopes(hub):
     assert me["kind"] == "service" and me["name"] == "gpu-reclaim"
     scopes = set(me["scopes"])
     assert SERVICE_SCOPES <= scopes
-    assert not {"admin:users", "admin:servers", "servers", "users"} & scopes
+    assert not {"admin:users", "admin:servers", "servers", "users", "access:servers"} & scopes
 
 
 async def test_users_may_access_the_service(hub):
@@ -104,6 +104,18 @@ async def test_users_may_access_the_service(hub):
                    for s in me["scopes"])
     # the service's pages answer her token
     status, _ = get(f"{hub.info['url']}/services/gpu-reclaim/", token)
+    assert status == 200
+
+
+async def test_the_hubs_admin_holds_the_reclaim_admin_scope(hub):
+    # the demo's admin_users ({"admin"}) join gpu-reclaim-admins: the admin's token carries the
+    # scope that opens the admin page (the hub's admin flag alone would not)
+    async with HubAPI.of(hub) as api:
+        await api.ensure_user("admin")
+        token = (await api.request("POST", "/users/admin/tokens", {"note": "deploy test"}))["token"]
+    me = json.loads(get(f"{hub.info['url']}/hub/api/user", token)[1])
+    assert me["admin"] and "custom:gpu-reclaim:admin" in me["scopes"]
+    status, _ = get(f"{hub.info['url']}/services/gpu-reclaim/api/admin/queue", token)
     assert status == 200
 
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not Z2JH.exists(), reason="../shared/z2jh is not
 NOT_VALUES = {"rbac.yaml"}   # Kubernetes manifests, applied with kubectl
 VARIANTS = sorted(p for p in HELM_VALUES.glob("*.yaml") if p.name not in NOT_VALUES and p != BASE)
 SERVICE_SCOPES = {"list:users", "read:users:activity", "read:servers", "delete:servers",
-                  "read:users:groups", "access:servers"}
+                  "read:users:groups", "tokens"}
 
 
 @pytest.fixture(scope="module")
@@ -146,4 +146,15 @@ def test_rbac_manifest_is_valid():
     docs = list(yaml.safe_load_all((HELM_VALUES / "rbac.yaml").read_text()))
     for doc in docs:
         kubernetes_validate.validate(doc, latest_version(), strict=True)
-    assert [d["kind"] for d in docs] == ["ClusterRole", "ClusterRoleBinding"]
+    assert [d["kind"] for d in docs] == ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+
+
+def test_the_hubs_admins_get_the_reclaim_admin_scope():
+    # admin rights on the reclaim pages come from the custom scope only (docs/security.md):
+    # the users of Authenticator.admin_users join the gpu-reclaim-admins role with those listed
+    c = render(BASE, extra={"hub": {"config": {"Authenticator": {"admin_users": ["root", "ops"]}},
+                                    "loadRoles": {"gpu-reclaim-admins": {"users": ["ops", "gpu-lead"]}}}})
+    (role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "gpu-reclaim-admins"]
+    assert role["users"] == ["gpu-lead", "ops", "root"] and role["scopes"] == ["custom:gpu-reclaim:admin"]
+    (role,) = [r for r in render(BASE).JupyterHub.load_roles if r["name"] == "gpu-reclaim-admins"]
+    assert role["users"] == []

@@ -1,12 +1,15 @@
 """Real HTTP fakes (aiohttp.web on 127.0.0.1, random ports) for the fault tests: the hub's
-REST API, Prometheus' query API and single-user servers' kernel endpoints. Each has a
-`mode` a test flips to inject a fault, and records the requests it received."""
+REST API, Prometheus' query API, single-user servers' kernel endpoints, dcgm-exporter's
+/metrics and the Kubernetes API's pod list and watch. Each has a `mode` a test flips to
+inject a fault, and records the requests it received; `raw` bodies replace an answer
+with any bytes (malformed, not JSON, huge), answered 200 OK."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from typing import Callable
+import json
+from typing import Any, Callable
 
 from aiohttp import web
 
@@ -70,6 +73,7 @@ class FakeHubAPI(Fake):
         super().__init__()
         self.users: dict[str, dict] = {}
         self.delete_mode = "204"
+        self.raw_listing: bytes | None = None  # the body of GET /users instead of the users
 
     @property
     def api(self) -> str:
@@ -112,6 +116,8 @@ class FakeHubAPI(Fake):
             return fault
         if request.headers.get("Accept") != PAGINATION:
             return web.json_response({"status": 400, "message": "expected pagination"}, status=400)
+        if self.raw_listing is not None:
+            return web.Response(body=self.raw_listing, content_type=PAGINATION)
         state = request.query.get("state")
         items = []
         for model in self.users.values():
@@ -169,6 +175,8 @@ class FakePrometheus(Fake):
         super().__init__()
         self.clock = clock
         self.util: dict[tuple[str, str], float] = {}
+        self.series: dict[tuple[str, str], Any] = {}  # a pod's series as given, in place of util's
+        self.raw: bytes | None = None  # the whole answer
 
     async def query(self, request: web.Request) -> web.Response:
         self._record(request)
@@ -177,10 +185,16 @@ class FakePrometheus(Fake):
             return web.json_response(error, status=503)
         if self.mode == "status-error":
             return web.json_response(error)
+        if self.raw is not None:
+            return web.Response(body=self.raw, content_type="application/json")
         ts = self.clock().timestamp()
-        result = [{"metric": {"namespace": ns, "pod": pod, "gpu": "0", "field": "util"},
-                   "value": [ts, str(value)]} for (ns, pod), value in self.util.items()]
-        return web.json_response({"status": "success", "data": {"resultType": "vector", "result": result}})
+        result = []
+        for (ns, pod), value in self.util.items():
+            result.append(self.series[(ns, pod)] if (ns, pod) in self.series else
+                          {"metric": {"namespace": ns, "pod": pod, "gpu": "0", "field": "util"},
+                           "value": [ts, str(value)]})
+        return web.Response(text=json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}),
+                            content_type="application/json")
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -195,11 +209,19 @@ class FakeServers(Fake):
     def __init__(self) -> None:
         super().__init__()
         self.kernels: dict[str, list[str]] = {}
+        self.raw: dict[str, bytes] = {}  # "alice/kernels" or "alice/terminals": that answer's body
+
+    def _raw(self, request: web.Request, endpoint: str) -> web.Response | None:
+        body = self.raw.get(f"{request.match_info['user']}/{endpoint}")
+        return None if body is None else web.Response(body=body, content_type="application/json")
 
     async def kernels_handler(self, request: web.Request) -> web.Response:
         self._record(request)
         if self.mode == "hang":
             await self._hang()
+        raw = self._raw(request, "kernels")
+        if raw is not None:
+            return raw
         states = self.kernels.get(request.match_info["user"], ["idle"])
         return web.json_response([{"id": str(i), "name": "python3", "execution_state": s,
                                    "last_activity": "2026-01-05T09:00:00Z", "connections": 0}
@@ -209,10 +231,120 @@ class FakeServers(Fake):
         self._record(request)
         if self.mode == "hang":
             await self._hang()
-        return web.json_response([])
+        return self._raw(request, "terminals") or web.json_response([])
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/user/{user}/api/kernels", self.kernels_handler)
         app.router.add_get("/user/{user}/api/terminals", self.terminals)
+        return app
+
+
+class FakeDcgmExporter(Fake):
+    """dcgm-exporter's `/metrics` in Kubernetes mode: one GPU per pod of `util`, with the
+    labels the real exporter writes (and the simulated one: jupyterhub_gpu_reclaim/sim/gpus.py).
+    `lines[(namespace, pod)]` replaces that pod's lines; `raw` the whole text."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
+        self.util: dict[tuple[str, str], float] = {}
+        self.lines: dict[tuple[str, str], list[str]] = {}
+        self.raw: bytes | None = None
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        self._record(request)
+        if self.raw is not None:
+            return web.Response(body=self.raw, content_type="text/plain")
+        out = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).", "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+        for i, ((ns, pod), util) in enumerate(self.util.items()):
+            out += self.lines.get((ns, pod), [
+                f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{self.node}-{i}",device="nvidia{i}",'
+                f'modelName="NVIDIA A100-SXM4-40GB",Hostname="{self.node}",DCGM_FI_DRIVER_VERSION="550.54.15",'
+                f'container="notebook",namespace="{ns}",pod="{pod}"}} {util:g}'])
+        return web.Response(text="\n".join(out) + "\n", content_type="text/plain")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+
+class FakeKubeAPI(Fake):
+    """The Kubernetes API's pods of one namespace as kubernetes-asyncio reads them: a list
+    (`GET /api/v1/namespaces/{ns}/pods`, one page, with the list's resourceVersion) and a
+    watch (`?watch=True&resourceVersion=N`: the events after N as JSON lines, then the
+    live ones, until `timeoutSeconds`). `put()` and `delete()` change a pod as the API
+    would (any object, malformed ones too); `send_line()` streams a raw line to the
+    watchers; `raw_list` replaces the list's body."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pods: dict[str, Any] = {}
+        self.rv = 1
+        self.events: list[tuple[int, bytes]] = []
+        self.raw_list: bytes | None = None
+        self._changed = asyncio.Condition()
+
+    def kubeconfig(self) -> str:
+        return json.dumps({  # YAML is a superset of JSON
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-kube-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]})
+
+    async def _event(self, line: bytes) -> None:
+        self.rv += 1
+        self.events.append((self.rv, line))
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def put(self, name: str, pod: Any) -> None:
+        kind = "MODIFIED" if name in self.pods else "ADDED"
+        if isinstance(pod, dict) and isinstance(pod.get("metadata"), dict):
+            pod["metadata"]["resourceVersion"] = str(self.rv + 1)
+        self.pods[name] = pod
+        await self._event(json.dumps({"type": kind, "object": pod}).encode())
+
+    async def delete(self, name: str) -> None:
+        pod = self.pods.pop(name)
+        await self._event(json.dumps({"type": "DELETED", "object": pod}).encode())
+
+    async def send_line(self, line: bytes) -> None:
+        await self._event(line)
+
+    async def pods_handler(self, request: web.Request) -> web.StreamResponse:
+        self._record(request)
+        if request.query.get("watch", "").lower() in ("true", "1"):
+            return await self._watch(request)
+        if self.raw_list is not None:
+            return web.Response(body=self.raw_list, content_type="application/json")
+        return web.json_response({"kind": "PodList", "apiVersion": "v1",
+                                  "metadata": {"resourceVersion": str(self.rv)}, "items": list(self.pods.values())})
+
+    async def _watch(self, request: web.Request) -> web.StreamResponse:
+        since = int(request.query.get("resourceVersion") or 0)
+        deadline = asyncio.get_running_loop().time() + float(request.query.get("timeoutSeconds") or 30)
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        try:
+            while True:
+                for rv, line in [e for e in self.events if e[0] > since]:
+                    await response.write(line + b"\n")
+                    since = rv
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0 or self.release.is_set():
+                    break
+                async with self._changed:
+                    try:
+                        await asyncio.wait_for(self._changed.wait(), min(left, 0.5))
+                    except asyncio.TimeoutError:
+                        pass
+        except ConnectionResetError:  # the watcher went away
+            pass
+        return response
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api/v1/namespaces/{namespace}/pods", self.pods_handler)
         return app

@@ -33,6 +33,7 @@ from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..cycles import CycleRecorder
+from ..hubapi import StaticProbeToken
 from .fakes import FakeHubAPI, FakePrometheus, FakeServers
 
 UTC = dt.timezone.utc
@@ -101,7 +102,7 @@ class World(CycleRecorder):
         """The service (re)started: fresh signals, metrics and memory; the same store."""
         self.hub_signal = HubSignal(self.hub.api, TOKEN, timeout=0.3)
         self.prom_signal = PrometheusSignal(self.prom.url, timeout=0.3)
-        self.kernel_signal = KernelSignal("", TOKEN, timeout=0.2)
+        self.kernel_signal = KernelSignal("", StaticProbeToken(TOKEN), timeout=0.2)
         self.stopper = HubStopper(self.hub.api, TOKEN, stop_timeout=stop_timeout, poll_interval=0.05,
                                   retries=1, backoff=0.01, request_timeout=1.0)
         self.parts += [self.hub_signal, self.prom_signal, self.kernel_signal, self.stopper]

@@ -59,27 +59,36 @@ class Webhook:
         self.server.server_close()
 
 
-def start_service_hub(workdir: Path, sim, webhook: Webhook | None = None, *, dry_run: bool = False,
-                      hub_config: Path = HERE / "jupyterhub_config_service.py", **overrides):
-    """The hub (`hub_config`), and in it the service configured by a gpu_reclaim_config.py:
-    short timings, notices to the log (and `webhook`), `overrides` on top."""
+def write_service_config(workdir: Path, sim, webhook: Webhook | None = None, *, dry_run: bool = False,
+                         **overrides) -> tuple[Path, str]:
+    """A gpu_reclaim_config.py in `workdir` (short timings, notices to the log and `webhook`,
+    `overrides` on top): its path and the URL of the store it names."""
     workdir.mkdir(parents=True, exist_ok=True)
-    store = workdir / "gpu_reclaim.sqlite"
+    store = f"sqlite:///{workdir / 'gpu_reclaim.sqlite'}"
     notifiers = [{"type": "log"}] + ([{"type": "webhook", "url": webhook.url}] if webhook else [])
     settings = {
         "timeout": CPU_TIMEOUT, "cull_every": 2, "namespace": "jhub",
         "kubeconfig": sim.info["kubeconfig"], "dcgm_exporter_urls": [sim.info["metrics"]],
-        "store_url": f"sqlite:///{store}", "stop_timeout": 60, "dry_run": dry_run,
+        "store_url": store, "stop_timeout": 60, "dry_run": dry_run,
         "notifiers": notifiers, "admin_recipients": ["admin"], "hub_name": "Test Hub", **TIMINGS,
         **overrides,
     }
     config = workdir / "gpu_reclaim_config.py"
     config.write_text("c = get_config()\n" + "".join(f"c.GpuReclaim.{k} = {v!r}\n" for k, v in settings.items()))
+    return config, store
+
+
+def start_service_hub(workdir: Path, sim, webhook: Webhook | None = None, *, dry_run: bool = False,
+                      hub_config: Path = HERE / "jupyterhub_config_service.py",
+                      env: dict[str, str] | None = None, **overrides):
+    """The hub (`hub_config`, with `env`), and in it the service configured by a
+    gpu_reclaim_config.py (write_service_config)."""
+    config, store = write_service_config(workdir, sim, webhook, dry_run=dry_run, **overrides)
     port = free_port()
     hub = start_test_hub(workdir, hub_config, sim,
                          env={"GPU_RECLAIM_SERVICE_PORT": str(port),
-                              "GPU_RECLAIM_SERVICE_CONFIG": str(config)})
-    hub.info.update(store=f"sqlite:///{store}", service_port=port)
+                              "GPU_RECLAIM_SERVICE_CONFIG": str(config), **(env or {})})
+    hub.info.update(store=store, service_port=port)
     return hub
 
 

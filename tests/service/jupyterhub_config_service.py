@@ -22,7 +22,7 @@ c.GPUReclaimSpawner.reclaim_service_token = os.environ["GPU_RECLAIM_TEST_TOKEN"]
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
-    # idle-culler's role, plus groups (for --exempt-groups) and access:servers (kernel probes)
+    # idle-culler's role, plus groups (for --exempt-groups) and tokens (kernel-probe tokens)
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "access:servers"],
+               "read:users:groups", "tokens"],
 })

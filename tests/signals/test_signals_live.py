@@ -29,7 +29,7 @@ from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal
 
 from ..conftest import hub_fixture
-from ..hubapi import HubAPI
+from ..hubapi import HubAPI, StaticProbeToken
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -162,18 +162,18 @@ async def test_prometheus_one_query_sees_the_loaded_gpu(prometheus, servers):
 
 
 async def test_kernel_probe_sees_a_busy_kernel(hub, servers):
-    async with KernelSignal(hub.info["url"], hub.info["token"], timeout=5) as ks:
+    async with KernelSignal(hub.info["url"], StaticProbeToken(hub.info["token"]), timeout=5) as ks:
         cell = asyncio.create_task(servers.run_code("carol", "import time; time.sleep(8)"))
         states: list[str] = []
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline and "busy" not in states:
-            kernels, terminals = await ks.probe("/user/carol/")
+            kernels, terminals = await ks.probe("carol", "", "/user/carol/")
             states = [k.execution_state for k in kernels]
             await asyncio.sleep(0.3)
         assert states == ["busy"] and terminals == []
         assert kernels[0].last_activity is not None
         await cell
-        kernels, _ = await ks.probe("/user/carol/")
+        kernels, _ = await ks.probe("carol", "", "/user/carol/")
         assert all(k.execution_state != "busy" for k in kernels)
 
 
@@ -211,10 +211,10 @@ async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
     direct = pod_url(sim, "jupyter-bob")
     token = hub.info["token"]
     before = await _settled(servers, "bob")
-    async with KernelSignal(hub.info["url"], token, timeout=5) as ks:
+    async with KernelSignal(hub.info["url"], StaticProbeToken(token), timeout=5) as ks:
         # 1. flagged probes, direct: several over more than two activity intervals
         for _ in range(11):
-            assert await ks.probe("/user/bob/", direct_url=direct) == ([], [])
+            assert await ks.probe("bob", "", "/user/bob/", direct_url=direct) == ([], [])
             await asyncio.sleep(1)
         assert await _last_activity(servers, "bob") == before
 
@@ -227,7 +227,7 @@ async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
 
         # 3. a flagged probe through the proxy still counts: CHP records every request
         settled = await _settled(servers, "bob")
-        await ks.probe("/user/bob/")
+        await ks.probe("bob", "", "/user/bob/")
         via_proxy = await _changed(servers, "bob", settled)
         assert via_proxy > settled
 

@@ -16,6 +16,8 @@ from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_tex
 from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 
+from ..hubapi import StaticProbeToken
+
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
 TOKEN = "secret-token-123"
@@ -201,6 +203,60 @@ def test_parse_time_forms():
     assert parse_time(None) is None and parse_time("") is None
 
 
+@pytest.mark.parametrize("value,message", [
+    ("9999-12-31T23:59:59-23:59", "out of range once in UTC"),  # OverflowError in astimezone
+    ("0001-01-01T00:00:00+01:00", "out of range once in UTC"),
+    ("9999-12-31T23:59:59Z", "out of range (1970-2999)"),        # would overflow any deadline
+    ("0001-01-01T00:00:00Z", "out of range (1970-2999)"),
+    ("1969-12-31T23:59:59Z", "out of range (1970-2999)"),
+    ("3000-01-01T00:00:00Z", "out of range (1970-2999)"),
+    ("99999-01-01T00:00:00Z", "not a timestamp"),
+    ("2026-13-01T00:00:00Z", "not a timestamp"),
+    ("2026-01-01T00:00:00+24:00", "not a timestamp"),
+    ("yesterday", "not a timestamp"),
+    ("2026-01-01T00:00:00Z\r\nFORGED", "not a timestamp"),
+    ("2" * 100_000, "100000 characters"),
+    (1767225600, "not a timestamp: int"),
+    (float("nan"), "not a timestamp: float"),
+    (float("inf"), "not a timestamp: float"),
+    (10 ** 400, "not a timestamp: int"),
+    (True, "not a timestamp: bool"),
+    (["2026-01-01T00:00:00Z"], "not a timestamp: list"),
+    ({"t": 1}, "not a timestamp: dict"),
+    (0, "not a timestamp: int"),
+])
+def test_parse_time_refuses_hostile_input_with_a_value_error(value, message):
+    with pytest.raises(ValueError) as err:
+        parse_time(value)
+    assert message in str(err.value) and len(str(err.value)) < 200
+    assert "\n" not in str(err.value)  # quoted: a log line it goes into cannot be forged
+
+
+def test_parse_time_of_deeply_nested_input_is_brief():
+    deep: list = []
+    for _ in range(50_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="list"):
+        parse_time(deep)
+
+
+def test_hub_server_from_malformed_models_is_marked_invalid():
+    good = {"ready": True, "started": "2026-01-01T00:00:00Z", "url": "/user/x/"}
+    assert HubServer.from_models({"name": "x"}, "", good).invalid is None
+    for server, user, field in [
+        ({**good, "last_activity": "9999-12-31T23:59:59-23:59"}, {}, "last_activity"),
+        ({**good, "started": 5}, {}, "started"),
+        ({**good, "ready": "yes"}, {}, "ready"),
+        ({**good, "user_options": []}, {}, "user_options"),
+        ({**good, "user_options": {"profile": {"a": 1}}}, {}, "profile"),
+        ("running", {}, "not an object"),
+        (good, {"groups": "gpu"}, "groups"),
+        (good, {"created": "0001-01-01T00:00:00+01:00"}, "created"),
+    ]:
+        s = HubServer.from_models({"name": "x", **user}, "", server)
+        assert s.session_id == "x/" and s.invalid and field in s.invalid, (server, user, s.invalid)
+
+
 # --- dcgm -------------------------------------------------------------------------
 
 LABELS = 'gpu="{gpu}",UUID="GPU-{uuid}",device="nvidia{gpu}",modelName="NVIDIA A100",Hostname="{host}"'
@@ -323,9 +379,9 @@ async def test_kernels_probe_reduces_models_and_never_tracks_activity(server):
         {"id": "k2", "name": "python3", "last_activity": None, "execution_state": "idle", "connections": 0},
     ], [{"name": "1", "last_activity": "2026-01-01T00:00:00Z"}])
     await server.start()
-    async with KernelSignal("http://unused.invalid", TOKEN) as ks:
+    async with KernelSignal("http://unused.invalid", StaticProbeToken(TOKEN)) as ks:
         assert isinstance(ks, KernelSource)
-        kernels, terminals = await ks.probe("/user/alice/", direct_url=server.url)
+        kernels, terminals = await ks.probe("alice", "", "/user/alice/", direct_url=server.url)
     assert kernels == [Kernel("busy", T0), Kernel("idle", None)]
     assert terminals == [T0]
     assert len(server.requests) == 2
@@ -337,16 +393,16 @@ async def test_kernels_probe_reduces_models_and_never_tracks_activity(server):
 async def test_kernels_probe_through_the_proxy_base(server):
     kernel_app(server, [], [])
     await server.start()
-    async with KernelSignal(server.url + "/", TOKEN) as ks:
-        assert await ks.probe("/user/alice/") == ([], [])
+    async with KernelSignal(server.url + "/", StaticProbeToken(TOKEN)) as ks:
+        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
         assert ks.base_url("user/alice") == server.url + "/user/alice/"
 
 
 async def test_kernels_terminals_disabled_means_none(server):
     kernel_app(server, [], 404)
     await server.start()
-    async with KernelSignal(server.url, TOKEN) as ks:
-        assert await ks.probe("/user/alice/") == ([], [])
+    async with KernelSignal(server.url, StaticProbeToken(TOKEN)) as ks:
+        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
 
 
 @pytest.mark.parametrize("kernels,terminals,delay,needle", [
@@ -359,9 +415,9 @@ async def test_kernels_terminals_disabled_means_none(server):
 async def test_kernels_errors(server, kernels, terminals, delay, needle):
     kernel_app(server, kernels, terminals, delay=delay)
     await server.start()
-    async with KernelSignal(server.url, TOKEN, timeout=0.2) as ks:
+    async with KernelSignal(server.url, StaticProbeToken(TOKEN), timeout=0.2) as ks:
         with pytest.raises(SignalError) as err:
-            await ks.probe("/user/alice/")
+            await ks.probe("alice", "", "/user/alice/")
     assert err.value.source == "kernels" and needle in err.value.message, err.value
     assert TOKEN not in str(err.value)
 
@@ -426,7 +482,7 @@ async def test_prometheus_custom_query_without_field_label(server):
     (web.json_response({"status": "error", "errorType": "bad_data", "error": "parse error"}, status=400), "HTTP 400"),
     (web.json_response({"status": "error", "errorType": "timeout", "error": "query timed out"}), "query timed out"),
     (web.json_response({"status": "success", "data": {"resultType": "matrix", "result": []}}), "instant vector"),
-    (web.json_response({"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}}]}}), "malformed"),
+    (web.json_response({"status": "success", "data": {"resultType": "vector", "result": {"metric": {}}}}), "malformed"),
     (web.Response(text="<html>", content_type="text/html"), "not JSON"),
     ("hang", "no answer within 0.2 s"),
     ("refused", "ClientConnector"),

@@ -28,10 +28,12 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
-from jupyterhub_gpu_reclaim.sim import admission, scenario
+from jupyterhub_gpu_reclaim.sim import scenario
 from jupyterhub_gpu_reclaim.sim.apiserver import ApiServer
+from jupyterhub_gpu_reclaim.sim.cluster import Cluster
 from jupyterhub_gpu_reclaim.sim.events import EventRecorder
 from jupyterhub_gpu_reclaim.sim.resources import BY_KIND
+from jupyterhub_gpu_reclaim.sim.serviceaccounts import ServiceAccountController
 from jupyterhub_gpu_reclaim.sim.store import Store
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
@@ -51,10 +53,9 @@ class StandInCluster:
         })
         self.token = TOKEN
         self.data_dir = data_dir
+        self.apiserver: ApiServer | None = None  # set once made (Sim)
 
-    def create(self, rtype: Any, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
-        prepared = admission.admit_create(self.store, rtype, obj, namespace)
-        return self.store.create(rtype, prepared, namespace)
+    create = Cluster.create  # the one create path (admission, the RBAC escalation check); needs `apiserver`
 
     def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
         return self.data_dir / "logs" / namespace / pod / f"{container}{'.previous' if previous else ''}.log"
@@ -68,7 +69,8 @@ class Sim:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.server = ApiServer(self.cluster, tls=tls)
+        self.server = self.cluster.apiserver = ApiServer(self.cluster, tls=tls)
+        ServiceAccountController(self.cluster.store, self.cluster.create, self.server.ca_pem)
         self.call(self._setup)
         self.url = self.server.url
         self.kubeconfig = tmp / ("kubeconfig-tls" if tls else "kubeconfig")
@@ -441,11 +443,11 @@ def test_pagination_with_limit_and_continue(sim: Sim, core: k8s.CoreV1Api) -> No
         pages += 1
         names += [c.metadata.name for c in page.items]
         token = page.metadata._continue
-        if pages == 1:
-            assert page.metadata.remaining_item_count == 4
+        if pages == 1:  # every namespace also has kube-root-ca.crt, as on a real cluster
+            assert page.metadata.remaining_item_count == 5
         if not token:
             break
-    assert pages == 3 and names == [f"cm-{i}" for i in range(7)]
+    assert pages == 3 and names == [f"cm-{i}" for i in range(7)] + ["kube-root-ca.crt"]
     status, body = sim.http("GET", "/api/v1/namespaces/paging/configmaps?limit=2&continue=%%%")
     assert status == 400
 
@@ -663,8 +665,15 @@ def test_tls_requires_the_token_and_kubectl_sends_it(tmp_path: Path) -> None:
     tls = Sim(tmp_path, tls=True)
     try:
         assert tls.url.startswith("https://")
+        # no credentials over HTTPS: system:anonymous, who may read /version and no more
         status, body = tls.http("GET", "/api/v1/pods", token=None)
-        assert status == 401 and body["reason"] == "Unauthorized"
+        assert status == 403 and body["reason"] == "Forbidden"
+        assert body["message"] == ('pods is forbidden: User "system:anonymous" cannot list resource "pods" in API '
+                                   'group "" at the cluster scope')
+        status, body = tls.http("GET", "/api", token=None)
+        assert (status, body["message"]) == (403, 'forbidden: User "system:anonymous" cannot get path "/api"')
+        assert tls.http("GET", "/version", token=None)[0] == 200
+        assert tls.http("GET", "/api/v1/pods", token="wrong")[0] == 401
         assert tls.http("GET", "/api/v1/pods")[0] == 200
         assert "node-1" in tls.kubectl("get", "nodes").stdout
         assert [n.metadata.name for n in tls.core().list_node().items] == ["node-1"]

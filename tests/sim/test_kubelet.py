@@ -287,8 +287,11 @@ def test_a_pod_waits_for_its_claim_to_be_bound_then_mounts_its_volumes_directory
     create(core, pod("claim-waits", "id -u; echo kept > ~/notes", volumes=vol,
                      mounts=[{"name": "home", "mountPath": "/home/jovyan"}]))
     [event] = wait_for(lambda: events(core, "claim-waits", "FailedMount"), "FailedMount", timeout=30)
+    # every volume the pod has is unattached: `home` and the ServiceAccount admission's token volume
+    [token] = [v.name for v in core.read_namespaced_pod("claim-waits", NS).spec.volumes if v.name != "home"]
+    assert token.startswith("kube-api-access-")
     assert (event.type, event.message) == ("Warning", "Unable to attach or mount volumes: unmounted volumes=[home], "
-                                           "unattached volumes=[home]: timed out waiting for the condition")
+                                           f"unattached volumes=[home {token}]: timed out waiting for the condition")
     [cs] = core.read_namespaced_pod("claim-waits", NS).status.container_statuses
     assert cs.state.waiting.reason == "ContainerCreating"
 
@@ -421,7 +424,7 @@ def test_hosts_file_is_the_kubelets_with_aliases_and_service_entries():
 @needs_root
 def test_the_hostname_is_the_pods_name_at_its_own_ip(sim, core):
     script = ("hostname; echo $HOSTNAME; python -c 'import socket; n = socket.gethostname(); "
-              "print(socket.gethostbyname(n)); print(socket.getfqdn())'; tail -1 /etc/hosts")
+              "print(socket.gethostbyname(n)); print(socket.getfqdn())'; grep -P \"\\t$(hostname)$\" /etc/hosts")
     create(core, pod("named", script))
     lines = output(core, "named").splitlines()
     ip = core.read_namespaced_pod("named", NS).status.pod_ip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -44,11 +45,30 @@ def test_custom_time_in_the_browsers_time_zone():
     ({"keepalive": "3 days"}, "is not a duration"),
     ({"keepalive": "13h"}, "at most 12 hours from now"),
     ({"keepalive": "until", "keepalive_until": "2026-03-03T09:00"}, "at most 12 hours from now"),
+    # absurd values: refused as every bad value is, never an error of the spawn
+    ({"keepalive": "until", "keepalive_until": "9999-12-31T23:59:59-23:59"}, "at most 12 hours from now"),
+    ({"keepalive": "until", "keepalive_until": "9999-12-31T23:59", "keepalive_tz_offset": "1439"},
+     "at most 12 hours from now"),
+    ({"keepalive": "until", "keepalive_until": "0001-01-01T00:00:00+23:59"}, "0001-01-01T00:00:00+23:59 is in the past"),
+    ({"keepalive": "until", "keepalive_until": "0001-01-01T00:00", "keepalive_tz_offset": "-1439"}, "is in the past"),
+    ({"keepalive": "until", "keepalive_until": "2026-13-45T99:99"}, "is not a date and time"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "inf"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "nan"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "1e400"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "1440"}, "time zone"),
+    ({"keepalive": "99999999999999h"}, "is not a duration"),
+    ({"keepalive": "9999999d"}, "at most 12 hours from now"),
+    ({"keepalive": "1e308"}, "is not a duration"),
+    ({"keepalive": "nan"}, "is not a duration"),
+    ({"keepalive": "inf"}, "is not a duration"),
+    ({"keepalive": "-1h"}, "is not a duration"),
+    ({"keepalive": "x" * 10_000}, "is not a duration"),
 ])
 def test_bad_values_say_why(form, message):
-    with pytest.raises(KeepaliveError, match=message) as e:
+    with pytest.raises(KeepaliveError, match=re.escape(message)) as e:
         parse(**form)
     assert e.value.status_code == 400 and message in e.value.jupyterhub_message
+    assert len(e.value.jupyterhub_message) < 200  # the user's text is quoted cut short
 
 
 def test_user_options_from_the_api():
@@ -58,9 +78,23 @@ def test_user_options_from_the_api():
     old = {keepalive.OPTION: "2026-03-01T13:00:00Z"}
     assert keepalive.from_user_options(old, now=NOW, max_keepalive=CAP) is None
     assert keepalive.from_user_options({}, now=NOW, max_keepalive=CAP) is None
-    for bad in ({keepalive.OPTION: 5}, {keepalive.OPTION: "soon"}, {keepalive.OPTION: "2026-03-05T00:00:00Z"}):
-        with pytest.raises(KeepaliveError):
-            keepalive.from_user_options(bad, now=NOW, max_keepalive=CAP)
+    # a time far in the past is dropped like yesterday's, even one datetime cannot convert
+    assert keepalive.from_user_options({keepalive.OPTION: "0001-01-01T00:00:00+23:59"}, now=NOW,
+                                       max_keepalive=CAP) is None
+
+
+@pytest.mark.parametrize("value, message", [
+    (5, "not int"), (float("nan"), "not float"), (1e308, "not float"), (True, "not bool"),
+    (["2026-03-02T13:00:00Z"], "not list"), ({"until": "2026-03-02T13:00:00Z"}, "not dict"),
+    ("soon", "not 'soon'"), ("2026-03-05T00:00:00Z", "at most 12 hours from now"),
+    ("9999-12-31T23:59:59-23:59", "at most 12 hours from now"), ("9999-12-31T23:59:59", "at most 12 hours"),
+    ("2026-03-02T13:00:00Z" + "0" * 10_000, "must be an ISO 8601 time"),
+])
+def test_bad_user_options_say_why(value, message):
+    """What the REST API can put in user_options (any JSON) is refused with a 400."""
+    with pytest.raises(KeepaliveError, match=re.escape(message)) as e:
+        keepalive.from_user_options({keepalive.OPTION: value}, now=NOW, max_keepalive=CAP)
+    assert e.value.status_code == 400 and len(e.value.jupyterhub_message) < 200
 
 
 def test_form_offers_the_durations_under_the_cap():

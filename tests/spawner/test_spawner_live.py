@@ -4,6 +4,7 @@ keep-alive control of the real spawn form and of a spawn link, and image-localit
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import re
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
@@ -178,6 +180,79 @@ async def test_keepalive_from_a_spawn_link(hub, sim, api):
     finally:
         await session.close()
     await _assert_kept_for(sim, api, "grace", dt.timedelta(hours=2), since=before)
+
+
+# what a hostile user sends as "keep until" (the form's field, a spawn link's opt- query
+# option, the REST API's user_options) and the reason the form shows for each
+ABSURD_FORMS = [
+    ({"keepalive": "until", "keepalive_until": "9999-12-31T23:59:59-23:59"}, "at most 12 hours from now"),
+    ({"keepalive": "until", "keepalive_until": "0001-01-01T00:00:00+23:59"}, "is in the past"),
+    ({"keepalive": "until", "keepalive_until": "275760-09-13T00:00"}, "is not a date and time"),
+    ({"keepalive": "until", "keepalive_until": "2030-01-01T00:00", "keepalive_tz_offset": "NaN"}, "time zone"),
+    ({"keepalive": "99999999999999h"}, "is not a duration"),
+    ({"keepalive": "1e308"}, "is not a duration"),
+]
+ABSURD_OPTIONS = [
+    ('{"profile": "cpu", "keepalive_until": "9999-12-31T23:59:59-23:59"}', "at most 12 hours from now"),
+    ('{"profile": "cpu", "keepalive_until": NaN}', "not float"),
+    ('{"profile": "cpu", "keepalive_until": 1e999}', "not float"),
+    ('{"profile": "cpu", "keepalive_until": ["2030-01-01T00:00:00Z"]}', "not list"),
+    ('{"profile": "cpu", "keepalive_until": "soon"}', "must be an ISO 8601 time"),
+]
+
+
+async def test_absurd_keepalive_values_are_refused_and_start_nothing(hub, sim, api):
+    """9999-12-31T23:59:59-23:59 and its kin, from the form, a spawn link and the REST API:
+    the reason (400 with the form again, or the spawn's failure event), no server, no pod,
+    and no unhandled error in the hub."""
+    user = "mallory"
+    await api.ensure_user(user)
+    session = await _login(hub, user)
+    try:
+        _, xsrf = await _spawn_form(session, hub, user)
+        for form, message in ABSURD_FORMS:
+            async with session.post(f"{hub.info['url']}/hub/spawn/{user}",
+                                    data={"_xsrf": xsrf, "profile": "cpu", **form}) as r:
+                text = await r.text()
+            assert r.status == 400 and message in text and "Keep this session until" in text, (form, text[-2000:])
+            assert await api.server(user) is None
+            # the same values in a spawn link (JupyterHub 6: opt- query options)
+            query = urlencode({"opt-profile": "cpu", **{f"opt-{k}": v for k, v in form.items()}})
+            async with session.get(f"{hub.info['url']}/hub/spawn/{user}?{query}") as r:
+                text = await r.text()
+            assert r.status == 400 and message in text and "Keep this session until" in text, (query, text[-2000:])
+            assert await api.server(user) is None
+    finally:
+        await session.close()
+    for body, message in ABSURD_OPTIONS:  # any JSON, as the REST API takes it
+        async with api.session.post(f"{api.api}/users/{user}/server", data=body,
+                                    headers={"Content-Type": "application/json"}) as r:
+            answer = await r.text()
+        # the tests' hub answers before the spawn ends (slow_spawn_timeout 0); a hub that waits
+        # answers 400 with the reason
+        assert r.status in (201, 202, 400), answer
+        await until_gone(api, user)
+        if r.status != 400:  # the spawn failed: the reason is what the spawn page shows
+            event, = await api.progress(user, timeout=30)
+            assert event.get("failed"), event
+            answer = event["message"]
+        assert message in answer, (body, answer)
+    pods = [p["metadata"]["name"] for p in kubectl_json(sim, "get", "pods")["items"]]
+    assert f"jupyter-{user}" not in pods
+    log = hub_log(hub)
+    log = log[log.index(f"User logged in: {user}"):]
+    assert f"Unhandled error starting {user}'s server" not in log
+    # the hub logs each refusal of the form with its traceback: every one is the clear refusal
+    raised = set(re.findall(r"^    ([\w.]+(?:Error|Exception)): ", log, re.M))
+    assert raised == {"jupyterhub_gpu_reclaim.spawner.keepalive.KeepaliveError"}, raised
+
+
+async def until_gone(api: HubAPI, user: str, timeout: float = 30) -> None:
+    """The user's failed spawn is cleaned up (JupyterHub stops it after the failure)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while await api.server(user) is not None:
+        assert asyncio.get_running_loop().time() < deadline, await api.server(user)
+        await asyncio.sleep(0.3)
 
 
 PROFILES = [

@@ -174,6 +174,15 @@ async def test_202_forever_is_stuck(hub):
     assert 0.25 <= r.seconds < 2
 
 
+@pytest.mark.parametrize("model", [["alice"], {"name": "alice", "servers": ["", "gpu"]},
+                                   {"name": "alice", "servers": {"": "stopping"}}])
+async def test_a_malformed_user_model_is_never_taken_for_stopped(hub, model):
+    hub.delete = [(202, "")]
+    hub.user = lambda n, name: model
+    r = await _stop(hub, stop_timeout=0.3)
+    assert r.outcome == "stuck" and "the hub's user model cannot be read" in r.detail
+
+
 async def test_user_deleted_counts_as_stopped(hub):
     hub.delete = [(202, "")]
     hub.user = lambda n, name: None if n > 1 else _listed("")

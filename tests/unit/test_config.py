@@ -17,6 +17,7 @@ from jupyterhub_gpu_reclaim.config import (
     POLICY_OPTIONS,
     ConfigError,
     GpuReclaim,
+    LogFormatter,
     run_app,
 )
 from jupyterhub_gpu_reclaim.policy import PolicyConfig
@@ -295,6 +296,9 @@ def test_generate_config_edited_file_loads(tmp_path, capsys):
     (["--cull-users=maybe"], "--cull-users expected a boolean"),
     (["--timeout=5", "stray"], "unexpected argument 'stray'"),
     (["--idle-reclaim-after=soon"], "--idle-reclaim-after expected a duration"),
+    (["--idle-reclaim-after=99999999999h"], "--idle-reclaim-after expected a duration"),  # past timedelta
+    (["--idle-reclaim-after=nan"], "--idle-reclaim-after expected a duration"),
+    (["--idle-reclaim-after=1e308"], "--idle-reclaim-after expected a duration"),
     (["--warning-lead=-5"], "--warning-lead"),
     (["--gpu-idle-threshold=0"], "--gpu-idle-threshold must be a percent"),
     (["--gpu-idle-threshold=101"], "--gpu-idle-threshold must be a percent"),
@@ -333,6 +337,22 @@ def test_ssl_files_are_checked(tmp_path, capsys, monkeypatch):
     assert code == 2 and "cannot load the internal-ssl files" in err  # "x" is no certificate
 
 
+def test_a_service_registered_without_url_runs_without_web_server(capsys, monkeypatch):
+    """JupyterHub gives a service without a url (idle-culler's README registration)
+    JUPYTERHUB_SERVICE_URL=http://127.0.0.1:0/: no web server, not an error. A service with
+    a url listens there; a bad --bind-url given explicitly is still an error."""
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0/")
+    app = parse([f"--url={URL}"])
+    app.validate_settings()
+    assert app.bind_url == ""
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101/services/gpu-reclaim/")
+    assert parse([f"--url={URL}"]).bind_url == "http://127.0.0.1:10101/services/gpu-reclaim/"
+    for bad in ("http://127.0.0.1:0/", "127.0.0.1:10101", "http://127.0.0.1:99999/"):
+        code, _, err = run([f"--url={URL}", f"--bind-url={bad}"], capsys)
+        assert code == 2 and f"--bind-url must be http://IP:PORT, got {bad!r}" in err, err
+
+
 def test_config_error_is_raised_by_the_app():
     with pytest.raises(ConfigError, match="unknown option"):
         GpuReclaim().initialize(["--nope"])
@@ -351,6 +371,37 @@ def test_start_logs_settings_without_token_then_a_store_it_cannot_open(capsys, m
     assert "Traceback" not in err
     assert TOKEN not in out + err
     assert "timeout = 3600" in err and "cull_users = True" in err and "DRY RUN" in err
+
+
+def test_the_services_log_is_one_line_per_record():
+    """Names and server answers in log messages cannot forge a record: the application's
+    log format keeps the message on one line and indents the lines of a traceback (as
+    JupyterHub indents them)."""
+    import io
+    import logging
+
+    app = parse([])
+    assert {type(h.formatter) for h in app.log.handlers} == {LogFormatter}
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(LogFormatter(app.log_format, app.log_datefmt))
+    log = logging.getLogger("jupyterhub_gpu_reclaim.test_one_line")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("warn %s (%s): %s", "x\r\nINFO forged/", "gpu-idle", "idle\u2028INFO forged")
+        try:
+            raise ValueError("bad answer\r\n[I 2026-01-01 00:00:00.000 forged] yes")
+        except ValueError:
+            log.exception("the cycle failed for %s", "x\nINFO forged")
+    finally:
+        log.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    records = [line for line in lines if not line.startswith("    ")]
+    assert len(records) == 2 and all(line.startswith("[") for line in records), lines
+    assert "warn x\\r\\nINFO forged/ (gpu-idle): idle\\u2028INFO forged" in records[0]
+    assert "the cycle failed for x\\nINFO forged" in records[1]
+    assert "    ValueError: bad answer" in lines and "    [I 2026-01-01 00:00:00.000 forged] yes" in lines
 
 
 def test_run_service_is_overridable(monkeypatch):

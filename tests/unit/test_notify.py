@@ -15,7 +15,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 
 from jupyterhub_gpu_reclaim.notify import (
-    Dispatcher, EmailNotifier, LogNotifier, Message, WebhookNotifier, redact_url,
+    Dispatcher, EmailNotifier, LogNotifier, Message, WebhookNotifier, redact_url, single_address,
 )
 from jupyterhub_gpu_reclaim.observations import Decision, Session
 
@@ -101,6 +101,17 @@ def test_reclaim_message_and_invalid_actions():
     assert "GPU memory" in m.text and "home directory" in m.text
     with pytest.raises(ValueError):
         Message.build(Decision(s.id, "keep", "gpu-active", "busy"), s, keepalive_url=KEEP_URL)
+
+
+def test_without_the_services_pages_no_keepalive_link():
+    """A service registered without a url has no keep-alive page: the notices say how to
+    keep the session without pointing anywhere."""
+    s = session()
+    warn = Message.build(warn_decision(s), s, keepalive_url="", now=NOW)
+    assert "How to keep your session:\n  Use the GPU / run a cell before the reclaim time." in warn.text
+    assert "Open " not in warn.text and "keep alive until" not in warn.text
+    gone = Message.build(Decision(s.id, "reclaim", "gpu-idle", "idle", evidence={}), s, keepalive_url="", now=NOW)
+    assert "start it again" in gone.text and "Next time" not in gone.text
 
 
 def test_dry_run_message_says_so():
@@ -224,7 +235,7 @@ async def test_failing_webhooks_are_counted_and_email_still_goes(hook, smtp, cap
     dead = f"http://127.0.0.1:{free_port()}/hook?token={TOKEN}"
     d = Dispatcher([WebhookNotifier(f"{base}/fail?token={TOKEN}", name="hook500"),
                     WebhookNotifier(dead, timeout=2, name="refused"),
-                    mailer(smtp), LogNotifier()], ["ops@hub.example.org"])
+                    mailer(smtp, address_template="{user}@uni.example"), LogNotifier()], ["ops@hub.example.org"])
     result = await d.send(warning())
     assert result == {"hook500": False, "refused": False, "email": True, "log": True}
     assert d.errors == {"hook500": 1, "refused": 1}
@@ -287,3 +298,116 @@ async def test_dispatcher_dry_run_flag_builds_dry_run_messages():
     s = session("carol")
     await d.notify(warn_decision(s), s, keepalive_url=KEEP_URL, now=NOW)
     assert r.calls == [["root"]]
+
+
+# --- hostile names -------------------------------------------------------------------------
+# A JupyterHub user name may hold anything but "/" and outer spaces (Authenticator.
+# validate_username without username_pattern): each channel must show it, never obey it.
+
+FORGED = "x\r\nINFO forged"
+
+
+def ours(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name.startswith("jupyterhub_gpu_reclaim")]
+
+
+class Refusing(Collect):
+    """Refuses mail to one mailbox (550), as a server does for an unknown user."""
+
+    async def handle_RCPT(self, server, sess, envelope, address, rcpt_options):
+        if address.startswith("refused@"):
+            return "550 no such user"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+
+@pytest.mark.parametrize("user", ["<!channel>", "<mailto:a@b.example|click here>", "<@U012AB3CD> & <!here>",
+                                  "<https://evil.example|Keep your session>"])
+async def test_slack_shows_names_it_would_otherwise_obey(hook, user):
+    """Slack mrkdwn: & < > escaped exactly as Slack documents, so no mention and no link
+    can be formed; the generic webhook carries the name as JSON data, unchanged."""
+    base, got = hook
+    d = Dispatcher([WebhookNotifier(f"{base}/hook", slack=True), WebhookNotifier(f"{base}/hook")], [])
+    assert await d.send(warning(user, "gpu")) == {"slack": True, "webhook": True}
+    slack = next(b for _, b in got if "event" not in b)["text"]
+    full = next(b for _, b in got if "event" in b)
+    assert "<" not in slack and ">" not in slack and "&lt;" in slack  # nothing Slack parses
+    escaped = user.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert f"{escaped}'s server 'gpu'" in slack
+    assert full["user"] == user and full["session"] == f"{user}/gpu" and user in full["text"]
+
+
+async def test_a_name_with_a_comma_never_mails_a_stranger(smtp, caplog):
+    """mallory,victim@uni.example is two addresses, and victim@other.example a stranger's:
+    the user gets no e-mail; the admins get theirs; the refusal is logged and counted."""
+    caplog.set_level(logging.INFO)
+    n = mailer(smtp, address_template="{user}@uni.example")
+    for user in ("mallory,victim", "victim@other.example", '"a b"', '"victim"', "a <victim@other.example>",
+                 "mallory victim", "ünïcödé"):
+        smtp.messages.clear()
+        d = Dispatcher([n], ["ops@hub.example.org"])
+        assert await d.send(warning(user)) == {"email": False}, user
+        assert d.errors["email"] == 1
+        assert [(rcpt, m["To"]) for rcpt, m in smtp.messages] == [(["ops@hub.example.org"], "ops@hub.example.org")]
+        logged = ours(caplog)[-1].getMessage()
+        assert f"no e-mail to {user!r}: not exactly one plain e-mail address" in logged, logged
+
+
+async def test_a_name_with_crlf_forges_nothing_and_everyone_else_is_told(smtp, caplog):
+    """CR/LF in a name: no forged log line, no broken or injected header, no forged line in
+    the body; the user's own e-mail is refused, and the admins get theirs."""
+    caplog.set_level(logging.INFO)
+    d = Dispatcher([LogNotifier(), mailer(smtp, address_template="{user}@uni.example")],
+                   ["ops@hub.example.org", "admin"])
+    assert await d.send(warning(FORGED, f"srv{FORGED}")) == {"log": True, "email": False}
+    for record in ours(caplog):
+        assert "\n" not in record.getMessage() and "\r" not in record.getMessage(), record.getMessage()
+    assert any("x\\r\\nINFO forged" in r.getMessage() for r in ours(caplog))
+    assert sorted(m["To"] for _, m in smtp.messages) == ["admin@uni.example", "ops@hub.example.org"]
+    for _, m in smtp.messages:
+        assert "x\\r\\nINFO forged" in m["Subject"]
+        assert not any(line.startswith("INFO forged") for line in m.get_content().splitlines())
+        assert set(m.keys()) == {"From", "To", "Subject", "Date", "Message-ID", "Content-Type",
+                                 "Content-Transfer-Encoding", "MIME-Version"}
+
+
+async def test_one_refused_mailbox_stops_no_other(caplog):
+    """The SMTP server refuses the user's mailbox: the admins still get their copies."""
+    handler = Refusing()
+    port = free_port()
+    ctl = Controller(handler, hostname="127.0.0.1", port=port)
+    ctl.start()
+    try:
+        n = EmailNotifier("127.0.0.1", port, sender="reclaim@hub.example.org", starttls=False, timeout=5,
+                          address_template="{user}@uni.example")
+        d = Dispatcher([n], ["ops@hub.example.org", "root"])
+        assert await d.send(warning("refused")) == {"email": False}
+    finally:
+        ctl.stop()
+    assert sorted(m["To"] for _, m in handler.messages) == ["ops@hub.example.org", "root@uni.example"]
+    assert "refused@uni.example: SMTPRecipientsRefused" in ours(caplog)[-1].getMessage()
+
+
+async def test_unicode_names_are_shown_as_written(smtp, hook):
+    base, got = hook
+    d = Dispatcher([WebhookNotifier(f"{base}/hook", slack=True),
+                    mailer(smtp, address_template=lambda user: "jose@uni.example")], [])
+    assert await d.send(warning("José", "análisis")) == {"slack": True, "email": True}
+    (rcpt, m), = smtp.messages
+    assert rcpt == ["jose@uni.example"] and "José's server 'análisis'" in m.get_content()
+    assert "José" in m["Subject"] and "José's server 'análisis'" in got[0][1]["text"]
+
+
+def test_single_address():
+    assert single_address("alice@uni.example") == "alice@uni.example"
+    assert single_address("a.b+c@mail.uni.example") == "a.b+c@mail.uni.example"
+    for bad in ("mallory,victim@uni.example", "a@x,b@y", "Alice <a@x.example>", "<a@x.example>",
+                '"a b"@x.example', '"victim"@x.example', "a(c)@x.example", "a@x.example (c)",
+                "a@[10.0.0.1]", "a@", "@x", "a@b@c", "a b@x", FORGED + "@x.example", "a@x\u2028",
+                "ünï@x.example", "a.@x", ""):
+        assert single_address(bad) is None, bad
+
+
+def test_an_address_template_with_an_unknown_field_fails_at_start():
+    with pytest.raises(KeyError):
+        EmailNotifier(sender="reclaim@hub.example.org", address_template="{username}@uni.example")

@@ -20,6 +20,7 @@ from jupyterhub_gpu_reclaim.service import Options, Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
+from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.store import Store
 
@@ -94,7 +95,7 @@ class FakeKernels:
         self.states: dict[str, list[str]] = {}  # server url → kernel states
         self.calls: list[tuple[str, str | None]] = []
 
-    async def probe(self, server_url_path: str, direct_url: str | None = None):
+    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None = None):
         self.calls.append((server_url_path, direct_url))
         return [Kernel(execution_state=s) for s in self.states.get(server_url_path, [])], []
 
@@ -291,6 +292,27 @@ async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
     assert h.warned(sid) == [minutes(90)] and h.stopped(sid) == [minutes(120)]
 
 
+async def test_a_cleared_spawn_keepalive_stays_cleared_until_the_next_spawn(harness):
+    """Cleared by the user or an admin, the spawn form's keep-alive does not come back from
+    the pod's annotation; a new server start with a new keep-alive counts again."""
+    import dataclasses
+
+    h = harness()
+    sid = h.add("alice")
+    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=minutes(120))
+    await h.run_until(minutes(10))
+    assert h.store.intents()[sid].until == minutes(120)
+    assert h.store.clear_intent(sid, minutes(12))
+    await h.run_until(minutes(60))
+    assert sid not in h.store.intents()
+    assert [r for t, _, r in h.decisions(sid) if t > minutes(12)][0] != "intent"
+    # the server is started again (a new pod) with a new keep-alive
+    h.add("alice", started=minutes(65))
+    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=minutes(200))
+    await h.run_until(minutes(70))
+    assert h.store.intents()[sid].until == minutes(200)
+
+
 async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
     h = harness(dry_run=True)
     sid = h.add("alice")
@@ -320,6 +342,44 @@ async def test_server_whose_pod_is_missing_is_held_never_reclaimed(harness):
     assert h.stopper.calls == [] and h.store.reclaims() == []
     assert all(r.warned == [] for r in h.reports)
     assert h.metric(P + "holds", reason="pod-missing") == 2
+
+
+async def test_without_a_probe_credential_the_session_is_held_with_the_cause(harness, caplog):
+    """kernel_probe_credential = "none": no probe, so a due reclaim is held, the cause in the
+    evidence; not counted or logged as a failing server every cycle."""
+    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.service")
+    h = harness()
+    h.reclaimer.kernels = KernelSignal("", None)
+    sid = h.add("alice")
+    await h.run_until(minutes(90))
+
+    assert h.warned(sid) == [minutes(30)] and h.stopped(sid) == []
+    d = h.reports[-1].decisions[sid]
+    assert (d.action, d.rule) == ("hold", "kernel-data-missing")
+    assert "kernel_probe_credential = 'none'" in d.evidence["problem"]
+    assert h.metric(P + "holds", reason="kernel-data-missing") == 1
+    assert h.metric(P + "signal_errors_total", source="kernels") is None
+    assert "kernels of alice/" not in caplog.text
+
+
+def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
+    """build(): kernel probes get user-owned tokens (minted with the service's token at the
+    hub) or nothing; the kernel signal itself never holds the service's token."""
+    from jupyterhub_gpu_reclaim.config import GpuReclaim
+    from jupyterhub_gpu_reclaim.service import build
+    from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")
+    for argv, credentials in (([], ProbeTokens), (["--kernel-probe-credential=none"], type(None))):
+        app = GpuReclaim()
+        app.parse_command_line(["--url=http://hub:8081/hub/api", "--kernel-probe-token-lifetime=30m",
+                                *argv])
+        with Store.open(f"sqlite:///{tmp_path}/store.sqlite") as store:
+            kernels = build(app, PolicyConfig(), store, Metrics()).kernels
+        assert type(kernels.credentials) is credentials
+        assert "service-token" not in repr(vars(kernels))
+        if credentials is ProbeTokens:
+            assert (kernels.credentials.api_url, kernels.credentials.lifetime) == ("http://hub:8081/hub/api", 1800)
 
 
 @pytest.mark.parametrize("source", ["missing-for-pod", "no-gpu-source"])

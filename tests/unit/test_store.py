@@ -47,34 +47,35 @@ def warning(session="alice/", t=m(60), rule="gpu-idle"):
 
 def test_new_store_is_current_version_and_reopens(path):
     with Store.open(path) as s:  # a plain path means a SQLite file
-        assert s.schema_version() == store_mod.current_version() == 2
+        assert s.schema_version() == store_mod.current_version() == 3
     with Store.open(f"sqlite:///{path}") as s:
-        assert s.schema_version() == 2
+        assert s.schema_version() == 3
     with sqlite3.connect(path) as conn:
-        assert conn.execute("select version from schema_version").fetchall() == [(2,)]
+        assert conn.execute("select version from schema_version").fetchall() == [(3,)]
 
 
 def test_newer_unknown_version_is_refused(path):
     Store.open(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("update schema_version set version = 7")
-    with pytest.raises(StoreVersionError, match=r"schema version 7.*up to 2"):
+    with pytest.raises(StoreVersionError, match=r"schema version 7.*up to 3"):
         Store.open(path)
 
 
 def test_older_version_is_migrated_once(path, monkeypatch):
-    Store.open(path).close()  # a store at the current version (2)
+    Store.open(path).close()  # a store at the current version
+    current = store_mod.current_version()
     calls = []
 
-    def v2_to_v3(conn):
+    def next_version(conn):
         calls.append(1)
         conn.execute(sa.text("create table extra (x integer)"))
 
-    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, v2_to_v3])
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, next_version])
     with Store.open(path) as s:
-        assert s.schema_version() == 3
+        assert s.schema_version() == current + 1
     with Store.open(path) as s:
-        assert s.schema_version() == 3
+        assert s.schema_version() == current + 1
     assert calls == [1]
     with sqlite3.connect(path) as conn:
         assert conn.execute("select count(*) from extra").fetchone() == (0,)

@@ -4,7 +4,9 @@ after 15 min), and clients that act as a hub token holder or as a browser with c
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 from pathlib import Path
 
 import aiohttp
@@ -14,6 +16,8 @@ from ..service.common import start_service_hub
 HERE = Path(__file__).parent
 PREFIX = "/services/gpu-reclaim/"
 PASSWORD = "test-password"
+#: hub services (jupyterhub_config_web.py) that carry a user's name and may use the service
+SERVICES_NAMED_LIKE_USERS = ("alice",)
 TIMINGS = {
     "never_used_warn_after": 15, "never_used_reclaim_after": 900,
     "idle_warn_after": 15, "idle_reclaim_after": 900,
@@ -22,9 +26,14 @@ TIMINGS = {
 
 
 def start_web_hub(workdir: Path, sim, *, dry_run: bool = False):
-    """The service tests' hub with the web pages' configuration and slow reclaims."""
-    return start_service_hub(workdir, sim, dry_run=dry_run, hub_config=HERE / "jupyterhub_config_web.py",
-                             timeout=3600, admin_recipients=[], **TIMINGS)
+    """The service tests' hub with the web pages' configuration and slow reclaims; its
+    `info["service_tokens"]` holds the tokens of the hub services named like users."""
+    tokens = {name: secrets.token_hex(16) for name in SERVICES_NAMED_LIKE_USERS}
+    hub = start_service_hub(workdir, sim, dry_run=dry_run, hub_config=HERE / "jupyterhub_config_web.py",
+                            env={"GPU_RECLAIM_SERVICE_TOKENS": json.dumps(tokens)},
+                            timeout=3600, admin_recipients=[], **TIMINGS)
+    hub.info["service_tokens"] = tokens
+    return hub
 
 
 async def user_token(api, name: str) -> str:

@@ -108,6 +108,10 @@ async def test_user_starts_a_gpu_server_and_sees_its_state_on_the_hub_home_page(
         re.compile(r"active|idle since|warned: reclaim at"), timeout=30_000)
     await expect(panel.get_by_text("Keep alive until…")).to_be_visible()
     await expect(page.locator("#gpu-reclaim-state-default")).to_contain_text("GPU: ")
+    # the service's login worked with its cookies same-site only (SameSite=Lax)
+    service_cookies = [k for k in await page.context.cookies() if k["path"].startswith(PREFIX.rstrip("/"))]
+    assert {k["name"] for k in service_cookies} >= {"service-gpu-reclaim", "_xsrf"}
+    assert {k["sameSite"] for k in service_cookies} == {"Lax"}
 
 
 async def test_warned_session_shows_the_banner_on_hub_pages(hub, api, alice):

@@ -99,18 +99,19 @@ def test_admin_page_escapes_names():
     assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&#39;" in page
 
 
-def test_access_log_never_has_the_query(caplog):
+def test_access_log_hides_secret_query_values(caplog):
     from unittest import mock
+
+    from tornado.httputil import HTTPServerRequest
 
     handler = mock.Mock()
     handler.get_status.return_value = 403
-    handler.request.method = "GET"
-    handler.request.path = "/services/gpu-reclaim/oauth_callback"
-    handler.request.uri = "/services/gpu-reclaim/oauth_callback?code=SECRET&state=x"
-    handler.request.request_time.return_value = 0.01
+    handler.request = HTTPServerRequest(
+        method="GET", uri="/services/gpu-reclaim/oauth_callback?code=SECRET&state=STATE&token=TOK&x=a%0Ab")
     with caplog.at_level("DEBUG", logger="jupyterhub_gpu_reclaim.web"):
         web.app._log_request(handler)
-    assert "oauth_callback" in caplog.text and "SECRET" not in caplog.text
+    assert "oauth_callback?code=[secret]&state=[secret]&token=[secret]&x=a%0Ab" in caplog.text
+    assert "SECRET" not in caplog.text and "STATE" not in caplog.text and "TOK" not in caplog.text
 
 
 def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():

@@ -1,0 +1,19 @@
+"""Text that users control, kept on one line wherever the service writes it.
+
+A user's name or server name, or anything a user's server answers, may hold CR/LF and other
+control characters: written raw, ``x\\r\\nINFO forged`` starts a forged line in the log or in
+a notice, and cannot go in an e-mail header at all. :func:`one_line` writes each
+non-printable character (controls, line and paragraph separators, bidi overrides) as its
+Python escape (``\\r``, ``\\n``, ``\\x1b``, ``\\u2028``) and leaves the rest, letters of every
+script included, as it is.
+"""
+
+from __future__ import annotations
+
+
+def one_line(value: object) -> str:
+    """`value` as text on one line: non-printable characters as backslash escapes."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

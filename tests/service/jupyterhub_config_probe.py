@@ -1,0 +1,27 @@
+# The service tests' hub (the documented role), for the kernel-probe credential tests:
+# - the service's token is known to the tests (to show it never reaches a user's server);
+# - a second reclaim service whose role lacks `tokens` (so it cannot mint probe tokens);
+# - the tests' own service may read and delete users' tokens (to check what was minted);
+# - the hub caps API tokens at 2 h (token_expires_in_max_seconds);
+# - a service (no process) that may mint tokens for the group gpu-users only (bob).
+import os
+
+load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "service", "jupyterhub_config_service.py"))  # noqa: F821
+
+c = get_config()  # noqa: F821
+(service,) = [s for s in c.JupyterHub.services if s["name"] == "gpu-reclaim"]
+service["api_token"] = os.environ["GPU_RECLAIM_SERVICE_TOKEN"]
+# run by the tests (an external service: a second managed one would slow the hub's start)
+c.JupyterHub.services.append({"name": "gpu-reclaim-notokens", "api_token": os.environ["GPU_RECLAIM_NOTOKENS_TOKEN"]})
+(role,) = [r for r in c.JupyterHub.load_roles if r["name"] == "gpu-reclaim"]
+c.JupyterHub.load_roles.append({
+    "name": "gpu-reclaim-notokens",
+    "services": ["gpu-reclaim-notokens"],
+    "scopes": [s for s in role["scopes"] if s != "tokens"],
+})
+c.JupyterHub.load_roles.append({"name": "tests-tokens", "services": ["tests"], "scopes": ["tokens"]})
+c.JupyterHub.token_expires_in_max_seconds = 7200
+c.JupyterHub.load_groups = {"gpu-users": {"users": ["bob"]}}
+c.JupyterHub.services.append({"name": "group-minter", "api_token": os.environ["GPU_RECLAIM_GROUP_MINTER_TOKEN"]})
+c.JupyterHub.load_roles.append({"name": "group-minter", "services": ["group-minter"],
+                                "scopes": ["tokens!group=gpu-users"]})

@@ -1,0 +1,290 @@
+"""No credential worth more than the probed user's own server reaches a user's server.
+
+A real JupyterHub runs jupyterhub-gpu-reclaim as a managed service with the documented
+role. mallory (1 GPU, never used) adds to her ~/.jupyter/jupyter_server_config.py a hook
+that records the Authorization header and the cookies of every request her server gets,
+restarts her server, and keeps a cell running. The service probes her kernels (her GPU is
+idle) and keeps her session for the busy kernel. Every credential her server recorded is
+then tried against bob's server, the hub's user list and a stop of bob's server: all
+refused. A second reclaim service whose role lacks `tokens` cannot mint a probe token:
+it sends nothing and holds mallory's session, saying why.
+
+The probe-token cache (reuse, renewal, a token the user revoked, deletion) is checked on
+the same hub, against bob's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+
+from jupyterhub_gpu_reclaim.launch import Child
+from jupyterhub_gpu_reclaim.signals.base import parse_time
+from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
+from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
+                                                         identify_scopes, probe_scope)
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..hubapi import HubAPI
+from .common import TIMINGS, latest_rule, start_service_hub, until, write_service_config
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+HERE = Path(__file__).parent
+SERVICE_TOKEN = secrets.token_hex(16)  # the reclaim service's own token (the documented role)
+NOTOKENS_TOKEN = secrets.token_hex(16)  # the second service's (the role without `tokens`)
+GROUP_MINTER_TOKEN = secrets.token_hex(16)  # a service with `tokens!group=gpu-users` (bob)
+HOSTILE_CONFIG = '''
+# records what every request to this server carries
+import json, os
+
+def _record(handler):
+    r = handler.request
+    with open(os.path.expanduser("~/captured.jsonl"), "a") as f:
+        f.write(json.dumps({"method": r.method, "uri": r.uri, "status": handler.get_status(),
+                            "authorization": r.headers.get("Authorization"),
+                            "cookie": r.headers.get("Cookie")}) + "\\n")
+
+c.ServerApp.tornado_settings = {"log_function": _record}
+'''
+PROBE_PATHS = ("/user/mallory/api/kernels?", "/user/mallory/api/terminals?")
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    """The hub with the reclaim service, and the second reclaim service (no `tokens`) run
+    beside it as an external service of the hub."""
+    workdir = tmp_path_factory.mktemp("hub")
+    # no CPU culling here: bob's server must stay up to be attacked
+    child = start_service_hub(workdir, sim, hub_config=HERE / "jupyterhub_config_probe.py", timeout=3600,
+                              env={"GPU_RECLAIM_SERVICE_TOKEN": SERVICE_TOKEN,
+                                   "GPU_RECLAIM_NOTOKENS_TOKEN": NOTOKENS_TOKEN,
+                                   "GPU_RECLAIM_GROUP_MINTER_TOKEN": GROUP_MINTER_TOKEN})
+    config, store = write_service_config(workdir / "notokens", sim, timeout=3600)
+    log_path = workdir / "notokens" / "service.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "jupyterhub_gpu_reclaim", f"--config={config}",
+                                 f"--url={child.info['url']}/hub/api"], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=workdir / "notokens",
+                                env={**os.environ, "JUPYTERHUB_API_TOKEN": NOTOKENS_TOKEN})
+    notokens = Child("gpu-reclaim-notokens", proc, log_path)
+    child.info.update(notokens_store=store, notokens=notokens)
+    yield child
+    notokens.stop()
+    child.stop(grace=60)
+
+
+async def captured(api: HubAPI) -> list[dict]:
+    """What mallory's server recorded (read as the tests' service, whose requests it records too)."""
+    url = f"{api.url}/user/mallory/api/contents/captured.jsonl?content=1&format=text"
+    async with api.session.get(url) as r:
+        if r.status == 404:
+            return []
+        assert r.status == 200, await r.text()
+        text = (await r.json())["content"]
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def probe_tokens(records: list[dict], tests_token: str) -> set[str]:
+    """The tokens of every recorded request that the tests' service did not make."""
+    return {r["authorization"].split(" ", 1)[1] for r in records
+            if r["authorization"] and r["authorization"] != f"token {tests_token}"}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def scene(hub):
+    """bob (no GPU) and mallory (1 GPU, the recording hook, a cell running) are up and the
+    service has probed mallory's kernels; yields the tests' client."""
+    api = HubAPI.of(hub)
+    cell = None
+    try:
+        await api.start("bob", "cpu")
+        await api.start("mallory", "gpu-1")
+        await asyncio.gather(api.wait_ready("bob"), api.wait_ready("mallory"))
+        # as mallory would, from a notebook: the hook in her config, then a restart
+        await api.run_code("mallory", "import pathlib; d = pathlib.Path.home() / '.jupyter'; "
+                                      "d.mkdir(exist_ok=True); "
+                                      f"(d / 'jupyter_server_config.py').write_text({HOSTILE_CONFIG!r})")
+        await api.stop("mallory")
+        await api.start("mallory", "gpu-1")
+        await api.wait_ready("mallory")
+        cell = asyncio.create_task(api.run_code("mallory", "import time; time.sleep(900)", timeout=1000))
+
+        async def probed() -> bool:
+            records = await captured(api)
+            return (latest_rule(hub, "mallory/") == ("keep", "kernel-busy")
+                    and sum(r["uri"].startswith(PROBE_PATHS) for r in records) >= 4)
+
+        await until(probed, 90, "the service probed mallory's busy kernel")
+        yield api
+    finally:
+        if cell is not None:
+            cell.cancel()
+            await asyncio.gather(cell, return_exceptions=True)
+        try:
+            await api.stop_all_servers()
+        finally:
+            await api.close()
+
+
+async def test_probes_carry_only_a_token_for_the_probed_server(hub, scene):
+    api = scene
+    records = await captured(api)
+    assert records, "the hook recorded nothing"
+    for r in records:  # the service's tokens never arrive, in any header or URL
+        for token in (SERVICE_TOKEN, NOTOKENS_TOKEN):
+            assert token not in json.dumps(r)
+    probes = [r for r in records if r["uri"].startswith(PROBE_PATHS)]
+    assert probes and all("no_track_activity=1" in r["uri"] and r["status"] == 200 for r in probes)
+    assert all(r["cookie"] is None for r in probes)
+    # every credential not the tests' own came with a probe (nothing else sends one)
+    tokens = probe_tokens(records, hub.info["token"])
+    assert tokens == probe_tokens(probes, hub.info["token"]) and tokens
+    # what they are: mallory's own, for her server only, expiring, noted as probe tokens
+    allowed = {probe_scope("mallory", "")} | identify_scopes("mallory")
+    valid = 0
+    async with aiohttp.ClientSession() as anonymous:
+        for token in tokens:
+            async with anonymous.get(f"{api.api}/user", headers={"Authorization": f"token {token}"}) as r:
+                if r.status == 403:  # replaced since (renewed, or revoked and re-minted)
+                    continue
+                assert r.status == 200
+                me = await r.json()
+            valid += 1
+            assert (me["kind"], me["name"], set(me["scopes"])) == ("user", "mallory", allowed)
+    assert valid >= 1
+    listed = (await api.request("GET", "/users/mallory/tokens"))["api_tokens"]
+    mine = [t for t in listed if t["note"] == PROBE_NOTE]
+    assert len(mine) == 1 and set(mine[0]["scopes"]) == allowed
+    lifetime = parse_time(mine[0]["expires_at"]) - parse_time(mine[0]["created"])
+    assert dt.timedelta(minutes=59) < lifetime <= dt.timedelta(hours=1)
+
+
+async def test_recorded_credentials_are_refused_elsewhere(hub, scene):
+    api = scene
+    tokens = probe_tokens(await captured(api), hub.info["token"])
+    attacks = [("GET", f"{api.url}/user/bob/api/contents"), ("GET", f"{api.api}/users"),
+               ("DELETE", f"{api.api}/users/bob/server")]
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as attacker:
+        async def attempt(method: str, url: str, token: str) -> int:
+            async with attacker.request(method, url, headers={"Authorization": f"token {token}"},
+                                        allow_redirects=False) as r:
+                return r.status
+
+        for token in tokens:
+            assert [await attempt(m, u, token) for m, u in attacks] == [403, 403, 403]
+        # where a probe token is meant to work, it does
+        assert 200 in [await attempt("GET", f"{api.url}/user/mallory/api/status", t) for t in tokens]
+        # the service's own token, had it been sent, would have listed everyone
+        assert await attempt("GET", f"{api.api}/users", SERVICE_TOKEN) == 200
+    assert (await api.server("bob"))["ready"]
+
+
+async def test_a_role_without_tokens_sends_nothing_and_holds(hub, scene):
+    """The second service cannot mint (HTTP 403): it never probes, never falls back to its
+    own token, and holds mallory's session once a reclaim would be due, saying why."""
+    api = scene
+
+    def held() -> dict | None:
+        with Store.open(hub.info["notokens_store"]) as store:
+            for _, d in store.decisions(session="mallory/"):
+                if (d.action, d.rule) == ("hold", "kernel-data-missing"):
+                    return d.evidence
+        return None
+
+    limit = TIMINGS["never_used_reclaim_after"] + TIMINGS["warning_lead"] + 60
+    evidence = await until(held, limit, "the second service holds mallory's session")
+    assert "HTTP 403" in evidence["problem"] and "`tokens`" in evidence["problem"]
+    records = await captured(api)
+    assert not any(NOTOKENS_TOKEN in json.dumps(r) for r in records)
+    # every probe request carries one of the first service's tokens: none came bare
+    assert all(r["authorization"] for r in records if r["uri"].startswith(PROBE_PATHS))
+    # the cause is logged once, not every cycle
+    notokens = hub.info["notokens"]
+    assert notokens.alive()
+    attempts = hub.log_path.read_text().count("403 POST /hub/api/users/mallory/tokens (gpu-reclaim-notokens@")
+    assert attempts > 3  # it asks each cycle (the role may be fixed) ...
+    log = notokens.log_path.read_text()
+    assert log.count("the hub refused a kernel-probe token for 'mallory': HTTP 403") == 1  # ... says it once
+    # the first service still keeps her for the busy kernel
+    assert latest_rule(hub, "mallory/") == ("keep", "kernel-busy")
+
+
+async def listed_probe_tokens(api: HubAPI, user: str) -> list[dict]:
+    return [t for t in (await api.request("GET", f"/users/{user}/tokens"))["api_tokens"]
+            if t["note"] == PROBE_NOTE]
+
+
+async def test_probe_token_cache_on_the_real_hub(hub, scene):
+    """Reuse, renewal when a quarter of the lifetime is left, a token the user revoked,
+    deletion when the session goes and at shutdown; the hub's own token-lifetime cap."""
+    api = scene
+    now = [0.0]
+    tokens = ProbeTokens(api.api, SERVICE_TOKEN, lifetime=3600, clock=lambda: now[0])
+    async with KernelSignal(api.url, tokens) as ks:
+        assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+        first = await tokens.token("bob", "")
+        assert await tokens.token("bob", "") == first  # reused: one token at the hub
+        (listed,) = await listed_probe_tokens(api, "bob")
+        assert listed["scopes"] and set(listed["scopes"]) == {probe_scope("bob", "")} | identify_scopes("bob")
+
+        now[0] += 0.75 * 3600  # a quarter left: replaced, the old one deleted
+        second = await tokens.token("bob", "")
+        assert second != first
+        await until(lambda: _gone(api, "bob", listed["id"]), 30, "the old token deleted")
+
+        # bob revokes the (not yet used) token: his server refuses it, a new one is minted
+        (current,) = await listed_probe_tokens(api, "bob")
+        await api.request("DELETE", f"/users/bob/tokens/{current['id']}")
+        assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+        assert await tokens.token("bob", "") not in (first, second)
+
+        ks.release("bob/")  # the session left the ready list
+        await until(lambda: _none_left(api, "bob"), 30, "bob's probe token deleted")
+        await tokens.token("bob", "")
+        assert len(await listed_probe_tokens(api, "bob")) == 1
+    assert await listed_probe_tokens(api, "bob") == []  # closed: deleted
+
+    # this hub caps API tokens at 2 h (token_expires_in_max_seconds): the lifetime follows
+    capped = ProbeTokens(api.api, SERVICE_TOKEN, lifetime=3 * 3600)
+    await capped.token("bob", "")
+    assert capped.lifetime == 7200
+    (listed,) = await listed_probe_tokens(api, "bob")
+    lifetime = parse_time(listed["expires_at"]) - parse_time(listed["created"])
+    assert dt.timedelta(seconds=7190) < lifetime <= dt.timedelta(seconds=7200)
+    await capped.close()
+    assert await listed_probe_tokens(api, "bob") == []
+
+
+async def _gone(api: HubAPI, user: str, token_id: str) -> bool:
+    return token_id not in {t["id"] for t in await listed_probe_tokens(api, user)}
+
+
+async def _none_left(api: HubAPI, user: str) -> bool:
+    return await listed_probe_tokens(api, user) == []
+
+
+async def test_a_group_filter_on_tokens_limits_whose_servers_are_probed(hub, scene):
+    """`tokens!group=gpu-users` mints for the group's members (bob) only; others are not
+    probed (their sessions are held like those of a role without `tokens`)."""
+    api = scene
+    tokens = ProbeTokens(api.api, GROUP_MINTER_TOKEN)
+    try:
+        async with KernelSignal(api.url, tokens) as ks:
+            assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+            with pytest.raises(NoProbeCredential) as err:
+                await ks.probe("mallory", "", "/user/mallory/")
+        assert "HTTP 403" in err.value.message
+    finally:
+        await tokens.close()
+    assert await listed_probe_tokens(api, "bob") == []

@@ -1,0 +1,256 @@
+"""Kernel probes and their credential against tiny aiohttp servers on 127.0.0.1 playing
+hostile user servers (redirects, cookies, refusals, stalls) and, where the real hub cannot
+be made to misbehave, a hub's token API. The same against the real hub:
+tests/service/test_probe_credentials.py."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from aiohttp import web
+
+from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
+from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
+                                                         identify_scopes, probe_scope)
+
+from .test_signals_unit import Server
+
+SERVICE_TOKEN = "service-token-must-stay-at-the-hub"
+
+
+@pytest.fixture
+async def servers():
+    made: list[Server] = []
+
+    async def make() -> Server:
+        s = Server()
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        await s.stop()
+
+
+class MintingCredentials:
+    """Gives t1, t2, ... (a new one after each rejection) and records the calls."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.calls: list[tuple[str, str]] = []
+        self.rejected_tokens: list[str] = []
+        self.current: dict[str, str] = {}
+
+    async def token(self, user: str, server: str) -> str:
+        self.calls.append((user, server))
+        if user not in self.current:
+            self.n += 1
+            self.current[user] = f"t{self.n}"
+        return self.current[user]
+
+    async def rejected(self, user: str, server: str, token: str) -> None:
+        self.rejected_tokens.append(token)
+        self.current.pop(user, None)
+
+
+def user_server(server: Server, user: str, handler) -> None:
+    async def recorded(request: web.Request) -> web.StreamResponse:
+        server.requests.append(request)
+        return await handler(request)
+
+    server.app.router.add_get(f"/user/{user}/api/kernels", recorded)
+    server.app.router.add_get(f"/user/{user}/api/terminals", recorded)
+
+
+async def empty(request: web.Request) -> web.Response:
+    return web.json_response([])
+
+
+async def test_without_a_credential_there_is_no_request(servers):
+    server = await servers()
+    user_server(server, "alice", empty)
+    await server.start()
+    async with KernelSignal(server.url, None) as ks:
+        with pytest.raises(NoProbeCredential) as err:
+            await ks.probe("alice", "", "/user/alice/")
+    assert err.value.source == "kernels" and "kernel_probe_credential" in err.value.message
+    assert server.requests == []
+
+
+async def test_a_redirect_is_not_followed(servers):
+    """A user server that redirects the probe elsewhere gets an error, not the token sent on."""
+    elsewhere = await servers()
+    user_server(elsewhere, "alice", empty)
+    await elsewhere.start()
+    hostile = await servers()
+
+    async def redirect(request: web.Request) -> web.Response:
+        raise web.HTTPFound(f"{elsewhere.url}{request.path}")
+
+    user_server(hostile, "alice", redirect)
+    await hostile.start()
+    async with KernelSignal(hostile.url, MintingCredentials()) as ks:
+        with pytest.raises(SignalError) as err:
+            await ks.probe("alice", "", "/user/alice/")
+    assert err.value.status == 302
+    assert len(hostile.requests) == 2 and elsewhere.requests == []
+
+
+async def test_no_cookie_is_ever_sent(servers):
+    """A cookie one server sets comes back neither to it nor to another user's server."""
+    server = await servers()
+
+    async def with_cookie(request: web.Request) -> web.Response:
+        response = web.json_response([])
+        response.set_cookie("planted", "by-alice", path="/")
+        return response
+
+    user_server(server, "alice", with_cookie)
+    user_server(server, "bob", empty)
+    await server.start()
+    credentials = MintingCredentials()
+    # by name, as the proxy's public URL: a client's cookie jar keeps no cookies of IP hosts
+    async with KernelSignal(server.url.replace("127.0.0.1", "localhost"), credentials) as ks:
+        for user in ("alice", "alice", "bob"):
+            assert await ks.probe(user, "", f"/user/{user}/") == ([], [])
+    assert len(server.requests) == 6
+    assert all("Cookie" not in r.headers for r in server.requests)
+    # each server got its own user's token only
+    assert {(r.path.split("/")[2], r.headers["Authorization"]) for r in server.requests} == {
+        ("alice", "token t1"), ("bob", "token t2")}
+
+
+async def test_a_refused_token_is_replaced_once(servers):
+    server = await servers()
+    refuse = {"t1"}
+
+    async def handler(request: web.Request) -> web.Response:
+        if request.headers["Authorization"].split()[1] in refuse:
+            return web.json_response({"message": "Forbidden"}, status=403)
+        return web.json_response([])
+
+    user_server(server, "alice", handler)
+    await server.start()
+    credentials = MintingCredentials()
+    async with KernelSignal(server.url, credentials) as ks:
+        # the user revoked t1: t2 is minted and the probe works
+        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
+        assert credentials.rejected_tokens == ["t1"]
+        # a server that refuses every token: one new token per probe, then the error
+        refuse.update({"t2", "t3"})
+        with pytest.raises(SignalError) as err:
+            await ks.probe("alice", "", "/user/alice/")
+    assert err.value.status == 403
+    assert credentials.rejected_tokens == ["t1", "t2"]  # t3 is kept: the next probe tries it first
+
+
+async def test_a_stalling_server_does_not_hold_up_other_probes_tokens(servers):
+    """With one probe at a time, a server that never answers holds its slot until the
+    timeout, but the next server's token is minted meanwhile (minting is outside the
+    probes' semaphore) and its probe runs once the slot frees."""
+    server = await servers()
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def stall(request: web.Request) -> web.Response:
+        arrived.set()
+        await release.wait()
+        return web.json_response([])
+
+    user_server(server, "slow", stall)
+    user_server(server, "bob", empty)
+    await server.start()
+    credentials = MintingCredentials()
+    async with KernelSignal(server.url, credentials, timeout=30, concurrency=1) as ks:
+        slow = asyncio.create_task(ks.probe("slow", "", "/user/slow/"))
+        await arrived.wait()
+        bob = asyncio.create_task(ks.probe("bob", "", "/user/bob/"))
+        while ("bob", "") not in credentials.calls:
+            await asyncio.sleep(0.01)
+        assert not slow.done() and not bob.done()  # bob's token is there; slow still stalls
+        release.set()
+        assert await bob == ([], []) and await slow == ([], [])
+
+
+# --- ProbeTokens against a hub's token API --------------------------------------------
+
+
+class TokenAPI:
+    """JupyterHub's `POST /users/{name}/tokens` and `DELETE /users/{name}/tokens/{id}` as
+    JupyterHub 6 answers them (apihandlers/users.py: 201 with the token model and `token`;
+    204; 403 when the requester lacks `tokens`), with `scopes_extra` added to the model's
+    scopes to play a hub that gives more than asked."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.status = 201
+        self.scopes_extra: list[str] = []
+        self.posts: list[dict] = []
+        self.deleted: list[str] = []
+        server.app.router.add_post("/hub/api/users/{name}/tokens", self.post)
+        server.app.router.add_delete("/hub/api/users/{name}/tokens/{id}", self.delete)
+
+    async def post(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == f"token {SERVICE_TOKEN}"
+        body = await request.json()
+        self.posts.append(body)
+        name = request.match_info["name"]
+        if self.status == 403:
+            return web.json_response({"status": 403, "message": f"Service {name} not found or no "
+                                      "permissions to generate tokens"}, status=403)
+        n = len(self.posts)
+        scopes = sorted(set(body["scopes"]) | identify_scopes(name) | set(self.scopes_extra))
+        return web.json_response({"user": name, "id": f"a{n}", "kind": "api_token", "roles": [],
+                                  "scopes": scopes, "created": "2026-01-01T00:00:00.000000Z",
+                                  "last_activity": None, "expires_at": "2026-01-01T01:00:00.000000Z",
+                                  "note": body["note"], "session_id": None, "oauth_client": "JupyterHub",
+                                  "token": f"minted-{n}"}, status=201)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        self.deleted.append(request.match_info["id"])
+        return web.Response(status=204)
+
+
+@pytest.fixture
+async def hub(servers):
+    server = await servers()
+    api = TokenAPI(server)
+    await server.start()
+    return api
+
+
+async def test_a_token_with_other_scopes_than_asked_is_deleted_unused(hub, caplog):
+    hub.scopes_extra = ["access:servers!user=alice"]
+    tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    for _ in range(2):
+        with pytest.raises(NoProbeCredential) as err:
+            await tokens.token("alice", "")
+        assert "other than asked" in err.value.message
+    await tokens.close()
+    assert hub.posts[0] == {"scopes": [probe_scope("alice", "")], "expires_in": 3600, "note": PROBE_NOTE}
+    assert probe_scope("alice", "") == "access:servers!server=alice/"
+    assert sorted(hub.deleted) == ["a1", "a2"]
+    assert len(caplog.records) == 1  # once per cause, not per attempt
+
+
+async def test_a_role_without_tokens_means_no_probe_logged_once(hub, caplog):
+    hub.status = 403
+    caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+    async with KernelSignal("http://127.0.0.1:9", tokens) as ks:  # never reached
+        for user in ("alice", "bob", "alice"):
+            with pytest.raises(NoProbeCredential) as err:
+                await ks.probe(user, "", f"/user/{user}/")
+            assert "HTTP 403" in err.value.message and "`tokens`" in err.value.message
+        assert [r.levelname for r in caplog.records] == ["WARNING"]
+        hub.status = 201  # fixed: minted again, said once; a new outage is logged again
+        assert await tokens.token("alice", "") == "minted-4"
+        hub.status = 403
+        with pytest.raises(NoProbeCredential):
+            await tokens.token("carol", "")
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO", "WARNING"]
+    assert SERVICE_TOKEN not in caplog.text
+    assert hub.deleted == ["a4"]  # closing deleted the one token it had

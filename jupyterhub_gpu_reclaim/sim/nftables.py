@@ -70,11 +70,14 @@ def render(table: str, routes: list[Route], policy: Compiled | None, *, deny: st
     out = [f"table ip {table}", f"delete table ip {table}", f"table ip {table} {{"]
     if comment:
         out.append(f"\tcomment {_quote(comment)}")
-    frontends = [(f, i) for i, r in enumerate(routes) if r.backends for f in r.frontends]
+    owner: dict[tuple[str, int], int] = {}  # an address and port once (nft refuses duplicates)
+    for i, r in enumerate(routes):
+        for f in r.frontends:
+            owner.setdefault(f, i)
     out += _set("services", ["type ipv4_addr . inet_service : verdict"],
-                [f"{ip} . {port} : goto svc{i}" for (ip, port), i in frontends])
+                [f"{ip} . {port} : goto svc{i}" for (ip, port), i in owner.items() if routes[i].backends])
     out += _set("no_endpoints", ["type ipv4_addr . inet_service"],
-                [f"{ip} . {port}" for r in routes if not r.backends for ip, port in r.frontends])
+                [f"{ip} . {port}" for (ip, port), i in owner.items() if not routes[i].backends])
     out += _chain("nat_output", [f"type nat hook output priority {PRIORITY_DSTNAT}; policy accept;",
                                  "ip daddr . tcp dport vmap @services"])
     for i, r in enumerate(routes):

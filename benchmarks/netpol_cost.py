@@ -74,24 +74,23 @@ def policies(courses: int) -> list[dict]:
         return {"metadata": {"namespace": "jhub", "name": name}, "spec": spec}
 
     users = {"matchLabels": {"component": "singleuser-server"}}
+    hub, proxy = ({"podSelector": {"matchLabels": {"component": c}}} for c in ("hub", "proxy"))
     out = [
         pol("singleuser", {"podSelector": users, "policyTypes": ["Ingress", "Egress"],
-                           "ingress": [{"ports": [{"port": "notebook-port"}], "from": [
-                               {"podSelector": {"matchLabels": {"hub.jupyter.org/network-access-singleuser": "true"}}}]}],
-                           "egress": [{"to": [{"podSelector": {"matchLabels": {"component": "hub"}}}],
-                                       "ports": [{"port": 8081}]},
-                                      {"to": [{"podSelector": {"matchLabels": {"component": "proxy"}}}],
-                                       "ports": [{"port": 8000}]},
+                           "ingress": [{"ports": [{"port": "notebook-port"}], "from": [{"podSelector": {
+                               "matchLabels": {"hub.jupyter.org/network-access-singleuser": "true"}}}]}],
+                           "egress": [{"to": [hub], "ports": [{"port": 8081}]},
+                                      {"to": [proxy], "ports": [{"port": 8000}]},
                                       {"to": [NON_PRIVATE]}]}),
         pol("hub", {"podSelector": {"matchLabels": {"component": "hub"}}, "policyTypes": ["Ingress", "Egress"],
                     "ingress": [{"ports": [{"port": "http"}], "from": [
                         {"podSelector": {"matchLabels": {"hub.jupyter.org/network-access-hub": "true"}}}]}],
-                    "egress": [{"to": [{"podSelector": {"matchLabels": {"component": "proxy"}}}], "ports": [{"port": 8001}]},
+                    "egress": [{"to": [proxy], "ports": [{"port": 8001}]},
                                {"to": [{"podSelector": users}], "ports": [{"port": 8888}]},
                                {"to": [NON_PRIVATE]}, {"to": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}]}),
         pol("proxy", {"podSelector": {"matchLabels": {"component": "proxy"}}, "policyTypes": ["Ingress", "Egress"],
                       "ingress": [{"ports": [{"port": "http"}]}],
-                      "egress": [{"to": [{"podSelector": {"matchLabels": {"component": "hub"}}}], "ports": [{"port": 8081}]},
+                      "egress": [{"to": [hub], "ports": [{"port": 8081}]},
                                  {"to": [{"podSelector": users}], "ports": [{"port": 8888}]}]}),
     ]
     for k in range(courses):

@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 # Debian packages the demo and tests use (binaries checked first, installed when missing)
-declare -A APT=([setsid]=util-linux [node]=nodejs [npm]=npm [/usr/bin/chromium]=chromium [/usr/bin/prometheus]=prometheus)
+declare -A APT=([setsid]=util-linux [node]=nodejs [npm]=npm [/usr/bin/chromium]=chromium [/usr/bin/prometheus]=prometheus
+             [/usr/sbin/nft]=nftables)  # nft: the simulator's data plane (Services, NetworkPolicy)
 
 missing=()
 for bin in "${!APT[@]}"; do

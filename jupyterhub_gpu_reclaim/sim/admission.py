@@ -23,7 +23,7 @@ import re
 from fractions import Fraction
 from typing import Any, NamedTuple
 
-from . import errors, openapi, quantity, rbac, serviceaccounts
+from . import errors, netpol, openapi, quantity, rbac, serviceaccounts
 from .errors import ApiError
 from .resources import BY_KIND, ResourceType
 from .selectors import object_label_matcher
@@ -1147,6 +1147,7 @@ _VALIDATORS = {
     "Secret": _validate_config_keys,
     "ConfigMap": _validate_config_keys,
     "PriorityClass": _validate_priority_class,
+    "NetworkPolicy": lambda store, np: netpol.validate(np),
     "Role": _validate_role,
     "ClusterRole": _validate_role,
     "RoleBinding": _validate_binding,

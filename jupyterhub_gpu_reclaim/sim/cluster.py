@@ -7,8 +7,8 @@ Every component gets this object and reads what it needs from it:
 - `images` (sim.images.ImageRegistry), `network` (sim.network.PodNetwork),
   `gpus` (sim.gpus.GpuFleet);
 - `gc` (sim.gc.GarbageCollector: also the index of who owns what), the workload,
-  endpoints, load-balancer and volume controllers, `proxy` (sim.proxy.ServiceProxy) and
-  `hosts` (sim.names.HostsFiles, the pods' /etc/hosts);
+  endpoints, load-balancer and volume controllers, `dataplane` (sim.dataplane.DataPlane:
+  kube-proxy and NetworkPolicy) and `hosts` (sim.names.HostsFiles, the pods' /etc/hosts);
 - `create(rtype, obj, namespace)`: the one create path, validation, defaulting and
   admission, for API requests and for what the controllers make;
 - `service_account_token(...)`: the TokenRequest the kubelet makes for a pod's token.
@@ -30,6 +30,7 @@ from .apiserver import ApiServer
 from .autoscaler import Autoscaler
 from .control import ControlServer
 from .daemonsets import DaemonSetController
+from .dataplane import DataPlane
 from .deployments import DeploymentController, ReplicaSetController
 from .endpoints import EndpointsController
 from .events import EventRecorder
@@ -42,7 +43,6 @@ from .names import HostsFiles
 from .network import PodNetwork
 from .persistentvolumes import VolumeController, default_storage_class
 from .placeholders import PlaceholderController
-from .proxy import ServiceProxy
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
 from .scheduler import Scheduler
@@ -78,7 +78,7 @@ class Cluster:
             StatefulSetController(self, self.gc), DaemonSetController(self, self.gc),
             EndpointsController(self, self.gc), LoadBalancerController(self), VolumeController(self),
         ]
-        self.proxy = ServiceProxy(self)
+        self.dataplane = DataPlane(self)
         self.hosts = HostsFiles(self.store)
         self.kubelets: dict[str, Kubelet] = {}
         self._node_counter: dict[str, int] = {}
@@ -151,7 +151,7 @@ class Cluster:
                 "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
             })
         self._pod_router = asyncio.create_task(self._route_pods())
-        await self.proxy.start()
+        await self.dataplane.start()
         await self.apiserver.start()
         await self.control.start()
         await self.gpus.start()
@@ -180,7 +180,7 @@ class Cluster:
         await self.gpus.stop()
         await self.control.stop()
         await self.apiserver.stop()
-        await self.proxy.stop()
+        await self.dataplane.stop()
         self.hosts.close()
         self.store.close()
         self.network.close()

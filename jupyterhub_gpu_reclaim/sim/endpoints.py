@@ -10,7 +10,7 @@ pod that has none of the ports is left out.
 - `EndpointSlices` (discovery.k8s.io/v1, `<service>-<5 random>`, owned by the Service and
   labelled `kubernetes.io/service-name`): one per distinct port mapping, terminating pods
   included with `ready: false, terminating: true`; an empty placeholder slice when no pod
-  matches. kube-proxy (sim.proxy) reads these.
+  matches. kube-proxy (sim.dataplane) reads these.
 A Service without a selector is left alone: its Endpoints are the user's to write.
 
 Not simulated: the 100-endpoint split of slices, topology hints and zones, mirroring of

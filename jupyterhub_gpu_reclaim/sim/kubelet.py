@@ -237,6 +237,7 @@ class PodWorker:
         self._released = True
         self.cluster.gpus.release(self.ns, self.name)
         self.cluster.hosts.unregister(self.uid)
+        await self.cluster.dataplane.remove_pod(self.uid)  # CNI DEL
         self.cluster.network.pods.release(self.ip)
         if self._runs_processes():
             if runtime.sandbox_available() and cgroups.available():
@@ -294,6 +295,7 @@ class PodWorker:
             await self._mount_volumes()
         self.ip = self.cluster.network.pods.allocate()
         if self._runs_processes():
+            await self.cluster.dataplane.add_pod(self.pod, self.ip)  # CNI ADD: in the rules before it runs
             self.dir.mkdir(parents=True, exist_ok=True)
             self.cluster.hosts.register(self.pod, self.ip, self.dir / "etc-hosts")  # kept current (sim.names)
             (self.dir / "etc-hostname").write_text(hosts.pod_hostname(self.pod)[0] + "\n")

@@ -5,9 +5,9 @@ Each such Service gets an address from the last /24 of the service network (insi
 127.0.0.0/8, so a test on this machine reaches it) in `status.loadBalancer.ingress`
 (`spec.loadBalancerIP` when it asks for a free one there), with the service controller's
 `EnsuringLoadBalancer` / `EnsuredLoadBalancer` events; the address goes back when the
-Service goes or changes type. The service proxy (sim.proxy) listens there on the
-Service's ports, as a cloud load balancer forwards to them. NodePorts are allocated by
-the apiserver but nothing listens on them.
+Service goes or changes type. kube-proxy's rules (sim.dataplane) send connections to
+that address and the Service's ports to its endpoints, as a cloud load balancer does.
+NodePorts are allocated by the apiserver but nothing listens on them.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
-"""A userspace kube-proxy: makes Service addresses reachable on this machine.
+"""A userspace kube-proxy: makes Service addresses reachable on this machine where the
+kernel's data plane (sim.dataplane: kube-proxy's nftables mode and NetworkPolicy) cannot
+be had, that is without root or nftables. Then NetworkPolicies are not enforced.
 
 For every Service with a cluster IP it listens on `clusterIP:port` (and on each
 load-balancer address, sim.loadbalancers) for each TCP port, and forwards every
-connection to one of the Service's ready endpoints, chosen at random as kube-proxy's
-iptables rules do, read from its EndpointSlices (what kube-proxy reads). A Service with
-no ready endpoint refuses connections (reset), as kube-proxy's REJECT rule does. It
-follows Services and EndpointSlices as they change, without polling.
+connection to one of the Service's endpoints (`endpoints`), chosen at random as
+kube-proxy's rules do, read from its EndpointSlices (what kube-proxy reads). A Service with
+no endpoint refuses connections (reset), as kube-proxy's REJECT rule does. It follows
+Services and EndpointSlices as they change, without polling.
 
-The data plane seam: `ServiceProxy.pick(frontend, client)` chooses the backend of one
-connection (None refuses it). A NetworkPolicy-aware data plane overrides it (or
-replaces this class, keeping `start`/`stop`), seeing which client opens which
-connection to which Service port; `backends(namespace, name, port_name)` gives the
-current ready endpoints.
+`frontends` and `endpoints` are what any kube-proxy reads of a Service; sim.dataplane
+uses them too.
 
 Not simulated: UDP/SCTP, session affinity, `externalTrafficPolicy`/`internalTrafficPolicy`,
 NodePorts, `externalIPs`, hairpin and source-IP preservation (the backend sees the
@@ -24,7 +23,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from .endpoints import SERVICE_NAME_LABEL
 from .loadbalancers import ingress_ips
@@ -46,6 +45,38 @@ class Frontend:
     port_name: str
     ip: str
     port: int
+
+
+def frontends(svc: Any) -> list[Frontend]:
+    """The addresses a Service answers on: each TCP port on its cluster IP and its
+    load-balancer addresses."""
+    meta, spec = svc["metadata"], svc.get("spec") or {}
+    ips = [ip for ip in [spec.get("clusterIP")] + ingress_ips(svc) if ip and ip != "None"]
+    return [Frontend(meta["namespace"], meta["name"], p.get("name") or "", ip, p["port"])
+            for p in spec.get("ports") or [] if p.get("protocol", "TCP") == "TCP" for ip in ips]
+
+
+def endpoints(slices: Iterable[Any]) -> dict[str, list[tuple[str, int]]]:
+    """A Service's endpoints per port name, from its EndpointSlices: the ready ones, or
+    when none is ready the serving ones that are terminating (kube-proxy's
+    CategorizeEndpoints)."""
+    ready: dict[str, list[tuple[str, int]]] = {}
+    terminating: dict[str, list[tuple[str, int]]] = {}
+    for s in slices:
+        for e in s.get("endpoints") or []:
+            cond = e.get("conditions") or {}
+            into = ready if cond.get("ready") else terminating if cond.get("serving") and cond.get("terminating") \
+                else None
+            if into is None or not e.get("addresses"):
+                continue
+            for p in s.get("ports") or []:
+                into.setdefault(p.get("name") or "", []).append((e["addresses"][0], p["port"]))
+    return {name: sorted(ready.get(name) or terminating[name]) for name in {*ready, *terminating}}
+
+
+def slices_of(store: Any, namespace: str, name: str) -> list[Any]:
+    return [s for s in store.objects(SLICE) if s["metadata"].get("namespace") == namespace
+            and (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) == name]
 
 
 class ServiceProxy:
@@ -120,14 +151,9 @@ class ServiceProxy:
         for key in [k for k in self._backends if k[:2] == (ns, name)]:
             del self._backends[key]
         if svc is not None:
-            spec = svc.get("spec") or {}
-            ips = [ip for ip in [spec.get("clusterIP")] + ingress_ips(svc) if ip and ip != "None"]
-            for p in spec.get("ports") or []:
-                if p.get("protocol", "TCP") != "TCP":
-                    continue
-                for ip in ips:
-                    wanted[(ip, p["port"])] = Frontend(ns, name, p.get("name") or "", ip, p["port"])
-            self._backends.update(self._ready_endpoints(ns, name))
+            wanted = {(f.ip, f.port): f for f in frontends(svc)}
+            self._backends.update({(ns, name, port_name): backends for port_name, backends
+                                   in endpoints(slices_of(self.store, ns, name)).items()})
         for addr, (frontend, server) in list(self._listeners.items()):
             if (frontend.namespace, frontend.service) == (ns, name) and wanted.get(addr) != frontend:
                 server.close()
@@ -144,18 +170,6 @@ class ServiceProxy:
                             ns, name, e.strerror)
                 continue
             self._listeners[addr] = (frontend, server)
-
-    def _ready_endpoints(self, ns: str, name: str) -> dict[tuple[str, str, str], list[tuple[str, int]]]:
-        out: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
-        for s in self.store.objects(SLICE):
-            if s["metadata"].get("namespace") != ns or \
-                    (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL) != name:
-                continue
-            ready = [e["addresses"][0] for e in s.get("endpoints") or []
-                     if (e.get("conditions") or {}).get("ready") and e.get("addresses")]
-            for p in s.get("ports") or []:
-                out.setdefault((ns, name, p.get("name") or ""), []).extend((ip, p["port"]) for ip in ready)
-        return out
 
     # --- connections -------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ SCHEMA: dict[str, Any] = {
         "strictImages": {"type": "boolean"},
         "podNetwork": {"type": "string"},
         "serviceNetwork": {"type": "string"},
+        "networkPolicyDeny": {"enum": ["reject", "drop"]},
         "images": {"type": "array", "items": _image},
         "imageDefaults": {
             "type": "object",
@@ -308,6 +309,7 @@ class Scenario:
     scheduler_retry_interval: float = 10.0
     scheduler_weights: dict[str, float] = field(default_factory=dict)
     service_network: str = "auto"
+    network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.nftables)
     source: str = "<scenario>"
 
 
@@ -434,6 +436,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         strict_images=bool(data.get("strictImages", False)),
         pod_network=pod_network,
         service_network=service_network,
+        network_policy_deny=data.get("networkPolicyDeny", "reject"),
         node_groups=groups,
         placeholders=placeholders,
         priority_classes=pcs,

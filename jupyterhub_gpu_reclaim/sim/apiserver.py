@@ -175,6 +175,8 @@ class ApiServer:
         finally:
             log.debug("%s %s -> %s (%.1f ms)", request.method, request.path_qs, status,
                       (time.perf_counter() - started) * 1000)
+            if status == 403 and USER in request:  # as an audit log records a refusal: who, what
+                log.info("forbidden: %s %s by %s", request.method, request.path_qs, request[USER].name)
 
     def _authenticate(self, request: web.Request) -> authn.UserInfo:
         """Who sends the request (see `authn`), after impersonation; a bad token is a 401."""

@@ -68,7 +68,7 @@ class Cluster:
         self.apiserver = ApiServer(self)
         self.serviceaccounts = ServiceAccountController(self.store, self.create, self.apiserver.ca_pem)
         self.control = ControlServer(self)
-        self.scheduler = Scheduler(self)
+        self.scheduler = Scheduler(self, names=scenario.scheduler_names)
         self.autoscaler = Autoscaler(self)
         self.placeholders = PlaceholderController(self)
         # kube-controller-manager's controllers, the cloud's load balancers, kube-proxy

@@ -21,7 +21,7 @@ import logging
 import os
 from typing import Any
 
-from . import cgroups, netpol, nftables
+from . import cgroups, netpol, nftables, podnet
 from .proxy import SLICE, SVC, ServiceProxy, endpoints, frontends
 from .endpoints import SERVICE_NAME_LABEL
 from .resources import BY_KIND
@@ -92,11 +92,13 @@ class DataPlane:
 
     async def add_pod(self, pod: Obj, ip: str) -> None:
         """A pod that runs processes got `ip`: give it its cgroup (where its containers'
-        cgroups will be) and put it in the rules before any of its processes starts."""
+        cgroups will be) with the sockets of a network namespace of its own (sim.podnet),
+        and put it in the rules before any of its processes starts."""
         if self.proxy is not None:
             return
         uid = pod["metadata"]["uid"]
         await asyncio.to_thread(cgroups.pod_dir(uid).mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(podnet.attach, cgroups.pod_dir(uid), ip)
         self._pods[uid] = (pod, ip, cgroups.nft_path(uid))
         if self.store.objects(POLICY):
             await self._sync_now()

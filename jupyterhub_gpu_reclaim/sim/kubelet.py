@@ -461,13 +461,16 @@ class PodWorker:
 
     async def _exec(self, c: Obj, image: Any, gpu_uuids: str | None, cid: str) -> runtime.ContainerProcess:
         # Kubernetes' rule: command replaces ENTRYPOINT; args replace CMD
-        if c.get("command"):
-            argv = list(c["command"]) + list(c.get("args", []))
+        # and the kubelet expands $(VAR) in the pod's command and args (not in the image's)
+        env = self._env(c, image.env, gpu_uuids)
+        command = [_expand(a, env) for a in c.get("command") or []]
+        args = [_expand(a, env) for a in c.get("args") or []]
+        if command:
+            argv = command + args
         else:
-            argv = list(image.entrypoint) + list(c.get("args", image.cmd if not c.get("args") else []))
+            argv = list(image.entrypoint) + (args or list(image.cmd))
         if not argv:
             raise runtime.StartError("no command specified")
-        env = self._env(c, image.env, gpu_uuids)
         sc = c.get("securityContext") or {}
         try:
             mounts = self._mounts(c, env)

@@ -150,6 +150,7 @@ SCHEMA: dict[str, Any] = {
                 "scoringStrategy": {"enum": ["LeastAllocated", "MostAllocated"]},
                 "retryInterval": _num_or_str,
                 "weights": {"type": "object", "additionalProperties": {"type": "number"}},
+                "names": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
             },
         },
         "priorityClasses": {
@@ -308,6 +309,9 @@ class Scenario:
     scoring_strategy: str = "LeastAllocated"
     scheduler_retry_interval: float = 10.0
     scheduler_weights: dict[str, float] = field(default_factory=dict)
+    # the schedulerNames it serves: a second profile stands in for one that runs as a pod
+    # (z2jh's user-scheduler); pods naming any other scheduler wait, as on a real cluster
+    scheduler_names: tuple[str, ...] = ("default-scheduler",)
     service_network: str = "auto"
     network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.nftables)
     source: str = "<scenario>"
@@ -455,6 +459,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         scoring_strategy=sch.get("scoringStrategy", "LeastAllocated"),
         scheduler_retry_interval=parse_duration(sch.get("retryInterval", 10), "scheduler.retryInterval"),
         scheduler_weights=dict(sch.get("weights", {})),
+        scheduler_names=tuple(sch.get("names", ["default-scheduler"])),
         source=source,
     )
 

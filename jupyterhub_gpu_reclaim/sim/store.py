@@ -162,15 +162,16 @@ class Store:
         bucket = self._bucket(flt.rtype)
         return [bucket[k] for k in self._matching_keys(flt)], str(self.rv)
 
-    def list_encoded(self, flt: Filter) -> tuple[list[bytes], str]:
-        """`list`, as each object's JSON (`encoded`)."""
+    def list_encoded(self, flt: Filter) -> tuple[list[Key], list[bytes]]:
+        """The keys of `list`'s objects, and each object's JSON (`encoded`)."""
         bucket = self._bucket(flt.rtype)
         cache = self._encoded.setdefault(flt.rtype.plural, {})
+        keys = self._matching_keys(flt)
         out = []
-        for k in self._matching_keys(flt):
+        for k in keys:
             obj, hit = bucket[k], cache.get(k)
             out.append(hit[1] if hit is not None and hit[0] is obj else self._encode(cache, k, obj))
-        return out, str(self.rv)
+        return keys, out
 
     def _matching_keys(self, flt: Filter) -> list[Key]:
         bucket = self._bucket(flt.rtype)

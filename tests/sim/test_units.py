@@ -225,3 +225,59 @@ def test_which_requests_ask_for_gzip():
     assert accepts_gzip("gzip") and accepts_gzip("gzip, deflate") and accepts_gzip("br , gzip ")
     assert not any(accepts_gzip(v) for v in ("", "identity", "deflate", "gzip;q=1.0", "GZIP", "x-gzip"))
 
+
+def test_the_fast_schema_check_agrees_with_jsonschema():
+    """`openapi.valid` spares admission jsonschema's cost for a valid object; it may never
+    call valid what jsonschema refuses. Checked on pods and on mutations of them: types
+    swapped, fields dropped, unknown fields added."""
+    import copy
+    import random
+
+    from jupyterhub_gpu_reclaim.sim import openapi
+
+    def agree(obj):
+        fast = openapi.valid("v1", "Pod", obj)
+        assert fast == (not any(True for _ in openapi.errors("v1", "Pod", obj))), obj
+        return fast
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+           "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 8888}],
+                                    "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": 1}},
+                                    "livenessProbe": {"httpGet": {"port": "http"}}}],
+                    "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                    "securityContext": {"runAsUser": 1000, "fsGroup": 100}}}
+    assert agree(pod)
+    bad = [("spec", "containers", 0, "ports", 0, "containerPort", True),  # a boolean is no integer
+           ("spec", "containers", 0, "livenessProbe", "httpGet", "port", None),  # IntOrString: not null
+           ("spec", "securityContext", "runAsUser", "1000"),
+           ("spec", "containers", 0, "unknownField", 1),
+           ("metadata", "labels", {"a": ["b"]})]
+    for *path, value in bad:
+        obj = copy.deepcopy(pod)
+        target = obj
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        assert not agree(obj), path
+    rng = random.Random(5)
+    values = [None, 1, 2.0, 2.5, True, "s", [], {}, ["x"], {"a": 1}]
+
+    def paths(v, prefix=()):
+        yield prefix
+        children = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in children:
+            yield from paths(x, prefix + (k,))
+
+    for _ in range(300):
+        obj = copy.deepcopy(pod)
+        *path, last = rng.choice(list(paths(obj))[1:])
+        target = obj
+        for key in path:
+            target = target[key]
+        if isinstance(target, dict) and rng.random() < 0.2:
+            target[f"x{rng.randint(0, 9)}"] = copy.deepcopy(rng.choice(values))
+        elif rng.random() < 0.2:
+            del target[last]
+        else:
+            target[last] = copy.deepcopy(rng.choice(values))
+        agree(obj)

@@ -63,14 +63,16 @@ USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after im
 _ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
 _LIST_CHUNK = 1 << 20  # a list's body is written in pieces of this size
 _KEPT_LISTINGS = 16
+RECOMPRESS_AFTER = 2.0  # seconds: how soon a list fetched gzipped is compressed again after a change
 
 
 @dataclass
 class _Listing:
     """A list's items as of its resource's `revision` (the resourceVersion of its last
-    change), kept for the next list of the same selection: their keys and JSON, and their
-    compressed form once a client has asked for it."""
+    change), kept for the next list of the same selection (`filter`; None for a page):
+    their keys and JSON, and their compressed form once a client has asked for it."""
 
+    filter: Filter | None
     revision: int
     keys: list[Key]
     items: list[bytes]
@@ -112,6 +114,8 @@ class ApiServer:
         self._secure_port: int | None = None
         self._streams: set[WatchStream] = set()
         self._listings: dict[tuple[Any, ...], _Listing] = {}  # see _listing
+        self._recompressing: asyncio.Task[None] | None = None
+        self.recompress_after = RECOMPRESS_AFTER
         self._stopping = asyncio.Event()
         self.app = web.Application(middlewares=[self._middleware], client_max_size=16 * 2**20)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
@@ -148,6 +152,7 @@ class ApiServer:
         self._secure_port = await self._listen(scenario.api_port if self.tls else 0, self._ssl)
         self._port = self._secure_port if self.tls else await self._listen(scenario.api_port, None)
         kubernetes_service.ensure(self.store, self.cluster.create, scenario.api_host, self._secure_port)
+        self._recompressing = asyncio.create_task(self._keep_lists_compressed())
         log.info("API server listening on %s (secure port %s)", self.url, self.secure_url)
 
     async def _listen(self, port: int, ssl_context: Any) -> int:
@@ -163,6 +168,9 @@ class ApiServer:
         self._stopping.set()
         for stream in list(self._streams):
             stream.stop()
+        if self._recompressing is not None:
+            self._recompressing.cancel()
+            self._recompressing = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -355,29 +363,49 @@ class ApiServer:
             if token:
                 meta["continue"] = token
                 meta["remainingItemCount"] = remaining
-            listing = _Listing(0, [_key(t.rtype, o) for o in items], [self.store.encoded(t.rtype, o) for o in items],
-                               compression.ListCompressor())
+            listing = _Listing(None, 0, [_key(t.rtype, o) for o in items],
+                               [self.store.encoded(t.rtype, o) for o in items], compression.ListCompressor())
         else:
-            listing = self._listing(t.rtype, flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
+            listing = self._listing(flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
         head = dumps({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta})[:-1]
         return await self._write_list(request, head + _ITEMS_OPEN, listing)
 
-    def _listing(self, rtype: ResourceType, flt: Filter, selection: tuple[Any, ...]) -> _Listing:
+    def _listing(self, flt: Filter, selection: tuple[Any, ...]) -> _Listing:
         """The items of a whole list, kept until an object of the kind changes, so that
         listing an unchanged collection again costs next to nothing (the store keeps each
         stored version's JSON), and with them what compressed them, which a list after a
         change reuses for the runs of items that did not change."""
-        key = (rtype.plural, *selection)
-        revision = self.store.revisions.get(rtype.plural, 0)
+        key = (flt.rtype.plural, *selection)
+        revision = self.store.revisions.get(flt.rtype.plural, 0)
         kept = self._listings.get(key)
         if kept is not None and kept.revision == revision:
             return kept
         keys, items = self.store.list_encoded(flt)
         if kept is None and len(self._listings) >= _KEPT_LISTINGS:
             self._listings.clear()
-        listing = self._listings[key] = _Listing(revision, keys, items,
+        listing = self._listings[key] = _Listing(flt, revision, keys, items,
                                                  kept.compressor if kept else compression.ListCompressor())
         return listing
+
+    @staticmethod
+    async def _gzipped(listing: _Listing) -> compression.Deflated:
+        if listing.gzipped is None:
+            listing.gzipped = await listing.compressor.items([k[1] for k in listing.keys], listing.items)
+        return listing.gzipped
+
+    async def _keep_lists_compressed(self) -> None:
+        """Compress again, off the request path, the lists clients have fetched gzipped, a
+        moment after their objects changed (at most every `recompress_after` seconds), so
+        that the first list after a change finds all but the latest changes compressed."""
+        while True:
+            await asyncio.sleep(self.recompress_after)
+            for (plural, *selection), kept in list(self._listings.items()):
+                if kept.filter is None or kept.gzipped is None or kept.revision == self.store.revisions.get(plural, 0):
+                    continue
+                try:
+                    await self._gzipped(self._listing(kept.filter, tuple(selection)))
+                except Exception:  # the next list compresses it, and says what failed
+                    log.exception("compressing the list of %s %s", plural, selection)
 
     async def _write_list(self, request: web.Request, head: bytes, listing: _Listing) -> web.StreamResponse:
         """`head` then the listing's items and the list's end, gzipped when the client
@@ -390,9 +418,7 @@ class ApiServer:
         size = len(head) + listing.size
         pieces: Iterator[bytes] | list[bytes]
         if size > compression.THRESHOLD and compression.accepts_gzip(request.headers.get("Accept-Encoding", "")):
-            if listing.gzipped is None:
-                listing.gzipped = await listing.compressor.items([k[1] for k in listing.keys], listing.items)
-            pieces = compression.gzip_pieces(head, listing.gzipped)
+            pieces = compression.gzip_pieces(head, await self._gzipped(listing))
             size = sum(map(len, pieces))
             response.headers["Content-Encoding"] = "gzip"
             response.headers["Vary"] = "Accept-Encoding"

@@ -770,3 +770,35 @@ def test_small_responses_watches_and_other_encodings_are_not_compressed(sim: Sim
         assert "Content-Encoding" not in headers and json.loads(body)["data"] == big["data"], encoding
     headers, body = raw_get(sim, "/api/v1/namespaces/nogzip/configmaps?watch=1&timeoutSeconds=1", "gzip")
     assert "Content-Encoding" not in headers and b'"name":"big"' in body  # watch events go as they are
+
+
+def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.CoreV1Api,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list a client fetched gzipped is compressed again in the background a moment
+    after its objects change, so the first list after the change compresses nothing."""
+    from jupyterhub_gpu_reclaim.sim import compression
+
+    make_namespace(sim, "recompress")
+    for i in range(60):
+        core.create_namespaced_config_map("recompress", {"metadata": {"name": f"c{i:02d}"},
+                                                         "data": {"blob": f"{i}" * 3000}})
+    path = "/api/v1/namespaces/recompress/configmaps"
+    monkeypatch.setattr(sim.server, "recompress_after", 0.1)
+    decoded(*raw_get(sim, path, "gzip"))
+    core.patch_namespaced_config_map("c30", "recompress", {"data": {"blob": "changed"}})
+    compressed: list[bytes] = []
+    original = compression.Deflated.of.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, data: bytes, zdict: bytes | None = None) -> Any:
+        compressed.append(data)
+        return original(cls, data, zdict)
+
+    monkeypatch.setattr(compression.Deflated, "of", classmethod(counted))
+    deadline = time.monotonic() + 10
+    while not any(b"changed" in data for data in compressed) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the background compression took the change
+    assert any(b"changed" in data for data in compressed)
+    compressed.clear()
+    listed = decoded(*raw_get(sim, path, "gzip"))
+    assert [c["data"]["blob"] for c in listed["items"] if c["metadata"]["name"] == "c30"] == ["changed"]
+    assert len(compressed) == 1 and compressed[0].startswith(b'{"kind":"ConfigMapList"')  # the list's head only

@@ -5,7 +5,8 @@ talk to it through an ordinary kubeconfig (server URL + bearer token). It serves
 discovery, CRUD with the apiserver's status codes and `Status` errors, list paging and
 selectors, watches (see `watch.py`), PATCH in the three JSON flavours (see `patch.py`),
 server-side Table printing for `kubectl get` (see `tables.py`), pod logs, binding and
-eviction. Validation, defaulting and admission live in `admission.py`.
+eviction, and gzip of large responses for clients that ask (see `compression.py`).
+Validation, defaulting and admission live in `admission.py`.
 
 Not served: protobuf (clients fall back to JSON), aggregated discovery (clients fall back
 to the legacy discovery documents), OpenAPI v2 and the schemas in OpenAPI v3 (v3 carries

@@ -1,6 +1,10 @@
 # The two commands of the README. Both set up a fresh machine first (scripts/setup.sh).
 VENV ?= .venv
+VENV_JH5 ?= .venv-jh5
 PYTEST_ARGS ?=
+# the hub-facing live tests, run a second time with the z2jh chart's hub image (JupyterHub 5.5)
+JH5_TESTS ?= tests/service tests/web tests/spawner/test_spawner_live.py tests/deploy/test_hub.py \
+	tests/deploy/test_hub_image.py
 
 .PHONY: setup demo test benchmarks
 
@@ -12,6 +16,8 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest --hub-python=$(VENV_JH5)/bin/python -m "integration or jupyterhub" \
+		$(PYTEST_ARGS) $(JH5_TESTS)
 
 benchmarks: setup
 	$(VENV)/bin/python benchmarks/sim_scale.py

@@ -100,8 +100,14 @@ def start_sim(workdir: Path, scenario: Path | None = None, timeout: float = 60.0
 
 
 def start_hub(workdir: Path, config: Path, kubeconfig: str, *, port: int = 8000,
-              env: dict[str, str] | None = None, timeout: float = 90.0) -> Child:
-    """Run `jupyterhub -f config` against the simulated cluster and wait for /hub/health."""
+              env: dict[str, str] | None = None, timeout: float = 90.0,
+              python: str | Path | None = None) -> Child:
+    """Run `jupyterhub -f config` against the simulated cluster and wait for /hub/health.
+
+    `python`: the Python of the environment the hub runs from (its `jupyterhub` beside it;
+    default: this one), e.g. a virtualenv with the z2jh hub image's JupyterHub 5. Services
+    the config starts with `sys.executable` run from there too, as in the hub's image.
+    `info["version"]` is the version the hub's API reports."""
     workdir.mkdir(parents=True, exist_ok=True)
     hub_env = {
         **os.environ,
@@ -111,7 +117,7 @@ def start_hub(workdir: Path, config: Path, kubeconfig: str, *, port: int = 8000,
         "GPU_RECLAIM_PROXY_API_PORT": str(free_port()),
         **(env or {}),
     }
-    jupyterhub = str(Path(sys.executable).with_name("jupyterhub"))
+    jupyterhub = str(Path(python or sys.executable).with_name("jupyterhub"))
     child = _spawn("jupyterhub", [jupyterhub, "-f", str(config)], workdir / "jupyterhub.log", hub_env, workdir)
     url = f"http://127.0.0.1:{port}"
 
@@ -123,5 +129,7 @@ def start_hub(workdir: Path, config: Path, kubeconfig: str, *, port: int = 8000,
             return False
 
     _wait(child, healthy, timeout, "answer on /hub/health")
-    child.info = {"url": url, "hub_api_port": hub_env["GPU_RECLAIM_HUB_API_PORT"]}
+    with urllib.request.urlopen(f"{url}/hub/api/", timeout=10) as r:
+        version = json.load(r)["version"]
+    child.info = {"url": url, "hub_api_port": hub_env["GPU_RECLAIM_HUB_API_PORT"], "version": version}
     return child

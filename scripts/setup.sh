@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian 12 machine needs for the demo and the tests: Debian packages,
-# a virtualenv with the package and its test extras, and configurable-http-proxy.
+# a virtualenv with the package and its test extras, configurable-http-proxy, and a second
+# virtualenv with the z2jh chart's hub image (JupyterHub 5.5) plus the package, from which
+# `make test` runs a JupyterHub 5 for the hub-facing tests.
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
+VENV_JH5=${VENV_JH5:-.venv-jh5}
+HUB_IMAGE_REQUIREMENTS=scripts/z2jh-hub-image-requirements.txt
 # Debian packages the demo and tests use (binaries checked first, installed when missing)
 declare -A APT=([setsid]=util-linux [node]=nodejs [npm]=npm [/usr/bin/chromium]=chromium [/usr/bin/prometheus]=prometheus
              [/usr/sbin/nft]=nftables)  # nft: the simulator's data plane (Services, NetworkPolicy)
@@ -37,5 +41,36 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the package and its test dependencies into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+
+# The chart's hub image: its requirements, then the package installed as
+# examples/hub-image/Dockerfile installs it (constrained to the image's versions: it adds
+# packages and changes none). First a plain `pip install` of the package, dry-run, must not
+# upgrade the image's JupyterHub or KubeSpawner either.
+if [ ! -x "$VENV_JH5/bin/python" ]; then
+  echo "setup: creating $VENV_JH5"
+  "$PYTHON" -m venv "$VENV_JH5"
+fi
+stamp="$VENV_JH5/.setup-stamp"
+want=$(cat setup.cfg pyproject.toml "$HUB_IMAGE_REQUIREMENTS" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the z2jh hub image's requirements (JupyterHub 5.5) and the package into $VENV_JH5"
+  pip=("$VENV_JH5/bin/python" -m pip)
+  "${pip[@]}" install -q --upgrade pip
+  "${pip[@]}" install -q -r "$HUB_IMAGE_REQUIREMENTS"
+  "${pip[@]}" freeze --exclude-editable > "$VENV_JH5/hub-image.txt"
+  report=$(mktemp)
+  "${pip[@]}" install -q --dry-run --report "$report" -e .
+  "$VENV_JH5/bin/python" - "$report" <<'PY'
+import json, sys
+upgraded = sorted(f"{i['metadata']['name']} {i['metadata']['version']}"
+                  for i in json.load(open(sys.argv[1]))["install"]
+                  if i["metadata"]["name"].lower() in {"jupyterhub", "jupyterhub-kubespawner"})
+if upgraded:
+    sys.exit(f"setup: `pip install jupyterhub-gpu-reclaim` would upgrade the hub image's {', '.join(upgraded)}")
+PY
+  rm -f "$report"
+  "${pip[@]}" install -q -c "$VENV_JH5/hub-image.txt" -e .
   echo "$want" > "$stamp"
 fi

@@ -1,9 +1,17 @@
 """Fixtures that start the real things: the simulated cluster, JupyterHub with
-configurable-http-proxy and the unmodified KubeSpawner, and single-user servers."""
+configurable-http-proxy and the unmodified KubeSpawner, and single-user servers.
+
+The tests' hubs run from this Python's environment (JupyterHub 6), or from the one
+`--hub-python` names: `make test` runs the hub-facing tests again with `.venv-jh5`, the
+z2jh chart's hub image (JupyterHub 5.5). A test that makes sense on one major only is
+marked `@pytest.mark.jupyterhub(MAJOR, reason=...)`."""
 
 from __future__ import annotations
 
 import secrets
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,10 +20,45 @@ from jupyterhub_gpu_reclaim.launch import EXAMPLES, REPO, free_port, start_hub, 
 
 from .hubapi import HubAPI
 
+HUB_PYTHON = sys.executable
+HUB_VERSION = ""  # the hub environment's JupyterHub (pytest_configure)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--hub-python", default=None, metavar="PYTHON",
+                     help="the Python of the environment the tests' JupyterHub runs from (default: "
+                          "this one); make test runs the hub-facing tests again with "
+                          ".venv-jh5/bin/python (the z2jh chart's hub image, JupyterHub 5.5)")
+
+
+def pytest_configure(config):
+    global HUB_PYTHON, HUB_VERSION
+    config.addinivalue_line("markers", "jupyterhub(major, reason): the test makes sense only on "
+                                       "this JupyterHub major (of the hub the tests start)")
+    # absolute, not resolved: a virtualenv's python is a link out of it
+    HUB_PYTHON = str(Path(config.getoption("--hub-python") or sys.executable).absolute())
+    HUB_VERSION = subprocess.run([HUB_PYTHON, "-c", "import jupyterhub; print(jupyterhub.__version__)"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+
+
+def pytest_report_header(config):
+    return f"tests' JupyterHub: {HUB_VERSION} ({HUB_PYTHON})"
+
+
+def hub_major() -> int:
+    return int(HUB_VERSION.split(".")[0])
+
 
 def pytest_collection_modifyitems(items):
     # the slow integration tests last, so a quick failure shows first
     items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("jupyterhub")
+    if marker and marker.args[0] != hub_major():
+        pytest.skip(f"JupyterHub {marker.args[0]} only ({marker.kwargs['reason']}); "
+                    f"this run's hub is JupyterHub {HUB_VERSION}")
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +78,7 @@ def sim(tmp_path_factory):
 def start_test_hub(workdir, config, sim, env=None):
     """A real JupyterHub on the cluster with `config`, and a token for the tests' service."""
     token = secrets.token_hex(16)
-    child = start_hub(workdir, config, sim.info["kubeconfig"],
+    child = start_hub(workdir, config, sim.info["kubeconfig"], python=HUB_PYTHON,
                       port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token,
                                              "GPU_RECLAIM_REPO": str(REPO),
                                              "GPU_RECLAIM_DEMO_PASSWORD": "test-password",

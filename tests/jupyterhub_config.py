@@ -8,7 +8,7 @@ c = get_config()  # noqa: F821
 # product's tests add GPUReclaimSpawner, the service and its pages on top of this file.
 c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
 c.JupyterHub.template_paths = []
-c.JupyterHub.extra_user_scopes = set()
+c.JupyterHub.pop("extra_user_scopes", None)  # the demo's, on JupyterHub 6 (on 5: in load_roles)
 c.JupyterHub.custom_scopes = {}
 c.JupyterHub.services = [{"name": "tests", "api_token": os.environ["GPU_RECLAIM_TEST_TOKEN"]}]
 c.JupyterHub.load_roles = [{

@@ -79,6 +79,7 @@ c.KubeSpawner.profile_list = [
 # --- jupyterhub-gpu-reclaim: the spawner, the reclaim service and its pages ------------
 import sys  # noqa: E402
 
+from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes  # noqa: E402
 from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES  # noqa: E402
 
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
@@ -110,5 +111,6 @@ c.JupyterHub.load_roles = [{
     "users": sorted(c.Authenticator.admin_users),
     "scopes": ["custom:gpu-reclaim:admin"],
 }]
-c.JupyterHub.extra_user_scopes = {"access:services!service=gpu-reclaim"}  # users may open its pages
+# users may open its pages (JupyterHub 6: extra_user_scopes; 5: the "user" role)
+grant_user_scopes(c, ["access:services!service=gpu-reclaim"])
 c.JupyterHub.template_paths = [HUB_TEMPLATES]  # the reclaim state and banner on the hub's pages

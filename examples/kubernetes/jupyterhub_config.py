@@ -8,6 +8,8 @@
 import os
 import sys
 
+from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes
+
 c = get_config()  # noqa: F821 (provided by JupyterHub)
 
 SERVICE_PORT = 10101
@@ -39,9 +41,8 @@ c.JupyterHub.load_roles = [{
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
                "read:users:groups", "tokens"],
 }]
-# users may open the service's pages (JupyterHub 6; on 5, override the "user" role:
-# {"name": "user", "scopes": ["self", "access:services!service=gpu-reclaim"]})
-c.JupyterHub.extra_user_scopes = ["access:services!service=gpu-reclaim"]
+# users may open the service's pages (JupyterHub 6: extra_user_scopes; 5: the "user" role)
+grant_user_scopes(c, ["access:services!service=gpu-reclaim"])
 
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
 c.GPUReclaimSpawner.image_locality = "auto"

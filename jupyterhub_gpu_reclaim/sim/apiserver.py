@@ -5,7 +5,8 @@ talk to it through an ordinary kubeconfig (server URL + bearer token). It serves
 discovery, CRUD with the apiserver's status codes and `Status` errors, list paging and
 selectors, watches (see `watch.py`), PATCH in the three JSON flavours (see `patch.py`),
 server-side Table printing for `kubectl get` (see `tables.py`), pod logs, binding and
-eviction. Validation, defaulting and admission live in `admission.py`.
+eviction, and gzip of large responses for clients that ask (see `compression.py`).
+Validation, defaulting and admission live in `admission.py`.
 
 Not served: protobuf (clients fall back to JSON), aggregated discovery (clients fall back
 to the legacy discovery documents), OpenAPI v2 and the schemas in OpenAPI v3 (v3 carries
@@ -24,17 +25,17 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 import yaml
 from aiohttp import web
 
-from . import (admission, authn, certificates, errors, kubernetes_service, openapi, patch, protobuf, rbac,
-               serviceaccounts, tables)
+from . import (admission, authn, certificates, compression, errors, kubernetes_service, openapi, patch, protobuf,
+               rbac, serviceaccounts, tables)
 from .errors import ApiError
 from .resources import ALL, BY_KIND, ResourceType, lookup
 from .selectors import selector_string
-from .store import Filter, Obj
+from .store import Filter, Key, Obj
 from .timestamps import rfc3339
 from .watch import WatchStream, dumps
 
@@ -61,7 +62,28 @@ class Target:
 Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after impersonation
 _ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
-_LIST_CHUNK = 1 << 20
+_LIST_CHUNK = 1 << 20  # a list's body is written in pieces of this size
+_KEPT_LISTINGS = 16
+RECOMPRESS_AFTER = 2.0  # seconds: how soon a list fetched gzipped is compressed again after a change
+
+
+@dataclass
+class _Listing:
+    """A list's items as of its resource's `revision` (the resourceVersion of its last
+    change), kept for the next list of the same selection (`filter`; None for a page):
+    their keys and JSON, and their compressed form once a client has asked for it."""
+
+    filter: Filter | None
+    revision: int
+    keys: list[Key]
+    items: list[bytes]
+    compressor: compression.ListCompressor
+    gzipped: compression.Deflated | None = None
+
+    @property
+    def size(self) -> int:
+        """The length of the comma-joined items and the list's closing `]}`."""
+        return sum(map(len, self.items)) + max(len(self.items) - 1, 0) + len(_ITEMS_CLOSE)
 
 
 class ApiServer:
@@ -92,7 +114,9 @@ class ApiServer:
         self._port: int | None = None  # the kubeconfig's port
         self._secure_port: int | None = None
         self._streams: set[WatchStream] = set()
-        self._lists: dict[tuple[Any, ...], tuple[int, bytes]] = {}  # see _joined_items
+        self._listings: dict[tuple[Any, ...], _Listing] = {}  # see _listing
+        self._recompressing: asyncio.Task[None] | None = None
+        self.recompress_after = RECOMPRESS_AFTER
         self._stopping = asyncio.Event()
         self.app = web.Application(middlewares=[self._middleware], client_max_size=16 * 2**20)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
@@ -129,6 +153,7 @@ class ApiServer:
         self._secure_port = await self._listen(scenario.api_port if self.tls else 0, self._ssl)
         self._port = self._secure_port if self.tls else await self._listen(scenario.api_port, None)
         kubernetes_service.ensure(self.store, self.cluster.create, scenario.api_host, self._secure_port)
+        self._recompressing = asyncio.create_task(self._keep_lists_compressed())
         log.info("API server listening on %s (secure port %s)", self.url, self.secure_url)
 
     async def _listen(self, port: int, ssl_context: Any) -> int:
@@ -144,6 +169,9 @@ class ApiServer:
         self._stopping.set()
         for stream in list(self._streams):
             stream.stop()
+        if self._recompressing is not None:
+            self._recompressing.cancel()
+            self._recompressing = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -160,6 +188,8 @@ class ApiServer:
             request[USER] = self._authenticate(request)
             response = await handler(request)
             status = response.status
+            if isinstance(response, web.Response) and response.content_type == "application/json":
+                _compress(request, response)
             return response
         except ApiError as e:
             status = e.code
@@ -336,39 +366,75 @@ class ApiServer:
             if token:
                 meta["continue"] = token
                 meta["remainingItemCount"] = remaining
-            joined = b",".join(self.store.encoded(t.rtype, o) for o in items)
+            listing = _Listing(None, 0, [_key(t.rtype, o) for o in items],
+                               [self.store.encoded(t.rtype, o) for o in items], compression.ListCompressor())
         else:
-            joined = self._joined_items(t.rtype, flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
+            listing = self._listing(flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
         head = dumps({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta})[:-1]
-        # written in pieces: a 5,000-pod list is not copied into one more buffer
+        return await self._write_list(request, head + _ITEMS_OPEN, listing)
+
+    def _listing(self, flt: Filter, selection: tuple[Any, ...]) -> _Listing:
+        """The items of a whole list, kept until an object of the kind changes, so that
+        listing an unchanged collection again costs next to nothing (the store keeps each
+        stored version's JSON), and with them what compressed them, which a list after a
+        change reuses for the runs of items that did not change."""
+        key = (flt.rtype.plural, *selection)
+        revision = self.store.revisions.get(flt.rtype.plural, 0)
+        kept = self._listings.get(key)
+        if kept is not None and kept.revision == revision:
+            return kept
+        keys, items = self.store.list_encoded(flt)
+        if kept is None and len(self._listings) >= _KEPT_LISTINGS:
+            self._listings.clear()
+        listing = self._listings[key] = _Listing(flt, revision, keys, items,
+                                                 kept.compressor if kept else compression.ListCompressor())
+        return listing
+
+    @staticmethod
+    async def _gzipped(listing: _Listing) -> compression.Deflated:
+        if listing.gzipped is None:
+            listing.gzipped = await listing.compressor.items([k[1] for k in listing.keys], listing.items)
+        return listing.gzipped
+
+    async def _keep_lists_compressed(self) -> None:
+        """Compress again, off the request path, the lists clients have fetched gzipped, a
+        moment after their objects changed (at most every `recompress_after` seconds), so
+        that the first list after a change finds all but the latest changes compressed."""
+        while True:
+            await asyncio.sleep(self.recompress_after)
+            for (plural, *selection), kept in list(self._listings.items()):
+                if kept.filter is None or kept.gzipped is None or kept.revision == self.store.revisions.get(plural, 0):
+                    continue
+                try:
+                    await self._gzipped(self._listing(kept.filter, tuple(selection)))
+                except Exception:  # the next list compresses it, and says what failed
+                    log.exception("compressing the list of %s %s", plural, selection)
+
+    async def _write_list(self, request: web.Request, head: bytes, listing: _Listing) -> web.StreamResponse:
+        """`head` then the listing's items and the list's end, gzipped when the client
+        asks for it and the body is larger than the apiserver's threshold (see
+        `compression`). The body is written in pieces, not copied into one more buffer,
+        each waiting for the client to take it, so that the socket (and TLS) buffers
+        stay small."""
         response = web.StreamResponse(headers={"Content-Type": "application/json",
                                                "Cache-Control": "no-cache, private"})
-        response.content_length = len(head) + len(joined) + len(_ITEMS_OPEN) + len(_ITEMS_CLOSE)
+        size = len(head) + listing.size
+        pieces: Iterator[bytes] | list[bytes]
+        if size > compression.THRESHOLD and compression.accepts_gzip(request.headers.get("Accept-Encoding", "")):
+            pieces = compression.gzip_pieces(head, await self._gzipped(listing))
+            size = sum(map(len, pieces))
+            response.headers["Content-Encoding"] = "gzip"
+            response.headers["Vary"] = "Accept-Encoding"
+        else:
+            pieces = _plain_pieces(head, listing.items)
+        response.content_length = size
         await response.prepare(request)
-        await response.write(head + _ITEMS_OPEN)
-        view = memoryview(joined)
-        for start in range(0, len(view), _LIST_CHUNK):  # each waits for the client to take it: the
-            await response.write(view[start:start + _LIST_CHUNK])  # socket (and TLS) buffers stay small
-        await response.write(_ITEMS_CLOSE)
+        for piece in pieces:
+            view = memoryview(piece)
+            for start in range(0, len(view), _LIST_CHUNK):
+                await response.write(view[start:start + _LIST_CHUNK])
         await response.write_eof()
         return response
-
-    def _joined_items(self, rtype: ResourceType, flt: Filter, selection: tuple[Any, ...]) -> bytes:
-        """The JSON of a whole list's items, comma-joined. The store keeps each stored
-        version's JSON, and the join itself is kept until an object of the kind changes,
-        so listing an unchanged collection again costs next to nothing."""
-        key = (rtype.plural, *selection)
-        revision = self.store.revisions.get(rtype.plural, 0)
-        hit = self._lists.pop(key, None)
-        if hit is not None and hit[0] == revision:
-            self._lists[key] = hit
-            return hit[1]
-        del hit  # the outdated join goes before the new one is made
-        joined = b",".join(self.store.list_encoded(flt)[0])
-        if len(self._lists) >= 16:
-            self._lists.clear()
-        self._lists[key] = (revision, joined)
-        return joined
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         q = request.query
@@ -908,6 +974,28 @@ def _json(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web
     for w in warnings or []:
         response.headers.add("Warning", f'299 - "{w.replace(chr(34), chr(39))}"')
     return response
+
+
+def _plain_pieces(head: bytes, items: list[bytes]) -> Iterator[bytes]:
+    """`head`, the comma-joined items and the list's end, in pieces of about `_LIST_CHUNK`."""
+    yield head
+    start = size = 0
+    for i, item in enumerate(items):
+        size += len(item) + 1
+        if size >= _LIST_CHUNK or i == len(items) - 1:
+            yield b",".join([b"", *items[start:i + 1]] if start else items[start:i + 1])
+            start, size = i + 1, 0
+    yield _ITEMS_CLOSE
+
+
+def _compress(request: web.Request, response: web.Response) -> None:
+    """Gzip a JSON body larger than the apiserver's threshold when the client asks for it."""
+    body = response.body
+    if (isinstance(body, bytes) and len(body) > compression.THRESHOLD
+            and compression.accepts_gzip(request.headers.get("Accept-Encoding", ""))):
+        response.body = compression.gzip(body)
+        response.headers["Content-Encoding"] = "gzip"
+        response.headers["Vary"] = "Accept-Encoding"
 
 
 def _status_response(err: ApiError) -> web.Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources as importlib_resources
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jsonschema
 import kubernetes_validate
@@ -109,6 +109,109 @@ def errors(api_version: str, kind: str, obj: Any) -> Iterator[jsonschema.Validat
     if v is None:
         return iter(())
     return v.iter_errors(obj)
+
+
+def valid(api_version: str, kind: str, obj: Any) -> bool:
+    """Whether `errors` would find nothing, in a tenth of its time: True only where the
+    validator finds no error; False where it would, or where the check cannot tell (a
+    keyword it does not know), and then `errors` says what is wrong."""
+    return _kind_check(api_version, kind)(obj)
+
+
+# --- the fast check --------------------------------------------------------------------
+#
+# jsonschema resolves every `$ref` and builds a validator per subschema on every call:
+# ~2 ms for a KubeSpawner pod, most of an API create. The schemas use a few keywords
+# (type, properties, additionalProperties, items, required, enum, oneOf, $ref; format is an
+# annotation there), which compile to closures once per schema node.
+
+Check = Callable[[Any], bool]
+_ANNOTATIONS = frozenset({"description", "format", "$schema", "$id", "default", "title"})
+_NUMBER = (int, float)
+
+
+@functools.lru_cache(maxsize=64)
+def _kind_check(api_version: str, kind: str) -> Check:
+    schema = root(api_version, kind)
+    return _compile(schema, {}) if schema is not None else (lambda obj: True)
+
+
+def _type_check(names: tuple[str, ...]) -> Check:
+    """jsonschema's draft 2020-12 type checker, for one `type` keyword."""
+    simple = tuple(t for n, t in (("string", str), ("object", dict), ("array", list), ("boolean", bool))
+                   if n in names)
+    null, number, integer = "null" in names, "number" in names, "integer" in names
+
+    def check(v: Any) -> bool:
+        if v is None:
+            return null
+        if isinstance(v, simple):
+            return True
+        if isinstance(v, bool):  # not a number
+            return False
+        if number and isinstance(v, _NUMBER):
+            return True
+        return integer and (isinstance(v, int) or isinstance(v, float) and v.is_integer())
+
+    return check
+
+
+def _compile(node: Any, memo: dict[int, Check]) -> Check:
+    if node is True or node == {}:
+        return lambda v: True
+    if not isinstance(node, dict):
+        return lambda v: False
+    compiled = memo.get(id(node))
+    if compiled is not None:
+        return compiled
+    cell: list[Check] = []
+    memo[id(node)] = lambda v: cell[0](v)  # a recursive $ref finds this while compiling
+    checks: list[Check] = []
+    for keyword, value in node.items():
+        if keyword in _ANNOTATIONS or keyword.startswith("x-") or keyword in ("properties", "additionalProperties"):
+            continue
+        if keyword == "$ref":
+            target = definitions().get(value.rsplit("/", 1)[-1])
+            checks.append(_compile(target, memo) if target is not None else (lambda v: False))
+        elif keyword == "type":
+            checks.append(_type_check((value,) if isinstance(value, str) else tuple(value)))
+        elif keyword == "enum" and all(isinstance(e, str) for e in value):
+            allowed = frozenset(value)
+            checks.append(lambda v, allowed=allowed: isinstance(v, str) and v in allowed)
+        elif keyword == "required":
+            needed = tuple(value)
+            checks.append(lambda v, needed=needed: not isinstance(v, dict) or all(k in v for k in needed))
+        elif keyword == "items":
+            item = _compile(value, memo)
+            checks.append(lambda v, item=item: not isinstance(v, list) or all(item(x) for x in v))
+        elif keyword == "oneOf":
+            options = [_compile(o, memo) for o in value]
+            checks.append(lambda v, options=options: sum(1 for o in options if o(v)) == 1)
+        else:  # a keyword not compiled here: leave the verdict to jsonschema
+            checks.append(lambda v: False)
+    if "properties" in node or "additionalProperties" in node:
+        checks.append(_object_check(node, memo))
+    check = checks[0] if len(checks) == 1 else (lambda v: all(c(v) for c in checks))
+    cell.append(check)
+    memo[id(node)] = check
+    return check
+
+
+def _object_check(node: Schema, memo: dict[int, Check]) -> Check:
+    props = {k: _compile(s, memo) for k, s in (node.get("properties") or {}).items()}
+    extra = node.get("additionalProperties", True)
+    other = None if extra is False else _compile(extra, memo)
+
+    def check(v: Any) -> bool:
+        if not isinstance(v, dict):
+            return True
+        for key, value in v.items():
+            c = props.get(key, other)
+            if c is None or not c(value):
+                return False
+        return True
+
+    return check
 
 
 # --- the /openapi/v3 documents ---------------------------------------------------------

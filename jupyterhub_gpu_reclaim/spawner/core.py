@@ -14,6 +14,7 @@ from prometheus_client import Counter, Histogram
 from traitlets import Enum, Float, Int, List, Unicode, default
 
 from ..durations import parse_duration
+from ..hubcompat import user_options_from_query
 from ..images import normalize
 from . import affinity, keepalive, messages
 from .informer import Informer
@@ -175,6 +176,10 @@ class GPUReclaimSpawner(KubeSpawner):
         if until is not None:
             options[keepalive.OPTION] = keepalive.iso(until)
         return options
+
+    def options_from_query(self, query_data: dict) -> dict:
+        # a spawn link's `opt-` options, on JupyterHub 5 as on 6
+        return super().options_from_query(user_options_from_query(query_data))
 
     async def load_user_options(self) -> None:
         await super().load_user_options()

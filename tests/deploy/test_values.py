@@ -126,9 +126,20 @@ def test_variant_changes_only_what_it_says(variant, expect):
 
 def test_jupyterhub5_user_role_override():
     c = render(BASE, HELM_VALUES / "jupyterhub5-user-role.yaml")
-    assert "extra_user_scopes" not in c.JupyterHub
+    assert c.JupyterHub.extra_user_scopes == []
     (user,) = [r for r in c.JupyterHub.load_roles if r["name"] == "user"]
     assert user["scopes"] == ["self", "access:services!service=gpu-reclaim"]
+
+
+@pytest.mark.parametrize("path", [BASE, *VARIANTS], ids=lambda p: p.name)
+def test_no_null_reaches_the_hubs_traitlets(path):
+    """Helm deletes a key set to null only where the chart's defaults have it; under
+    hub.config the null stays and reaches the trait as None (JupyterHub 6.1 exited on the
+    old jupyterhub5-user-role.yaml's `extra_user_scopes: null`)."""
+    config = (load(path).get("hub") or {}).get("config") or {}
+    nulls = [f"hub.config.{name}.{key}" for name, section in config.items()
+             for key, value in (section or {}).items() if value is None]
+    assert not nulls
 
 
 def test_extra_config_forwards_the_kubernetes_environment(monkeypatch):

@@ -274,6 +274,8 @@ async def _none_left(api: HubAPI, user: str) -> bool:
     return await listed_probe_tokens(api, user) == []
 
 
+@pytest.mark.jupyterhub(6, reason="JupyterHub 5 checks a service's group filter on `tokens` "
+                                   "against the service itself, so it mints for no one")
 async def test_a_group_filter_on_tokens_limits_whose_servers_are_probed(hub, scene):
     """`tokens!group=gpu-users` mints for the group's members (bob) only; others are not
     probed (their sessions are held like those of a role without `tokens`)."""
@@ -285,6 +287,24 @@ async def test_a_group_filter_on_tokens_limits_whose_servers_are_probed(hub, sce
             with pytest.raises(NoProbeCredential) as err:
                 await ks.probe("mallory", "", "/user/mallory/")
         assert "HTTP 403" in err.value.message
+    finally:
+        await tokens.close()
+    assert await listed_probe_tokens(api, "bob") == []
+
+
+@pytest.mark.jupyterhub(5, reason="JupyterHub 6 mints for the group's members (the test above)")
+async def test_on_jupyterhub5_a_group_filter_on_tokens_mints_for_no_one(hub, scene):
+    """What docs/security.md says of JupyterHub 5: its token handler applies the filter of
+    `tokens!group=gpu-users` to the requesting service rather than to the user (fixed in 6),
+    so even bob, in the group, gets no probe token; every session is held as without `tokens`."""
+    api = scene
+    tokens = ProbeTokens(api.api, GROUP_MINTER_TOKEN)
+    try:
+        async with KernelSignal(api.url, tokens) as ks:
+            for user in ("bob", "mallory"):
+                with pytest.raises(NoProbeCredential) as err:
+                    await ks.probe(user, "", f"/user/{user}/")
+                assert "HTTP 403" in err.value.message
     finally:
         await tokens.close()
     assert await listed_probe_tokens(api, "bob") == []

@@ -9,6 +9,7 @@ subprocesses can talk to it from ordinary tests.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ipaddress
 import json
 import subprocess
@@ -679,3 +680,125 @@ def test_tls_requires_the_token_and_kubectl_sends_it(tmp_path: Path) -> None:
         assert [n.metadata.name for n in tls.core().list_node().items] == ["node-1"]
     finally:
         tls.close()
+
+
+# --- response compression ------------------------------------------------------------------
+
+def raw_get(sim: Sim, path: str, accept_encoding: str | None) -> tuple[Any, bytes]:
+    """GET `path` as the bytes on the wire (urllib decodes nothing), and the headers."""
+    req = urllib.request.Request(sim.url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    if accept_encoding is not None:
+        req.add_header("Accept-Encoding", accept_encoding)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.headers, resp.read()
+
+
+def decoded(headers: Any, body: bytes) -> Any:
+    assert headers["Content-Encoding"] == "gzip" and headers["Vary"] == "Accept-Encoding"
+    return json.loads(gzip.decompress(body))
+
+
+def test_large_responses_are_gzipped_for_clients_that_ask(sim: Sim, core: k8s.CoreV1Api) -> None:
+    """The apiserver's APIResponseCompression: a body over 128 KiB is gzipped when the
+    request's Accept-Encoding has a `gzip` token; kubectl, client-go and aiohttp ask, the
+    official client does not. Every client decodes the same list the plain response holds,
+    also after objects changed, came and went (the simulator keeps runs of a list
+    compressed between lists)."""
+    make_namespace(sim, "gzip")
+    note = "x" * 3000  # ~60 pods of ~3.5 KB: a list of about 200 KiB
+    for i in range(60):
+        core.create_namespaced_pod("gzip", pod_manifest(f"p{i:02d}", labels={"app": "gz", "i": str(i)}) | {
+            "metadata": {"name": f"p{i:02d}", "labels": {"app": "gz"}, "annotations": {"note": f"{i}{note}"}}})
+    path = "/api/v1/namespaces/gzip/pods"
+
+    def same_list_everywhere() -> None:
+        headers, plain = raw_get(sim, path, None)  # urllib sends `Accept-Encoding: identity`
+        assert "Content-Encoding" not in headers and len(plain) > 128 * 1024
+        expected = json.loads(plain)
+        for encoding in ("gzip", "gzip, deflate", "br, gzip"):
+            assert decoded(*raw_get(sim, path, encoding)) == expected, encoding
+        # kubectl asks for gzip (Go's transport does) and decodes it; the transport then drops
+        # Content-Encoding from what -v=8 shows, and leaves the Vary that only a gzipped answer has
+        proc = sim.kubectl("get", "--raw", path, "-v=8")
+        assert json.loads(proc.stdout) == expected
+        assert "Vary: Accept-Encoding" in proc.stderr
+        # a page (kubectl get -o json lists with limit=500) is compressed as well
+        proc = sim.kubectl("get", "pods", "-n", "gzip", "-o", "json", "-v=8")
+        assert [p["metadata"]["name"] for p in json.loads(proc.stdout)["items"]] == \
+            [p["metadata"]["name"] for p in expected["items"]]
+        assert "Vary: Accept-Encoding" in proc.stderr
+        # the official client sends no gzip token: a plain body; given one, urllib3 decodes it
+        response = core.list_namespaced_pod("gzip", _preload_content=False)
+        assert "Content-Encoding" not in response.headers and json.loads(response.data) == expected
+        response = core.list_namespaced_pod("gzip", _preload_content=False, _headers={"Accept-Encoding": "gzip"})
+        assert response.headers["Content-Encoding"] == "gzip" and json.loads(response.data) == expected
+        # kubernetes_asyncio (KubeSpawner's client): aiohttp asks for gzip and decodes it
+        assert asyncio.run(asyncio_list()) == ("gzip", expected)
+
+    async def asyncio_list() -> tuple[str, Any]:
+        from kubernetes_asyncio import client as aclient
+        from kubernetes_asyncio import config as aconfig
+
+        async with await aconfig.new_client_from_config(config_file=str(sim.kubeconfig)) as api_client:
+            response = await aclient.CoreV1Api(api_client).list_namespaced_pod("gzip", _preload_content=False)
+            return response.headers["Content-Encoding"], json.loads(await response.read())
+
+    same_list_everywhere()
+    core.patch_namespaced_pod("p07", "gzip", {"metadata": {"labels": {"changed": "yes"}}})
+    core.delete_namespaced_pod("p31", "gzip", grace_period_seconds=0)
+    core.create_namespaced_pod("gzip", {**pod_manifest("p31a"), "metadata": {"name": "p31a",
+                                                                            "annotations": {"note": note}}})
+    same_list_everywhere()
+    assert decoded(*raw_get(sim, "/api/v1/pods?labelSelector=app%3Dgz", "gzip"))["items"] == \
+        json.loads(raw_get(sim, "/api/v1/pods?labelSelector=app%3Dgz", None)[1])["items"]
+
+
+def test_small_responses_watches_and_other_encodings_are_not_compressed(sim: Sim, core: k8s.CoreV1Api) -> None:
+    make_namespace(sim, "nogzip")
+    core.create_namespaced_pod("nogzip", pod_manifest("small"))
+    for path in ("/api/v1/namespaces/nogzip/pods", "/api/v1/namespaces/nogzip/pods/small", "/api/v1"):
+        headers, body = raw_get(sim, path, "gzip")
+        assert "Content-Encoding" not in headers and json.loads(body), path
+    big = {"metadata": {"name": "big"}, "data": {"blob": "y" * 200_000}}
+    core.create_namespaced_config_map("nogzip", big)
+    path = "/api/v1/namespaces/nogzip/configmaps/big"
+    assert decoded(*raw_get(sim, path, "gzip"))["data"] == big["data"]  # one large object is compressed too
+    assert json.loads(sim.kubectl("get", "configmap", "big", "-n", "nogzip", "-o", "json").stdout)["data"] == \
+        big["data"]
+    for encoding in ("deflate", "identity", "gzip;q=1.0", "GZIP"):  # the apiserver matches the bare token only
+        headers, body = raw_get(sim, path, encoding)
+        assert "Content-Encoding" not in headers and json.loads(body)["data"] == big["data"], encoding
+    headers, body = raw_get(sim, "/api/v1/namespaces/nogzip/configmaps?watch=1&timeoutSeconds=1", "gzip")
+    assert "Content-Encoding" not in headers and b'"name":"big"' in body  # watch events go as they are
+
+
+def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.CoreV1Api,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list a client fetched gzipped is compressed again in the background a moment
+    after its objects change, so the first list after the change compresses nothing."""
+    from jupyterhub_gpu_reclaim.sim import compression
+
+    make_namespace(sim, "recompress")
+    for i in range(60):
+        core.create_namespaced_config_map("recompress", {"metadata": {"name": f"c{i:02d}"},
+                                                         "data": {"blob": f"{i}" * 3000}})
+    path = "/api/v1/namespaces/recompress/configmaps"
+    monkeypatch.setattr(sim.server, "recompress_after", 0.1)
+    decoded(*raw_get(sim, path, "gzip"))
+    core.patch_namespaced_config_map("c30", "recompress", {"data": {"blob": "changed"}})
+    compressed: list[bytes] = []
+    original = compression.Deflated.of.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, data: bytes, zdict: bytes | None = None) -> Any:
+        compressed.append(data)
+        return original(cls, data, zdict)
+
+    monkeypatch.setattr(compression.Deflated, "of", classmethod(counted))
+    deadline = time.monotonic() + 10
+    while not any(b"changed" in data for data in compressed) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the background compression took the change
+    assert any(b"changed" in data for data in compressed)
+    compressed.clear()
+    listed = decoded(*raw_get(sim, path, "gzip"))
+    assert [c["data"]["blob"] for c in listed["items"] if c["metadata"]["name"] == "c30"] == ["changed"]
+    assert len(compressed) == 1 and compressed[0].startswith(b'{"kind":"ConfigMapList"')  # the list's head only

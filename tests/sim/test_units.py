@@ -156,3 +156,128 @@ def test_events_expire_after_their_ttl():
     # a repeat of the expired event is a new event, not a bump of the gone one
     again = events.record(pod, "Pulling", 'Pulling image "x"', component="kubelet")
     assert again["count"] == 1
+
+
+def test_crc32_of_concatenated_pieces():
+    import random
+    import zlib
+
+    from jupyterhub_gpu_reclaim.sim.compression import crc32_combine, crc32_shift
+
+    rng = random.Random(1)
+    for a, b in [(b"", b""), (b"abc", b""), (b"", b"xyz"), (rng.randbytes(70_001), rng.randbytes(123_457))]:
+        assert crc32_combine(zlib.crc32(a), zlib.crc32(b), crc32_shift(len(b))) == zlib.crc32(a + b)
+
+
+async def test_a_list_after_a_change_recompresses_only_the_runs_that_hold_it(monkeypatch):
+    """A list's items stay compressed in runs between lists: after one object changed,
+    its run and the next (whose dictionary it is) are compressed again, nothing else; and
+    whatever changed, the gzip stream decodes to the plain list."""
+    import gzip
+    import json
+    import random
+
+    from jupyterhub_gpu_reclaim.sim import compression
+
+    head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":['
+    compressed = []  # the runs of items compressed
+    original = compression.Deflated.of.__func__
+
+    def counted(cls, data, zdict=None):
+        if data != head:
+            compressed.append(data)
+        return original(cls, data, zdict)
+
+    monkeypatch.setattr(compression.Deflated, "of", classmethod(counted))
+    rng = random.Random(2)
+    names = [f"pod-{i}" for i in range(2000)]
+    items = [json.dumps({"metadata": {"name": n, "uid": rng.randbytes(8).hex()}, "spec": {"x": "y" * 50}}).encode()
+             for n in names]
+    lists = compression.ListCompressor()
+
+    async def check() -> None:
+        body = b"".join(compression.gzip_pieces(head, await lists.items(names, items)))
+        assert gzip.decompress(body) == head + b",".join(items) + b"]}"
+
+    await check()
+    runs = len(compressed)
+    assert 2000 / 64 < runs < 2000 / 16  # ~32 items a run
+    compressed.clear()
+    await check()
+    assert compressed == []  # nothing changed: nothing compressed
+    items[1000] = items[1000].replace(b'"y', b'"z')
+    await check()
+    assert 1 <= len(compressed) <= 2 and any(items[1000] in data for data in compressed)
+    compressed.clear()
+    del names[500], items[500]
+    names.insert(1500, "new"), items.insert(1500, b'{"metadata":{"name":"new"}}')
+    names.append("last"), items.append(b'{"metadata":{"name":"last"}}')
+    await check()
+    assert 3 <= len(compressed) <= 6
+    names.clear(), items.clear()
+    await check()
+
+
+def test_which_requests_ask_for_gzip():
+    from jupyterhub_gpu_reclaim.sim.compression import accepts_gzip
+
+    # as the apiserver's ContentEncodingSupported: a comma-separated token exactly "gzip"
+    assert accepts_gzip("gzip") and accepts_gzip("gzip, deflate") and accepts_gzip("br , gzip ")
+    assert not any(accepts_gzip(v) for v in ("", "identity", "deflate", "gzip;q=1.0", "GZIP", "x-gzip"))
+
+
+def test_the_fast_schema_check_agrees_with_jsonschema():
+    """`openapi.valid` spares admission jsonschema's cost for a valid object; it may never
+    call valid what jsonschema refuses. Checked on pods and on mutations of them: types
+    swapped, fields dropped, unknown fields added."""
+    import copy
+    import random
+
+    from jupyterhub_gpu_reclaim.sim import openapi
+
+    def agree(obj):
+        fast = openapi.valid("v1", "Pod", obj)
+        assert fast == (not any(True for _ in openapi.errors("v1", "Pod", obj))), obj
+        return fast
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"a": "b"}},
+           "spec": {"containers": [{"name": "c", "image": "i", "ports": [{"containerPort": 8888}],
+                                    "resources": {"limits": {"cpu": "1", "nvidia.com/gpu": 1}},
+                                    "livenessProbe": {"httpGet": {"port": "http"}}}],
+                    "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                    "securityContext": {"runAsUser": 1000, "fsGroup": 100}}}
+    assert agree(pod)
+    bad = [("spec", "containers", 0, "ports", 0, "containerPort", True),  # a boolean is no integer
+           ("spec", "containers", 0, "livenessProbe", "httpGet", "port", None),  # IntOrString: not null
+           ("spec", "securityContext", "runAsUser", "1000"),
+           ("spec", "containers", 0, "unknownField", 1),
+           ("metadata", "labels", {"a": ["b"]})]
+    for *path, value in bad:
+        obj = copy.deepcopy(pod)
+        target = obj
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+        assert not agree(obj), path
+    rng = random.Random(5)
+    values = [None, 1, 2.0, 2.5, True, "s", [], {}, ["x"], {"a": 1}]
+
+    def paths(v, prefix=()):
+        yield prefix
+        children = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in children:
+            yield from paths(x, prefix + (k,))
+
+    for _ in range(300):
+        obj = copy.deepcopy(pod)
+        *path, last = rng.choice(list(paths(obj))[1:])
+        target = obj
+        for key in path:
+            target = target[key]
+        if isinstance(target, dict) and rng.random() < 0.2:
+            target[f"x{rng.randint(0, 9)}"] = copy.deepcopy(rng.choice(values))
+        elif rng.random() < 0.2:
+            del target[last]
+        else:
+            target[last] = copy.deepcopy(rng.choice(values))
+        agree(obj)

@@ -163,9 +163,10 @@ async def _assert_kept_for(sim, api, user: str, duration: dt.timedelta, since: d
 
 
 async def test_keepalive_from_a_spawn_link(hub, sim, api):
-    """A link that starts a server straight away (JupyterHub 6: options as `opt-` query
-    arguments, e.g. in a course page): a bad keep-alive shows the form with the reason and
-    starts nothing; a good one reaches the pod like the form's."""
+    """A link that starts a server straight away (options as `opt-` query arguments, e.g. in
+    a course page; on JupyterHub 5 too, which passes the query as it is to the spawner): a bad
+    keep-alive shows the form with the reason and starts nothing; a good one reaches the pod
+    like the form's."""
     await api.ensure_user("grace")
     session = await _login(hub, "grace")
     try:
@@ -216,7 +217,7 @@ async def test_absurd_keepalive_values_are_refused_and_start_nothing(hub, sim, a
                 text = await r.text()
             assert r.status == 400 and message in text and "Keep this session until" in text, (form, text[-2000:])
             assert await api.server(user) is None
-            # the same values in a spawn link (JupyterHub 6: opt- query options)
+            # the same values in a spawn link (opt- query options)
             query = urlencode({"opt-profile": "cpu", **{f"opt-{k}": v for k, v in form.items()}})
             async with session.get(f"{hub.info['url']}/hub/spawn/{user}?{query}") as r:
                 text = await r.text()

@@ -7,6 +7,7 @@
 import json
 import os
 
+from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes
 from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES
 
 load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "service", "jupyterhub_config_service.py"))  # noqa: F821
@@ -15,7 +16,7 @@ c = get_config()  # noqa: F821
 service = next(s for s in c.JupyterHub.services if s["name"] == "gpu-reclaim")
 service["oauth_no_confirm"] = True
 service["oauth_client_allowed_scopes"] = ["custom:gpu-reclaim:admin"]
-c.JupyterHub.extra_user_scopes = {"access:services!service=gpu-reclaim"}
+grant_user_scopes(c, ["access:services!service=gpu-reclaim"])  # JupyterHub 5 and 6
 c.JupyterHub.custom_scopes = {
     "custom:gpu-reclaim:admin": {"description": "See and act on every GPU session on the GPU reclaim admin page"},
 }

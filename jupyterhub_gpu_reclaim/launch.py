@@ -21,6 +21,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
+# third-party data beside the clone (the z2jh chart, sample traces): never in the repository
+SHARED = REPO.parent / "shared"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -11,6 +11,9 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 VENV_JH5=${VENV_JH5:-.venv-jh5}
 HUB_IMAGE_REQUIREMENTS=scripts/z2jh-hub-image-requirements.txt
+# what the hub image has besides that file (built from C sources there; wheels here): the
+# chart's jupyterhub_config.py makes the hub use curl, and hub.db.type postgres needs psycopg2
+HUB_IMAGE_C_PACKAGES=("pycurl>=7.45" "psycopg2-binary>=2.9")
 # Debian packages the demo and tests use (binaries checked first, installed when missing)
 declare -A APT=([setsid]=util-linux [node]=nodejs [npm]=npm [/usr/bin/chromium]=chromium [/usr/bin/prometheus]=prometheus
              [/usr/sbin/nft]=nftables)  # nft: the simulator's data plane (Services, NetworkPolicy)
@@ -53,12 +56,12 @@ if [ ! -x "$VENV_JH5/bin/python" ]; then
   "$PYTHON" -m venv "$VENV_JH5"
 fi
 stamp="$VENV_JH5/.setup-stamp"
-want=$(cat setup.cfg pyproject.toml "$HUB_IMAGE_REQUIREMENTS" | sha256sum | cut -d' ' -f1)
+want=$(cat setup.cfg pyproject.toml "$HUB_IMAGE_REQUIREMENTS" <(echo "${HUB_IMAGE_C_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the z2jh hub image's requirements (JupyterHub 5.5) and the package into $VENV_JH5"
   pip=("$VENV_JH5/bin/python" -m pip)
   "${pip[@]}" install -q --upgrade pip
-  "${pip[@]}" install -q -r "$HUB_IMAGE_REQUIREMENTS"
+  "${pip[@]}" install -q -r "$HUB_IMAGE_REQUIREMENTS" "${HUB_IMAGE_C_PACKAGES[@]}"
   "${pip[@]}" freeze --exclude-editable > "$VENV_JH5/hub-image.txt"
   report=$(mktemp)
   "${pip[@]}" install -q --dry-run --report "$report" -e .

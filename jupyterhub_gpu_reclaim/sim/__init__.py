@@ -1,4 +1,5 @@
 """A simulated Kubernetes cluster with GPUs that real Kubernetes clients accept.
 
-Self-contained: it imports nothing from the rest of jupyterhub_gpu_reclaim.
+Test and demo infrastructure: the product never imports it (it uses a few of the
+product's Kubernetes helpers, `kube` and `images`, and `launch`).
 """

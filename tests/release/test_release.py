@@ -1,70 +1,90 @@
 """The z2jh release on the simulated cluster, RBAC and NetworkPolicies enforced: the real
 chart rendered with helm-values/gpu-reclaim.yaml (and each variant), applied with
 helm-values/rbac.yaml; the hub's pod runs the chart's own jupyterhub_config.py on the
-rendered values, the proxy's configurable-http-proxy (jupyterhub_gpu_reclaim.z2jh_release).
+rendered values, the proxy's configurable-http-proxy (jupyterhub_gpu_reclaim.sim.z2jh).
 
 The base release runs the whole story through proxy-public, as a user and the admin see
-it: alice logs in (and into the service's pages, through the proxy to the hub's port
-10101), starts a GPU server from the spawn page, the service warns her and reclaims the
-never-used GPU; every Kubernetes call of the hub's ServiceAccount (the spawner, the
-service) is one the chart's Role and rbac.yaml allow. Each variant is installed afresh and
-must load in the hub and run the service with the settings it says. And the checks bite:
-without `patch` in rbac.yaml's Role, or without gpu-reclaim.yaml's 10101 ingress rule,
-the same checks fail."""
+it (`gpu_story`): the service's pages answer (the proxy reaches the hub pod's port 10101),
+alice logs in (and into the service's pages), starts a GPU server from the spawn page, the
+spawner annotates her pod, the service warns her and reclaims the never-used GPU; every
+Kubernetes call of the hub's ServiceAccount (the spawner, the service) is one the chart's
+Role and rbac.yaml allow. Each variant is installed afresh and must load in the hub and run
+the service with the settings it says, and no others. And the checks bite: without `patch`
+in rbac.yaml's Role, or without gpu-reclaim.yaml's 10101 ingress rule, the same story
+fails, where it should.
+
+On JupyterHub 5 (make test's --hub-python pass) the base release adds
+helm-values/jupyterhub5-user-role.yaml, as docs/install-z2jh.md tells its admins to."""
 
 from __future__ import annotations
 
 import ast
-import asyncio
-import copy
+import base64
 import html
 import json
 import re
-import time
+import secrets
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import yaml
 
-from jupyterhub_gpu_reclaim import z2jh_release
-from jupyterhub_gpu_reclaim.config import GpuReclaim
-from jupyterhub_gpu_reclaim.z2jh_release import BASE, HELM_VALUES, NAMESPACE
+from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
+from jupyterhub_gpu_reclaim.sim import z2jh
+from jupyterhub_gpu_reclaim.sim.z2jh import BASE, CHART, HELM_VALUES, NAMESPACE
+from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
+from .. import conftest
+from ..conftest import hub_major
+from ..deploy.test_values import SERVICE_SCOPES, VARIANTS
 from ..hubapi import HubAPI
-from ..service.common import until
+from ..service.common import metric, parse_metrics, until
 from ..web.common import PREFIX, Client
-from .conftest import ADMINS, PASSWORD, POSTGRES_BIN, POSTGRES_IMAGE, new_secret, sim_values
+from .conftest import ADMINS, PASSWORD, POSTGRES_BIN, POSTGRES_IMAGE, sim_values
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-VARIANTS = sorted(p.name for p in HELM_VALUES.glob("*.yaml") if p not in (BASE, z2jh_release.RBAC))
 HUB_SA = f"system:serviceaccount:{NAMESPACE}:hub"
+USER_ROLE = "jupyterhub5-user-role.yaml"
+ACCESS = "access:services!service=gpu-reclaim"
 # the base release's story in seconds instead of hours
 TIMINGS = {"cull-every": 2, "never-used-warn-after": "12s", "never-used-reclaim-after": "24s",
            "idle-warn-after": "12s", "idle-reclaim-after": "24s", "warning-lead": "8s"}
+# who else may use the admin page: gpu-reclaim.yaml's role lists them beside the hub's admins
+RECLAIM_ADMINS = ["carol"]
 
 
 # --- installing -------------------------------------------------------------------------------
 
 
 def install(sim, *variants: str, extra: dict | None = None, objects: list[dict] | None = None,
-            rbac: list[dict] | None = None) -> z2jh_release.Release:
+            rbac: list[dict] | None = None) -> z2jh.Release:
     """A fresh release in namespace jhub: gpu-reclaim.yaml, `variants`, the place's values
-    (and `extra`), with `objects` (e.g. a database) applied first."""
+    (and `extra`), with `objects` (e.g. a database) applied first. The simulator's log
+    from here on is the release's (`forbidden`)."""
     kubeconfig = sim.info["kubeconfig"]
-    z2jh_release.kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true",
-                         "--timeout=120s", timeout=130)
-    z2jh_release.kubectl(kubeconfig, "create", "namespace", NAMESPACE)
+    z2jh.kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true",
+                 "--timeout=120s", timeout=130)
+    z2jh.kubectl(kubeconfig, "create", "namespace", NAMESPACE)
+    sim.info["release_log_from"] = sim.log_path.stat().st_size
     if objects:
-        z2jh_release.apply(kubeconfig, objects, "-n", NAMESPACE)
-    values = z2jh_release.merge_values_files(sim_values(), extra or {})
-    docs = z2jh_release.render(BASE, *(HELM_VALUES / v for v in variants), extra=values)
-    return z2jh_release.install(kubeconfig, docs, with_rbac=rbac)
+        z2jh.apply(kubeconfig, objects, "-n", NAMESPACE)
+    values = z2jh.merge_values_files(sim_values(), extra or {})
+    docs = z2jh.render(BASE, *(HELM_VALUES / v for v in variants), extra=values)
+    return z2jh.install(kubeconfig, docs, with_rbac=rbac)
 
 
-def settings(release: z2jh_release.Release) -> dict:
+def forbidden(sim, user: str = HUB_SA) -> list[str]:
+    """The requests of `user` that the API server refused since the release was installed
+    (the simulator logs each 403)."""
+    with open(sim.log_path, errors="replace") as f:
+        f.seek(sim.info["release_log_from"])
+        return [line for line in f.read().splitlines() if "forbidden:" in line and line.endswith(f" by {user}")]
+
+
+def settings(release: z2jh.Release) -> dict:
     """The service's settings, as it logs them when it starts (in the hub container's log)."""
     log = release.hub_log()
     start = log.rfind("jupyterhub-gpu-reclaim settings")
@@ -80,25 +100,39 @@ def settings(release: z2jh_release.Release) -> dict:
     return out
 
 
-def metrics(release: z2jh_release.Release) -> str:
-    with urllib.request.urlopen(f"{release.url}{PREFIX}metrics", timeout=10) as r:
-        return r.read().decode()
+def _status(url: str, token: str | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
 
 
-async def first_cycle(release: z2jh_release.Release) -> str:
+def _metrics(release: z2jh.Release) -> dict:
+    status, text = _status(f"{release.url}{PREFIX}metrics")
+    return parse_metrics(text) if status == 200 else {}
+
+
+async def first_cycle(release: z2jh.Release) -> dict:
+    """The service's metrics once it has run a successful cycle."""
     def ok():
-        try:
-            text = metrics(release)
-        except (urllib.error.URLError, OSError):
-            return None
-        return text if 'jupyterhub_gpu_reclaim_cycles_total{result="ok"}' in text else None
-    return await until(ok, 60, f"a successful cycle of the service; hub log:\n{release.hub_log()[-3000:]}")
+        values = _metrics(release)
+        return values if metric(values, "jupyterhub_gpu_reclaim_cycles_total", result="ok") else None
+    return await until(ok, 60, "a successful cycle of the service", interval=1)
 
 
-def forbidden(sim, user: str = HUB_SA) -> list[str]:
-    """The requests of `user` that the API server refused (the simulator logs each 403)."""
-    return [line for line in sim.log_path.read_text(errors="replace").splitlines()
-            if "forbidden:" in line and line.endswith(f" by {user}")]
+async def the_service_answers(release: z2jh.Release) -> None:
+    """The service's /metrics through proxy-public, once the service serves it in the hub
+    pod and the hub has routed it (before, the hub answers 404): 200, or what the proxy
+    answered instead."""
+    def routed():
+        status, body = _status(f"{release.url}{PREFIX}metrics")
+        return None if status == 404 or "serving /metrics on" not in release.hub_log() else (status, body)
+    status, body = await until(routed, 60, "the service serving, and routed by the hub", interval=1)
+    # the text of the proxy's or the hub's error page
+    text = " ".join(re.sub(r"<[^>]*>", " ", re.sub(r"(?s)<(script|style)\b.*?</\1>", " ", body)).split())
+    assert status == 200, f"the service's {PREFIX}metrics through proxy-public answered {status}: {text[:300]}"
 
 
 # --- as a user ----------------------------------------------------------------------------------
@@ -108,10 +142,14 @@ class User(Client):
     """A browser's requests through proxy-public: the hub's login form and spawn page, the
     service's pages (OAuth), and a token of the user's own for the hub's API."""
 
+    async def page(self, path: str) -> str:
+        async with self.session.get(f"{self.url}/hub/{path}") as r:
+            assert r.status == 200, (path, r.status)
+            return await r.text()
+
     async def spawn(self, profile: str) -> None:
-        async with self.session.get(f"{self.url}/hub/spawn") as r:
-            page = await r.text()
-            assert r.status == 200 and f'value="{profile}"' in page, page[-2000:]
+        page = await self.page("spawn")
+        assert f'value="{profile}"' in page, page[-2000:]
         action = html.unescape(re.search(r'id="spawn_form"\s+action="([^"]+)"', page).group(1))  # with its _xsrf
         async with self.session.post(f"{self.url}{action}", data={"profile": profile}) as r:
             assert r.status == 200, await r.text()
@@ -123,74 +161,68 @@ class User(Client):
             assert r.status == 201, await r.text()
             return (await r.json())["token"]
 
+    async def scopes(self, name: str) -> set[str]:
+        """The scopes of a token of the user's own (what the hub grants the user)."""
+        api = HubAPI(self.url, await self.token(name))
+        try:
+            return set((await api.request("GET", "/user"))["scopes"])
+        finally:
+            await api.close()
 
-async def logged_in(release, name: str) -> User:
+
+async def logged_in(release, name: str, *, to_service: bool = True) -> User:
     user = User(release.url)
-    await user.log_in(name, PASSWORD)
+    try:
+        await (user.log_in(name, PASSWORD) if to_service else user.log_in_to_hub(name, PASSWORD))
+    except BaseException:
+        await user.close()
+        raise
     return user
 
 
-# --- the base release: the whole story ----------------------------------------------------------
+# --- the story ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def base(cluster):
-    release = install(cluster, extra={"custom": {"gpuReclaim": {"options": TIMINGS}}})
-    yield release
-
-
-async def test_the_hub_runs_the_charts_config_on_the_rendered_values(cluster, base):
-    log = base.hub_log()
-    # the chart's jupyterhub_config.py read the rendered Secret and ran gpu-reclaim.yaml's extraConfig
-    assert "Loading /usr/local/etc/jupyterhub/secret/values.yaml" in log
-    assert "Loading extra config: gpu-reclaim" in log
-    assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in log
-    version = (await asyncio.to_thread(_get_json, f"{base.url}/hub/api/"))["version"]
-    python = cluster.info["python"]
-    import subprocess
-    assert version == subprocess.run([str(python), "-c", "import jupyterhub; print(jupyterhub.__version__)"],
-                                     capture_output=True, text=True, check=True).stdout.strip()
-    # the service reaches the hub's API in its own pod, as the chart's idle culler does
-    await first_cycle(base)
-    got = settings(base)
-    assert got["url"] == "http://localhost:8081/hub/api"
-    assert got["dcgm_exporter_urls"] == [z2jh_release.DCGM_URL] and got["cull_every"] == 2
-
-
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.load(r)
-
-
-async def test_a_never_used_gpu_is_warned_then_reclaimed(cluster, base):
-    """alice, through proxy-public: the login form, the service's pages (the proxy reaches
-    the hub pod's 10101 under the NetworkPolicy), the spawn page's 1-GPU profile; the
-    service warns and reclaims through the hub; the spawner annotated her pod (patch,
-    rbac.yaml) and placed it by image locality (the ClusterRole); nothing was refused."""
-    await first_cycle(base)
-    alice = await logged_in(base, "alice")
+async def gpu_story(sim, release: z2jh.Release) -> None:
+    """alice's GPU session on `release`, through proxy-public; an AssertionError names the
+    first step that fails. The service's pages answer (the proxy reaches the hub pod's
+    10101 under the NetworkPolicy); alice logs in, into the service's pages too; the hub's
+    pages carry the reclaim panel; she starts the spawn page's 1-GPU profile; the spawner
+    annotates her pod (`patch`, rbac.yaml) and places it by image locality (the
+    ClusterRole); the service warns her, then reclaims the never-used GPU through the hub;
+    nothing the hub's ServiceAccount asked was refused."""
+    await the_service_answers(release)
+    alice = await logged_in(release, "alice")
     try:
         status, page, _ = await alice.call("GET", "")
         assert status == 200 and "alice" in page
+        assert 'id="gpu-reclaim-panel"' in await alice.page("home")  # the hub's templates (template_paths)
+        spawn_page = await alice.page("spawn")
+        assert 'value="gpu-1"' in spawn_page and 'value="gpu-2"' in spawn_page
         await alice.spawn("gpu-1")
-        api = HubAPI(base.url, await alice.token("alice"))
+        api = HubAPI(release.url, await alice.token("alice"))
         try:
             server = await api.wait_ready("alice", timeout=120)
-            pod = json.loads(base.kubectl("get", "pod", "jupyter-alice", "-o", "json"))
+            pod = json.loads(release.kubectl("get", "pod", "jupyter-alice", "-o", "json"))
             assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
             assert pod["spec"]["nodeName"].startswith("gpu-")
-            timings = json.loads(pod["metadata"]["annotations"]["jupyterhub-gpu-reclaim/spawn-timings"])
-            assert timings, pod["metadata"]["annotations"]
-            # her own view of the session: warned, with the rule and when it will be reclaimed
+            annotations = pod["metadata"].get("annotations") or {}
+            assert TIMINGS_ANNOTATION in annotations, (
+                f"jupyter-alice has no {TIMINGS_ANNOTATION} annotation; the hub: "
+                + _record(release.hub_log(), "could not annotate"))
+            assert json.loads(annotations[TIMINGS_ANNOTATION])
+
             async def warned():
                 _, body = await alice.json("GET", "api/sessions")
                 return next((s for s in body.get("sessions", []) if s["state"] == "warned"), None)
             session = await until(warned, 60, "alice's session warned")
             assert session["rule"] == "gpu-never-used" and session["reclaim_at"]
+            _, banner, _ = await alice.call("GET", "embed/banner")
+            assert "banner warned" in banner
             # reclaimed through the hub: her server and pod are gone, the reclaim is hers to see
             await until(lambda: _gone(api), 60, "alice's server reclaimed")
-            await until(lambda: not base.kubectl("get", "pods", "-l", "hub.jupyter.org/username=alice",
-                                                 "-o", "name").strip(), 60, "alice's pod deleted")
+            await until(lambda: not release.kubectl("get", "pods", "-l", "hub.jupyter.org/username=alice",
+                                                    "-o", "name").strip(), 60, "alice's pod deleted")
             _, body = await alice.json("GET", "api/sessions")
             assert [r["session"] for r in body["reclaims"]] == ["alice/"]
             assert server["started"]
@@ -198,25 +230,112 @@ async def test_a_never_used_gpu_is_warned_then_reclaimed(cluster, base):
             await api.close()
     finally:
         await alice.close()
-    text = metrics(base)
-    assert 'jupyterhub_gpu_reclaim_reclaims_total{reason="gpu-never-used"} 1.0' in text, text
-    assert not forbidden(cluster), forbidden(cluster)
-    log = base.hub_log()
+    values = _metrics(release)
+    assert metric(values, "jupyterhub_gpu_reclaim_reclaims_total", rule="gpu-never-used", outcome="stopped") == 1
+    assert not forbidden(sim), forbidden(sim)
+    log = release.hub_log()
     assert "image locality off" not in log and "could not annotate" not in log
+
+
+def _record(log: str, needle: str) -> str:
+    """The log record with `needle`, its continuation lines joined, without HTTP headers."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines) if needle in line), None)
+    if start is None:
+        return ""
+    record = [lines[start]]
+    for line in lines[start + 1:]:
+        if line.startswith("["):
+            break
+        if not line.strip().startswith("HTTP response headers"):
+            record.append(line.strip())
+    return " ".join(record)
 
 
 async def _gone(api: HubAPI) -> bool:
     return await api.server("alice") is None
 
 
-async def test_the_admin_sees_the_reclaim_on_the_admin_page(base):
-    admin = await logged_in(base, ADMINS[0])
+# --- the base release ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(cluster):
+    variants = [USER_ROLE] if hub_major() == 5 else []
+    return install(cluster, *variants, extra={
+        "custom": {"gpuReclaim": {"options": TIMINGS}},
+        "hub": {"loadRoles": {"gpu-reclaim-admins": {"users": RECLAIM_ADMINS}}}})
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def base_settings(base) -> dict:
+    await first_cycle(base)
+    return settings(base)
+
+
+async def test_the_hub_runs_the_charts_config_on_the_rendered_values(cluster, base, base_settings):
+    log = base.hub_log()
+    # the chart's jupyterhub_config.py read the rendered Secret and ran gpu-reclaim.yaml's extraConfig
+    assert "Loading /usr/local/etc/jupyterhub/secret/values.yaml" in log
+    assert "Loading extra config: gpu-reclaim" in log
+    assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in log
+    assert _status(f"{base.url}/hub/api/")[1] and json.loads(_status(f"{base.url}/hub/api/")[1])["version"] \
+        == conftest.HUB_VERSION
+    got = base_settings
+    # the service reaches the hub's API in its own pod, as the chart's idle culler does
+    assert got["url"] == "http://localhost:8081/hub/api"
+    assert got["bind_url"] == "http://0.0.0.0:10101"
+    assert got["store_url"] == "sqlite:////srv/jupyterhub/gpu_reclaim.sqlite"  # on the hub's PVC
+    assert got["dcgm_exporter_urls"] == [z2jh.DCGM_URL] and got["cull_every"] == 2 and not got["dry_run"]
+    # jupyterhub-idle-culler's options keep the chart's cull.* defaults (cull-every: TIMINGS)
+    cull = yaml.safe_load((CHART / "values.yaml").read_text())["cull"]
+    for option in IDLE_CULLER_OPTIONS:
+        key = re.sub(r"_(\w)", lambda m: m.group(1).upper(), option)
+        if key in cull and option != "cull_every":
+            assert got[option] == cull[key], option
+
+
+async def test_the_services_token_has_the_documented_scopes(base):
+    """The chart generated the service's token (the hub Secret); the hub gives it the
+    gpu-reclaim role's scopes, and none that would let it act as an admin."""
+    secret = json.loads(base.kubectl("get", "secret", "hub", "-o", "json"))
+    token = base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()
+    status, body = _status(f"{base.url}/hub/api/user", token)
+    me = json.loads(body)
+    assert status == 200 and me["kind"] == "service" and me["name"] == "gpu-reclaim"
+    scopes = set(me["scopes"])
+    assert SERVICE_SCOPES <= scopes
+    assert not {"admin:users", "admin:servers", "servers", "users", "access:servers"} & scopes
+
+
+async def test_a_never_used_gpu_is_warned_then_reclaimed(cluster, base, base_settings):
+    await gpu_story(cluster, base)
+
+
+async def test_the_admins_see_the_reclaim_on_the_admin_page(base, base_settings):
+    """The hub's admins and the role's other members hold the admin scope (the hub's admin
+    flag alone gives nothing); alice does not. Only gpu-reclaim runs: no idle culler."""
+    for name in [*ADMINS, *RECLAIM_ADMINS]:
+        admin = await logged_in(base, name)
+        try:
+            assert "custom:gpu-reclaim:admin" in await admin.scopes(name)
+            status, body = await admin.json("GET", "api/admin/history?since=1h")
+            assert status == 200, body
+            assert any(r.get("session") == "alice/" for r in body.get("items", body.get("reclaims", []))), body
+            if name in ADMINS:
+                api = HubAPI(base.url, await admin.token(name))
+                try:
+                    assert list(await api.request("GET", "/services")) == ["gpu-reclaim"]
+                finally:
+                    await api.close()
+        finally:
+            await admin.close()
+    alice = await logged_in(base, "alice")
     try:
-        status, body = await admin.json("GET", "api/admin/history?since=1h")
-        assert status == 200, body
-        assert any(r.get("session") == "alice/" for r in body.get("items", body.get("reclaims", []))), body
+        status, _ = await alice.json("GET", "api/admin/history?since=1h")
+        assert status == 403
     finally:
-        await admin.close()
+        await alice.close()
 
 
 # --- every variant -------------------------------------------------------------------------------
@@ -238,6 +357,20 @@ def _expected(options: dict) -> dict:
         name = key.replace("-", "_")
         out[name] = getattr(defaults if value is None else app, name)
     return {k: (v.total_seconds() if hasattr(v, "total_seconds") else v) for k, v in out.items()}
+
+
+# what docs/install-z2jh.md says each variant does (the place's values keep dcgm-exporter)
+SAYS = {
+    "dry-run.yaml": {"dry_run": True, "admin_recipients": ["admin"]},
+    "dcgm-direct.yaml": {"prometheus_url": "", "dcgm_exporter_urls": [z2jh.DCGM_URL]},
+    "pressure-only.yaml": {"pressure_only": True, "dry_run": False},
+    "princeton-like.yaml": {"never_used_reclaim_after": 7200, "idle_reclaim_after": 7200, "idle_warn_after": 3600,
+                            "warning_lead": 3600, "gpu_idle_threshold": 1},
+    "yale-like.yaml": {"never_used_warn_after": 1800, "never_used_reclaim_after": 3600,
+                       "idle_warn_after": 3600, "idle_reclaim_after": 7200},
+    "postgresql.yaml": {"store_url": "postgresql+psycopg2://jupyterhub@postgres.jhub.svc:5432/gpu_reclaim"},
+    USER_ROLE: {},
+}
 
 
 def postgres(password: str) -> list[dict]:
@@ -266,88 +399,117 @@ exec postgres -D $PGDATA -c listen_addresses='*' -k /tmp"""
     ]
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-async def test_each_variant_loads_in_the_hub_and_runs_the_service_as_it_says(cluster, variant):
+async def test_every_variant_is_tested():
+    assert set(SAYS) == {p.name for p in VARIANTS}
+
+
+def _hub_side(variant: str) -> bool:
+    """Whether the variant changes the hub's values (hub.*), not only the service's options."""
+    return "hub" in (yaml.safe_load((HELM_VALUES / variant).read_text()) or {})
+
+
+@pytest.mark.parametrize("variant", sorted(SAYS))
+async def test_each_variant_loads_in_the_hub_and_runs_the_service_as_it_says(cluster, base_settings, variant):
+    """gpu-reclaim.yaml and the variant alone: the hub loads them, the service runs with
+    the variant's settings and otherwise the base release's (which adds TIMINGS), and
+    users reach the service's pages where the hub grants them access: JupyterHub 6 by
+    gpu-reclaim.yaml's extra_user_scopes, JupyterHub 5 by the user role override only.
+
+    A variant of the service's options alone runs on JupyterHub 6 only: the options reach
+    the service the same way on both (a command line), and each install costs half a
+    minute of hub and service start. One that changes the hub's values runs on both."""
+    if hub_major() == 5 and not _hub_side(variant):
+        pytest.skip("the service's options reach it as on JupyterHub 6, where this variant runs")
+    if hub_major() == 5 and variant == USER_ROLE:
+        pytest.skip("the JupyterHub 5 base release includes it (the story and the admin page)")
     extra, objects = None, None
     if variant == "postgresql.yaml":
         if not POSTGRES_BIN.is_dir():
             pytest.fail(f"{POSTGRES_BIN} is missing: scripts/setup.sh installs Debian's postgresql")
-        password = new_secret()
+        password = secrets.token_hex(12)
         extra, objects = {"hub": {"db": {"password": password}}}, postgres(password)
     release = install(cluster, variant, extra=extra, objects=objects)
-    text = await first_cycle(release)
+    values = await first_cycle(release)
     got = settings(release)
-    for name, value in _expected(_variant_options(variant)).items():
+    options = _variant_options(variant)
+    for name, value in {**_expected(options), **SAYS[variant]}.items():
         assert got[name] == value, (variant, name, got[name])
-    assert ("jupyterhub_gpu_reclaim_dry_run 1.0" in text) == got["dry_run"]
+    changed = {name for name in got if got[name] != base_settings[name]}
+    assert changed <= {k.replace("-", "_") for k in [*options, *TIMINGS]}, changed
+    assert metric(values, "jupyterhub_gpu_reclaim_dry_run") == float(got["dry_run"])
     log = release.hub_log()
+    access = hub_major() >= 6 or variant == USER_ROLE
+    alice = await logged_in(release, "alice", to_service=False)
+    try:
+        token = await alice.token("alice")
+    finally:
+        await alice.close()
+    me = json.loads(_status(f"{release.url}/hub/api/user", token)[1])
+    scopes = {s for s in me["scopes"] if s.startswith("access:services")}
+    assert scopes == ({ACCESS} if access else set()), me["scopes"]
+    assert _status(f"{release.url}{PREFIX}", token)[0] == (200 if access else 403)
+    if not access:  # what docs/install-z2jh.md says of JupyterHub 5 without the user role
+        assert "Config option `extra_user_scopes` not recognized by `JupyterHub`" in log
     if variant == "postgresql.yaml":
-        # the hub's database and the service's records in the server, its password passed on
-        assert "postgresql://jupyterhub@postgres.jhub.svc:5432/jupyterhub" in log
+        # the hub's users and the service's records are in the server, its password passed on
+        assert _postgres(release, password, "jupyterhub", "SELECT name FROM users WHERE name = 'alice'") == \
+            [("alice",)]
+        assert _postgres(release, password, "gpu_reclaim", "SELECT count(*) FROM schema_version") == [(1,)]
         assert password not in log
-    if variant == "jupyterhub5-user-role.yaml":
-        # users reach the service's pages by the "user" role
-        alice = await logged_in(release, "alice")  # log_in opens the service's page (OAuth)
-        try:
-            api = HubAPI(release.url, await alice.token("alice"))
-            me = await api.request("GET", "/user")
-            await api.close()
-            assert "access:services!service=gpu-reclaim" in me["scopes"]
-        finally:
-            await alice.close()
     assert not forbidden(cluster), forbidden(cluster)
+
+
+def _postgres(release: z2jh.Release, password: str, database: str, query: str) -> list[tuple]:
+    """`query`'s rows in the release's PostgreSQL server (at its Service's cluster IP)."""
+    import psycopg2
+
+    host = release.kubectl("get", "service", "postgres", "-o", "jsonpath={.spec.clusterIP}")
+    connection = psycopg2.connect(host=host, user="jupyterhub", password=password, dbname=database,
+                                  connect_timeout=10)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(query)
+            return cursor.fetchall()
+    finally:
+        connection.close()
 
 
 # --- the checks bite --------------------------------------------------------------------------
 
 
 def _without_patch() -> list[dict]:
-    objects = copy.deepcopy(z2jh_release.rbac())
-    role = z2jh_release.find(objects, "Role", "jupyterhub-gpu-reclaim")
-    role["rules"] = [r for r in role["rules"] if "patch" not in r["verbs"]] or [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]
+    """rbac.yaml without `patch` on pods."""
+    objects = z2jh.rbac()
+    for doc in objects:
+        for rule in doc.get("rules", []):
+            if "pods" in rule["resources"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+        if "rules" in doc:
+            doc["rules"] = [r for r in doc["rules"] if r["verbs"]]
     return objects
 
 
-async def test_without_patch_in_rbac_yaml_the_spawn_timings_are_refused(cluster):
-    release = install(cluster, rbac=_without_patch())
-    alice = await logged_in(release, "alice")
-    try:
-        await alice.spawn("cpu")
-        api = HubAPI(release.url, await alice.token("alice"))
-        try:
-            await api.wait_ready("alice", timeout=120)
-            pod = json.loads(release.kubectl("get", "pod", "jupyter-alice", "-o", "json"))
-            assert "jupyterhub-gpu-reclaim/spawn-timings" not in pod["metadata"].get("annotations", {})
-            refused = await until(lambda: forbidden(cluster), 30, "the refused patch in the simulator's log")
-            assert any("PATCH /api/v1/namespaces/jhub/pods/jupyter-alice" in line for line in refused), refused
-            assert "could not annotate jupyter-alice" in release.hub_log()
-            await api.stop("alice")
-        finally:
-            await api.close()
-    finally:
-        await alice.close()
+async def test_without_patch_in_rbac_yaml_the_story_fails_at_the_annotation(cluster):
+    release = install(cluster, *([USER_ROLE] if hub_major() == 5 else []), rbac=_without_patch(),
+                      extra={"custom": {"gpuReclaim": {"options": TIMINGS}}})
+    with pytest.raises(AssertionError) as failure:
+        await gpu_story(cluster, release)
+    message = str(failure.value)
+    print(f"the story failed as it should: {message}")
+    assert f"jupyter-alice has no {TIMINGS_ANNOTATION} annotation" in message
+    assert "cannot patch resource" in message, message
+    assert any("PATCH /api/v1/namespaces/jhub/pods/jupyter-alice" in line for line in forbidden(cluster))
 
 
-async def test_without_the_10101_rule_the_proxy_cannot_reach_the_service(cluster):
+async def test_without_the_10101_rule_the_story_fails_at_the_service(cluster):
     values = yaml.safe_load(BASE.read_text())
-    rules = values["hub"]["networkPolicy"]["ingress"]
-    assert [r["ports"] for r in rules] == [[{"port": 10101}]]
-    release = install(cluster, extra={"hub": {"networkPolicy": {"ingress": []}}})
-    # the hub works; its service's pages do not: the proxy's connection to hub:10101 is refused
-    assert _status(f"{release.url}/hub/login") == 200
-    assert _status(f"{release.url}{PREFIX}metrics") in (502, 503)
-    alice = User(release.url)
-    try:
-        with pytest.raises(AssertionError):
-            await alice.log_in("alice", PASSWORD)
-    finally:
-        await alice.close()
-
-
-def _status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
+    assert [r["ports"] for r in values["hub"]["networkPolicy"]["ingress"]] == [[{"port": 10101}]]
+    release = install(cluster, *([USER_ROLE] if hub_major() == 5 else []),
+                      extra={"hub": {"networkPolicy": {"ingress": []}}})
+    # the hub works; the service runs in its pod, but the proxy's connections to hub:10101 are refused
+    assert _status(f"{release.url}/hub/login")[0] == 200
+    with pytest.raises(AssertionError) as failure:
+        await gpu_story(cluster, release)
+    message = str(failure.value)
+    print(f"the story failed as it should: {message}")
+    assert re.search(rf"the service's {PREFIX}metrics through proxy-public answered 50[23]", message), message

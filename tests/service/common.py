@@ -95,7 +95,10 @@ def start_service_hub(workdir: Path, sim, webhook: Webhook | None = None, *, dry
 def metrics(hub) -> dict[tuple[str, tuple], float]:
     """The service's /metrics, read through the hub's proxy: {(name, labels): value}."""
     with urllib.request.urlopen(f"{hub.info['url']}/services/gpu-reclaim/metrics", timeout=10) as r:
-        text = r.read().decode()
+        return parse_metrics(r.read().decode())
+
+
+def parse_metrics(text: str) -> dict[tuple[str, tuple], float]:
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:

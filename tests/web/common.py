@@ -75,14 +75,18 @@ class Client:
 
     async def log_in(self, user: str, password: str = PASSWORD) -> None:
         """Log in to the hub with the form, then to the service through OAuth."""
+        await self.log_in_to_hub(user, password)
+        async with self.session.get(self.url + PREFIX) as r:  # follows the OAuth redirects
+            assert r.status == 200 and str(r.url).endswith(PREFIX), (r.status, r.url)
+
+    async def log_in_to_hub(self, user: str, password: str = PASSWORD) -> None:
+        """Log in to the hub with its login form."""
         async with self.session.get(self.url + "/hub/login") as r:
             page = await r.text()
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
         async with self.session.post(self.url + "/hub/login", data={"username": user, "password": password,
                                                                       "_xsrf": xsrf}) as r:
             assert r.status == 200, await r.text()
-        async with self.session.get(self.url + PREFIX) as r:  # follows the OAuth redirects
-            assert r.status == 200 and str(r.url).endswith(PREFIX), (r.status, r.url)
 
     async def xsrf(self, path: str = "") -> str:
         _, page, _ = await self.call("GET", path)

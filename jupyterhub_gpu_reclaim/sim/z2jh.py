@@ -12,10 +12,11 @@ jupyterhub_config.py and z2jh.py (mounted from the chart's ConfigMap), its rende
 Secret and its ServiceAccount's token; the proxy's runs configurable-http-proxy.
 
 What stands in for the images (`scenario`): each image the chart names runs its command
-from this machine's environment, as the image's user: the hub image and the single-user
-image from a Python environment with the package (this one, or another one, e.g. one
-with the chart's own hub requirements: `python=`), configurable-http-proxy from npm's
-global install, the pause and kube-scheduler images as stubs. The simulated scheduler
+from this machine's environment, as the image's user: the hub image from a Python
+environment with the package (this one, or another one, e.g. one with the chart's own hub
+requirements: `hub_python=`), the single-user image from this one,
+configurable-http-proxy from npm's global install, the pause and kube-scheduler images as
+stubs. The simulated scheduler
 serves the user-scheduler's name (its Deployment runs, as a stub); the prePuller's Helm
 hook (a Job, run by `helm install` before the release) is left out, as the simulator has
 no Jobs.
@@ -23,7 +24,7 @@ no Jobs.
 
 from __future__ import annotations
 
-import copy
+import base64
 import json
 import subprocess
 import sys
@@ -37,9 +38,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .launch import EXAMPLES, REPO
+from ..launch import EXAMPLES, REPO, SHARED, Child, start_sim
 
-CHART = REPO.parent / "shared" / "z2jh" / "chart"
+CHART = SHARED / "z2jh" / "chart"
 HELM_VALUES = REPO / "helm-values"
 BASE = HELM_VALUES / "gpu-reclaim.yaml"
 RBAC = HELM_VALUES / "rbac.yaml"  # Kubernetes objects: kubectl apply, not --values
@@ -58,15 +59,35 @@ INSTALL_ORDER = [
 ]
 
 
-def missing(chart: Path = CHART) -> str | None:
-    """Why the release cannot be made here, or None."""
+def chart_missing(chart: Path = CHART) -> str | None:
+    """Why the chart cannot be read here, or None."""
     if not (chart / "Chart.yaml").is_file():
         return (f"the z2jh chart is not at {chart} (../shared/z2jh/chart beside the clone; "
                 "it is third-party and not in the repository)")
+    return None
+
+
+def missing(chart: Path = CHART) -> str | None:
+    """Why the release cannot be rendered here, or None."""
+    if reason := chart_missing(chart):
+        return reason
     try:
         import helm_python  # noqa: F401
     except ImportError:
-        return "helm-python-sdk is not installed (pip install -e '.[test]', or make setup)"
+        return "helm-python-sdk is not installed (pip install -e '.[demo]', which '.[test]' includes; or make setup)"
+    return None
+
+
+def unavailable(chart: Path = CHART) -> str | None:
+    """Why the release cannot run on the simulator here, or None: `missing`, or the
+    simulator's data plane (pods' own addresses, Services, NetworkPolicies) is off."""
+    from . import cgroups, nftables
+
+    if reason := missing(chart):
+        return reason
+    if not cgroups.available() or nftables.unavailable():
+        return ("the release needs the simulator's data plane: root, nftables and a cgroup2 mount "
+                f"({nftables.unavailable() or 'no writable cgroup2 mount, or not root'})")
     return None
 
 
@@ -110,10 +131,17 @@ def render(*files: Path, extra: dict | None = None, chart: Path = CHART, name: s
     the chart's schema refuses."""
     import helm_python as helm
 
-    manifests = helm.Chart.load(str(chart)).render(values(*files, extra=extra), name=name,
-                                                   namespace=namespace, is_install=True)
+    with helm.Chart.load(str(chart)) as loaded:  # a handle in Helm's library until closed
+        manifests = loaded.render(values(*files, extra=extra), name=name, namespace=namespace, is_install=True)
     return [doc for path, text in sorted(manifests.items()) if path.endswith((".yaml", ".yml"))
             for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+
+
+def hub_values(docs: list[dict]) -> dict:
+    """The values the hub reads (the chart's hub Secret, `values.yaml`): the chart's
+    defaults coalesced with the values files, as Helm does it."""
+    secret = find(docs, "Secret", "hub")
+    return yaml.safe_load(base64.b64decode(secret["data"]["values.yaml"]))
 
 
 def rbac(namespace: str = NAMESPACE, path: Path = RBAC) -> list[dict]:
@@ -134,16 +162,20 @@ def find(docs: list[dict], kind: str, name: str) -> dict:
 # --- where it runs: the simulated cluster and this machine's environment ---------------------
 
 
-# what each container of the release runs as, by container name: the hub and the user
-# image from a Python environment with the package, the proxy from npm's global
+# what each container of the release runs as, by container name: the hub image from a
+# Python environment with the package (the hub environment), the user image from this one
+# (as the other tests' single-user servers), the proxy from npm's global
 # configurable-http-proxy, stubs for what has no command here, a shell for the rest
 JOVYAN = {"name": "jovyan", "uid": 1000, "gid": 100}  # the Jupyter images' USER (docker-stacks)
 HUB_USER = {"name": "jovyan", "uid": 1000, "gid": 1000}  # the k8s-hub image's USER
 STUBS = {"pause", "kube-scheduler"}
 
 
-def _images(docs: list[dict], python: str | Path | None) -> dict[str, dict]:
-    path = f"{Path(python or sys.executable).absolute().parent}:/usr/local/bin:/usr/bin:/bin"
+def _path(python: str | Path) -> str:
+    return f"{Path(python).absolute().parent}:/usr/local/bin:/usr/bin:/bin"
+
+
+def _images(docs: list[dict], hub_python: str | Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for doc in docs:
         spec = (doc.get("spec") or {}).get("template", {}).get("spec")
@@ -153,10 +185,10 @@ def _images(docs: list[dict], python: str | Path | None) -> dict[str, dict]:
             image = c["image"]
             if c["name"] == "hub":
                 out[image] = {"name": image, "size": "1GB", "user": HUB_USER, "workingDir": "/srv/jupyterhub",
-                              "env": {"PATH": path, "HOME": "/home/jovyan"}}
+                              "env": {"PATH": _path(hub_python), "HOME": "/home/jovyan"}}
             elif c["name"] == "image-pull-singleuser":  # the image puller pulls the user image
                 out[image] = {"name": image, "size": "1GB", "user": JOVYAN, "workingDir": "/home/jovyan",
-                              "env": {"PATH": path, "HOME": "/home/jovyan", "SHELL": "/bin/bash",
+                              "env": {"PATH": _path(sys.executable), "HOME": "/home/jovyan", "SHELL": "/bin/bash",
                                       "NB_USER": "jovyan"}}
             elif c["name"] == "chp":
                 out[image] = {"name": image, "size": "50MB", "entrypoint": ["configurable-http-proxy"]}
@@ -167,14 +199,15 @@ def _images(docs: list[dict], python: str | Path | None) -> dict[str, dict]:
     return out
 
 
-def scenario(docs: list[dict], *, python: str | Path | None = None, base: Path = EXAMPLES / "sim" / "cluster.yaml",
-             extra_images: list[dict] | None = None, overrides: dict | None = None) -> dict:
+def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
+             base: Path = EXAMPLES / "sim" / "cluster.yaml", extra_images: list[dict] | None = None,
+             overrides: dict | None = None) -> dict:
     """The simulated cluster for the release `docs`: `base` (the demo's cluster: GPU and
     CPU user nodes) with a node for the core pods, the chart's user-placeholder instead of
     the simulator's own, the scheduler serving the user-scheduler's name too, and each
-    image of the release mapped to a command of this machine (`python`: the environment
-    of the hub and the single-user servers; default: this one); then `extra_images` and
-    `overrides`."""
+    image of the release mapped to a command of this machine (`hub_python`: the
+    environment of the hub image, e.g. one with the chart's own hub requirements; default:
+    this one, which the user image runs from); then `extra_images` and `overrides`."""
     data = yaml.safe_load(Path(base).read_text())
     data.pop("placeholders", None)  # the chart's user-placeholder StatefulSet is the one
     data["nodeGroups"] = [{"name": "core", "count": 1, "cpu": "4", "memory": "16Gi",
@@ -184,19 +217,38 @@ def scenario(docs: list[dict], *, python: str | Path | None = None, base: Path =
         config = yaml.safe_load(schedulers[0]["data"]["config.yaml"])
         data.setdefault("scheduler", {})["names"] = [
             "default-scheduler", *(p["schedulerName"] for p in config["profiles"])]
-    images = [*data.get("images", []), *_images(docs, python).values(), *(extra_images or [])]
+    images = [*data.get("images", []), *_images(docs, hub_python or sys.executable).values(), *(extra_images or [])]
     data["images"] = list({i["name"]: i for i in images}.values())
     return _merge_maps(data, overrides or {})
+
+
+def start_cluster(workdir: Path, docs: list[dict], **kw: Any) -> Child:
+    """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`,
+    with the simulated dcgm-exporter as a Service."""
+    path = workdir / "scenario.yaml"
+    workdir.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(scenario(docs, **kw)))
+    sim = start_sim(workdir, path)
+    try:
+        apply(sim.info["kubeconfig"], dcgm_exporter(sim.info["metrics"]))
+    except BaseException:
+        sim.stop()
+        raise
+    return sim
 
 
 def sim_values(*, password: str, users: list[str], admins: list[str], options: dict[str, Any] | None = None) -> dict:
     """The values of the place the release runs in: what an admin's own values file says
     on a real cluster (an authenticator), the GPU source (the simulated dcgm-exporter,
     `dcgm_exporter`, instead of Prometheus, as helm-values/dcgm-direct.yaml), the service's
-    `options` (e.g. shorter timings), and the prePuller's Helm hook off (a Job that
-    `helm install` runs before the release; the simulator has no Jobs)."""
+    `options` (e.g. shorter timings), the prePuller's Helm hook off (a Job that
+    `helm install` runs before the release; the simulator has no Jobs), and the cloud
+    metadata server blocked by the user pods' NetworkPolicy alone (the chart's other way):
+    its iptables init container would rewrite the host's firewall, as pods share the
+    host's network namespace here (sim.podnet)."""
     return {
         "prePuller": {"hook": {"enabled": False}},
+        "singleuser": {"cloudMetadata": {"blockWithIptables": False}},
         "hub": {"config": {
             "JupyterHub": {"authenticator_class": "dummy"},
             "DummyAuthenticator": {"password": password},

@@ -16,13 +16,13 @@ from traitlets.config import Config
 
 from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
+from jupyterhub_gpu_reclaim.launch import EXAMPLES, REPO, SHARED
+from jupyterhub_gpu_reclaim.sim.z2jh import CHART, chart_missing
 
 from .test_docs import table_rows
 from .test_values import SERVICE_SCOPES
-from .z2jh_chart import REPO, SHARED, Z2JH
 
-EXAMPLES = REPO / "examples"
-TRACE = REPO / "examples" / "traces" / "example.jsonl"  # the sample trace of ../shared/traces
+TRACE = EXAMPLES / "traces" / "example.jsonl"  # the sample trace of ../shared/traces
 PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
 METRIC = re.compile(r"\bjupyterhub_gpu_reclaim[a-z0-9_:]*")
 
@@ -172,13 +172,23 @@ def test_plain_kubernetes_config_is_the_documented_one(monkeypatch):
     assert c.JupyterHub.spawner_class == "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
 
 
-@pytest.mark.skipif(not Z2JH.exists(), reason="../shared/z2jh is not beside the clone")
+@pytest.mark.skipif(chart_missing() is not None, reason=chart_missing() or "")
 def test_hub_image_builds_on_the_charts_hub_image():
     dockerfile = (EXAMPLES / "hub-image" / "Dockerfile").read_text()
-    chart_image = yaml.safe_load((Z2JH / "values.yaml").read_text())["hub"]["image"]["name"]
+    chart_image = yaml.safe_load((CHART / "values.yaml").read_text())["hub"]["image"]["name"]
     assert f"ARG HUB_IMAGE={chart_image}\n" in dockerfile
     assert "FROM ${HUB_IMAGE}:${HUB_IMAGE_TAG}" in dockerfile
     assert re.search(r"^USER 1000$", dockerfile, re.M)   # the chart's runAsUser
+
+
+def test_hub_image_context_leaves_out_history_environments_and_caches():
+    """The recipe builds from the repository's root (its comment): .dockerignore there keeps
+    .git, local virtualenvs, node_modules and caches out of the image's layer."""
+    patterns = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")}
+    assert "docker build -f examples/hub-image/Dockerfile" in (EXAMPLES / "hub-image" / "Dockerfile").read_text()
+    assert {".git", ".venv*", "**/node_modules", "**/__pycache__", ".pytest_cache", ".hypothesis",
+            "*.egg-info"} <= patterns
 
 
 @pytest.mark.skipif(not (SHARED / "traces" / "example.jsonl").exists(),

@@ -12,7 +12,8 @@ import yaml
 
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 
-from .z2jh_chart import REPO, Z2JH
+from jupyterhub_gpu_reclaim.launch import REPO
+from jupyterhub_gpu_reclaim.sim.z2jh import CHART, chart_missing
 
 DOCS = REPO / "docs"
 
@@ -69,7 +70,7 @@ def test_migration_table_is_flag_for_flag():
     assert {"--" + t.replace("_", "-") for t in culler_options()} == expected
     aliases = GpuReclaim.aliases
     assert all(flag[2:] in aliases for flag in ours)
-    if Z2JH.exists():
-        cull = yaml.safe_load((Z2JH / "values.yaml").read_text())["cull"]
+    if chart_missing() is None:  # the chart's cull.* options, where the chart is beside the clone
+        cull = yaml.safe_load((CHART / "values.yaml").read_text())["cull"]
         named = {row[1].strip("`") for row in rows if row[1].startswith("`cull.")}
         assert named == {f"cull.{key}" for key in cull if key != "enabled"}

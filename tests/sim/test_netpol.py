@@ -36,10 +36,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from jupyterhub_gpu_reclaim.launch import start_sim
-from jupyterhub_gpu_reclaim.sim import cgroups, netpol, nftables
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deploy"))
-import z2jh_chart  # noqa: E402
+from jupyterhub_gpu_reclaim.sim import cgroups, netpol, nftables, z2jh
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NS = "np"
@@ -462,13 +459,13 @@ def test_policies_are_validated_and_listed_as_the_apiserver_does(sim):
 # --- the z2jh chart's own policies --------------------------------------------------------
 
 def _z2jh(extra: dict | None = None) -> list[dict]:
-    return z2jh_chart.render(z2jh_chart.BASE, extra=extra)
+    return z2jh.render(z2jh.BASE, extra=extra)
 
 
 @needs_dataplane
 def test_the_z2jh_charts_policies_let_the_release_work_and_nothing_else(sim, core, agents):
-    if not z2jh_chart.CHART.is_dir():
-        pytest.skip(f"the z2jh chart is not at {z2jh_chart.CHART} (../shared is absent from a plain clone)")
+    if reason := z2jh.missing():
+        pytest.skip(reason)
     ns = "jhub"
     core.create_namespace({"metadata": {"name": ns}})
     docs = _z2jh()

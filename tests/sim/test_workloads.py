@@ -31,7 +31,7 @@ from kubernetes.client.rest import ApiException
 from jupyterhub_gpu_reclaim.launch import start_sim
 from jupyterhub_gpu_reclaim.sim.runtime import sandbox_available
 
-from ..deploy import z2jh_chart
+from jupyterhub_gpu_reclaim.sim import z2jh
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 PYTHON_IMAGE = "python:3.11"
@@ -482,9 +482,9 @@ TEST_VALUES = {"prePuller": {"hook": {"enabled": False}}}  # a Helm hook: helm r
 
 
 def test_the_z2jh_chart_workloads_are_accepted_and_converge(cluster, api) -> None:
-    if not z2jh_chart.CHART.is_dir():
-        pytest.skip(f"the z2jh chart is not at {z2jh_chart.CHART} (../shared is absent from a plain clone)")
-    docs = z2jh_chart.render(z2jh_chart.BASE, extra=TEST_VALUES)
+    if reason := z2jh.missing():
+        pytest.skip(reason)
+    docs = z2jh.render(z2jh.BASE, extra=TEST_VALUES)
     # RBAC objects are the RBAC authorizer's part of the simulator (served with it)
     applied = [d for d in docs if not d["apiVersion"].startswith("rbac.authorization.k8s.io/")]
     kinds = {d["kind"] for d in applied}

@@ -19,10 +19,10 @@ import pytest_asyncio
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from jupyterhub_gpu_reclaim.sim import z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from ..conftest import start_test_hub
-from ..deploy.z2jh_chart import BASE, Z2JH
 from ..hubapi import HubAPI
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,15 +53,8 @@ def test_spawner_rbac_is_valid_and_covers_the_spawners_calls():
 def chart_hub_rbac() -> list[dict]:
     """The hub's ServiceAccount, Role and RoleBinding as `helm install jhub -n jhub` renders
     them with helm-values/gpu-reclaim.yaml."""
-    import helm_python as helm
-
-    chart = helm.Chart.load(str(Z2JH / "chart"))
-    manifests = chart.render(helm.values_from_yaml(BASE.read_text()), name="jhub", namespace="jhub",
-                             is_install=True)
-    docs = [d for path in ("jupyterhub/templates/hub/serviceaccount.yaml", "jupyterhub/templates/hub/rbac.yaml")
-            for d in yaml.safe_load_all(manifests[path]) if d]
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding"]
-    return docs
+    docs = z2jh.render(z2jh.BASE)
+    return [z2jh.find(docs, kind, "hub") for kind in ("ServiceAccount", "Role", "RoleBinding")]
 
 
 def kubectl(sim, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -113,7 +106,7 @@ def can_hub_patch_pods(sim) -> str:
 
 @pytest.mark.integration
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.skipif(not Z2JH.exists(), reason="../shared/z2jh (the chart) is not beside the clone")
+@pytest.mark.skipif(z2jh.missing() is not None, reason=z2jh.missing() or "")
 async def test_the_spawner_annotates_its_pods_with_the_chart_role_and_rbac_yaml(hub, sim, api):
     assert can_hub_patch_pods(sim) == "yes"
     await api.start("alice", "cpu")
@@ -125,7 +118,7 @@ async def test_the_spawner_annotates_its_pods_with_the_chart_role_and_rbac_yaml(
 
 @pytest.mark.integration
 @pytest.mark.asyncio(loop_scope="module")
-@pytest.mark.skipif(not Z2JH.exists(), reason="../shared/z2jh (the chart) is not beside the clone")
+@pytest.mark.skipif(z2jh.missing() is not None, reason=z2jh.missing() or "")
 async def test_without_the_patch_rule_the_annotation_is_refused_with_the_apiservers_403(hub, sim, api):
     patch_rule = [d for d in yaml.safe_load_all(ours()) if d["kind"] in ("Role", "RoleBinding")]
     kubectl(sim, "delete", "-f", "-", stdin=yaml.safe_dump_all(patch_rule))

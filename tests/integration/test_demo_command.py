@@ -1,22 +1,28 @@
 """`make demo` runs `jupyterhub-gpu-reclaim demo`: the whole product on the simulated
-cluster — JupyterHub with GPUReclaimSpawner, and the reclaim service with its pages and
-shrunk timings — and stops cleanly on SIGTERM."""
+cluster — the Zero to JupyterHub release with GPUReclaimSpawner and the reclaim service
+with its pages and shrunk timings, as the release tests install it — and stops cleanly on
+SIGTERM. Without the chart beside the clone it says so and runs a JupyterHub of its own."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from jupyterhub_gpu_reclaim.launch import free_port
+from jupyterhub_gpu_reclaim.sim import z2jh
 
 pytestmark = pytest.mark.integration
+
+PASSWORD = "demo-password"
 
 
 def get(url: str) -> tuple[int, str]:
@@ -29,45 +35,87 @@ def get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
-def test_demo_runs_the_spawner_and_the_service(tmp_path):
-    port = free_port()
-    out = tmp_path / "demo.out"
-    cmd = [sys.executable, "-m", "jupyterhub_gpu_reclaim", "demo", "--port", str(port),
-           "--data-dir", str(tmp_path / "demo"), "--password", "demo-password"]
-    with open(out, "wb") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        metrics = ""
+class Demo:
+    """`jupyterhub-gpu-reclaim demo ARGS` with its output in `out`."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.out = tmp_path / "demo.out"
+        self.data = tmp_path / "demo"
+        cmd = [sys.executable, "-m", "jupyterhub_gpu_reclaim", "demo", "--data-dir", str(self.data),
+               "--password", PASSWORD, *args]
+        with open(self.out, "wb") as f:
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def text(self) -> str:
+        return self.out.read_text()
+
+    def running(self, timeout: float = 240) -> tuple[str, str]:
+        """The hub's URL the demo printed, and the service's metrics after its first cycle
+        (which may come before the demo has printed its story)."""
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            assert proc.poll() is None, out.read_text()
-            status, metrics = get(f"{url}/services/gpu-reclaim/metrics")
-            # the service may run its first cycle before the demo has printed its story
-            if (status == 200 and 'jupyterhub_gpu_reclaim_cycles_total{result="ok"}' in metrics
-                    and "Press Ctrl-C to stop." in out.read_text()):
-                break
+            assert self.proc.poll() is None, self.text()
+            if m := re.search(r"Log in at (http://\S+)/hub/login", self.text()):
+                status, metrics = get(f"{m.group(1)}/services/gpu-reclaim/metrics")
+                if status == 200 and 'jupyterhub_gpu_reclaim_cycles_total{result="ok"}' in metrics:
+                    return m.group(1), metrics
             time.sleep(1)
-        else:
-            raise AssertionError(f"the demo or its service did not come up:\n{out.read_text()[-3000:]}")
-        text = out.read_text()
-        assert "The demo is running" in text and "demo-password" in text
+        raise AssertionError(f"the demo or its service did not come up:\n{self.text()[-3000:]}")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(90)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+
+
+def test_demo_installs_the_z2jh_release(tmp_path):
+    if reason := z2jh.unavailable():
+        pytest.skip(reason)
+    demo = Demo(tmp_path)
+    try:
+        url, metrics = demo.running()
+        text = demo.text()
+        assert "Installing the release in namespace jhub" in text and PASSWORD in text
+        assert f"{url}/services/gpu-reclaim/admin" in text and "'1 × GPU'" in text
+        assert "jupyterhub_gpu_reclaim_dry_run 0.0" in metrics
+        # the hub's login page, and the service's pages asking for a login, through proxy-public
+        status, page = get(f"{url}/hub/login")
+        assert status == 200 and 'name="password"' in page
+        assert get(f"{url}/services/gpu-reclaim/")[0] == 200  # the hub's login page, after the OAuth redirects
+        kubeconfig = json.loads((demo.data / "sim.json").read_text())["kubeconfig"]
+        hub_log = z2jh.Release(kubeconfig, z2jh.NAMESPACE, url).hub_log()
+        assert "Loading extra config: gpu-reclaim" in hub_log  # the chart's jupyterhub_config.py
+        assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in hub_log
+        assert "never_used_warn_after = 120.0" in hub_log  # examples/demo/values.yaml
+    finally:
+        code = demo.stop()
+    assert code == 0, demo.text()[-3000:]
+    assert "Stopping" in demo.text()
+
+
+def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
+    port = free_port()
+    demo = Demo(tmp_path, "--chart", str(tmp_path / "no-chart"), "--port", str(port))
+    try:
+        url, metrics = demo.running()
+        assert url == f"http://127.0.0.1:{port}"
+        text = demo.text()
+        assert (f"demo: not installing the Zero to JupyterHub release: the z2jh chart is not at "
+                f"{tmp_path / 'no-chart'}") in text
+        assert "The demo is running" in text and PASSWORD in text
         assert f"{url}/services/gpu-reclaim/admin" in text
         assert "jupyterhub_gpu_reclaim_dry_run 0.0" in metrics
         # the user pages ask for a login through the hub
         status, _ = get(f"{url}/services/gpu-reclaim/")
         assert status == 200  # the hub's login page, after the OAuth redirects
-        hub_log = (tmp_path / "demo" / "jupyterhub.log").read_text()
+        hub_log = (demo.data / "jupyterhub.log").read_text()
         assert "Starting managed service gpu-reclaim" in hub_log
         assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in hub_log
-        config = json.loads(get(f"{url}/hub/api/")[1])
-        assert config["version"]
+        assert json.loads(get(f"{url}/hub/api/")[1])["version"]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(90)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
-    assert code == 0, out.read_text()[-3000:]
-    assert "Stopping" in out.read_text()
+        code = demo.stop()
+    assert code == 0, demo.text()[-3000:]
+    assert "Stopping" in demo.text()

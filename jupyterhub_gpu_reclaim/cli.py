@@ -196,8 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run the demo: the simulated cluster and JupyterHub with GPU profiles",
-        description="Start the simulated cluster and a JupyterHub on it, then print how to log in.",
+        help="run the demo: the Zero to JupyterHub release on the simulated cluster",
+        description="Start the simulated cluster, install the Zero to JupyterHub release on it (the "
+                    "chart with helm-values/gpu-reclaim.yaml) or, without the chart, a JupyterHub of the "
+                    "demo's own, then print how to log in.",
     )
     add_demo_arguments(demo)
     demo.set_defaults(func=_demo)

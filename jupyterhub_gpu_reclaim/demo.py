@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from .launch import EXAMPLES, Child, free_port, start_hub, start_sim
+from .sim import z2jh
 from .sim.main import port
 
 
@@ -69,8 +70,6 @@ def _kubectl() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .sim import z2jh
-
     workdir = Path(args.data_dir).resolve()
     password = args.password or secrets.token_urlsafe(9)
     stop = threading.Event()
@@ -100,8 +99,6 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
     """The z2jh release on the simulated cluster, as the release tests install it
     (jupyterhub_gpu_reclaim.sim.z2jh): the chart with helm-values/gpu-reclaim.yaml and
     the demo's values, and helm-values/rbac.yaml."""
-    from .sim import z2jh
-
     print(f"Rendering the Zero to JupyterHub chart {chart} with helm-values/gpu-reclaim.yaml ...", flush=True)
     docs = z2jh.render(z2jh.BASE, DEMO_VALUES, chart=chart,
                        extra=z2jh.sim_values(password=password, users=USERS, admins=ADMINS))
@@ -133,8 +130,6 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
 
 def _profile(docs: list[dict], slug: str) -> str:
     """The display name of a spawn-page profile of the rendered release."""
-    from .sim import z2jh
-
     profiles = z2jh.hub_values(docs)["singleuser"]["profileList"]
     return next(p["display_name"] for p in profiles if p.get("slug") == slug)
 

@@ -437,7 +437,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
 
     pods.start = timed("pods_start", pods.start)  # type: ignore[method-assign]
     store.record_decisions = timed("record_decision", store.record_decisions)  # type: ignore[method-assign]
-    # as the service does (service.serve): connect to Kubernetes and list the pods before
+    # as the service does (launcher.serve): connect to Kubernetes and list the pods before
     # the first cycle
     t0 = time.perf_counter()
     await pods.start()

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable
 
 from .durations import parse_duration
+from .errors import ConfigError
 from .observations import Intent, Sample, Session, SessionView, Warning
 from .trace import (
     IntentEvent,
@@ -78,7 +79,6 @@ __all__ = [
     "policy_to_dict",
     "load_policy_config",
     "parse_duration",
-    "ConfigError",
     "format_report",
 ]
 
@@ -343,10 +343,6 @@ def backtest(trace: str | os.PathLike | IO[str], *, config: Any = None,
 
 
 # --------------------------------------------------------------------------- policy config
-
-
-class ConfigError(ValueError):
-    """A policy override file that cannot be applied."""
 
 
 def policy_to_dict(config: Any) -> dict[str, Any]:

@@ -27,7 +27,8 @@ DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
 def _backtest(args: argparse.Namespace) -> int:
     import json
 
-    from .backtest import ConfigError, backtest, format_report, load_policy_config, replay
+    from .backtest import backtest, format_report, load_policy_config, replay
+    from .errors import ConfigError
     from .trace import TraceError
 
     def fail(message: str) -> int:
@@ -251,7 +252,7 @@ def runs_service(argv: Sequence[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if runs_service(argv):
-        from .config import run_app
+        from .launcher import run_app
 
         sys.exit(run_app(argv))
     parser = build_parser()

@@ -18,8 +18,9 @@ Every option can also be set in the config file ``gpu_reclaim_config.py``
 Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the default
 ``--url``, ``JUPYTERHUB_API_URL``.
 
-Errors in the settings raise :class:`ConfigError`; :func:`run_app` turns them into one
-line on stderr and exit status 2.
+This module only declares and reads the settings: :class:`~.errors.ConfigError` for a
+bad one. `launcher.run_app` checks them, hands the service a typed `ServiceSettings` and
+maps errors to exit statuses; nothing that runs the service sees this Application.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from traitlets.config import Application, Config
 from traitlets.config.application import LevelFormatter
 
 from .durations import parse_duration
+from .errors import ConfigError
 from .oneline import one_line
 from .policy import PolicyConfig
 from .signals.prometheus import DEFAULT_QUERY
@@ -81,13 +83,6 @@ POLICY_OPTIONS = {
     "exempt_groups": "exempt_groups",
     "exempt_profiles": "exempt_profiles",
 }
-
-# traitlets' own Application settings (logging, --show-config): not reclaim settings
-_APPLICATION_TRAITS = frozenset(Application.class_trait_names())
-
-
-class ConfigError(Exception):
-    """A bad setting (command line, config file or environment). The message says which."""
 
 
 def _policy_default(name: str) -> Any:
@@ -580,7 +575,7 @@ class GpuReclaim(Application):
         try:
             no_url = urlsplit(url).port == 0
         except ValueError:
-            no_url = False  # not a port: validate_settings says so
+            no_url = False  # not a port: the launcher says so
         return "" if no_url else url
 
     cookie_secret_file = Unicode(
@@ -893,20 +888,6 @@ class GpuReclaim(Application):
             f"{loc}/hub-ca/hub-ca.crt",
         )
 
-    def ssl_context(self) -> Any:
-        """The TLS context for the hub and servers with --ssl-enabled (client certificate
-        and CA of internal-ssl); ConfigError when the files cannot be loaded."""
-        import ssl
-
-        key, cert, ca = self.ssl_files()
-        try:
-            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-            context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"--ssl-enabled: cannot load the internal-ssl files under "
-                              f"{self.internal_certs_location}: {e}") from None
-        return context
-
     def policy_config(self) -> PolicyConfig:
         """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
 
@@ -937,99 +918,6 @@ class GpuReclaim(Application):
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
 
-    def settings(self) -> dict[str, Any]:
-        """Every option's effective value, without secrets (safe to log): no token, URLs
-        reduced to scheme and host (a Slack webhook's path is its secret), no passwords."""
-        from .notify import redact_url
-
-        out: dict[str, Any] = {}
-        for name in sorted(self.class_trait_names(config=True)):
-            if name in ("api_token", "generate_config") or name in _APPLICATION_TRAITS:
-                continue
-            value = getattr(self, name)
-            out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
-        out["cull_every"] = self.effective_cull_every
-        out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
-                             for k, v in spec.items()} for spec in self.notifiers]
-        out["store_url"] = _hide_password(self.store_url)
-        out["prometheus_url"] = _hide_password(self.prometheus_url)
-        out["dcgm_exporter_urls"] = [_hide_password(u) for u in self.dcgm_exporter_urls]
-        return out
-
-    def validate_settings(self) -> PolicyConfig:
-        """Check what can be checked before running; return the PolicyConfig."""
-        policy = self.policy_config()
-        if not self.url:
-            raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
-        if not self.url.startswith(("http://", "https://")):
-            raise ConfigError(f"--url must be an http(s) URL, got {self.url!r}")
-        if not self.api_token:
-            raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
-        for u in [self.prometheus_url, *self.dcgm_exporter_urls]:
-            if u and not u.startswith(("http://", "https://")):
-                raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
-        if self.bind_url:
-            parts = urlsplit(self.bind_url)
-            try:
-                port = parts.port
-            except ValueError:  # not a number, or out of range
-                port = None
-            if parts.scheme != "http" or not parts.hostname or not port:
-                raise ConfigError(f"--bind-url must be http://IP:PORT, got {self.bind_url!r}")
-        try:
-            from .notify import make_notifiers
-            make_notifiers(self.notifiers)
-        except (TypeError, ValueError, KeyError) as e:
-            raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-        if self.ssl_enabled:
-            missing = [p for p in self.ssl_files() if not os.path.isfile(p)]
-            if missing:
-                raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
-                                  f"(--internal-certs-location={self.internal_certs_location})")
-            self.ssl_context()
-        return policy
-
-    # ------------------------------------------------------------------ running
-
-    def start(self) -> None:
-        if self.generate_config:
-            print(self.generate_config_file())
-            return
-        policy = self.validate_settings()
-        self.log.info("jupyterhub-gpu-reclaim settings%s:", " (DRY RUN: nothing is stopped)"
-                      if self.dry_run else "")
-        for name, value in self.settings().items():
-            self.log.info("  %s = %r", name, value)
-        self.run_service(policy)
-
-    def run_service(self, policy: PolicyConfig) -> None:
-        """Run the reclaim loop until SIGTERM or SIGINT."""
-        import asyncio
-
-        from .service import serve
-
-        # the modules' loggers write through the application's handler and format
-        package = logging.getLogger("jupyterhub_gpu_reclaim")
-        package.setLevel(self.log_level)
-        package.propagate = False
-        for handler in self.log.handlers:
-            package.addHandler(handler)
-        asyncio.run(serve(self, policy))
-
-
-_SECRET_KEYS = frozenset({"password", "headers", "token"})
-
-
-def _hide_password(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
 
 def _trait_message(e: Exception) -> str:
     text = str(e)
@@ -1048,25 +936,3 @@ def _policy_message(text: str) -> str:
     for field in sorted(names, key=len, reverse=True):
         text = re.sub(rf"\b{field}\b", "--" + names[field].replace("_", "-"), text)
     return text
-
-
-class ServiceError(RuntimeError):
-    """The service cannot run (its store cannot be opened, ...); exit status 1."""
-
-
-def run_app(argv: Sequence[str] | None = None, app_class: type[GpuReclaim] = GpuReclaim) -> int:
-    """Run the service application with `argv`; return the exit status.
-
-    2: bad settings (one line on stderr, no traceback); 1: the service cannot run;
-    0: done (e.g. --generate-config)."""
-    app = app_class()
-    try:
-        app.initialize(argv)
-        app.start()
-    except ConfigError as e:
-        print(f"{app.name}: error: {e}", file=sys.stderr)
-        return 2
-    except ServiceError as e:
-        print(f"{app.name}: {e}", file=sys.stderr)
-        return 1
-    return 0

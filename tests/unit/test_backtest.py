@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from jupyterhub_gpu_reclaim.backtest import (
-    ConfigError,
     ZeroRun,
     backtest,
     format_report,
@@ -21,6 +20,7 @@ from jupyterhub_gpu_reclaim.backtest import (
     parse_duration,
     zero_gpu_rule,
 )
+from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.observations import Sample, Session
 from jupyterhub_gpu_reclaim.policy import PolicyConfig, decide
 

@@ -12,14 +12,9 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.config import (
-    IDLE_CULLER_OPTIONS,
-    POLICY_OPTIONS,
-    ConfigError,
-    GpuReclaim,
-    LogFormatter,
-    run_app,
-)
+from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim, LogFormatter
+from jupyterhub_gpu_reclaim.errors import ConfigError
+from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
 from jupyterhub_gpu_reclaim.policy import PolicyConfig
 
 TOKEN = "s3cr3t-token-value"
@@ -344,8 +339,7 @@ def test_a_service_registered_without_url_runs_without_web_server(capsys, monkey
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
     monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0/")
     app = parse([f"--url={URL}"])
-    app.validate_settings()
-    assert app.bind_url == ""
+    assert app.bind_url == "" and service_settings(app).bind_url == ""
     monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101/services/gpu-reclaim/")
     assert parse([f"--url={URL}"]).bind_url == "http://127.0.0.1:10101/services/gpu-reclaim/"
     for bad in ("http://127.0.0.1:0/", "127.0.0.1:10101", "http://127.0.0.1:99999/"):
@@ -404,24 +398,30 @@ def test_the_services_log_is_one_line_per_record():
     assert "    ValueError: bad answer" in lines and "    [I 2026-01-01 00:00:00.000 forged] yes" in lines
 
 
-def test_run_service_is_overridable(monkeypatch):
+def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
+    """run_app hands the service plain values (a frozen ServiceSettings), as idle-culler's
+    IdleCuller.start() hands them to cull_idle; their repr holds no secret."""
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
-    seen = {}
+    seen = []
 
-    class Service(GpuReclaim):
-        def run_service(self, policy):
-            seen["policy"], seen["app"] = policy, self
+    async def run(settings):
+        seen.append(settings)
 
-    assert run_app(Z2JH_ARGV, app_class=Service) == 0
-    assert seen["policy"].cpu_timeout == dt.timedelta(hours=1)
-    assert seen["app"].effective_cull_every == 600
-    assert "api_token" not in seen["app"].settings()
-    assert TOKEN not in repr(seen["app"].settings())
+    assert run_app(Z2JH_ARGV + ["--store-url=postgresql://reclaim:s3cret@db/reclaim"], run=run) == 0
+    (settings,) = seen
+    assert settings.policy.cpu_timeout == dt.timedelta(hours=1)
+    assert settings.options.cycle_interval == dt.timedelta(seconds=600)
+    assert settings.options.cull_users is True and settings.remove_named_servers is True
+    assert (settings.url, settings.api_token, settings.concurrency) == (URL, TOKEN, 10)
+    assert settings.dcgm_exporter_urls == () and settings.notifiers == ({"type": "log"},)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.url = "http://elsewhere"
+    assert TOKEN not in repr(settings) and "s3cret" not in repr(settings)
 
 
 def test_cli_routing(capsys, monkeypatch):
     called = []
-    monkeypatch.setattr("jupyterhub_gpu_reclaim.config.run_app",
+    monkeypatch.setattr("jupyterhub_gpu_reclaim.launcher.run_app",
                         lambda argv: called.append(list(argv)) or 0)
     for argv in ([], ["--timeout=3600"], ["--cull-users"], ["--generate-config"]):
         with pytest.raises(SystemExit) as exc:
@@ -461,7 +461,8 @@ def test_settings_hide_secrets():
                     "--prometheus-url=http://user:pw-secret@prom:9090"])
     app.notifiers = [{"type": "slack", "url": "https://hooks.slack.com/services/T0/B0/XYZSECRET"},
                      {"type": "email", "host": "smtp", "password": "mailsecret"}]
-    text = repr(app.settings())
+    text = repr(loggable_settings(app))
+    assert "api_token" not in loggable_settings(app)
     for secret in ("s3cret", "pw-secret", "XYZSECRET", "mailsecret"):
         assert secret not in text
     assert "postgresql://reclaim:***@db/reclaim" in text and "hooks.slack.com" in text

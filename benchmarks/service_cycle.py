@@ -373,7 +373,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
 
     from jupyterhub_gpu_reclaim.actions import HubStopper
     from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
-    from jupyterhub_gpu_reclaim.policy import PolicyConfig
+    from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
     from jupyterhub_gpu_reclaim.service import Options, Reclaimer
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal

@@ -10,7 +10,7 @@ chart writes them::
         --max-age=0 --cull-admin-users=false
 
 Boolean options take ``--name`` (sets True), ``--name=true`` or ``--name=false``. The GPU
-policy settings (`policy.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
+policy settings (`policy_config.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
 Every option can also be set in the config file ``gpu_reclaim_config.py``
 (``c.GpuReclaim.timeout = 3600``); the command line wins over the file.
 ``--generate-config`` prints a config file with every option and its help, like the culler.
@@ -25,6 +25,7 @@ maps errors to exit statuses; nothing that runs the service sees this Applicatio
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import logging
@@ -43,7 +44,7 @@ from traitlets.config.application import LevelFormatter
 from .durations import parse_duration
 from .errors import ConfigError
 from .oneline import one_line
-from .policy import PolicyConfig
+from .policy_config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .signals.prometheus import DEFAULT_QUERY
 from .store import DEFAULT_URL as DEFAULT_STORE_URL
 
@@ -67,30 +68,9 @@ SERVICE_OPTIONS = (
     "record_retention", "user_writes_per_minute",
 )
 
-# The GPU policy options: trait name -> PolicyConfig field.
-POLICY_OPTIONS = {
-    "gpu_idle_threshold": "gpu_idle_threshold",
-    "never_used_warn_after": "never_used_warn_after",
-    "never_used_reclaim_after": "never_used_reclaim_after",
-    "idle_warn_after": "idle_warn_after",
-    "idle_reclaim_after": "idle_reclaim_after",
-    "warning_lead": "warning_lead",
-    "max_keepalive": "max_keepalive",
-    "stale_after": "stale_after",
-    "gpu_max_age": "max_age",
-    "pressure_only": "pressure_only",
-    "exempt_users": "exempt_users",
-    "exempt_groups": "exempt_groups",
-    "exempt_profiles": "exempt_profiles",
-}
-
-
-def _policy_default(name: str) -> Any:
-    return getattr(PolicyConfig(), name)
-
-
-def _seconds(value: dt.timedelta | None) -> float:
-    return 0.0 if value is None else value.total_seconds()
+# option → PolicyConfig field, for every field: the GPU policy's options are made from
+# the fields (`_policy_option`), the others are idle-culler's options of those names
+POLICY_OPTIONS = {option_of(f.name): f.name for f in dataclasses.fields(PolicyConfig)}
 
 
 class Duration(TraitType):
@@ -115,6 +95,24 @@ class Duration(TraitType):
 
 def _help(text: str) -> str:
     return dedent(text).strip()
+
+
+def _policy_option(option: str) -> TraitType:
+    """The option of a PolicyConfig field: its type, default and help from the field."""
+    (f,) = (f for f in dataclasses.fields(PolicyConfig) if f.name == POLICY_OPTIONS[option])
+    kind, default, text = SETTING_TYPES[f.name], f.default, f.metadata["help"]
+    trait: TraitType
+    if kind is float:
+        trait = Float(default, help=text)
+    elif kind is bool:
+        trait = Bool(default, help=text)
+    elif kind == frozenset[str]:
+        trait = Set(Unicode(), set(default), help=text)
+    elif kind in (dt.timedelta, dt.timedelta | None):
+        trait = Duration(0.0 if default is None else default.total_seconds(), help=text)  # 0: off
+    else:
+        raise TypeError(f"no option type for the policy setting {f.name}: {kind}")
+    return trait.tag(config=True)
 
 
 def _bool_flag(trait: str) -> tuple[dict, str]:
@@ -616,110 +614,21 @@ class GpuReclaim(Application):
         return proposal["value"]
 
     # ------------------------------------------------------------------ GPU policy
+    # type, default and help of each: its PolicyConfig field (policy.py)
 
-    gpu_idle_threshold = Float(
-        _policy_default("gpu_idle_threshold"),
-        help=_help("""
-            Percent GPU utilization (DCGM_FI_DEV_GPU_UTIL) below which a GPU counts as idle
-            in a sample; in (0, 100].
-
-            Near zero on purpose: a GPU at 3-8% is a slow data loader, not an idle GPU
-            (Princeton raised its cut from 0% to 9% and withdrew it after a backlash).
-            """),
-    ).tag(config=True)
-
-    never_used_warn_after = Duration(
-        _seconds(_policy_default("never_used_warn_after")),
-        help=_help("""
-            Warn a session whose GPU was never used this long after it started (seconds or
-            "30m"). Yale's rule: 30 min.
-            """),
-    ).tag(config=True)
-
-    never_used_reclaim_after = Duration(
-        _seconds(_policy_default("never_used_reclaim_after")),
-        help=_help("""
-            Reclaim a session whose GPU was never used this long after it started (seconds
-            or "1h"). Yale's rule: 60 min.
-            """),
-    ).tag(config=True)
-
-    idle_warn_after = Duration(
-        _seconds(_policy_default("idle_warn_after")),
-        help=_help("""
-            Warn a session whose GPU was used, then idle this long (seconds or "1h").
-            Princeton and Yale: 60 min.
-            """),
-    ).tag(config=True)
-
-    idle_reclaim_after = Duration(
-        _seconds(_policy_default("idle_reclaim_after")),
-        help=_help("""
-            Reclaim a session whose GPU was used, then idle this long (seconds or "2h").
-            Princeton and Yale: 120 min.
-            """),
-    ).tag(config=True)
-
-    warning_lead = Duration(
-        _seconds(_policy_default("warning_lead")),
-        help=_help("""
-            Minimum time between the first warning of an idle episode and the reclaim, so
-            the user can answer it (seconds or "15m"). Default 15 min.
-            """),
-    ).tag(config=True)
-
-    max_keepalive = Duration(
-        _seconds(_policy_default("max_keepalive")),
-        help=_help("""
-            Longest "keep alive until" a user can declare, counted from when it is set
-            (seconds or "12h"). Default 12 h (GitHub Codespaces' cap).
-            """),
-    ).tag(config=True)
-
-    stale_after = Duration(
-        _seconds(_policy_default("stale_after")),
-        help=_help("""
-            GPU data older than this is missing, and a session with missing GPU data is held,
-            never reclaimed (seconds or "5m"; > 0). Default 5 min.
-            """),
-    ).tag(config=True)
-
-    gpu_max_age = Duration(
-        _seconds(_policy_default("max_age")),
-        help=_help("""
-            Optional hard lifetime of GPU sessions from their start, warned --warning-lead
-            before (seconds or "7d"). It also caps keep-alive intents. 0: off (default).
-            """),
-    ).tag(config=True)
-
-    pressure_only = Bool(
-        _policy_default("pressure_only"),
-        help=_help("""
-            Reclaim GPU sessions only while GPU requests are pending (pods unschedulable
-            for nvidia.com/gpu). Warnings still go out. Default off.
-            """),
-    ).tag(config=True)
-
-    exempt_users = Set(
-        Unicode(),
-        help=_help("""
-            User names whose GPU sessions are never reclaimed.
-            """),
-    ).tag(config=True)
-
-    exempt_groups = Set(
-        Unicode(),
-        help=_help("""
-            JupyterHub groups whose members' GPU sessions are never reclaimed.
-            """),
-    ).tag(config=True)
-
-    exempt_profiles = Set(
-        Unicode(),
-        help=_help("""
-            KubeSpawner profile slugs whose sessions are never reclaimed.
-            """),
-    ).tag(config=True)
+    gpu_idle_threshold = _policy_option("gpu_idle_threshold")
+    never_used_warn_after = _policy_option("never_used_warn_after")
+    never_used_reclaim_after = _policy_option("never_used_reclaim_after")
+    idle_warn_after = _policy_option("idle_warn_after")
+    idle_reclaim_after = _policy_option("idle_reclaim_after")
+    warning_lead = _policy_option("warning_lead")
+    max_keepalive = _policy_option("max_keepalive")
+    stale_after = _policy_option("stale_after")
+    gpu_max_age = _policy_option("gpu_max_age")
+    pressure_only = _policy_option("pressure_only")
+    exempt_users = _policy_option("exempt_users")
+    exempt_groups = _policy_option("exempt_groups")
+    exempt_profiles = _policy_option("exempt_profiles")
 
     # ------------------------------------------------------------------ validation
 
@@ -760,7 +669,8 @@ class GpuReclaim(Application):
         **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in IDLE_CULLER_OPTIONS},
         "dry-run": "GpuReclaim.dry_run",
         **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in SERVICE_OPTIONS},
-        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in POLICY_OPTIONS},
+        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in POLICY_OPTIONS
+           if name not in IDLE_CULLER_OPTIONS},
     }
 
     flags = {
@@ -890,31 +800,8 @@ class GpuReclaim(Application):
 
     def policy_config(self) -> PolicyConfig:
         """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
-
-        def td(seconds: float) -> dt.timedelta:
-            return dt.timedelta(seconds=seconds)
-
         try:
-            return PolicyConfig(
-                gpu_idle_threshold=self.gpu_idle_threshold,
-                never_used_warn_after=td(self.never_used_warn_after),
-                never_used_reclaim_after=td(self.never_used_reclaim_after),
-                idle_warn_after=td(self.idle_warn_after),
-                idle_reclaim_after=td(self.idle_reclaim_after),
-                warning_lead=td(self.warning_lead),
-                max_keepalive=td(self.max_keepalive),
-                stale_after=td(self.stale_after),
-                max_age=td(self.gpu_max_age) if self.gpu_max_age else None,
-                pressure_only=self.pressure_only,
-                exempt_users=frozenset(self.exempt_users),
-                exempt_groups=frozenset(self.exempt_groups),
-                exempt_profiles=frozenset(self.exempt_profiles),
-                cpu_timeout=td(self.timeout),
-                cpu_max_age=td(self.max_age) if self.max_age else None,
-                cull_admin_users=self.cull_admin_users,
-                cull_default_servers=self.cull_default_servers,
-                cull_named_servers=self.cull_named_servers,
-            )
+            return from_settings({field: getattr(self, option) for option, field in POLICY_OPTIONS.items()})
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
 
@@ -932,7 +819,6 @@ def _trait_message(e: Exception) -> str:
 def _policy_message(text: str) -> str:
     """PolicyConfig's message with its field names written as our options."""
     names = {field: name for name, field in POLICY_OPTIONS.items()}
-    names.update(cpu_timeout="timeout", cpu_max_age="max_age")
     for field in sorted(names, key=len, reverse=True):
         text = re.sub(rf"\b{field}\b", "--" + names[field].replace("_", "-"), text)
     return text

@@ -32,7 +32,7 @@ from .config import GpuReclaim
 from .errors import ConfigError, ServiceError
 from .metrics import Metrics
 from .notify import Dispatcher, make_notifiers, redact_url
-from .policy import PolicyConfig
+from .policy_config import PolicyConfig
 from .service import Options, Reclaimer
 from .signals.base import SignalError
 from .signals.gpu_readings import PodLabel

@@ -39,7 +39,8 @@ from .actions import HubStopper, StopResult
 from .metrics import Metrics
 from .notify import Dispatcher
 from .observations import Decision, Sample, Session, SessionView
-from .policy import IDLE_RULES, PolicyConfig, decide, decide_user, retained_samples
+from .policy import IDLE_RULES, decide, decide_user, retained_samples
+from .policy_config import PolicyConfig
 from .signals.base import SignalError, brief, entry_field, entry_time, parse_time, utcnow
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource

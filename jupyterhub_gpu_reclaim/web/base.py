@@ -20,7 +20,8 @@ from tornado import httputil, web
 from tornado.log import app_log, gen_log
 
 from ..metrics import Metrics
-from ..policy import IDLE_RULES, PolicyConfig
+from ..policy import IDLE_RULES
+from ..policy_config import PolicyConfig
 from ..signals.base import parse_time
 from ..store import Store
 from ..trace import format_time

@@ -17,12 +17,13 @@ from jupyterhub_gpu_reclaim.backtest import (
     format_report,
     idle_culler_rule,
     load_policy_config,
-    parse_duration,
     zero_gpu_rule,
 )
+from jupyterhub_gpu_reclaim.durations import parse_duration
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.observations import Sample, Session
-from jupyterhub_gpu_reclaim.policy import PolicyConfig, decide
+from jupyterhub_gpu_reclaim.policy import decide
+from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
 from .test_trace import EXAMPLE, generate_trace
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from jupyterhub_gpu_reclaim import cli
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim, LogFormatter
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
-from jupyterhub_gpu_reclaim.policy import PolicyConfig
+from jupyterhub_gpu_reclaim.policy_config import PolicyConfig, from_settings, option_of
 
 TOKEN = "s3cr3t-token-value"
 URL = "http://localhost:8081/hub/api"
@@ -188,9 +189,40 @@ def test_policy_config_mapping():
     assert p.cull_default_servers is False and p.cull_named_servers is True
     assert parse(["--max-age=7200"]).policy_config().cpu_max_age == dt.timedelta(hours=2)
     assert parse(["--gpu-max-age=0"]).policy_config().max_age is None
-    assert set(POLICY_OPTIONS.values()) | {
-        "cpu_timeout", "cpu_max_age", "cull_admin_users", "cull_default_servers",
-        "cull_named_servers"} == {f.name for f in dataclasses.fields(PolicyConfig)}
+    assert set(POLICY_OPTIONS.values()) == {f.name for f in dataclasses.fields(PolicyConfig)}
+
+
+def test_each_policy_setting_is_declared_once_in_policyconfig():
+    """The GPU policy's options are made from PolicyConfig's fields (help, default, type);
+    the other fields are set by idle-culler's options of the names they give."""
+    traits = GpuReclaim.class_traits(config=True)
+    for f in dataclasses.fields(PolicyConfig):
+        option = option_of(f.name)
+        trait = traits[option]
+        if f.metadata["help"]:
+            assert trait.help == f.metadata["help"] and option not in IDLE_CULLER_OPTIONS
+            default = trait.default()
+            assert from_settings({f.name: default}) == PolicyConfig(), f.name
+        else:
+            assert option in IDLE_CULLER_OPTIONS, f.name
+
+
+def test_the_service_and_the_backtest_read_policy_settings_alike(tmp_path):
+    """One converter: the same settings as options and in a backtest policy file make the
+    same PolicyConfig."""
+    from jupyterhub_gpu_reclaim.backtest import load_policy_config
+
+    settings = {"gpu_idle_threshold": 9, "idle_warn_after": "90m", "idle_reclaim_after": "3h",
+                "max_keepalive": 86400, "max_age": "7d", "pressure_only": True,
+                "exempt_users": ["alice", "bob"], "cpu_timeout": 3600, "cpu_max_age": 0,
+                "cull_named_servers": False}
+    path = tmp_path / "policy.yaml"
+    path.write_text(json.dumps(settings))
+    argv = [f"--{option_of(k).replace('_', '-')}={v}" for k, v in settings.items()
+            if not isinstance(v, (list, bool))]
+    argv += ["--pressure-only", "--exempt-users=alice", "--exempt-users=bob", "--cull-named-servers=false"]
+    assert parse(argv).policy_config() == load_policy_config(path)
+    assert load_policy_config(path).cpu_max_age is None  # 0: off, in a file as in an option
 
 
 # --------------------------------------------------------------------------- config files

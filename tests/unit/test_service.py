@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.actions import StopResult
 from jupyterhub_gpu_reclaim.metrics import Metrics
 from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.observations import Kernel
-from jupyterhub_gpu_reclaim.policy import PolicyConfig
+from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.service import Options, Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading

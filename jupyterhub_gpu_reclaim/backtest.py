@@ -56,6 +56,7 @@ from typing import IO, Any, Callable, Iterable
 
 from .errors import ConfigError
 from .observations import Intent, Sample, Session, SessionView, Warning
+from .timestamps import format_time
 from .trace import (
     IntentEvent,
     Label,
@@ -65,7 +66,6 @@ from .trace import (
     TraceError,
     TraceSample,
     TraceSession,
-    format_time,
     read_trace,
 )
 
@@ -165,7 +165,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
     instances: list[_Live] = []
     labels: list[Label] = []
     warnings: list[dict[str, Any]] = []
-    reclaims: list[tuple[_Live, dict[str, Any]]] = []
+    reclaims: list[tuple[_Live, dt.datetime, dict[str, Any]]] = []
     holds: list[dict[str, Any]] = []
     pending = 0
     batch: list[tuple[_Live, Sample]] = []
@@ -226,8 +226,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
             inst.reclaimed = True
             inst.samples = []
             freed = session.gpus * _hours(now, inst.natural_end)
-            reclaims.append((inst, {"session": session.id, "t": format_time(now), "rule": d.rule,
-                                    "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
+            reclaims.append((inst, now, {"session": session.id, "t": format_time(now), "rule": d.rule,
+                                         "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
         elif action != "keep":
             raise ValueError(f"policy returned an unknown action {action!r}")
 
@@ -262,17 +262,17 @@ def replay(records: Iterable[Record], *, config: Any = None,
     start = trace_config.start
     held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
                for i in instances)
-    freed = sum(r["gpu_hours_freed"] for _, r in reclaims)
+    freed = sum(r["gpu_hours_freed"] for _, _, r in reclaims)
     report: dict[str, Any] = {
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
         "warnings": warnings,
-        "reclaims": [r for _, r in reclaims],
+        "reclaims": [r for _, _, r in reclaims],
         "holds": holds,
         "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
                     "reclaims": len(reclaims), "warnings": len(warnings)},
     }
-    policy_reclaims = [(inst, _parse_t(r["t"])) for inst, r in reclaims]
+    policy_reclaims = [(inst, t) for inst, t, _ in reclaims]
     if labels:
         report["score"] = _score(policy_reclaims, instances, labels, start)
     baselines = {}
@@ -290,12 +290,6 @@ def replay(records: Iterable[Record], *, config: Any = None,
         baselines[name] = b
     report["baselines"] = baselines
     return report
-
-
-def _parse_t(text: str) -> dt.datetime:
-    from .trace import parse_time
-
-    return parse_time(text)
 
 
 def _score(reclaims: list[tuple[_Live, dt.datetime]], instances: list[_Live],

@@ -39,15 +39,17 @@ from .actions import HubStopper, StopResult
 from .metrics import Metrics
 from .notify import Dispatcher
 from .observations import Decision, Sample, Session, SessionView
+from .oneline import brief
 from .policy import IDLE_RULES, decide, decide_user, retained_samples
 from .policy_config import PolicyConfig
-from .signals.base import SignalError, brief, entry_field, entry_time, parse_time, utcnow
+from .signals.base import SignalError, entry_field, entry_time
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
 from .signals.pods import PodInfo, PodSnapshot
 from .signals.probe_tokens import NoProbeCredential
 from .store import Store
-from .trace import TraceSample, TraceSession, format_time
+from .timestamps import format_time, parse_time, utcnow
+from .trace import TraceSample, TraceSession
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 

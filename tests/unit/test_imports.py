@@ -116,5 +116,6 @@ def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     graph = import_graph()
     settings = {f"{NAME}.config", f"{NAME}.launcher"}
     assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service", f"{NAME}.web"})
-    for worker in ("service", "actions", "store", "notify", "web", "web.app", "signals.hub", "backtest"):
+    for worker in ("service", "actions", "store", "notify", "web", "web.app", "signals.hub", "backtest",
+                   "policy", "policy_config", "timestamps"):
         assert not reachable(graph, f"{NAME}.{worker}") & settings, worker

@@ -373,7 +373,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
 
     from jupyterhub_gpu_reclaim.actions import HubStopper
     from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
-    from jupyterhub_gpu_reclaim.policy import PolicyConfig
+    from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
     from jupyterhub_gpu_reclaim.service import Options, Reclaimer
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -437,7 +437,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
 
     pods.start = timed("pods_start", pods.start)  # type: ignore[method-assign]
     store.record_decisions = timed("record_decision", store.record_decisions)  # type: ignore[method-assign]
-    # as the service does (service.serve): connect to Kubernetes and list the pods before
+    # as the service does (launcher.serve): connect to Kubernetes and list the pods before
     # the first cycle
     t0 = time.perf_counter()
     await pods.start()

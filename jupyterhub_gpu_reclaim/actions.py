@@ -30,7 +30,8 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
-from .signals.base import HttpSource, SignalError, brief, get_json, hub_message
+from .oneline import brief
+from .signals.base import HttpSource, SignalError, get_json, hub_message
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.actions")
 

@@ -54,8 +54,9 @@ import os
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable
 
-from .durations import parse_duration
+from .errors import ConfigError
 from .observations import Intent, Sample, Session, SessionView, Warning
+from .timestamps import format_time
 from .trace import (
     IntentEvent,
     Label,
@@ -65,7 +66,6 @@ from .trace import (
     TraceError,
     TraceSample,
     TraceSession,
-    format_time,
     read_trace,
 )
 
@@ -77,8 +77,6 @@ __all__ = [
     "ZeroRun",
     "policy_to_dict",
     "load_policy_config",
-    "parse_duration",
-    "ConfigError",
     "format_report",
 ]
 
@@ -151,9 +149,10 @@ def replay(records: Iterable[Record], *, config: Any = None,
     """Replay trace records (a :func:`read_trace` stream, config first) through ``decide``
     (default: the policy's) under ``config`` (default: ``PolicyConfig()``); return the report."""
     from . import policy
+    from .policy_config import PolicyConfig
 
     decide = decide or policy.decide
-    config = config if config is not None else policy.PolicyConfig()
+    config = config if config is not None else PolicyConfig()
     retain = getattr(policy, "retained_samples", None)
 
     it = iter(records)
@@ -166,7 +165,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
     instances: list[_Live] = []
     labels: list[Label] = []
     warnings: list[dict[str, Any]] = []
-    reclaims: list[tuple[_Live, dict[str, Any]]] = []
+    reclaims: list[tuple[_Live, dt.datetime, dict[str, Any]]] = []
     holds: list[dict[str, Any]] = []
     pending = 0
     batch: list[tuple[_Live, Sample]] = []
@@ -227,8 +226,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
             inst.reclaimed = True
             inst.samples = []
             freed = session.gpus * _hours(now, inst.natural_end)
-            reclaims.append((inst, {"session": session.id, "t": format_time(now), "rule": d.rule,
-                                    "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
+            reclaims.append((inst, now, {"session": session.id, "t": format_time(now), "rule": d.rule,
+                                         "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
         elif action != "keep":
             raise ValueError(f"policy returned an unknown action {action!r}")
 
@@ -263,17 +262,17 @@ def replay(records: Iterable[Record], *, config: Any = None,
     start = trace_config.start
     held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
                for i in instances)
-    freed = sum(r["gpu_hours_freed"] for _, r in reclaims)
+    freed = sum(r["gpu_hours_freed"] for _, _, r in reclaims)
     report: dict[str, Any] = {
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
         "warnings": warnings,
-        "reclaims": [r for _, r in reclaims],
+        "reclaims": [r for _, _, r in reclaims],
         "holds": holds,
         "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
                     "reclaims": len(reclaims), "warnings": len(warnings)},
     }
-    policy_reclaims = [(inst, _parse_t(r["t"])) for inst, r in reclaims]
+    policy_reclaims = [(inst, t) for inst, t, _ in reclaims]
     if labels:
         report["score"] = _score(policy_reclaims, instances, labels, start)
     baselines = {}
@@ -291,12 +290,6 @@ def replay(records: Iterable[Record], *, config: Any = None,
         baselines[name] = b
     report["baselines"] = baselines
     return report
-
-
-def _parse_t(text: str) -> dt.datetime:
-    from .trace import parse_time
-
-    return parse_time(text)
 
 
 def _score(reclaims: list[tuple[_Live, dt.datetime]], instances: list[_Live],
@@ -345,10 +338,6 @@ def backtest(trace: str | os.PathLike | IO[str], *, config: Any = None,
 # --------------------------------------------------------------------------- policy config
 
 
-class ConfigError(ValueError):
-    """A policy override file that cannot be applied."""
-
-
 def policy_to_dict(config: Any) -> dict[str, Any]:
     """The effective policy as JSON: durations in seconds, sets as sorted lists."""
     if not dataclasses.is_dataclass(config):
@@ -377,14 +366,14 @@ def _jsonable(value: Any) -> Any:
 def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
     """A JSON or YAML file of PolicyConfig overrides → the PolicyConfig.
 
-    ``{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h", "exempt_users": ["alice"]}``.
-    Durations are seconds or "30m"/"2h"; ``null`` where the field allows it (``max_age``).
-    Unknown keys and bad values raise :class:`ConfigError`."""
+    ``{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h", "exempt_users": ["alice"]}``,
+    read as the service reads its options (`policy.from_settings`): durations are seconds
+    or "30m"/"2h"; ``null`` (or 0) where the field allows it (``max_age``). Unknown keys and
+    bad values raise :class:`ConfigError`."""
     import yaml
 
-    from .policy import PolicyConfig
+    from .policy_config import PolicyConfig, from_settings
 
-    base = base if base is not None else PolicyConfig()
     try:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
@@ -396,51 +385,15 @@ def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{os.fspath(path)}: must be an object of PolicyConfig fields")
-    fields = {f.name: f for f in dataclasses.fields(base)}
+    fields = [f.name for f in dataclasses.fields(PolicyConfig)]
     unknown = sorted(str(k) for k in data if k not in fields)
     if unknown:
         raise ConfigError(f"{os.fspath(path)}: unknown policy setting{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(unknown)} (known: {', '.join(sorted(fields))})")
-    changes = {}
-    for key, value in data.items():
-        current = getattr(base, key)
-        kind = str(fields[key].type)
-        try:
-            changes[key] = _convert(value, current, kind)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{os.fspath(path)}: {key}: {e}") from None
     try:
-        return dataclasses.replace(base, **changes)
+        return from_settings(data, base)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{os.fspath(path)}: {e}") from None
-
-
-def _convert(value: Any, current: Any, kind: str) -> Any:
-    if value is None:
-        if "None" in kind or "Optional" in kind or current is None:
-            return None
-        raise ValueError("must not be null")
-    if "timedelta" in kind or isinstance(current, dt.timedelta):
-        return parse_duration(value)
-    if "frozenset" in kind or isinstance(current, frozenset):
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"must be a list of strings, not {value!r}")
-        return frozenset(value)
-    if "bool" in kind or isinstance(current, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"must be true or false, not {value!r}")
-        return value
-    if "float" in kind or isinstance(current, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"must be a number, not {value!r}")
-        return float(value)
-    if "int" in kind or isinstance(current, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, not {value!r}")
-        return value
-    return value
 
 
 # --------------------------------------------------------------------------- text report

@@ -27,7 +27,8 @@ DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
 def _backtest(args: argparse.Namespace) -> int:
     import json
 
-    from .backtest import ConfigError, backtest, format_report, load_policy_config, replay
+    from .backtest import backtest, format_report, load_policy_config, replay
+    from .errors import ConfigError
     from .trace import TraceError
 
     def fail(message: str) -> int:
@@ -67,27 +68,16 @@ class _BacktestError(Exception):
 
 
 def _parse_when(text: str, option: str, now: dt.datetime) -> dt.datetime:
-    """A duration back from ``now`` ("7d", "36h", "1h30m") or an ISO 8601 time (UTC when
-    it has no offset)."""
-    from .durations import parse_duration
+    """`timestamps.parse_since`, its errors said for `option`."""
+    from .timestamps import parse_since
 
     try:
-        return now - parse_duration(text)
-    except ValueError:
-        pass
+        return parse_since(text.strip(), now)
     except OverflowError:
         raise _BacktestError(f"{option} {text}: too far back") from None
-    iso = text.strip()
-    if iso[-1:] in ("Z", "z"):  # fromisoformat takes "Z" only from Python 3.11
-        iso = iso[:-1] + "+00:00"
-    try:
-        when = dt.datetime.fromisoformat(iso)
     except ValueError:
         raise _BacktestError(f"{option} {text!r}: not a duration back from now (7d, 36h, 1h30m) "
                              "or an ISO 8601 time (2026-11-02T08:00:00Z)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return when.astimezone(dt.timezone.utc)
 
 
 def _existing_sqlite_store(url: str) -> None:
@@ -132,9 +122,10 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     from sqlalchemy import exc as sa_exc
 
     from .store import Store, StoreError
-    from .trace import TraceError, TraceSample, format_time
+    from .timestamps import format_time, utcnow
+    from .trace import TraceError, TraceSample
 
-    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    now = utcnow().replace(microsecond=0)
     since = _parse_when(args.since if args.since is not None else "7d", "--since", now)
     until = _parse_when(args.until, "--until", now) if args.until is not None else now
     if since >= until:
@@ -253,7 +244,7 @@ def runs_service(argv: Sequence[str]) -> bool:
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if runs_service(argv):
-        from .config import run_app
+        from .launcher import run_app
 
         sys.exit(run_app(argv))
     parser = build_parser()

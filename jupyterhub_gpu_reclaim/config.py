@@ -10,7 +10,7 @@ chart writes them::
         --max-age=0 --cull-admin-users=false
 
 Boolean options take ``--name`` (sets True), ``--name=true`` or ``--name=false``. The GPU
-policy settings (`policy.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
+policy settings (`policy_config.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
 Every option can also be set in the config file ``gpu_reclaim_config.py``
 (``c.GpuReclaim.timeout = 3600``); the command line wins over the file.
 ``--generate-config`` prints a config file with every option and its help, like the culler.
@@ -18,12 +18,14 @@ Every option can also be set in the config file ``gpu_reclaim_config.py``
 Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the default
 ``--url``, ``JUPYTERHUB_API_URL``.
 
-Errors in the settings raise :class:`ConfigError`; :func:`run_app` turns them into one
-line on stderr and exit status 2.
+This module only declares and reads the settings: :class:`~.errors.ConfigError` for a
+bad one. `launcher.run_app` checks them, hands the service a typed `ServiceSettings` and
+maps errors to exit statuses; nothing that runs the service sees this Application.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import logging
@@ -40,8 +42,9 @@ from traitlets.config import Application, Config
 from traitlets.config.application import LevelFormatter
 
 from .durations import parse_duration
+from .errors import ConfigError
 from .oneline import one_line
-from .policy import PolicyConfig
+from .policy_config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .signals.prometheus import DEFAULT_QUERY
 from .store import DEFAULT_URL as DEFAULT_STORE_URL
 
@@ -65,37 +68,9 @@ SERVICE_OPTIONS = (
     "record_retention", "user_writes_per_minute",
 )
 
-# The GPU policy options: trait name -> PolicyConfig field.
-POLICY_OPTIONS = {
-    "gpu_idle_threshold": "gpu_idle_threshold",
-    "never_used_warn_after": "never_used_warn_after",
-    "never_used_reclaim_after": "never_used_reclaim_after",
-    "idle_warn_after": "idle_warn_after",
-    "idle_reclaim_after": "idle_reclaim_after",
-    "warning_lead": "warning_lead",
-    "max_keepalive": "max_keepalive",
-    "stale_after": "stale_after",
-    "gpu_max_age": "max_age",
-    "pressure_only": "pressure_only",
-    "exempt_users": "exempt_users",
-    "exempt_groups": "exempt_groups",
-    "exempt_profiles": "exempt_profiles",
-}
-
-# traitlets' own Application settings (logging, --show-config): not reclaim settings
-_APPLICATION_TRAITS = frozenset(Application.class_trait_names())
-
-
-class ConfigError(Exception):
-    """A bad setting (command line, config file or environment). The message says which."""
-
-
-def _policy_default(name: str) -> Any:
-    return getattr(PolicyConfig(), name)
-
-
-def _seconds(value: dt.timedelta | None) -> float:
-    return 0.0 if value is None else value.total_seconds()
+# option → PolicyConfig field, for every field: the GPU policy's options are made from
+# the fields (`_policy_option`), the others are idle-culler's options of those names
+POLICY_OPTIONS = {option_of(f.name): f.name for f in dataclasses.fields(PolicyConfig)}
 
 
 class Duration(TraitType):
@@ -120,6 +95,24 @@ class Duration(TraitType):
 
 def _help(text: str) -> str:
     return dedent(text).strip()
+
+
+def _policy_option(option: str) -> TraitType:
+    """The option of a PolicyConfig field: its type, default and help from the field."""
+    (f,) = (f for f in dataclasses.fields(PolicyConfig) if f.name == POLICY_OPTIONS[option])
+    kind, default, text = SETTING_TYPES[f.name], f.default, f.metadata["help"]
+    trait: TraitType
+    if kind is float:
+        trait = Float(default, help=text)
+    elif kind is bool:
+        trait = Bool(default, help=text)
+    elif kind == frozenset[str]:
+        trait = Set(Unicode(), set(default), help=text)
+    elif kind in (dt.timedelta, dt.timedelta | None):
+        trait = Duration(0.0 if default is None else default.total_seconds(), help=text)  # 0: off
+    else:
+        raise TypeError(f"no option type for the policy setting {f.name}: {kind}")
+    return trait.tag(config=True)
 
 
 def _bool_flag(trait: str) -> tuple[dict, str]:
@@ -580,7 +573,7 @@ class GpuReclaim(Application):
         try:
             no_url = urlsplit(url).port == 0
         except ValueError:
-            no_url = False  # not a port: validate_settings says so
+            no_url = False  # not a port: the launcher says so
         return "" if no_url else url
 
     cookie_secret_file = Unicode(
@@ -621,110 +614,21 @@ class GpuReclaim(Application):
         return proposal["value"]
 
     # ------------------------------------------------------------------ GPU policy
+    # type, default and help of each: its PolicyConfig field (policy.py)
 
-    gpu_idle_threshold = Float(
-        _policy_default("gpu_idle_threshold"),
-        help=_help("""
-            Percent GPU utilization (DCGM_FI_DEV_GPU_UTIL) below which a GPU counts as idle
-            in a sample; in (0, 100].
-
-            Near zero on purpose: a GPU at 3-8% is a slow data loader, not an idle GPU
-            (Princeton raised its cut from 0% to 9% and withdrew it after a backlash).
-            """),
-    ).tag(config=True)
-
-    never_used_warn_after = Duration(
-        _seconds(_policy_default("never_used_warn_after")),
-        help=_help("""
-            Warn a session whose GPU was never used this long after it started (seconds or
-            "30m"). Yale's rule: 30 min.
-            """),
-    ).tag(config=True)
-
-    never_used_reclaim_after = Duration(
-        _seconds(_policy_default("never_used_reclaim_after")),
-        help=_help("""
-            Reclaim a session whose GPU was never used this long after it started (seconds
-            or "1h"). Yale's rule: 60 min.
-            """),
-    ).tag(config=True)
-
-    idle_warn_after = Duration(
-        _seconds(_policy_default("idle_warn_after")),
-        help=_help("""
-            Warn a session whose GPU was used, then idle this long (seconds or "1h").
-            Princeton and Yale: 60 min.
-            """),
-    ).tag(config=True)
-
-    idle_reclaim_after = Duration(
-        _seconds(_policy_default("idle_reclaim_after")),
-        help=_help("""
-            Reclaim a session whose GPU was used, then idle this long (seconds or "2h").
-            Princeton and Yale: 120 min.
-            """),
-    ).tag(config=True)
-
-    warning_lead = Duration(
-        _seconds(_policy_default("warning_lead")),
-        help=_help("""
-            Minimum time between the first warning of an idle episode and the reclaim, so
-            the user can answer it (seconds or "15m"). Default 15 min.
-            """),
-    ).tag(config=True)
-
-    max_keepalive = Duration(
-        _seconds(_policy_default("max_keepalive")),
-        help=_help("""
-            Longest "keep alive until" a user can declare, counted from when it is set
-            (seconds or "12h"). Default 12 h (GitHub Codespaces' cap).
-            """),
-    ).tag(config=True)
-
-    stale_after = Duration(
-        _seconds(_policy_default("stale_after")),
-        help=_help("""
-            GPU data older than this is missing, and a session with missing GPU data is held,
-            never reclaimed (seconds or "5m"; > 0). Default 5 min.
-            """),
-    ).tag(config=True)
-
-    gpu_max_age = Duration(
-        _seconds(_policy_default("max_age")),
-        help=_help("""
-            Optional hard lifetime of GPU sessions from their start, warned --warning-lead
-            before (seconds or "7d"). It also caps keep-alive intents. 0: off (default).
-            """),
-    ).tag(config=True)
-
-    pressure_only = Bool(
-        _policy_default("pressure_only"),
-        help=_help("""
-            Reclaim GPU sessions only while GPU requests are pending (pods unschedulable
-            for nvidia.com/gpu). Warnings still go out. Default off.
-            """),
-    ).tag(config=True)
-
-    exempt_users = Set(
-        Unicode(),
-        help=_help("""
-            User names whose GPU sessions are never reclaimed.
-            """),
-    ).tag(config=True)
-
-    exempt_groups = Set(
-        Unicode(),
-        help=_help("""
-            JupyterHub groups whose members' GPU sessions are never reclaimed.
-            """),
-    ).tag(config=True)
-
-    exempt_profiles = Set(
-        Unicode(),
-        help=_help("""
-            KubeSpawner profile slugs whose sessions are never reclaimed.
-            """),
-    ).tag(config=True)
+    gpu_idle_threshold = _policy_option("gpu_idle_threshold")
+    never_used_warn_after = _policy_option("never_used_warn_after")
+    never_used_reclaim_after = _policy_option("never_used_reclaim_after")
+    idle_warn_after = _policy_option("idle_warn_after")
+    idle_reclaim_after = _policy_option("idle_reclaim_after")
+    warning_lead = _policy_option("warning_lead")
+    max_keepalive = _policy_option("max_keepalive")
+    stale_after = _policy_option("stale_after")
+    gpu_max_age = _policy_option("gpu_max_age")
+    pressure_only = _policy_option("pressure_only")
+    exempt_users = _policy_option("exempt_users")
+    exempt_groups = _policy_option("exempt_groups")
+    exempt_profiles = _policy_option("exempt_profiles")
 
     # ------------------------------------------------------------------ validation
 
@@ -765,7 +669,8 @@ class GpuReclaim(Application):
         **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in IDLE_CULLER_OPTIONS},
         "dry-run": "GpuReclaim.dry_run",
         **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in SERVICE_OPTIONS},
-        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in POLICY_OPTIONS},
+        **{name.replace("_", "-"): f"GpuReclaim.{name}" for name in POLICY_OPTIONS
+           if name not in IDLE_CULLER_OPTIONS},
     }
 
     flags = {
@@ -893,142 +798,12 @@ class GpuReclaim(Application):
             f"{loc}/hub-ca/hub-ca.crt",
         )
 
-    def ssl_context(self) -> Any:
-        """The TLS context for the hub and servers with --ssl-enabled (client certificate
-        and CA of internal-ssl); ConfigError when the files cannot be loaded."""
-        import ssl
-
-        key, cert, ca = self.ssl_files()
-        try:
-            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
-            context.load_cert_chain(cert, key)
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"--ssl-enabled: cannot load the internal-ssl files under "
-                              f"{self.internal_certs_location}: {e}") from None
-        return context
-
     def policy_config(self) -> PolicyConfig:
         """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
-
-        def td(seconds: float) -> dt.timedelta:
-            return dt.timedelta(seconds=seconds)
-
         try:
-            return PolicyConfig(
-                gpu_idle_threshold=self.gpu_idle_threshold,
-                never_used_warn_after=td(self.never_used_warn_after),
-                never_used_reclaim_after=td(self.never_used_reclaim_after),
-                idle_warn_after=td(self.idle_warn_after),
-                idle_reclaim_after=td(self.idle_reclaim_after),
-                warning_lead=td(self.warning_lead),
-                max_keepalive=td(self.max_keepalive),
-                stale_after=td(self.stale_after),
-                max_age=td(self.gpu_max_age) if self.gpu_max_age else None,
-                pressure_only=self.pressure_only,
-                exempt_users=frozenset(self.exempt_users),
-                exempt_groups=frozenset(self.exempt_groups),
-                exempt_profiles=frozenset(self.exempt_profiles),
-                cpu_timeout=td(self.timeout),
-                cpu_max_age=td(self.max_age) if self.max_age else None,
-                cull_admin_users=self.cull_admin_users,
-                cull_default_servers=self.cull_default_servers,
-                cull_named_servers=self.cull_named_servers,
-            )
+            return from_settings({field: getattr(self, option) for option, field in POLICY_OPTIONS.items()})
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
-
-    def settings(self) -> dict[str, Any]:
-        """Every option's effective value, without secrets (safe to log): no token, URLs
-        reduced to scheme and host (a Slack webhook's path is its secret), no passwords."""
-        from .notify import redact_url
-
-        out: dict[str, Any] = {}
-        for name in sorted(self.class_trait_names(config=True)):
-            if name in ("api_token", "generate_config") or name in _APPLICATION_TRAITS:
-                continue
-            value = getattr(self, name)
-            out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
-        out["cull_every"] = self.effective_cull_every
-        out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
-                             for k, v in spec.items()} for spec in self.notifiers]
-        out["store_url"] = _hide_password(self.store_url)
-        out["prometheus_url"] = _hide_password(self.prometheus_url)
-        out["dcgm_exporter_urls"] = [_hide_password(u) for u in self.dcgm_exporter_urls]
-        return out
-
-    def validate_settings(self) -> PolicyConfig:
-        """Check what can be checked before running; return the PolicyConfig."""
-        policy = self.policy_config()
-        if not self.url:
-            raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
-        if not self.url.startswith(("http://", "https://")):
-            raise ConfigError(f"--url must be an http(s) URL, got {self.url!r}")
-        if not self.api_token:
-            raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
-        for u in [self.prometheus_url, *self.dcgm_exporter_urls]:
-            if u and not u.startswith(("http://", "https://")):
-                raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
-        if self.bind_url:
-            parts = urlsplit(self.bind_url)
-            try:
-                port = parts.port
-            except ValueError:  # not a number, or out of range
-                port = None
-            if parts.scheme != "http" or not parts.hostname or not port:
-                raise ConfigError(f"--bind-url must be http://IP:PORT, got {self.bind_url!r}")
-        try:
-            from .notify import make_notifiers
-            make_notifiers(self.notifiers)
-        except (TypeError, ValueError, KeyError) as e:
-            raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-        if self.ssl_enabled:
-            missing = [p for p in self.ssl_files() if not os.path.isfile(p)]
-            if missing:
-                raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
-                                  f"(--internal-certs-location={self.internal_certs_location})")
-            self.ssl_context()
-        return policy
-
-    # ------------------------------------------------------------------ running
-
-    def start(self) -> None:
-        if self.generate_config:
-            print(self.generate_config_file())
-            return
-        policy = self.validate_settings()
-        self.log.info("jupyterhub-gpu-reclaim settings%s:", " (DRY RUN: nothing is stopped)"
-                      if self.dry_run else "")
-        for name, value in self.settings().items():
-            self.log.info("  %s = %r", name, value)
-        self.run_service(policy)
-
-    def run_service(self, policy: PolicyConfig) -> None:
-        """Run the reclaim loop until SIGTERM or SIGINT."""
-        import asyncio
-
-        from .service import serve
-
-        # the modules' loggers write through the application's handler and format
-        package = logging.getLogger("jupyterhub_gpu_reclaim")
-        package.setLevel(self.log_level)
-        package.propagate = False
-        for handler in self.log.handlers:
-            package.addHandler(handler)
-        asyncio.run(serve(self, policy))
-
-
-_SECRET_KEYS = frozenset({"password", "headers", "token"})
-
-
-def _hide_password(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _trait_message(e: Exception) -> str:
@@ -1044,29 +819,6 @@ def _trait_message(e: Exception) -> str:
 def _policy_message(text: str) -> str:
     """PolicyConfig's message with its field names written as our options."""
     names = {field: name for name, field in POLICY_OPTIONS.items()}
-    names.update(cpu_timeout="timeout", cpu_max_age="max_age")
     for field in sorted(names, key=len, reverse=True):
         text = re.sub(rf"\b{field}\b", "--" + names[field].replace("_", "-"), text)
     return text
-
-
-class ServiceError(RuntimeError):
-    """The service cannot run (its store cannot be opened, ...); exit status 1."""
-
-
-def run_app(argv: Sequence[str] | None = None, app_class: type[GpuReclaim] = GpuReclaim) -> int:
-    """Run the service application with `argv`; return the exit status.
-
-    2: bad settings (one line on stderr, no traceback); 1: the service cannot run;
-    0: done (e.g. --generate-config)."""
-    app = app_class()
-    try:
-        app.initialize(argv)
-        app.start()
-    except ConfigError as e:
-        print(f"{app.name}: error: {e}", file=sys.stderr)
-        return 2
-    except ServiceError as e:
-        print(f"{app.name}: {e}", file=sys.stderr)
-        return 1
-    return 0

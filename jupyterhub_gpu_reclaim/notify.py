@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from .observations import Decision, Session
 from .oneline import one_line
+from .timestamps import format_time, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,6 @@ def _utc(t: dt.datetime) -> dt.datetime:
 def format_utc(t: dt.datetime) -> str:
     """``2024-05-01 14:30 UTC``."""
     return _utc(t).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def iso_utc(t: dt.datetime) -> str:
-    """``2024-05-01T14:30:00Z``."""
-    return _utc(t).isoformat().replace("+00:00", "Z")
 
 
 def _in_minutes(at: dt.datetime, now: dt.datetime) -> str:
@@ -128,7 +124,7 @@ class Message:
             event = "reclaim"
         else:
             raise ValueError(f"no message for a {decision.action!r} decision")
-        now = _utc(now or dt.datetime.now(dt.timezone.utc))
+        now = _utc(now or utcnow())
         reclaim_at = _utc(decision.reclaim_at or now)
         # names are the user's choice: one line each, in the subject (a header) and the text
         sid = one_line(session.id)
@@ -184,7 +180,7 @@ class Message:
             "server": self.server,
             "rule": self.rule,
             "reason": self.reason,
-            "reclaim_at": iso_utc(self.reclaim_at),
+            "reclaim_at": format_time(self.reclaim_at),
             "evidence": self.evidence,
             "keepalive_url": self.keepalive_url,
             "hub": self.hub_name,
@@ -235,7 +231,7 @@ class LogNotifier:
     async def send(self, message: Message, recipients: Sequence[str]) -> None:
         self.logger.log(self.level, "%s for %s (rule %s, reclaim at %s) to %s: %s",
                         message.event, one_line(message.session), message.rule,
-                        iso_utc(message.reclaim_at), one_line(", ".join(recipients) or "-"),
+                        format_time(message.reclaim_at), one_line(", ".join(recipients) or "-"),
                         one_line(message.subject))
 
 

@@ -5,10 +5,21 @@ control characters: written raw, ``x\\r\\nINFO forged`` starts a forged line in 
 a notice, and cannot go in an e-mail header at all. :func:`one_line` writes each
 non-printable character (controls, line and paragraph separators, bidi overrides) as its
 Python escape (``\\r``, ``\\n``, ``\\x1b``, ``\\u2028``) and leaves the rest, letters of every
-script included, as it is.
+script included, as it is. :func:`brief` writes an untrusted value short.
 """
 
 from __future__ import annotations
+
+import reprlib
+
+_brief = reprlib.Repr()
+_brief.maxlevel, _brief.maxstring, _brief.maxother, _brief.maxlong = 3, 60, 60, 40
+
+
+def brief(value: object) -> str:
+    """A short repr of an untrusted value for logs and reasons: bounded in length and
+    depth (a plain repr of deeply nested JSON raises RecursionError)."""
+    return _brief.repr(value)
 
 
 def one_line(value: object) -> str:

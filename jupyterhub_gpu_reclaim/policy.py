@@ -66,114 +66,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .observations import Decision, Intent, Sample, SessionView
+from .policy_config import PolicyConfig
 
 MINUTE = dt.timedelta(minutes=1)
 
 # Rules whose warnings belong to an idle episode (cleared by activity or an intent).
 IDLE_RULES = frozenset({"gpu-never-used", "gpu-idle"})
-
-
-@dataclass(frozen=True)
-class PolicyConfig:
-    """Every knob of the policy, with its default and where the default comes from."""
-
-    gpu_idle_threshold: float = 1.0
-    """Percent (DCGM_FI_DEV_GPU_UTIL). A GPU below it in a sample is idle in that sample.
-    Near zero on purpose: a GPU at 3-8% is a slow data loader, not an idle GPU; Princeton
-    raised its cut from 0% to 9% and withdrew it within two days after a backlash (seed 3)."""
-
-    never_used_warn_after: dt.timedelta = field(default=dt.timedelta(minutes=30))
-    """Warn a session whose GPU was never used this long after the episode start (Yale: 30 min)."""
-
-    never_used_reclaim_after: dt.timedelta = field(default=dt.timedelta(minutes=60))
-    """Reclaim a never-used session this long after the episode start (Yale: 1 h)."""
-
-    idle_warn_after: dt.timedelta = field(default=dt.timedelta(minutes=60))
-    """Warn a session whose GPU was used, then idle this long (Yale: 1 h; Princeton warns
-    before its 2 h cancel)."""
-
-    idle_reclaim_after: dt.timedelta = field(default=dt.timedelta(minutes=120))
-    """Reclaim a used-then-idle session after this much idleness (Princeton and Yale: 2 h)."""
-
-    warning_lead: dt.timedelta = field(default=dt.timedelta(minutes=15))
-    """Minimum time between the first warning of an episode and the reclaim, so the user
-    can answer it (seed 3: "answer a warning")."""
-
-    max_keepalive: dt.timedelta = field(default=dt.timedelta(hours=12))
-    """An intent's "until" is capped at this long after it was set, or reclaim is never
-    guaranteed (GitHub Codespaces: 12 h)."""
-
-    stale_after: dt.timedelta = field(default=dt.timedelta(minutes=5))
-    """GPU data whose latest sample is older than this is missing (DCGM exporter collects
-    every 30 s; the hub's activity interval is 300 s)."""
-
-    max_age: dt.timedelta | None = None
-    """Optional hard lifetime of GPU sessions from `started` (warned `warning_lead`
-    before; caps intents). None: off. Codespaces-style retention cap."""
-
-    pressure_only: bool = False
-    """Reclaim GPU sessions only while GPUs are requested by pending pods
-    (`pending_gpus` > 0); warnings still go out. Default off."""
-
-    exempt_users: frozenset[str] = frozenset()
-    """User names never reclaimed (Princeton's per-user exemptions)."""
-
-    exempt_groups: frozenset[str] = frozenset()
-    """JupyterHub groups whose members' GPU sessions are never reclaimed."""
-
-    exempt_profiles: frozenset[str] = frozenset()
-    """KubeSpawner profile slugs whose sessions are never reclaimed."""
-
-    cpu_timeout: dt.timedelta = field(default=dt.timedelta(seconds=3600))
-    """Servers without GPUs: jupyterhub-idle-culler's --timeout (default 3600 s) on the
-    hub's last_activity (the session start if there is none)."""
-
-    cpu_max_age: dt.timedelta | None = None
-    """Servers without GPUs: idle-culler's --max-age (default 0 = off; None or 0 here)."""
-
-    cull_admin_users: bool = True
-    """idle-culler's --cull-admin-users. In idle-culler 2.0 it only applies to deleting
-    *users* (--cull-users); admins' *servers* are culled like anyone's. We keep that
-    meaning, so the policy does not read it: the user-culling step of the actions does."""
-
-    cull_default_servers: bool = True
-    """idle-culler's --cull-default-servers (timeout rule only; max-age ignores it there too)."""
-
-    cull_named_servers: bool = True
-    """idle-culler's --cull-named-servers (timeout rule only; max-age ignores it there too)."""
-
-    def __post_init__(self) -> None:
-        def positive(name: str, allow_zero: bool = True) -> None:
-            value = getattr(self, name)
-            if not isinstance(value, dt.timedelta):
-                raise ValueError(f"{name} must be a timedelta, got {value!r}")
-            if value < dt.timedelta(0) or (not allow_zero and value == dt.timedelta(0)):
-                raise ValueError(f"{name} must be {'>=' if allow_zero else '>'} 0, got {value}")
-
-        if not isinstance(self.gpu_idle_threshold, (int, float)) or not (
-            0 < self.gpu_idle_threshold <= 100
-        ):
-            raise ValueError(
-                f"gpu_idle_threshold must be a percent in (0, 100], got {self.gpu_idle_threshold!r}"
-            )
-        for name in (
-            "never_used_warn_after", "never_used_reclaim_after", "idle_warn_after",
-            "idle_reclaim_after", "warning_lead", "max_keepalive", "cpu_timeout",
-        ):
-            positive(name)
-        positive("stale_after", allow_zero=False)
-        for name in ("max_age", "cpu_max_age"):
-            if getattr(self, name) is not None:
-                positive(name)
-        if self.never_used_warn_after > self.never_used_reclaim_after:
-            raise ValueError("never_used_warn_after must not exceed never_used_reclaim_after")
-        if self.idle_warn_after > self.idle_reclaim_after:
-            raise ValueError("idle_warn_after must not exceed idle_reclaim_after")
-        for name in ("exempt_users", "exempt_groups", "exempt_profiles"):
-            value = getattr(self, name)
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"{name} must be a set of strings, got {value!r}")
-            object.__setattr__(self, name, frozenset(value))
 
 
 def _iso(t: dt.datetime | None) -> str | None:

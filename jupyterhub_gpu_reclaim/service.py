@@ -39,14 +39,17 @@ from .actions import HubStopper, StopResult
 from .metrics import Metrics
 from .notify import Dispatcher
 from .observations import Decision, Sample, Session, SessionView
-from .policy import IDLE_RULES, PolicyConfig, decide, decide_user, retained_samples
-from .signals.base import SignalError, brief, entry_field, entry_time, parse_time, utcnow
+from .oneline import brief
+from .policy import IDLE_RULES, decide, decide_user, retained_samples
+from .policy_config import PolicyConfig
+from .signals.base import SignalError, entry_field, entry_time
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
 from .signals.pods import PodInfo, PodSnapshot
 from .signals.probe_tokens import NoProbeCredential
 from .store import Store
-from .trace import TraceSample, TraceSession, format_time
+from .timestamps import format_time, parse_time, utcnow
+from .trace import TraceSample, TraceSession
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
@@ -728,124 +731,3 @@ class Reclaimer:
                 if (await self.stopper.delete_user(user["name"])).ok:
                     report.users_deleted.append(user["name"])
                     self.metrics.users_deleted.inc()
-
-
-# ---------------------------------------------------------------------- the running service
-
-def build(app: Any, policy: PolicyConfig, store: Store, metrics: Metrics) -> Reclaimer:
-    """A Reclaimer wired to the real signals as `app` (config.GpuReclaim) describes them."""
-    from .notify import make_notifiers
-    from .signals.dcgm import DcgmScrapeSignal
-    from .signals.hub import HubSignal
-    from .signals.kernels import KernelSignal
-    from .signals.pods import PodSignal
-    from .signals.probe_tokens import ProbeTokens
-    from .signals.prometheus import PrometheusSignal
-
-    context = app.ssl_context() if app.ssl_enabled else None
-    hub = HubSignal(app.url, app.api_token, page_size=app.api_page_size,
-                    concurrency=app.concurrency or 1_000_000, ssl_context=context)
-    pods = PodSignal(app.namespace, app.kubeconfig or None, label_selector=app.pod_label_selector)
-    gpu: GpuSource | None = None
-    if app.prometheus_url:
-        gpu = PrometheusSignal(app.prometheus_url, app.prometheus_query, timeout=app.gpu_request_timeout,
-                               pod_label=app.prometheus_pod_label)
-    elif app.dcgm_exporter_urls:
-        gpu = DcgmScrapeSignal(app.dcgm_exporter_urls, timeout=app.gpu_request_timeout)
-    else:
-        log.warning("no GPU source (--prometheus-url or --dcgm-exporter-urls): GPU sessions are "
-                    "held, never reclaimed; servers without GPUs are culled as idle-culler does")
-    kernels = None
-    if app.probe_kernels:
-        credentials = None
-        if app.kernel_probe_credential == "user-token":
-            credentials = ProbeTokens(app.url, app.api_token, lifetime=int(app.kernel_probe_token_lifetime),
-                                      ssl_context=context)
-        else:
-            log.warning("kernel probes have no credential (kernel_probe_credential = 'none'): GPU sessions "
-                        "whose GPUs look idle are held, never reclaimed (no kernel data)")
-        kernels = KernelSignal("", credentials, timeout=app.kernel_probe_timeout,
-                               concurrency=app.concurrency or 100)
-        kernels.ssl_context = context
-
-    async def pod_gone(user: str, server: str) -> bool:
-        return f"{user}/{server}" not in pods.snapshot(policy.stale_after.total_seconds()).by_session
-
-    stopper = HubStopper(app.url, app.api_token, remove_named_servers=app.remove_named_servers,
-                         stop_timeout=app.stop_timeout, pod_gone=pod_gone if app.verify_pod_gone else None)
-    stopper.ssl_context = context
-    dispatcher = Dispatcher(make_notifiers(app.notifiers), admin_recipients=list(app.admin_recipients),
-                            copy_admins=app.copy_admins, users_in_dry_run=app.notify_users_in_dry_run,
-                            dry_run=app.dry_run)
-    options = Options(dry_run=app.dry_run, cull_users=app.cull_users, keepalive_url=app.keepalive_url,
-                      hub_name=app.hub_name, cycle_interval=dt.timedelta(seconds=app.effective_cull_every),
-                      observation_retention=dt.timedelta(seconds=app.observation_retention),
-                      record_retention=dt.timedelta(seconds=app.record_retention))
-    return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
-                     store=store, policy=policy, options=options, metrics=metrics)
-
-
-async def serve(app: Any, policy: PolicyConfig) -> None:
-    """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
-    import os
-    import signal
-    from urllib.parse import urlsplit
-
-    from .config import ServiceError
-    from .store import StoreError
-    from .web import listen, make_app
-
-    try:
-        store = Store.open(app.store_url)
-    except StoreError as e:
-        raise ServiceError(str(e)) from None
-    metrics = Metrics()
-    reclaimer = build(app, policy, store, metrics)
-    server = None
-    if app.bind_url:
-        from jupyterhub.services.auth import HubOAuth
-
-        name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpu-reclaim")
-        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
-        # HubOAuth: a hub token in the Authorization header, or the pages' OAuth login cookie
-        hub_auth = HubOAuth(api_token=app.api_token, api_url=app.url, cache_max_age=30,
-                            access_scopes={f"access:services!service={name}", "access:services"})
-        hub_prefix = urlsplit(app.url).path.rsplit("/api", 1)[0].rstrip("/") + "/" if app.url else "/hub/"
-        web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=policy,
-                           admin_scope=app.admin_scope, dry_run=app.dry_run,
-                           cookie_secret_file=app.cookie_secret_file, hub_prefix=hub_prefix,
-                           writes_per_minute=app.user_writes_per_minute)
-        server = listen(web_app, app.bind_url)
-        log.info("serving /metrics on %s", app.bind_url)
-    else:
-        log.info("no web server (no url in the service's entry in c.JupyterHub.services, no "
-                 "--bind-url): the cycles run; the pages, the JSON API and /metrics are unavailable")
-    try:  # connect and list before the first cycle, so that cycle is like the others
-        await reclaimer.pods.start()
-    except SignalError as e:
-        log.warning("%s (the cycles will try again)", e)
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    try:
-        while not stopping.is_set():
-            try:
-                await reclaimer.run_cycle()
-            except Exception:  # one bad cycle must not end the service
-                log.exception("the cycle failed; trying again in %d s", app.effective_cull_every)
-            try:
-                await asyncio.wait_for(stopping.wait(), app.effective_cull_every)
-            except asyncio.TimeoutError:
-                pass
-        log.info("stopping")
-    finally:
-        await reclaimer.cancel()
-        if server is not None:
-            server.stop()
-        for part in (reclaimer.hub, reclaimer.gpu, reclaimer.kernels, reclaimer.stopper):
-            close = getattr(part, "close", None)
-            if close is not None:
-                await close()
-        await reclaimer.pods.stop()  # type: ignore[attr-defined]
-        store.close()

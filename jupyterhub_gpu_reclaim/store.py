@@ -43,6 +43,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from .observations import Decision, Intent, Sample, Session, Warning
+from .timestamps import format_time, utcnow
 from .trace import (
     IntentEvent,
     Pressure,
@@ -51,7 +52,6 @@ from .trace import (
     TraceSample,
     TraceSession,
     dump_record,
-    format_time,
     read_trace,
 )
 
@@ -481,7 +481,7 @@ class Store:
         """Mark the session's open warnings sent at ``warned_ats`` (all open ones when None)
         cleared at ``t`` (default now). Returns how many were cleared. A cleared episode
         stays recorded: the same (session, rule, episode) is still never warned again."""
-        t = _aware(t, "t") if t is not None else dt.datetime.now(UTC)
+        t = _aware(t, "t") if t is not None else utcnow()
         query = sa.update(WarningRow).where(WarningRow.session == session, WarningRow.cleared_at.is_(None))
         if warned_ats is not None:
             ats = [_aware(a, "warned_ats") for a in warned_ats]
@@ -608,7 +608,7 @@ class Store:
         session with no session line are left out. ``since`` defaults to the earliest
         observation, ``until`` to now. Join with newlines, or read with
         :meth:`export_records`, for ``backtest --from-store``."""
-        now = dt.datetime.now(UTC)
+        now = utcnow()
         with self._session() as db:
             if since is None:
                 since = db.scalar(sa.select(sa.func.min(ObservationRow.t))) or now
@@ -733,7 +733,7 @@ class Store:
     def audit(self, actor: str, action: str, session: str = "", t: dt.datetime | None = None,
               **detail: Any) -> None:
         """Record that ``actor`` did ``action`` (to ``session``)."""
-        t = _aware(t, "t") if t is not None else dt.datetime.now(UTC)
+        t = _aware(t, "t") if t is not None else utcnow()
         with self._session.begin() as db:
             db.add(AuditRow(t=t, actor=actor, action=action, session=session, detail=_dumps(detail)))
 

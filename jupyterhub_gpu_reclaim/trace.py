@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Iterable, Iterator, Literal, Union
 
 from .observations import Kernel, Sample, Session
+from .timestamps import format_time, parse_time
 
 __all__ = [
     "TraceError",
@@ -47,8 +48,6 @@ __all__ = [
     "Record",
     "TRUTHS",
     "read_trace",
-    "parse_time",
-    "format_time",
     "record_to_dict",
     "dump_record",
     "write_trace",
@@ -128,46 +127,14 @@ class Label:
 Record = Union[TraceConfig, TraceSession, TraceSample, Pressure, IntentEvent, Label]
 
 
-# --------------------------------------------------------------------------- time
+# --------------------------------------------------------------------------- field checks
 
+_MISSING = object()
 _time_cache: dict[str, dt.datetime] = {}
 
 
 class _FieldError(Exception):
     pass
-
-
-def parse_time(value: str) -> dt.datetime:
-    """An RFC 3339 timestamp with an offset → an aware UTC datetime (ValueError otherwise)."""
-    cached = _time_cache.get(value)
-    if cached is not None:
-        return cached
-    if not isinstance(value, str) or len(value) < 20 or value[10] not in "Tt ":
-        raise ValueError(f"{value!r} is not an RFC 3339 timestamp")
-    text = value[:-1] + "+00:00" if value[-1] in "Zz" else value
-    parsed = dt.datetime.fromisoformat(text)
-    if parsed.tzinfo is None:
-        raise ValueError(f"{value!r} has no UTC offset")
-    parsed = parsed.astimezone(dt.timezone.utc)
-    if len(_time_cache) > 100_000:
-        _time_cache.clear()
-    _time_cache[value] = parsed
-    return parsed
-
-
-def format_time(value: dt.datetime) -> str:
-    """An aware datetime → ``2026-11-02T08:00:00Z`` (with microseconds only when present)."""
-    if value.tzinfo is None:
-        raise ValueError("naive datetime: traces hold UTC times")
-    value = value.astimezone(dt.timezone.utc)
-    if value.microsecond:
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --------------------------------------------------------------------------- field checks
-
-_MISSING = object()
 
 
 def _get(obj: dict, key: str, default: Any = _MISSING) -> Any:
@@ -184,10 +151,18 @@ def _time(obj: dict, key: str, *, nullable: bool = False, default: Any = _MISSIN
         return None
     if not isinstance(value, str):
         raise _FieldError(f"{key} must be an RFC 3339 timestamp, not {json.dumps(value)}")
-    try:
-        return parse_time(value)
-    except ValueError:
-        raise _FieldError(f"{key} is not an RFC 3339 timestamp with an offset: {value!r}") from None
+    t = _time_cache.get(value)  # a trace repeats its instants
+    if t is None:
+        try:
+            t = parse_time(value, require_offset=True)
+        except ValueError:
+            t = None
+        if t is None:
+            raise _FieldError(f"{key} is not an RFC 3339 timestamp with an offset: {value!r}")
+        if len(_time_cache) > 100_000:
+            _time_cache.clear()
+        _time_cache[value] = t
+    return t
 
 
 def _str(obj: dict, key: str, default: Any = _MISSING) -> str:

@@ -13,11 +13,13 @@ import asyncio
 import codecs
 import datetime as dt
 import json
-import reprlib
 import ssl
 from typing import Any
 
 import aiohttp
+
+from ..oneline import brief
+from ..timestamps import parse_time
 
 
 class SignalError(Exception):
@@ -62,50 +64,6 @@ class HttpSource:
         await self.close()
 
 
-# No hub, server or cluster clock reports a time outside these; times near datetime's own
-# limits would overflow in the arithmetic that follows (an idle clock, a deadline).
-EARLIEST = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-LATEST = dt.datetime(3000, 1, 1, tzinfo=dt.timezone.utc)
-MAX_TIME_LENGTH = 64  # "2026-01-05T09:00:00.123456+00:00" is 32
-
-
-def parse_time(value: object) -> dt.datetime | None:
-    """An ISO 8601 timestamp as JupyterHub and Jupyter Server write it ("...Z"), as an
-    aware UTC datetime; naive timestamps are taken as UTC (as idle-culler does). None or ""
-    is None. Anything else — not a string, malformed, too long, outside 1970-2999 once in
-    UTC ("9999-12-31T23:59:59-23:59") — raises ValueError, and nothing else."""
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"not a timestamp: {type(value).__name__} {brief(value)}")
-    if len(value) > MAX_TIME_LENGTH:
-        raise ValueError(f"not a timestamp: {len(value)} characters: {brief(value)}")
-    text = value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value
-    try:
-        t = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"not a timestamp: {value!r}") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    try:
-        t = t.astimezone(dt.timezone.utc)
-    except OverflowError:
-        raise ValueError(f"timestamp out of range once in UTC: {value!r}") from None
-    if not EARLIEST <= t < LATEST:
-        raise ValueError(f"timestamp out of range (1970-2999): {value!r}")
-    return t
-
-
-_brief = reprlib.Repr()
-_brief.maxlevel, _brief.maxstring, _brief.maxother, _brief.maxlong = 3, 60, 60, 40
-
-
-def brief(value: object) -> str:
-    """A short repr of an untrusted value for logs and reasons: bounded in length and
-    depth (a plain repr of deeply nested JSON raises RecursionError)."""
-    return _brief.repr(value)
-
-
 def entry_field(model: object, key: str, kinds: type | tuple[type, ...], default: Any = None,
                 *, max_length: int = 1024) -> Any:
     """`model[key]` checked to be one of `kinds` (absent or null: `default`); ValueError
@@ -125,16 +83,12 @@ def entry_field(model: object, key: str, kinds: type | tuple[type, ...], default
 
 
 def entry_time(model: object, key: str) -> dt.datetime | None:
-    """`model[key]` as parse_time reads it; ValueError naming the field otherwise."""
+    """`model[key]` as `timestamps.parse_time` reads it; ValueError naming the field otherwise."""
     value = entry_field(model, key, str)
     try:
         return parse_time(value)
     except ValueError as e:
         raise ValueError(f"{key}: {e}") from None
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 MiB = 1024 * 1024

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .base import HttpSource, SignalError, brief, get_text, utcnow
+from ..oneline import brief
+from ..timestamps import utcnow
+from .base import HttpSource, SignalError, get_text
 from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, Series, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.dcgm")

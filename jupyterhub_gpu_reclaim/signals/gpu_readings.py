@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from .base import brief
+from ..oneline import brief
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.gpu")
 

@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 
-from .base import HttpSource, SignalError, brief, entry_field, entry_time, get_json
+from ..oneline import brief
+from .base import HttpSource, SignalError, entry_field, entry_time, get_json
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 

@@ -23,7 +23,8 @@ import logging
 from typing import Any, Callable, TypeVar
 
 from ..observations import Kernel
-from .base import HttpSource, SignalError, brief, entry_field, entry_time, get_json
+from ..oneline import brief
+from .base import HttpSource, SignalError, entry_field, entry_time, get_json
 from .probe_tokens import NoProbeCredential, ProbeCredentials
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.kernels")

@@ -22,7 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .base import MAX_BODY, SignalError, brief, entry_field, entry_time, parse_time, read_capped
+from ..oneline import brief
+from ..timestamps import parse_time
+from .base import MAX_BODY, SignalError, entry_field, entry_time, read_capped
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 

@@ -23,7 +23,9 @@ import math
 from typing import Any
 
 
-from .base import HttpSource, SignalError, brief, get_json, utcnow
+from ..oneline import brief
+from ..timestamps import utcnow
+from .base import HttpSource, SignalError, get_json
 from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, Series, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")

@@ -1,23 +1,17 @@
-"""Time formats the Kubernetes API uses."""
+"""The time format the Kubernetes API uses, `metav1.Time`: the product's timestamps
+(`jupyterhub_gpu_reclaim.timestamps`) to the second. The simulator's modules take it,
+`parse` and the clock `now` from here."""
 
 from __future__ import annotations
 
 import datetime as dt
 
-
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+from ..timestamps import format_time
+from ..timestamps import parse_time as parse  # noqa: F401
+from ..timestamps import utcnow as now
 
 
 def rfc3339(t: dt.datetime | None = None) -> str:
     """`metav1.Time`: RFC 3339 in UTC with second precision."""
-    return (t or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time((t or now()).replace(microsecond=0))
 
-
-def micro(t: dt.datetime | None = None) -> str:
-    """`metav1.MicroTime`: RFC 3339 in UTC with microseconds (events' eventTime)."""
-    return (t or now()).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -16,11 +16,11 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
 from ..images import normalize
+from ..timestamps import utcnow
 from . import affinity, keepalive, messages
 from .informer import Informer
 from .timings import SpawnTimings, extract
 
-UTC = dt.timezone.utc
 TIMINGS_ANNOTATION = "jupyterhub-gpu-reclaim/spawn-timings"
 
 # In the hub's default registry: they appear on the hub's /metrics next to
@@ -48,10 +48,6 @@ class GpuQueueTimeout(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.jupyterhub_message = message
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(UTC)
 
 
 class GPUReclaimSpawner(KubeSpawner):
@@ -172,7 +168,7 @@ class GPUReclaimSpawner(KubeSpawner):
     def _gpu_reclaim_options_from_form(self, formdata: dict) -> dict:
         data = {k: v for k, v in formdata.items() if not k.startswith("keepalive")}
         options = self._options_from_form(data) if self.profile_list else {}
-        until = keepalive.from_form(formdata, now=_utcnow(), max_keepalive=self._max_keepalive)
+        until = keepalive.from_form(formdata, now=utcnow(), max_keepalive=self._max_keepalive)
         if until is not None:
             options[keepalive.OPTION] = keepalive.iso(until)
         return options
@@ -184,7 +180,7 @@ class GPUReclaimSpawner(KubeSpawner):
     async def load_user_options(self) -> None:
         await super().load_user_options()
         self.keepalive_until = keepalive.from_user_options(
-            self.user_options or {}, now=_utcnow(), max_keepalive=self._max_keepalive)
+            self.user_options or {}, now=utcnow(), max_keepalive=self._max_keepalive)
 
     # ------------------------------------------------------------------ the pod
 
@@ -291,7 +287,7 @@ class GPUReclaimSpawner(KubeSpawner):
         return [p for p in (reflector.pods.values() if reflector else []) if messages.is_waiting_for_gpu(p)]
 
     async def _start(self) -> str:
-        self._requested = _utcnow()
+        self._requested = utcnow()
         self.spawn_timings = None
         if self.resume_priority_window > 0 and self.resume_priority_class_name:
             await self._apply_resume_priority()
@@ -351,8 +347,8 @@ class GPUReclaimSpawner(KubeSpawner):
             pod = self._pod()
             if pod is None or not messages.is_waiting_for_gpu(pod):
                 continue
-            since = messages.waiting_since(pod) or self._requested or _utcnow()
-            waited = _utcnow() - since
+            since = messages.waiting_since(pod) or self._requested or utcnow()
+            waited = utcnow() - since
             if waited.total_seconds() >= self.gpu_queue_timeout:
                 GPU_QUEUE_TIMEOUTS.inc()
                 message = messages.queue_timeout_message(waited, messages.requested_gpus(pod))
@@ -415,7 +411,7 @@ class GPUReclaimSpawner(KubeSpawner):
                 if pod is not None:
                     raw = event.get("raw_event")
                     if raw is not None:
-                        text = messages.translate_event(raw, pod, self._pending_gpu_pods(), _utcnow(),
+                        text = messages.translate_event(raw, pod, self._pending_gpu_pods(), utcnow(),
                                                         self._image_size)
                     else:  # KubeSpawner's patience message
                         text = self._gpu_wait_text(pod) if messages.is_waiting_for_gpu(pod) else None
@@ -427,10 +423,10 @@ class GPUReclaimSpawner(KubeSpawner):
             await asyncio.gather(task, return_exceptions=True)
 
     def _gpu_wait_text(self, pod: dict) -> str:
-        since = messages.waiting_since(pod) or self._requested or _utcnow()
+        since = messages.waiting_since(pod) or self._requested or utcnow()
         return messages.gpu_wait_message(messages.requested_gpus(pod),
                                          messages.queue_position(pod, self._pending_gpu_pods()),
-                                         _utcnow() - since)
+                                         utcnow() - since)
 
     def _image_size(self, image: str) -> int | None:
         reflector = GPUReclaimSpawner._informers.get("nodes")

@@ -19,6 +19,7 @@ from tornado import web
 
 from ..durations import parse_duration
 from ..signals.pods import KEEPALIVE_ANNOTATION as ANNOTATION  # noqa: F401 (the pod annotation)
+from ..timestamps import format_time
 
 UTC = dt.timezone.utc
 OPTION = "keepalive_until"  # the user_options key
@@ -152,7 +153,7 @@ def from_user_options(options: Mapping[str, Any], *, now: dt.datetime,
     if not isinstance(value, str):
         raise KeepaliveError(f"{OPTION} must be an ISO 8601 time (a string), not {type(value).__name__}.")
     try:
-        until = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        until = dt.datetime.fromisoformat(value)
     except ValueError:
         raise KeepaliveError(f"{OPTION} must be an ISO 8601 time, not {_shown(value)}.") from None
     if until.tzinfo is None:
@@ -163,4 +164,5 @@ def from_user_options(options: Mapping[str, Any], *, now: dt.datetime,
 
 
 def iso(t: dt.datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The keep-alive time as user_options and the pod annotation carry it: to the second."""
+    return format_time(t.replace(microsecond=0))

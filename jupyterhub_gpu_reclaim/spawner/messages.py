@@ -11,7 +11,8 @@ import datetime as dt
 import re
 from typing import Callable, Iterable
 
-from .timings import event_first_time, event_last_time, event_message, parse_time
+from ..timestamps import parse_time_lenient
+from .timings import event_first_time, event_last_time, event_message
 
 GPU = "nvidia.com/gpu"
 # Only a shortage counts: "untolerated taint {nvidia.com/gpu: present}" also names the
@@ -68,7 +69,7 @@ def waiting_since(pod: dict) -> dt.datetime | None:
     if not is_waiting_for_gpu(pod):
         return None
     c = _scheduled_condition(pod) or {}
-    return parse_time(c.get("lastTransitionTime")) or parse_time(
+    return parse_time_lenient(c.get("lastTransitionTime")) or parse_time_lenient(
         (pod.get("metadata") or {}).get("creationTimestamp"))
 
 
@@ -92,7 +93,7 @@ def requested_gpus(pod: dict) -> int:
 
 def _queue_key(pod: dict) -> tuple[dt.datetime, str]:
     meta = pod.get("metadata") or {}
-    created = parse_time(meta.get("creationTimestamp")) or dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+    created = parse_time_lenient(meta.get("creationTimestamp")) or dt.datetime.max.replace(tzinfo=dt.timezone.utc)
     return created, meta.get("name") or ""
 
 

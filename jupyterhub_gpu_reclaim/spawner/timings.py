@@ -16,39 +16,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ..timestamps import format_time, parse_time_lenient
+
 # The order of the milestones; phases() relies on it.
 MILESTONES = ("requested", "created", "scheduled", "pull_started", "pulled", "started", "ready")
 PHASES = ("create", "schedule", "pull", "start", "ready", "total")
 NOTEBOOK_CONTAINER = "notebook"  # the name KubeSpawner gives the single-user container
 # A "pull" shorter than this re-checked a cached image (pullPolicy Always): not a download.
 CACHED_PULL_SECONDS = 1.0
-
-
-def parse_time(value: Any) -> dt.datetime | None:
-    """An aware UTC datetime from an RFC 3339 string (second precision as in metav1.Time,
-    or microseconds as in MicroTime / eventTime), a datetime, or None/"" → None."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, dt.datetime):
-        t = value
-    elif isinstance(value, str):
-        text = value.strip()
-        # fromisoformat on 3.11 reads "Z" and 1–9 fraction digits; be explicit for older forms
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
-        text = re.sub(r"(\.\d{6})\d+", r"\1", text)  # nanoseconds → microseconds
-        try:
-            t = dt.datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    else:
-        return None
-    # the API server always speaks UTC; a naive time can only be UTC
-    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
-
-
-def iso(t: dt.datetime | None) -> str | None:
-    return None if t is None else t.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 # ---------------------------------------------------------------------------- events
@@ -65,18 +40,19 @@ def event_first_time(event: dict) -> dt.datetime | None:
     """
     for key in ("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "lastTimestamp",
                 "deprecatedLastTimestamp"):
-        t = parse_time(event.get(key))
+        t = parse_time_lenient(event.get(key))
         if t is not None:
             return t
-    return parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+    return parse_time_lenient((event.get("metadata") or {}).get("creationTimestamp"))
 
 
 def event_last_time(event: dict) -> dt.datetime | None:
     """When the event last happened (series.lastObservedTime for events.k8s.io repeats,
     lastTimestamp for legacy ones), else its first time."""
     series = event.get("series") or {}
-    for t in (parse_time(series.get("lastObservedTime")), parse_time(event.get("lastTimestamp")),
-              parse_time(event.get("deprecatedLastTimestamp"))):
+    for t in (parse_time_lenient(series.get("lastObservedTime")),
+              parse_time_lenient(event.get("lastTimestamp")),
+              parse_time_lenient(event.get("deprecatedLastTimestamp"))):
         if t is not None:
             return t
     return event_first_time(event)
@@ -208,7 +184,8 @@ class SpawnTimings:
 
     def to_state(self) -> dict[str, Any]:
         """JSON-safe (ISO 8601 strings), for the spawner's saved state."""
-        state: dict[str, Any] = {name: iso(getattr(self, name)) for name in MILESTONES}
+        times = {name: getattr(self, name) for name in MILESTONES}
+        state: dict[str, Any] = {name: format_time(t) if t else None for name, t in times.items()}
         state.update(image_pulled=self.image_pulled, image=self.image, image_size=self.image_size)
         return state
 
@@ -216,7 +193,7 @@ class SpawnTimings:
     def from_state(cls, state: dict[str, Any]) -> SpawnTimings:
         """The inverse of to_state() (and of to_annotations()); unknown keys are ignored,
         so state saved by an older or newer version still loads."""
-        kwargs: dict[str, Any] = {name: parse_time(state.get(name)) for name in MILESTONES}
+        kwargs: dict[str, Any] = {name: parse_time_lenient(state.get(name)) for name in MILESTONES}
         try:
             size: int | None = int(state["image_size"])
         except (KeyError, TypeError, ValueError):
@@ -251,7 +228,7 @@ def _main_container(pod: dict) -> tuple[str, str]:
 def _condition_time(pod: dict, kind: str) -> dt.datetime | None:
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == kind and c.get("status") == "True":
-            return parse_time(c.get("lastTransitionTime"))
+            return parse_time_lenient(c.get("lastTransitionTime"))
     return None
 
 
@@ -318,7 +295,7 @@ def extract(pod: dict, events: list[dict], requested: dt.datetime | None) -> Spa
     for cs in status.get("containerStatuses") or []:
         if cs.get("name") == container:
             state = cs.get("state") or {}
-            started = parse_time((state.get("running") or {}).get("startedAt")) or parse_time(
+            started = parse_time_lenient((state.get("running") or {}).get("startedAt")) or parse_time_lenient(
                 (state.get("terminated") or {}).get("startedAt"))
             if cs.get("image") and not image:
                 image = cs["image"]
@@ -326,8 +303,8 @@ def extract(pod: dict, events: list[dict], requested: dt.datetime | None) -> Spa
         started = _earliest(event_first_time(e) for e in of("Started"))
 
     return SpawnTimings(
-        requested=parse_time(requested),
-        created=parse_time(meta.get("creationTimestamp")),
+        requested=parse_time_lenient(requested),
+        created=parse_time_lenient(meta.get("creationTimestamp")),
         scheduled=scheduled,
         pull_started=pull_started,
         pulled=pulled,

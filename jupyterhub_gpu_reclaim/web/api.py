@@ -11,10 +11,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tornado import web
 
-from ..trace import format_time
+from ..timestamps import format_time, utcnow
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
-from .render import csv_cell, iso, now, reclaim_json
+from .render import csv_cell, iso, reclaim_json
 
 #: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
@@ -165,7 +165,7 @@ class AdminHistoryApi(ApiBase):
         offset, limit, paginated = self.pagination()
         store = self.ctx.store
         assert store is not None
-        t = now()
+        t = utcnow()
         total, page = store.history(since, offset=offset, limit=limit)
         records = [(kind, reclaim_json(r, t) if kind == "reclaim" else r) for kind, r in page]
         if paginated:

@@ -14,7 +14,7 @@ from tornado import web
 from tornado.httpserver import HTTPServer
 
 from ..metrics import Metrics
-from ..policy import PolicyConfig
+from ..policy_config import PolicyConfig
 from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, IntentApi,
                   ReclaimsApi, SessionsApi, StopApi)

@@ -20,13 +20,13 @@ from tornado import httputil, web
 from tornado.log import app_log, gen_log
 
 from ..metrics import Metrics
-from ..policy import IDLE_RULES, PolicyConfig
-from ..signals.base import parse_time
+from ..policy import IDLE_RULES
+from ..policy_config import PolicyConfig
 from ..store import Store
-from ..trace import format_time
+from ..timestamps import format_time, parse_time, utcnow
 from .inputs import BadInput
 from .ratelimit import WriteLimiter
-from .render import _jinja, hhmm, human, iso, notice, now, reclaim_json, sparkline, state_of
+from .render import _jinja, hhmm, human, iso, notice, reclaim_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -220,7 +220,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         user = self.current_user if hasattr(self, "_hub_auth_user_cache") else None
         base = {"prefix": self.ctx.prefix, "hub_prefix": self.ctx.hub_prefix, "user": user,
                 "is_admin": bool(user) and self.is_admin, "dry_run": self.ctx.dry_run,
-                "xsrf": self.xsrf_token.decode() if user else "", "now": now(),
+                "xsrf": self.xsrf_token.decode() if user else "", "now": utcnow(),
                 "sparkline": sparkline, "state_of": state_of, "quote": quote,
                 "max_keepalive": self.ctx.max_keepalive}
         return _jinja.get_template(name).render(**{**base, **ns})
@@ -272,20 +272,20 @@ class Base(HubOAuthenticated, RedactedLogs):
         return info
 
     def session_json(self, info: dict[str, Any]) -> dict[str, Any]:
-        kind, text = state_of(info, now())
+        kind, text = state_of(info, utcnow())
         return {**{k: v for k, v in info.items() if k != "url"}, "state": kind, "state_text": text}
 
     def user_reclaims(self, days: int = 7) -> list[dict[str, Any]]:
         if self.ctx.store is None:
             return []
-        since = now() - dt.timedelta(days=days)
+        since = utcnow() - dt.timedelta(days=days)
         return [reclaim_json(r) for r in self.ctx.store.reclaims(since, user=self.user_name)][::-1]
 
     # ---- actions shared by the API and the forms
 
     def do_keepalive(self, sid: str, until: dt.datetime) -> dt.datetime:
         self.own_session(sid)
-        t = now()
+        t = utcnow()
         cap = self.ctx.max_keepalive
         if until <= t:
             raise BadInput(f"the time {format_time(until)} is in the past")
@@ -304,7 +304,7 @@ class Base(HubOAuthenticated, RedactedLogs):
 
     def do_clear_intent(self, sid: str, actor: str) -> bool:
         assert self.ctx.store is not None
-        t = now()
+        t = utcnow()
         cleared = self.ctx.store.clear_intent(sid, t)
         self.ctx.store.audit(actor, "clear-intent", sid, t=t, cleared=cleared)
         info = self.ctx.snapshot()["sessions"].get(sid)
@@ -348,7 +348,7 @@ class Base(HubOAuthenticated, RedactedLogs):
                 raise BadInput(f"hours must be in (0, {MAX_EXEMPT_HOURS}], not {h:g}")
             if not running:
                 raise web.HTTPError(404, f"no running session {sid!r}")
-            t = now()
+            t = utcnow()
             until = t + dt.timedelta(hours=h)
             store.set_exemption(sid, until, t, by=admin)
             store.audit(admin, "exempt", sid, t=t, hours=h, until=until)
@@ -371,7 +371,7 @@ class Base(HubOAuthenticated, RedactedLogs):
 
     def admin_data(self) -> dict[str, Any]:
         snap = self.ctx.snapshot()
-        t = now()
+        t = utcnow()
         sessions = [self.session_json(s) for s in snap["sessions"].values() if s["gpus"]]
         sessions.sort(key=lambda s: (s["user"], s["server"]))
         today = t.replace(hour=0, minute=0, second=0, microsecond=0)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from .. import timestamps
 from ..durations import parse_duration
-from ..signals.base import parse_time
-from .render import UTC, now
+from ..timestamps import parse_time, utcnow
 
 
 class BadInput(Exception):
@@ -23,15 +23,15 @@ def parse_until(body: dict[str, Any], cap: dt.timedelta) -> dt.datetime:
     value = body[key]
     try:
         if key == "until":
-            t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-            if t.tzinfo is None:
-                raise ValueError("no time zone")
-            return t.astimezone(UTC)
+            t = parse_time(value, require_offset=True)
+            if t is None:  # not reached: an empty value is none of the keys
+                raise ValueError
+            return t
         if key == "hours":
             if isinstance(value, bool):
                 raise ValueError
-            return now() + dt.timedelta(hours=float(value))
-        return now() + parse_duration(str(value))
+            return utcnow() + dt.timedelta(hours=float(value))
+        return utcnow() + parse_duration(str(value))
     except (ValueError, TypeError, OverflowError):
         raise BadInput(f"{key}: not a valid {'time with a time zone' if key == 'until' else 'duration'}: "
                        f"{value!r}") from None
@@ -40,7 +40,7 @@ def parse_until(body: dict[str, Any], cap: dt.timedelta) -> dt.datetime:
 def parse_since(text: str) -> dt.datetime:
     """`since=`: an ISO 8601 time, or a duration back from now ("7d")."""
     try:
-        return parse_time(text) if "T" in text else now() - parse_duration(text)
+        return timestamps.parse_since(text, utcnow())
     except (ValueError, OverflowError):
         raise BadInput(f"since: not a time or a duration: {text!r}") from None
 
@@ -55,7 +55,7 @@ def local_time_to_utc(text: str, tz_offset: str) -> dt.datetime:
             raise ValueError
     except ValueError:
         raise BadInput(f"not a time HH:MM: {text!r}") from None
-    local_now = now() - dt.timedelta(minutes=off)
+    local_now = utcnow() - dt.timedelta(minutes=off)
     t = local_now.replace(hour=hh, minute=mm, second=0, microsecond=0)
     if t <= local_now:
         t += dt.timedelta(days=1)

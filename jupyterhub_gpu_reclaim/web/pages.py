@@ -8,10 +8,10 @@ from urllib.parse import quote, urlencode
 
 from tornado import web
 
-from ..signals.base import parse_time
+from ..timestamps import parse_time, utcnow
 from .base import Base, writes
 from .inputs import BadInput, local_time_to_utc, parse_until
-from .render import hhmm, human, notice, now, state_of
+from .render import hhmm, human, notice, state_of
 
 
 class UserPage(Base):
@@ -40,7 +40,7 @@ class KeepalivePage(Base):
     def get(self) -> None:
         session = self.get_argument("session", "")
         if not session:  # the notices link here without one: select the warned session
-            t = now()
+            t = utcnow()
             warned = [sid for sid, s in sorted(self.my_sessions().items()) if state_of(s, t)[0] == "warned"]
             session = warned[0] if warned else ""
         target = self.ctx.prefix + ("?" + urlencode({"session": session}) + "#s-" + quote(session, safe="")
@@ -102,7 +102,7 @@ class EmbedBanner(Base):
 
     @web.authenticated
     def get(self) -> None:
-        t = now()
+        t = utcnow()
         warned = []
         for s in self.my_sessions().values():
             kind, _ = state_of(s, t)

@@ -9,16 +9,8 @@ from typing import Any
 import jinja2
 
 from ..policy import IDLE_RULES
-from ..signals.base import parse_time
-from ..trace import format_time
+from ..timestamps import UTC, format_time, parse_time, utcnow
 from .paths import TEMPLATES
-
-UTC = dt.timezone.utc
-
-
-def now() -> dt.datetime:
-    return dt.datetime.now(UTC)
-
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
 NOTICES = {
@@ -37,7 +29,7 @@ def notice(code: str, **values: str) -> str:
 
 
 def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
-    t = t or now()
+    t = t or utcnow()
     end = r.finished_at or r.t
     freed = r.gpus * max(0.0, min((t - end).total_seconds(), 24 * 3600)) / 3600 if r.outcome == "stopped" else 0.0
     return {"id": r.id, "session": r.session, "user": r.session.split("/", 1)[0],

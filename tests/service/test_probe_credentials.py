@@ -29,7 +29,7 @@ import pytest
 import pytest_asyncio
 
 from jupyterhub_gpu_reclaim.launch import Child
-from jupyterhub_gpu_reclaim.signals.base import parse_time
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
                                                          identify_scopes, probe_scope)

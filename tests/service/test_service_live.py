@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from jupyterhub_gpu_reclaim.signals.base import parse_time
 from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..hubapi import HubAPI
 from .common import CPU_TIMEOUT, TIMINGS, latest_rule, metric, metrics, start_service_hub, until

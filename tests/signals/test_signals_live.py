@@ -22,11 +22,11 @@ import pytest_asyncio
 import yaml
 
 from jupyterhub_gpu_reclaim.launch import free_port
-from jupyterhub_gpu_reclaim.signals.base import parse_time
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..conftest import hub_fixture
 from ..hubapi import HubAPI, StaticProbeToken

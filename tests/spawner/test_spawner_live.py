@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu_reclaim.signals.base import parse_time
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..conftest import hub_fixture
 from ..hubapi import HubAPI

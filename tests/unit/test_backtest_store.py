@@ -122,7 +122,7 @@ def test_since_and_until_limit_the_window(db, capsys):
         assert code == 0, err
         report = json.loads(out)
         assert report["trace"]["sessions"] == 1 and reclaimed(report) == {"dave/"}
-        end = dt.datetime.fromisoformat(report["trace"]["end"].replace("Z", "+00:00"))
+        end = dt.datetime.fromisoformat(report["trace"]["end"])
         # "2d" is two days before the command ran, which may be minutes after NOW was taken
         slack = dt.datetime.now(UTC) - NOW + dt.timedelta(minutes=5)
         assert dt.timedelta(0) <= end - (NOW - dt.timedelta(days=2)) < slack

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import re
 import subprocess
 import sys
@@ -12,15 +13,10 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.config import (
-    IDLE_CULLER_OPTIONS,
-    POLICY_OPTIONS,
-    ConfigError,
-    GpuReclaim,
-    LogFormatter,
-    run_app,
-)
-from jupyterhub_gpu_reclaim.policy import PolicyConfig
+from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim, LogFormatter
+from jupyterhub_gpu_reclaim.errors import ConfigError
+from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
+from jupyterhub_gpu_reclaim.policy_config import PolicyConfig, from_settings, option_of
 
 TOKEN = "s3cr3t-token-value"
 URL = "http://localhost:8081/hub/api"
@@ -193,9 +189,40 @@ def test_policy_config_mapping():
     assert p.cull_default_servers is False and p.cull_named_servers is True
     assert parse(["--max-age=7200"]).policy_config().cpu_max_age == dt.timedelta(hours=2)
     assert parse(["--gpu-max-age=0"]).policy_config().max_age is None
-    assert set(POLICY_OPTIONS.values()) | {
-        "cpu_timeout", "cpu_max_age", "cull_admin_users", "cull_default_servers",
-        "cull_named_servers"} == {f.name for f in dataclasses.fields(PolicyConfig)}
+    assert set(POLICY_OPTIONS.values()) == {f.name for f in dataclasses.fields(PolicyConfig)}
+
+
+def test_each_policy_setting_is_declared_once_in_policyconfig():
+    """The GPU policy's options are made from PolicyConfig's fields (help, default, type);
+    the other fields are set by idle-culler's options of the names they give."""
+    traits = GpuReclaim.class_traits(config=True)
+    for f in dataclasses.fields(PolicyConfig):
+        option = option_of(f.name)
+        trait = traits[option]
+        if f.metadata["help"]:
+            assert trait.help == f.metadata["help"] and option not in IDLE_CULLER_OPTIONS
+            default = trait.default()
+            assert from_settings({f.name: default}) == PolicyConfig(), f.name
+        else:
+            assert option in IDLE_CULLER_OPTIONS, f.name
+
+
+def test_the_service_and_the_backtest_read_policy_settings_alike(tmp_path):
+    """One converter: the same settings as options and in a backtest policy file make the
+    same PolicyConfig."""
+    from jupyterhub_gpu_reclaim.backtest import load_policy_config
+
+    settings = {"gpu_idle_threshold": 9, "idle_warn_after": "90m", "idle_reclaim_after": "3h",
+                "max_keepalive": 86400, "max_age": "7d", "pressure_only": True,
+                "exempt_users": ["alice", "bob"], "cpu_timeout": 3600, "cpu_max_age": 0,
+                "cull_named_servers": False}
+    path = tmp_path / "policy.yaml"
+    path.write_text(json.dumps(settings))
+    argv = [f"--{option_of(k).replace('_', '-')}={v}" for k, v in settings.items()
+            if not isinstance(v, (list, bool))]
+    argv += ["--pressure-only", "--exempt-users=alice", "--exempt-users=bob", "--cull-named-servers=false"]
+    assert parse(argv).policy_config() == load_policy_config(path)
+    assert load_policy_config(path).cpu_max_age is None  # 0: off, in a file as in an option
 
 
 # --------------------------------------------------------------------------- config files
@@ -344,8 +371,7 @@ def test_a_service_registered_without_url_runs_without_web_server(capsys, monkey
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
     monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:0/")
     app = parse([f"--url={URL}"])
-    app.validate_settings()
-    assert app.bind_url == ""
+    assert app.bind_url == "" and service_settings(app).bind_url == ""
     monkeypatch.setenv("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101/services/gpu-reclaim/")
     assert parse([f"--url={URL}"]).bind_url == "http://127.0.0.1:10101/services/gpu-reclaim/"
     for bad in ("http://127.0.0.1:0/", "127.0.0.1:10101", "http://127.0.0.1:99999/"):
@@ -404,24 +430,30 @@ def test_the_services_log_is_one_line_per_record():
     assert "    ValueError: bad answer" in lines and "    [I 2026-01-01 00:00:00.000 forged] yes" in lines
 
 
-def test_run_service_is_overridable(monkeypatch):
+def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
+    """run_app hands the service plain values (a frozen ServiceSettings), as idle-culler's
+    IdleCuller.start() hands them to cull_idle; their repr holds no secret."""
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
-    seen = {}
+    seen = []
 
-    class Service(GpuReclaim):
-        def run_service(self, policy):
-            seen["policy"], seen["app"] = policy, self
+    async def run(settings):
+        seen.append(settings)
 
-    assert run_app(Z2JH_ARGV, app_class=Service) == 0
-    assert seen["policy"].cpu_timeout == dt.timedelta(hours=1)
-    assert seen["app"].effective_cull_every == 600
-    assert "api_token" not in seen["app"].settings()
-    assert TOKEN not in repr(seen["app"].settings())
+    assert run_app(Z2JH_ARGV + ["--store-url=postgresql://reclaim:s3cret@db/reclaim"], run=run) == 0
+    (settings,) = seen
+    assert settings.policy.cpu_timeout == dt.timedelta(hours=1)
+    assert settings.options.cycle_interval == dt.timedelta(seconds=600)
+    assert settings.options.cull_users is True and settings.remove_named_servers is True
+    assert (settings.url, settings.api_token, settings.concurrency) == (URL, TOKEN, 10)
+    assert settings.dcgm_exporter_urls == () and settings.notifiers == ({"type": "log"},)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.url = "http://elsewhere"
+    assert TOKEN not in repr(settings) and "s3cret" not in repr(settings)
 
 
 def test_cli_routing(capsys, monkeypatch):
     called = []
-    monkeypatch.setattr("jupyterhub_gpu_reclaim.config.run_app",
+    monkeypatch.setattr("jupyterhub_gpu_reclaim.launcher.run_app",
                         lambda argv: called.append(list(argv)) or 0)
     for argv in ([], ["--timeout=3600"], ["--cull-users"], ["--generate-config"]):
         with pytest.raises(SystemExit) as exc:
@@ -461,7 +493,8 @@ def test_settings_hide_secrets():
                     "--prometheus-url=http://user:pw-secret@prom:9090"])
     app.notifiers = [{"type": "slack", "url": "https://hooks.slack.com/services/T0/B0/XYZSECRET"},
                      {"type": "email", "host": "smtp", "password": "mailsecret"}]
-    text = repr(app.settings())
+    text = repr(loggable_settings(app))
+    assert "api_token" not in loggable_settings(app)
     for secret in ("s3cret", "pw-secret", "XYZSECRET", "mailsecret"):
         assert secret not in text
     assert "postgresql://reclaim:***@db/reclaim" in text and "hooks.slack.com" in text

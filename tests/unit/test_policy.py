@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from jupyterhub_gpu_reclaim.observations import (
     Decision, Intent, Kernel, Sample, Session, SessionView, Warning,
 )
-from jupyterhub_gpu_reclaim.policy import PolicyConfig, decide, decide_all, retained_samples
+from jupyterhub_gpu_reclaim.policy import decide, decide_all, retained_samples
+from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
 T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)
 CFG = PolicyConfig()

@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.actions import StopResult
 from jupyterhub_gpu_reclaim.metrics import Metrics
 from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.observations import Kernel
-from jupyterhub_gpu_reclaim.policy import PolicyConfig
+from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.service import Options, Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
@@ -366,7 +366,7 @@ def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
     """build(): kernel probes get user-owned tokens (minted with the service's token at the
     hub) or nothing; the kernel signal itself never holds the service's token."""
     from jupyterhub_gpu_reclaim.config import GpuReclaim
-    from jupyterhub_gpu_reclaim.service import build
+    from jupyterhub_gpu_reclaim.launcher import build, service_settings
     from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
 
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")
@@ -375,7 +375,7 @@ def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
         app.parse_command_line(["--url=http://hub:8081/hub/api", "--kernel-probe-token-lifetime=30m",
                                 *argv])
         with Store.open(f"sqlite:///{tmp_path}/store.sqlite") as store:
-            kernels = build(app, PolicyConfig(), store, Metrics()).kernels
+            kernels = build(service_settings(app), store, Metrics()).kernels
         assert type(kernels.credentials) is credentials
         assert "service-token" not in repr(vars(kernels))
         if credentials is ProbeTokens:

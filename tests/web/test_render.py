@@ -9,6 +9,7 @@ from urllib.parse import quote
 import pytest
 
 from jupyterhub_gpu_reclaim import web
+from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import BadInput, csv_cell, local_time_to_utc, parse_until, sparkline, state_of
 
 UTC = dt.timezone.utc
@@ -47,7 +48,7 @@ def test_sparkline_is_svg_with_gaps_and_only_numbers():
 
 
 def test_parse_until():
-    assert abs(parse_until({"duration": "2h"}, dt.timedelta(hours=4)) - web.render.now() - dt.timedelta(hours=2)) \
+    assert abs(parse_until({"duration": "2h"}, dt.timedelta(hours=4)) - utcnow() - dt.timedelta(hours=2)) \
         < dt.timedelta(seconds=5)
     assert parse_until({"until": "2030-01-01T10:00:00+02:00"}, dt.timedelta(hours=4)) == \
         dt.datetime(2030, 1, 1, 8, tzinfo=UTC)
@@ -58,7 +59,7 @@ def test_parse_until():
 
 
 def test_local_time_to_utc_is_the_next_such_moment(monkeypatch):
-    monkeypatch.setattr(web.inputs, "now", lambda: NOW)  # where local_time_to_utc reads the time
+    monkeypatch.setattr(web.inputs, "utcnow", lambda: NOW)  # where local_time_to_utc reads the time
     assert local_time_to_utc("15:30", "0") == dt.datetime(2026, 11, 2, 15, 30, tzinfo=UTC)
     assert local_time_to_utc("13:00", "0") == dt.datetime(2026, 11, 3, 13, 0, tzinfo=UTC)  # tomorrow
     # UTC+1 (getTimezoneOffset() = -60): 16:00 local is 15:00 UTC

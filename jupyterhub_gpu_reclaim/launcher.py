@@ -1,0 +1,317 @@
+"""Starting the reclaim service: settings → `ServiceSettings` → the running service.
+
+`run_app(argv)` is what ``jupyterhub-gpu-reclaim`` runs without a subcommand. It reads the
+settings (`config.GpuReclaim`: command line, then config file), checks what can be checked
+before running, logs them without secrets, and hands the service a typed, frozen
+`ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
+to ``cull_idle``, nothing past this point sees the traitlets Application: `build` wires a
+`Reclaimer` to the real signals from the settings, `serve` runs its cycles.
+
+Exit status: 2 for bad settings (`ConfigError`: one line on stderr, no traceback), 1 when
+the service cannot run (`ServiceError`), 0 otherwise (e.g. ``--generate-config``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import os
+import signal
+import ssl
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from traitlets.config import Application
+
+from .actions import HubStopper
+from .config import GpuReclaim
+from .errors import ConfigError, ServiceError
+from .metrics import Metrics
+from .notify import Dispatcher, make_notifiers, redact_url
+from .policy_config import PolicyConfig
+from .service import Options, Reclaimer
+from .signals.base import SignalError
+from .signals.gpu_readings import PodLabel
+from .signals.interfaces import GpuSource
+from .store import Store, StoreError
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.launcher")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceSettings:
+    """Everything the running service needs, as plain typed values. The fields not derived
+    here carry the values of the options of the same name (see their help in
+    `config.GpuReclaim`)."""
+
+    policy: PolicyConfig
+    options: Options  # what the cycle needs beyond the policy
+    ssl_context: ssl.SSLContext | None  # --ssl-enabled: internal-ssl's client certificate and CA
+    # the hub
+    url: str
+    api_token: str = field(repr=False)
+    api_page_size: int
+    concurrency: int
+    remove_named_servers: bool
+    # the pods
+    namespace: str
+    kubeconfig: str
+    pod_label_selector: str
+    verify_pod_gone: bool
+    stop_timeout: float
+    # GPU data
+    prometheus_url: str
+    prometheus_query: str
+    prometheus_pod_label: PodLabel
+    dcgm_exporter_urls: tuple[str, ...]
+    gpu_request_timeout: float
+    # kernels
+    probe_kernels: bool
+    kernel_probe_credential: str
+    kernel_probe_token_lifetime: float
+    kernel_probe_timeout: float
+    # notices
+    notifiers: tuple[dict[str, Any], ...] = field(repr=False)  # may hold passwords and webhook secrets
+    admin_recipients: tuple[str, ...]
+    copy_admins: bool
+    notify_users_in_dry_run: bool
+    # store and web server
+    store_url: str = field(repr=False)  # may hold a password
+    bind_url: str
+    cookie_secret_file: str
+    admin_scope: str
+    user_writes_per_minute: int
+
+
+_DERIVED = frozenset({"policy", "options", "ssl_context"})
+_SECRET_KEYS = frozenset({"password", "headers", "token"})
+
+
+def _ssl_context(app: GpuReclaim) -> ssl.SSLContext:
+    """The TLS context for the hub and servers with --ssl-enabled (client certificate
+    and CA of internal-ssl); ConfigError when the files are missing or cannot be loaded."""
+    key, cert, ca = app.ssl_files()
+    missing = [p for p in (key, cert, ca) if not os.path.isfile(p)]
+    if missing:
+        raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
+                          f"(--internal-certs-location={app.internal_certs_location})")
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"--ssl-enabled: cannot load the internal-ssl files under "
+                          f"{app.internal_certs_location}: {e}") from None
+    return context
+
+
+def service_settings(app: GpuReclaim) -> ServiceSettings:
+    """The settings `app` describes, checked as far as they can be before running;
+    ConfigError names the first bad one."""
+    policy = app.policy_config()
+    if not app.url:
+        raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
+    if not app.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must be an http(s) URL, got {app.url!r}")
+    if not app.api_token:
+        raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
+    for u in [app.prometheus_url, *app.dcgm_exporter_urls]:
+        if u and not u.startswith(("http://", "https://")):
+            raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
+    if app.bind_url:
+        parts = urlsplit(app.bind_url)
+        try:
+            port = parts.port
+        except ValueError:  # not a number, or out of range
+            port = None
+        if parts.scheme != "http" or not parts.hostname or not port:
+            raise ConfigError(f"--bind-url must be http://IP:PORT, got {app.bind_url!r}")
+    try:
+        make_notifiers(app.notifiers)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
+    options = Options(dry_run=app.dry_run, cull_users=app.cull_users, keepalive_url=app.keepalive_url,
+                      hub_name=app.hub_name, cycle_interval=dt.timedelta(seconds=app.effective_cull_every),
+                      observation_retention=dt.timedelta(seconds=app.observation_retention),
+                      record_retention=dt.timedelta(seconds=app.record_retention))
+    plain = {f.name: getattr(app, f.name) for f in dataclasses.fields(ServiceSettings) if f.name not in _DERIVED}
+    plain = {name: tuple(value) if isinstance(value, list) else value for name, value in plain.items()}
+    return ServiceSettings(policy=policy, options=options,
+                           ssl_context=_ssl_context(app) if app.ssl_enabled else None, **plain)
+
+
+def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
+    """Every option's effective value, without secrets (safe to log): no token, URLs
+    reduced to scheme and host (a Slack webhook's path is its secret), no passwords."""
+    application = frozenset(Application.class_trait_names())  # logging, --show-config: not ours
+    out: dict[str, Any] = {}
+    for name in sorted(app.class_trait_names(config=True)):
+        if name in ("api_token", "generate_config") or name in application:
+            continue
+        value = getattr(app, name)
+        out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
+    out["cull_every"] = app.effective_cull_every
+    out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
+                         for k, v in spec.items()} for spec in app.notifiers]
+    out["store_url"] = _hide_password(app.store_url)
+    out["prometheus_url"] = _hide_password(app.prometheus_url)
+    out["dcgm_exporter_urls"] = [_hide_password(u) for u in app.dcgm_exporter_urls]
+    return out
+
+
+def _hide_password(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# ---------------------------------------------------------------------- the running service
+
+def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaimer:
+    """A Reclaimer wired to the real signals as `settings` describe them."""
+    from .signals.dcgm import DcgmScrapeSignal
+    from .signals.hub import HubSignal
+    from .signals.kernels import KernelSignal
+    from .signals.pods import PodSignal
+    from .signals.probe_tokens import ProbeTokens
+    from .signals.prometheus import PrometheusSignal
+
+    s = settings
+    context = s.ssl_context
+    hub = HubSignal(s.url, s.api_token, page_size=s.api_page_size,
+                    concurrency=s.concurrency or 1_000_000, ssl_context=context)
+    pods = PodSignal(s.namespace, s.kubeconfig or None, label_selector=s.pod_label_selector)
+    gpu: GpuSource | None = None
+    if s.prometheus_url:
+        gpu = PrometheusSignal(s.prometheus_url, s.prometheus_query, timeout=s.gpu_request_timeout,
+                               pod_label=s.prometheus_pod_label)
+    elif s.dcgm_exporter_urls:
+        gpu = DcgmScrapeSignal(list(s.dcgm_exporter_urls), timeout=s.gpu_request_timeout)
+    else:
+        log.warning("no GPU source (--prometheus-url or --dcgm-exporter-urls): GPU sessions are "
+                    "held, never reclaimed; servers without GPUs are culled as idle-culler does")
+    kernels = None
+    if s.probe_kernels:
+        credentials = None
+        if s.kernel_probe_credential == "user-token":
+            credentials = ProbeTokens(s.url, s.api_token, lifetime=int(s.kernel_probe_token_lifetime),
+                                      ssl_context=context)
+        else:
+            log.warning("kernel probes have no credential (kernel_probe_credential = 'none'): GPU sessions "
+                        "whose GPUs look idle are held, never reclaimed (no kernel data)")
+        kernels = KernelSignal("", credentials, timeout=s.kernel_probe_timeout,
+                               concurrency=s.concurrency or 100)
+        kernels.ssl_context = context
+
+    async def pod_gone(user: str, server: str) -> bool:
+        return f"{user}/{server}" not in pods.snapshot(s.policy.stale_after.total_seconds()).by_session
+
+    stopper = HubStopper(s.url, s.api_token, remove_named_servers=s.remove_named_servers,
+                         stop_timeout=s.stop_timeout, pod_gone=pod_gone if s.verify_pod_gone else None)
+    stopper.ssl_context = context
+    dispatcher = Dispatcher(make_notifiers(s.notifiers), admin_recipients=list(s.admin_recipients),
+                            copy_admins=s.copy_admins, users_in_dry_run=s.notify_users_in_dry_run,
+                            dry_run=s.options.dry_run)
+    return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
+                     store=store, policy=s.policy, options=s.options, metrics=metrics)
+
+
+async def serve(settings: ServiceSettings) -> None:
+    """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
+    from .web import listen, make_app
+
+    s = settings
+    try:
+        store = Store.open(s.store_url)
+    except StoreError as e:
+        raise ServiceError(str(e)) from None
+    metrics = Metrics()
+    reclaimer = build(s, store, metrics)
+    server = None
+    if s.bind_url:
+        from jupyterhub.services.auth import HubOAuth
+
+        name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpu-reclaim")
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+        # HubOAuth: a hub token in the Authorization header, or the pages' OAuth login cookie
+        hub_auth = HubOAuth(api_token=s.api_token, api_url=s.url, cache_max_age=30,
+                            access_scopes={f"access:services!service={name}", "access:services"})
+        hub_prefix = urlsplit(s.url).path.rsplit("/api", 1)[0].rstrip("/") + "/"
+        web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=s.policy,
+                           admin_scope=s.admin_scope, dry_run=s.options.dry_run,
+                           cookie_secret_file=s.cookie_secret_file, hub_prefix=hub_prefix,
+                           writes_per_minute=s.user_writes_per_minute)
+        server = listen(web_app, s.bind_url)
+        log.info("serving /metrics on %s", s.bind_url)
+    else:
+        log.info("no web server (no url in the service's entry in c.JupyterHub.services, no "
+                 "--bind-url): the cycles run; the pages, the JSON API and /metrics are unavailable")
+    try:  # connect and list before the first cycle, so that cycle is like the others
+        await reclaimer.pods.start()
+    except SignalError as e:
+        log.warning("%s (the cycles will try again)", e)
+    interval = s.options.cycle_interval.total_seconds()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        while not stopping.is_set():
+            try:
+                await reclaimer.run_cycle()
+            except Exception:  # one bad cycle must not end the service
+                log.exception("the cycle failed; trying again in %d s", interval)
+            try:
+                await asyncio.wait_for(stopping.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+        log.info("stopping")
+    finally:
+        await reclaimer.cancel()
+        if server is not None:
+            server.stop()
+        for part in (reclaimer.hub, reclaimer.gpu, reclaimer.kernels, reclaimer.stopper):
+            close = getattr(part, "close", None)
+            if close is not None:
+                await close()
+        await reclaimer.pods.stop()  # type: ignore[attr-defined]
+        store.close()
+
+
+# ---------------------------------------------------------------------- the command
+
+def run_app(argv: Sequence[str] | None = None,
+            run: Callable[[ServiceSettings], Awaitable[None]] = serve) -> int:
+    """Run the service with `argv` (default: sys.argv[1:]); return the exit status.
+    `run`: what runs the service from its settings (tests pass their own)."""
+    app = GpuReclaim()
+    try:
+        app.initialize(argv)
+        if app.generate_config:
+            print(app.generate_config_file())
+            return 0
+        settings = service_settings(app)
+        app.log.info("jupyterhub-gpu-reclaim settings%s:", " (DRY RUN: nothing is stopped)"
+                     if app.dry_run else "")
+        for name, value in loggable_settings(app).items():
+            app.log.info("  %s = %r", name, value)
+        # the modules' loggers write through the application's handler and format
+        package = logging.getLogger("jupyterhub_gpu_reclaim")
+        package.setLevel(app.log_level)
+        package.propagate = False
+        for handler in app.log.handlers:
+            package.addHandler(handler)
+        asyncio.run(run(settings))
+    except ConfigError as e:
+        print(f"{app.name}: error: {e}", file=sys.stderr)
+        return 2
+    except ServiceError as e:
+        print(f"{app.name}: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,121 @@
+"""The package's imports run one way. Read from the source (ast), so that imports inside
+functions count as well as those at the top of a module: no import circle anywhere in the
+package, and nothing that runs the service sees the traitlets Application of the settings.
+
+    python -m pytest tests/unit/test_imports.py
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jupyterhub_gpu_reclaim
+
+PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
+NAME = PACKAGE.name
+
+
+def module_files() -> dict[str, Path]:
+    files = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        files[name] = path
+    return files
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module → the package modules it imports anywhere in its source. `from pkg import
+    submodule` is an import of the submodule, not of the package's __init__."""
+    files = module_files()
+
+    def known(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {known(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                submodules = {f"{source}.{a.name}" for a in node.names} & files.keys()
+                edges |= submodules
+                if len(submodules) < len(node.names):  # names defined in `source` itself
+                    edges.add(known(source))
+        graph[module] = {e for e in edges if e is not None and e != module}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for w in graph[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_no_import_circle():
+    graph = import_graph()
+    assert f"{NAME}.service" in graph and f"{NAME}.config" in graph
+    assert circles(graph) == []
+
+
+def test_circles_are_found():
+    # the check itself: a circle through a lazy import is one
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
+    """config (the traitlets Application) imports declarations only; the service, its
+    signals, actions, store, notices and web pages import no settings module: the
+    launcher hands them plain values."""
+    graph = import_graph()
+    settings = {f"{NAME}.config", f"{NAME}.launcher"}
+    assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service", f"{NAME}.web"})
+    for worker in ("service", "actions", "store", "notify", "web", "web.app", "signals.hub", "backtest",
+                   "policy", "policy_config", "timestamps"):
+        assert not reachable(graph, f"{NAME}.{worker}") & settings, worker

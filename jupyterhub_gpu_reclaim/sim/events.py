@@ -13,7 +13,8 @@ from typing import Any
 
 from .resources import BY_KIND
 from .store import Obj, Store
-from .timestamps import now, parse, rfc3339
+from ..timestamps import parse_time, utcnow
+from .timestamps import rfc3339
 
 EVENT = BY_KIND["Event"]
 
@@ -77,11 +78,11 @@ class EventRecorder:
     def expire(self, ttl: float) -> int:
         """Remove events not seen for `ttl` seconds, as etcd's lease on each event does
         (the apiserver's --event-ttl, 1 h by default). Returns how many went."""
-        cutoff = now() - dt.timedelta(seconds=ttl)
+        cutoff = utcnow() - dt.timedelta(seconds=ttl)
         gone = 0
         for ev in self.store.objects(EVENT):
             last = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp")
-            if last and parse(last) < cutoff:
+            if last and parse_time(last) < cutoff:
                 self.store.remove(EVENT, ev["metadata"]["namespace"], ev["metadata"]["name"])
                 gone += 1
         if gone:

@@ -30,7 +30,7 @@ from . import errors
 from .images import normalize
 from .resources import BY_KIND
 from .store import Filter, Obj
-from .timestamps import parse as parse_time
+from ..timestamps import parse_time
 from .timestamps import rfc3339
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.scheduler")

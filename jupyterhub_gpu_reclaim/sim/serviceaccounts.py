@@ -38,7 +38,8 @@ from .authn import AUTHENTICATED, UserInfo, service_account_groups, service_acco
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj, Store
-from .timestamps import now, parse, rfc3339
+from ..timestamps import parse_time, utcnow
+from .timestamps import rfc3339
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 API_AUDIENCES = (ISSUER,)
@@ -76,7 +77,7 @@ class TokenIssuer:
         """A token for `account`, bound to `bound` (a Pod or Secret) if given; returns the
         token and the expiry the TokenRequest answers."""
         meta = account["metadata"]
-        issued = int(now().timestamp())
+        issued = int(utcnow().timestamp())
         audiences = list(audiences or API_AUDIENCES)
         lifetime = expiration_seconds
         private: dict[str, Any] = {"namespace": meta["namespace"],
@@ -106,7 +107,7 @@ class TokenIssuer:
             if len(self._verified) > 10_000:
                 self._verified.clear()
             self._verified[token] = claims
-        if claims["exp"] < now().timestamp():
+        if claims["exp"] < utcnow().timestamp():
             return None
         private = claims.get(_CLAIMS) or {}
         namespace, ref = private.get("namespace", ""), private.get("serviceaccount") or {}
@@ -132,7 +133,7 @@ class TokenIssuer:
 
 def _deleted_long_ago(obj: Obj) -> bool:
     stamp = obj["metadata"].get("deletionTimestamp")
-    return bool(stamp) and parse(stamp) < now() - dt.timedelta(seconds=DELETED_POD_LEEWAY)
+    return bool(stamp) and parse_time(stamp) < utcnow() - dt.timedelta(seconds=DELETED_POD_LEEWAY)
 
 
 def token_request(issuer: TokenIssuer, store: Store, namespace: str, name: str, body: Any) -> Obj:

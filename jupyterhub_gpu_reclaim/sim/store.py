@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable
 from . import errors
 from .resources import ResourceType
 from .selectors import label_matcher, parse_field_selector
-from .timestamps import now, parse, rfc3339
+from ..timestamps import parse_time, utcnow
+from .timestamps import rfc3339
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -355,8 +356,8 @@ class Store:
 
     def _begin_graceful(self, rtype: ResourceType, current: Obj, grace: int) -> Obj:
         meta = current["metadata"]
-        deadline = now() + dt.timedelta(seconds=grace)
-        if meta.get("deletionTimestamp") and parse(meta["deletionTimestamp"]) <= deadline:
+        deadline = utcnow() + dt.timedelta(seconds=grace)
+        if meta.get("deletionTimestamp") and parse_time(meta["deletionTimestamp"]) <= deadline:
             return current  # already terminating, no later than asked
 
         def mark(o: Obj) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .selectors import selector_string
-from .timestamps import now, parse
+from ..timestamps import parse_time, utcnow
 
 Obj = dict[str, Any]
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)
@@ -76,7 +76,7 @@ def _age(value: str | None) -> str:
     if not value:
         return "<unknown>"
     try:
-        return human_duration((now() - parse(value)).total_seconds())
+        return human_duration((utcnow() - parse_time(value)).total_seconds())
     except ValueError:
         return "<unknown>"
 

@@ -13,7 +13,7 @@ from typing import Any
 from .controller import owner_reference
 from .errors import ApiError
 from .store import Obj
-from .timestamps import now, parse
+from ..timestamps import parse_time, utcnow
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.sim.workloads")
 
@@ -46,7 +46,7 @@ def available_in(pod: Obj, min_ready_seconds: int) -> float | None:
     if not min_ready_seconds:
         return 0.0
     try:
-        since = (now() - parse(cond["lastTransitionTime"])).total_seconds()
+        since = (utcnow() - parse_time(cond["lastTransitionTime"])).total_seconds()
     except (KeyError, TypeError, ValueError):
         return 0.0
     return max(0.0, min_ready_seconds - since)

@@ -28,7 +28,7 @@ from kubernetes.client.rest import ApiException
 from jupyterhub_gpu_reclaim.launch import start_sim
 from jupyterhub_gpu_reclaim.sim import cgroups, hosts, volumes
 from jupyterhub_gpu_reclaim.sim.backoff import RestartBackoff
-from jupyterhub_gpu_reclaim.sim.timestamps import parse
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NS = "jhub"
@@ -389,7 +389,7 @@ def test_crash_loop_back_off_restarts_at_once_then_waits_10s_then_20s(sim, core)
     assert cs.restart_count == 1  # the first exit was restarted at once
     assert cs.state.waiting.message == f"back-off 10s restarting failed container=crash pod=crash_{NS}({uid})"
     assert (cs.last_state.terminated.exit_code, cs.last_state.terminated.reason) == (3, "Error")
-    second_end = parse(cs.last_state.terminated.finished_at.isoformat())
+    second_end = parse_time(cs.last_state.terminated.finished_at.isoformat())
     event = events(core, "crash", "BackOff")[0]
     assert event.type == "Warning"
     assert event.message == f"Back-off restarting failed container crash in pod crash_{NS}({uid})"
@@ -399,7 +399,7 @@ def test_crash_loop_back_off_restarts_at_once_then_waits_10s_then_20s(sim, core)
 
     cs = wait_for(lambda: backing_off(20), "the second back-off", timeout=90)
     assert cs.restart_count == 2
-    third_start = parse(cs.last_state.terminated.started_at.isoformat())
+    third_start = parse_time(cs.last_state.terminated.started_at.isoformat())
     assert (third_start - second_end).total_seconds() >= 9  # 10 s, in whole seconds on both ends
     kubectl(sim, "delete", "pod", "crash", "-n", NS, "--wait=true")
 

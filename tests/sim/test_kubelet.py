@@ -442,8 +442,8 @@ def test_a_container_runs_as_its_images_user_in_a_file_system_of_its_own(sim, co
     host_marker = Path("/tmp") / f"host-only-{uuid.uuid4().hex}"
     host_marker.write_text("host")
     try:
-        for name in ("own-a", "own-b"):  # two pods, one pid file path
-            create(core, pod(name, f"id; echo $$ > /tmp/server.pid; cat /tmp/server.pid; "
+        for name in ("own-a", "own-b"):  # two pods, one pid file path; $$$$: the kubelet makes $$ a $
+            create(core, pod(name, f"id; echo $$$$ > /tmp/server.pid; cat /tmp/server.pid; "
                                    f"test -e {host_marker} && echo host-tmp-visible; touch ~/x && echo home-ok; "
                                    "ls -A /tmp | wc -l; python -c 'import jupyterhub_gpu_reclaim' && echo venv-ok"))
         a, b = output(core, "own-a").splitlines(), output(core, "own-b").splitlines()

@@ -24,18 +24,18 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable
 from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
 
+from .observations import Outcome
 from .oneline import brief
 from .signals.base import HttpSource, SignalError, get_json, hub_message
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.actions")
 
-Outcome = Literal["stopped", "stuck", "failed", "already-stopped"]
 PodGone = Callable[[str, str], Awaitable[bool]]
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})

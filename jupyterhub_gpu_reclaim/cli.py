@@ -124,6 +124,7 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     from .store import Store, StoreError
     from .timestamps import format_time, utcnow
     from .trace import TraceError, TraceSample
+    from .trace_export import export_records
 
     now = utcnow().replace(microsecond=0)
     since = _parse_when(args.since if args.since is not None else "7d", "--since", now)
@@ -146,7 +147,7 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
             yield record
 
     try:
-        report = replay(counted(store.export_records(since, until)), config=config)
+        report = replay(counted(export_records(store, since, until)), config=config)
     except (TraceError, ValueError) as e:
         raise _BacktestError(f"store {store.name}: {e}") from None
     except sa_exc.SQLAlchemyError as e:

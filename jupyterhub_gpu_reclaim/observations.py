@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Action = Literal["keep", "warn", "reclaim", "hold"]
+#: how a stop through the hub ended (actions.HubStopper), as the store records it: "stuck"
+#: is accepted but unfinished (retried), "failed" refused or unanswered
+Outcome = Literal["stopped", "already-stopped", "stuck", "failed"]
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from .signals.probe_tokens import NoProbeCredential
 from .store import Store
 from .timestamps import format_time, parse_time, utcnow
 from .trace import TraceSample, TraceSession
+from .trace_export import export_records
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
@@ -154,7 +155,7 @@ class Reclaimer:
         lookback = self.options.history_lookback or (
             2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead + p.stale_after)
         n = 0
-        for rec in self.store.export_records(since=now - lookback, until=now, intents=False):
+        for rec in export_records(self.store, since=now - lookback, until=now, intents=False):
             if isinstance(rec, TraceSession):
                 self._history[rec.id] = (rec.session.started, [])
                 self._recorded.add((rec.id, rec.session.started))
@@ -681,8 +682,7 @@ class Reclaimer:
 
     def _finish(self, rid: int, sid: str, rule: str, gpus: int, result: StopResult) -> None:
         now = self.clock()
-        outcome = "stopped" if result.ok else result.outcome
-        self.store.finish_reclaim(rid, now, outcome, result.detail)  # type: ignore[arg-type]
+        self.store.finish_reclaim(rid, now, result.outcome, result.detail)
         self.metrics.reclaims.labels(rule, result.outcome).inc()
         if result.ok:
             self.metrics.reclaimed_gpus.inc(gpus)

@@ -35,25 +35,16 @@ import datetime as dt
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterable, Sequence, get_args
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
-from .observations import Decision, Intent, Sample, Session, Warning
+from .observations import Decision, Intent, Outcome, Sample, Session, Warning
 from .timestamps import format_time, utcnow
-from .trace import (
-    IntentEvent,
-    Pressure,
-    Record,
-    TraceConfig,
-    TraceSample,
-    TraceSession,
-    dump_record,
-    read_trace,
-)
+from .trace import Pressure, TraceSample, TraceSession, dump_record
 
 __all__ = [
     "DEFAULT_URL",
@@ -62,13 +53,14 @@ __all__ = [
     "StoreVersionError",
     "ReclaimRecord",
     "Store",
+    "StoredIntent",
+    "StoredObservations",
     "current_version",
 ]
 
 DEFAULT_URL = "sqlite:///gpu_reclaim.sqlite"
 UTC = dt.timezone.utc
-Outcome = Literal["stopped", "stuck", "failed"]
-OUTCOMES = ("stopped", "stuck", "failed")
+OUTCOMES = get_args(Outcome)
 
 # MIGRATIONS[i] upgrades version i + 1 to version i + 2. Append, never edit or reorder.
 MIGRATIONS: list[Callable[[Connection], None]] = []  # filled below the models
@@ -273,6 +265,25 @@ class ReclaimRecord:
     finished_at: dt.datetime | None
     outcome: str | None  # None: begun, not finished (e.g. the service died mid-stop)
     detail: str
+
+
+@dataclass(frozen=True)
+class StoredIntent:
+    session: str
+    until: dt.datetime
+    set_at: dt.datetime
+    cleared_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class StoredObservations:
+    """The rows of a time window that a trace is made of (``Store.observations_between``)."""
+
+    since: dt.datetime
+    until: dt.datetime
+    lines: list[tuple[dt.datetime, str, str | None, str]]  # (t, kind, session, line): samples, pressure; by t
+    sessions: list[tuple[str, dt.datetime, dt.datetime | None, str]]  # (id, started, stopped, session line)
+    intents: list[StoredIntent]  # set by the window's end and not cleared before its start
 
 
 def _reclaim(row: ReclaimRow) -> ReclaimRecord:
@@ -524,8 +535,9 @@ class Store:
             return None
 
     def finish_reclaim(self, reclaim_id: int, t: dt.datetime, outcome: Outcome, detail: str = "") -> None:
-        """Record how the stop ended. A "stuck" reclaim may be finished again later (the
-        retry stopped it: "stopped")."""
+        """Record how the stop ended: "stopped" (also for a server found "already-stopped":
+        it is down either way), "stuck" or "failed". A "stuck" reclaim may be finished again
+        later (the retry stopped it: "stopped")."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
         t = _aware(t, "t")
@@ -533,7 +545,8 @@ class Store:
             row = db.get(ReclaimRow, reclaim_id)
             if row is None:
                 raise KeyError(f"no reclaim with id {reclaim_id}")
-            row.finished_at, row.outcome, row.detail = t, outcome, detail
+            row.finished_at, row.detail = t, detail
+            row.outcome = "stopped" if outcome == "already-stopped" else outcome
 
     def stuck_reclaims(self) -> list[ReclaimRecord]:
         return self._reclaims(ReclaimRow.outcome == "stuck")
@@ -598,16 +611,10 @@ class Store:
             row.stopped = max(t, row.started)
             return True
 
-    def export_trace(self, since: dt.datetime | None = None, until: dt.datetime | None = None, *,
-                     sessions: Iterable[Session | TraceSession] = (), sample_interval_s: float = 60.0,
-                     gpus_total: int = 0, intents: bool = True) -> Iterator[str]:
-        """The observations of [since, until] as trace lines (no newlines): the config line,
-        then, in time order, the ``session`` lines of recorded sessions (plus ``sessions``,
-        for ones never recorded) that overlap the window, their ``sample`` lines, the
-        ``pressure`` lines and (``intents``) the intent set/clear events. Samples of a
-        session with no session line are left out. ``since`` defaults to the earliest
-        observation, ``until`` to now. Join with newlines, or read with
-        :meth:`export_records`, for ``backtest --from-store``."""
+    def observations_between(self, since: dt.datetime | None = None, until: dt.datetime | None = None, *,
+                             intents: bool = True) -> StoredObservations:
+        """What the store holds of [since, until] for a trace (``trace_export`` writes it):
+        ``since`` defaults to the earliest observation, ``until`` to now."""
         now = utcnow()
         with self._session() as db:
             if since is None:
@@ -616,81 +623,22 @@ class Store:
             until = _aware(until, "until") if until is not None else max(now, since)
             if until < since:
                 raise ValueError("until is before since")
-            obs = db.execute(sa.select(ObservationRow.t, ObservationRow.kind, ObservationRow.session,
-                                       ObservationRow.line)
-                             .where(ObservationRow.t >= since, ObservationRow.t <= until)
-                             .order_by(ObservationRow.t, ObservationRow.id)).all()
-            srows = db.execute(sa.select(TraceSessionRow.session, TraceSessionRow.started,
-                                         TraceSessionRow.stopped, TraceSessionRow.line)
-                               .where(TraceSessionRow.started <= until)).all()
+            lines = db.execute(sa.select(ObservationRow.t, ObservationRow.kind, ObservationRow.session,
+                                         ObservationRow.line)
+                               .where(ObservationRow.t >= since, ObservationRow.t <= until)
+                               .order_by(ObservationRow.t, ObservationRow.id)).all()
+            sessions = db.execute(sa.select(TraceSessionRow.session, TraceSessionRow.started,
+                                            TraceSessionRow.stopped, TraceSessionRow.line)
+                                  .where(TraceSessionRow.started <= until)).all()
             # intents set in the window, or earlier and still current at its start
-            irows = db.scalars(sa.select(IntentRow).where(
+            rows = db.scalars(sa.select(IntentRow).where(
                 IntentRow.set_at <= until,
                 sa.or_(IntentRow.cleared_at.is_(None), IntentRow.cleared_at >= since))
             ).all() if intents else []
-
-        # every instance of each session: (started, stopped, session line dict)
-        instances: dict[tuple[str, dt.datetime], tuple[dt.datetime | None, dict]] = {}
-        for sid, started, stopped, line in srows:
-            instances[(sid, started)] = (stopped, json.loads(line))
-        for extra in sessions:
-            record = extra if isinstance(extra, TraceSession) else TraceSession(session=extra)
-            key = (record.id, _aware(record.session.started, "started"))
-            if key not in instances:
-                instances[key] = (record.stopped, json.loads(dump_record(TraceSession(session=record.session))))
-        # an id used again: the earlier instance stopped at the latest when the next started
-        by_id: dict[str, list[dt.datetime]] = {}
-        for sid, started in instances:
-            by_id.setdefault(sid, []).append(started)
-        events: list[tuple[dt.datetime, int, int, Any]] = []  # (t, 0 session / 1 other, seq, payload)
-        seq = 0
-        for sid, starts in by_id.items():
-            starts.sort()
-            for i, started in enumerate(starts):
-                stopped, obj = instances[(sid, started)]
-                if i + 1 < len(starts) and (stopped is None or stopped > starts[i + 1]):
-                    stopped = starts[i + 1]
-                if stopped is not None and stopped < since:
-                    continue
-                obj["stopped"] = format_time(stopped) if stopped is not None else None
-                seq += 1
-                events.append((started, 0, seq, ("session", sid, obj)))
-        for t, kind, sid, line in obs:
-            seq += 1
-            events.append((t, 1, seq, (kind, sid, line)))
-        for r in irows:
-            if r.set_at <= until:  # before since too (its session line may come before since)
-                seq += 1
-                events.append((r.set_at, 1, seq, ("intent", r.session, IntentEvent(r.set_at, r.session, r.until))))
-            if r.cleared_at is not None and since <= r.cleared_at <= until:
-                seq += 1
-                events.append((r.cleared_at, 1, seq, ("intent", r.session, IntentEvent(r.cleared_at, r.session, None))))
-        events.sort(key=lambda e: e[:3])
-
-        yield dump_record(TraceConfig(start=since, end=until, sample_interval_s=sample_interval_s,
-                                      gpus_total=gpus_total))
-        current: dict[str, int] = {}  # session id → gpus of the instance whose line came last
-        for _t, _order, _seq, (kind, sid, payload) in events:
-            if kind == "session":
-                current[sid] = payload["gpus"]
-                yield json.dumps(payload, separators=(",", ":"))
-            elif kind == "pressure":
-                yield payload
-            elif sid not in current:
-                continue  # no session line for it: the reader would reject it
-            elif kind == "sample":
-                util = json.loads(payload).get("gpu_util")
-                if util is not None and len(util) != current[sid]:
-                    continue  # recorded against another instance's GPU count
-                yield payload
-            else:
-                yield dump_record(payload)
-
-    def export_records(self, since: dt.datetime | None = None, until: dt.datetime | None = None,
-                       **kwargs: Any) -> Iterator[Record]:
-        """:meth:`export_trace`, read back as typed trace records (validated by the reader)."""
-        lines = (line + "\n" for line in self.export_trace(since, until, **kwargs))
-        return read_trace(lines, name=f"store {self.name}")  # type: ignore[arg-type]
+        return StoredObservations(
+            since=since, until=until, lines=[(t, kind, sid, line) for t, kind, sid, line in lines],
+            sessions=[(sid, started, stopped, line) for sid, started, stopped, line in sessions],
+            intents=[StoredIntent(r.session, r.until, r.set_at, r.cleared_at) for r in rows])
 
     def prune_observations(self, older_than: dt.datetime) -> int:
         """Delete observations and decisions before ``older_than`` (the retention setting),

@@ -391,8 +391,8 @@ class _Reader:
     }
 
 
-def read_trace(source: str | os.PathLike | IO[str], *, name: str | None = None) -> Iterator[Record]:
-    """Read a trace line by line, yielding typed records: first the :class:`TraceConfig`,
+def read_trace(source: str | os.PathLike | Iterable[str], *, name: str | None = None) -> Iterator[Record]:
+    """Read a trace (a file's path, an open file or any lines) line by line, yielding typed records: first the :class:`TraceConfig`,
     then the other records in file order. Raises :class:`TraceError` ("FILE:LINE: kind:
     what is wrong") at the first bad line; records before it have already been yielded."""
     if isinstance(source, (str, os.PathLike)):
@@ -407,7 +407,7 @@ def read_trace(source: str | os.PathLike | IO[str], *, name: str | None = None) 
         yield from _read(source, name or getattr(source, "name", "<trace>"))
 
 
-def _read(handle: IO[str], name: str) -> Iterator[Record]:
+def _read(handle: Iterable[str], name: str) -> Iterator[Record]:
     reader = _Reader(name)
     loads = json.loads
     lineno = 0

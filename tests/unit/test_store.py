@@ -13,6 +13,7 @@ from jupyterhub_gpu_reclaim import store as store_mod
 from jupyterhub_gpu_reclaim.observations import Decision, Kernel, Sample, Session, Warning
 from jupyterhub_gpu_reclaim.store import Store, StoreError, StoreVersionError
 from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, loads_trace
+from jupyterhub_gpu_reclaim.trace_export import export_records, export_trace
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
@@ -196,6 +197,10 @@ def test_reclaim_lifecycle(store):
         store.finish_reclaim(rid2, m(502), "gone")
     with pytest.raises(KeyError):
         store.finish_reclaim(9999, m(502), "stopped")
+    # a stop that found the server already down (the hub's 404) is a reclaim done
+    rid3 = store.begin_reclaim("alice/", "gpu-idle", m(600), {}, 1, episode="ep3")
+    store.finish_reclaim(rid3, m(601), "already-stopped", "hub DELETE: HTTP 404")
+    assert [(r.outcome, r.detail) for r in store.reclaims(since=m(600))] == [("stopped", "hub DELETE: HTTP 404")]
 
 
 def test_reclaim_episode_defaults_to_open_warning(store):
@@ -252,7 +257,7 @@ def test_export_trace_is_a_valid_trace(store):
     store.set_intent("alice/", until=m(300), set_at=m(2), by="alice")
     store.clear_intent("alice/", m(3))
     store.session_stopped("bob/big", m(8))
-    lines = list(store.export_trace(m(0), m(10), sample_interval_s=60, gpus_total=8))
+    lines = list(export_trace(store, m(0), m(10), sample_interval_s=60, gpus_total=8))
     records = loads_trace("\n".join(lines) + "\n")
     assert records[0] == TraceConfig(start=m(0), end=m(10), sample_interval_s=60, gpus_total=8)
     kinds = [type(r).__name__ for r in records[1:]]
@@ -269,12 +274,12 @@ def test_export_trace_is_a_valid_trace(store):
     assert [r for r in records if isinstance(r, IntentEvent)] == [
         IntentEvent(m(2), "alice/", m(300)), IntentEvent(m(3), "alice/", None)]
     # a window and the typed reader
-    recs = list(store.export_records(m(2), m(3)))
+    recs = list(export_records(store, m(2), m(3)))
     assert [type(r).__name__ for r in recs].count("TraceSample") == 2
     assert recs[0].start == m(2)
     # an intent set before the window and still current at its start is in the trace
     store.set_intent("alice/", until=m(400), set_at=m(4))
-    recs = list(store.export_records(m(5), m(10)))
+    recs = list(export_records(store, m(5), m(10)))
     assert [r for r in recs if isinstance(r, IntentEvent)] == [IntentEvent(m(4), "alice/", m(400))]
 
 
@@ -285,9 +290,9 @@ def test_export_trace_sessions_param_and_reused_ids(store):
     store.record_observations(m(31), [("alice/", Sample(t=m(31), gpu_util=(1.0, 2.0)))], 0,
                               sessions=[restarted])
     store.record_observations(m(32), [("ghost/", Sample(t=m(32), gpu_util=(1.0,)))], 0)
-    assert [type(r).__name__ for r in loads_trace("\n".join(store.export_trace(m(0), m(40))))].count(
+    assert [type(r).__name__ for r in loads_trace("\n".join(export_trace(store, m(0), m(40))))].count(
         "TraceSample") == 1  # alice's first instance and ghost have no session line: left out
-    text = "\n".join(store.export_trace(m(0), m(40), sessions=[ALICE]))
+    text = "\n".join(export_trace(store, m(0), m(40), sessions=[ALICE]))
     records = loads_trace(text)
     sessions = [r for r in records if isinstance(r, TraceSession)]
     assert [(s.session.gpus, s.stopped) for s in sessions] == [(1, m(30)), (2, None)]
@@ -295,7 +300,7 @@ def test_export_trace_sessions_param_and_reused_ids(store):
 
 
 def test_export_empty_store(store):
-    records = loads_trace("\n".join(store.export_trace(m(0), m(10))))
+    records = loads_trace("\n".join(export_trace(store, m(0), m(10))))
     assert records == [TraceConfig(start=m(0), end=m(10), sample_interval_s=60.0, gpus_total=0)]
 
 
@@ -304,10 +309,10 @@ def test_prune_observations(store):
     store.record_decision(Decision("alice/", "keep", "gpu-busy", "busy"), m(1))
     store.set_intent("alice/", until=m(300), set_at=m(1))
     store.record_warning(warning(t=m(1)), "ep1")
-    total = len(list(store.export_trace(m(0), m(10)))) - 1
+    total = len(list(export_trace(store, m(0), m(10)))) - 1
     deleted = store.prune_observations(m(3))
     assert deleted == 5  # pressure at 0; cycles 1 and 2: a sample and a pressure line each
-    left = loads_trace("\n".join(store.export_trace(m(0), m(10))))
+    left = loads_trace("\n".join(export_trace(store, m(0), m(10))))
     assert len(left) - 1 == total - 5
     assert store.decisions() == [] and "alice/" in store.intents() and store.warnings_for("alice/")
 

@@ -35,15 +35,11 @@ from urllib.parse import urlsplit
 from .observations import Decision, Session
 from .oneline import one_line
 from .timestamps import format_time, utcnow
+from .wording import KEEPS, LOSES, format_util
 
 log = logging.getLogger(__name__)
 
 Event = Literal["warning", "reclaim"]
-
-KEEPS = "files under your home directory"
-LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
-         "and packages installed outside your home directory")
-
 
 def _utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
@@ -59,17 +55,6 @@ def _in_minutes(at: dt.datetime, now: dt.datetime) -> str:
     return f"in {minutes} minute{'s' if minutes != 1 else ''}"
 
 
-def _fmt_util(v: Any) -> str:
-    if v is None:
-        return "no data"
-    if isinstance(v, (list, tuple)):
-        return ", ".join(_fmt_util(x) for x in v) or "no data"
-    try:
-        return f"{float(v):g}%"
-    except (TypeError, ValueError):
-        return str(v)
-
-
 def _evidence_lines(ev: Mapping[str, Any]) -> list[str]:
     lines = []
     if ev.get("idle_since"):
@@ -81,9 +66,9 @@ def _evidence_lines(ev: Mapping[str, Any]) -> list[str]:
     if "window_max_util" in ev:
         window = ev.get("window_minutes")
         over = f" over the last {window:g} minutes" if isinstance(window, (int, float)) else ""
-        lines.append(f"  - highest GPU utilization{over}: {_fmt_util(ev['window_max_util'])}")
+        lines.append(f"  - highest GPU utilization{over}: {format_util(ev['window_max_util'])}")
     if "latest_util" in ev:
-        lines.append(f"  - latest GPU utilization: {_fmt_util(ev['latest_util'])}")
+        lines.append(f"  - latest GPU utilization: {format_util(ev['latest_util'])}")
     if ev.get("idle_gpus") is not None and ev.get("gpus"):
         lines.append(f"  - idle GPUs: {len(ev['idle_gpus'])} of {ev['gpus']}")
     if ev.get("hub_last_activity"):

@@ -10,6 +10,7 @@ import jinja2
 
 from ..policy import IDLE_RULES
 from ..timestamps import UTC, format_time, parse_time, utcnow
+from ..wording import KEEPS, LOSES, format_util
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -36,8 +37,7 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
-            "kept": "files under your home directory",
-            "lost": "running processes, kernel and GPU memory, /tmp, packages installed outside home"}
+            "kept": KEEPS, "lost": LOSES}
 
 
 def iso(value: Any) -> Any:
@@ -107,16 +107,10 @@ def sparkline(values: list[float | None], width: int = 120, height: int = 24) ->
     lines = "".join(f'<polyline points="{" ".join(s)}" fill="none" stroke="currentColor" stroke-width="1.5"/>'
                     for s in segments if s)
     last = next((v for v in reversed(values) if v is not None), None)
-    label = f"GPU utilization over the window, latest {last:.0f} %" if last is not None else "no GPU data"
+    label = f"GPU utilization over the window, latest {format_util(last)}" if last is not None else "no GPU data"
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
             f'role="img" aria-label="{label}"><rect width="{width}" height="{height}" fill="none" '
             f'stroke="#ccc"/>{lines}</svg>')
-
-
-def _fmt_util(values: list | None) -> str:
-    if not values:
-        return "–"
-    return " / ".join("–" if v is None else f"{v:.0f} %" for v in values)
 
 
 def csv_cell(value: Any) -> str:
@@ -126,4 +120,4 @@ def csv_cell(value: Any) -> str:
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(hhmm=hhmm, human=human, util=_fmt_util, iso=iso)
+_jinja.filters.update(hhmm=hhmm, human=human, util=lambda values: format_util(values, missing="–"), iso=iso)

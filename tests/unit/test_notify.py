@@ -70,7 +70,7 @@ def test_warning_message_has_every_required_part():
     assert "alice" in t and "alice/big" in t                          # the session
     assert "gpu-idle" in t and "idle for 60 minutes" in t             # rule + reason
     assert "idle since: 2024-05-01T12:55:00Z" in t                    # evidence
-    assert "2%" in t and "0%" in t                                    # utilization
+    assert "utilization over the last 60 minutes: 2 %" in t and "latest GPU utilization: 0 %" in t
     assert "2024-05-01 14:30 UTC" in t and "in 30 minutes" in t       # reclaim time
     assert KEEP_URL in t                                              # how to keep it
     assert "home directory" in t                                      # what is kept

@@ -1,0 +1,28 @@
+"""Words users read in more than one place, written once: what a reclaim keeps and loses
+(the warnings and reclaim notices, the user page and the API's reclaim records) and how GPU
+utilization is written (the notices' evidence, the pages' tables and sparklines)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+KEEPS = "files under your home directory"
+LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
+         "and packages installed outside your home directory")
+
+
+def format_util(values: Any, missing: str = "no data") -> str:
+    """Utilization in percent, one value or one per GPU: "37 %", "4.5 % / 0 %"; `missing`
+    for no data (None, an empty list, a GPU without a value)."""
+    if values is None:
+        return missing
+    if not isinstance(values, (list, tuple)):
+        values = (values,)
+    return " / ".join(missing if v is None else _percent(v) for v in values) or missing
+
+
+def _percent(value: Any) -> str:
+    try:
+        return f"{round(float(value), 1):g} %"
+    except (TypeError, ValueError):  # evidence read back from the store is JSON: show it as is
+        return str(value)

@@ -1,0 +1,34 @@
+"""The words said in more than one place: the notices and the pages say the same."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from jupyterhub_gpu_reclaim.notify import Message
+from jupyterhub_gpu_reclaim.observations import Decision, Session
+from jupyterhub_gpu_reclaim.store import ReclaimRecord
+from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
+from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util
+
+NOW = dt.datetime(2026, 11, 2, 14, 0, tzinfo=dt.timezone.utc)
+
+
+def test_format_util():
+    assert format_util(37) == "37 %" and format_util(4.56) == "4.6 %" and format_util(0.0) == "0 %"
+    assert format_util([4.5, None, 100]) == "4.5 % / no data / 100 %"
+    assert format_util(None) == format_util([]) == "no data"
+    assert format_util([None, 3], missing="–") == "– / 3 %"
+    assert format_util(["x"]) == "x"  # evidence read back as JSON is shown, never a crash
+
+
+def test_notices_and_pages_say_the_same():
+    session = Session("alice/", "alice", "", 1, NOW - dt.timedelta(hours=3))
+    d = Decision("alice/", "reclaim", "gpu-idle", "idle", reclaim_at=NOW,
+                 evidence={"window_max_util": [2.5], "latest_util": [0.0]})
+    text = Message.build(d, session, keepalive_url="", now=NOW).text
+    assert f"Kept: {KEEPS}." in text and f"Lost: {LOSES}." in text
+    assert f"highest GPU utilization: {format_util([2.5])}" in text
+    record = ReclaimRecord(1, "alice/", "ep", "gpu-idle", NOW, 1, {}, NOW, "stopped", "")
+    assert reclaim_json(record, NOW)["kept"] == KEEPS and reclaim_json(record, NOW)["lost"] == LOSES
+    assert _jinja.filters["util"]([2.5, None]) == "2.5 % / –"
+    assert "latest 2.5 %" in sparkline([1.0, 2.5])

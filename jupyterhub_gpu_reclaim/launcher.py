@@ -29,11 +29,12 @@ from traitlets.config import Application
 
 from .actions import HubStopper
 from .config import GpuReclaim
+from .cycle import Options
 from .errors import ConfigError, ServiceError
 from .metrics import Metrics
 from .notify import Dispatcher, make_notifiers, redact_url
 from .policy_config import PolicyConfig
-from .service import Options, Reclaimer
+from .service import Reclaimer
 from .signals.base import SignalError
 from .signals.gpu_readings import PodLabel
 from .signals.interfaces import GpuSource

@@ -1,9 +1,18 @@
 """The reclaim cycle: signals → observations → policy → actions and store.
 
-`Reclaimer.run_cycle()` reads the hub's ready servers, the single-user pods and the GPU
-utilization, probes the kernels of GPU sessions whose GPUs look idle, builds one
-`SessionView` per server, asks the policy, then warns, stops (through the hub API only)
-and records. What it never does:
+`Reclaimer.run_cycle()` runs one cycle in three steps:
+
+* observe (`_observe`): read the hub's ready servers, the single-user pods and the GPU
+  utilization, build one `Session` and `Sample` per server, and probe the kernels of GPU
+  sessions whose GPUs look idle;
+* decide (`_decide`): take a keep-alive from the spawn form as the first intent, ask the
+  policy about each session (with its history, intent and warnings), apply admins'
+  exemptions;
+* act (`_act`): record the changed decisions, publish the pages' status (`status.py`),
+  warn, set the state metrics, record the observations, and begin the stops
+  (`stops.py`, through the hub API only).
+
+What it never does:
 
 * decide on a cycle whose hub or pod listing failed (it cannot tell GPU servers from
   others then: the cycle is skipped and counted);
@@ -14,9 +23,7 @@ and records. What it never does:
   counted). A cycle that raises all the same is counted as an error
   (`cycles_total{result="error"}`); only ok cycles move the last-successful-cycle time;
 * reclaim on missing GPU or kernel data (the policy holds);
-* stop a server twice: a stop runs as a task recorded in the store before it begins;
-  a stop that never finishes is "stuck" and retried each cycle; after a restart, stops
-  that were under way are finished (or found done) first.
+* stop a server twice (see `stops.py`).
 
 History. Each session's samples are kept in memory (trimmed by `policy.retained_samples`)
 and reloaded from the store after a restart. A gap in the observations longer than
@@ -31,22 +38,25 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from dataclasses import replace
+from typing import Awaitable, Callable, TypeVar
 from urllib.parse import urlencode
 
-from .actions import HubStopper, StopResult
+from .actions import HubStopper
+from .cycle import CycleReport, Decisions, Observation, Observed, Options, PodSource
 from .metrics import Metrics
 from .notify import Dispatcher
-from .observations import Decision, Sample, Session, SessionView
+from .observations import Decision, Sample, Session, SessionView, Warning
 from .oneline import brief
-from .policy import IDLE_RULES, decide, decide_user, retained_samples
+from .policy import IDLE_RULES, decide, retained_samples
 from .policy_config import PolicyConfig
-from .signals.base import SignalError, entry_field, entry_time
+from .signals.base import SignalError
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
 from .signals.pods import PodInfo, PodSnapshot
 from .signals.probe_tokens import NoProbeCredential
+from .status import CycleStatus, session_status, waiting_servers
+from .stops import Stops
 from .store import Store
 from .timestamps import format_time, parse_time, utcnow
 from .trace import TraceSample, TraceSession
@@ -56,46 +66,6 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
 EPSILON = dt.timedelta(microseconds=1)
 T = TypeVar("T")
-
-
-class PodSource(Protocol):
-    async def start(self) -> None: ...
-
-    def snapshot(self, max_age: float) -> PodSnapshot: ...
-
-
-@dataclass
-class Options:
-    """What the cycle needs beyond the policy (see config.GpuReclaim for each one's help)."""
-
-    dry_run: bool = False
-    cull_users: bool = False
-    keepalive_url: str = ""
-    hub_name: str = "JupyterHub"
-    record_observations: bool = True
-    observation_retention: dt.timedelta = dt.timedelta(days=14)
-    record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
-    history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
-    cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
-
-
-@dataclass
-class CycleReport:
-    """What one cycle saw and did (for logs, tests and the benchmark)."""
-
-    t: dt.datetime
-    skipped: str | None = None  # the signal whose failure skipped the cycle
-    servers: int = 0
-    gpu_sessions: int = 0
-    probes: int = 0
-    decisions: dict[str, Decision] = field(default_factory=dict)
-    warned: list[str] = field(default_factory=list)
-    stops: list[str] = field(default_factory=list)  # stops begun (not in dry run)
-    would_reclaim: list[str] = field(default_factory=list)  # dry run
-    users_deleted: list[str] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-    error: str | None = None  # why the cycle raised (cycles_total{result="error"})
-    seconds: float = 0.0
 
 
 def _exempted(d: Decision, exemption: dict | None) -> Decision:
@@ -109,7 +79,7 @@ def _exempted(d: Decision, exemption: dict | None) -> Decision:
 
 
 def _episode(decision: Decision, session: Session) -> str:
-    """The idle episode a warning belongs to: the rule and when the episode began."""
+    """The idle episode a warning or reclaim belongs to: the rule and when the episode began."""
     if decision.rule == "max-age":
         return f"max-age@{format_time(session.started)}"
     since = decision.evidence.get("idle_since")
@@ -131,17 +101,17 @@ class Reclaimer:
         self.metrics.dry_run.set(1 if self.options.dry_run else 0)
         self.metrics.cycle_interval.set(self.options.cycle_interval.total_seconds())
         self.metrics.last_successful_cycle.set(time.time())  # what "no cycle succeeded for" counts from
+        self.stops = Stops(stopper=stopper, store=store, metrics=self.metrics, policy=policy, clock=clock,
+                           dry_run=self.options.dry_run, cull_users=self.options.cull_users,
+                           notify=self._notify, forget=self._forget)
         self._failing: dict[str, str] = {}  # sid → the unexpected error already logged for it
         self._history: dict[str, tuple[dt.datetime, list[Sample]]] = {}
         self._recorded: set[tuple[str, dt.datetime]] = set()  # session lines already stored
         self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
-        self._would_reclaim: set[str] = set()  # dry run: episodes already reported
         self._live: set[str] = set()
-        self._tasks: dict[str, asyncio.Task] = {}  # sid (or "user:NAME") → stop task
         self._restored = False
         self._last_prune = 0.0
-        # what the web pages read: the latest cycle's sessions and GPU queue (see snapshot())
-        self._snapshot: dict[str, Any] = {"t": None, "skipped": None, "sessions": {}, "queue": []}
+        self.status = CycleStatus()  # what the web pages show: the latest cycle
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -165,25 +135,20 @@ class Reclaimer:
         if n:
             log.info("restored %d samples of %d sessions from %s", n, len(self._history), self.store.name)
 
+    def _forget(self, sid: str) -> None:
+        """A stopped session's history goes (a restart under its name is a new session)."""
+        self._history.pop(sid, None)
+
     async def drain(self) -> None:
         """Wait for the stops under way."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        await self.stops.drain()
 
     async def cancel(self) -> None:
         """Cancel the stops under way (shutdown): they stay unfinished in the store and are
         finished after the restart."""
-        for task in self._tasks.values():
-            task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        self._tasks.clear()
+        await self.stops.cancel()
 
     # ------------------------------------------------------------------ the cycle
-
-    def _error(self, report: CycleReport, e: SignalError) -> None:
-        log.warning("signal %s failed: %s", e.source, e.message)
-        self.metrics.signal_errors.labels(e.source).inc()
-        report.errors[e.source] = e.message
 
     async def run_cycle(self) -> CycleReport:
         t0 = time.monotonic()
@@ -214,6 +179,62 @@ class Reclaimer:
                 f", failed: {report.error}" if report.error else "", report.seconds)
         return report
 
+    async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:
+        self.stops.retry_unfinished()
+        seen = await self._observe(now, report)
+        if seen is None:
+            return
+        decided = self._decide(seen, now, report)
+        await self._act(seen, decided, now, report)
+
+    # ------------------------------------------------------------------ observe
+
+    async def _observe(self, now: dt.datetime, report: CycleReport) -> Observation | None:
+        """Read the signals and observe each ready server; None when the hub or the pods
+        could not be read (the cycle is skipped)."""
+        stale_s = self.policy.stale_after.total_seconds()
+        # the three reads are independent: run them together
+        gpu_source = getattr(self.gpu, "source", "gpu")
+        servers, pods, readings = await asyncio.gather(
+            self._read("hub", self.hub.ready_servers(), report),
+            self._read("pods", self._pods(stale_s), report),
+            self._read(gpu_source, self.gpu.utilization(), report) if self.gpu else asyncio.sleep(0))
+        if servers is None or pods is None:
+            # without both we cannot tell GPU sessions from others: decide nothing
+            report.skipped = "hub" if servers is None else "pods"
+            self.status = replace(self.status, skipped=report.skipped)
+            return None
+        report.servers = len(servers)
+        self.metrics.pending_gpus.set(pods.pending_gpus)
+
+        seen = Observation(servers, pods, {}, {})
+        probe: list[str] = []
+        for srv in servers:
+            sid = srv.session_id
+            if sid in self.stops.tasks:
+                continue  # being stopped
+            pod = pods.by_session.get(sid)
+            try:
+                session, sample = self._observe_server(srv, pod, readings, now)
+                hold = self._unusable(srv, pod, report)
+            except Exception as e:
+                session = Session(id=sid, user=srv.user, server=srv.name, gpus=0, started=now)
+                sample, hold = Sample(t=now, gpu_util=None), self._session_error(sid, e, report)
+            seen.sessions[sid] = Observed(srv, session, sample, pod)
+            if hold is not None:
+                seen.held[sid] = hold
+            if session.gpus:
+                report.gpu_sessions += 1
+                util = sample.gpu_util
+                if (hold is None and self.kernels is not None and util is not None and len(util) == session.gpus
+                        and all(u is not None and u < self.policy.gpu_idle_threshold for u in util)):
+                    probe.append(sid)  # GPU-idle: only then is a busy kernel worth asking about
+
+        if probe:
+            await self._probe(probe, seen, report)
+        self._sessions_gone(set(seen.sessions), now)
+        return seen
+
     async def _read(self, source: str, read: Awaitable[T], report: CycleReport) -> T | None:
         """One signal's answer, or None when it failed (logged and counted): a SignalError,
         or anything unexpected (a bug, an answer no check foresaw; logged with its traceback)."""
@@ -226,22 +247,29 @@ class Reclaimer:
             self._error(report, SignalError(source, f"{type(e).__name__}: {str(e)[:200]}"))
         return None
 
+    def _error(self, report: CycleReport, e: SignalError) -> None:
+        log.warning("signal %s failed: %s", e.source, e.message)
+        self.metrics.signal_errors.labels(e.source).inc()
+        report.errors[e.source] = e.message
+
     async def _pods(self, stale_s: float) -> PodSnapshot:
         await self.pods.start()
         return self.pods.snapshot(stale_s)
 
-    def _session_error(self, sid: str, e: Exception, report: CycleReport) -> Decision:
-        """An unexpected error while observing or deciding one session: it is held, the
-        error counted, and logged with its traceback once (until the session recovers)."""
-        what = f"{type(e).__name__}: {brief(str(e))}"
-        if self._failing.get(sid) != what:
-            self._failing[sid] = what
-            log.error("session %s held: unexpected %s", sid, what, exc_info=e)
-        self.metrics.session_errors.inc()
-        report.errors[f"session:{sid}"] = what
-        return Decision(sid, "hold", "session-error",
-                        f"an unexpected error while deciding ({what}); never reclaimed on it",
-                        evidence={"problem": what})
+    def _observe_server(self, srv: HubServer, pod: PodInfo | None, readings: dict | None,
+                        now: dt.datetime) -> tuple[Session, Sample]:
+        gpus = pod.gpus if pod else 0
+        session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
+                          started=srv.started or (pod.created if pod else None) or now,
+                          admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
+                          groups=frozenset(srv.groups))
+        util = mem = None
+        if pod is not None and gpus and readings is not None:
+            reading = readings.get((pod.namespace, pod.name))
+            if reading is not None and now - reading.t <= self.policy.stale_after:
+                util, mem = reading.util, reading.fb_used_mib
+        return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
+                               terminals=None, hub_last_activity=srv.last_activity)
 
     def _unusable(self, srv: HubServer, pod: PodInfo | None, report: CycleReport) -> Decision | None:
         """The hold of a session whose hub model or pod cannot be used, or None."""
@@ -260,258 +288,107 @@ class Reclaimer:
         return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
                         evidence={"problem": problem})
 
-    def _observe(self, srv: HubServer, pod: PodInfo | None, readings: dict | None,
-                 now: dt.datetime) -> tuple[Session, Sample]:
-        gpus = pod.gpus if pod else 0
-        session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
-                          started=srv.started or (pod.created if pod else None) or now,
-                          admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
-                          groups=frozenset(srv.groups))
-        util = mem = None
-        if pod is not None and gpus and readings is not None:
-            reading = readings.get((pod.namespace, pod.name))
-            if reading is not None and now - reading.t <= self.policy.stale_after:
-                util, mem = reading.util, reading.fb_used_mib
-        return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
-                               terminals=None, hub_last_activity=srv.last_activity)
+    def _session_error(self, sid: str, e: Exception, report: CycleReport) -> Decision:
+        """An unexpected error while observing or deciding one session: it is held, the
+        error counted, and logged with its traceback once (until the session recovers)."""
+        what = f"{type(e).__name__}: {brief(str(e))}"
+        if self._failing.get(sid) != what:
+            self._failing[sid] = what
+            log.error("session %s held: unexpected %s", sid, what, exc_info=e)
+        self.metrics.session_errors.inc()
+        report.errors[f"session:{sid}"] = what
+        return Decision(sid, "hold", "session-error",
+                        f"an unexpected error while deciding ({what}); never reclaimed on it",
+                        evidence={"problem": what})
 
-    async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:
-        self._retry_unfinished(now)
-        stale_s = self.policy.stale_after.total_seconds()
-        # the three reads are independent: run them together
-        gpu_source = getattr(self.gpu, "source", "gpu")
-        servers, pods, readings = await asyncio.gather(
-            self._read("hub", self.hub.ready_servers(), report),
-            self._read("pods", self._pods(stale_s), report),
-            self._read(gpu_source, self.gpu.utilization(), report) if self.gpu else asyncio.sleep(0))
-        if servers is None or pods is None:
-            # without both we cannot tell GPU sessions from others: decide nothing
-            report.skipped = "hub" if servers is None else "pods"
-            self._snapshot = {**self._snapshot, "skipped": report.skipped}
-            return
-        report.servers = len(servers)
-        self.metrics.pending_gpus.set(pods.pending_gpus)
+    async def _probe(self, sids: list[str], seen: Observation, report: CycleReport) -> None:
+        """Ask the kernels of these sessions (their samples get the answers)."""
+        assert self.kernels is not None
+        kernels_of = self.kernels
 
-        # observations; `held`: sessions decided without the policy (data that cannot be used)
-        sessions: dict[str, tuple[HubServer, Session, Sample, PodInfo | None]] = {}
-        held: dict[str, Decision] = {}
-        probe: list[str] = []
-        for srv in servers:
-            sid = srv.session_id
-            if sid in self._tasks:
-                continue  # being stopped
-            pod = pods.by_session.get(sid)
+        async def one(sid: str) -> None:
+            o = seen.sessions[sid]
             try:
-                session, sample = self._observe(srv, pod, readings, now)
-                hold = self._unusable(srv, pod, report)
+                kernels, terminals = await kernels_of.probe(o.server.user, o.server.name, o.server.url,
+                                                            o.pod.direct_url if o.pod else None)
+            except SignalError as e:
+                if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
+                    self.metrics.signal_errors.labels(e.source).inc()
+                    log.warning("kernels of %s: %s", sid, e.message)
+                report.errors[f"kernels:{sid}"] = e.message
+                return  # kernels stay None: the policy holds a reclaim
             except Exception as e:
-                session = Session(id=sid, user=srv.user, server=srv.name, gpus=0, started=now)
-                sample, hold = Sample(t=now, gpu_util=None), self._session_error(sid, e, report)
-            sessions[sid] = (srv, session, sample, pod)
-            if hold is not None:
-                held[sid] = hold
-            if session.gpus:
-                report.gpu_sessions += 1
-                util = sample.gpu_util
-                if (hold is None and self.kernels is not None and util is not None and len(util) == session.gpus
-                        and all(u is not None and u < self.policy.gpu_idle_threshold for u in util)):
-                    probe.append(sid)  # GPU-idle: only then is a busy kernel worth asking about
+                seen.held[sid] = self._session_error(sid, e, report)
+                return
+            o.sample = replace(o.sample, kernels=tuple(kernels), terminals=tuple(terminals))
 
-        if probe:
-            await self._probe(probe, sessions, held, report)
-        self._sessions_gone(set(sessions), now)
+        report.probes = len(sids)
+        await asyncio.gather(*(one(sid) for sid in sids))
 
-        # decisions
-        intents = self.store.intents()
-        exemptions = self.store.exemptions(now)  # set by admins on the web admin page
-        for sid, (srv, session, sample, pod) in sessions.items():
-            if sid not in held and pod is not None and pod.keepalive_until is not None:
+    def _sessions_gone(self, present: set[str], now: dt.datetime) -> None:
+        """Sessions no longer ready: note them stopped; their open warnings end."""
+        release = getattr(self.kernels, "release", None)  # the probe credential goes too
+        stopping = set(self.stops.tasks)
+        for sid in self._live - present - stopping:
+            if release is not None:
+                release(sid)
+            self._history.pop(sid, None)
+            self._last.pop(sid, None)
+            self._failing.pop(sid, None)
+            self.store.session_stopped(sid, now)
+            self.store.close_episode(sid, t=now)
+        self._live = present | stopping
+
+    # ------------------------------------------------------------------ decide
+
+    def _decide(self, seen: Observation, now: dt.datetime, report: CycleReport) -> Decisions:
+        """Each session's decision (into the report), and what the act step does with them."""
+        out = Decisions(intents=self.store.intents(),
+                        exemptions=self.store.exemptions(now))  # set by admins on the web admin page
+        for sid, o in seen.sessions.items():
+            if sid not in seen.held and o.pod is not None and o.pod.keepalive_until is not None:
                 try:
-                    self._intent_from_spawn(sid, pod, intents, now)
+                    self._intent_from_spawn(sid, o.pod, out.intents, now)
                 except Exception as e:
-                    held[sid] = self._session_error(sid, e, report)
+                    seen.held[sid] = self._session_error(sid, e, report)
         warnings = self.store.open_warnings()
-        by_user: dict[str, list[tuple[Session, Decision]]] = {}
-        state_counts: dict[tuple[str, str, str], int] = {}
-        holds: dict[str, int] = {}
-        idle_gpus = 0
-        idle_hours = 0.0
-        observed: list[tuple[str, Sample]] = []
-        new_sessions: list[Session] = []
-        changed: list[Decision] = []
-        warns: list[tuple[Session, Decision]] = []
-        for sid, (srv, session, sample, pod) in sessions.items():
-            d = held.get(sid)
+        for sid, o in seen.sessions.items():
+            d = seen.held.get(sid)
             if d is None:
                 try:
-                    samples = self._samples(session, sample, now)
-                    view = SessionView(session=session, samples=samples, intent=intents.get(sid),
-                                       warnings=warnings.get(sid, ()))
-                    d = decide(view, now=now, pending_gpus=pods.pending_gpus, config=self.policy)
-                    d = _exempted(d, exemptions.get(sid))
-                    if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
-                        d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
-                    if session.gpus and d.rule in IDLE_RULES:
-                        since = parse_time(d.evidence.get("idle_since"))
-                        if since is not None:
-                            idle_hours += session.gpus * max(0.0, (now - since).total_seconds()) / 3600
-                    if d.evidence.get("episode_cleared"):
-                        self.store.close_episode(
-                            sid, [parse_time(t) for t in d.evidence.get("cleared_warnings", [])], t=now)
-                    self._failing.pop(sid, None)
+                    d = self._decide_session(o, out, warnings.get(sid, ()), seen.pods.pending_gpus, now, report)
                 except Exception as e:
                     d = self._session_error(sid, e, report)
                 else:
-                    if session.gpus:
-                        observed.append((sid, sample))
-                        if (sid, session.started) not in self._recorded:
-                            new_sessions.append(session)
+                    if o.session.gpus:
+                        out.samples.append((sid, o.sample))
+                        if (sid, o.session.started) not in self._recorded:
+                            out.new_sessions.append(o.session)
             report.decisions[sid] = d
-            key = ("true" if session.gpus else "false", d.action, d.rule)
-            state_counts[key] = state_counts.get(key, 0) + 1
-            if d.action == "hold":
-                holds[d.rule] = holds.get(d.rule, 0) + 1
-            if session.gpus and d.rule in IDLE_RULES:
-                idle_gpus += session.gpus
             if self._last.get(sid) != (d.action, d.rule):
                 self._last[sid] = (d.action, d.rule)
-                changed.append(d)
+                out.changed.append(d)
             if d.action == "warn":
-                warns.append((session, d))
+                out.warns.append((o.session, d))
             elif d.action == "reclaim":
-                by_user.setdefault(session.user, []).append((session, d))
+                out.reclaims.setdefault(o.session.user, []).append((o.session, d, _episode(d, o.session)))
+        return out
 
-        self.store.record_decisions(changed, now)
-        self._publish(now, sessions, report, pods, intents, exemptions)
-        await asyncio.gather(*(self._warn(session, d, now, report) for session, d in warns))
-        self._set_state_metrics(state_counts, holds, idle_gpus, idle_hours)
-        if self.options.record_observations and observed:
-            self.store.record_observations(now, observed, pods.pending_gpus, new_sessions)
-            self._recorded.update((s.id, s.started) for s in new_sessions)
-        self._prune(now)
-
-        for user, reclaims in by_user.items():
-            try:
-                self._reclaim(user, reclaims, servers, now, report)
-            except Exception:  # one user's stops must not keep the others' from starting
-                log.exception("the reclaim of %s's servers failed", user)
-        if self.options.cull_users and not self.options.dry_run:
-            await self._cull_inactive_users(now, report)
-
-    # ------------------------------------------------------------------ for the web pages
-
-    def snapshot(self) -> dict[str, Any]:
-        """The latest cycle as the web pages show it: {"t", "skipped", "sessions": {sid:
-        dict}, "queue": [dict]} (plain JSON-able values; times as datetimes)."""
-        return self._snapshot
-
-    def _publish(self, now: dt.datetime, sessions: dict, report: CycleReport, pods: PodSnapshot,
-                 intents: dict, exemptions: dict) -> None:
-        warnings = self.store.open_warnings()
-        out: dict[str, dict[str, Any]] = {}
-        for sid, (srv, session, sample, pod) in sessions.items():
-            d = report.decisions.get(sid)
-            try:
-                per_gpu, spark, kernels = self._activity(session, sample)
-            except Exception as e:  # shown blank; the decision is already made
-                log.warning("session %s: its activity cannot be shown: %s: %s", sid, type(e).__name__, e)
-                per_gpu, spark, kernels = [[] for _ in range(session.gpus)], [], None
-            warned = warnings.get(sid, ())
-            intent = intents.get(sid)
-            out[sid] = {
-                "session": sid, "user": session.user, "server": session.server,
-                "profile": session.profile, "node": pod.node if pod else None, "gpus": session.gpus,
-                "started": session.started, "url": srv.url,
-                "util_now": list(sample.gpu_util) if sample.gpu_util is not None else None,
-                "mem_mib": list(sample.gpu_mem_used_mib) if sample.gpu_mem_used_mib is not None else None,
-                "util_mean": [sum(g) / len(g) if g else None for g in per_gpu],
-                "util_max": [max(g) if g else None for g in per_gpu],
-                "spark": spark[-60:], "kernels": kernels,
-                "hub_last_activity": srv.last_activity,
-                "action": d.action if d else None, "rule": d.rule if d else None,
-                "reason": d.reason if d else None, "evidence": dict(d.evidence) if d else {},
-                "reclaim_at": (warned[-1].reclaim_at if warned else (d.reclaim_at if d else None)),
-                "warned_at": warned[-1].t if warned else None,
-                "intent_until": (min(intent.until, intent.set_at + self.policy.max_keepalive)
-                                 if intent else None),
-                "intent_set_at": intent.set_at if intent else None,
-                "exempt_until": exemptions[sid]["until"] if sid in exemptions else None,
-                "exempt_by": exemptions[sid]["by"] if sid in exemptions else None,
-                "stopping": sid in self._tasks,
-            }
-        queue = [{"session": p.session_id, "user": p.user, "server": p.server, "gpus": p.gpus,
-                  "since": p.created, "waited_s": (now - p.created).total_seconds() if p.created else None,
-                  "reason": p.unschedulable}
-                 for p in pods.by_session.values() if p.waits_for_gpu]
-        queue.sort(key=lambda q: q["since"] or now)
-        self._snapshot = {"t": now, "skipped": None, "sessions": out, "queue": queue,
-                          "pending_gpus": pods.pending_gpus}
-
-    def _activity(self, session: Session, sample: Sample) -> tuple[list[list[float]], list[float | None], dict | None]:
-        """Per GPU the utilization history, the sparkline, and the kernels, for the pages."""
-        history = self._history.get(session.id, (None, []))[1] if session.gpus else []
-        per_gpu: list[list[float]] = [[] for _ in range(session.gpus)]
-        spark: list[float | None] = []
-        for s in history:
-            u = s.gpu_util
-            if u is None or len(u) != session.gpus or any(x is None for x in u):
-                spark.append(None)
-                continue
-            spark.append(sum(u) / len(u))  # type: ignore[arg-type]
-            for i, x in enumerate(u):
-                per_gpu[i].append(float(x))  # type: ignore[arg-type]
-        kernels = None
-        if sample.kernels is not None:
-            acts = [k.last_activity for k in sample.kernels if k.last_activity is not None]
-            kernels = {"busy": sum(k.execution_state == "busy" for k in sample.kernels),
-                       "idle": sum(k.execution_state != "busy" for k in sample.kernels),
-                       "last_activity": max(acts) if acts else None}
-        return per_gpu, spark, kernels
-
-    def stop_now(self, user: str, server: str, *, by: str, rule: str = "admin",
-                 record: bool = True) -> bool:
-        """Stop a server at once (through the hub API, as every stop): an admin's "reclaim
-        now" (recorded as a reclaim, rule "admin") or a user's own "stop now" (record=False).
-        False when a stop of it is already under way."""
-        sid = f"{user}/{server}"
-        if sid in self._tasks:
-            return False
-        now = self.clock()
-        info = self._snapshot["sessions"].get(sid) or {}
-        gpus = int(info.get("gpus") or 0)
-        rid = None
-        if record:
-            rid = self.store.begin_reclaim(sid, rule, now, {"by": by}, gpus,
-                                           episode=f"{rule}@{format_time(now)}")
-            if rid is None:
-                return False
-
-        async def stop() -> None:
-            log.info("stop %s now, asked by %s", sid, by)
-            result = await self.stopper.stop(user, server)
-            if rid is not None:
-                self._finish(rid, sid, rule, gpus, result)
-            elif result.ok:
-                self.store.session_stopped(sid, self.clock())
-                self.store.close_episode(sid, t=self.clock())
-                self._history.pop(sid, None)
-
-        task = asyncio.create_task(stop(), name=f"stop {sid} ({by})")
-        self._tasks[sid] = task
-        task.add_done_callback(lambda _t: self._tasks.pop(sid, None))
-        if sid in self._snapshot["sessions"]:
-            self._snapshot["sessions"][sid]["stopping"] = True
-        return True
-
-    def retry_stuck(self, sid: str) -> bool:
-        """Retry the stuck stop of ``sid`` now (the cycle retries them too). False when none."""
-        if sid in self._tasks:
-            return False
-        records = [r for r in self.store.stuck_reclaims() if r.session == sid]
-        if not records:
-            return False
-        self._retry_unfinished(self.clock())
-        return True
+    def _decide_session(self, o: Observed, decided: Decisions, warnings: tuple[Warning, ...],
+                        pending_gpus: int, now: dt.datetime, report: CycleReport) -> Decision:
+        """The policy's decision for one session, with its history, intent and warnings, an
+        admin's exemption applied; a finished idle episode's warnings are closed."""
+        sid, session = o.session.id, o.session
+        samples = self._samples(session, o.sample, now)
+        view = SessionView(session=session, samples=samples, intent=decided.intents.get(sid), warnings=warnings)
+        d = decide(view, now=now, pending_gpus=pending_gpus, config=self.policy)
+        d = _exempted(d, decided.exemptions.get(sid))
+        if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
+            d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
+        if d.evidence.get("episode_cleared"):
+            self.store.close_episode(sid, [parse_time(t) for t in d.evidence.get("cleared_warnings", [])], t=now)
+        self._failing.pop(sid, None)
+        return d
 
     def _intent_from_spawn(self, sid: str, pod: PodInfo, intents: dict, now: dt.datetime) -> None:
         """The keep-alive declared on the spawn form is the session's first intent, once per
@@ -544,47 +421,58 @@ class Reclaimer:
         self._history[session.id] = (session.started, kept)
         return tuple(kept)
 
-    async def _probe(self, sids: list[str], sessions: dict, held: dict[str, Decision],
-                     report: CycleReport) -> None:
-        assert self.kernels is not None
+    # ------------------------------------------------------------------ act
 
-        async def one(sid: str) -> None:
-            srv, session, sample, pod = sessions[sid]
+    async def _act(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
+        self.store.record_decisions(decided.changed, now)
+        self._publish(seen, decided, now, report)
+        await asyncio.gather(*(self._warn(session, d, now, report) for session, d in decided.warns))
+        self._set_state_metrics(seen, report, now)
+        if self.options.record_observations and decided.samples:
+            self.store.record_observations(now, decided.samples, seen.pods.pending_gpus, decided.new_sessions)
+            self._recorded.update((s.id, s.started) for s in decided.new_sessions)
+        self._prune(now)
+
+        for user, reclaims in decided.reclaims.items():
             try:
-                kernels, terminals = await self.kernels.probe(srv.user, srv.name, srv.url,
-                                                              pod.direct_url if pod else None)
-            except SignalError as e:
-                if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
-                    self.metrics.signal_errors.labels(e.source).inc()
-                    log.warning("kernels of %s: %s", sid, e.message)
-                report.errors[f"kernels:{sid}"] = e.message
-                return  # kernels stay None: the policy holds a reclaim
-            except Exception as e:
-                held[sid] = self._session_error(sid, e, report)
-                return
-            sample = Sample(t=sample.t, gpu_util=sample.gpu_util, gpu_mem_used_mib=sample.gpu_mem_used_mib,
-                            kernels=tuple(kernels), terminals=tuple(terminals),
-                            hub_last_activity=sample.hub_last_activity)
-            sessions[sid] = (srv, session, sample, pod)
+                begun, would = self.stops.reclaim(user, reclaims, seen.servers, now)
+            except Exception:  # one user's stops must not keep the others' from starting
+                log.exception("the reclaim of %s's servers failed", user)
+            else:
+                report.stops += begun
+                report.would_reclaim += would
+        if self.options.cull_users and not self.options.dry_run:
+            await self._cull_inactive_users(now, report)
 
-        report.probes = len(sids)
-        await asyncio.gather(*(one(sid) for sid in sids))
+    def _publish(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
+        """The pages' status of this cycle (`status.py`)."""
+        warnings = self.store.open_warnings()
+        self.status = CycleStatus(t=now, sessions={sid: session_status(
+            o.session, o.sample, report.decisions.get(sid), node=o.pod.node if o.pod else None, url=o.server.url,
+            hub_last_activity=o.server.last_activity,
+            history=self._history.get(sid, (None, []))[1] if o.session.gpus else [],
+            warnings=warnings.get(sid, ()), intent=decided.intents.get(sid),
+            exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
+            stopping=sid in self.stops.tasks) for sid, o in seen.sessions.items()},
+            queue=waiting_servers(seen.pods.by_session.values(), now))
 
-    def _sessions_gone(self, present: set[str], now: dt.datetime) -> None:
-        """Sessions no longer ready: note them stopped; their open warnings end."""
-        release = getattr(self.kernels, "release", None)  # the probe credential goes too
-        for sid in self._live - present - set(self._tasks):
-            if release is not None:
-                release(sid)
-            self._history.pop(sid, None)
-            self._last.pop(sid, None)
-            self._failing.pop(sid, None)
-            self.store.session_stopped(sid, now)
-            self.store.close_episode(sid, t=now)
-        self._live = present | set(self._tasks)
-
-    def _set_state_metrics(self, counts: dict, holds: dict, idle_gpus: int, idle_hours: float) -> None:
+    def _set_state_metrics(self, seen: Observation, report: CycleReport, now: dt.datetime) -> None:
+        """The sessions by state, the holds by reason, and the idle GPUs and their idle hours."""
         m = self.metrics
+        counts: dict[tuple[str, str, str], int] = {}
+        holds: dict[str, int] = {}
+        idle_gpus, idle_hours = 0, 0.0
+        for sid, o in seen.sessions.items():
+            d, gpus = report.decisions[sid], o.session.gpus
+            key = ("true" if gpus else "false", d.action, d.rule)
+            counts[key] = counts.get(key, 0) + 1
+            if d.action == "hold":
+                holds[d.rule] = holds.get(d.rule, 0) + 1
+            if gpus and d.rule in IDLE_RULES:
+                idle_gpus += gpus
+                since = parse_time(d.evidence.get("idle_since"))
+                if since is not None:
+                    idle_hours += gpus * max(0.0, (now - since).total_seconds()) / 3600
         m.sessions.clear()
         for (gpu, action, rule), n in counts.items():
             m.sessions.labels(gpu, action, rule).set(n)
@@ -600,11 +488,7 @@ class Reclaimer:
             self.store.prune_observations(now - self.options.observation_retention)
             self.store.prune_records(now - self.options.record_retention)
 
-    # ------------------------------------------------------------------ actions
-
     async def _warn(self, session: Session, d: Decision, now: dt.datetime, report: CycleReport) -> None:
-        from .observations import Warning
-
         assert d.reclaim_at is not None
         warning = Warning(session=session.id, t=now, rule=d.rule, reclaim_at=d.reclaim_at)
         channels = [getattr(n, "name", type(n).__name__) for n in self.dispatcher.notifiers]
@@ -629,105 +513,9 @@ class Reclaimer:
             if not ok:
                 self.metrics.notification_errors.labels(name).inc()
 
-    def _reclaim(self, user: str, reclaims: list[tuple[Session, Decision]], servers: list[HubServer],
-                 now: dt.datetime, report: CycleReport) -> None:
-        begun: list[tuple[Session, Decision, int]] = []
-        for session, d in reclaims:
-            if self.options.dry_run:
-                key = f"{session.id} {_episode(d, session)}"
-                if key not in self._would_reclaim:
-                    self._would_reclaim.add(key)
-                    report.would_reclaim.append(session.id)
-                    self.metrics.reclaims.labels(d.rule, "dry-run").inc()
-                    log.info("[dry run] would reclaim %s (%s): %s", session.id, d.rule, d.reason)
-                continue
-            # one record per attempt: after a failed stop the next cycle tries again
-            rid = self.store.begin_reclaim(session.id, d.rule, now, d.evidence, session.gpus,
-                                           episode=f"{_episode(d, session)} {format_time(now)}")
-            if rid is None:
-                continue  # a stop of it is under way or stuck
-            begun.append((session, d, rid))
-            report.stops.append(session.id)
-        if not begun:
-            return
-        # with --cull-users the user goes too once all of their servers are stopped
-        mine = [s for s in servers if s.user == user]
-        cull_user = (self.options.cull_users and len(begun) == len(mine))
-        key = f"user:{user}"
-        task = asyncio.create_task(self._stop_all(begun, mine[0] if cull_user else None), name=f"stop {user}")
-        for session, _, _ in begun:
-            self._tasks[session.id] = task
-        self._tasks[key] = task
-        task.add_done_callback(lambda _t: [self._tasks.pop(k, None) for k in
-                                           [key, *(s.id for s, _, _ in begun)]])
-
-    async def _stop_all(self, begun: list[tuple[Session, Decision, int]], user: HubServer | None) -> None:
-        results = await asyncio.gather(*(self._stop_one(s, d, rid) for s, d, rid in begun))
-        if user is not None and all(r.ok for r in results):
-            now = self.clock()
-            delete, why = decide_user(admin=user.admin, created=user.user_created,
-                                      last_activity=user.user_last_activity, now=now, config=self.policy)
-            if delete:
-                log.info("culling user %s (%s)", user.user, why)
-                if (await self.stopper.delete_user(user.user)).ok:
-                    self.metrics.users_deleted.inc()
-
-    async def _stop_one(self, session: Session, d: Decision, rid: int) -> StopResult:
-        log.info("reclaim %s (%s): %s", session.id, d.rule, d.reason)
-        result = await self.stopper.stop(session.user, session.server)
-        self._finish(rid, session.id, d.rule, session.gpus, result)
-        if result.ok and session.gpus:
-            await self._notify(d, session, self.clock())
-        return result
-
-    def _finish(self, rid: int, sid: str, rule: str, gpus: int, result: StopResult) -> None:
-        now = self.clock()
-        self.store.finish_reclaim(rid, now, result.outcome, result.detail)
-        self.metrics.reclaims.labels(rule, result.outcome).inc()
-        if result.ok:
-            self.metrics.reclaimed_gpus.inc(gpus)
-            self.store.session_stopped(sid, now)
-            self.store.close_episode(sid, t=now)
-            self._history.pop(sid, None)
-        self.metrics.stuck_stops.set(len(self.store.stuck_reclaims()))
-
-    def _retry_unfinished(self, now: dt.datetime) -> None:
-        """Stops left stuck, or unfinished by a service that died: stop them again (a
-        stopped server answers at once)."""
-        for record in self.store.stuck_reclaims() + self.store.unfinished_reclaims():
-            if record.session in self._tasks:
-                continue
-            user, _, server = record.session.partition("/")
-            log.info("retrying the %s stop of %s begun %s", record.outcome or "unfinished",
-                     record.session, format_time(record.t))
-
-            async def again(record=record, user=user, server=server) -> None:
-                result = await self.stopper.stop(user, server)
-                self._finish(record.id, record.session, record.rule, record.gpus, result)
-
-            task = asyncio.create_task(again(), name=f"retry stop {record.session}")
-            self._tasks[record.session] = task
-            task.add_done_callback(lambda _t, sid=record.session: self._tasks.pop(sid, None))
-
     async def _cull_inactive_users(self, now: dt.datetime, report: CycleReport) -> None:
         """--cull-users for users with no running server, as idle-culler does each cycle."""
         inactive = getattr(self.hub, "inactive_users", None)
-        if inactive is None:
-            return
-        users = await self._read("hub", inactive(), report)
-        for user in users or ():
-            if f"user:{user['name']}" in self._tasks:
-                continue
-            try:  # a user model that cannot be read is never a reason to delete its user
-                admin, created, last_activity = (entry_field(user, "admin", bool, False), entry_time(user, "created"),
-                                                 entry_time(user, "last_activity"))
-            except ValueError as e:
-                log.warning("not culling user %s: the hub's model of the user: %s", user["name"], e)
-                continue
-            delete, why = decide_user(admin=admin, created=created, last_activity=last_activity, now=now,
-                                      config=self.policy)
-            if delete:
-                log.info("culling user %s (%s)", user["name"], why)
-                if (await self.stopper.delete_user(user["name"])).ok:
-                    report.users_deleted.append(user["name"])
-                    self.metrics.users_deleted.inc()
+        if inactive is not None:
+            report.users_deleted += await self.stops.cull_inactive_users(await self._read("hub", inactive(), report)
+                                                                         or [], now)

@@ -59,9 +59,9 @@ def export_trace(store: Store, since: dt.datetime | None = None, until: dt.datet
             obj["stopped"] = format_time(stopped) if stopped is not None else None
             seq += 1
             events.append((started, 0, seq, ("session", sid, obj)))
-    for t, kind, sid, line in stored.lines:
+    for t, kind, line_session, line in stored.lines:
         seq += 1
-        events.append((t, 1, seq, (kind, sid, line)))
+        events.append((t, 1, seq, (kind, line_session, line)))
     for r in stored.intents:
         if r.set_at <= until:  # before since too (its session line may come before since)
             seq += 1

@@ -14,7 +14,7 @@ from tornado import web
 from ..timestamps import format_time, utcnow
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
-from .render import csv_cell, iso, reclaim_json
+from .render import csv_cell, iso, reclaim_json, session_json
 
 #: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
@@ -79,11 +79,12 @@ class ReclaimsApi(ApiBase):
 class SessionsApi(ApiBase):
     @web.authenticated
     def get(self) -> None:
-        self.write_json({"user": self.user_name, "t": self.ctx.snapshot()["t"],
+        t = utcnow()
+        self.write_json({"user": self.user_name, "t": self.ctx.controls.status().t,
                          "dry_run": self.ctx.dry_run,
                          "max_keepalive_seconds": self.ctx.max_keepalive.total_seconds(),
-                         "sessions": [self.session_json(s) for s in self.my_sessions().values()],
-                         "waiting": self.my_queue(), "reclaims": self.user_reclaims()})
+                         "sessions": [session_json(s, t) for s in self.my_sessions().values()],
+                         "waiting": [q.to_dict() for q in self.my_queue()], "reclaims": self.user_reclaims()})
 
 
 class IntentApi(ApiBase):
@@ -93,7 +94,7 @@ class IntentApi(ApiBase):
         self.own_session(sid)
         body = self.json_body()
         try:
-            until = self.do_keepalive(sid, parse_until(body, self.ctx.max_keepalive))
+            until = self.ctx.controls.keep_alive(self.user_name, sid, parse_until(body, self.ctx.max_keepalive))
         except BadInput as e:
             raise web.HTTPError(400, str(e)) from None
         self.write_json({"session": sid, "intent_until": until})
@@ -102,14 +103,14 @@ class IntentApi(ApiBase):
     def delete(self, user: str, server: str) -> None:
         sid = f"{user}/{server}"
         self.own_session(sid)
-        self.write_json({"session": sid, "cleared": self.do_clear_intent(sid, self.user_name)})
+        self.write_json({"session": sid, "cleared": self.ctx.controls.clear_intent(self.user_name, sid)})
 
 
 class StopApi(ApiBase):
     @writes
     def post(self, user: str, server: str) -> None:
         sid = f"{user}/{server}"
-        self.do_stop(sid)
+        self.ctx.controls.stop(self.user_name, sid)
         self.write_json({"session": sid, "stopping": True}, 202)
 
 
@@ -147,7 +148,8 @@ class AdminQueueApi(ApiBase):
     @web.authenticated
     def get(self) -> None:
         self.require_admin()
-        self.write_json({"t": self.ctx.snapshot()["t"], "queue": self.admin_data()["queue"]})
+        data = self.admin_data()
+        self.write_json({"t": data["t"], "queue": data["queue"]})
 
 
 class AdminHistoryApi(ApiBase):
@@ -182,7 +184,8 @@ class AdminActionsApi(ApiBase):
         self.require_admin()
         body = self.json_body()
         try:
-            message = self.do_admin_action(body.get("action"), body.get("session"), body.get("hours"))
+            message = self.ctx.controls.admin_action(self.actor, body.get("action"), body.get("session"),
+                                                     body.get("hours"))
         except BadInput as e:
             raise web.HTTPError(400, str(e)) from None
         self.write_json({"ok": True, "message": message})

@@ -19,6 +19,7 @@ from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, IntentApi,
                   ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
+from .controls import Reclaiming
 from .monitoring import HealthHandler, MetricsHandler
 from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage,
                     StopForm, UserPage)
@@ -47,8 +48,8 @@ def _cookie_secret(path: str) -> bytes:
 
 
 def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
-             hub_auth: HubAuth | None = None, *, reclaimer: Any = None, policy: PolicyConfig | None = None,
-             admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
+             hub_auth: HubAuth | None = None, *, reclaimer: Reclaiming | None = None,
+             policy: PolicyConfig | None = None, admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
              cookie_secret_file: str = "", hub_prefix: str = "/hub/",
              writes_per_minute: int) -> web.Application:
     """The routes; `writes_per_minute`: --user-writes-per-minute."""

@@ -2,7 +2,8 @@
 for cookie writes; users act on their own sessions, hub services on none; admin rights from
 the token's scopes), what a request may send (a small body, refused before it is read) and
 how often a user may change something, the pages' headers and notices, logs without
-secrets, their shared context, data and actions, and the OAuth callback."""
+secrets, their shared context and data (the changes they make are `controls`), and the OAuth
+callback."""
 
 from __future__ import annotations
 
@@ -22,16 +23,15 @@ from tornado.log import app_log, gen_log
 from ..metrics import Metrics
 from ..policy import IDLE_RULES
 from ..policy_config import PolicyConfig
+from ..status import SessionStatus, WaitingServer
 from ..store import Store
-from ..timestamps import format_time, parse_time, utcnow
-from .inputs import BadInput
+from ..timestamps import parse_time, utcnow
+from .controls import Controls, Reclaiming
 from .ratelimit import WriteLimiter
-from .render import _jinja, hhmm, human, iso, notice, reclaim_json, sparkline, state_of
+from .render import _jinja, human, iso, reclaim_json, session_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
-ADMIN_ACTIONS = ("reclaim", "exempt", "clear-intent", "retry-stop")
-MAX_EXEMPT_HOURS = 24 * 14
 ADMIN_PAGE_ROWS = 100  # the newest reclaims and audit records on the admin page (all: api/admin/history)
 #: the largest request body taken (the forms and JSON bodies are a few hundred bytes);
 #: the HTTP server refuses a larger one without reading it
@@ -49,7 +49,7 @@ class Context:
     prefix: str
     store: Store | None = None
     hub_auth: HubAuth | None = None
-    reclaimer: Any = None  # service.Reclaimer
+    reclaimer: Reclaiming | None = None  # service.Reclaimer: its status and stops
     policy: PolicyConfig | None = None
     admin_scope: str = "custom:gpu-reclaim:admin"
     dry_run: bool = False
@@ -60,10 +60,10 @@ class Context:
     def max_keepalive(self) -> dt.timedelta:
         return self.policy.max_keepalive if self.policy else dt.timedelta(hours=12)
 
-    def snapshot(self) -> dict[str, Any]:
-        if self.reclaimer is None:
-            return {"t": None, "skipped": None, "sessions": {}, "queue": []}
-        return self.reclaimer.snapshot()
+    @functools.cached_property
+    def controls(self) -> Controls:
+        assert self.store is not None  # the pages are served only with a store
+        return Controls(self.store, self.reclaimer, self.max_keepalive)
 
 
 def redacted_uri(request: httputil.HTTPServerRequest) -> str:
@@ -258,22 +258,15 @@ class Base(HubOAuthenticated, RedactedLogs):
 
     # ---- data
 
-    def my_sessions(self) -> dict[str, dict[str, Any]]:
-        return {sid: s for sid, s in self.ctx.snapshot()["sessions"].items() if s["user"] == self.user_name}
+    def my_sessions(self) -> dict[str, SessionStatus]:
+        return self.ctx.controls.sessions_of(self.user_name)
 
-    def my_queue(self) -> list[dict[str, Any]]:
-        return [q for q in self.ctx.snapshot()["queue"] if q["user"] == self.user_name]
+    def my_queue(self) -> list[WaitingServer]:
+        return self.ctx.controls.waiting_of(self.user_name)
 
-    def own_session(self, sid: str) -> dict[str, Any]:
+    def own_session(self, sid: str) -> SessionStatus:
         """The caller's running session `sid`; 404 for anyone else's (or none)."""
-        info = self.my_sessions().get(sid)
-        if info is None:
-            raise web.HTTPError(404, f"no running session {sid!r} of yours")
-        return info
-
-    def session_json(self, info: dict[str, Any]) -> dict[str, Any]:
-        kind, text = state_of(info, utcnow())
-        return {**{k: v for k, v in info.items() if k != "url"}, "state": kind, "state_text": text}
+        return self.ctx.controls.own_session(self.user_name, sid)
 
     def user_reclaims(self, days: int = 7) -> list[dict[str, Any]]:
         if self.ctx.store is None:
@@ -281,98 +274,12 @@ class Base(HubOAuthenticated, RedactedLogs):
         since = utcnow() - dt.timedelta(days=days)
         return [reclaim_json(r) for r in self.ctx.store.reclaims(since, user=self.user_name)][::-1]
 
-    # ---- actions shared by the API and the forms
-
-    def do_keepalive(self, sid: str, until: dt.datetime) -> dt.datetime:
-        self.own_session(sid)
-        t = utcnow()
-        cap = self.ctx.max_keepalive
-        if until <= t:
-            raise BadInput(f"the time {format_time(until)} is in the past")
-        if until > t + cap + dt.timedelta(minutes=1):
-            raise BadInput(f"{format_time(until)} is beyond the cap: at most {human(cap.total_seconds())} "
-                           f"from now ({hhmm(t + cap)})")
-        until = min(until, t + cap)
-        assert self.ctx.store is not None
-        self.ctx.store.set_intent(sid, until, t, by=self.user_name)
-        self.ctx.store.audit(self.user_name, "keepalive", sid, t=t, until=until)
-        info = self.ctx.snapshot()["sessions"].get(sid)
-        if info is not None:  # shown at once; the next cycle decides with it
-            info["intent_until"], info["intent_set_at"] = until, t
-        log.info("%s keeps %s alive until %s", self.user_name, sid, format_time(until))
-        return until
-
-    def do_clear_intent(self, sid: str, actor: str) -> bool:
-        assert self.ctx.store is not None
-        t = utcnow()
-        cleared = self.ctx.store.clear_intent(sid, t)
-        self.ctx.store.audit(actor, "clear-intent", sid, t=t, cleared=cleared)
-        info = self.ctx.snapshot()["sessions"].get(sid)
-        if info is not None:
-            info["intent_until"] = None
-        return cleared
-
-    def do_stop(self, sid: str) -> None:
-        self.own_session(sid)
-        user, _, server = sid.partition("/")
-        if self.ctx.reclaimer is None or not self.ctx.reclaimer.stop_now(user, server, by=self.user_name,
-                                                                         record=False):
-            raise web.HTTPError(409, f"{sid} is already being stopped")
-        assert self.ctx.store is not None
-        self.ctx.store.audit(self.user_name, "stop", sid)
-
-    def do_admin_action(self, action: str, sid: str, hours: Any = None) -> str:
-        if action not in ADMIN_ACTIONS:
-            raise BadInput(f"action must be one of {', '.join(ADMIN_ACTIONS)}, not {action!r}")
-        if not isinstance(sid, str) or "/" not in sid:
-            raise BadInput(f"session must be USER/SERVER, not {sid!r}")
-        store = self.ctx.store
-        assert store is not None
-        snap = self.ctx.snapshot()
-        running = sid in snap["sessions"]
-        user, _, server = sid.partition("/")
-        admin = self.actor
-        if action == "reclaim":
-            if not running:
-                raise web.HTTPError(404, f"no running session {sid!r}")
-            if self.ctx.reclaimer is None or not self.ctx.reclaimer.stop_now(user, server, by=admin):
-                raise web.HTTPError(409, f"a stop of {sid} is already under way")
-            store.audit(admin, "reclaim", sid)
-            return notice("reclaiming", session=sid)
-        if action == "exempt":
-            try:
-                h = float(hours)
-            except (TypeError, ValueError):
-                raise BadInput(f"hours must be a number, not {hours!r}") from None
-            if not 0 < h <= MAX_EXEMPT_HOURS:
-                raise BadInput(f"hours must be in (0, {MAX_EXEMPT_HOURS}], not {h:g}")
-            if not running:
-                raise web.HTTPError(404, f"no running session {sid!r}")
-            t = utcnow()
-            until = t + dt.timedelta(hours=h)
-            store.set_exemption(sid, until, t, by=admin)
-            store.audit(admin, "exempt", sid, t=t, hours=h, until=until)
-            snap["sessions"][sid]["exempt_until"], snap["sessions"][sid]["exempt_by"] = until, admin
-            return notice("exempt", session=sid, until=hhmm(until))
-        if action == "clear-intent":
-            if not running and sid not in store.intents():
-                raise web.HTTPError(404, f"no session {sid!r} with an intent")
-            cleared = self.do_clear_intent(sid, admin)
-            return notice("intent-cleared" if cleared else "no-intent", session=sid)
-        # retry-stop
-        if not any(r.session == sid for r in store.stuck_reclaims()):
-            raise web.HTTPError(404, f"no stuck stop of {sid!r}")
-        if self.ctx.reclaimer is None or not self.ctx.reclaimer.retry_stuck(sid):
-            raise web.HTTPError(409, f"a stop of {sid} is already under way")
-        store.audit(admin, "retry-stop", sid)
-        return notice("retrying", session=sid)
-
     # ---- admin data
 
     def admin_data(self) -> dict[str, Any]:
-        snap = self.ctx.snapshot()
+        status = self.ctx.controls.status()
         t = utcnow()
-        sessions = [self.session_json(s) for s in snap["sessions"].values() if s["gpus"]]
+        sessions = [session_json(s, t) for s in status.sessions.values() if s.gpus]
         sessions.sort(key=lambda s: (s["user"], s["server"]))
         today = t.replace(hour=0, minute=0, second=0, microsecond=0)
         idle_hours = 0.0
@@ -383,7 +290,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         store = self.ctx.store
         reclaims = [reclaim_json(r, t) for r in (store.reclaims(t - dt.timedelta(days=7)) if store else [])][::-1]
         stuck = [reclaim_json(r, t) for r in (store.stuck_reclaims() if store else [])]
-        queue = [{**q, "waited": human(q.get("waited_s"))} for q in snap["queue"]]
+        queue = [{**q.to_dict(), "waited": human(q.waited_s)} for q in status.queue]
         totals = {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
                   "gpus_idle": sum(s["gpus"] for s in sessions if s.get("rule") in IDLE_RULES),
                   "gpu_hours_idle_today": round(idle_hours, 2), "waiting": len(queue),
@@ -399,7 +306,7 @@ class Base(HubOAuthenticated, RedactedLogs):
             "warning_lead": human(p.warning_lead.total_seconds()),
             "max_keepalive": human(p.max_keepalive.total_seconds()),
         }
-        return {"t": snap["t"], "skipped": snap["skipped"], "dry_run": self.ctx.dry_run,
+        return {"t": status.t, "skipped": status.skipped, "dry_run": self.ctx.dry_run,
                 "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
                 "totals": totals, "policy": policy,
                 "audit": store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS) if store else []}

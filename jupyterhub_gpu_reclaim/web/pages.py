@@ -23,14 +23,14 @@ class UserPage(Base):
 
     def show(self, error: str = "", status: int = 200) -> None:
         selected = self.get_argument("session", "")
-        sessions = sorted(self.my_sessions().values(), key=lambda s: (s["server"] != "", s["server"]))
+        sessions = sorted(self.my_sessions().values(), key=lambda s: (s.server != "", s.server))
         cap = self.ctx.max_keepalive
         presets = [h for h in (1, 2, 4, 8, 12, 24, 48) if dt.timedelta(hours=h) <= cap] or [cap.total_seconds() / 3600]
         self.set_status(status)
         self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
                                      reclaims=self.user_reclaims(), selected=selected, error=error,
                                      notice=self.take_notice(), presets=presets,
-                                     cap_text=human(cap.total_seconds()), cycle_t=self.ctx.snapshot()["t"]))
+                                     cap_text=human(cap.total_seconds()), cycle_t=self.ctx.controls.status().t))
 
 
 class KeepalivePage(Base):
@@ -65,7 +65,7 @@ class KeepaliveForm(UserPage):
                 until = parse_until({"duration": duration}, self.ctx.max_keepalive)
             else:
                 raise BadInput("choose a duration or a time")
-            until = self.do_keepalive(sid, until)
+            until = self.ctx.controls.keep_alive(self.user_name, sid, until)
         except BadInput as e:
             self.show(error=f"{sid}: {e}", status=400)
             return
@@ -78,7 +78,7 @@ class StopForm(UserPage):
     def post(self) -> None:
         sid = self.get_argument("session", "")
         nxt = self.next_page()
-        self.do_stop(sid)
+        self.ctx.controls.stop(self.user_name, sid)
         self.flash(notice("stopping", session=sid))
         self.redirect(nxt, status=303)
 
@@ -107,8 +107,8 @@ class EmbedBanner(Base):
         for s in self.my_sessions().values():
             kind, _ = state_of(s, t)
             if kind == "warned":
-                since = parse_time((s.get("evidence") or {}).get("idle_since")) or s.get("started")
-                warned.append({**s, "idle_for": human((t - since).total_seconds()) if since else ""})
+                since = parse_time(s.evidence.get("idle_since")) or s.started
+                warned.append({**s.to_dict(), "idle_for": human((t - since).total_seconds()) if since else ""})
         self.finish(self.render_page("embed_banner.html", warned=warned))
 
 
@@ -132,7 +132,7 @@ class AdminActionForm(Base):
             self.finish(self.render_page("confirm.html", action=action, session=sid, hours=hours))
             return
         try:
-            message = self.do_admin_action(action, sid, hours)
+            message = self.ctx.controls.admin_action(self.actor, action, sid, hours)
         except BadInput as e:
             self.set_status(400)
             self.finish(self.render_page("admin.html", data=self.admin_data(), notice="", error=str(e)))

@@ -1,5 +1,5 @@
-"""How things look: times, durations, state texts, the utilization sparkline, CSV cells,
-JSON values, reclaim records, and the Jinja environment of the page templates."""
+"""How things look: times, durations, state texts, sessions and reclaim records as JSON, the
+utilization sparkline, CSV cells, and the Jinja environment of the page templates."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 
 from ..policy import IDLE_RULES
+from ..status import SessionStatus
 from ..timestamps import UTC, format_time, parse_time, utcnow
 from ..wording import KEEPS, LOSES, format_util
 from .paths import TEMPLATES
@@ -68,25 +69,32 @@ def human(seconds: float | None) -> str:
     return f"{h} h {m} min" if h else f"{m} min"
 
 
-def state_of(info: dict[str, Any], now: dt.datetime) -> tuple[str, str]:
+def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, str]:
     """(kind, text) of a session's reclaim state, as the pages show it."""
-    if info.get("stopping"):
+    if info.stopping:
         return "stopping", "stopping"
-    if info.get("exempt_until") or info.get("rule") == "exempt":
-        until = info.get("exempt_until")
+    if info.exempt_until or info.rule == "exempt":
+        until = info.exempt_until
         return "exempt", f"exempt until {hhmm(until)}" if until else "exempt"
-    if info.get("intent_until") and info["intent_until"] > now:  # a new intent ends the warning
-        return "kept", f"kept alive until {hhmm(info['intent_until'])}"
-    if info.get("warned_at") and info.get("reclaim_at"):
-        return "warned", f"warned: reclaim at {hhmm(info['reclaim_at'])}"
-    if info.get("action") == "hold":
-        return "held", f"held: data missing ({info.get('reason') or info.get('rule')})"
-    if not info.get("gpus"):
+    if info.intent_until and info.intent_until > now:  # a new intent ends the warning
+        return "kept", f"kept alive until {hhmm(info.intent_until)}"
+    if info.warned_at and info.reclaim_at:
+        return "warned", f"warned: reclaim at {hhmm(info.reclaim_at)}"
+    if info.action == "hold":
+        return "held", f"held: data missing ({info.reason or info.rule})"
+    if not info.gpus:
         return "cpu", "no GPU"
-    since = (info.get("evidence") or {}).get("idle_since")
-    if info.get("rule") in IDLE_RULES and since:
+    since = info.evidence.get("idle_since")
+    if info.rule in IDLE_RULES and since:
         return "idle", f"idle since {hhmm(since)}"
     return "active", "active"
+
+
+def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
+    """A session as the API and the admin page give it: its status (without the server's
+    URL) and its state."""
+    kind, text = state_of(info, now)
+    return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind, "state_text": text}
 
 
 def sparkline(values: list[float | None], width: int = 120, height: int = 24) -> str:

@@ -21,10 +21,11 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.actions import HubStopper
+from jupyterhub_gpu_reclaim.cycle import Options
 from jupyterhub_gpu_reclaim.metrics import Metrics
 from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.service import Options, Reclaimer
+from jupyterhub_gpu_reclaim.service import Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal

@@ -138,8 +138,8 @@ class Hostile(World):
         if rule in ("hub-data-invalid", "pod-data-invalid", "session-error"):  # the reason says it too
             assert problem in decisions[-1].reason
         assert self.warned(sid) == list(warned) and self.stopped(sid) == [], sid
-        shown = self.reclaimer.snapshot()["sessions"][sid]  # what the admin page shows
-        assert shown["action"] == "hold" and shown["rule"] == rule and problem in shown["evidence"]["problem"]
+        shown = self.reclaimer.status.sessions[sid]  # what the admin page shows
+        assert shown.action == "hold" and shown.rule == rule and problem in shown.evidence["problem"]
 
     def assert_cycle_metrics_truthful(self) -> None:
         results = ["error" if r.error else f"skipped-{r.skipped}" if r.skipped else "ok" for r in self.reports]

@@ -119,3 +119,14 @@ def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     for worker in ("service", "actions", "store", "notify", "web", "web.app", "signals.hub", "backtest",
                    "policy", "policy_config", "timestamps"):
         assert not reachable(graph, f"{NAME}.{worker}") & settings, worker
+
+
+def test_the_cycle_never_imports_the_web_pages():
+    """The status the pages show is published by the cycle (status.py) and read by web/; the
+    changes users make go through web/controls into the store and the stops: the cycle
+    itself never imports web/."""
+    graph = import_graph()
+    web = {m for m in graph if m == f"{NAME}.web" or m.startswith(f"{NAME}.web.")}
+    assert f"{NAME}.web.controls" in web
+    for module in ("service", "cycle", "stops", "status", "trace_export", "wording"):
+        assert not reachable(graph, f"{NAME}.{module}") & web, module

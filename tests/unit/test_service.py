@@ -12,11 +12,12 @@ import logging
 import pytest
 
 from jupyterhub_gpu_reclaim.actions import StopResult
+from jupyterhub_gpu_reclaim.cycle import Options
 from jupyterhub_gpu_reclaim.metrics import Metrics
 from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.observations import Kernel
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.service import Options, Reclaimer
+from jupyterhub_gpu_reclaim.service import Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
@@ -533,3 +534,39 @@ async def test_metrics_text(harness):
     assert m(P + "cycles_total", result="skipped-pods") == 1
     assert m(P + "signal_errors_total", source="pods") == 1
     assert h.stopper.calls == [("alice", "")]
+
+
+async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
+    """What the pages and the API read (status.CycleStatus): each session's decision, warning
+    and utilization, the GPU queue; a skipped cycle keeps the sessions and says why."""
+    h = harness()
+    sid = h.add("alice", util=(0.0,))
+    h.add("bob", gpus=0, last_activity=T0)
+    h.kernels.states["/user/alice/"] = ["idle", "busy"]
+    h.pods.pods["carol/"] = PodInfo(namespace=NS, name="jupyter-carol", user="carol", server="", gpus=2,
+                                    node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
+                                    created=minutes(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
+    await h.run_until(minutes(20))
+    status = h.reclaimer.status
+    assert status.t == minutes(20) and status.skipped is None
+    alice = status.sessions[sid]
+    assert (alice.user, alice.gpus, alice.node, alice.url) == ("alice", 1, "gpu-node-1", "/user/alice/")
+    assert (alice.action, alice.rule) == ("keep", "kernel-busy") and alice.util_now == [0.0]
+    assert alice.util_mean == [0.0] and alice.util_max == [0.0] and alice.spark == [0.0] * 5
+    assert (alice.kernels.busy, alice.kernels.idle) == (1, 1) and not alice.stopping
+    assert status.sessions["bob/"].gpus == 0 and status.sessions["bob/"].kernels is None
+    [waiting] = status.queue
+    assert (waiting.session, waiting.gpus, waiting.since, waiting.waited_s) == ("carol/", 2, minutes(10), 600)
+
+    h.kernels.states["/user/alice/"] = ["idle"]
+    await h.run_until(minutes(50))  # the kernel last busy at 20: warned at 50 (gpu-never-used)
+    alice = h.reclaimer.status.sessions[sid]
+    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("warn", None, minutes(80))  # published first
+    await h.run_until(minutes(55))
+    alice = h.reclaimer.status.sessions[sid]
+    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", minutes(50), minutes(80))
+
+    h.hub.fail = "hub down"
+    await h.run_until(minutes(60))
+    assert h.reclaimer.status.skipped == "hub" and h.reclaimer.status.t == minutes(55)
+    assert sid in h.reclaimer.status.sessions

@@ -9,18 +9,18 @@ from urllib.parse import quote
 import pytest
 
 from jupyterhub_gpu_reclaim import web
+from jupyterhub_gpu_reclaim.status import SessionStatus
 from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import BadInput, csv_cell, local_time_to_utc, parse_until, sparkline, state_of
+from jupyterhub_gpu_reclaim.web.render import session_json
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 2, 14, 0, tzinfo=UTC)
 
 
 def info(**kw):
-    base = {"session": "alice/", "user": "alice", "server": "", "gpus": 1, "action": "keep", "rule": "gpu-active",
-            "reason": "", "evidence": {}, "warned_at": None, "reclaim_at": None, "intent_until": None,
-            "exempt_until": None, "stopping": False}
-    return {**base, **kw}
+    return SessionStatus(**{"session": "alice/", "user": "alice", "server": "", "gpus": 1, "action": "keep",
+                            "rule": "gpu-active", "reason": "", **kw})
 
 
 @pytest.mark.parametrize("kw, kind, text", [
@@ -93,10 +93,9 @@ def test_admin_page_has_a_prominent_dry_run_banner_only_in_dry_run():
 
 def test_admin_page_escapes_names():
     evil = '<script>alert("x")</script>\''
-    s = {**info(user=evil, server=evil, session=f"{evil}/{evil}"), "profile": evil, "node": "n", "util_mean": [1.0],
-         "util_max": [2.0], "util_now": [1.0], "mem_mib": [10.0], "spark": [1.0], "kernels": None,
-         "hub_last_activity": NOW, "state": "active", "state_text": "active", "exempt_by": None}
-    page = render_admin(False, [s])
+    s = info(user=evil, server=evil, session=f"{evil}/{evil}", profile=evil, node="n", util_mean=[1.0],
+             util_max=[2.0], util_now=[1.0], mem_mib=[10.0], spark=[1.0], hub_last_activity=NOW)
+    page = render_admin(False, [session_json(s, NOW)])
     assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&#39;" in page
 
 

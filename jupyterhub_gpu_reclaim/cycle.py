@@ -1,0 +1,91 @@
+"""The reclaim cycle's types: its options, its report, and what each of its steps (observe →
+decide → act, in `service.Reclaimer`) hands the next."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .observations import Decision, Intent, Sample, Session
+from .signals.hub import HubServer
+from .signals.pods import PodInfo, PodSnapshot
+
+#: a reclaim to begin: the session, the policy's decision, the episode it ends
+Reclaim = tuple[Session, Decision, str]
+
+
+class PodSource(Protocol):
+    async def start(self) -> None: ...
+
+    def snapshot(self, max_age: float) -> PodSnapshot: ...
+
+
+@dataclass
+class Options:
+    """What the cycle needs beyond the policy (see config.GpuReclaim for each one's help)."""
+
+    dry_run: bool = False
+    cull_users: bool = False
+    keepalive_url: str = ""
+    hub_name: str = "JupyterHub"
+    record_observations: bool = True
+    observation_retention: dt.timedelta = dt.timedelta(days=14)
+    record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
+    history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
+    cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
+
+
+@dataclass
+class CycleReport:
+    """What one cycle saw and did (for logs, tests and the benchmark)."""
+
+    t: dt.datetime
+    skipped: str | None = None  # the signal whose failure skipped the cycle
+    servers: int = 0
+    gpu_sessions: int = 0
+    probes: int = 0
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    warned: list[str] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)  # stops begun (not in dry run)
+    would_reclaim: list[str] = field(default_factory=list)  # dry run
+    users_deleted: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # why the cycle raised (cycles_total{result="error"})
+    seconds: float = 0.0
+
+
+@dataclass
+class Observed:
+    """One ready server as the cycle observed it."""
+
+    server: HubServer
+    session: Session
+    sample: Sample
+    pod: PodInfo | None
+
+
+@dataclass
+class Observation:
+    """The observe step's result: the ready servers and the pods, each server's session
+    (those being stopped left out) and the sessions held without asking the policy (data
+    that cannot be used, an unexpected error)."""
+
+    servers: list[HubServer]
+    pods: PodSnapshot
+    sessions: dict[str, Observed]
+    held: dict[str, Decision]
+
+
+@dataclass
+class Decisions:
+    """The decide step's result (the decisions themselves are in the report): what the act
+    step records, warns and stops."""
+
+    intents: dict[str, Intent]
+    exemptions: dict[str, dict]
+    changed: list[Decision] = field(default_factory=list)  # action or rule changed since the last cycle
+    warns: list[tuple[Session, Decision]] = field(default_factory=list)
+    reclaims: dict[str, list[Reclaim]] = field(default_factory=dict)  # by user
+    samples: list[tuple[str, Sample]] = field(default_factory=list)  # of GPU sessions, to record
+    new_sessions: list[Session] = field(default_factory=list)  # GPU sessions not yet recorded

@@ -1,0 +1,168 @@
+"""The latest cycle as the web pages and the JSON API show it: each server's state (what the
+cycle saw and decided, the warning, intent and exemption that apply, its recent
+utilization) and the servers waiting for a GPU.
+
+The reclaimer publishes one `CycleStatus` per cycle (`Reclaimer.status`); the web's controls
+amend a session in it at once after a user's or an admin's change, and the next cycle
+decides with the change. Values are plain (numbers, strings, aware datetimes), so the API
+writes them as they are.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from .observations import Decision, Intent, Sample, Session, Warning
+
+if TYPE_CHECKING:
+    from .signals.pods import PodInfo
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.service")
+
+SPARK_POINTS = 60  # the sparkline's samples: the latest hour at one cycle a minute
+
+
+@dataclass(frozen=True)
+class KernelCounts:
+    busy: int
+    idle: int
+    last_activity: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """One running server (GPU or not) as the pages show it."""
+
+    session: str  # "user/server"
+    user: str
+    server: str
+    profile: str = ""
+    node: str | None = None
+    gpus: int = 0
+    started: dt.datetime | None = None
+    url: str = ""  # the server's URL on the hub: the pages' own, never in the API
+    util_now: list[float | None] | None = None  # per GPU; None: no GPU data
+    mem_mib: list[float | None] | None = None
+    util_mean: list[float | None] = field(default_factory=list)  # per GPU over the retained window
+    util_max: list[float | None] = field(default_factory=list)
+    spark: list[float | None] = field(default_factory=list)  # mean over the GPUs, oldest first
+    kernels: KernelCounts | None = None  # None: not probed this cycle
+    hub_last_activity: dt.datetime | None = None
+    action: str | None = None  # the decision
+    rule: str | None = None
+    reason: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    reclaim_at: dt.datetime | None = None
+    warned_at: dt.datetime | None = None
+    intent_until: dt.datetime | None = None  # capped at max_keepalive from when it was set
+    intent_set_at: dt.datetime | None = None
+    exempt_until: dt.datetime | None = None
+    exempt_by: str | None = None
+    stopping: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WaitingServer:
+    """A server whose pod waits for a GPU."""
+
+    session: str
+    user: str
+    server: str
+    gpus: int
+    since: dt.datetime | None
+    waited_s: float | None
+    reason: str | None  # the scheduler's message
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CycleStatus:
+    """The latest cycle: when (None before the first), the signal that skipped it (its
+    sessions are then the cycle's before), the sessions and the GPU queue."""
+
+    t: dt.datetime | None = None
+    skipped: str | None = None
+    sessions: dict[str, SessionStatus] = field(default_factory=dict)
+    queue: list[WaitingServer] = field(default_factory=list)  # longest waiting first
+
+    def amend(self, sid: str, **changes: Any) -> None:
+        """A change made between cycles (a new intent, an exemption, a stop begun), shown at
+        once; a session no longer running is left out."""
+        if sid in self.sessions:
+            self.sessions[sid] = replace(self.sessions[sid], **changes)
+
+
+def session_status(session: Session, sample: Sample, decision: Decision | None, *, node: str | None,
+                   url: str, hub_last_activity: dt.datetime | None, history: Sequence[Sample],
+                   warnings: Sequence[Warning], intent: Intent | None, exemption: dict[str, Any] | None,
+                   max_keepalive: dt.timedelta, stopping: bool) -> SessionStatus:
+    """The status of one session: `history` is its retained samples (the utilization),
+    `warnings` its open warnings, oldest first."""
+    try:
+        per_gpu, spark = _utilization(history, session.gpus)
+        kernels = _kernels(sample)
+    except Exception as e:  # shown blank; the decision is already made
+        log.warning("session %s: its activity cannot be shown: %s: %s", session.id, type(e).__name__, e)
+        per_gpu, spark, kernels = [[] for _ in range(session.gpus)], [], None
+    d = decision
+    return SessionStatus(
+        session=session.id, user=session.user, server=session.server, profile=session.profile, node=node,
+        gpus=session.gpus, started=session.started, url=url,
+        util_now=list(sample.gpu_util) if sample.gpu_util is not None else None,
+        mem_mib=list(sample.gpu_mem_used_mib) if sample.gpu_mem_used_mib is not None else None,
+        util_mean=[sum(g) / len(g) if g else None for g in per_gpu],
+        util_max=[max(g) if g else None for g in per_gpu],
+        spark=spark[-SPARK_POINTS:], kernels=kernels, hub_last_activity=hub_last_activity,
+        action=d.action if d else None, rule=d.rule if d else None, reason=d.reason if d else None,
+        evidence=dict(d.evidence) if d else {},
+        reclaim_at=warnings[-1].reclaim_at if warnings else (d.reclaim_at if d else None),
+        warned_at=warnings[-1].t if warnings else None,
+        intent_until=min(intent.until, intent.set_at + max_keepalive) if intent else None,
+        intent_set_at=intent.set_at if intent else None,
+        exempt_until=exemption["until"] if exemption else None,
+        exempt_by=exemption["by"] if exemption else None,
+        stopping=stopping)
+
+
+def waiting_servers(pods: Iterable[PodInfo], now: dt.datetime) -> list[WaitingServer]:
+    """The servers whose pods wait for a GPU, longest waiting first."""
+    queue = [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=p.gpus, since=p.created,
+                           waited_s=(now - p.created).total_seconds() if p.created else None,
+                           reason=p.unschedulable)
+             for p in pods if p.waits_for_gpu]
+    queue.sort(key=lambda q: q.since or now)
+    return queue
+
+
+def _utilization(history: Sequence[Sample], gpus: int) -> tuple[list[list[float]], list[float | None]]:
+    """Per GPU the utilization of the retained samples, and the sparkline (their mean over
+    the GPUs, None where a sample lacks a GPU's value)."""
+    per_gpu: list[list[float]] = [[] for _ in range(gpus)]
+    spark: list[float | None] = []
+    for s in history if gpus else ():
+        u = s.gpu_util
+        if u is None or len(u) != gpus or any(x is None for x in u):
+            spark.append(None)
+            continue
+        values = [float(x) for x in u if x is not None]
+        spark.append(sum(values) / len(values))
+        for i, x in enumerate(values):
+            per_gpu[i].append(x)
+    return per_gpu, spark
+
+
+def _kernels(sample: Sample) -> KernelCounts | None:
+    if sample.kernels is None:
+        return None
+    acts = [k.last_activity for k in sample.kernels if k.last_activity is not None]
+    return KernelCounts(busy=sum(k.execution_state == "busy" for k in sample.kernels),
+                        idle=sum(k.execution_state != "busy" for k in sample.kernels),
+                        last_activity=max(acts) if acts else None)

@@ -1,0 +1,195 @@
+"""The reclaimer's stops: each runs as a task, recorded in the store before it begins, so a
+server is never stopped twice (the store refuses a second reclaim of an episode, and of a
+session whose stop is unfinished). A stop that never finishes is "stuck" and tried again
+each cycle; after a restart, stops that were under way are finished (or found done) first.
+With --cull-users a user goes too once all of their servers are stopped. In dry run a
+reclaim is reported once per episode and nothing is stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from typing import Awaitable, Callable
+
+from .actions import HubStopper, StopResult
+from .cycle import Reclaim
+from .metrics import Metrics
+from .observations import Decision, Session
+from .policy import decide_user
+from .policy_config import PolicyConfig
+from .signals.base import entry_field, entry_time
+from .signals.hub import HubServer
+from .store import Store
+from .timestamps import format_time
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.service")
+
+class Stops:
+    def __init__(self, *, stopper: HubStopper, store: Store, metrics: Metrics, policy: PolicyConfig,
+                 clock: Callable[[], dt.datetime], dry_run: bool, cull_users: bool,
+                 notify: Callable[[Decision, Session, dt.datetime], Awaitable[None]],
+                 forget: Callable[[str], None]) -> None:
+        """`notify` tells the user of a reclaim done; `forget` drops a stopped session's history."""
+        self.stopper, self.store, self.metrics, self.policy, self.clock = stopper, store, metrics, policy, clock
+        self.dry_run, self.cull_users = dry_run, cull_users
+        self._notify, self._forget = notify, forget
+        self.tasks: dict[str, asyncio.Task] = {}  # sid (or "user:NAME") → its stop
+        self._would_reclaim: set[str] = set()  # dry run: episodes already reported
+
+    async def drain(self) -> None:
+        """Wait for the stops under way."""
+        while self.tasks:
+            await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
+
+    async def cancel(self) -> None:
+        """Cancel the stops under way (shutdown): they stay unfinished in the store and are
+        finished after the restart."""
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()
+
+    def _track(self, task: asyncio.Task, keys: list[str]) -> None:
+        for key in keys:
+            self.tasks[key] = task
+        task.add_done_callback(lambda _t: [self.tasks.pop(k, None) for k in keys])
+
+    # ---- the policy's reclaims
+
+    def reclaim(self, user: str, reclaims: list[Reclaim], servers: list[HubServer],
+                now: dt.datetime) -> tuple[list[str], list[str]]:
+        """Begin the stops of one user's sessions that the policy reclaims (in dry run, report
+        them). Returns (the sessions whose stop began, those reported as dry run)."""
+        begun: list[tuple[Session, Decision, int]] = []
+        would: list[str] = []
+        for session, d, episode in reclaims:
+            if self.dry_run:
+                key = f"{session.id} {episode}"
+                if key not in self._would_reclaim:
+                    self._would_reclaim.add(key)
+                    would.append(session.id)
+                    self.metrics.reclaims.labels(d.rule, "dry-run").inc()
+                    log.info("[dry run] would reclaim %s (%s): %s", session.id, d.rule, d.reason)
+                continue
+            # one record per attempt: after a failed stop the next cycle tries again
+            rid = self.store.begin_reclaim(session.id, d.rule, now, d.evidence, session.gpus,
+                                           episode=f"{episode} {format_time(now)}")
+            if rid is None:
+                continue  # a stop of it is under way or stuck
+            begun.append((session, d, rid))
+        if begun:
+            # with --cull-users the user goes too once all of their servers are stopped
+            mine = [s for s in servers if s.user == user]
+            cull_user = self.cull_users and len(begun) == len(mine)
+            task = asyncio.create_task(self._stop_all(begun, mine[0] if cull_user else None), name=f"stop {user}")
+            self._track(task, [f"user:{user}", *(s.id for s, _, _ in begun)])
+        return [s.id for s, _, _ in begun], would
+
+    async def _stop_all(self, begun: list[tuple[Session, Decision, int]], user: HubServer | None) -> None:
+        results = await asyncio.gather(*(self._stop_one(s, d, rid) for s, d, rid in begun))
+        if user is not None and all(r.ok for r in results):
+            now = self.clock()
+            delete, why = decide_user(admin=user.admin, created=user.user_created,
+                                      last_activity=user.user_last_activity, now=now, config=self.policy)
+            if delete:
+                log.info("culling user %s (%s)", user.user, why)
+                if (await self.stopper.delete_user(user.user)).ok:
+                    self.metrics.users_deleted.inc()
+
+    async def _stop_one(self, session: Session, d: Decision, rid: int) -> StopResult:
+        log.info("reclaim %s (%s): %s", session.id, d.rule, d.reason)
+        result = await self.stopper.stop(session.user, session.server)
+        self._finish(rid, session.id, d.rule, session.gpus, result)
+        if result.ok and session.gpus:
+            await self._notify(d, session, self.clock())
+        return result
+
+    def _finish(self, rid: int, sid: str, rule: str, gpus: int, result: StopResult) -> None:
+        now = self.clock()
+        self.store.finish_reclaim(rid, now, result.outcome, result.detail)
+        self.metrics.reclaims.labels(rule, result.outcome).inc()
+        if result.ok:
+            self.metrics.reclaimed_gpus.inc(gpus)
+            self._stopped(sid, now)
+        self.metrics.stuck_stops.set(len(self.store.stuck_reclaims()))
+
+    def _stopped(self, sid: str, now: dt.datetime) -> None:
+        self.store.session_stopped(sid, now)
+        self.store.close_episode(sid, t=now)
+        self._forget(sid)
+
+    async def cull_inactive_users(self, users: list[dict], now: dt.datetime) -> list[str]:
+        """--cull-users for users with no running server (the hub's models of them), as
+        idle-culler does each cycle. Returns the users deleted."""
+        deleted = []
+        for user in users:
+            if f"user:{user['name']}" in self.tasks:
+                continue
+            try:  # a user model that cannot be read is never a reason to delete its user
+                admin, created, last_activity = (entry_field(user, "admin", bool, False), entry_time(user, "created"),
+                                                 entry_time(user, "last_activity"))
+            except ValueError as e:
+                log.warning("not culling user %s: the hub's model of the user: %s", user["name"], e)
+                continue
+            delete, why = decide_user(admin=admin, created=created, last_activity=last_activity, now=now,
+                                      config=self.policy)
+            if delete:
+                log.info("culling user %s (%s)", user["name"], why)
+                if (await self.stopper.delete_user(user["name"])).ok:
+                    deleted.append(user["name"])
+                    self.metrics.users_deleted.inc()
+        return deleted
+
+    # ---- asked for (the web pages)
+
+    def stop_now(self, user: str, server: str, *, by: str, gpus: int, rule: str = "admin",
+                 record: bool = True) -> bool:
+        """Stop a server at once: an admin's "reclaim now" (recorded as a reclaim of `rule`) or
+        a user's own "stop now" (record=False). False when a stop of it is already under way."""
+        sid = f"{user}/{server}"
+        if sid in self.tasks:
+            return False
+        rid = None
+        if record:
+            now = self.clock()
+            rid = self.store.begin_reclaim(sid, rule, now, {"by": by}, gpus, episode=f"{rule}@{format_time(now)}")
+            if rid is None:
+                return False
+
+        async def stop() -> None:
+            log.info("stop %s now, asked by %s", sid, by)
+            result = await self.stopper.stop(user, server)
+            if rid is not None:
+                self._finish(rid, sid, rule, gpus, result)
+            elif result.ok:
+                self._stopped(sid, self.clock())
+
+        self._track(asyncio.create_task(stop(), name=f"stop {sid} ({by})"), [sid])
+        return True
+
+    def retry_stuck(self, sid: str) -> bool:
+        """Retry the stuck stop of ``sid`` now (the cycle retries them too). False when none."""
+        if sid in self.tasks or not any(r.session == sid for r in self.store.stuck_reclaims()):
+            return False
+        self.retry_unfinished()
+        return True
+
+    # ---- stuck and unfinished
+
+    def retry_unfinished(self) -> None:
+        """Stops left stuck, or unfinished by a service that died: stop them again (a
+        stopped server answers at once)."""
+        for record in self.store.stuck_reclaims() + self.store.unfinished_reclaims():
+            if record.session in self.tasks:
+                continue
+            user, _, server = record.session.partition("/")
+            log.info("retrying the %s stop of %s begun %s", record.outcome or "unfinished",
+                     record.session, format_time(record.t))
+
+            async def again(record=record, user=user, server=server) -> None:
+                result = await self.stopper.stop(user, server)
+                self._finish(record.id, record.session, record.rule, record.gpus, result)
+
+            self._track(asyncio.create_task(again(), name=f"retry stop {record.session}"), [record.session])

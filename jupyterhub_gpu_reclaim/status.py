@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
 from .observations import Decision, Intent, Sample, Session, Warning
 
@@ -25,16 +25,17 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 SPARK_POINTS = 60  # the sparkline's samples: the latest hour at one cycle a minute
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class KernelCounts:
     busy: int
     idle: int
     last_activity: dt.datetime | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SessionStatus:
-    """One running server (GPU or not) as the pages show it."""
+    """One running server (GPU or not) as the pages show it. Not changed in place: a change
+    between cycles replaces it (`CycleStatus.amend`)."""
 
     session: str  # "user/server"
     user: str
@@ -64,7 +65,13 @@ class SessionStatus:
     stopping: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Its fields (the lists and evidence shared, not copied: a page or API answer's)."""
+        out = {name: getattr(self, name) for name in _SESSION_FIELDS}
+        out["kernels"] = asdict(self.kernels) if self.kernels is not None else None
+        return out
+
+
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus))
 
 
 @dataclass(frozen=True)
@@ -149,13 +156,13 @@ def _utilization(history: Sequence[Sample], gpus: int) -> tuple[list[list[float]
     spark: list[float | None] = []
     for s in history if gpus else ():
         u = s.gpu_util
-        if u is None or len(u) != gpus or any(x is None for x in u):
+        if u is None or len(u) != gpus or None in u:
             spark.append(None)
             continue
-        values = [float(x) for x in u if x is not None]
-        spark.append(sum(values) / len(values))
-        for i, x in enumerate(values):
-            per_gpu[i].append(x)
+        values = cast("tuple[float, ...]", u)  # no None: checked above
+        spark.append(sum(values) / gpus)
+        for g, x in zip(per_gpu, values, strict=True):  # len(values) == gpus
+            g.append(float(x))
     return per_gpu, spark
 
 

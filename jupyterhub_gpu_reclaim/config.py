@@ -614,7 +614,7 @@ class GpuReclaim(Application):
         return proposal["value"]
 
     # ------------------------------------------------------------------ GPU policy
-    # type, default and help of each: its PolicyConfig field (policy.py)
+    # type, default and help of each: its PolicyConfig field (policy_config.py), which makes the option
 
     gpu_idle_threshold = _policy_option("gpu_idle_threshold")
     never_used_warn_after = _policy_option("never_used_warn_after")

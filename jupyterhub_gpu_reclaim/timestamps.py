@@ -61,6 +61,8 @@ def parse_time(value: object, *, require_offset: bool = False) -> dt.datetime | 
         raise ValueError(f"not a timestamp: {type(value).__name__} {brief(value)}")
     if len(value) > MAX_LENGTH:
         raise ValueError(f"not a timestamp: {len(value)} characters: {brief(value)}")
+    if not (value.isascii() and value.isprintable()):  # fromisoformat skips some bytes
+        raise ValueError(f"not a timestamp: {value!r}")
     # RFC 3339 allows a lowercase "z", which fromisoformat does not read
     text = value[:-1] + "Z" if value.endswith("z") else value
     try:

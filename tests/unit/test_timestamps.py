@@ -41,6 +41,8 @@ def test_parse_time_forms():
     ("2026-01-01T00:00:00+24:00", "not a timestamp"),
     ("yesterday", "not a timestamp"),
     ("2026-01-01T00:00:00Z\r\nFORGED", "not a timestamp"),
+    ("2026-01-01T00:00:00\x00Z", "not a timestamp"),  # fromisoformat alone reads it
+    ("2026-01-01T00:00:00\u200bZ", "not a timestamp"),
     ("2" * 100_000, "100000 characters"),
     (1767225600, "not a timestamp: int"),
     (float("nan"), "not a timestamp: float"),

@@ -12,7 +12,7 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	$(VENV)/bin/jupyterhub-gpu-reclaim demo
+	$(VENV)/bin/jupyterhub-gpu-reclaim-sim demo
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -44,12 +44,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from jupyterhub_gpu_reclaim.sim import cgroups, netpol, nftables  # noqa: E402
-from jupyterhub_gpu_reclaim.sim.endpoints import SERVICE_NAME_LABEL  # noqa: E402
-from jupyterhub_gpu_reclaim.sim.network import free_pod_cidr  # noqa: E402
-from jupyterhub_gpu_reclaim.sim.proxy import SLICE, SVC, ServiceProxy  # noqa: E402
-from jupyterhub_gpu_reclaim.sim.resources import BY_KIND  # noqa: E402
-from jupyterhub_gpu_reclaim.sim.store import Store  # noqa: E402
+from gpu_reclaim_sim import cgroups, netpol, nftables  # noqa: E402
+from gpu_reclaim_sim.endpoints import SERVICE_NAME_LABEL  # noqa: E402
+from gpu_reclaim_sim.network import free_pod_cidr  # noqa: E402
+from gpu_reclaim_sim.proxy import SLICE, SVC, ServiceProxy  # noqa: E402
+from gpu_reclaim_sim.resources import BY_KIND  # noqa: E402
+from gpu_reclaim_sim.store import Store  # noqa: E402
 
 NON_PRIVATE = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
                                                            "169.254.169.254/32"]}}

@@ -3,9 +3,9 @@
 
 Run it as `.venv/bin/python benchmarks/sim_scale.py` (or `make benchmarks`). It
 
-1. starts the simulated cluster (`jupyterhub-gpu-reclaim sim`, scenario
+1. starts the simulated cluster (`jupyterhub-gpu-reclaim-sim run`, scenario
    `examples/sim/scale.yaml`: 50 CPU nodes and 10 GPU nodes x 8 GPUs, stub mode) as its own
-   process, through `jupyterhub_gpu_reclaim.launch.start_sim`, and gives the ServiceAccount
+   process, through `gpu_reclaim_sim.launch.start_sim`, and gives the ServiceAccount
    `hub` the z2jh chart's hub Role: every request below uses its token over HTTPS, with RBAC
    enforced, as a hub's requests do;
 2. starts KubeSpawner's own pod reflector (`kubespawner.spawner.PodReflector`, configured
@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run from a checkout without an installed package
     sys.path.insert(0, str(REPO))
 
-from jupyterhub_gpu_reclaim.launch import Child, start_sim  # noqa: E402  (no Kubernetes client imported)
+from gpu_reclaim_sim.launch import Child, start_sim  # noqa: E402  (no Kubernetes client imported)
 
 # NOTE: kubernetes_asyncio and kubespawner are imported only after KUBECONFIG is set
 # (kubernetes_asyncio reads it at import time, KubeSpawner's load_config when called).
@@ -352,7 +352,7 @@ def _static_server(conn: Any, body: bytes, encoding: str | None, tls_dir: str) -
     written as the simulator writes a list body, and with `Content-Encoding: encoding`."""
     from aiohttp import web
 
-    from jupyterhub_gpu_reclaim.sim import certificates
+    from gpu_reclaim_sim import certificates
 
     async def main() -> None:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -868,11 +868,11 @@ def _git_revision() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "jupyterhub_gpu_reclaim/sim"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "gpu_reclaim_sim"],
                                cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return (rev or "unknown") + (" with uncommitted changes to jupyterhub_gpu_reclaim/sim" if dirty else "")
+    return (rev or "unknown") + (" with uncommitted changes to gpu_reclaim_sim" if dirty else "")
 
 
 def _replace_section(section: str) -> None:

@@ -13,7 +13,7 @@ own cluster instead (`seed_calibrated`). Then, for each arm, in sequence, it
 1. starts a fresh simulated cluster (`examples/sim/autoscaling.yaml`: two nodes that hold
    the 5 GB notebook image and 3 users each, three user placeholders, an autoscaler that
    adds image-less nodes after 30 s, pulls at 250 MB/s = 20 s for 5 GB, stub mode) through
-   `jupyterhub_gpu_reclaim.launch.start_sim`;
+   `gpu_reclaim_sim.launch.start_sim`;
 2. in a child process (KubeSpawner's reflectors and clients are per process), creates one
    real spawner per user — `KubeSpawner` for `baseline`, `GPUReclaimSpawner` with
    `image_locality = "auto"` for `image_locality` — the way KubeSpawner's own tests do
@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from jupyterhub_gpu_reclaim.launch import start_sim  # noqa: E402  (no Kubernetes client imported)
+from gpu_reclaim_sim.launch import start_sim  # noqa: E402  (no Kubernetes client imported)
 
 SCENARIO = REPO / "examples" / "sim" / "autoscaling.yaml"
 NAMESPACE = "jhub"
@@ -401,7 +401,7 @@ def measure_server_startup(workdir: Path, samples: int) -> dict[str, Any]:
     the demo's plus an API token). Every process started here is stopped by its PID."""
     import secrets
 
-    from jupyterhub_gpu_reclaim.launch import free_port, start_hub
+    from gpu_reclaim_sim.launch import free_port, start_hub
 
     base = workdir / "startup"
     sim = start_sim(base, STARTUP_SCENARIO)

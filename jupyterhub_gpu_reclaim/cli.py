@@ -8,18 +8,6 @@ import sys
 from typing import Sequence
 
 
-def _sim(args: argparse.Namespace) -> int:
-    from .sim.main import run
-
-    return run(args)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from .demo import run
-
-    return run(args)
-
-
 # store.DEFAULT_URL, the service's --store-url default (not imported: sqlalchemy is slow to load)
 DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
 
@@ -172,29 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
         "them, `--generate-config` prints a gpu_reclaim_config.py with all of them.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    from .sim.main import add_arguments as add_sim_arguments
-
-    sim = sub.add_parser(
-        "sim",
-        help="run the simulated Kubernetes GPU cluster",
-        description="Run a simulated Kubernetes cluster with GPUs that kubectl, KubeSpawner and the "
-        "Kubernetes clients accept. Runs until interrupted.",
-    )
-    add_sim_arguments(sim)
-    sim.set_defaults(func=_sim)
-
-    from .demo import add_arguments as add_demo_arguments
-
-    demo = sub.add_parser(
-        "demo",
-        help="run the demo: the Zero to JupyterHub release on the simulated cluster",
-        description="Start the simulated cluster, install the Zero to JupyterHub release on it (the "
-                    "chart with helm-values/gpu-reclaim.yaml) or, without the chart, a JupyterHub of the "
-                    "demo's own, then print how to log in.",
-    )
-    add_demo_arguments(demo)
-    demo.set_defaults(func=_demo)
 
     backtest = sub.add_parser(
         "backtest",

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyterhub_gpu_reclaim.launch import EXAMPLES, REPO, free_port, start_hub, start_sim
+from gpu_reclaim_sim.launch import EXAMPLES, REPO, free_port, start_hub, start_sim
 
 from .hubapi import HubAPI
 

@@ -1,5 +1,5 @@
 # JupyterHub configuration of the demo: KubeSpawner on the simulated cluster.
-# `jupyterhub-gpu-reclaim demo` starts the cluster and runs `jupyterhub -f` on this file;
+# `jupyterhub-gpu-reclaim-sim demo` starts the cluster and runs `jupyterhub -f` on this file;
 # the integration tests load it too. Ports and the password come from the environment.
 import os
 

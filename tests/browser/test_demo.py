@@ -92,7 +92,7 @@ async def test_log_in_start_gpu_server_and_run_a_cell(hub, api, page):
 
     # the demo's own suggestion works from a cell: the simulated GPU of this pod gets busy
     await cells.nth(1).locator(".cm-content").click()
-    await page.keyboard.type("from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; use_gpu(percent=90, seconds=1)")
+    await page.keyboard.type("from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=90, seconds=1)")
     await page.keyboard.press("Shift+Enter")
     await expect(cells.nth(1).locator(".jp-OutputArea-output")).to_contain_text("'utilization': 90.0", timeout=60_000)
     await page.screenshot(path=str(SCREENSHOT))

@@ -12,8 +12,8 @@ import yaml
 
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 
-from jupyterhub_gpu_reclaim.launch import REPO
-from jupyterhub_gpu_reclaim.sim.z2jh import CHART, chart_missing
+from gpu_reclaim_sim.launch import REPO
+from gpu_reclaim_sim.z2jh import CHART, chart_missing
 
 DOCS = REPO / "docs"
 

@@ -16,8 +16,8 @@ from traitlets.config import Config
 
 from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
-from jupyterhub_gpu_reclaim.launch import EXAMPLES, REPO, SHARED
-from jupyterhub_gpu_reclaim.sim.z2jh import CHART, chart_missing
+from gpu_reclaim_sim.launch import EXAMPLES, REPO, SHARED
+from gpu_reclaim_sim.z2jh import CHART, chart_missing
 
 from .test_docs import table_rows
 from .test_values import SERVICE_SCOPES

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from jupyterhub_gpu_reclaim.launch import REPO
+from gpu_reclaim_sim.launch import REPO
 
 from .. import conftest
 

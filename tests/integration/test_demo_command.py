@@ -1,4 +1,4 @@
-"""`make demo` runs `jupyterhub-gpu-reclaim demo`: the whole product on the simulated
+"""`make demo` runs `jupyterhub-gpu-reclaim-sim demo`: the whole product on the simulated
 cluster — the Zero to JupyterHub release with GPUReclaimSpawner and the reclaim service
 with its pages and shrunk timings, as the release tests install it — and stops cleanly on
 SIGTERM. Without the chart beside the clone it says so and runs a JupyterHub of its own."""
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu_reclaim.launch import free_port
-from jupyterhub_gpu_reclaim.sim import z2jh
+from gpu_reclaim_sim.launch import free_port
+from gpu_reclaim_sim import z2jh
 
 pytestmark = pytest.mark.integration
 
@@ -36,12 +36,12 @@ def get(url: str) -> tuple[int, str]:
 
 
 class Demo:
-    """`jupyterhub-gpu-reclaim demo ARGS` with its output in `out`."""
+    """`jupyterhub-gpu-reclaim-sim demo ARGS` with its output in `out`."""
 
     def __init__(self, tmp_path: Path, *args: str) -> None:
         self.out = tmp_path / "demo.out"
         self.data = tmp_path / "demo"
-        cmd = [sys.executable, "-m", "jupyterhub_gpu_reclaim", "demo", "--data-dir", str(self.data),
+        cmd = [sys.executable, "-m", "gpu_reclaim_sim", "demo", "--data-dir", str(self.data),
                "--password", PASSWORD, *args]
         with open(self.out, "wb") as f:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -49,7 +49,7 @@ async def test_gpu_spawn_shows_progress_and_runs_code(api, sim):
 async def test_busy_gpu_shows_in_dcgm_metrics(api, sim):
     await api.start("dave", "gpu-1")
     await api.wait_ready("dave")
-    await api.run_code("dave", "from jupyterhub_gpu_reclaim.sim.gpu import use_gpu\n"
+    await api.run_code("dave", "from gpu_reclaim_sim.gpu import use_gpu\n"
                                "print(use_gpu(percent=87, seconds=30, block=False))")
     deadline = time.monotonic() + 10
     line = ""

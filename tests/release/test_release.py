@@ -1,7 +1,7 @@
 """The z2jh release on the simulated cluster, RBAC and NetworkPolicies enforced: the real
 chart rendered with helm-values/gpu-reclaim.yaml (and each variant), applied with
 helm-values/rbac.yaml; the hub's pod runs the chart's own jupyterhub_config.py on the
-rendered values, the proxy's configurable-http-proxy (jupyterhub_gpu_reclaim.sim.z2jh).
+rendered values, the proxy's configurable-http-proxy (gpu_reclaim_sim.z2jh).
 
 The base release runs the whole story through proxy-public, as a user and the admin see
 it (`gpu_story`): the service's pages answer (the proxy reaches the hub pod's port 10101),
@@ -32,8 +32,8 @@ import pytest_asyncio
 import yaml
 
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
-from jupyterhub_gpu_reclaim.sim import z2jh
-from jupyterhub_gpu_reclaim.sim.z2jh import BASE, CHART, HELM_VALUES, NAMESPACE
+from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import BASE, CHART, HELM_VALUES, NAMESPACE
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from .. import conftest

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu_reclaim.launch import free_port
+from gpu_reclaim_sim.launch import free_port
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..conftest import start_test_hub

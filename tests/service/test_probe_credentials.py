@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 
-from jupyterhub_gpu_reclaim.launch import Child
+from gpu_reclaim_sim.launch import Child
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,

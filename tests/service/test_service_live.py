@@ -65,7 +65,7 @@ async def scene(hub, sim, webhook):
         for user, profile in (("carol", "gpu-1"), ("dave", "gpu-1"), ("erin", "gpu-1"), ("bob", "cpu")):
             await api.start(user, profile)
         await asyncio.gather(*(api.wait_ready(u) for u in ("carol", "dave", "erin", "bob")))
-        await api.run_code("carol", "from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; "
+        await api.run_code("carol", "from gpu_reclaim_sim.gpu import use_gpu; "
                                     "use_gpu(percent=85, seconds=900, block=False)")
         tasks.append(asyncio.create_task(api.run_code("dave", "import time; time.sleep(900)", timeout=1000)))
         now = dt.datetime.now(UTC)

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 import pytest_asyncio
 
-from jupyterhub_gpu_reclaim.launch import free_port
+from gpu_reclaim_sim.launch import free_port
 
 from ..conftest import start_test_hub
 from ..hubapi import HubAPI

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from jupyterhub_gpu_reclaim.launch import free_port
+from gpu_reclaim_sim.launch import free_port
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -83,7 +83,7 @@ async def test_dcgm_scrape_shows_the_gpu_pod_idle_then_loaded(sim, servers):
         before = (await dcgm.utilization())[("jhub", "jupyter-alice")]
         assert before.util == (0.0,) and len(before.fb_used_mib) == 1
         assert ("jhub", "jupyter-bob") not in await dcgm.utilization()  # no GPU, no reading
-        await servers.run_code("alice", "from jupyterhub_gpu_reclaim.sim.gpu import use_gpu; "
+        await servers.run_code("alice", "from gpu_reclaim_sim.gpu import use_gpu; "
                                         "use_gpu(percent=75, seconds=60, block=False)")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

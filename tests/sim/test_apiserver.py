@@ -29,13 +29,13 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
-from jupyterhub_gpu_reclaim.sim import scenario
-from jupyterhub_gpu_reclaim.sim.apiserver import ApiServer
-from jupyterhub_gpu_reclaim.sim.cluster import Cluster
-from jupyterhub_gpu_reclaim.sim.events import EventRecorder
-from jupyterhub_gpu_reclaim.sim.resources import BY_KIND
-from jupyterhub_gpu_reclaim.sim.serviceaccounts import ServiceAccountController
-from jupyterhub_gpu_reclaim.sim.store import Store
+from gpu_reclaim_sim import scenario
+from gpu_reclaim_sim.apiserver import ApiServer
+from gpu_reclaim_sim.cluster import Cluster
+from gpu_reclaim_sim.events import EventRecorder
+from gpu_reclaim_sim.resources import BY_KIND
+from gpu_reclaim_sim.serviceaccounts import ServiceAccountController
+from gpu_reclaim_sim.store import Store
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 TOKEN = "test-token-123"
@@ -776,7 +776,7 @@ def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.C
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A list a client fetched gzipped is compressed again in the background a moment
     after its objects change, so the first list after the change compresses nothing."""
-    from jupyterhub_gpu_reclaim.sim import compression
+    from gpu_reclaim_sim import compression
 
     make_namespace(sim, "recompress")
     for i in range(60):

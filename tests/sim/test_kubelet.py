@@ -1,5 +1,5 @@
 """The simulated kubelet's pod runtime, through kubectl and the official client against
-the real simulator (`jupyterhub-gpu-reclaim sim`, process mode): volumes (subPath,
+the real simulator (`jupyterhub-gpu-reclaim-sim run`, process mode): volumes (subPath,
 items, modes, projected, emptyDir, PVCs) and their mount errors, stopping pods and every
 process in them (namespace deletion, grace period 0, processes that leave their
 session), CrashLoopBackOff, hostnames, and the user and file system a container gets.
@@ -25,9 +25,9 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from jupyterhub_gpu_reclaim.launch import start_sim
-from jupyterhub_gpu_reclaim.sim import cgroups, hosts, volumes
-from jupyterhub_gpu_reclaim.sim.backoff import RestartBackoff
+from gpu_reclaim_sim.launch import start_sim
+from gpu_reclaim_sim import cgroups, hosts, volumes
+from gpu_reclaim_sim.backoff import RestartBackoff
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 KUBECTL = Path(sys.executable).parent / "kubectl"

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu_reclaim.sim import scenario as sc
-from jupyterhub_gpu_reclaim.sim import scheduler as s
-from jupyterhub_gpu_reclaim.sim.autoscaler import Autoscaler, is_unschedulable
-from jupyterhub_gpu_reclaim.sim.events import EventRecorder
-from jupyterhub_gpu_reclaim.sim.nodes import node_manifest
-from jupyterhub_gpu_reclaim.sim.placeholders import OWNER_LABEL, PlaceholderController
-from jupyterhub_gpu_reclaim.sim.resources import BY_KIND
-from jupyterhub_gpu_reclaim.sim.store import Store
+from gpu_reclaim_sim import scenario as sc
+from gpu_reclaim_sim import scheduler as s
+from gpu_reclaim_sim.autoscaler import Autoscaler, is_unschedulable
+from gpu_reclaim_sim.events import EventRecorder
+from gpu_reclaim_sim.nodes import node_manifest
+from gpu_reclaim_sim.placeholders import OWNER_LABEL, PlaceholderController
+from gpu_reclaim_sim.resources import BY_KIND
+from gpu_reclaim_sim.store import Store
 
 POD, NODE, EVENT = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["Event"]
 GPU = "nvidia.com/gpu"

@@ -7,10 +7,10 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu_reclaim.sim import scenario as sc
-from jupyterhub_gpu_reclaim.sim.gpus import GpuFleet
-from jupyterhub_gpu_reclaim.sim.images import ImageRegistry, normalize, repo_digest
-from jupyterhub_gpu_reclaim.launch import EXAMPLES
+from gpu_reclaim_sim import scenario as sc
+from gpu_reclaim_sim.gpus import GpuFleet
+from gpu_reclaim_sim.images import ImageRegistry, normalize, repo_digest
+from gpu_reclaim_sim.launch import EXAMPLES
 
 
 def test_example_scenarios_load():
@@ -139,9 +139,9 @@ def test_gpu_load_refuses_bad_values():
 
 
 def test_events_expire_after_their_ttl():
-    from jupyterhub_gpu_reclaim.sim.events import EventRecorder
-    from jupyterhub_gpu_reclaim.sim.resources import BY_KIND
-    from jupyterhub_gpu_reclaim.sim.store import Store
+    from gpu_reclaim_sim.events import EventRecorder
+    from gpu_reclaim_sim.resources import BY_KIND
+    from gpu_reclaim_sim.store import Store
 
     store = Store()
     store.create(BY_KIND["Namespace"], {"metadata": {"name": "jhub"}})
@@ -162,7 +162,7 @@ def test_crc32_of_concatenated_pieces():
     import random
     import zlib
 
-    from jupyterhub_gpu_reclaim.sim.compression import crc32_combine, crc32_shift
+    from gpu_reclaim_sim.compression import crc32_combine, crc32_shift
 
     rng = random.Random(1)
     for a, b in [(b"", b""), (b"abc", b""), (b"", b"xyz"), (rng.randbytes(70_001), rng.randbytes(123_457))]:
@@ -177,7 +177,7 @@ async def test_a_list_after_a_change_recompresses_only_the_runs_that_hold_it(mon
     import json
     import random
 
-    from jupyterhub_gpu_reclaim.sim import compression
+    from gpu_reclaim_sim import compression
 
     head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":['
     compressed = []  # the runs of items compressed
@@ -219,7 +219,7 @@ async def test_a_list_after_a_change_recompresses_only_the_runs_that_hold_it(mon
 
 
 def test_which_requests_ask_for_gzip():
-    from jupyterhub_gpu_reclaim.sim.compression import accepts_gzip
+    from gpu_reclaim_sim.compression import accepts_gzip
 
     # as the apiserver's ContentEncodingSupported: a comma-separated token exactly "gzip"
     assert accepts_gzip("gzip") and accepts_gzip("gzip, deflate") and accepts_gzip("br , gzip ")
@@ -233,7 +233,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema():
     import copy
     import random
 
-    from jupyterhub_gpu_reclaim.sim import openapi
+    from gpu_reclaim_sim import openapi
 
     def agree(obj):
         fast = openapi.valid("v1", "Pod", obj)

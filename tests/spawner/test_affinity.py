@@ -7,8 +7,8 @@ from fractions import Fraction
 import pytest
 
 from jupyterhub_gpu_reclaim.images import normalize
-from jupyterhub_gpu_reclaim.sim import images as sim_images
-from jupyterhub_gpu_reclaim.sim.scheduler import match_node_selector_term
+from gpu_reclaim_sim import images as sim_images
+from gpu_reclaim_sim.scheduler import match_node_selector_term
 from jupyterhub_gpu_reclaim.spawner import affinity as a
 
 D = "sha256:" + "ab" * 32

@@ -19,7 +19,7 @@ import pytest_asyncio
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from jupyterhub_gpu_reclaim.sim import z2jh
+from gpu_reclaim_sim import z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from ..conftest import start_test_hub

@@ -2,7 +2,7 @@
 
 Fixtures in tests/spawner/data/:
 - sim_pod_*.json / sim_events_*.json were recorded from the project's simulated cluster
-  (`jupyterhub-gpu-reclaim sim --config tests/spawner/data/sim_scenario.yaml`: stub mode,
+  (`jupyterhub-gpu-reclaim-sim run --config tests/spawner/data/sim_scenario.yaml`: stub mode,
   1GB/s pulls) with `kubectl get pod NAME -o json` and
   `kubectl get events --field-selector involvedObject.name=NAME -o json`, for GPU pods
   built like KubeSpawner's (container "notebook", user node selector, GPU toleration):

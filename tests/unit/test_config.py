@@ -466,7 +466,7 @@ def test_cli_routing(capsys, monkeypatch):
 def test_help_and_subcommands_still_work(capsys):
     code, out, _ = run(["--help"], capsys)
     assert code == 0
-    for word in ("sim", "demo", "backtest", "--help-all", "idle-culler"):
+    for word in ("backtest", "--help-all", "idle-culler"):
         assert word in out
     code, out, _ = run(["backtest", "--help"], capsys)
     assert code == 0 and "--trace" in out

@@ -1,6 +1,7 @@
 """The package's imports run one way. Read from the source (ast), so that imports inside
 functions count as well as those at the top of a module: no import circle anywhere in the
-package, and nothing that runs the service sees the traitlets Application of the settings.
+package, nothing that runs the service sees the traitlets Application of the settings,
+and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/unit/test_imports.py
 """
@@ -8,12 +9,17 @@ package, and nothing that runs the service sees the traitlets Application of the
 from __future__ import annotations
 
 import ast
+import configparser
+import importlib.metadata
+import re
 from pathlib import Path
 
+import gpu_reclaim_sim
 import jupyterhub_gpu_reclaim
 
 PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
 NAME = PACKAGE.name
+SIM = Path(gpu_reclaim_sim.__file__).parent
 
 
 def module_files() -> dict[str, Path]:
@@ -23,6 +29,17 @@ def module_files() -> dict[str, Path]:
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         files[name] = path
     return files
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module name `path` imports, anywhere in its source."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module)
+    return names
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -130,3 +147,44 @@ def test_the_cycle_never_imports_the_web_pages():
     assert f"{NAME}.web.controls" in web
     for module in ("service", "cycle", "stops", "status", "trace_export", "wording"):
         assert not reachable(graph, f"{NAME}.{module}") & web, module
+
+
+def test_the_product_never_imports_the_simulator():
+    """The simulator imports the product's shared helpers (kube, images, timestamps), never
+    the other way round: `pip install jupyterhub-gpu-reclaim` runs without it."""
+    sim = gpu_reclaim_sim.__name__
+    offenders = {module: sorted(name for name in imported_modules(path)
+                                if name == sim or name.startswith(f"{sim}."))
+                 for module, path in module_files().items()}
+    assert {module: names for module, names in offenders.items() if names} == {}
+    # the check itself: the simulator does import the product
+    assert NAME in {name.partition(".")[0] for name in imported_modules(SIM / "scheduler.py")}
+
+
+def requirement_names(lines: str) -> set[str]:
+    """The distribution names of setup.cfg requirement lines, normalized (PEP 503)."""
+    names = set()
+    for line in lines.splitlines():
+        if line.strip() and not line.strip().startswith("#"):
+            names.add(re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9._-]+)", line)[1]).lower())
+    return names
+
+
+def test_the_product_needs_no_simulator_dependency():
+    """The `sim` extra's dependencies are not the product's: `pip install .` leaves them out,
+    and no module of the product imports one (the simulator's own modules do)."""
+    setup = configparser.ConfigParser()
+    setup.read(PACKAGE.parent / "setup.cfg")
+    sim_only = requirement_names(setup["options.extras_require"]["sim"])
+    assert {"jsonschema", "jsonpatch", "kubernetes-validate", "pyjwt"} <= sim_only
+    assert not sim_only & requirement_names(setup["options"]["install_requires"])
+    by_module = importlib.metadata.packages_distributions()
+    modules = {module for module, dists in by_module.items()
+               if {re.sub(r"[-_.]+", "-", d).lower() for d in dists} & sim_only}
+    assert {"jsonschema", "jsonpatch", "kubernetes_validate", "jwt"} <= modules
+    imports = {module: {name.partition(".")[0] for name in imported_modules(path)} & modules
+               for module, path in module_files().items()}
+    assert {module: names for module, names in imports.items() if names} == {}
+    # the check itself: the simulator imports them
+    assert {"jsonschema", "jsonpatch", "kubernetes_validate", "jwt"} <= {
+        name.partition(".")[0] for path in SIM.glob("*.py") for name in imported_modules(path)}

@@ -1,0 +1,120 @@
+"""The simulator's own HTTP endpoint (not part of the Kubernetes API):
+
+- `GET /metrics`, `GET /nodes/{node}/metrics`: what dcgm-exporter would serve, for the
+  whole cluster or one node (point Prometheus here);
+- `GET /gpus`: every GPU, its holder and last sample (JSON);
+- `POST /gpus/{namespace}/{pod}`: set a pod's GPU load, `{"utilization": 90, "seconds": 60,
+  "memory_mib": 8000}`. Callers are the cluster's admin (the cluster token) or the pod
+  itself (its own token, given to it in GPU_RECLAIM_SIM_GPU_TOKEN);
+- `GET /healthz`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+log = logging.getLogger("gpu_reclaim_sim.control")
+
+LOAD_URL_ENV = "GPU_RECLAIM_SIM_GPU_URL"
+LOAD_TOKEN_ENV = "GPU_RECLAIM_SIM_GPU_TOKEN"
+
+
+def pod_token(cluster_token: str, namespace: str, pod: str, uid: str) -> str:
+    """A token that lets one pod set its own GPU load and nothing else."""
+    return hmac.new(cluster_token.encode(), f"{namespace}/{pod}/{uid}".encode(), hashlib.sha256).hexdigest()
+
+
+class ControlServer:
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    def pod_env(self, namespace: str, pod: str, uid: str) -> dict[str, str]:
+        """What a GPU pod's processes need to call `use_gpu()`."""
+        return {
+            LOAD_URL_ENV: f"{self.url}/gpus/{namespace}/{pod}",
+            LOAD_TOKEN_ENV: pod_token(self.cluster.token, namespace, pod, uid),
+        }
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes([
+            web.get("/metrics", self.metrics),
+            web.get("/nodes/{node}/metrics", self.metrics),
+            web.get("/gpus", self.gpus),
+            web.post("/gpus/{namespace}/{pod}", self.set_load),
+            web.get("/healthz", lambda r: web.Response(text="ok")),
+        ])
+        return app
+
+    async def start(self) -> None:
+        s = self.cluster.scenario
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, s.control_host, s.control_port)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://{s.control_host}:{port}"
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        node = request.match_info.get("node")
+        if node is not None and node not in self.cluster.gpus.gpus:
+            raise web.HTTPNotFound(text=f"no node {node!r} with GPUs\n")
+        return web.Response(body=self.cluster.gpus.metrics(node),
+                            content_type="text/plain", charset="utf-8",
+                            headers={"Cache-Control": "no-store"})
+
+    async def gpus(self, request: web.Request) -> web.Response:
+        return web.json_response(self.cluster.gpus.state())
+
+    async def set_load(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["namespace"], request.match_info["pod"]
+        pod = self.cluster.store.find(_pod_type(), ns, name)
+        if pod is None:
+            return _error(404, f"pod {ns}/{name} not found")
+        auth = request.headers.get("Authorization", "")
+        token = auth.split(" ", 1)[1] if auth.lower().startswith(("bearer ", "token ")) else ""
+        allowed = {self.cluster.token, pod_token(self.cluster.token, ns, name, pod["metadata"]["uid"])}
+        if not token or not any(hmac.compare_digest(token, t) for t in allowed):
+            return _error(403, "a cluster token or the pod's own token is required")
+        try:
+            body = json.loads(await request.read() or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            unknown = set(body) - {"utilization", "seconds", "memory_mib"}
+            if unknown:
+                raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
+            utilization = float(body.get("utilization", 100))
+            seconds = float(body.get("seconds", 60))
+            memory = body.get("memory_mib")
+            load = self.cluster.gpus.set_load(ns, name, utilization, seconds,
+                                              int(memory) if memory is not None else None)
+        except KeyError as e:
+            return _error(409, str(e.args[0]))
+        except (ValueError, TypeError) as e:
+            return _error(400, str(e))
+        log.info("GPU load of %s/%s: %.0f%% for %.0f s", ns, name, utilization, seconds)
+        return web.json_response({"utilization": load.utilization, "seconds": seconds,
+                                  "memory_mib": load.memory_mib})
+
+
+def _pod_type():
+    from .resources import BY_KIND
+
+    return BY_KIND["Pod"]
+
+
+def _error(code: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=code)

@@ -1,0 +1,137 @@
+"""Starting the simulated cluster and a JupyterHub as child processes.
+
+The demo and the test harness both use this, so what the tests check is what a new user
+runs. Each child is stopped by its PID (SIGTERM, then SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+# third-party data beside the clone (the z2jh chart, sample traces): never in the repository
+SHARED = REPO.parent / "shared"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Child:
+    """A child process with its log file."""
+
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 20.0) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def _spawn(name: str, cmd: list[str], log_path: Path, env: dict[str, str], cwd: Path) -> Child:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                            stdin=subprocess.DEVNULL)
+    log.close()
+    return Child(name, proc, log_path)
+
+
+def _wait(child: Child, ready, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited ({child.proc.returncode}) before {what}:\n{child.log_tail()}")
+        if ready():
+            return
+        time.sleep(0.2)
+    child.stop()
+    raise RuntimeError(f"{child.name}: no {what} after {timeout:.0f} s:\n{child.log_tail()}")
+
+
+def start_sim(workdir: Path, scenario: Path | None = None, timeout: float = 60.0,
+              extra_args: list[str] | None = None) -> Child:
+    """Run `jupyterhub-gpu-reclaim-sim run` and wait until it has written its addresses."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    info_file = workdir / "sim.json"
+    info_file.unlink(missing_ok=True)
+    cmd = [
+        sys.executable, "-m", "gpu_reclaim_sim", "run",
+        "--config", str(scenario or EXAMPLES / "sim" / "cluster.yaml"),
+        "--kubeconfig", str(workdir / "kubeconfig"),
+        "--data-dir", str(workdir / "cluster"),
+        "--info-file", str(info_file),
+        *(extra_args or []),
+    ]
+    child = _spawn("sim", cmd, workdir / "sim.log", dict(os.environ), workdir)
+    _wait(child, info_file.exists, timeout, "cluster info")
+    child.info = json.loads(info_file.read_text())
+    return child
+
+
+def start_hub(workdir: Path, config: Path, kubeconfig: str, *, port: int = 8000,
+              env: dict[str, str] | None = None, timeout: float = 90.0,
+              python: str | Path | None = None) -> Child:
+    """Run `jupyterhub -f config` against the simulated cluster and wait for /hub/health.
+
+    `python`: the Python of the environment the hub runs from (its `jupyterhub` beside it;
+    default: this one), e.g. a virtualenv with the z2jh hub image's JupyterHub 5. Services
+    the config starts with `sys.executable` run from there too, as in the hub's image.
+    `info["version"]` is the version the hub's API reports."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    hub_env = {
+        **os.environ,
+        "KUBECONFIG": kubeconfig,
+        "GPU_RECLAIM_HUB_PORT": str(port),
+        "GPU_RECLAIM_HUB_API_PORT": str(free_port()),
+        "GPU_RECLAIM_PROXY_API_PORT": str(free_port()),
+        **(env or {}),
+    }
+    jupyterhub = str(Path(python or sys.executable).with_name("jupyterhub"))
+    child = _spawn("jupyterhub", [jupyterhub, "-f", str(config)], workdir / "jupyterhub.log", hub_env, workdir)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/hub/health", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    _wait(child, healthy, timeout, "answer on /hub/health")
+    with urllib.request.urlopen(f"{url}/hub/api/", timeout=10) as r:
+        version = json.load(r)["version"]
+    child.info = {"url": url, "hub_api_port": hub_env["GPU_RECLAIM_HUB_API_PORT"], "version": version}
+    return child

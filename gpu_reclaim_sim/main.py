@@ -1,0 +1,107 @@
+"""`jupyterhub-gpu-reclaim-sim run`: run the simulated cluster until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+from .scenario import ScenarioError, load
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "sim" / "cluster.yaml"
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0-65535; 0 picks a free one)")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", default=str(DEFAULT_SCENARIO),
+                        help="scenario file (YAML; see docs/sim.md). Default: examples/sim/cluster.yaml")
+    parser.add_argument("--kubeconfig", metavar="PATH", required=True,
+                        help="where to write a kubeconfig for kubectl and the Kubernetes clients")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="where volumes and pod logs live (default: a new temporary directory)")
+    parser.add_argument("--info-file", metavar="PATH",
+                        help="also write the cluster's addresses as JSON to this file once it is up")
+    parser.add_argument("--mode", choices=["process", "stub"],
+                        help="override the scenario's run mode for pods")
+    parser.add_argument("--api-port", type=port, help="override the API server's port")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
+
+
+async def _freeze_survivors(every: float = 5.0) -> None:
+    """Keep the garbage collector's pauses short. The store holds hundreds of thousands
+    of long-lived dicts without reference cycles; scanning them again and again paused
+    the API for up to a second (benchmarks/sim_scale.py). What survives a young
+    collection is moved out of the collector's sight; refcounting still frees it."""
+    gc.set_threshold(10_000, 50, 100)
+    while True:
+        gc.collect(1)
+        gc.freeze()
+        await asyncio.sleep(every)
+
+
+async def serve(cluster, args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await cluster.start()
+    freezer = asyncio.create_task(_freeze_survivors())
+    try:
+        kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
+        info = {**cluster.info(), "kubeconfig": str(kubeconfig.resolve())}
+        if args.info_file:
+            tmp = Path(args.info_file).with_suffix(".tmp")
+            tmp.write_text(json.dumps(info, indent=2))
+            tmp.replace(args.info_file)  # atomic: readers never see half a file
+        print(
+            f"Simulated cluster {info['scenario']!r} is up.\n"
+            f"  API server:   {info['api']}\n"
+            f"  kubeconfig:   {info['kubeconfig']}   (export KUBECONFIG={info['kubeconfig']})\n"
+            f"  nodes:        {', '.join(info['nodes'])}\n"
+            f"  DCGM metrics: {info['metrics']}\n"
+            f"  control API:  {info['control']}\n"
+            f"  data:         {info['data_dir']}\n"
+            "Press Ctrl-C to stop.",
+            flush=True,
+        )
+        await stop.wait()
+    finally:
+        freezer.cancel()
+        await cluster.stop()
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+    try:
+        scenario = load(args.config)
+    except ScenarioError as e:
+        print(f"jupyterhub-gpu-reclaim-sim run: {e}", file=sys.stderr)
+        return 2
+    if args.mode:
+        scenario.mode = args.mode
+    if args.api_port is not None:
+        scenario.api_port = args.api_port
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-sim-"))
+    from .cluster import Cluster
+
+    cluster = Cluster(scenario, data_dir)
+    try:
+        asyncio.run(serve(cluster, args))
+    except OSError as e:
+        print(f"jupyterhub-gpu-reclaim-sim run: cannot start: {e}", file=sys.stderr)
+        return 1
+    return 0
+

@@ -4,7 +4,7 @@
 Run it as `.venv/bin/python benchmarks/sim_scale.py` (or `make benchmarks`). It
 
 1. starts the simulated cluster (`jupyterhub-gpu-reclaim-sim run`, scenario
-   `examples/sim/scale.yaml`: 50 CPU nodes and 10 GPU nodes x 8 GPUs, stub mode) as its own
+   `gpu_reclaim_sim/scenarios/scale.yaml`: 50 CPU nodes and 10 GPU nodes x 8 GPUs, stub mode) as its own
    process, through `gpu_reclaim_sim.launch.start_sim`, and gives the ServiceAccount
    `hub` the z2jh chart's hub Role: every request below uses its token over HTTPS, with RBAC
    enforced, as a hub's requests do;
@@ -52,11 +52,12 @@ if str(REPO) not in sys.path:  # run from a checkout without an installed packag
     sys.path.insert(0, str(REPO))
 
 from gpu_reclaim_sim.launch import Child, start_sim  # noqa: E402  (no Kubernetes client imported)
+from gpu_reclaim_sim.paths import SCENARIOS  # noqa: E402
 
 # NOTE: kubernetes_asyncio and kubespawner are imported only after KUBECONFIG is set
 # (kubernetes_asyncio reads it at import time, KubeSpawner's load_config when called).
 
-SCENARIO = REPO / "examples" / "sim" / "scale.yaml"
+SCENARIO = SCENARIOS / "scale.yaml"
 DOCS = REPO / "docs" / "benchmarks.md"
 NAMESPACE = "jhub"
 COMPONENT = "singleuser-server"
@@ -893,7 +894,7 @@ def write_docs(res: dict[str, Any], table: str, interp: str, command: str) -> No
     DOCS.parent.mkdir(parents=True, exist_ok=True)
     section = f"""## Simulated cluster at scale (`benchmarks/sim_scale.py`)
 
-What it does: starts the simulated cluster (`examples/sim/scale.yaml`: 50 CPU nodes, 10 GPU
+What it does: starts the simulated cluster (`gpu_reclaim_sim/scenarios/scale.yaml`: 50 CPU nodes, 10 GPU
 nodes × 8 GPUs, stub mode: no pod processes) as its own process; runs KubeSpawner's own
 `PodReflector` (namespace `{NAMESPACE}`, label selector `{LABEL_SELECTOR}`, KubeSpawner's
 shared client and `load_config`, its default watch settings) in a second process, as a hub

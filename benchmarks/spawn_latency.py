@@ -3,14 +3,14 @@
 
 Run it as `.venv/bin/python benchmarks/spawn_latency.py`. First it measures the notebook
 server's start-up after its pod is Ready, which stub mode does not have: on the simulated
-cluster in process mode (`examples/sim/cluster.yaml`, real `jupyterhub-singleuser`) with a
+cluster in process mode (`gpu_reclaim_sim/scenarios/cluster.yaml`, real `jupyterhub-singleuser`) with a
 real JupyterHub, it starts a few servers whose image is on the node and takes the median of
 pod Ready → the hub reports the server ready (`--startup-seconds S` uses S instead). The
 user-visible spawn time (`user_visible_*`) is the pod-Ready time plus that start-up;
 `seed_calibrated_*` is the pod-Ready time with the start-up overheads seed 2 logged on its
 own cluster instead (`seed_calibrated`). Then, for each arm, in sequence, it
 
-1. starts a fresh simulated cluster (`examples/sim/autoscaling.yaml`: two nodes that hold
+1. starts a fresh simulated cluster (`gpu_reclaim_sim/scenarios/autoscaling.yaml`: two nodes that hold
    the 5 GB notebook image and 3 users each, three user placeholders, an autoscaler that
    adds image-less nodes after 30 s, pulls at 250 MB/s = 20 s for 5 GB, stub mode) through
    `gpu_reclaim_sim.launch.start_sim`;
@@ -59,8 +59,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from gpu_reclaim_sim.launch import start_sim  # noqa: E402  (no Kubernetes client imported)
+from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, SCENARIOS  # noqa: E402
 
-SCENARIO = REPO / "examples" / "sim" / "autoscaling.yaml"
+SCENARIO = SCENARIOS / "autoscaling.yaml"
 NAMESPACE = "jhub"
 IMAGE = "quay.io/jupyter/datascience-notebook:2025-06-02"
 ARMS = ("baseline", "image_locality")
@@ -305,7 +306,7 @@ def summarize(arm_result: dict[str, Any], startup_s: float) -> dict[str, Any]:
 
 # --- the notebook server's start-up, measured on the real stack ----------------------------
 
-STARTUP_SCENARIO = REPO / "examples" / "sim" / "cluster.yaml"
+STARTUP_SCENARIO = DEFAULT_SCENARIO
 STARTUP_HUB_CONFIG = REPO / "tests" / "jupyterhub_config.py"
 STARTUP_USERS = ("alice", "bob", "carol")  # the demo's allowed users
 
@@ -396,7 +397,7 @@ async def _measure_startup(sim: Any, hub: Any, token: str, samples: int) -> list
 
 def measure_server_startup(workdir: Path, samples: int) -> dict[str, Any]:
     """The notebook server's start-up after its pod is Ready, on the project's real stack:
-    the simulated cluster in process mode (`examples/sim/cluster.yaml`, which runs
+    the simulated cluster in process mode (`gpu_reclaim_sim/scenarios/cluster.yaml`, which runs
     `jupyterhub-singleuser` for real) and a real JupyterHub on it (the tests' configuration:
     the demo's plus an API token). Every process started here is stopped by its PID."""
     import secrets

@@ -1,6 +1,6 @@
 """`jupyterhub-gpu-reclaim-sim demo`: the simulated GPU cluster with the Zero to JupyterHub
 release on it, as the release tests install it (gpu_reclaim_sim.z2jh); where
-the chart is not beside the clone, a JupyterHub of the demo's own (examples/demo/)."""
+the chart is not beside the clone, a JupyterHub of the demo's own (demo_config/)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import sys
 import threading
 from pathlib import Path
 
-from .launch import EXAMPLES, Child, free_port, start_hub, start_sim
+from .launch import Child, free_port, start_hub, start_sim
 from . import z2jh
 from .main import port
+from .paths import DEFAULT_SCENARIO, DEMO_CONFIG
 
 
 STORY = """
 The demo is running: {what}.
-The reclaim policy's timings are shrunk from hours to minutes (examples/demo/values.yaml).
+The reclaim policy's timings are shrunk from hours to minutes ({values}).
 Log in at {url}/hub/login as alice, bob or carol (admin: admin), password: {password}
 
   1. As alice, choose '{gpu_1}' and press Start. The spawn page says what happens
@@ -41,7 +42,7 @@ The service's decisions and warnings are in {log}; its metrics at
 {url}/services/gpu-reclaim/metrics; dcgm-exporter's at {metrics}.
 The cluster with kubectl:  KUBECONFIG={kubeconfig} {kubectl} get pods -A
 Press Ctrl-C to stop."""
-DEMO_VALUES = EXAMPLES / "demo" / "values.yaml"
+DEMO_VALUES = DEMO_CONFIG / "values.yaml"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
 
 
@@ -53,11 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=port, default=8000,
                         help="the demo's own hub's public port on 127.0.0.1 (the release's hub is at the "
                              "address of its proxy-public Service)")
-    parser.add_argument("--scenario", metavar="FILE", default=str(EXAMPLES / "sim" / "cluster.yaml"),
-                        help="the simulated cluster (default: examples/sim/cluster.yaml)")
-    parser.add_argument("--config", metavar="FILE", default=str(EXAMPLES / "demo" / "jupyterhub_config.py"),
+    parser.add_argument("--scenario", metavar="FILE", default=str(DEFAULT_SCENARIO),
+                        help="the simulated cluster (default: %(default)s)")
+    parser.add_argument("--config", metavar="FILE", default=str(DEMO_CONFIG / "jupyterhub_config.py"),
                         help="the demo's own hub's JupyterHub configuration, without the chart "
-                             "(default: examples/demo/jupyterhub_config.py)")
+                             "(default: %(default)s)")
     parser.add_argument("--data-dir", metavar="DIR", default=".demo",
                         help="where the cluster's data, the hub database and the logs go (default: ./.demo)")
     parser.add_argument("--password", help="the demo users' password (default: a new random one)")
@@ -116,7 +117,7 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
             print(f"demo: the release did not come up: {e}", file=sys.stderr)
             return 1
         kubectl = f"KUBECONFIG={sim.info['kubeconfig']} {_kubectl()}"
-        print(STORY.format(what="the Zero to JupyterHub release on a simulated cluster with 4 GPUs\n(the hub "
+        print(STORY.format(values=DEMO_VALUES, what="the Zero to JupyterHub release on a simulated cluster with 4 GPUs\n(the hub "
                                 "with GPUReclaimSpawner, the reclaim service in the hub's pod)",
                            url=release.url, password=password, gpu_1=_profile(docs, "gpu-1"),
                            gpu_2=_profile(docs, "gpu-2"), log=f"the hub's log ({kubectl} -n jhub logs deploy/hub)",
@@ -146,11 +147,10 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
         print(f"Starting JupyterHub (logs: {workdir / 'jupyterhub.log'}) ...", flush=True)
         hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port,
                         env={"GPU_RECLAIM_DEMO_PASSWORD": password,
-                             "GPU_RECLAIM_DEMO_CONFIG": str(Path(args.config).resolve()),
                              "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
                              "GPU_RECLAIM_DCGM_URL": sim.info["metrics"]})
         url = hub.info["url"]
-        print(STORY.format(what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
+        print(STORY.format(values=DEMO_VALUES, what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
                                 "reclaim service", url=url, password=password,
                            gpu_1="1 × NVIDIA A100 (40 GB)", gpu_2="2 × NVIDIA A100 (40 GB)",
                            log=workdir / "jupyterhub.log", metrics=sim.info["metrics"],

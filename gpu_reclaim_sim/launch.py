@@ -19,10 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "examples"
-# third-party data beside the clone (the z2jh chart, sample traces): never in the repository
-SHARED = REPO.parent / "shared"
+from .paths import DEFAULT_SCENARIO
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -89,7 +86,7 @@ def start_sim(workdir: Path, scenario: Path | None = None, timeout: float = 60.0
     info_file.unlink(missing_ok=True)
     cmd = [
         sys.executable, "-m", "gpu_reclaim_sim", "run",
-        "--config", str(scenario or EXAMPLES / "sim" / "cluster.yaml"),
+        "--config", str(scenario or DEFAULT_SCENARIO),
         "--kubeconfig", str(workdir / "kubeconfig"),
         "--data-dir", str(workdir / "cluster"),
         "--info-file", str(info_file),

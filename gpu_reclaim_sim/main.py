@@ -12,9 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .paths import DEFAULT_SCENARIO
 from .scenario import ScenarioError, load
 
-DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "sim" / "cluster.yaml"
 
 
 def port(text: str) -> int:
@@ -26,7 +26,8 @@ def port(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=str(DEFAULT_SCENARIO),
-                        help="scenario file (YAML; see docs/sim.md). Default: examples/sim/cluster.yaml")
+                        help="scenario file (YAML; see docs/sim.md). Default: the demo's cluster, "
+                             "scenarios/cluster.yaml in the package")
     parser.add_argument("--kubeconfig", metavar="PATH", required=True,
                         help="where to write a kubeconfig for kubectl and the Kubernetes clients")
     parser.add_argument("--data-dir", metavar="DIR",

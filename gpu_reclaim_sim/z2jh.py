@@ -38,7 +38,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from .launch import EXAMPLES, REPO, SHARED, Child, start_sim
+from .launch import Child, start_sim
+from .paths import DEFAULT_SCENARIO, REPO, SHARED
 
 CHART = SHARED / "z2jh" / "chart"
 HELM_VALUES = REPO / "helm-values"
@@ -71,6 +72,8 @@ def missing(chart: Path = CHART) -> str | None:
     """Why the release cannot be rendered here, or None."""
     if reason := chart_missing(chart):
         return reason
+    if not BASE.is_file():  # an installed package without the clone: its own hub only
+        return f"{BASE} is not here (the release is installed from a clone of the repository)"
     try:
         import helm_python  # noqa: F401
     except ImportError:
@@ -200,7 +203,7 @@ def _images(docs: list[dict], hub_python: str | Path) -> dict[str, dict]:
 
 
 def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
-             base: Path = EXAMPLES / "sim" / "cluster.yaml", extra_images: list[dict] | None = None,
+             base: Path = DEFAULT_SCENARIO, extra_images: list[dict] | None = None,
              overrides: dict | None = None) -> dict:
     """The simulated cluster for the release `docs`: `base` (the demo's cluster: GPU and
     CPU user nodes) with a node for the core pods, the chart's user-placeholder instead of

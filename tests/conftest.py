@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpu_reclaim_sim.launch import EXAMPLES, REPO, free_port, start_hub, start_sim
+from gpu_reclaim_sim.launch import free_port, start_hub, start_sim
+from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, REPO
 
 from .hubapi import HubAPI
 
@@ -65,7 +66,7 @@ def pytest_runtest_setup(item):
 def sim(tmp_path_factory):
     """The demo's cluster in process mode, with fast image pulls so tests stay quick."""
     workdir = tmp_path_factory.mktemp("sim")
-    scenario = yaml.safe_load((EXAMPLES / "sim" / "cluster.yaml").read_text())
+    scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
     scenario["bandwidth"] = "2GB/s"       # the 5 GB GPU image in 2.5 s
     scenario["gpu"] = {"collectionInterval": "1s"}
     path = workdir / "scenario.yaml"

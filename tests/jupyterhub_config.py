@@ -1,7 +1,8 @@
 # The tests' JupyterHub: the demo's configuration, plus an API token for the tests.
 import os
 
-load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "examples", "demo", "jupyterhub_config.py"))  # noqa: F821
+load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "gpu_reclaim_sim", "demo_config",  # noqa: F821
+                            "jupyterhub_config.py"))
 
 c = get_config()  # noqa: F821
 # The harness's own tests run the unmodified KubeSpawner and no reclaim service; the

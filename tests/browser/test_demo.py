@@ -3,7 +3,7 @@ log in, pick the GPU profile, watch the spawn page report the pod's events, get 
 create a notebook from the Launcher, run a cell, stop the server from the hub's home page.
 
 The stack is the demo's (tests/conftest.py: the demo's cluster with fast image pulls and a
-JupyterHub on examples/demo/jupyterhub_config.py). All waits are on events, with generous
+JupyterHub on gpu_reclaim_sim/demo_config/jupyterhub_config.py). All waits are on events, with generous
 timeouts; nothing sleeps for a fixed time."""
 
 from __future__ import annotations

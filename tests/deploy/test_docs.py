@@ -12,7 +12,7 @@ import yaml
 
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 
-from gpu_reclaim_sim.launch import REPO
+from gpu_reclaim_sim.paths import REPO
 from gpu_reclaim_sim.z2jh import CHART, chart_missing
 
 DOCS = REPO / "docs"

@@ -16,12 +16,13 @@ from traitlets.config import Config
 
 from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
-from gpu_reclaim_sim.launch import EXAMPLES, REPO, SHARED
+from gpu_reclaim_sim.paths import REPO, SHARED
 from gpu_reclaim_sim.z2jh import CHART, chart_missing
 
 from .test_docs import table_rows
 from .test_values import SERVICE_SCOPES
 
+EXAMPLES = REPO / "examples"
 TRACE = EXAMPLES / "traces" / "example.jsonl"  # the sample trace of ../shared/traces
 PROMTOOL = shutil.which("promtool") or ("/usr/bin/promtool" if Path("/usr/bin/promtool").exists() else None)
 METRIC = re.compile(r"\bjupyterhub_gpu_reclaim[a-z0-9_:]*")

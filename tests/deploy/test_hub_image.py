@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from gpu_reclaim_sim.launch import REPO
+from gpu_reclaim_sim.paths import REPO
 
 from .. import conftest
 

@@ -89,7 +89,7 @@ def test_demo_installs_the_z2jh_release(tmp_path):
         hub_log = z2jh.Release(kubeconfig, z2jh.NAMESPACE, url).hub_log()
         assert "Loading extra config: gpu-reclaim" in hub_log  # the chart's jupyterhub_config.py
         assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in hub_log
-        assert "never_used_warn_after = 120.0" in hub_log  # examples/demo/values.yaml
+        assert "never_used_warn_after = 120.0" in hub_log  # gpu_reclaim_sim/demo_config/values.yaml
     finally:
         code = demo.stop()
     assert code == 0, demo.text()[-3000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import time
 
 import pytest
@@ -10,15 +11,27 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_reclaim_sim import scenario as sc
 from gpu_reclaim_sim.gpus import GpuFleet
 from gpu_reclaim_sim.images import ImageRegistry, normalize, repo_digest
-from gpu_reclaim_sim.launch import EXAMPLES
+from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, DEMO_CONFIG, PACKAGE, REPO, SCENARIOS
 
 
 def test_example_scenarios_load():
-    for path in sorted((EXAMPLES / "sim").glob("*.yaml")):
+    for path in sorted(SCENARIOS.glob("*.yaml")):
         s = sc.load(path)
         assert s.node_groups, path
-    demo = sc.load(EXAMPLES / "sim" / "cluster.yaml")
+    demo = sc.load(DEFAULT_SCENARIO)
     assert [(g.name, g.count, g.gpus) for g in demo.node_groups] == [("gpu", 2, 2), ("cpu", 1, 0)]
+
+
+def test_scenarios_and_the_demo_config_are_package_data():
+    """What the simulator and the demo read at run time travels in the wheel (setup.cfg's
+    package_data), so an installed package runs them without the clone."""
+    setup = configparser.ConfigParser()
+    setup.read(REPO / "setup.cfg")
+    patterns = [p.strip() for p in setup["options.package_data"][PACKAGE.name].split(",")]
+    shipped = {path for pattern in patterns for path in PACKAGE.glob(pattern) if path.is_file()}
+    needed = {p for folder in (SCENARIOS, DEMO_CONFIG) for p in folder.iterdir() if p.is_file()}
+    assert DEFAULT_SCENARIO in needed and DEMO_CONFIG / "jupyterhub_config.py" in needed
+    assert needed <= shipped
 
 
 @pytest.mark.parametrize("data, message", [
@@ -69,7 +82,7 @@ def test_image_names_normalised_like_the_runtime(ref, full):
 
 
 def test_image_registry_status_entry():
-    s = sc.load(EXAMPLES / "sim" / "cluster.yaml")
+    s = sc.load(DEFAULT_SCENARIO)
     reg = ImageRegistry(s)
     entry = reg.status_entry("quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02")
     assert entry["sizeBytes"] == 5 * 10**9

@@ -85,7 +85,7 @@ from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES  # noqa: E402
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
 c.GPUReclaimSpawner.gpu_queue_timeout = 900  # a spawn gives up after 15 min in the GPU queue
 
-_demo = os.path.dirname(os.path.abspath(env("GPU_RECLAIM_DEMO_CONFIG", "examples/demo/jupyterhub_config.py")))
+_demo = os.path.dirname(os.path.abspath(__file__))  # traitlets sets __file__ for a config file
 c.JupyterHub.services = [{
     "name": "gpu-reclaim",
     "url": f"http://127.0.0.1:{env('GPU_RECLAIM_SERVICE_PORT', '10101')}",

@@ -25,7 +25,8 @@ from . import errors
 from .nodes import GROUP_LABEL, node_manifest
 from .resources import BY_KIND
 from .scenario import NodeGroup
-from .scheduler import NodeFacts, PodView, Usage, filter_node, is_terminal, pod_priority, snapshot
+from .scheduling.facts import NodeFacts, PodView, Usage, is_terminal, pod_priority, snapshot
+from .scheduling.filters import filter_node
 from .store import Obj
 
 log = logging.getLogger("gpu_reclaim_sim.autoscaler")

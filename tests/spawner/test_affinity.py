@@ -8,7 +8,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim.images import normalize
 from gpu_reclaim_sim import images as sim_images
-from gpu_reclaim_sim.scheduler import match_node_selector_term
+from jupyterhub_gpu_reclaim.kube import match_node_selector_term
 from jupyterhub_gpu_reclaim.spawner import affinity as a
 
 D = "sha256:" + "ab" * 32

@@ -972,7 +972,7 @@ slower and the peak RSS went over 500 MB (512 MiB in a first run); the simulator
   hold a second copy of 16 MB per list.
 - **One parsed copy of the OpenAPI definitions** for all kinds' validators: each had parsed
   its own (about 4 MB each; about 30 MB for the kinds a cluster now has at start).
-- **A request's object is checked against the schema once**: `admission.decode` found the
+- **A request's object is checked against the schema once**: `admission.schema.decode` found the
   unknown fields with one full validation and admission ran a second (a few milliseconds
   per pod); admission now skips it when decoding found the object valid.
 

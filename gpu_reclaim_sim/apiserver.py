@@ -6,7 +6,7 @@ discovery, CRUD with the apiserver's status codes and `Status` errors, list pagi
 selectors, watches (see `watch.py`), PATCH in the three JSON flavours (see `patch.py`),
 server-side Table printing for `kubectl get` (see `tables.py`), pod logs, binding and
 eviction, and gzip of large responses for clients that ask (see `compression.py`).
-Validation, defaulting and admission live in `admission.py`.
+Validation, defaulting and admission live in `admission/`.
 
 Not served: protobuf (clients fall back to JSON), aggregated discovery (clients fall back
 to the legacy discovery documents), OpenAPI v2 and the schemas in OpenAPI v3 (v3 carries
@@ -30,8 +30,10 @@ from typing import Any, Awaitable, Callable, Iterator
 import yaml
 from aiohttp import web
 
-from . import (admission, authn, certificates, compression, errors, kubernetes_service, openapi, patch, protobuf,
-               rbac, serviceaccounts, tables)
+from . import (authn, certificates, compression, errors, kubernetes_service, openapi, patch, protobuf, rbac,
+               serviceaccounts, tables)
+from .admission.pipeline import admit_update
+from .admission.schema import decode
 from .errors import ApiError
 from .resources import ALL, BY_KIND, ResourceType, lookup
 from .selectors import selector_string
@@ -463,7 +465,7 @@ class ApiServer:
     # --- writing ---------------------------------------------------------------------
 
     async def _create(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings, schema_valid = admission.decode(t.rtype, await _body(request), _field_validation(request))
+        body, warnings, schema_valid = decode(t.rtype, await _body(request), _field_validation(request))
         meta = body.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise errors.bad_request("metadata must be an object")
@@ -475,7 +477,7 @@ class ApiServer:
         return _json(obj, status=201, warnings=warnings)
 
     async def _replace(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings, schema_valid = admission.decode(t.rtype, await _body(request), _field_validation(request))
+        body, warnings, schema_valid = decode(t.rtype, await _body(request), _field_validation(request))
         meta = body.setdefault("metadata", {})
         if meta.get("name") not in (None, t.name):
             raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on "
@@ -499,13 +501,13 @@ class ApiServer:
         if patched["metadata"].get("name") != t.name:
             raise ApiError(422, f'{t.rtype.kind} "{t.name}" is invalid: metadata.name: Invalid value: '
                                 f'{json.dumps(patched["metadata"].get("name"))}: field is immutable')
-        body, warnings, schema_valid = admission.decode(t.rtype, patched, _field_validation(request))
+        body, warnings, schema_valid = decode(t.rtype, patched, _field_validation(request))
         return self._update(request, t, body, warnings, schema_valid)
 
     def _update(self, request: web.Request, t: Target, body: Obj, warnings: list[str],
                 schema_valid: bool) -> web.Response:
         current = self.store.get(t.rtype, t.namespace, t.name)
-        new = admission.admit_update(self.store, t.rtype, current, body, subresource=t.subresource,
+        new = admit_update(self.store, t.rtype, current, body, subresource=t.subresource,
                                      schema_valid=schema_valid)
         if t.rtype.kind in rbac.RBAC_KINDS:
             rbac.confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, new, current)
@@ -578,7 +580,7 @@ class ApiServer:
                 "message": f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0"}],
                 "autoscaling")
         new = {**obj, "spec": {**obj.get("spec", {}), "replicas": replicas}}
-        new = admission.admit_update(self.store, t.rtype, obj, new)
+        new = admit_update(self.store, t.rtype, obj, new)
         if _dry_run(request):
             return _json(_scale_of(new))
         return _json(_scale_of(self.store.replace(t.rtype, new)))

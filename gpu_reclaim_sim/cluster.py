@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from . import admission, authn, rbac, serviceaccounts
+from . import authn, rbac, serviceaccounts
+from .admission.pipeline import admit_create
 from .apiserver import ApiServer
 from .autoscaler import Autoscaler
 from .control import ControlServer
@@ -94,7 +95,7 @@ class Cluster:
         admission (`schema_valid`: the API's decoder has checked the schema), then for a
         request's `user` the RBAC registry's escalation check, then the store (not for a
         `dry_run`). Returns the object as stored (or as it would be)."""
-        prepared = admission.admit_create(self.store, rtype, obj, namespace, schema_valid=schema_valid)
+        prepared = admit_create(self.store, rtype, obj, namespace, schema_valid=schema_valid)
         if user is not None and rtype.kind in rbac.RBAC_KINDS:
             rbac.confirm_no_escalation(self.apiserver.authorizer, user, rtype.kind, prepared)
         return prepared if dry_run else self.store.create(rtype, prepared, namespace)

@@ -16,7 +16,7 @@ import ipaddress
 import logging
 from typing import Any, Hashable
 
-from .admission import allocate_ip, load_balancer_range, used_service_ips
+from .admission.services import allocate_ip, load_balancer_range, used_service_ips
 from .controller import Controller
 from .resources import BY_KIND
 from .store import Obj

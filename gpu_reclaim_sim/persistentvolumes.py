@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Hashable
 
-from .admission import DEFAULT_CLASS_ANNOTATION, PVC_PROTECTION
+from .admission.storage import DEFAULT_CLASS_ANNOTATION, PVC_PROTECTION
 from .controller import Controller
 from .errors import ApiError
 from .quantity import parse as parse_quantity

@@ -30,11 +30,25 @@ from typing import Any, Awaitable, Callable, Iterator
 import yaml
 from aiohttp import web
 
-from . import (authn, certificates, compression, errors, kubernetes_service, openapi, patch, protobuf, rbac,
-               serviceaccounts, tables)
+from . import (
+    authn,
+    certificates,
+    compression,
+    errors,
+    kubernetes_service,
+    openapi,
+    patch,
+    protobuf,
+    serviceaccounts,
+    tables,
+)
 from .admission.pipeline import admit_update
 from .admission.schema import decode
 from .errors import ApiError
+from .rbac.authorizer import RBAC_KINDS, TRUE, Attributes, Authorizer, request_attributes
+from .rbac.defaults import RoleAggregator, bootstrap
+from .rbac.escalation import confirm_no_escalation
+from .rbac.reviews import review
 from .resources import ALL, BY_KIND, ResourceType, lookup
 from .selectors import selector_string
 from .store import Filter, Key, Obj
@@ -45,7 +59,7 @@ log = logging.getLogger("gpu_reclaim_sim.apiserver")
 
 MIN_WATCH_TIMEOUT = 300.0  # a watch without timeoutSeconds lasts 5-10 min (jittered)
 LOG_POLL_INTERVAL = 0.2
-_TRUE = rbac.TRUE
+_TRUE = TRUE
 _RETURNS_DELETED_OBJECT = ("Pod", "Namespace")  # the others answer a Status on deletion
 _PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
@@ -109,8 +123,8 @@ class ApiServer:
             tls_dir, scenario.api_host, kubernetes_service.cluster_ip(self.store.service_cidr))
         self.ca_file = tls_dir / certificates.CERT_FILE
         self.tokens = serviceaccounts.TokenIssuer(self.store)
-        self.authorizer = rbac.Authorizer(self.store, scenario.authorization_mode)
-        self.aggregator = rbac.RoleAggregator(self.store)
+        self.authorizer = Authorizer(self.store, scenario.authorization_mode)
+        self.aggregator = RoleAggregator(self.store)
         self._runner: web.AppRunner | None = None
         self._sites: list[web.TCPSite] = []
         self._port: int | None = None  # the kubeconfig's port
@@ -148,7 +162,7 @@ class ApiServer:
 
     async def start(self) -> None:
         self._stopping.clear()
-        rbac.bootstrap(self.store, self.cluster.create)  # the aggregator fills admin/edit/view as they come
+        bootstrap(self.store, self.cluster.create)  # the aggregator fills admin/edit/view as they come
         self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         scenario = self.cluster.scenario
@@ -233,13 +247,13 @@ class ApiServer:
         if not name:
             raise ApiError(500, "Internal error occurred: requested impersonation without impersonating a user")
         sa = authn.split_service_account(name)
-        checks = [rbac.Attributes(user, "impersonate", True, "", sa[0], "", "v1", "serviceaccounts", "", sa[1])
-                  if sa else rbac.Attributes(user, "impersonate", True, "", "", "", "v1", "users", "", name)]
-        checks += [rbac.Attributes(user, "impersonate", True, "", "", "", "v1", "groups", "", g) for g in groups]
+        checks = [Attributes(user, "impersonate", True, "", sa[0], "", "v1", "serviceaccounts", "", sa[1])
+                  if sa else Attributes(user, "impersonate", True, "", "", "", "v1", "users", "", name)]
+        checks += [Attributes(user, "impersonate", True, "", "", "", "v1", "groups", "", g) for g in groups]
         if uid:
-            checks.append(rbac.Attributes(user, "impersonate", True, "", "", "authentication.k8s.io", "v1",
+            checks.append(Attributes(user, "impersonate", True, "", "", "authentication.k8s.io", "v1",
                                           "uids", "", uid))
-        checks += [rbac.Attributes(user, "impersonate", True, "", "", "authentication.k8s.io", "v1",
+        checks += [Attributes(user, "impersonate", True, "", "", "authentication.k8s.io", "v1",
                                    "userextras", key, value) for key, value in extras]
         for a in checks:
             self.authorizer.check(a)
@@ -248,7 +262,7 @@ class ApiServer:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         # authorization comes before routing: a request that may not see a path gets a
         # 403 whether or not something is there
-        self.authorizer.check(rbac.request_attributes(request[USER], request.method, request.path,
+        self.authorizer.check(request_attributes(request[USER], request.method, request.path,
                                                       request.query))
         parts = [p for p in request.path.split("/") if p]
         if not parts:
@@ -509,8 +523,8 @@ class ApiServer:
         current = self.store.get(t.rtype, t.namespace, t.name)
         new = admit_update(self.store, t.rtype, current, body, subresource=t.subresource,
                                      schema_valid=schema_valid)
-        if t.rtype.kind in rbac.RBAC_KINDS:
-            rbac.confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, new, current)
+        if t.rtype.kind in RBAC_KINDS:
+            confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, new, current)
         if _dry_run(request):
             return _json(new, warnings=warnings)
         return _json(self.store.replace(t.rtype, new), warnings=warnings)
@@ -590,7 +604,7 @@ class ApiServer:
         body = await _body(request)
         if t.rtype.kind == "TokenReview":
             return _json(self._token_review(body), status=201)
-        return _json(rbac.review(self.authorizer, t.rtype.kind, request[USER], body, t.namespace), status=201)
+        return _json(review(self.authorizer, t.rtype.kind, request[USER], body, t.namespace), status=201)
 
     def _token_review(self, body: Any) -> dict[str, Any]:
         spec = (body or {}).get("spec") if isinstance(body, dict) else None

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from . import authn, rbac, serviceaccounts
+from . import authn, serviceaccounts
 from .admission.pipeline import admit_create
 from .apiserver import ApiServer
 from .autoscaler import Autoscaler
@@ -44,6 +44,8 @@ from .names import HostsFiles
 from .network import PodNetwork
 from .persistentvolumes import VolumeController, default_storage_class
 from .placeholders import PlaceholderController
+from .rbac.authorizer import RBAC_KINDS
+from .rbac.escalation import confirm_no_escalation
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
 from .scheduler import Scheduler
@@ -96,8 +98,8 @@ class Cluster:
         request's `user` the RBAC registry's escalation check, then the store (not for a
         `dry_run`). Returns the object as stored (or as it would be)."""
         prepared = admit_create(self.store, rtype, obj, namespace, schema_valid=schema_valid)
-        if user is not None and rtype.kind in rbac.RBAC_KINDS:
-            rbac.confirm_no_escalation(self.apiserver.authorizer, user, rtype.kind, prepared)
+        if user is not None and rtype.kind in RBAC_KINDS:
+            confirm_no_escalation(self.apiserver.authorizer, user, rtype.kind, prepared)
         return prepared if dry_run else self.store.create(rtype, prepared, namespace)
 
     # --- nodes -----------------------------------------------------------------------

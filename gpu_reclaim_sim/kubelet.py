@@ -27,6 +27,7 @@ from . import cgroups, errors, hosts, names, persistentvolumes, runtime, volumes
 from .backoff import RestartBackoff
 from .images import normalize, repo_digest
 from .nodes import MAX_IMAGES, node_manifest
+from .paths import REPO
 from .resources import BY_KIND
 from .scenario import NodeGroup
 from .store import Filter, Obj
@@ -36,7 +37,6 @@ log = logging.getLogger("gpu_reclaim_sim.kubelet")
 
 POD, NODE = BY_KIND["Pod"], BY_KIND["Node"]
 GPU = "nvidia.com/gpu"
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # an editable install runs from here
 MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
 CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
@@ -486,7 +486,7 @@ class PodWorker:
             caps=runtime.capabilities(c),
             no_new_privs=sc.get("allowPrivilegeEscalation") is False,
             readonly_root=bool(sc.get("readOnlyRootFilesystem")),
-            keep=sorted({sys.prefix, sys.base_prefix, str(PACKAGE_ROOT)}),
+            keep=sorted({sys.prefix, sys.base_prefix, str(REPO)}),  # an editable install runs from REPO
         )
         log_path = self.cluster.pod_log_path(self.ns, self.name, c["name"])
         return await runtime.start(box, env, log_path, self.uid, cid)

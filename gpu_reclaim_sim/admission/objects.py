@@ -8,11 +8,10 @@ import binascii
 import json
 import re
 
-from .. import errors, rbac
-from .. import netpol
+from .. import errors, netpol
+from ..rbac.validation import default_binding, validate_binding, validate_binding_update, validate_rules
 from ..store import Obj, Store
 from .validation import Cause, _cause
-
 
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
@@ -77,19 +76,19 @@ def _default_network_policy(store: Store, np: Obj, old: Obj | None = None) -> No
 
 
 def _default_binding(store: Store, binding: Obj, old: Obj | None = None) -> None:
-    rbac.default_binding(binding)
+    default_binding(binding)
 
 
 def _validate_role(store: Store, role: Obj) -> list[Cause]:
-    return rbac.validate_rules(role.get("rules"), namespaced=role.get("kind") == "Role")
+    return validate_rules(role.get("rules"), namespaced=role.get("kind") == "Role")
 
 
 def _validate_binding(store: Store, binding: Obj) -> list[Cause]:
-    return rbac.validate_binding(binding, namespaced=binding.get("kind") == "RoleBinding")
+    return validate_binding(binding, namespaced=binding.get("kind") == "RoleBinding")
 
 
 def _validate_binding_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
-    return rbac.validate_binding_update(old, new)
+    return validate_binding_update(old, new)
 
 
 # what the pipeline does for these kinds: defaulting, admission plugins, validation

@@ -13,8 +13,7 @@ from .. import serviceaccounts
 from ..errors import ApiError
 from ..resources import BY_KIND
 from ..store import Obj, Store
-from .validation import Cause, DNS1123_LABEL, LABEL_MSG, _NATIVE_PREFIXES, _cause, _quantity, _unique_names
-
+from .validation import _NATIVE_PREFIXES, DNS1123_LABEL, LABEL_MSG, Cause, _cause, _quantity, _unique_names
 
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 

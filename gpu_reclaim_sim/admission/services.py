@@ -15,7 +15,6 @@ from ..resources import BY_KIND
 from ..store import Obj, Store
 from .validation import Cause, _cause
 
-
 NODE_PORTS = range(30000, 32768)
 
 

@@ -10,7 +10,6 @@ from ..resources import BY_KIND
 from ..store import Obj, Store
 from .validation import Cause, _cause, _quantity
 
-
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 
 

@@ -8,10 +8,11 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from .. import errors, quantity, rbac
+from .. import errors, quantity
+from ..rbac.authorizer import RBAC_KINDS
+from ..rbac.validation import path_segment_problems
 from ..resources import ResourceType
 from ..store import Obj
-
 
 Cause = dict[str, str]
 
@@ -77,9 +78,9 @@ def _validate_meta(rtype: ResourceType, meta: dict[str, Any], creating: bool) ->
 
 
 def _name_causes(rtype: ResourceType, name: str, field: str) -> list[Cause]:
-    if rtype.kind in rbac.RBAC_KINDS:  # RBAC names need only be valid path segments
+    if rtype.kind in RBAC_KINDS:  # RBAC names need only be valid path segments
         return [_cause(field, "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: {m}")
-                for m in rbac.path_segment_problems(name)]
+                for m in path_segment_problems(name)]
     if rtype.kind == "Namespace":
         pattern, msg, limit = DNS1123_LABEL, LABEL_MSG, 63
     elif rtype.kind == "Service":

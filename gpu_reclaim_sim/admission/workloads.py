@@ -13,7 +13,6 @@ from .pods import _default_pod, _validate_pod
 from .storage import _validate_pvc
 from .validation import Cause, _cause
 
-
 _WORKLOADS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet")
 
 

@@ -17,11 +17,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from gpu_reclaim_sim.launch import start_sim
-from gpu_reclaim_sim import rbac
 from gpu_reclaim_sim.authn import UserInfo
-from gpu_reclaim_sim.runtime import sandbox_available
+from gpu_reclaim_sim.launch import start_sim
+from gpu_reclaim_sim.rbac.authorizer import Rule, request_attributes
 from gpu_reclaim_sim.resources import BY_KIND
+from gpu_reclaim_sim.runtime import sandbox_available
 
 from .test_apiserver import KUBECTL, Sim, make_namespace, pod_manifest
 
@@ -32,7 +32,7 @@ HUB = "system:serviceaccount:jhub:hub"
 # --- request attributes and rules (no server) ---------------------------------------------
 
 def attrs(method: str, path: str, **query: str) -> tuple[Any, ...]:
-    a = rbac.request_attributes(UserInfo("u"), method, path, query)
+    a = request_attributes(UserInfo("u"), method, path, query)
     return (a.verb, a.resource_request, a.namespace, a.api_group, a.resource, a.subresource, a.name)
 
 
@@ -62,7 +62,7 @@ def test_request_attributes_are_the_apiservers() -> None:
 
 def test_rules_match_as_the_rbac_authorizer() -> None:
     def allows(rule: dict, method: str, path: str, **query: str) -> bool:
-        return rbac.Rule(rule).allows(rbac.request_attributes(UserInfo("u"), method, path, query))
+        return Rule(rule).allows(request_attributes(UserInfo("u"), method, path, query))
 
     pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}
     assert allows(pods, "GET", "/api/v1/namespaces/a/pods/x")

@@ -1,0 +1,530 @@
+"""One pod on a simulated kubelet's node, from binding to removal (`PodWorker`): its
+claims, volumes, /etc/hosts and Service variables, its containers started through the
+container runtime and restarted with back-off, its status and events in the kubelet's
+words, and SIGTERM then SIGKILL before the pod object goes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import cgroups, errors, hosts, names, persistentvolumes, runtime, volumes
+from .backoff import RestartBackoff
+from .images import repo_digest
+from .paths import REPO
+from .resources import BY_KIND
+from .store import Obj
+from .timestamps import rfc3339
+
+if TYPE_CHECKING:
+    from .kubelet import Kubelet
+
+log = logging.getLogger("gpu_reclaim_sim.kubelet")
+
+POD, NODE = BY_KIND["Pod"], BY_KIND["Node"]
+GPU = "nvidia.com/gpu"
+MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
+MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
+CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
+CLAIM_TIMEOUT = 10.0  # then a FailedMount event says what the pod waits for (a real kubelet: 2m3s)
+READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
+
+
+class ContainerError(Exception):
+    """A container that cannot be created; the reason shows in its waiting state."""
+
+
+class PodWorker:
+    """Runs one pod on a node from binding to removal."""
+
+    def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
+        self.kubelet = kubelet
+        self.cluster = kubelet.cluster
+        self.pod = pod
+        meta = pod["metadata"]
+        self.ns, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
+        self.task: asyncio.Task | None = None
+        self.procs: dict[str, runtime.ContainerProcess | runtime.StubProcess] = {}
+        self.ip: str | None = None
+        self.dir = self.cluster.data_dir / "pods" / self.ns / f"{self.name}-{self.uid[:8]}"
+        self.volumes = volumes.PodVolumes(pod, self.dir, self._lookup, self._claim_dir, self._token)
+        self._volume_paths: dict[str, Path] = {}
+        self._stop = asyncio.Event()
+        self._grace = 30.0
+        self._life: asyncio.Task | None = None
+        self._released = False
+        self._restarts: dict[str, int] = {}
+        self._container_ids: dict[str, str] = {}
+        self._started_at: dict[str, str] = {}
+        self._state: dict[str, Obj] = {}  # container name -> its current state
+        self._last_terminated: dict[str, Obj] = {}  # container name -> its last run's end
+        self._backoff = RestartBackoff()
+
+    # --- status and events -----------------------------------------------------------
+
+    def event(self, reason: str, message: str, container: Obj | None = None, type_: str = "Normal") -> None:
+        field_path = f"spec.containers{{{container['name']}}}" if container else None
+        current = self.cluster.store.find(POD, self.ns, self.name) or self.pod
+        try:
+            self.cluster.events.record(current, reason, message, type_=type_, component="kubelet",
+                                       host=self.kubelet.name, field_path=field_path)
+        except errors.ApiError as e:  # e.g. in a terminating namespace: refused, and the kubelet carries on
+            log.debug("node %s: event %s of pod %s/%s refused: %s", self.kubelet.name, reason, self.ns,
+                      self.name, e.message)
+
+    def update_status(self, mutate) -> None:
+        store = self.cluster.store
+        current = store.find(POD, self.ns, self.name)
+        if current is None or current["metadata"]["uid"] != self.uid:
+            return
+
+        def apply(o: Obj) -> None:
+            mutate(o.setdefault("status", {}))
+
+        self.pod = store.update(POD, self.ns, self.name, apply)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def request_stop(self, grace: float) -> None:
+        self._grace = min(self._grace, float(grace)) if self._stop.is_set() else float(grace)
+        self._stop.set()
+
+    async def run(self) -> None:
+        self._life = asyncio.create_task(self._lifecycle())
+        await self._stop.wait()
+        # a container still being pulled never starts; one that runs gets its grace period
+        self._life.cancel()
+        await asyncio.gather(self._life, return_exceptions=True)
+        try:
+            for c in self._containers():
+                proc = self.procs.get(c["name"])
+                if proc is not None and proc.returncode is None:
+                    self.event("Killing", f"Stopping container {c['name']}", c)
+            await self.shutdown(self._grace)
+        finally:  # whatever happened, the pod goes once its processes have
+            _remove_pod(self.cluster.store, self.pod)
+            self.kubelet.workers.pop(self.uid, None)
+
+    async def shutdown(self, grace: float) -> None:
+        """SIGTERM to every container, SIGKILL to all their processes after `grace`
+        seconds (at least the kubelet's minimum of 2 s)."""
+        procs = [p for p in self.procs.values() if p.returncode is None]
+        for p in procs:
+            p.terminate()
+        if procs:
+            try:
+                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), max(grace, MIN_GRACE))
+            except asyncio.TimeoutError:
+                for p in procs:
+                    p.kill()
+                await asyncio.gather(*(p.wait() for p in procs))
+        await self.release()
+
+    async def release(self) -> None:
+        """Give back the pod's GPUs, address, cgroups and scratch space (its PVCs stay)."""
+        if self._released:
+            return
+        self._released = True
+        self.cluster.gpus.release(self.ns, self.name)
+        self.cluster.hosts.unregister(self.uid)
+        await self.cluster.dataplane.remove_pod(self.uid)  # CNI DEL
+        self.cluster.network.pods.release(self.ip)
+        if self._runs_processes():
+            if runtime.sandbox_available() and cgroups.available():
+                await asyncio.to_thread(cgroups.remove, self.uid)
+            self.volumes.release()
+            await asyncio.to_thread(shutil.rmtree, self.dir, True)
+
+    def _containers(self) -> list[Obj]:
+        return self.pod["spec"].get("containers", [])
+
+    def _runs_processes(self) -> bool:
+        """Whether any container of the pod is a process (not stub mode or a stub image)."""
+        if self.cluster.scenario.mode == "stub":
+            return False
+        spec = self.pod["spec"]
+        return any(not self.cluster.images.get(c["image"]).stub
+                   for c in spec.get("initContainers", []) + spec.get("containers", []))
+
+    async def _lifecycle(self) -> None:
+        try:
+            await self._run_pod()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must show, not leave the pod silently Pending
+            log.exception("node %s: pod %s/%s", self.kubelet.name, self.ns, self.name)
+            self.update_status(lambda s: s.update({"phase": "Failed", "reason": "InternalError"}))
+
+    async def _run_pod(self) -> None:
+        spec = self.pod["spec"]
+        gpu_env: dict[str, str] = {}
+        for c in self._containers():
+            count = int(str((c.get("resources", {}).get("limits") or {}).get(GPU, 0)) or 0)
+            if not count:
+                continue
+            try:
+                gpus = self.cluster.gpus.allocate(self.kubelet.name, self.ns, self.name, c["name"], count)
+            except RuntimeError:  # the device plugin's admission failure, in the kubelet's words
+                message = (f"Allocate failed due to requested number of devices unavailable for {GPU}. "
+                           f"Requested: {count}, Available: {len(self.cluster.gpus.free(self.kubelet.name))}, which is unexpected")
+                self.event("UnexpectedAdmissionError", message, type_="Warning")
+                self.update_status(lambda s: s.update({"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                                                       "message": message}))
+                await self.release()
+                return
+            gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)
+        start = rfc3339()
+        self.update_status(lambda s: s.update({
+            "hostIP": self.kubelet.address, "hostIPs": [{"ip": self.kubelet.address}],
+            "startTime": start, "qosClass": s.get("qosClass", "BestEffort"),
+            "conditions": _conditions(self.pod, initialized=not spec.get("initContainers"), ready=False),
+            "containerStatuses": [_waiting(c, "ContainerCreating") for c in self._containers()],
+        }))
+        await self._wait_for_claims()
+        if self._runs_processes():  # stub containers see no files: none to write
+            await self._mount_volumes()
+        self.ip = self.cluster.network.pods.allocate()
+        if self._runs_processes():
+            await self.cluster.dataplane.add_pod(self.pod, self.ip)  # CNI ADD: in the rules before it runs
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.cluster.hosts.register(self.pod, self.ip, self.dir / "etc-hosts")  # kept current (sim.names)
+            (self.dir / "etc-hostname").write_text(hosts.pod_hostname(self.pod)[0] + "\n")
+        try:
+            for c in spec.get("initContainers", []):
+                await self.kubelet.pull(self, c)
+                code = await (await self._start(c, gpu_env.get(c["name"]))).wait()
+                self.procs.pop(c["name"], None)
+                if code != 0:
+                    raise ContainerError(f"Init:Error (exit code {code})")
+            for c in self._containers():
+                await self.kubelet.pull(self, c)
+            first = {c["name"]: await self._start_or_fail(c, gpu_env.get(c["name"])) for c in self._containers()}
+        except (ContainerError, runtime.StartError) as e:
+            reason = str(e).split(" ")[0] if isinstance(e, ContainerError) else "StartError"
+            self.update_status(lambda s: s.update({
+                "containerStatuses": [_waiting(c, reason) for c in self._containers()]}))
+            return
+        self.update_status(lambda s: s.update({
+            "phase": "Running", "podIP": self.ip, "podIPs": [{"ip": self.ip}],
+            "conditions": _conditions(self.pod, initialized=True, ready=self._all_running()),
+            "containerStatuses": [self._status(c) for c in self._containers()],
+        }))
+        codes = await asyncio.gather(*(self._keep_running(c, first[c["name"]], gpu_env.get(c["name"]))
+                                       for c in self._containers()))
+        # every container has finished for good
+        phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
+        self.update_status(lambda s: s.update({
+            "phase": phase, "conditions": _conditions(self.pod, initialized=True, ready=False)}))
+        await self.release()
+
+    async def _wait_for_claims(self) -> None:
+        """The volume manager's wait for a pod's claims: every claim it mounts must be
+        bound (a pod without claims, the usual case, costs nothing). An unbound one is
+        looked at again every `CLAIM_POLL` seconds, with one FailedMount warning after
+        `CLAIM_TIMEOUT`, as the kubelet reports a mount that timed out."""
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in self.pod["spec"].get("volumes", [])
+                  if (v.get("persistentVolumeClaim") or {}).get("claimName")}
+        deadline, warned = time.monotonic() + CLAIM_TIMEOUT, False
+        while unbound := [name for name, claim in claims.items()
+                          if persistentvolumes.claim_dir(self.cluster.store, self.ns, claim) is None]:
+            if not warned and time.monotonic() >= deadline:
+                warned = True
+                every = " ".join(v["name"] for v in self.pod["spec"].get("volumes", []))
+                self.event("FailedMount", f"Unable to attach or mount volumes: unmounted volumes=[{' '.join(unbound)}], "
+                           f"unattached volumes=[{every}]: timed out waiting for the condition", type_="Warning")
+            await asyncio.sleep(CLAIM_POLL)
+
+    async def _mount_volumes(self) -> None:
+        """Set up every volume of the pod; one that fails is a FailedMount event, tried
+        again with the volume manager's back-off (0.5 s doubling to about 2 min)."""
+        delay = 0.5
+        while True:
+            failed = []
+            for vol in self.pod["spec"].get("volumes", []):
+                if vol["name"] in self._volume_paths:
+                    continue
+                try:
+                    self._volume_paths[vol["name"]] = self.volumes.setup(vol)
+                except volumes.MountError as e:
+                    failed.append(vol["name"])
+                    self.event("FailedMount", f'MountVolume.SetUp failed for volume "{vol["name"]}" : {e}',
+                               type_="Warning")
+            if not failed:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MOUNT_RETRY_MAX)
+
+    def _all_running(self) -> bool:
+        return all(self._state.get(c["name"], {}).get("running") for c in self._containers())
+
+    async def _keep_running(self, c: Obj, proc: Any, gpu_uuids: str | None) -> int:
+        """Wait for a container to exit and apply the restart policy, with the kubelet's
+        back-off (CrashLoopBackOff). Returns its exit code once it is done for good."""
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        name = c["name"]
+        while True:
+            code = 128 if proc is None else await proc.wait()
+            finished = time.time()
+            terminated = self._state[name].get("terminated") if proc is None else {
+                "exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                "startedAt": self._started_at.get(name), "finishedAt": rfc3339(),
+                "containerID": self._container_ids.get(name)}
+            self.procs.pop(name, None)
+            if not (policy == "Always" or (policy == "OnFailure" and code != 0)):
+                self._set_state(c, {"terminated": terminated})
+                return code
+            wait = self._backoff.wait(name, finished, time.time())
+            if wait > 0:
+                message = (f"back-off {_go_duration(self._backoff.delay(name))} restarting failed "
+                           f"container={name} pod={self.name}_{self.ns}({self.uid})")
+                self._set_state(c, {"waiting": {"reason": "CrashLoopBackOff", "message": message}}, terminated)
+                self.event("BackOff", f"Back-off restarting failed container {name} in pod "
+                           f"{self.name}_{self.ns}({self.uid})", c, "Warning")
+                await asyncio.sleep(wait)
+            self._backoff.restarted(name, finished, time.time())
+            self._restarts[name] = self._restarts.get(name, 0) + 1
+            self._rotate_log(name)
+            try:
+                proc = await self._start_or_fail(c, gpu_uuids, terminated)
+            except ContainerError as e:  # e.g. a secret its environment needs is gone
+                self._set_state(c, {"terminated": {**terminated, "exitCode": 128, "reason": "StartError",
+                                                   "message": str(e), "finishedAt": rfc3339()}})
+                proc = None
+            if proc is not None:
+                self._set_state(c, self._state[name])
+
+    def _set_state(self, c: Obj, state: Obj, last: Obj | None = None) -> None:
+        self._state[c["name"]] = state
+        if last is not None:
+            self._last_terminated[c["name"]] = last
+        self.update_status(lambda s: (_set_container(s, self._status(c)), s.update(
+            {"conditions": _conditions(self.pod, initialized=True, ready=self._all_running())})))
+
+    def _status(self, c: Obj) -> dict[str, Any]:
+        state = self._state.get(c["name"], {"waiting": {"reason": "ContainerCreating"}})
+        running = "running" in state
+        last = self._last_terminated.get(c["name"])
+        return {**_base_status(c, self._restarts.get(c["name"], 0)), "ready": running, "started": running,
+                "containerID": self._container_ids.get(c["name"]), "state": state,
+                "lastState": {"terminated": last} if last else {}}
+
+    def _rotate_log(self, container: str) -> None:
+        """Keep the last run's output for `kubectl logs --previous`."""
+        current = self.cluster.pod_log_path(self.ns, self.name, container)
+        if current.exists():
+            current.replace(self.cluster.pod_log_path(self.ns, self.name, container, previous=True))
+
+    # --- processes -------------------------------------------------------------------
+
+    async def _start_or_fail(self, c: Obj, gpu_uuids: str | None, last: Obj | None = None) -> Any:
+        """Start a container; one that cannot start is terminated with StartError (exit
+        code 128), the runtime's message in a `Failed` event, and restarted by policy."""
+        if last is not None:
+            self._last_terminated[c["name"]] = last
+        try:
+            proc = await self._start(c, gpu_uuids)
+        except runtime.StartError as e:
+            message = ("failed to create containerd task: failed to create shim task: OCI runtime create "
+                       f"failed: runc create failed: unable to start container process: {e}: unknown")
+            self.event("Failed", f"Error: {message}", c, "Warning")
+            now = rfc3339()
+            self._set_state(c, {"terminated": {"exitCode": 128, "reason": "StartError", "message": message,
+                                               "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now,
+                                               "containerID": self._container_ids.get(c["name"])}})
+            return None
+        self._state[c["name"]] = {"running": {"startedAt": self._started_at[c["name"]]}}  # the caller reports it
+        return proc
+
+    async def _start(self, c: Obj, gpu_uuids: str | None) -> Any:
+        self.event("Created", f"Created container {c['name']}", c)
+        cid = uuid.uuid4().hex
+        self._container_ids[c["name"]] = f"containerd://{cid}"
+        image = self.cluster.images.get(c["image"])
+        if self.cluster.scenario.mode == "stub" or image.stub:
+            proc: Any = runtime.StubProcess()
+        else:
+            proc = await self._exec(c, image, gpu_uuids, cid)
+        self._started_at[c["name"]] = rfc3339()
+        self.procs[c["name"]] = proc
+        self.event("Started", f"Started container {c['name']}", c)
+        return proc
+
+    async def _exec(self, c: Obj, image: Any, gpu_uuids: str | None, cid: str) -> runtime.ContainerProcess:
+        # Kubernetes' rule: command replaces ENTRYPOINT; args replace CMD
+        # and the kubelet expands $(VAR) in the pod's command and args (not in the image's)
+        env = self._env(c, image.env, gpu_uuids)
+        command = [_expand(a, env) for a in c.get("command") or []]
+        args = [_expand(a, env) for a in c.get("args") or []]
+        if command:
+            argv = command + args
+        else:
+            argv = list(image.entrypoint) + (args or list(image.cmd))
+        if not argv:
+            raise runtime.StartError("no command specified")
+        sc = c.get("securityContext") or {}
+        try:
+            mounts = self._mounts(c, env)
+        except volumes.MountError as e:
+            raise runtime.StartError(str(e)) from None
+        box = runtime.Sandbox(
+            argv=[self._rewrite(a) for a in argv],
+            workdir=c.get("workingDir") or image.working_dir or "/",
+            hostname=hosts.pod_hostname(self.pod)[0],
+            identity=runtime.identity(self.pod, c, image),
+            mounts=mounts,
+            directory=self.dir / "containers" / c["name"],
+            caps=runtime.capabilities(c),
+            no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+            readonly_root=bool(sc.get("readOnlyRootFilesystem")),
+            keep=sorted({sys.prefix, sys.base_prefix, str(REPO)}),  # an editable install runs from REPO
+        )
+        log_path = self.cluster.pod_log_path(self.ns, self.name, c["name"])
+        return await runtime.start(box, env, log_path, self.uid, cid)
+
+    def _rewrite(self, value: str) -> str:
+        """A container listening on every interface listens on the pod's own address here."""
+        return value.replace("0.0.0.0", self.ip or "127.0.0.1")
+
+    def _env(self, c: Obj, image_env: dict[str, str], gpu_uuids: str | None) -> dict[str, str]:
+        env = {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOSTNAME": hosts.pod_hostname(self.pod)[0],
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            **image_env,
+        }
+        env.update(names.service_env(self.cluster.store, self.ns, self.pod["spec"].get("enableServiceLinks", True)))
+        if gpu_uuids:
+            env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuids
+            env.update(self.cluster.control.pod_env(self.ns, self.name, self.uid))
+        for e in c.get("env", []):
+            value = e.get("value")
+            if "valueFrom" in e:
+                value = self._value_from(e["valueFrom"], c)
+            env[e["name"]] = self._rewrite(_expand(value or "", env))
+        return env
+
+    def _value_from(self, src: Obj, c: Obj) -> str:
+        if "fieldRef" in src:
+            pod = {**self.pod, "status": {**self.pod.get("status", {}), "podIP": self.ip or "",
+                                          "hostIP": self.kubelet.address}}
+            return volumes.downward_field(pod, src["fieldRef"]["fieldPath"])
+        if "resourceFieldRef" in src:
+            return volumes.resource_field(self.pod, c["name"], src["resourceFieldRef"],
+                                          self._allocatable())
+        for kind, key in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+            if kind in src:
+                ref = src[kind]
+                data = (self._lookup(key, ref["name"]) or {}).get("data") or {}
+                if ref["key"] not in data:
+                    if ref.get("optional"):
+                        return ""
+                    raise ContainerError("CreateContainerConfigError")
+                value = data[ref["key"]]
+                return base64.b64decode(value).decode() if key == "Secret" else value
+        return ""
+
+    def _allocatable(self) -> Obj:
+        node = self.cluster.store.find(NODE, None, self.kubelet.name) or {}
+        return (node.get("status") or {}).get("allocatable") or {}
+
+    def _mounts(self, c: Obj, env: dict[str, str]) -> list[dict[str, Any]]:
+        """What the container mounts: its volumes (or a `subPath` of one: a file or a
+        directory), read-only where the volume is; and the pod's /etc/hosts and
+        /etc/hostname unless it mounts its own."""
+        vols = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
+        mounts = []
+        for vm in c.get("volumeMounts", []):
+            vol = vols.get(vm["name"])
+            if vol is None or vm["name"] not in self._volume_paths:
+                continue
+            source = self._volume_paths[vm["name"]]
+            sub = vm.get("subPath") or _expand(vm.get("subPathExpr") or "", env)
+            if sub:
+                source = volumes.subpath_source(source, sub)
+            readonly = bool(vm.get("readOnly")) or any(k in vol for k in READ_ONLY_VOLUMES) \
+                or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
+            mounts.append({"source": str(source), "target": vm["mountPath"], "readonly": readonly})
+        taken = {m["target"] for m in mounts}
+        for name, target in (("etc-hosts", "/etc/hosts"), ("etc-hostname", "/etc/hostname")):
+            if target not in taken:
+                mounts.append({"source": str(self.dir / name), "target": target, "readonly": False})
+        return mounts
+
+    # --- what the volumes read -------------------------------------------------------
+
+    def _lookup(self, kind: str, name: str) -> Obj | None:
+        return self.cluster.store.find(BY_KIND[kind], self.ns, name)
+
+    def _claim_dir(self, claim: str) -> Path | None:
+        return persistentvolumes.claim_dir(self.cluster.store, self.ns, claim)
+
+    def _token(self, service_account: str, expiration: int, audience: str | None) -> str:
+        return self.cluster.service_account_token(self.ns, service_account, pod=self.pod,
+                                                  expiration_seconds=expiration, audience=audience)
+
+
+def _go_duration(seconds: float) -> str:
+    """A duration as the kubelet prints it: Go's Duration.String, truncated to
+    milliseconds (`750ms`, `5.01s`, `1m20s`, `5m0s`)."""
+    ms = int(seconds * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{hours}h{minutes}m{secs}"
+    return f"{minutes}m{secs}" if minutes else secs
+
+
+def _expand(value: str, env: dict[str, str]) -> str:
+    """`$(VAR)` references to earlier variables, as Kubernetes expands them; `$$` escapes."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
+
+
+def _conditions(pod: Obj, initialized: bool, ready: bool) -> list[dict[str, Any]]:
+    stamp = rfc3339()
+    old = {c["type"]: c for c in pod.get("status", {}).get("conditions", [])}
+
+    def cond(type_: str, ok: bool) -> dict[str, Any]:
+        status = "True" if ok else "False"
+        prev = old.get(type_)
+        since = prev["lastTransitionTime"] if prev and prev["status"] == status else stamp
+        return {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
+
+    return [cond("PodReadyToStartContainers", True), cond("Initialized", initialized),
+            cond("Ready", ready), cond("ContainersReady", ready), cond("PodScheduled", True)]
+
+
+def _base_status(c: Obj, restarts: int) -> dict[str, Any]:
+    return {"name": c["name"], "image": c["image"], "imageID": repo_digest(c["image"]),
+            "restartCount": restarts, "lastState": {}}
+
+
+def _waiting(c: Obj, reason: str) -> dict[str, Any]:
+    return {**_base_status(c, 0), "ready": False, "started": False, "state": {"waiting": {"reason": reason}}}
+
+
+def _set_container(status: Obj, cs: dict[str, Any]) -> None:
+    status["containerStatuses"] = [cs if s["name"] == cs["name"] else s for s in status.get("containerStatuses", [])]
+
+
+def _remove_pod(store: Any, pod: Obj) -> None:
+    """The kubelet's final delete: the object goes once its containers have stopped."""
+    meta = pod["metadata"]
+    current = store.find(POD, meta["namespace"], meta["name"])
+    if current is not None and current["metadata"]["uid"] == meta["uid"]:
+        try:
+            store.remove(POD, meta["namespace"], meta["name"])
+        except errors.ApiError:
+            pass

@@ -20,12 +20,21 @@ import logging
 from typing import Any, Hashable
 
 from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
+
 from .controller import Controller, controller_of
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj
-from .workloads import available_in, compute_hash, drop_zeros, int_or_percent, is_active, is_ready, \
-    pod_from_template, record
+from .workloads import (
+    available_in,
+    compute_hash,
+    drop_zeros,
+    int_or_percent,
+    is_active,
+    is_ready,
+    pod_from_template,
+    record,
+)
 
 log = logging.getLogger("gpu_reclaim_sim.daemonsets")
 

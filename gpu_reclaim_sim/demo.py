@@ -11,11 +11,10 @@ import sys
 import threading
 from pathlib import Path
 
-from .launch import Child, free_port, start_hub, start_sim
 from . import z2jh
+from .launch import Child, free_port, start_hub, start_sim
 from .main import port
 from .paths import DEFAULT_SCENARIO, DEMO_CONFIG
-
 
 STORY = """
 The demo is running: {what}.

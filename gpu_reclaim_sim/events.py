@@ -11,9 +11,10 @@ import datetime as dt
 import time
 from typing import Any
 
+from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
+
 from .resources import BY_KIND
 from .store import Obj, Store
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 from .timestamps import rfc3339
 
 EVENT = BY_KIND["Event"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 
 from jupyterhub_gpu_reclaim.images import normalize
+
 from .scenario import Image, Scenario
 
 __all__ = ["ImageRegistry", "normalize", "repo_digest"]

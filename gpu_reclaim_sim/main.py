@@ -16,7 +16,6 @@ from .paths import DEFAULT_SCENARIO
 from .scenario import ScenarioError, load
 
 
-
 def port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:

@@ -33,12 +33,13 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
+
 from . import errors
 from .authn import AUTHENTICATED, UserInfo, service_account_groups, service_account_username
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj, Store
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 from .timestamps import rfc3339
 
 ISSUER = "https://kubernetes.default.svc.cluster.local"

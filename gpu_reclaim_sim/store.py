@@ -10,19 +10,20 @@ history is refused with 410 Expired, as after an etcd compaction.
 from __future__ import annotations
 
 import asyncio
-import json
 import datetime as dt
 import ipaddress
+import json
 import logging
 import uuid
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
+
 from . import errors
 from .resources import ResourceType
 from .selectors import label_matcher, parse_field_selector
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 from .timestamps import rfc3339
 
 Obj = dict[str, Any]

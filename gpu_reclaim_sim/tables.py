@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .selectors import selector_string
 from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
+
+from .selectors import selector_string
 
 Obj = dict[str, Any]
 Column = tuple[str, str, int]  # name, type, priority (1 = only with -o wide)

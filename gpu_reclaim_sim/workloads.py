@@ -10,10 +10,11 @@ import logging
 import math
 from typing import Any
 
+from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
+
 from .controller import owner_reference
 from .errors import ApiError
 from .store import Obj
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
 log = logging.getLogger("gpu_reclaim_sim.workloads")
 

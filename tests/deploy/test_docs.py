@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
-
 from gpu_reclaim_sim.paths import REPO
 from gpu_reclaim_sim.z2jh import CHART, chart_missing
+from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 
 DOCS = REPO / "docs"
 

@@ -14,10 +14,10 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
-from jupyterhub_gpu_reclaim.config import GpuReclaim
 from gpu_reclaim_sim.paths import REPO, SHARED
 from gpu_reclaim_sim.z2jh import CHART, chart_missing
+from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
+from jupyterhub_gpu_reclaim.config import GpuReclaim
 
 from .test_docs import table_rows
 from .test_values import SERVICE_SCOPES

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_reclaim_sim.launch import free_port
 from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.launch import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -31,9 +31,9 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 from gpu_reclaim_sim import z2jh
 from gpu_reclaim_sim.z2jh import BASE, CHART, HELM_VALUES, NAMESPACE
+from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from .. import conftest

@@ -29,11 +29,16 @@ import pytest
 import pytest_asyncio
 
 from gpu_reclaim_sim.launch import Child
-from jupyterhub_gpu_reclaim.timestamps import parse_time
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
-                                                         identify_scopes, probe_scope)
+from jupyterhub_gpu_reclaim.signals.probe_tokens import (
+    PROBE_NOTE,
+    NoProbeCredential,
+    ProbeTokens,
+    identify_scopes,
+    probe_scope,
+)
 from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..hubapi import HubAPI
 from .common import TIMINGS, latest_rule, start_service_hub, until, write_service_config

@@ -35,8 +35,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim import cgroups, netpol, nftables, z2jh
+from gpu_reclaim_sim.launch import start_sim
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NS = "np"

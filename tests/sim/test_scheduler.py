@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from jupyterhub_gpu_reclaim import kube
 from gpu_reclaim_sim import scenario as sc
 from gpu_reclaim_sim import scheduler as s
-from gpu_reclaim_sim.scheduling import facts as sfacts
-from gpu_reclaim_sim.scheduling import filters as sfilters
-from gpu_reclaim_sim.scheduling import preemption as spreemption
-from gpu_reclaim_sim.scheduling import scores as sscores
 from gpu_reclaim_sim.autoscaler import Autoscaler, is_unschedulable
 from gpu_reclaim_sim.events import EventRecorder
 from gpu_reclaim_sim.nodes import node_manifest
 from gpu_reclaim_sim.placeholders import OWNER_LABEL, PlaceholderController
 from gpu_reclaim_sim.resources import BY_KIND
+from gpu_reclaim_sim.scheduling import facts as sfacts
+from gpu_reclaim_sim.scheduling import filters as sfilters
+from gpu_reclaim_sim.scheduling import preemption as spreemption
+from gpu_reclaim_sim.scheduling import scores as sscores
 from gpu_reclaim_sim.store import Store
+from jupyterhub_gpu_reclaim import kube
 
 POD, NODE, EVENT = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["Event"]
 GPU = "nvidia.com/gpu"

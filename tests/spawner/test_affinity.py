@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from jupyterhub_gpu_reclaim.images import normalize
 from gpu_reclaim_sim import images as sim_images
+from jupyterhub_gpu_reclaim.images import normalize
 from jupyterhub_gpu_reclaim.kube import match_node_selector_term
 from jupyterhub_gpu_reclaim.spawner import affinity as a
 

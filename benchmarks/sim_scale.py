@@ -945,7 +945,7 @@ writing this benchmark found, and the simulator now does:
 
 - **Garbage collection**: full collections walked every stored version of every object
   (about 830,000 objects with 5,000 pods) and paused the server for up to 1.2 s. The
-  simulator now freezes what survives a young collection every 5 s (`sim/main.py`); the
+  simulator now freezes what survives a young collection every 5 s (`gpu_reclaim_sim/main.py`); the
   store's dicts hold no reference cycles, so refcounting still frees them.
 - **Lists and watches encode each stored version once** (`Store.encoded`): a full list is
   a join of cached JSON, not a fresh serialisation (p50 from about 350 ms to under 70 ms).
@@ -980,7 +980,7 @@ The full list still took 84 ms (p99) after that, against a floor of 51 ms for mo
 15.7 MiB over HTTPS between two Python processes, and creates were at 45–47 ms (p99); the
 simulator now does:
 
-- **Lists are gzipped, as a real apiserver gzips them** (`sim/compression.py`): the
+- **Lists are gzipped, as a real apiserver gzips them** (`gpu_reclaim_sim/compression.py`): the
   apiserver's `APIResponseCompression` (beta and on by default since 1.16) gzips a response
   over 128 KiB for a client whose `Accept-Encoding` has `gzip`, as KubeSpawner's aiohttp
   client's does. The 5,000-pod list is 0.9 MiB on the wire; the client's decompression

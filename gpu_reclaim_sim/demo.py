@@ -116,11 +116,12 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
             print(f"demo: the release did not come up: {e}", file=sys.stderr)
             return 1
         kubectl = f"KUBECONFIG={sim.info['kubeconfig']} {_kubectl()}"
-        print(STORY.format(values=DEMO_VALUES, what="the Zero to JupyterHub release on a simulated cluster with 4 GPUs\n(the hub "
+        print(STORY.format(what="the Zero to JupyterHub release on a simulated cluster with 4 GPUs\n(the hub "
                                 "with GPUReclaimSpawner, the reclaim service in the hub's pod)",
                            url=release.url, password=password, gpu_1=_profile(docs, "gpu-1"),
                            gpu_2=_profile(docs, "gpu-2"), log=f"the hub's log ({kubectl} -n jhub logs deploy/hub)",
-                           metrics=sim.info["metrics"], kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl()),
+                           metrics=sim.info["metrics"], kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl(),
+                           values=DEMO_VALUES),
               flush=True)
         return _watch(stop, sim)
     finally:
@@ -149,11 +150,12 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
                              "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
                              "GPU_RECLAIM_DCGM_URL": sim.info["metrics"]})
         url = hub.info["url"]
-        print(STORY.format(values=DEMO_VALUES, what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
+        print(STORY.format(what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
                                 "reclaim service", url=url, password=password,
                            gpu_1="1 × NVIDIA A100 (40 GB)", gpu_2="2 × NVIDIA A100 (40 GB)",
                            log=workdir / "jupyterhub.log", metrics=sim.info["metrics"],
-                           kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl()), flush=True)
+                           kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl(),
+                           values=DEMO_VALUES), flush=True)
         return _watch(stop, sim, hub)
     except RuntimeError as e:
         print(f"demo: JupyterHub did not start: {e}", file=sys.stderr)

@@ -6,19 +6,19 @@ discovery, CRUD with the apiserver's status codes and `Status` errors, list pagi
 selectors, watches (see `watch.py`), PATCH in the three JSON flavours (see `patch.py`),
 server-side Table printing for `kubectl get` (see `tables.py`), pod logs, binding and
 eviction, and gzip of large responses for clients that ask (see `compression.py`).
-Validation, defaulting and admission live in `admission/`.
+Validation, defaulting and admission live in `admission/`; what a path names and the
+discovery documents in `discovery.py`, reading requests and writing responses in
+`httpio.py`, which container's log a request reads in `podlogs.py`.
 
 Not served: protobuf (clients fall back to JSON), aggregated discovery (clients fall back
 to the legacy discovery documents), OpenAPI v2 and the schemas in OpenAPI v3 (v3 carries
 just enough for kubectl to leave validation to the server; see `openapi.py`),
-server-side apply.
-"""
+server-side apply."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
 import logging
 import random
@@ -27,59 +27,75 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
-import yaml
 from aiohttp import web
 
-from . import (
-    authn,
-    certificates,
-    compression,
-    errors,
-    kubernetes_service,
-    openapi,
-    patch,
-    protobuf,
-    serviceaccounts,
-    tables,
-)
+from . import authn, certificates, compression, errors, kubernetes_service, openapi, patch, serviceaccounts, tables
 from .admission.pipeline import admit_update
 from .admission.schema import decode
+from .discovery import (
+    Handler,
+    Target,
+    _groups,
+    _only,
+    _path_not_found,
+    _version,
+    discovery_core_versions,
+    discovery_group,
+    discovery_groups,
+    discovery_resources,
+    parse_target,
+)
 from .errors import ApiError
+from .httpio import (
+    _ITEMS_CLOSE,
+    _ITEMS_OPEN,
+    _LIST_CHUNK,
+    _body,
+    _client_gone,
+    _compress,
+    _delete_options,
+    _dry_run,
+    _field_validation,
+    _int_param,
+    _json,
+    _key,
+    _paginate,
+    _plain_pieces,
+    _scale_of,
+    _status_response,
+    _success,
+)
+from .podlogs import _explain_missing_log, _log_container, _tail, _terminated
 from .rbac.authorizer import RBAC_KINDS, TRUE, Attributes, Authorizer, request_attributes
 from .rbac.defaults import RoleAggregator, bootstrap
 from .rbac.escalation import confirm_no_escalation
 from .rbac.reviews import review
-from .resources import ALL, BY_KIND, ResourceType, lookup
-from .selectors import selector_string
+from .resources import ALL, BY_KIND
 from .store import Filter, Key, Obj
 from .timestamps import rfc3339
 from .watch import WatchStream, dumps
 
 log = logging.getLogger("gpu_reclaim_sim.apiserver")
 
+
 MIN_WATCH_TIMEOUT = 300.0  # a watch without timeoutSeconds lasts 5-10 min (jittered)
+
+
 LOG_POLL_INTERVAL = 0.2
+
+
 _TRUE = TRUE
+
+
 _RETURNS_DELETED_OBJECT = ("Pod", "Namespace")  # the others answer a Status on deletion
-_PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
-@dataclass
-class Target:
-    """What a resource path names."""
-
-    rtype: ResourceType
-    namespace: str | None
-    name: str | None
-    subresource: str | None
-    watch_path: bool = False  # the legacy /watch/ prefix
-
-
-Handler = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after impersonation
-_ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
-_LIST_CHUNK = 1 << 20  # a list's body is written in pieces of this size
+
+
 _KEPT_LISTINGS = 16
+
+
 RECOMPRESS_AFTER = 2.0  # seconds: how soon a list fetched gzipped is compressed again after a change
 
 
@@ -714,319 +730,3 @@ class ApiServer:
                 await asyncio.wait_for(self._stopping.wait(), LOG_POLL_INTERVAL)
             except asyncio.TimeoutError:
                 pass
-
-
-# --- paths -----------------------------------------------------------------------------
-
-def parse_target(group: str, parts: list[str], path: str) -> Target:
-    """`[watch/][namespaces/NS/]PLURAL[/NAME[/SUB]]` after the group version."""
-    watch_path = False
-    if parts and parts[0] == "watch":
-        watch_path, parts = True, parts[1:]
-    namespace = None
-    # /namespaces/NS/PLURAL... addresses namespaced objects; /namespaces/NAME[/status]
-    # addresses the Namespace itself
-    if len(parts) >= 3 and parts[0] == "namespaces" and lookup(group, parts[2]) is not None:
-        namespace, parts = parts[1], parts[2:]
-    if not parts or len(parts) > 3:
-        raise _path_not_found(path)
-    rtype = lookup(group, parts[0])
-    if rtype is None:
-        raise _path_not_found(path)
-    if namespace is not None and not rtype.namespaced:
-        raise _path_not_found(path)
-    name = parts[1] if len(parts) > 1 else None
-    sub = parts[2] if len(parts) > 2 else None
-    if sub is not None and sub not in _subresources(rtype):
-        raise _path_not_found(path)
-    if rtype.namespaced and name is not None and namespace is None:
-        raise _path_not_found(path)
-    if watch_path and sub is not None:
-        raise _path_not_found(path)
-    return Target(rtype, namespace, name, sub, watch_path)
-
-
-def _subresources(rtype: ResourceType) -> tuple[str, ...]:
-    subs: tuple[str, ...] = ("status",) if rtype.status_subresource else ()
-    if rtype.scale_subresource:
-        subs += ("scale",)
-    if rtype.kind == "Pod":
-        subs += ("log", "binding", "eviction")
-    if rtype.kind == "ServiceAccount":
-        subs += ("token",)
-    return subs
-
-
-def _path_not_found(path: str) -> ApiError:
-    return ApiError(404, "the server could not find the requested resource", details={"causes": [
-        {"reason": "UnexpectedServerResponse", "message": f"404 page not found: {path}"}]})
-
-
-def _only(method: str, allowed: str, handler: Handler) -> Handler:
-    if method != allowed:
-        raise ApiError(405, "the server does not allow this method on the requested resource")
-    return handler
-
-
-# --- discovery -------------------------------------------------------------------------
-
-def _groups() -> list[str]:
-    return sorted({r.group for r in ALL if r.group})
-
-
-def _version() -> dict[str, str]:
-    version = openapi.kubernetes_version()
-    major, minor = version[1:].split(".")[:2]
-    return {"major": major, "minor": minor, "gitVersion": version, "gitCommit": "simulated",
-            "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24",
-            "compiler": "gc", "platform": "linux/amd64"}
-
-
-def discovery_core_versions(request: web.Request) -> dict[str, Any]:
-    return {"kind": "APIVersions", "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}]}
-
-
-def discovery_group(group: str) -> dict[str, Any]:
-    gv = {"groupVersion": f"{group}/v1", "version": "v1"}
-    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [gv], "preferredVersion": gv}
-
-
-def discovery_groups() -> dict[str, Any]:
-    return {"kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [{k: v for k, v in discovery_group(g).items() if k not in ("kind", "apiVersion")}
-                       for g in _groups()]}
-
-
-def discovery_resources(group: str) -> dict[str, Any]:
-    resources: list[dict[str, Any]] = []
-    for r in ALL:
-        if r.group != group:
-            continue
-        entry: dict[str, Any] = {"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced,
-                                 "kind": r.kind, "verbs": list(r.verbs)}
-        if r.short_names:
-            entry["shortNames"] = list(r.short_names)
-        if r.categories:
-            entry["categories"] = list(r.categories)
-        resources.append(entry)
-        if r.status_subresource:
-            resources.append({"name": f"{r.plural}/status", "singularName": "", "namespaced": r.namespaced,
-                              "kind": r.kind, "verbs": ["get", "patch", "update"]})
-        if r.scale_subresource:
-            resources.append({"name": f"{r.plural}/scale", "singularName": "", "namespaced": r.namespaced,
-                              "group": "autoscaling", "version": "v1", "kind": "Scale",
-                              "verbs": ["get", "patch", "update"]})
-        if r.kind == "Pod":
-            resources += [
-                {"name": "pods/binding", "singularName": "", "namespaced": True, "kind": "Binding",
-                 "verbs": ["create"]},
-                {"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
-                 "version": "v1", "kind": "Eviction", "verbs": ["create"]},
-                {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
-            ]
-        if r.kind == "ServiceAccount":
-            resources.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,
-                              "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest",
-                              "verbs": ["create"]})
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/v1" if group else "v1",
-            "resources": resources}
-
-
-# --- request helpers -------------------------------------------------------------------
-
-async def _body(request: web.Request, as_json: bool = False) -> Any:
-    content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-    if content_type == "application/cbor":  # client-go then falls back to JSON
-        raise ApiError(415, "the body of the request was in an unknown format - accepted media types "
-                            "include: application/json, application/yaml")
-    raw = await request.read()
-    if content_type == protobuf.CONTENT_TYPE:  # kubectl's typed clients (create namespace...)
-        return protobuf.decode(raw)
-    if not raw.strip():
-        return None
-    try:
-        if content_type in ("application/yaml", "application/x-yaml") and not as_json:
-            return yaml.safe_load(raw)
-        return json.loads(raw)
-    except (ValueError, yaml.YAMLError) as e:
-        raise errors.bad_request(f"error decoding request body: {e}") from None
-
-
-async def _delete_options(request: web.Request) -> dict[str, Any]:
-    body = await _body(request)
-    options: dict[str, Any] = body if isinstance(body, dict) else {}
-    grace = _int_param(request.query, "gracePeriodSeconds")
-    if grace is not None:
-        options["gracePeriodSeconds"] = grace
-    if options.get("gracePeriodSeconds") is not None:
-        if not isinstance(options["gracePeriodSeconds"], int):
-            raise errors.bad_request("gracePeriodSeconds must be an integer")
-        options["gracePeriodSeconds"] = max(0, options["gracePeriodSeconds"])
-    if request.query.get("dryRun"):
-        options["dryRun"] = request.query.getall("dryRun")
-    if request.query.get("propagationPolicy"):
-        options["propagationPolicy"] = request.query["propagationPolicy"]
-    if options.get("orphanDependents") is not None and not options.get("propagationPolicy"):
-        options["propagationPolicy"] = "Orphan" if options["orphanDependents"] else "Background"
-    policy = options.get("propagationPolicy")
-    if policy is not None and policy not in _PROPAGATION_POLICIES:
-        raise errors.invalid("DeleteOptions", "", [{
-            "reason": "FieldValueNotSupported", "field": "propagationPolicy",
-            "message": f"Unsupported value: {json.dumps(policy)}: supported values: "
-                       + ", ".join(f'"{p}"' for p in _PROPAGATION_POLICIES + ("nil",))}], "meta.k8s.io")
-    return options
-
-
-def _dry_run(request: web.Request, options: dict[str, Any] | None = None) -> bool:
-    values = list(request.query.getall("dryRun", [])) + list((options or {}).get("dryRun") or [])
-    for v in values:
-        if v != "All":
-            raise errors.bad_request(f'Invalid dry run value: "{v}" (supported values: "All")')
-    return bool(values)
-
-
-def _field_validation(request: web.Request) -> str:
-    value = request.query.get("fieldValidation", "Warn")
-    if value not in ("Strict", "Warn", "Ignore"):
-        raise errors.bad_request(f"fieldValidation must be one of Strict, Warn, Ignore; got {value!r}")
-    return value
-
-
-def _int_param(query: Any, name: str) -> int | None:
-    value = query.get(name)
-    if value in (None, ""):
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise errors.bad_request(f"invalid value for {name}: {value!r}") from None
-
-
-def _paginate(rtype: ResourceType, items: list[Obj], rv: str, query: Any) -> tuple[list[Obj], str | None, int]:
-    """`limit`/`continue`: items after the token's key, and the next token if more remain.
-    Unlike etcd the pages are not one snapshot: objects changed meanwhile show their
-    current state."""
-    token = query.get("continue")
-    if token:
-        try:
-            start = tuple(json.loads(base64.urlsafe_b64decode(token.encode()))["start"])
-        except (ValueError, KeyError, TypeError, binascii.Error):
-            raise errors.bad_request("continue key is not valid: illegal base64 data") from None
-        items = [o for o in items if _key(rtype, o) > start]
-    limit = _int_param(query, "limit")
-    if not limit or limit <= 0 or len(items) <= limit:
-        return items, None, 0
-    page = items[:limit]
-    last = _key(rtype, page[-1])
-    next_token = base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": list(last)}).encode()).decode()
-    return page, next_token, len(items) - limit
-
-
-def _key(rtype: ResourceType, obj: Obj) -> tuple[str, str]:
-    meta = obj["metadata"]
-    return (meta.get("namespace") or "" if rtype.namespaced else "", meta["name"])
-
-
-def _log_container(pod: Obj, requested: str | None) -> str:
-    spec = pod.get("spec") or {}
-    names = [c.get("name") for key in ("containers", "initContainers", "ephemeralContainers")
-             for c in spec.get(key) or []]
-    name = pod["metadata"]["name"]
-    if requested:
-        if requested not in names:
-            raise errors.bad_request(f"container {requested} is not valid for pod {name}")
-        return requested
-    main = [c.get("name") for c in spec.get("containers") or []]
-    if len(main) == 1:
-        return main[0]
-    raise errors.bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                             f"[{' '.join(main)}]")
-
-
-def _container_state(pod: Obj, container: str) -> dict[str, Any] | None:
-    status = pod.get("status") or {}
-    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        for c in status.get(key) or []:
-            if c.get("name") == container:
-                return c.get("state") or {}
-    return None
-
-
-def _explain_missing_log(pod: Obj, container: str) -> None:
-    """No log file yet: answer what the kubelet would, or carry on with an empty log."""
-    name = pod["metadata"]["name"]
-    if not (pod.get("spec") or {}).get("nodeName"):
-        raise errors.bad_request(f"pod {name} does not have a host assigned")
-    state = _container_state(pod, container)
-    if state is None or state.get("waiting") is not None:
-        reason = ((state or {}).get("waiting") or {}).get("reason") or "ContainerCreating"
-        raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
-
-
-def _terminated(pod: Obj, container: str) -> bool:
-    state = _container_state(pod, container) or {}
-    return bool(state.get("terminated")) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _tail(data: bytes, lines: int | None, limit_bytes: int | None) -> bytes:
-    if lines is not None and lines >= 0:
-        parts = data.splitlines(keepends=True)
-        data = b"".join(parts[-lines:]) if lines else b""
-    if limit_bytes is not None and limit_bytes > 0:
-        data = data[:limit_bytes]
-    return data
-
-
-def _client_gone(request: web.Request) -> bool:
-    return request.transport is None or request.transport.is_closing()
-
-
-# --- responses -------------------------------------------------------------------------
-
-def _json(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
-    headers = {"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
-    response = web.Response(body=dumps(obj), status=status, headers=headers)
-    for w in warnings or []:
-        response.headers.add("Warning", f'299 - "{w.replace(chr(34), chr(39))}"')
-    return response
-
-
-def _plain_pieces(head: bytes, items: list[bytes]) -> Iterator[bytes]:
-    """`head`, the comma-joined items and the list's end, in pieces of about `_LIST_CHUNK`."""
-    yield head
-    start = size = 0
-    for i, item in enumerate(items):
-        size += len(item) + 1
-        if size >= _LIST_CHUNK or i == len(items) - 1:
-            yield b",".join([b"", *items[start:i + 1]] if start else items[start:i + 1])
-            start, size = i + 1, 0
-    yield _ITEMS_CLOSE
-
-
-def _compress(request: web.Request, response: web.Response) -> None:
-    """Gzip a JSON body larger than the apiserver's threshold when the client asks for it."""
-    body = response.body
-    if (isinstance(body, bytes) and len(body) > compression.THRESHOLD
-            and compression.accepts_gzip(request.headers.get("Accept-Encoding", ""))):
-        response.body = compression.gzip(body)
-        response.headers["Content-Encoding"] = "gzip"
-        response.headers["Vary"] = "Accept-Encoding"
-
-
-def _status_response(err: ApiError) -> web.Response:
-    return _json(err.status(), status=err.code)
-
-
-def _scale_of(obj: Obj) -> dict[str, Any]:
-    meta = obj["metadata"]
-    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in meta},
-            "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 0)},
-            "status": {"replicas": (obj.get("status") or {}).get("replicas", 0),
-                       "selector": selector_string((obj.get("spec") or {}).get("selector"))}}
-
-
-def _success(code: int) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}

@@ -15,6 +15,8 @@ demo: setup
 	$(VENV)/bin/jupyterhub-gpu-reclaim-sim demo
 
 test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 	$(VENV)/bin/python -m pytest --hub-python=$(VENV_JH5)/bin/python -m "integration or jupyterhub" \
 		$(PYTEST_ARGS) $(JH5_TESTS)

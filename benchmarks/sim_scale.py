@@ -603,7 +603,7 @@ async def run_benchmark(args: argparse.Namespace, sim: Child) -> dict[str, Any]:
     last_list = b""
     for i in range(2 * args.lists):
         plain = i % 2 == 1
-        body = await timed(rec, "list_plain" if plain else "list", lambda: api.list_namespaced_pod(
+        body = await timed(rec, "list_plain" if plain else "list", lambda plain=plain: api.list_namespaced_pod(
             NAMESPACE, label_selector=LABEL_SELECTOR, _preload_content=False,
             _headers={"Accept-Encoding": "identity"} if plain else {}), wire=wire)
         if body is not None:
@@ -666,7 +666,7 @@ async def run_benchmark(args: argparse.Namespace, sim: Child) -> dict[str, Any]:
     res["lag_added_quiet"] = [first_seen[k] - sent_at[k] for k in by_watch if not during_relist(sent_at[k])]
     res["slow"] = {}
     for op in ("create", "get", "delete"):
-        starts = zip(rec.started.get(op, []), rec.latency.get(op, []))
+        starts = zip(rec.started.get(op, []), rec.latency.get(op, []), strict=True)
         slow = [(t, x) for t, x in starts if x * 1000 >= TARGET_P99_MS]
         # a request overlapping a reflector re-list: it started before the list ended and ended after it began
         overlap = sum(1 for t, x in slow if any(t <= b and t + x >= a for a, b in windows))

@@ -244,7 +244,7 @@ async def run_arm(arm: str, users: int, interval: float, prepuller: bool) -> dic
     events = json.loads(await (await api.list_namespaced_event(NAMESPACE, _preload_content=False)).read())["items"]
     nodes_end = json.loads(await (await api.list_node(_preload_content=False)).read())["items"]
     out_spawns = []
-    for sp, r in zip(spawners, results):
+    for sp, r in zip(spawners, results, strict=True):
         pod = pods.get(sp.pod_name)
         rec: dict[str, Any] = {k: v for k, v in r.items() if k != "requested"}
         if pod is not None:

@@ -218,10 +218,11 @@ def replay(records: Iterable[Record], *, config: Any = None,
         inst.hold = None
         if action == "warn":
             reclaim_at = d.reclaim_at
+            assert reclaim_at is not None  # a "warn" always says when
             inst.warnings.append(Warning(session=session.id, t=now, rule=d.rule,
                                          reclaim_at=reclaim_at))
             warnings.append({"session": session.id, "t": format_time(now), "rule": d.rule,
-                             "reclaim_at": format_time(reclaim_at) if reclaim_at else None})
+                             "reclaim_at": format_time(reclaim_at)})
         elif action == "reclaim":
             inst.reclaimed = True
             inst.samples = []
@@ -241,6 +242,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
         if isinstance(rec, Label):
             labels.append(rec)
             continue
+        if isinstance(rec, TraceConfig):  # pragma: no cover - the reader yields it once, first
+            raise TypeError(f"a second config record {rec!r}")
         t = rec.t
         if batch and t != batch_t:
             flush()

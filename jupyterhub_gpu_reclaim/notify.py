@@ -318,6 +318,7 @@ class EmailNotifier:
         """The address for `recipient`, None for no e-mail; ValueError when the mapping
         gives something that is not exactly one plain address. `user`: the recipient is the
         session's user (a name the user chose), never taken as an address."""
+        found: object  # what the admin's function returns is checked below
         if "@" in recipient and not user:
             found = recipient
         elif self.address_template is None:
@@ -345,7 +346,8 @@ class EmailNotifier:
     async def send(self, message: Message, recipients: Sequence[str]) -> None:
         import aiosmtplib
 
-        failed, addresses = [], {}
+        failed: list[str] = []
+        addresses: dict[str, str] = {}
         for recipient in recipients:
             try:
                 to = self.address(recipient, user=recipient == message.user)
@@ -414,7 +416,7 @@ class Dispatcher:
         recipients = self.recipients(message)
         chosen = [n for n in self.notifiers if recipients or getattr(n, "always", False)]
         results = await asyncio.gather(*(self._one(n, message, recipients) for n in chosen))
-        return {getattr(n, "name", type(n).__name__): ok for n, ok in zip(chosen, results)}
+        return {getattr(n, "name", type(n).__name__): ok for n, ok in zip(chosen, results, strict=True)}
 
     async def notify(self, decision: Decision, session: Session, *, keepalive_url: str,
                      hub_name: str = "JupyterHub",

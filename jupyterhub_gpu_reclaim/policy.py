@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, overload
 
 from .observations import Decision, Intent, Sample, SessionView
 from .policy_config import PolicyConfig
@@ -78,25 +78,30 @@ def _iso(t: dt.datetime | None) -> str | None:
     return None if t is None else t.isoformat()
 
 
+@overload
+def _latest(first: dt.datetime, /, *times: dt.datetime | None) -> dt.datetime: ...
+@overload
+def _latest(*times: dt.datetime | None) -> dt.datetime | None: ...
 def _latest(*times: dt.datetime | None) -> dt.datetime | None:
     present = [t for t in times if t is not None]
     return max(present) if present else None
 
 
-def _gpu_data_problem(sample: Sample, gpus: int) -> str | None:
-    """Why this sample's GPU data cannot be judged, or None when it can."""
+def _gpu_util(sample: Sample, gpus: int) -> tuple[float, ...] | str:
+    """This sample's utilization, one value per GPU of the session, or why it cannot be judged."""
     util = sample.gpu_util
     if util is None:
         return "no GPU utilization in the sample"
-    if any(u is None for u in util):
+    known = tuple(u for u in util if u is not None)
+    if len(known) != len(util):
         return "no data for some GPUs"
     if len(util) != gpus:
         return f"utilization for {len(util)} GPUs, the session holds {gpus}"
-    return None
+    return known
 
 
 def _kernel_busy(sample: Sample) -> bool:
-    return bool(sample.kernels) and any(k.execution_state == "busy" for k in sample.kernels)
+    return any(k.execution_state == "busy" for k in sample.kernels or ())
 
 
 def _intent_end(intent: Intent, config: PolicyConfig, max_age_at: dt.datetime | None) -> dt.datetime:
@@ -129,14 +134,16 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
             h.window_samples += 1
         if _kernel_busy(s):
             h.last_busy = s.t
-        if _gpu_data_problem(s, gpus) is not None:
+        util = _gpu_util(s, gpus)
+        if isinstance(util, str):
             h.last_unknown = s.t
             continue
-        for i, u in enumerate(s.gpu_util):  # type: ignore[union-attr]
+        for i, u in enumerate(util):
             if u >= threshold:
                 h.last_used = s.t
                 h.last_used_per_gpu[i] = s.t
-            if in_window and (h.window_max[i] is None or u > h.window_max[i]):
+            top = h.window_max[i]
+            if in_window and (top is None or u > top):
                 h.window_max[i] = float(u)
     return h
 
@@ -164,10 +171,11 @@ def retained_samples(
             continue
         if _kernel_busy(s):
             last_busy = k
-        if _gpu_data_problem(s, gpus) is not None:
+        util = _gpu_util(s, gpus)
+        if isinstance(util, str):
             last_unknown = k
             continue
-        for i, u in enumerate(s.gpu_util):  # type: ignore[union-attr]
+        for i, u in enumerate(util):
             if u >= config.gpu_idle_threshold:
                 last_used[i] = k
     keep.update(k for k in (*last_used, last_busy, last_unknown) if k is not None)
@@ -202,15 +210,15 @@ def decide(
     # 3. missing or stale GPU data
     latest = samples[-1] if samples else None
     if latest is None:
-        problem = "no GPU samples"
+        util: tuple[float, ...] | str = "no GPU samples"
     elif now - latest.t > config.stale_after:
-        problem = f"the latest GPU sample is {_minutes(now - latest.t)} old"
+        util = f"the latest GPU sample is {_minutes(now - latest.t)} old"
     else:
-        problem = _gpu_data_problem(latest, session.gpus)
-    if problem is not None:
+        util = _gpu_util(latest, session.gpus)
+    if isinstance(util, str):
         return decision("hold", "gpu-data-missing",
-                        f"GPU data missing ({problem}); never reclaimed on missing data",
-                        latest_sample=_iso(latest.t if latest else None), problem=problem)
+                        f"GPU data missing ({util}); never reclaimed on missing data",
+                        latest_sample=_iso(latest.t if latest else None), problem=util)
     assert latest is not None
 
     h = _scan(samples, session.gpus, now, config)
@@ -219,8 +227,7 @@ def decide(
     intent_end = _intent_end(intent, config, max_age_at) if intent else None
 
     episode_start = _latest(session.started, h.last_used, h.last_busy, h.last_unknown,
-                            max(intent.set_at, intent_end) if intent else None)
-    assert episode_start is not None
+                            max(intent.set_at, intent_end) if intent and intent_end else None)
     warnings = [w for w in view.warnings if w.t <= now]
     cleared = [w for w in warnings if w.rule in IDLE_RULES and w.t <= episode_start]
     current = [w for w in warnings if w not in cleared]
@@ -228,7 +235,7 @@ def decide(
     never_used = h.last_used is None
     idle_gpus = [
         i for i, t in enumerate(h.last_used_per_gpu)
-        if _latest(t, session.started) <= now - config.idle_reclaim_after  # type: ignore[operator]
+        if _latest(session.started, t) <= now - config.idle_reclaim_after
     ]
     evidence: dict[str, Any] = {
         "gpus": session.gpus,
@@ -236,7 +243,7 @@ def decide(
         "samples_considered": h.window_samples,
         "window_minutes": config.idle_reclaim_after.total_seconds() / 60,
         "window_max_util": h.window_max,
-        "latest_util": [float(u) for u in latest.gpu_util],  # type: ignore[union-attr]
+        "latest_util": [float(u) for u in util],
         "never_used": never_used,
         "last_used": _iso(h.last_used),
         "last_busy_kernel": _iso(h.last_busy),
@@ -290,8 +297,8 @@ def decide(
             return d
 
     # 6. intent
-    if intent is not None and intent_end > now:  # type: ignore[operator]
-        return decision("keep", "intent", f"kept alive until {intent_end.isoformat()}",  # type: ignore[union-attr]
+    if intent_end is not None and intent_end > now:
+        return decision("keep", "intent", f"kept alive until {intent_end.isoformat()}",
                         **evidence)
 
     # 7. idleness

@@ -386,7 +386,8 @@ class Reclaimer:
         if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
             d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
         if d.evidence.get("episode_cleared"):
-            self.store.close_episode(sid, [parse_time(t) for t in d.evidence.get("cleared_warnings", [])], t=now)
+            cleared = [parse_time(t) for t in d.evidence.get("cleared_warnings", [])]
+            self.store.close_episode(sid, [t for t in cleared if t is not None], t=now)
         self._failing.pop(sid, None)
         return d
 

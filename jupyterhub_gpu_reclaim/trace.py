@@ -32,7 +32,7 @@ import io
 import json
 import os
 from dataclasses import dataclass
-from typing import IO, Any, Iterable, Iterator, Literal, Union
+from typing import IO, Any, Callable, Iterable, Iterator, Literal, Union
 
 from .observations import Kernel, Sample, Session
 from .timestamps import format_time, parse_time
@@ -382,7 +382,7 @@ class _Reader:
             self.label_sessions.setdefault(sid, lineno)
         return Label(session=sid, from_=start, to=end, truth=truth)
 
-    _parsers = {
+    _parsers: dict[str, Callable[[_Reader, int, dict], Record]] = {
         "session": _session,
         "sample": _sample,
         "pressure": _pressure,
@@ -404,7 +404,7 @@ def read_trace(source: str | os.PathLike | Iterable[str], *, name: str | None = 
         with handle:
             yield from _read(handle, name)
     else:
-        yield from _read(source, name or getattr(source, "name", "<trace>"))
+        yield from _read(source, name or str(getattr(source, "name", "<trace>")))
 
 
 def _read(handle: Iterable[str], name: str) -> Iterator[Record]:
@@ -456,18 +456,18 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             out["groups"] = sorted(s.groups)
         return out
     if isinstance(record, TraceSample):
-        s = record.sample
+        m = record.sample
         return {
-            "kind": "sample", "t": format_time(s.t), "session": record.session,
-            "gpu_util": list(s.gpu_util) if s.gpu_util is not None else None,
-            "gpu_mem_used_mib": list(s.gpu_mem_used_mib) if s.gpu_mem_used_mib is not None else None,
-            "kernels": None if s.kernels is None else [
+            "kind": "sample", "t": format_time(m.t), "session": record.session,
+            "gpu_util": list(m.gpu_util) if m.gpu_util is not None else None,
+            "gpu_mem_used_mib": list(m.gpu_mem_used_mib) if m.gpu_mem_used_mib is not None else None,
+            "kernels": None if m.kernels is None else [
                 {"execution_state": k.execution_state,
                  "last_activity": format_time(k.last_activity) if k.last_activity else None}
-                for k in s.kernels],
-            "terminals": None if s.terminals is None else [
-                {"last_activity": format_time(a) if a else None} for a in s.terminals],
-            "hub_last_activity": format_time(s.hub_last_activity) if s.hub_last_activity else None,
+                for k in m.kernels],
+            "terminals": None if m.terminals is None else [
+                {"last_activity": format_time(a) if a else None} for a in m.terminals],
+            "hub_last_activity": format_time(m.hub_last_activity) if m.hub_last_activity else None,
         }
     if isinstance(record, Pressure):
         return {"kind": "pressure", "t": format_time(record.t), "pending_gpus": record.pending_gpus}

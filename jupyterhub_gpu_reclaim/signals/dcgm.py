@@ -74,7 +74,7 @@ class DcgmScrapeSignal(HttpSource):
         results = await asyncio.gather(*(self._scrape(u) for u in self.urls), return_exceptions=True)
         readings: dict[tuple[str, str], GpuReading] = {}
         errors: list[SignalError] = []
-        for url, result in zip(self.urls, results):
+        for url, result in zip(self.urls, results, strict=True):
             if isinstance(result, SignalError):
                 log.warning("dcgm-exporter %s: %s", url, result.message)
                 errors.append(result)

@@ -133,7 +133,7 @@ def readings_from_series(series: Iterable[Series], t: dt.datetime, pod_label: Po
     for s in series:
         field = _KEY.get(s.name)
         pod = pod_of(s.labels, renamed) if field else None
-        if pod is None:
+        if field is None or pod is None:
             continue
         fields = devices.setdefault(pod, {}).setdefault(_device(s.labels), {"name": _device_name(s.labels)})
         try:

@@ -326,6 +326,8 @@ class GPUReclaimSpawner(KubeSpawner):
                 if x.get("server") == self.name and x.get("gpus") and x.get("outcome") == "stopped"]
         return mine[-1] if mine else None
 
+    priority_class_name: str  # KubeSpawner's option (untyped there), set per spawn below
+
     async def _apply_resume_priority(self) -> None:
         if not hasattr(self, "_plain_priority_class"):
             self._plain_priority_class = self.priority_class_name

@@ -118,6 +118,7 @@ class Base(HubOAuthenticated, RedactedLogs):
 
     def initialize(self, ctx: Context) -> None:
         self.ctx = ctx
+        assert ctx.hub_auth is not None  # web.app mounts the pages only with the hub's auth
         self.hub_auth = ctx.hub_auth
         self._chunks: list[bytes] = []
 

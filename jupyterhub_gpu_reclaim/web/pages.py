@@ -25,7 +25,7 @@ class UserPage(Base):
         selected = self.get_argument("session", "")
         sessions = sorted(self.my_sessions().values(), key=lambda s: (s.server != "", s.server))
         cap = self.ctx.max_keepalive
-        presets = [h for h in (1, 2, 4, 8, 12, 24, 48) if dt.timedelta(hours=h) <= cap] or [cap.total_seconds() / 3600]
+        presets: list[float] = [h for h in (1, 2, 4, 8, 12, 24, 48) if dt.timedelta(hours=h) <= cap] or [cap.total_seconds() / 3600]
         self.set_status(status)
         self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
                                      reclaims=self.user_reclaims(), selected=selected, error=error,

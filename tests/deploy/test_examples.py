@@ -85,7 +85,7 @@ def test_policy_examples_match_the_helm_variants():
         options = yaml.safe_load((REPO / "helm-values" / name).read_text())["custom"]["gpuReclaim"]["options"]
         app = GpuReclaim()
         app.parse_command_line([f"--{k}={v}" for k, v in options.items()])
-        for key, value in options.items():
+        for key in options:
             field = key.replace("-", "_")
             got = getattr(policy, field)
             want = getattr(app, field)

@@ -146,7 +146,7 @@ class Hostile(World):
         for result in set(results):
             assert self.metric(P + "cycles_total", result=result) == results.count(result), result
         assert self.metric(P + "cycle_interval_seconds") == 300
-        for result, before, after in zip(results, self.stamps, self.stamps[1:]):
+        for result, before, after in zip(results, self.stamps, self.stamps[1:], strict=False):
             assert after > before if result == "ok" else after == before, (result, before, after)
 
 
@@ -517,7 +517,7 @@ async def test_malformed_watch_events_relist_and_hold_nobody_else(make, caplog):
     for i, line in enumerate(lines):
         await w.kube.send_line(line)
         await w.kube.put(f"marker-{i}", {**w.pod(f"marker-{i}"), "metadata": {"name": f"marker-{i}"}})
-        await w.until(lambda: f"marker-{i}" in w.pods.pods, f"the view current after {line[:20]!r}")
+        await w.until(lambda i=i: f"marker-{i}" in w.pods.pods, f"the view current after {line[:20]!r}")
         await w.cycle()
     await w.run_until(minutes(25))
     w.assert_bystanders_on_schedule()

@@ -55,8 +55,8 @@ async def test_busy_gpu_shows_in_dcgm_metrics(api, sim):
     line = ""
     while time.monotonic() < deadline:
         metrics = urllib.request.urlopen(sim.info["metrics"], timeout=5).read().decode()
-        line = next((l for l in metrics.splitlines()
-                     if l.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'pod="jupyter-dave"' in l), "")
+        line = next((ln for ln in metrics.splitlines()
+                     if ln.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'pod="jupyter-dave"' in ln), "")
         if line.endswith(" 87.0"):
             break
         await asyncio.sleep(0.5)

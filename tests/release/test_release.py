@@ -384,7 +384,7 @@ def postgres(password: str) -> list[dict]:
     PostgreSQL 15 standing in for the postgres image: user jupyterhub with `password`
     (scram-sha-256 from anywhere), databases jupyterhub and gpu_reclaim (as the variant's
     comment tells the admin to create)."""
-    script = f"""set -e
+    script = """set -e
 export PGDATA=/var/lib/postgresql/data
 printf '%s' "$POSTGRES_PASSWORD" > /tmp/pw
 initdb -U jupyterhub --pwfile=/tmp/pw --auth-local=trust --auth-host=scram-sha-256 >/dev/null

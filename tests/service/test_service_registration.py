@@ -64,9 +64,9 @@ async def test_registered_as_idle_cullers_readme_it_stays_up_and_culls(culler_sh
         await api.request("POST", f"/users/{quote(user, safe='')}", ok=(201, 409))  # bob is in allowed_users
         await api.request("POST", f"/users/{quote(user, safe='')}/server", {"profile": "cpu"})
     for user in ("bob", FORGED):
-        await until(lambda: _ready(api, user), 120, f"{user!r}'s server ready")
+        await until(lambda user=user: _ready(api, user), 120, f"{user!r}'s server ready")
     for user in ("bob", FORGED):
-        await until(lambda: _gone(api, user), CPU_TIMEOUT + 60, f"{user!r}'s idle server culled")
+        await until(lambda user=user: _gone(api, user), CPU_TIMEOUT + 60, f"{user!r}'s idle server culled")
     log = hub.log_path.read_text(errors="replace")
     # one process all along: never exited, never restarted by the hub; said once why it serves nothing
     assert "Service jupyterhub-idle-culler-service exited" not in log, log[-3000:]

@@ -250,7 +250,7 @@ def test_groups_cluster_roles_resource_names_and_the_default_roles(sim: Sim, tmp
 
 
 def test_aggregated_cluster_roles_follow_their_selectors(sim: Sim, tmp_path: Path) -> None:
-    rules = lambda name: json.loads(sim.kubectl("get", "clusterrole", name, "-o", "json").stdout).get("rules")  # noqa
+    rules = lambda name: json.loads(sim.kubectl("get", "clusterrole", name, "-o", "json").stdout).get("rules")  # noqa: E731
     apply(sim, {**role("monitoring", "", kind="ClusterRole"),
                 "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/aggregate-to-monitoring":
                                                                               "true"}}]}})

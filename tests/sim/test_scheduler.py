@@ -185,9 +185,9 @@ def test_cordoned_nodes_are_unschedulable_unless_tolerated_and_that_check_comes_
 
 def test_node_affinity_terms_are_ored_and_expressions_anded():
     n = node("gpu-1", labels={"accelerator": "a100", "gpu-mem": "40", "pool": "user"})
-    aff = lambda *terms: {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}
-    expr = lambda key, op, *values: {"key": key, "operator": op, **({"values": list(values)} if values else {})}
-    fits = lambda a=None, sel=None: sfilters.fit_failures(pod("p", affinity=a, node_selector=sel), n) == []
+    aff = lambda *terms: {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}  # noqa: E731
+    expr = lambda key, op, *values: {"key": key, "operator": op, **({"values": list(values)} if values else {})}  # noqa: E731
+    fits = lambda a=None, sel=None: sfilters.fit_failures(pod("p", affinity=a, node_selector=sel), n) == []  # noqa: E731
     assert fits(aff({"matchExpressions": [expr("accelerator", "In", "a100", "h100"), expr("pool", "Exists")]}))
     assert not fits(aff({"matchExpressions": [expr("accelerator", "In", "a100"), expr("pool", "DoesNotExist")]}))
     assert fits(aff({"matchExpressions": [expr("accelerator", "In", "h100")]},

@@ -39,7 +39,7 @@ ALICE = Session(id="alice/", user="alice", server="", gpus=1, started=m(0), prof
 BOB = Session(id="bob/big", user="bob", server="big", gpus=2, started=m(5), groups=frozenset({"ml"}))
 
 
-def warning(session="alice/", t=m(60), rule="gpu-idle"):
+def warning(session="alice/", t=m(60), rule="gpu-idle"):  # noqa: B008 - a datetime, immutable
     return Warning(session=session, t=t, rule=rule, reclaim_at=t + dt.timedelta(minutes=60))
 
 

@@ -381,7 +381,7 @@ async def test_pages_cannot_be_framed_but_the_hubs_embeds_can(scene):
     _, c = scene
     confirm = await c["admin"].call("POST", "admin/action", data={"action": "exempt", "session": "gina/", "hours": "1"})
     assert confirm[0] == 200 and "Confirm" in confirm[1]
-    for status, page, r in (await c["gina"].call("GET", ""), await c["admin"].call("GET", "admin"), confirm,
+    for status, _page, r in (await c["gina"].call("GET", ""), await c["admin"].call("GET", "admin"), confirm,
                             await c["gina"].call("GET", "api/sessions")):
         assert status == 200
         assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"] and r.headers["X-Frame-Options"] == "DENY"

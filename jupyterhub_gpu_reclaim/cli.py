@@ -86,10 +86,10 @@ def _existing_sqlite_store(url: str) -> None:
     import os
     import sqlite3
 
-    from .store import StoreError, _make_url
+    from .store.base import StoreError, make_url
 
     try:
-        parsed = _make_url(url)
+        parsed = make_url(url)
     except StoreError as e:
         raise _BacktestError(str(e)) from None
     if parsed.get_backend_name() != "sqlite":
@@ -121,7 +121,8 @@ def _existing_sqlite_store(url: str) -> None:
 def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> dict:
     from sqlalchemy import exc as sa_exc
 
-    from .store import Store, StoreError
+    from .store import Store
+    from .store.base import StoreError
     from .timestamps import format_time, utcnow
     from .trace import TraceError, TraceSample
     from .trace_export import export_records

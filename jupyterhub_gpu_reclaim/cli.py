@@ -200,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     backtest = sub.add_parser(
         "backtest",
         help="replay a session trace through the reclaim policy",
-        description="Replay a session trace (JSON Lines, ../shared/traces/FORMAT.md), or with "
+        description="Replay a session trace (JSON Lines, docs/trace-format.md), or with "
         "--from-store the observations the service recorded, through the reclaim policy on a "
         "virtual clock and report its warnings, reclaims and holds, scored against the trace's "
         "labels and compared with idle-culler's rule and a 0%-GPU-for-2h rule.",

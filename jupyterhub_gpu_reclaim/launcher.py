@@ -182,7 +182,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
 
 async def serve(settings: ServiceSettings) -> None:
     """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
-    from .web import listen, make_app
+    from .web.app import listen, make_app
 
     s = settings
     try:

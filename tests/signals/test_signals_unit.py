@@ -10,7 +10,8 @@ import pytest
 from aiohttp import web
 
 from jupyterhub_gpu_reclaim.observations import Kernel
-from jupyterhub_gpu_reclaim.signals import GpuSource, HubSource, KernelSource, SignalError
+from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.interfaces import GpuSource, HubSource, KernelSource
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal

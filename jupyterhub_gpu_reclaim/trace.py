@@ -28,7 +28,6 @@ Choices the format leaves open, made here:
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import os
 from dataclasses import dataclass
@@ -497,8 +496,3 @@ def write_trace(records: Iterable[Record], target: str | os.PathLike | IO[str]) 
         target.write("\n")
         n += 1
     return n
-
-
-def loads_trace(text: str, name: str = "<trace>") -> list[Record]:
-    """Read a whole trace from a string (tests, small traces)."""
-    return list(read_trace(io.StringIO(text), name=name))

@@ -86,9 +86,6 @@ class HistoryStore(StoreBase):
             return {model.__tablename__: db.execute(sa.delete(model).where(where)).rowcount
                     for model, where in ended.items()}
 
-    def record_decision(self, decision: Decision, t: dt.datetime) -> None:
-        self.record_decisions([decision], t)
-
     def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:
         """Record the decisions of one cycle in one transaction; returns how many."""
         t = aware(t, "t")

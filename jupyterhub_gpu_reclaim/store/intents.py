@@ -70,13 +70,6 @@ class IntentStore(StoreBase):
                        .values(cleared_at=set_at))
             db.add(ExemptionRow(session=session, until=until, set_at=set_at, by=by))
 
-    def clear_exemption(self, session: str, t: dt.datetime) -> bool:
-        t = aware(t, "t")
-        with self._session.begin() as db:
-            return db.execute(sa.update(ExemptionRow)
-                              .where(ExemptionRow.session == session, ExemptionRow.cleared_at.is_(None))
-                              .values(cleared_at=t)).rowcount > 0
-
     def exemptions(self, now: dt.datetime) -> dict[str, dict[str, Any]]:
         """The exemptions in force at ``now``: {session: {"until", "set_at", "by"}}."""
         now = aware(now, "now")

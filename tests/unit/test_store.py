@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
 import sqlite3
 
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.observations import Decision, Kernel, Sample, Session, Warning
 from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
-from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, loads_trace
+from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.trace_export import export_records, export_trace
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+def loads_trace(text: str) -> list:
+    return list(read_trace(io.StringIO(text)))
 
 
 def m(minutes: float) -> dt.datetime:
@@ -307,7 +312,7 @@ def test_export_empty_store(store):
 
 def test_prune_observations(store):
     _record_cycles(store)
-    store.record_decision(Decision("alice/", "keep", "gpu-busy", "busy"), m(1))
+    store.record_decisions([Decision("alice/", "keep", "gpu-busy", "busy")], m(1))
     store.set_intent("alice/", until=m(300), set_at=m(1))
     store.record_warning(warning(t=m(1)), "ep1")
     total = len(list(export_trace(store, m(0), m(10)))) - 1
@@ -324,8 +329,8 @@ def test_prune_observations(store):
 def test_decisions_log(store):
     d = Decision("alice/", "warn", "gpu-idle", "GPU idle for 60 min", reclaim_at=m(120),
                  evidence={"idle_since": m(0), "util": (0.0,)})
-    store.record_decision(d, m(60))
-    store.record_decision(Decision("bob/big", "keep", "kernel-busy", "a kernel is busy"), m(61))
+    store.record_decisions([d], m(60))
+    store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], m(61))
     [(t, got)] = store.decisions(session="alice/")
     assert t == m(60) and got.reclaim_at == m(120) and got.action == "warn"
     assert got.evidence == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}

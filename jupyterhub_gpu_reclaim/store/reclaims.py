@@ -60,16 +60,9 @@ class ReclaimStore(StoreBase):
             return False
         return True
 
-    def warnings_for(self, session: str) -> tuple[Warning, ...]:
-        """The session's warnings not yet cleared (its open episode), oldest first."""
-        with self._session() as db:
-            rows = db.scalars(sa.select(WarningRow)
-                              .where(WarningRow.session == session, WarningRow.cleared_at.is_(None))
-                              .order_by(WarningRow.t, WarningRow.id))
-            return tuple(Warning(session=r.session, t=r.t, rule=r.rule, reclaim_at=r.reclaim_at) for r in rows)
-
     def open_warnings(self) -> dict[str, tuple[Warning, ...]]:
-        """``warnings_for`` of every session that has open warnings (one query, for a cycle)."""
+        """The open warnings (those of each session's open episode), oldest first, of every
+        session that has any: one query, for a cycle."""
         out: dict[str, list[Warning]] = {}
         with self._session() as db:
             rows = db.scalars(sa.select(WarningRow).where(WarningRow.cleared_at.is_(None))

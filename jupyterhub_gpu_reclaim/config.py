@@ -22,8 +22,9 @@ Each option is declared once, as a field: the service's in `settings.ServiceSett
 the GPU policy's in `policy_config.PolicyConfig`; this module makes the traitlets options
 of those fields and adds what only the Application knows (defaults read from the
 environment, checks, the command-line aliases and flags). A bad setting raises
-:class:`~.errors.ConfigError` (`command_line` reads the command line and the file). `launcher.run_app` checks them, hands the service a typed `ServiceSettings` and
-maps errors to exit statuses; nothing that runs the service sees this Application.
+:class:`~.errors.ConfigError` (`command_line` reads the command line and the file).
+`launcher.run_app` checks them, hands the service a typed `ServiceSettings` and maps
+errors to exit statuses; nothing that runs the service sees this Application.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ CONFIG_FILE = "gpu_reclaim_config.py"
 
 # the service's options, in command-line order: the fields of ServiceSettings that are options
 _SERVICE_FIELDS = tuple(f for f in dataclasses.fields(ServiceSettings) if "trait" in f.metadata)
-_SERVICE_FIELD_NAMES = {f.name: f for f in _SERVICE_FIELDS}
 
 # The options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
 IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"])
@@ -88,15 +88,13 @@ def _policy_option(option: str) -> TraitType:
     return trait.tag(config=True)
 
 
-# every option but --config and --generate-config, in command-line order: the service's,
-# then the GPU policy's (the PolicyConfig fields with help; the others are idle-culler's)
-_OPTIONS: dict[str, TraitType] = {
-    **{f.name: _service_option(f) for f in _SERVICE_FIELDS},
-    **{option_of(f.name): _policy_option(option_of(f.name))
-       for f in dataclasses.fields(PolicyConfig) if f.metadata["help"]},
-}
-_COMMAND_LINE = [name for name in _OPTIONS if name not in _SERVICE_FIELD_NAMES
-                 or _SERVICE_FIELD_NAMES[name].metadata["command_line"]]
+# the GPU policy's options: the PolicyConfig fields with help (the others are idle-culler's)
+_GPU_POLICY_OPTIONS = [option_of(f.name) for f in dataclasses.fields(PolicyConfig) if f.metadata["help"]]
+# every option but --config and --generate-config: the service's, then the GPU policy's
+_OPTIONS: dict[str, TraitType] = {**{f.name: _service_option(f) for f in _SERVICE_FIELDS},
+                                  **{name: _policy_option(name) for name in _GPU_POLICY_OPTIONS}}
+# those with a --name=value alias, in command-line order (the others: config file only)
+_COMMAND_LINE = [f.name for f in _SERVICE_FIELDS if f.metadata["command_line"]] + _GPU_POLICY_OPTIONS
 
 
 def _bool_flag(trait: str) -> tuple[dict, str]:
@@ -121,7 +119,7 @@ class GpuReclaim(Application):
     raise_config_file_errors = True
 
     # ------------------------------------------------------------------ the options
-    # made from their declarations: a class body's namespace is a real dict (PEP 667)
+    # made from their declarations; in a class body locals() is the class's namespace
 
     locals().update(_OPTIONS)
 
@@ -187,12 +185,6 @@ class GpuReclaim(Application):
     def _cookie_secret_file_default(self) -> str:
         return os.environ.get("GPU_RECLAIM_COOKIE_SECRET_FILE", "")
 
-    @validate("user_writes_per_minute")
-    def _writes_valid(self, proposal: Any) -> int:
-        if proposal["value"] < 0:
-            raise TraitError(f"--user-writes-per-minute must be >= 0, got {proposal['value']}")
-        return proposal["value"]
-
     # ------------------------------------------------------------------ validation
 
     @validate("timeout", "max_age", "concurrency", "api_page_size")
@@ -216,6 +208,12 @@ class GpuReclaim(Application):
         if value < 60:
             raise TraitError(f"--kernel-probe-token-lifetime must be at least 60 s, got {value:g}")
         return value
+
+    @validate("user_writes_per_minute")
+    def _writes_valid(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"--user-writes-per-minute must be >= 0, got {proposal['value']}")
+        return proposal["value"]
 
     @validate("gpu_idle_threshold")
     def _threshold_valid(self, proposal: Any) -> float:

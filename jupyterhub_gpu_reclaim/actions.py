@@ -12,6 +12,10 @@ Hub semantics (JupyterHub 5/6 `UserServerAPIHandler.delete`):
   Older hubs answered 400 "... is not running" for a stopped server → "already-stopped".
 - 5xx, 429, timeouts and connection errors are retried with exponential backoff.
 
+The retries and the waits for the stop to finish use JupyterHub's `exponential_backoff`
+(full jitter, as KubeSpawner waits for its pods), so that many stops retried or followed
+at once do not reach the hub in step.
+
 A stop the hub accepted but that does not finish within `stop_timeout` is "stuck": the
 caller records it and retries it next cycle (jupyterhub-idle-culler issue #77).
 The token is sent in the Authorization header only and never logged.
@@ -28,6 +32,7 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import quote
 
 import aiohttp
+from jupyterhub.utils import exponential_backoff
 from yarl import URL
 
 from .observations import Outcome
@@ -61,7 +66,9 @@ class HubStopper(HttpSource):
     """Stops one user's server through `DELETE {api}/users/{u}/server` (default server) or
     `DELETE {api}/users/{u}/servers/{name}` (named; body `{"remove": true}` when
     `remove_named_servers`). `retries` is the number of retries after the first DELETE
-    (so at most `retries + 1` requests), waiting `backoff * 2**k` seconds before retry k."""
+    (so at most `retries + 1` requests), waiting up to `backoff * 2**k` seconds before retry
+    k; the stop is then checked again and again, at most `poll_interval` seconds apart,
+    until it is done or `stop_timeout` has passed."""
 
     def __init__(self, api_url: str, token: str, *, remove_named_servers: bool = False,
                  stop_timeout: float = 300.0, poll_interval: float = 1.0, retries: int = 3,
@@ -140,17 +147,30 @@ class HubStopper(HttpSource):
         """DELETE with retries: (status, body text, attempts); status None when every
         attempt failed transiently (the text says why)."""
         attempts = 0
-        while True:
+        answer: tuple[int | None, str] = (None, "")
+
+        async def attempt() -> bool:  # True: answered, or out of retries
+            nonlocal attempts, answer
             attempts += 1
             try:
-                status, text = await self._request(url, body)
-                return status, text, attempts
+                answer = await self._request(url, body)
+                return True
             except _Transient as e:
+                answer = (None, str(e))
                 if attempts > self.retries:
-                    return None, str(e), attempts
-                delay = self.backoff * 2 ** (attempts - 1)
-                log.warning("%s: attempt %d failed (%s); retrying in %.2f s", what, attempts, e, delay)
-                await asyncio.sleep(delay)
+                    return True
+                log.warning("%s: attempt %d failed (%s); retrying", what, attempts, e)
+                return False
+
+        # bounded by the number of attempts; the time limit only backs that up
+        limit = (self.retries + 1) * self.request_timeout + self.backoff * 2 ** (self.retries + 1)
+        try:
+            await exponential_backoff(attempt, f"{what}: no answer", start_wait=self.backoff,
+                                      max_wait=self.backoff * 2 ** self.retries, timeout=limit,
+                                      timeout_tolerance=0)
+        except asyncio.TimeoutError:
+            pass
+        return answer[0], answer[1], attempts
 
     async def _request(self, url: str, body: dict[str, Any] | None = None) -> tuple[int, str]:
         """One DELETE; raises _Transient for what a retry may cure."""
@@ -169,17 +189,22 @@ class HubStopper(HttpSource):
             raise _Transient(f"{type(e).__name__}: {e}") from None
 
     async def _poll(self, check: Callable[[], Awaitable[tuple[bool, str]]], failure: str) -> tuple[bool, str]:
-        """Call `check` (→ done?, what is still wrong) every poll_interval until it is done
-        or stop_timeout has passed."""
-        deadline = time.monotonic() + self.stop_timeout
-        while True:
-            done, last = await check()
-            if done:
-                return True, ""
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False, f"{failure} within {self.stop_timeout:g} s: {last}"
-            await asyncio.sleep(min(self.poll_interval, left))
+        """Call `check` (→ done?, what is still wrong) until it is done or stop_timeout has
+        passed, waiting at most poll_interval between two calls."""
+        last = ""
+
+        async def done() -> bool:
+            nonlocal last
+            ok, last = await check()
+            return ok
+
+        try:
+            await exponential_backoff(done, failure, start_wait=min(0.2, self.poll_interval),
+                                      max_wait=self.poll_interval, timeout=self.stop_timeout,
+                                      timeout_tolerance=0)
+        except asyncio.TimeoutError:
+            return False, f"{failure} within {self.stop_timeout:g} s: {last}"
+        return True, ""
 
     async def _wait_hub(self, user: str, server: str) -> tuple[bool, str]:
         """Poll the user model until the server is no longer listed (or marked stopped)."""

@@ -2,7 +2,7 @@
 
 The same :func:`jupyterhub_gpu_reclaim.policy.decide` the service calls is called here, at
 every sample instant of every session, with the :class:`SessionView` the service would
-have built at that moment. The report is the JSON object of ``../shared/traces/FORMAT.md``.
+have built at that moment. The report is the JSON object of docs/trace-format.md ("Backtest output").
 
 How the replay works (choices the format leaves open):
 

@@ -74,10 +74,10 @@ def _existing_sqlite_store(url: str) -> None:
     import os
     import sqlite3
 
-    from .store import StoreError, _make_url
+    from .store.base import StoreError, make_url
 
     try:
-        parsed = _make_url(url)
+        parsed = make_url(url)
     except StoreError as e:
         raise _BacktestError(str(e)) from None
     if parsed.get_backend_name() != "sqlite":
@@ -109,7 +109,8 @@ def _existing_sqlite_store(url: str) -> None:
 def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> dict:
     from sqlalchemy import exc as sa_exc
 
-    from .store import Store, StoreError
+    from .store import Store
+    from .store.base import StoreError
     from .timestamps import format_time, utcnow
     from .trace import TraceError, TraceSample
     from .trace_export import export_records
@@ -164,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     backtest = sub.add_parser(
         "backtest",
         help="replay a session trace through the reclaim policy",
-        description="Replay a session trace (JSON Lines, ../shared/traces/FORMAT.md), or with "
+        description="Replay a session trace (JSON Lines, docs/trace-format.md), or with "
         "--from-store the observations the service recorded, through the reclaim policy on a "
         "virtual clock and report its warnings, reclaims and holds, scored against the trace's "
         "labels and compared with idle-culler's rule and a 0%-GPU-for-2h rule.",

@@ -23,7 +23,7 @@ class PodSource(Protocol):
 
 @dataclass
 class Options:
-    """What the cycle needs beyond the policy (see config.GpuReclaim for each one's help)."""
+    """What the cycle needs beyond the policy (see settings.ServiceSettings for each one's help)."""
 
     dry_run: bool = False
     cull_users: bool = False

@@ -3,7 +3,7 @@
 `run_app(argv)` is what ``jupyterhub-gpu-reclaim`` runs without a subcommand. It reads the
 settings (`config.GpuReclaim`: command line, then config file), checks what can be checked
 before running, logs them without secrets, and hands the service a typed, frozen
-`ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
+`settings.ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
 to ``cull_idle``, nothing past this point sees the traitlets Application: `build` wires a
 `Reclaimer` to the real signals from the settings, `serve` runs its cycles.
 
@@ -21,7 +21,6 @@ import os
 import signal
 import ssl
 import sys
-from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -33,59 +32,14 @@ from .cycle import Options
 from .errors import ConfigError, ServiceError
 from .metrics import Metrics
 from .notify import Dispatcher, make_notifiers, redact_url
-from .policy_config import PolicyConfig
 from .service import Reclaimer
+from .settings import ServiceSettings
 from .signals.base import SignalError
-from .signals.gpu_readings import PodLabel
 from .signals.interfaces import GpuSource
-from .store import Store, StoreError
+from .store import Store
+from .store.base import StoreError
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.launcher")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServiceSettings:
-    """Everything the running service needs, as plain typed values. The fields not derived
-    here carry the values of the options of the same name (see their help in
-    `config.GpuReclaim`)."""
-
-    policy: PolicyConfig
-    options: Options  # what the cycle needs beyond the policy
-    ssl_context: ssl.SSLContext | None  # --ssl-enabled: internal-ssl's client certificate and CA
-    # the hub
-    url: str
-    api_token: str = field(repr=False)
-    api_page_size: int
-    concurrency: int
-    remove_named_servers: bool
-    # the pods
-    namespace: str
-    kubeconfig: str
-    pod_label_selector: str
-    verify_pod_gone: bool
-    stop_timeout: float
-    # GPU data
-    prometheus_url: str
-    prometheus_query: str
-    prometheus_pod_label: PodLabel
-    dcgm_exporter_urls: tuple[str, ...]
-    gpu_request_timeout: float
-    # kernels
-    probe_kernels: bool
-    kernel_probe_credential: str
-    kernel_probe_token_lifetime: float
-    kernel_probe_timeout: float
-    # notices
-    notifiers: tuple[dict[str, Any], ...] = field(repr=False)  # may hold passwords and webhook secrets
-    admin_recipients: tuple[str, ...]
-    copy_admins: bool
-    notify_users_in_dry_run: bool
-    # store and web server
-    store_url: str = field(repr=False)  # may hold a password
-    bind_url: str
-    cookie_secret_file: str
-    admin_scope: str
-    user_writes_per_minute: int
 
 
 _DERIVED = frozenset({"policy", "options", "ssl_context"})
@@ -95,7 +49,9 @@ _SECRET_KEYS = frozenset({"password", "headers", "token"})
 def _ssl_context(app: GpuReclaim) -> ssl.SSLContext:
     """The TLS context for the hub and servers with --ssl-enabled (client certificate
     and CA of internal-ssl); ConfigError when the files are missing or cannot be loaded."""
-    key, cert, ca = app.ssl_files()
+    loc = app.internal_certs_location  # as idle-culler uses them
+    key, cert, ca = (f"{loc}/hub-internal/hub-internal.key", f"{loc}/hub-internal/hub-internal.crt",
+                     f"{loc}/hub-ca/hub-ca.crt")
     missing = [p for p in (key, cert, ca) if not os.path.isfile(p)]
     if missing:
         raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
@@ -139,6 +95,7 @@ def service_settings(app: GpuReclaim) -> ServiceSettings:
                       observation_retention=dt.timedelta(seconds=app.observation_retention),
                       record_retention=dt.timedelta(seconds=app.record_retention))
     plain = {f.name: getattr(app, f.name) for f in dataclasses.fields(ServiceSettings) if f.name not in _DERIVED}
+    plain["cull_every"] = app.effective_cull_every
     plain = {name: tuple(value) if isinstance(value, list) else value for name, value in plain.items()}
     return ServiceSettings(policy=policy, options=options,
                            ssl_context=_ssl_context(app) if app.ssl_enabled else None, **plain)
@@ -225,7 +182,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
 
 async def serve(settings: ServiceSettings) -> None:
     """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
-    from .web import listen, make_app
+    from .web.app import listen, make_app
 
     s = settings
     try:

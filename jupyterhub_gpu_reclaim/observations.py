@@ -1,7 +1,7 @@
 """What the reclaimer knows about GPU sessions: the data that flows from the signals
 (or a trace file) to the policy. Plain frozen dataclasses, no I/O.
 
-The fields follow the session-trace format (docs: ../shared/traces/FORMAT.md), so the live
+The fields follow the session-trace format (docs/trace-format.md), so the live
 service and `backtest` feed the policy the same things.
 """
 

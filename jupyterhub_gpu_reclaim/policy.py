@@ -379,13 +379,6 @@ def decide_user(
     return False, f"inactive for {_minutes(inactive)}" if inactive is not None else "no activity recorded"
 
 
-def decide_all(
-    views: Iterable[SessionView], *, now: dt.datetime, pending_gpus: int, config: PolicyConfig
-) -> list[Decision]:
-    """`decide` for each view, in order."""
-    return [decide(v, now=now, pending_gpus=pending_gpus, config=config) for v in views]
-
-
 def _minutes(td: dt.timedelta | None) -> str:
     if td is None:
         return "-"

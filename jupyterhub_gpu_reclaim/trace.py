@@ -1,7 +1,7 @@
 """Session traces (JSON Lines, format v1): a streaming reader that validates every line,
 and a writer, so the service can record its own observations in the same format.
 
-The format is specified in ``../shared/traces/FORMAT.md``. In short: the first line is the
+The format is specified in docs/trace-format.md. In short: the first line is the
 only ``config`` line (``version`` 1); then ``session``, ``sample``, ``pressure``, ``intent``
 and ``label`` lines sorted by their time field. The reader rejects, with a
 :class:`TraceError` naming the file and line, an unsorted file, an unknown ``kind`` and a
@@ -28,7 +28,6 @@ Choices the format leaves open, made here:
 from __future__ import annotations
 
 import datetime as dt
-import io
 import json
 import os
 from dataclasses import dataclass
@@ -497,8 +496,3 @@ def write_trace(records: Iterable[Record], target: str | os.PathLike | IO[str]) 
         target.write("\n")
         n += 1
     return n
-
-
-def loads_trace(text: str, name: str = "<trace>") -> list[Record]:
-    """Read a whole trace from a string (tests, small traces)."""
-    return list(read_trace(io.StringIO(text), name=name))

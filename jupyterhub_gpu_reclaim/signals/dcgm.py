@@ -25,7 +25,7 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.signals.dcgm")
 
 _NAMES = (GPU_UTIL, ENGINE_ACTIVE, FB_USED)
 
-__all__ = ["DcgmScrapeSignal", "GpuReading", "parse_dcgm_text"]
+__all__ = ["DcgmScrapeSignal", "parse_dcgm_text"]
 
 
 def parse_dcgm_text(text: str, scraped_at: dt.datetime) -> dict[tuple[str, str], GpuReading]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from ..observations import Kernel
-    from .dcgm import GpuReading
+    from .gpu_readings import GpuReading
     from .hub import HubServer
 
 

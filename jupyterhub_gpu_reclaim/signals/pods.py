@@ -266,13 +266,6 @@ class PodSignal:
             raise SignalError("pods", "the pod list has not been read yet")
         return dict(self.pods)
 
-    def by_session(self) -> dict[str, PodInfo]:
-        return {p.session_id: p for p in self.pods_now().values() if p.user}
-
-    def pending_gpu_demand(self) -> int:
-        """GPUs requested by pods the scheduler cannot place for lack of nvidia.com/gpu."""
-        return sum(p.gpus for p in self.pods_now().values() if p.waits_for_gpu)
-
     def snapshot(self, max_age: float) -> PodSnapshot:
         """The current view; SignalError when it was never read, or when the watch has
         been down for more than `max_age` seconds (the view may be out of date)."""

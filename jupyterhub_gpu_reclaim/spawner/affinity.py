@@ -7,8 +7,8 @@ merge of the resulting terms into KubeSpawner's `node_affinity_required` /
 `node_affinity_preferred` trait values (camelCase dicts, as KubeSpawner accepts them).
 
 Kubernetes semantics shared with the simulated cluster's scheduler (quantities, pod
-requests, taint toleration, node-selector matching) live in `jupyterhub_gpu_reclaim.kube`
-and are re-exported here. Kubernetes rules this module relies on (checked against
+requests, taint toleration, node-selector matching) live in `jupyterhub_gpu_reclaim.kube`.
+Kubernetes rules this module relies on (checked against
 kubernetes/kubernetes pkg/apis/core/validation/validation.go):
 
 * `ValidateNodeFieldSelectorRequirement`: a `matchFields` requirement takes operator
@@ -31,7 +31,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 from .. import kube
 from ..images import normalize
-from ..kube import (  # also re-exported: this module's names before kube.py existed
+from ..kube import (
     NODE_NAME_FIELD,
     TAINT_UNSCHEDULABLE,
     match_field,

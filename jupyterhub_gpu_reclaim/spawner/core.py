@@ -16,6 +16,7 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
 from ..images import normalize
+from ..signals.pods import KEEPALIVE_ANNOTATION
 from ..timestamps import utcnow
 from . import affinity, keepalive, messages
 from .informer import Informer
@@ -188,7 +189,7 @@ class GPUReclaimSpawner(KubeSpawner):
         pod = await super().get_pod_manifest()
         annotations = dict(pod.metadata.annotations or {})
         if self.keepalive_until is not None:
-            annotations[keepalive.ANNOTATION] = keepalive.iso(self.keepalive_until)
+            annotations[KEEPALIVE_ANNOTATION] = keepalive.iso(self.keepalive_until)
         pod.metadata.annotations = annotations
         if self.image_locality != "off":
             await self._apply_image_locality(pod)

@@ -18,7 +18,6 @@ from typing import Any, Mapping, Sequence
 from tornado import web
 
 from ..durations import parse_duration
-from ..signals.pods import KEEPALIVE_ANNOTATION as ANNOTATION  # noqa: F401 (the pod annotation)
 from ..timestamps import format_time
 
 UTC = dt.timezone.utc

@@ -248,20 +248,20 @@ async def test_pod_watch_tracks_gpus_and_the_gpu_queue(sim, servers):
     signal = PodSignal("jhub", kubeconfig=sim.info["kubeconfig"], watch_timeout=5)
     await signal.start()
     try:
-        sessions = signal.by_session()
+        sessions = signal.snapshot(60).by_session
         alice, bob = sessions["alice/"], sessions["bob/"]
         assert alice.gpus == 1 and alice.ready and alice.node and alice.direct_url
-        assert bob.gpus == 0 and signal.pending_gpu_demand() == 0
+        assert bob.gpus == 0 and signal.snapshot(60).pending_gpus == 0
         await servers.start("dave", "gpu-2")
         await servers.wait_ready("dave")
         await servers.start("erin", "gpu-2")
-        await _until(lambda: signal.pending_gpu_demand() == 2, 20, "erin's 2 GPUs pending")
-        erin = signal.by_session()["erin/"]
+        await _until(lambda: signal.snapshot(60).pending_gpus == 2, 20, "erin's 2 GPUs pending")
+        erin = signal.snapshot(60).by_session["erin/"]
         assert erin.waits_for_gpu and not erin.ready and "nvidia.com/gpu" in erin.unschedulable
         await servers.stop("dave")
-        await _until(lambda: "dave/" not in signal.by_session(), 20, "dave's pod gone from the watch")
-        await _until(lambda: signal.pending_gpu_demand() == 0, 30, "erin scheduled")
+        await _until(lambda: "dave/" not in signal.snapshot(60).by_session, 20, "dave's pod gone from the watch")
+        await _until(lambda: signal.snapshot(60).pending_gpus == 0, 30, "erin scheduled")
         await servers.wait_ready("erin")
-        await _until(lambda: signal.by_session()["erin/"].ready, 10, "erin ready in the watch")
+        await _until(lambda: signal.snapshot(60).by_session["erin/"].ready, 10, "erin ready in the watch")
     finally:
         await signal.stop()

@@ -10,7 +10,8 @@ import pytest
 from aiohttp import web
 
 from jupyterhub_gpu_reclaim.observations import Kernel
-from jupyterhub_gpu_reclaim.signals import GpuSource, HubSource, KernelSource, SignalError
+from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.interfaces import GpuSource, HubSource, KernelSource
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -509,12 +510,13 @@ def test_pod_info_reads_kubespawner_pods():
 def test_pod_signal_applies_watch_events_and_counts_demand():
     signal = PodSignal("jhub")
     with pytest.raises(SignalError):
-        signal.pending_gpu_demand()  # nothing listed yet: missing data, not zero demand
+        signal.snapshot(60)  # nothing listed yet: missing data, not zero demand
     signal.synced.set()
     signal._apply({"type": "ADDED", "object": k8s_pod("jupyter-a", "a")})
     signal._apply({"type": "ADDED", "object": k8s_pod(
         "jupyter-b", "b", gpus=2, phase="Pending", unschedulable="0/2 nodes: Insufficient nvidia.com/gpu")})
     signal._apply({"type": "ADDED", "object": k8s_pod("jupyter-c", "c", gpus=1, server="big")})
-    assert signal.pending_gpu_demand() == 2 and set(signal.by_session()) == {"a/", "b/", "c/big"}
+    snapshot = signal.snapshot(60)
+    assert snapshot.pending_gpus == 2 and set(snapshot.by_session) == {"a/", "b/", "c/big"}
     signal._apply({"type": "DELETED", "object": k8s_pod("jupyter-b", "b")})
-    assert signal.pending_gpu_demand() == 0 and signal._resource_version == "7"
+    assert signal.snapshot(60).pending_gpus == 0 and signal._resource_version == "7"

@@ -8,7 +8,7 @@ import pytest
 
 from gpu_reclaim_sim import images as sim_images
 from jupyterhub_gpu_reclaim.images import normalize
-from jupyterhub_gpu_reclaim.kube import match_node_selector_term
+from jupyterhub_gpu_reclaim.kube import match_node_selector_term, parse_quantity
 from jupyterhub_gpu_reclaim.spawner import affinity as a
 
 D = "sha256:" + "ab" * 32
@@ -117,13 +117,13 @@ def test_index_scales():
     ("100k", 100_000), (2, 2), (0.1, Fraction(1, 10)), (Fraction(3, 4), Fraction(3, 4)), ("1Ki", 1024),
 ])
 def test_parse_quantity(raw, value):
-    assert a.parse_quantity(raw) == value
+    assert parse_quantity(raw) == value
 
 
 @pytest.mark.parametrize("raw", ["", "1Gb", "abc", "1.2.3", True, "1 Gi"])
 def test_parse_quantity_rejects(raw):
     with pytest.raises(ValueError):
-        a.parse_quantity(raw)
+        parse_quantity(raw)
 
 
 def test_pod_requests_takes_pod_or_spec():

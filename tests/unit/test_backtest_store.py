@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim import store as store_mod
+from jupyterhub_gpu_reclaim.store import base as store_mod
 from jupyterhub_gpu_reclaim.observations import Kernel, Sample, Session
 from jupyterhub_gpu_reclaim.store import Store
 

@@ -13,9 +13,10 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim, LogFormatter
+from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
+from jupyterhub_gpu_reclaim.oneline import LogFormatter
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig, from_settings, option_of
 
 TOKEN = "s3cr3t-token-value"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jupyterhub_gpu_reclaim.observations import (
     Decision, Intent, Kernel, Sample, Session, SessionView, Warning,
 )
-from jupyterhub_gpu_reclaim.policy import decide, decide_all, retained_samples
+from jupyterhub_gpu_reclaim.policy import decide, retained_samples
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
 T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)
@@ -350,7 +350,7 @@ def test_cpu_server_ignores_exemptions_and_gpu_data():
     assert run(cpu_view(m(0)), m(60), config=cfg).action == "reclaim"
 
 
-# ---------------------------------------------------------------- config, decide_all
+# ---------------------------------------------------------------- config, determinism
 
 @pytest.mark.parametrize("kw", [
     {"gpu_idle_threshold": 0}, {"gpu_idle_threshold": 101}, {"warning_lead": mins(-1)},
@@ -362,11 +362,11 @@ def test_bad_config_is_rejected(kw):
         PolicyConfig(**kw)
 
 
-def test_decide_all_and_determinism():
+def test_decisions_are_deterministic():
     views = [SessionView(session(), samples(lambda k: 0, 30)), cpu_view(m(0))]
-    a = decide_all(views, now=m(60), pending_gpus=0, config=CFG)
+    a = [decide(v, now=m(60), pending_gpus=0, config=CFG) for v in views]
     assert [d.session for d in a] == ["alice/", "bob/"]
-    assert a == decide_all(views, now=m(60), pending_gpus=0, config=CFG)
+    assert a == [decide(v, now=m(60), pending_gpus=0, config=CFG) for v in views]
 
 
 # ---------------------------------------------------------------- simulated clock walk

@@ -217,7 +217,7 @@ async def test_never_used_gpu_is_warned_at_30_then_reclaimed_at_60(harness, capl
         (minutes(50), "keep"), (minutes(55), "keep"), (minutes(60), "reclaim")]
     (record,) = h.store.reclaims()
     assert (record.session, record.rule, record.outcome, record.gpus) == (sid, "gpu-never-used", "stopped", 1)
-    assert len(h.store.warnings_for(sid)) == 0  # the episode ended with the stop
+    assert len(h.store.open_warnings().get(sid, ())) == 0  # the episode ended with the stop
     assert h.dispatcher.sent["log"] == 2  # the warning, then the reclaim notice
     assert "warn alice/ (gpu-never-used)" in caplog.text
 

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import io
 import sqlite3
 
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim import store as store_mod
 from jupyterhub_gpu_reclaim.observations import Decision, Kernel, Sample, Session, Warning
-from jupyterhub_gpu_reclaim.store import Store, StoreError, StoreVersionError
-from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, loads_trace
+from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.store import schema as store_mod
+from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
+from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.trace_export import export_records, export_trace
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+def loads_trace(text: str) -> list:
+    return list(read_trace(io.StringIO(text)))
 
 
 def m(minutes: float) -> dt.datetime:
@@ -150,8 +156,8 @@ def test_warning_idempotent_per_episode(store):
     assert store.record_warning(w, "ep1", ["log"]) is False  # same episode: never again
     assert store.record_warning(warning(t=m(61)), "ep1") is False  # same rule+episode, other time
     assert store.record_warning(warning(t=m(75), rule="max-age"), "ep1") is True  # another rule
-    assert store.warnings_for("alice/") == (w, warning(t=m(75), rule="max-age"))
-    assert store.warnings_for("bob/big") == ()
+    assert store.open_warnings().get("alice/", ()) == (w, warning(t=m(75), rule="max-age"))
+    assert store.open_warnings().get("bob/big", ()) == ()
     assert set(store.open_warnings()) == {"alice/"}
 
 
@@ -159,13 +165,13 @@ def test_close_episode(store):
     store.record_warning(warning(t=m(60)), "ep1")
     store.record_warning(warning(t=m(70), rule="max-age"), "ep1")
     assert store.close_episode("alice/", [m(60)], t=m(80)) == 1
-    assert store.warnings_for("alice/") == (warning(t=m(70), rule="max-age"),)
+    assert store.open_warnings().get("alice/", ()) == (warning(t=m(70), rule="max-age"),)
     assert store.close_episode("alice/", t=m(81)) == 1
-    assert store.warnings_for("alice/") == ()
+    assert store.open_warnings().get("alice/", ()) == ()
     # the closed episode is still never warned again; a new episode is
     assert store.record_warning(warning(t=m(60)), "ep1") is False
     assert store.record_warning(warning(t=m(200)), "ep2") is True
-    assert store.warnings_for("alice/") == (warning(t=m(200)),)
+    assert store.open_warnings().get("alice/", ()) == (warning(t=m(200)),)
 
 
 # --------------------------------------------------------------------------- reclaims
@@ -220,7 +226,7 @@ def test_restart_keeps_intents_and_warnings_and_refuses_duplicates(path):
     # the service is killed and restarted
     with Store.open(path) as s:
         assert s.intents()["bob/big"].until == m(600)
-        assert s.warnings_for("alice/") == (warning(),)
+        assert s.open_warnings().get("alice/", ()) == (warning(),)
         assert s.record_warning(warning(), "ep1", ["log"]) is False
         assert s.begin_reclaim("alice/", "gpu-idle", m(121), {}, 1, episode="ep1") is None
         [rec] = s.unfinished_reclaims()  # begun before the crash: check it again
@@ -306,7 +312,7 @@ def test_export_empty_store(store):
 
 def test_prune_observations(store):
     _record_cycles(store)
-    store.record_decision(Decision("alice/", "keep", "gpu-busy", "busy"), m(1))
+    store.record_decisions([Decision("alice/", "keep", "gpu-busy", "busy")], m(1))
     store.set_intent("alice/", until=m(300), set_at=m(1))
     store.record_warning(warning(t=m(1)), "ep1")
     total = len(list(export_trace(store, m(0), m(10)))) - 1
@@ -314,7 +320,7 @@ def test_prune_observations(store):
     assert deleted == 5  # pressure at 0; cycles 1 and 2: a sample and a pressure line each
     left = loads_trace("\n".join(export_trace(store, m(0), m(10))))
     assert len(left) - 1 == total - 5
-    assert store.decisions() == [] and "alice/" in store.intents() and store.warnings_for("alice/")
+    assert store.decisions() == [] and "alice/" in store.intents() and store.open_warnings().get("alice/", ())
 
 
 # --------------------------------------------------------------------------- decisions
@@ -323,8 +329,8 @@ def test_prune_observations(store):
 def test_decisions_log(store):
     d = Decision("alice/", "warn", "gpu-idle", "GPU idle for 60 min", reclaim_at=m(120),
                  evidence={"idle_since": m(0), "util": (0.0,)})
-    store.record_decision(d, m(60))
-    store.record_decision(Decision("bob/big", "keep", "kernel-busy", "a kernel is busy"), m(61))
+    store.record_decisions([d], m(60))
+    store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], m(61))
     [(t, got)] = store.decisions(session="alice/")
     assert t == m(60) and got.reclaim_at == m(120) and got.action == "warn"
     assert got.evidence == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}

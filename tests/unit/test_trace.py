@@ -19,7 +19,6 @@ from jupyterhub_gpu_reclaim.trace import (
     TraceSample,
     TraceSession,
     dump_record,
-    loads_trace,
     read_trace,
     write_trace,
 )
@@ -29,6 +28,10 @@ EXAMPLE = SHARED / "traces" / "example.jsonl"
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+
+
+def loads_trace(text: str, name: str = "<trace>") -> list:
+    return list(read_trace(io.StringIO(text), name=name))
 
 
 def ts(t: dt.datetime) -> str:

@@ -8,11 +8,11 @@ from urllib.parse import quote
 
 import pytest
 
-from jupyterhub_gpu_reclaim import web
 from jupyterhub_gpu_reclaim.status import SessionStatus
 from jupyterhub_gpu_reclaim.timestamps import utcnow
-from jupyterhub_gpu_reclaim.web import BadInput, csv_cell, local_time_to_utc, parse_until, sparkline, state_of
-from jupyterhub_gpu_reclaim.web.render import session_json
+from jupyterhub_gpu_reclaim.web import app, inputs, render
+from jupyterhub_gpu_reclaim.web.inputs import BadInput, local_time_to_utc, parse_until
+from jupyterhub_gpu_reclaim.web.render import csv_cell, session_json, sparkline, state_of
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 2, 14, 0, tzinfo=UTC)
@@ -59,7 +59,7 @@ def test_parse_until():
 
 
 def test_local_time_to_utc_is_the_next_such_moment(monkeypatch):
-    monkeypatch.setattr(web.inputs, "utcnow", lambda: NOW)  # where local_time_to_utc reads the time
+    monkeypatch.setattr(inputs, "utcnow", lambda: NOW)  # where local_time_to_utc reads the time
     assert local_time_to_utc("15:30", "0") == dt.datetime(2026, 11, 2, 15, 30, tzinfo=UTC)
     assert local_time_to_utc("13:00", "0") == dt.datetime(2026, 11, 3, 13, 0, tzinfo=UTC)  # tomorrow
     # UTC+1 (getTimezoneOffset() = -60): 16:00 local is 15:00 UTC
@@ -81,7 +81,7 @@ def render_admin(dry_run: bool, sessions=()):
             "reclaims": [], "stuck": [], "policy": {}, "audit": [],
             "totals": {"gpus_held": 0, "gpus_idle": 0, "gpu_hours_idle_today": 0, "waiting": 0,
                        "gpus_waited_for": 0, "gpu_hours_freed_7d": 0}}
-    return web.render._jinja.get_template("admin.html").render(
+    return render._jinja.get_template("admin.html").render(
         prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
         dry_run=dry_run, xsrf="tok", now=NOW, sparkline=sparkline, state_of=state_of, quote=quote,
         max_keepalive=dt.timedelta(hours=12), data=data, notice="", error="")
@@ -109,7 +109,7 @@ def test_access_log_hides_secret_query_values(caplog):
     handler.request = HTTPServerRequest(
         method="GET", uri="/services/gpu-reclaim/oauth_callback?code=SECRET&state=STATE&token=TOK&x=a%0Ab")
     with caplog.at_level("DEBUG", logger="jupyterhub_gpu_reclaim.web"):
-        web.app._log_request(handler)
+        app._log_request(handler)
     assert "oauth_callback?code=[secret]&state=[secret]&token=[secret]&x=a%0Ab" in caplog.text
     assert "SECRET" not in caplog.text and "STATE" not in caplog.text and "TOK" not in caplog.text
 

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim import store as store_mod
+from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store import Store
 
 UTC = dt.timezone.utc
@@ -51,14 +51,14 @@ def test_v1_store_is_upgraded_to_v2_keeping_its_data(path):
         assert s.audit_log()[0]["detail"] == {"hours": 3}
 
 
-def test_exemptions_expire_and_clear(path):
+def test_exemptions_expire_and_are_replaced(path):
     with Store.open(path) as s:
         s.set_exemption("bob/x", T0 + dt.timedelta(hours=2), T0, by="admin")
         assert set(s.exemptions(T0)) == {"bob/x"}
         assert s.exemptions(T0 + dt.timedelta(hours=2)) == {}
-        assert s.clear_exemption("bob/x", T0) is True
-        assert s.exemptions(T0) == {}
-        assert s.clear_exemption("bob/x", T0) is False
+        s.set_exemption("bob/x", T0 + dt.timedelta(minutes=1), T0 + dt.timedelta(seconds=30), by="admin")
+        assert set(s.exemptions(T0 + dt.timedelta(seconds=30))) == {"bob/x"}  # the new one replaced it
+        assert s.exemptions(T0 + dt.timedelta(hours=1)) == {}
 
 
 def test_audit_log_filters_and_refuses_naive_times(path):

@@ -1,0 +1,346 @@
+"""The service's settings, each declared once: `ServiceSettings`.
+
+Each field of `ServiceSettings` that carries an option (`_option`) declares that option's
+kind of value, default and help text; `config.GpuReclaim` makes its traitlets options from
+these fields (and the GPU policy's from `policy_config.PolicyConfig`'s), in this order on
+the command line. The launcher fills a frozen `ServiceSettings` from the options and hands
+it to the service, which never sees the traitlets Application.
+
+A few defaults come from the environment (JUPYTERHUB_API_URL and friends); the
+Application computes those (``@default`` in config.py), and their help says so.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from textwrap import dedent
+from typing import TYPE_CHECKING, Any
+
+from traitlets import Bool, Dict, Enum, Float, Int, List, TraitType, Unicode
+
+from .durations import parse_duration
+from .policy_config import PolicyConfig
+from .signals.gpu_readings import PodLabel
+from .signals.prometheus import DEFAULT_QUERY
+from .store.base import DEFAULT_URL as DEFAULT_STORE_URL
+
+if TYPE_CHECKING:
+    from .cycle import Options
+
+
+class Duration(TraitType):
+    """A duration in seconds (float). Accepts a number of seconds or a string such as
+    "90", "90s", "30m", "2h", "1d", "1h30m". Never negative."""
+
+    default_value = 0.0
+    info_text = 'a duration: seconds (>= 0) or a string like "30m", "2h", "1h30m"'
+
+    def validate(self, obj: Any, value: Any) -> float:
+        try:
+            seconds = parse_duration(value).total_seconds()
+        except (TypeError, ValueError):
+            self.error(obj, value)
+        if seconds < 0:
+            self.error(obj, value)
+        return float(seconds)
+
+    def from_string(self, s: str) -> Any:
+        return s
+
+
+def _option(trait: type[TraitType], *args: Any, help: str, command_line: bool = True,
+            idle_culler: bool = False, secret: bool = False, **kwargs: Any) -> Any:
+    """A field set by the option of its name: `trait(*args, **kwargs)` with `help`.
+    `command_line`: also ``--name=value`` (else the config file only); `idle_culler`: one of
+    jupyterhub-idle-culler 2.0's options; `secret`: kept out of the settings' repr."""
+    return field(repr=not secret, metadata={
+        "trait": trait, "args": args, "kwargs": kwargs, "help": dedent(help).strip(),
+        "command_line": command_line, "idle_culler": idle_culler})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceSettings:
+    """Everything the running service needs, as plain typed values: the options (fields
+    made with `_option`, in command-line order) and what the launcher derives from them."""
+
+    # derived by the launcher
+    policy: PolicyConfig  # the GPU policy's options and idle-culler's timeout rule
+    options: Options  # what the cycle needs beyond the policy
+    ssl_context: ssl.SSLContext | None  # --ssl-enabled: internal-ssl's client certificate and CA
+
+    # ------------------------------------------------------------------ idle-culler 2.0
+    # in its --help order
+
+    api_page_size: int = _option(Int, 0, idle_culler=True, help="""
+        Number of users to request per page, when using JupyterHub 2.0's paginated
+        user list API.
+
+        Default (0): use the server-side default configured page size.
+        """)
+
+    concurrency: int = _option(Int, 10, idle_culler=True, help="""
+        Limit the number of concurrent requests made to the Hub.
+
+        Deleting a lot of users at the same time can slow down the Hub, so limit the
+        number of API requests we have outstanding at any given time. 0: no limit.
+        """)
+
+    cull_admin_users: bool = _option(Bool, True, idle_culler=True, help="""
+        Whether admin users should be culled (only if --cull-users=true).
+
+        As in jupyterhub-idle-culler 2.0 this only concerns deleting users: admins'
+        servers are stopped like anyone's.
+        """)
+
+    cull_default_servers: bool = _option(Bool, True, idle_culler=True, help="""
+        Whether default servers should be culled (only if --cull-default-servers=true).
+
+        Applies to idle-culler's timeout rule for servers without GPUs.
+        """)
+
+    # the launcher puts the effective value here: half of --timeout when 0
+    cull_every: int = _option(Int, 0, idle_culler=True, help="""
+        The interval (in seconds) for checking for idle servers to cull.
+
+        Default: half of --timeout, as in jupyterhub-idle-culler.
+        """)
+
+    cull_named_servers: bool = _option(Bool, True, idle_culler=True, help="""
+        Whether named servers should be culled (only if --cull-named-servers=true).
+
+        Applies to idle-culler's timeout rule for servers without GPUs.
+        """)
+
+    cull_users: bool = _option(Bool, False, idle_culler=True, help="""
+        Cull users in addition to servers.
+
+        This is for use in temporary-user cases such as tmpnb.
+        """)
+
+    internal_certs_location: str = _option(Unicode, "internal-ssl", idle_culler=True, help="""
+        The location of generated internal-ssl certificates (only needed with
+        --ssl-enabled=true).
+        """)
+
+    max_age: int = _option(Int, 0, idle_culler=True, help="""
+        The maximum age (in seconds) of servers that should be culled even if they are
+        active.
+
+        jupyterhub-idle-culler's rule, applied to servers without GPUs. 0: off. For a
+        hard lifetime of GPU sessions (with warnings) see --gpu-max-age.
+        """)
+
+    remove_named_servers: bool = _option(Bool, False, idle_culler=True, help="""
+        Remove named servers in addition to stopping them.
+
+        This is useful for a BinderHub that uses authentication and named servers.
+        """)
+
+    ssl_enabled: bool = _option(Bool, False, idle_culler=True, help="""
+        Whether the Jupyter API endpoint has TLS enabled.
+
+        Uses the hub's internal-ssl key, certificate and CA from
+        --internal-certs-location.
+        """)
+
+    timeout: int = _option(Int, 600, idle_culler=True, help="""
+        The idle timeout (in seconds).
+
+        jupyterhub-idle-culler's rule, applied to servers without GPUs: a server whose
+        hub last_activity is this old is stopped. GPU sessions follow the GPU policy
+        instead (the hub's last_activity alone never keeps a GPU session). Default 600,
+        as in jupyterhub-idle-culler (the z2jh chart passes 3600).
+        """)
+
+    url: str = _option(Unicode, None, allow_none=True, idle_culler=True, help="""
+        The JupyterHub API URL.
+
+        Default: the JUPYTERHUB_API_URL environment variable (set by JupyterHub for
+        its managed services), as in jupyterhub-idle-culler.
+        """)
+
+    # ------------------------------------------------------------------ the service
+
+    dry_run: bool = _option(Bool, False, help="""
+        Decide, record and report everything, but stop nothing.
+
+        Warnings go to the admins only. The recommended first step of a rollout:
+        run with --dry-run for a while, read what it would have reclaimed, then turn
+        it off. Default off (the service reclaims, as idle-culler culls).
+        """)
+
+    api_token: str = _option(Unicode, command_line=False, secret=True, help="""
+        The JupyterHub API token of the service.
+
+        Default: the JUPYTERHUB_API_TOKEN environment variable, as in
+        jupyterhub-idle-culler (JupyterHub sets it for managed services). Prefer the
+        environment variable to writing the token into a config file. Never logged.
+        """)
+
+    # ------------------------------------------------------------------ signals
+
+    namespace: str = _option(Unicode, help="""
+        The Kubernetes namespace of the single-user pods (the hub's namespace).
+
+        Default: the POD_NAMESPACE environment variable, else the namespace of the
+        service account the service runs under, else "default".
+        """)
+
+    kubeconfig: str = _option(Unicode, "", help="""
+        A kubeconfig file for reading pods. Default: the in-cluster service account,
+        else $KUBECONFIG / ~/.kube/config. Needs get/list/watch on pods.
+        """)
+
+    pod_label_selector: str = _option(Unicode, "component=singleuser-server", help="""
+        Label selector of the single-user pods (KubeSpawner's default labels).
+        """)
+
+    prometheus_url: str = _option(Unicode, "", secret=True, help="""
+        Prometheus base URL (e.g. http://prometheus-server) to read GPU utilization
+        from with one query per cycle. Leave empty to scrape --dcgm-exporter-urls
+        directly. With neither, GPU sessions are held (never reclaimed) for lack of data.
+        """)
+
+    prometheus_query: str = _option(Unicode, DEFAULT_QUERY, help="""
+        The PromQL instant query for per-GPU utilization (and framebuffer use). The
+        default reads DCGM_FI_DEV_GPU_UTIL, falls back to DCGM_FI_PROF_GR_ENGINE_ACTIVE
+        where it is missing (MIG), and DCGM_FI_DEV_FB_USED.
+        """)
+
+    prometheus_pod_label: PodLabel = _option(Enum, ["auto", "pod", "exported_pod"], "auto", help="""
+        Which label names the pod holding a GPU: "exported_pod" when Prometheus scrapes
+        dcgm-exporter with honor_labels: false (the default), "pod" with honor_labels:
+        true; "auto" picks per answer.
+        """)
+
+    dcgm_exporter_urls: tuple[str, ...] = _option(List, Unicode(), secret=True, help="""
+        dcgm-exporter /metrics URLs to scrape directly each cycle, for clusters without
+        Prometheus (one per GPU node, or a Service).
+        """)
+
+    gpu_request_timeout: float = _option(Float, 10.0, help="""
+        Seconds to wait for Prometheus or a dcgm-exporter before counting the GPU data
+        of that cycle missing.
+        """)
+
+    probe_kernels: bool = _option(Bool, True, help="""
+        Ask GPU sessions whose GPUs look idle for their kernels and terminals
+        (GET /api/kernels?no_track_activity=1), so a busy kernel keeps the session.
+        The probe goes to the pod's own address (the proxy would move the hub's
+        last_activity); on z2jh the service needs the label
+        hub.jupyter.org/network-access-singleuser=true. Its credential: see
+        kernel_probe_credential.
+        """)
+
+    kernel_probe_credential: str = _option(Enum, ["user-token", "none"], default_value="user-token", help="""
+        What a kernel probe authenticates with. The service's own token never goes to a
+        user's server (the user can record every request to it). "user-token": per
+        probed server, a token owned by that server's user and good for that server only
+        (scope access:servers!server=USER/NAME), minted from the hub and deleted when the
+        server stops; the service's role needs the scope tokens. "none": no credential,
+        so no probe: a session whose GPUs look idle is held, never reclaimed (no kernel
+        data), and a busy kernel cannot be told from an idle one.
+        """)
+
+    kernel_probe_token_lifetime: float = _option(Duration, 3600.0, help="""
+        How long a kernel-probe token lives (seconds or "1h"). It is reused until a
+        quarter of this is left, then replaced; a hub whose token_expires_in_max_seconds
+        is lower shortens it to that.
+        """)
+
+    kernel_probe_timeout: float = _option(Float, 5.0, help="""
+        Seconds to wait for a server's kernel list; a server that does not answer has
+        no kernel data and is held, not reclaimed.
+        """)
+
+    # ------------------------------------------------------------------ actions, store
+
+    stop_timeout: float = _option(Duration, 300.0, help="""
+        How long a stop may take (the hub's stop, then the pod's removal) before it is
+        reported as stuck (log, metric, store) and retried next cycle (seconds or "5m").
+        """)
+
+    verify_pod_gone: bool = _option(Bool, True, help="""
+        After the hub stops a server, wait until its pod is gone, so the GPU is really
+        free before the reclaim counts as done.
+        """)
+
+    store_url: str = _option(Unicode, DEFAULT_STORE_URL, secret=True, help="""
+        Where intents, warnings, reclaims and observations are kept: any SQLAlchemy URL
+        (sqlite:///path, postgresql://...). Default: gpu_reclaim.sqlite in the working
+        directory. `backtest --from-store --store URL` reads the same database.
+        """)
+
+    observation_retention: float = _option(Duration, 14 * 86400.0, help="""
+        How long the observations of each cycle are kept for `backtest --from-store`
+        (seconds or "14d"). Intents, warnings and reclaims are kept (--record-retention).
+        """)
+
+    # ------------------------------------------------------------------ notifications
+
+    notifiers: tuple[dict[str, Any], ...] = _option(List, Dict(), [{"type": "log"}], command_line=False, secret=True, help="""
+        Where warnings and reclaim notices go: a list of {"type": ..., options}.
+        {"type": "log"}; {"type": "webhook", "url": ...} (JSON); {"type": "slack",
+        "url": ...} (Slack-compatible text); {"type": "email", "host": ..., "port":
+        ..., "sender": ..., "address_template": "{user}@example.edu" (users get no
+        e-mail without it; see docs/service.md for what an address must be),
+        "username"/"password", "starttls", "ssl"}. See docs/service.md.
+        """)
+
+    admin_recipients: tuple[str, ...] = _option(List, Unicode(), help="""
+        Who gets a copy of every warning and reclaim notice (user names or e-mail
+        addresses), and the only recipients in --dry-run.
+        """)
+
+    copy_admins: bool = _option(Bool, True, help="""
+        Send --admin-recipients a copy of the notices users get.
+        """)
+
+    notify_users_in_dry_run: bool = _option(Bool, False, help="""
+        In --dry-run, warn the users too (not only the admins).
+        """)
+
+    keepalive_url: str = _option(Unicode, help="""
+        The keep-alive page linked from every warning. Default: this service's
+        keepalive page (JUPYTERHUB_PUBLIC_URL, else JUPYTERHUB_SERVICE_PREFIX, + "keepalive").
+        """)
+
+    hub_name: str = _option(Unicode, "JupyterHub", help="""
+        The hub's name in notices ("Physics GPU Hub").
+        """)
+
+    # ------------------------------------------------------------------ web pages
+
+    bind_url: str = _option(Unicode, help="""
+        Where the service's web server (/metrics, the pages) listens, http://IP:PORT.
+        Default: JUPYTERHUB_SERVICE_URL, set by JupyterHub from the service's url;
+        empty, or a service registered without a url (as idle-culler's README
+        registers the culler): no web server, the cycles run alone.
+        """)
+
+    cookie_secret_file: str = _option(Unicode, help="""
+        A file holding the secret that signs the web pages' login cookie (hex or raw
+        bytes, as JupyterHub's own cookie secret file). Empty: a new random secret at
+        each start, so users go through the hub's OAuth once more after a restart
+        (a redirect, no password). Default: $GPU_RECLAIM_COOKIE_SECRET_FILE if set.
+        """)
+
+    admin_scope: str = _option(Unicode, "custom:gpu-reclaim:admin", help="""
+        The scope that opens the admin page and admin API besides the hub's admin flag.
+        Define it in c.JupyterHub.custom_scopes, grant it in a role, and list it in the
+        service's oauth_client_allowed_scopes so it reaches the service's login token.
+        """)
+
+    record_retention: float = _option(Duration, 90 * 86400.0, help="""
+        How long what has ended is kept in the store (seconds or "90d"): intents cleared
+        or expired, warnings of closed episodes, admins' exemptions, and the audit log of
+        what users and admins did on the web pages. Current intents, open warnings and
+        reclaims are kept. Pruned once an hour.
+        """)
+
+    user_writes_per_minute: int = _option(Int, 30, help="""
+        How many changes (keep-alive, clear, stop) each user may make per minute through
+        the web pages and API, in bursts of as many; beyond it the answer is 429 with
+        Retry-After. 0: no limit.
+        """)

@@ -1,0 +1,130 @@
+"""Opening and closing a store: the database URL, the engine, the schema version check and
+upgrade. `StoreBase` is the part of `Store` the others stand on (`self._session`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Self
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import sessionmaker
+
+from . import schema
+from .schema import OUR_TABLES, Base, SchemaVersion, current_version
+
+DEFAULT_URL = "sqlite:///gpu_reclaim.sqlite"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or used; the message says which store and why."""
+
+
+class StoreVersionError(StoreError):
+    """The database's schema version is not one this release can read."""
+
+
+def make_url(url: str | os.PathLike) -> sa.URL:
+    """The SQLAlchemy URL of `url`: a plain path means a SQLite file."""
+    text = os.fspath(url)
+    if "://" not in text:  # a plain path: a SQLite file
+        return sa.URL.create("sqlite", database=os.path.abspath(text))
+    try:
+        return sa.make_url(text)
+    except sa_exc.ArgumentError as e:
+        raise StoreError(f"store URL {text!r} is not a SQLAlchemy URL: {e}") from None
+
+
+class StoreBase:
+    """Open with :meth:`open`; close with :meth:`close` (or use it as a context manager)."""
+
+    def __init__(self, engine: Engine, name: str):
+        self.engine = engine
+        self.name = name
+        self._session = sessionmaker(engine, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str | os.PathLike = DEFAULT_URL, **engine_kwargs: Any) -> Self:
+        """Open (creating or upgrading) the store at ``url``. Raises :class:`StoreError` with
+        the URL (password hidden) and the reason when that fails."""
+        parsed = make_url(url)
+        name = parsed.render_as_string(hide_password=True)
+        if parsed.get_backend_name() == "sqlite":
+            engine_kwargs.setdefault("connect_args", {}).setdefault("timeout", 30)
+            engine_kwargs["connect_args"].setdefault("check_same_thread", False)
+        try:
+            engine = sa.create_engine(parsed, **engine_kwargs)
+        except sa_exc.NoSuchModuleError as e:
+            raise StoreError(f"store {name}: unknown database kind {parsed.drivername!r} ({e})") from None
+        except ImportError as e:
+            raise StoreError(f"store {name}: the database driver is not installed ({e})") from None
+        except sa_exc.ArgumentError as e:
+            raise StoreError(f"store {name}: bad URL ({e})") from None
+        if parsed.get_backend_name() == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        store = cls(engine, name)
+        try:
+            store._prepare()
+        except StoreError:
+            engine.dispose()
+            raise
+        except sa_exc.SQLAlchemyError as e:
+            engine.dispose()
+            reason = getattr(e, "orig", None) or e
+            raise StoreError(f"store {name}: cannot open the database: {reason}") from None
+        return store
+
+    def _prepare(self) -> None:
+        target = current_version()
+        with self.engine.begin() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+            if "schema_version" not in tables:
+                ours = sorted(tables & OUR_TABLES)
+                if ours:
+                    raise StoreError(
+                        f"store {self.name}: the database has tables {', '.join(ours)} but no "
+                        "schema_version table: it is not a gpu-reclaim store (or a damaged one)")
+                Base.metadata.create_all(conn)
+                conn.execute(sa.insert(SchemaVersion).values(id=1, version=target))
+                return
+            version = conn.execute(sa.select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar()
+        if version is None:
+            raise StoreError(f"store {self.name}: the schema_version table is empty")
+        if version > target:
+            raise StoreVersionError(
+                f"store {self.name} has schema version {version}, newer than this release of "
+                f"jupyterhub-gpu-reclaim reads (up to {target}): it was written by a later "
+                "release; upgrade jupyterhub-gpu-reclaim or use another database")
+        if version < 1:
+            raise StoreVersionError(f"store {self.name} has invalid schema version {version}")
+        while version < target:
+            with self.engine.begin() as conn:
+                schema.MIGRATIONS[version - 1](conn)  # read at run time: tests add one
+                version += 1
+                conn.execute(sa.update(SchemaVersion).where(SchemaVersion.id == 1).values(version=version))
+
+    def schema_version(self) -> int:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar_one()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Store {self.name}>"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers (backtest --from-store) do not block the service
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()

@@ -1,0 +1,110 @@
+"""What happened, for the admin pages and audits: the audit log of what users and admins
+did, the history page (reclaims and audit records), the decisions log, and the pruning of
+ended records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+
+from ..observations import Decision
+from ..timestamps import utcnow
+from .base import StoreBase
+from .reclaims import ReclaimRecord, reclaim_record
+from .schema import AuditRow, DecisionRow, ExemptionRow, IntentRow, ReclaimRow, WarningRow, aware, dumps
+
+
+def _audit(row: AuditRow) -> dict[str, Any]:
+    return {"t": row.t, "actor": row.actor, "action": row.action, "session": row.session,
+            "detail": json.loads(row.detail)}
+
+
+
+class HistoryStore(StoreBase):
+
+    def audit(self, actor: str, action: str, session: str = "", t: dt.datetime | None = None,
+              **detail: Any) -> None:
+        """Record that ``actor`` did ``action`` (to ``session``)."""
+        t = aware(t, "t") if t is not None else utcnow()
+        with self._session.begin() as db:
+            db.add(AuditRow(t=t, actor=actor, action=action, session=session, detail=dumps(detail)))
+
+    def audit_log(self, since: dt.datetime | None = None, session: str | None = None, *,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """The audit records, oldest first: {"t", "actor", "action", "session", "detail"}.
+        With ``limit``: the newest ``limit`` records only, newest first."""
+        newest_first = limit is not None
+        order = (AuditRow.t.desc(), AuditRow.id.desc()) if newest_first else (AuditRow.t, AuditRow.id)
+        query = sa.select(AuditRow).order_by(*order).limit(limit)
+        if since is not None:
+            query = query.where(AuditRow.t >= aware(since, "since"))
+        if session is not None:
+            query = query.where(AuditRow.session == session)
+        with self._session() as db:
+            return [_audit(r) for r in db.scalars(query)]
+
+    def history(self, since: dt.datetime | None = None, *, offset: int = 0,
+                limit: int = 50) -> tuple[int, list[tuple[str, ReclaimRecord | dict[str, Any]]]]:
+        """One page of the reclaims and audit records since ``since``, newest first, for the
+        admin API: (how many there are in all, [("reclaim", ReclaimRecord) or ("audit", dict)])."""
+        if offset < 0 or limit < 0:
+            raise ValueError("offset and limit must not be negative")
+        r_where = ReclaimRow.t >= aware(since, "since") if since is not None else sa.true()
+        a_where = AuditRow.t >= aware(since, "since") if since is not None else sa.true()
+        # a compound select ordered on its own columns: SQLite merges the two index scans on t
+        # and stops after the page (a subquery around it would sort every row first)
+        page_query = sa.union_all(
+            sa.select(sa.literal_column("'reclaim'").label("kind"), ReclaimRow.id, ReclaimRow.t).where(r_where),
+            sa.select(sa.literal_column("'audit'").label("kind"), AuditRow.id, AuditRow.t).where(a_where),
+        ).order_by(sa.column("t").desc(), sa.column("id").desc()).offset(offset).limit(limit)
+        with self._session() as db:
+            total = (db.scalar(sa.select(sa.func.count()).select_from(ReclaimRow).where(r_where))
+                     + db.scalar(sa.select(sa.func.count()).select_from(AuditRow).where(a_where)))
+            page = [(kind, i) for kind, i, _t in db.execute(page_query)]
+            ids = {kind: [i for k, i in page if k == kind] for kind in ("reclaim", "audit")}
+            reclaims = {r.id: reclaim_record(r) for r in db.scalars(sa.select(ReclaimRow)
+                                                               .where(ReclaimRow.id.in_(ids["reclaim"])))}
+            audits = {r.id: _audit(r) for r in db.scalars(sa.select(AuditRow).where(AuditRow.id.in_(ids["audit"])))}
+        return total, [(kind, reclaims[i] if kind == "reclaim" else audits[i]) for kind, i in page]
+
+    def prune_records(self, older_than: dt.datetime) -> dict[str, int]:
+        """Delete what ended before ``older_than`` (the record retention): intents cleared or
+        expired, warnings whose episode was closed, exemptions cleared or expired, and audit
+        records. Open warnings, current intents and exemptions, and reclaims are kept.
+        Returns the rows deleted per table."""
+        cut = aware(older_than, "older_than")
+        ended = {
+            IntentRow: sa.or_(IntentRow.cleared_at < cut, IntentRow.until < cut),
+            ExemptionRow: sa.or_(ExemptionRow.cleared_at < cut, ExemptionRow.until < cut),
+            WarningRow: WarningRow.cleared_at < cut,
+            AuditRow: AuditRow.t < cut,
+        }
+        with self._session.begin() as db:
+            return {model.__tablename__: db.execute(sa.delete(model).where(where)).rowcount
+                    for model, where in ended.items()}
+
+    def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:
+        """Record the decisions of one cycle in one transaction; returns how many."""
+        t = aware(t, "t")
+        rows = [{"t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
+                 "reclaim_at": aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
+                 "evidence": dumps(d.evidence)} for d in decisions]
+        if rows:
+            with self._session.begin() as db:
+                db.execute(sa.insert(DecisionRow), rows)
+        return len(rows)
+
+    def decisions(self, since: dt.datetime | None = None,
+                  session: str | None = None) -> list[tuple[dt.datetime, Decision]]:
+        query = sa.select(DecisionRow).order_by(DecisionRow.t, DecisionRow.id)
+        if since is not None:
+            query = query.where(DecisionRow.t >= aware(since, "since"))
+        if session is not None:
+            query = query.where(DecisionRow.session == session)
+        with self._session() as db:
+            return [(r.t, Decision(session=r.session, action=r.action, rule=r.rule,  # type: ignore[arg-type]
+                                   reason=r.reason, reclaim_at=r.reclaim_at, evidence=json.loads(r.evidence)))
+                    for r in db.scalars(query)]

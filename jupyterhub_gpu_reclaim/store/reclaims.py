@@ -1,0 +1,151 @@
+"""Warnings and reclaims: one warning per (session, rule, episode), one reclaim per
+(session, episode) and none while another of the session is unfinished, and how each stop
+ended."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, get_args
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from ..observations import Outcome, Warning
+from ..timestamps import format_time, utcnow
+from .base import StoreBase
+from .schema import ReclaimRow, WarningRow, aware, dumps
+
+OUTCOMES = get_args(Outcome)
+
+
+@dataclass(frozen=True)
+class ReclaimRecord:
+    id: int
+    session: str
+    episode: str
+    rule: str
+    t: dt.datetime
+    gpus: int
+    evidence: dict[str, Any]
+    finished_at: dt.datetime | None
+    outcome: str | None  # None: begun, not finished (e.g. the service died mid-stop)
+    detail: str
+
+
+def reclaim_record(row: ReclaimRow) -> ReclaimRecord:
+    return ReclaimRecord(id=row.id, session=row.session, episode=row.episode, rule=row.rule, t=row.t,
+                         gpus=row.gpus, evidence=json.loads(row.evidence), finished_at=row.finished_at,
+                         outcome=row.outcome, detail=row.detail)
+
+
+
+class ReclaimStore(StoreBase):
+
+    def record_warning(self, warning: Warning, episode: str, channels: Sequence[str] = ()) -> bool:
+        """Record a warning before sending it. False (and nothing written) when this
+        (session, rule, episode) was already warned: do not send it again."""
+        t, reclaim_at = aware(warning.t, "t"), aware(warning.reclaim_at, "reclaim_at")
+        try:
+            with self._session.begin() as db:
+                exists = db.scalar(sa.select(WarningRow.id).where(
+                    WarningRow.session == warning.session, WarningRow.rule == warning.rule,
+                    WarningRow.episode == episode))
+                if exists is not None:
+                    return False
+                db.add(WarningRow(session=warning.session, rule=warning.rule, episode=episode, t=t,
+                                  reclaim_at=reclaim_at, channels=dumps(list(channels))))
+        except sa_exc.IntegrityError:  # a concurrent writer got there first
+            return False
+        return True
+
+    def open_warnings(self) -> dict[str, tuple[Warning, ...]]:
+        """The open warnings (those of each session's open episode), oldest first, of every
+        session that has any: one query, for a cycle."""
+        out: dict[str, list[Warning]] = {}
+        with self._session() as db:
+            rows = db.scalars(sa.select(WarningRow).where(WarningRow.cleared_at.is_(None))
+                              .order_by(WarningRow.t, WarningRow.id))
+            for r in rows:
+                out.setdefault(r.session, []).append(
+                    Warning(session=r.session, t=r.t, rule=r.rule, reclaim_at=r.reclaim_at))
+        return {k: tuple(v) for k, v in out.items()}
+
+    def close_episode(self, session: str, warned_ats: Iterable[dt.datetime] | None = None,
+                      *, t: dt.datetime | None = None) -> int:
+        """Mark the session's open warnings sent at ``warned_ats`` (all open ones when None)
+        cleared at ``t`` (default now). Returns how many were cleared. A cleared episode
+        stays recorded: the same (session, rule, episode) is still never warned again."""
+        t = aware(t, "t") if t is not None else utcnow()
+        query = sa.update(WarningRow).where(WarningRow.session == session, WarningRow.cleared_at.is_(None))
+        if warned_ats is not None:
+            ats = [aware(a, "warned_ats") for a in warned_ats]
+            if not ats:
+                return 0
+            query = query.where(WarningRow.t.in_(ats))
+        with self._session.begin() as db:
+            return db.execute(query.values(cleared_at=t)).rowcount
+
+    def begin_reclaim(self, session: str, rule: str, t: dt.datetime, evidence: dict[str, Any],
+                      gpus: int, *, episode: str | None = None) -> int | None:
+        """Record a reclaim before stopping the server; returns its id, or None when it must
+        not be stopped: a reclaim of this (session, episode) is already recorded, or another
+        reclaim of the session is unfinished (begun or stuck). ``episode`` defaults to the
+        episode of the session's latest open warning, else to ``rule@t`` (which guards only
+        against concurrent stops)."""
+        t = aware(t, "t")
+        try:
+            with self._session.begin() as db:
+                if episode is None:
+                    episode = db.scalar(sa.select(WarningRow.episode)
+                                        .where(WarningRow.session == session, WarningRow.cleared_at.is_(None))
+                                        .order_by(WarningRow.t.desc(), WarningRow.id.desc()).limit(1))
+                    if episode is None:
+                        episode = f"{rule}@{format_time(t)}"
+                blocked = db.scalar(sa.select(ReclaimRow.id).where(
+                    ReclaimRow.session == session,
+                    sa.or_(ReclaimRow.episode == episode, ReclaimRow.outcome.is_(None),
+                           ReclaimRow.outcome == "stuck")).limit(1))
+                if blocked is not None:
+                    return None
+                row = ReclaimRow(session=session, episode=episode, rule=rule, t=t, gpus=gpus,
+                                 evidence=dumps(dict(evidence)))
+                db.add(row)
+                db.flush()
+                return row.id
+        except sa_exc.IntegrityError:
+            return None
+
+    def finish_reclaim(self, reclaim_id: int, t: dt.datetime, outcome: Outcome, detail: str = "") -> None:
+        """Record how the stop ended: "stopped" (also for a server found "already-stopped":
+        it is down either way), "stuck" or "failed". A "stuck" reclaim may be finished again
+        later (the retry stopped it: "stopped")."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
+        t = aware(t, "t")
+        with self._session.begin() as db:
+            row = db.get(ReclaimRow, reclaim_id)
+            if row is None:
+                raise KeyError(f"no reclaim with id {reclaim_id}")
+            row.finished_at, row.detail = t, detail
+            row.outcome = "stopped" if outcome == "already-stopped" else outcome
+
+    def stuck_reclaims(self) -> list[ReclaimRecord]:
+        return self._reclaims(ReclaimRow.outcome == "stuck")
+
+    def unfinished_reclaims(self) -> list[ReclaimRecord]:
+        """Begun and never finished: after a restart, check these servers again."""
+        return self._reclaims(ReclaimRow.outcome.is_(None))
+
+    def reclaims(self, since: dt.datetime | None = None, user: str | None = None) -> list[ReclaimRecord]:
+        """The reclaims begun since ``since`` (of ``user``'s servers only, if given), oldest first."""
+        where = [ReclaimRow.t >= aware(since, "since")] if since is not None else []
+        if user is not None:  # autoescape: a user name may hold % or _
+            where.append(ReclaimRow.session.startswith(user + "/", autoescape=True))
+        return self._reclaims(sa.and_(sa.true(), *where))
+
+    def _reclaims(self, where: Any) -> list[ReclaimRecord]:
+        with self._session() as db:
+            rows = db.scalars(sa.select(ReclaimRow).where(where).order_by(ReclaimRow.t, ReclaimRow.id))
+            return [reclaim_record(r) for r in rows]

@@ -1,0 +1,207 @@
+"""The store's schema: its tables (the ORM models always describe the current version), the
+column types, and the migrations from each older version.
+
+``MIGRATIONS[i]`` is a function ``(connection) -> None`` that upgrades a store from version
+``i + 1`` to ``i + 2``; the current version is ``len(MIGRATIONS) + 1``. Version 1 is the
+first; version 2 added the web pages' exemptions and audit log; version 3 keeps one intent
+row per session (a new intent replaces it, a clear marks it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any, Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from ..timestamps import format_time
+
+UTC = dt.timezone.utc
+
+# MIGRATIONS[i] upgrades version i + 1 to version i + 2. Append, never edit or reorder.
+MIGRATIONS: list[Callable[[Connection], None]] = []  # filled below the models
+
+
+def current_version() -> int:
+    return len(MIGRATIONS) + 1
+
+
+# --------------------------------------------------------------------------- column types
+
+class UTCDateTime(sa.types.TypeDecorator):
+    """Aware datetime in and out, naive UTC in the database."""
+
+    impl = sa.DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, dt.datetime):
+            raise ValueError(f"expected a datetime, not {value!r}")
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()}: the store takes aware UTC times")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: dt.datetime | None, dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return format_time(value) if value.tzinfo else value.isoformat()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"cannot store {type(value).__name__} as JSON: {value!r}")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, separators=(",", ":"), sort_keys=True)
+
+
+# --------------------------------------------------------------------------- schema
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersion(Base):
+    __tablename__ = "schema_version"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    version: Mapped[int]
+
+
+class _UntilRow:
+    """A session kept until a time, set by someone, until cleared: intents and exemptions."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    until: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    set_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    by: Mapped[str] = mapped_column(sa.String(255), default="")
+    cleared_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
+
+
+class IntentRow(_UntilRow, Base):
+    """Schema v3: one row per session, its latest intent (replaced by the next, marked
+    cleared by a clear): what a user writes never grows the table."""
+
+    __tablename__ = "intents"
+    __table_args__ = (sa.Index("uq_intents_session", "session", unique=True),)
+    session: Mapped[str] = mapped_column(sa.String(255))
+
+
+class WarningRow(Base):
+    __tablename__ = "warnings"
+    __table_args__ = (sa.UniqueConstraint("session", "rule", "episode", name="uq_warning_episode"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    rule: Mapped[str] = mapped_column(sa.String(64))
+    episode: Mapped[str] = mapped_column(sa.String(255))
+    t: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    reclaim_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
+    channels: Mapped[str] = mapped_column(sa.Text, default="[]")  # JSON list
+    cleared_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class ReclaimRow(Base):
+    __tablename__ = "reclaims"
+    __table_args__ = (sa.UniqueConstraint("session", "episode", name="uq_reclaim_episode"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    episode: Mapped[str] = mapped_column(sa.String(255))
+    rule: Mapped[str] = mapped_column(sa.String(64))
+    t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    gpus: Mapped[int]
+    evidence: Mapped[str] = mapped_column(sa.Text, default="{}")  # JSON object
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    outcome: Mapped[str | None] = mapped_column(sa.String(16), index=True)
+    detail: Mapped[str] = mapped_column(sa.Text, default="")
+
+
+class TraceSessionRow(Base):
+    __tablename__ = "trace_sessions"
+    session: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    started: Mapped[dt.datetime] = mapped_column(UTCDateTime, primary_key=True)
+    stopped: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    line: Mapped[str] = mapped_column(sa.Text)  # the session line, stopped left null
+
+
+class ObservationRow(Base):
+    __tablename__ = "observations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))  # "sample" | "pressure"
+    session: Mapped[str | None] = mapped_column(sa.String(255))
+    line: Mapped[str] = mapped_column(sa.Text)  # one trace line
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    action: Mapped[str] = mapped_column(sa.String(16))
+    rule: Mapped[str] = mapped_column(sa.String(64))
+    reason: Mapped[str] = mapped_column(sa.Text)
+    reclaim_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    evidence: Mapped[str] = mapped_column(sa.Text, default="{}")
+
+
+class ExemptionRow(_UntilRow, Base):
+    """Schema v2: an admin's "exempt this session for N hours" (the web admin page)."""
+
+    __tablename__ = "exemptions"
+
+
+class AuditRow(Base):
+    """Schema v2: what users and admins did through the web pages and API, and who."""
+
+    __tablename__ = "audit"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
+    actor: Mapped[str] = mapped_column(sa.String(255))
+    action: Mapped[str] = mapped_column(sa.String(64))
+    session: Mapped[str] = mapped_column(sa.String(255), default="")
+    detail: Mapped[str] = mapped_column(sa.Text, default="{}")  # JSON object
+
+
+def _v1_to_v2(conn: Connection) -> None:
+    """v1 → v2: the exemptions and audit tables (web admin actions)."""
+    Base.metadata.create_all(conn, tables=[ExemptionRow.__table__, AuditRow.__table__])  # type: ignore[list-item]
+
+
+MIGRATIONS.append(_v1_to_v2)
+
+
+def _v2_to_v3(conn: Connection) -> None:
+    """v2 → v3: one intent row per session. Every set added a row; keep each session's
+    latest (the current intent if it has one: a set cleared all others), then make the
+    session unique."""
+    t = IntentRow.__table__
+    latest = sa.select(sa.func.max(t.c.id)).group_by(t.c.session).scalar_subquery()
+    conn.execute(sa.delete(t).where(t.c.id.not_in(latest)))
+    conn.execute(sa.text("DROP INDEX IF EXISTS ix_intents_session"))
+    next(i for i in t.indexes if i.name == "uq_intents_session").create(conn, checkfirst=True)
+
+
+MIGRATIONS.append(_v2_to_v3)
+
+OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
+
+
+def aware(value: dt.datetime, name: str) -> dt.datetime:
+    """`value` in UTC; ValueError naming the argument for a naive datetime."""
+    if value.tzinfo is None:
+        raise ValueError(f"{name}: naive datetime {value.isoformat()}: the store takes aware UTC times")
+    return value.astimezone(UTC)

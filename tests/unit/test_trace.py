@@ -1,4 +1,4 @@
-"""The trace reader and writer (format v1, ../shared/traces/FORMAT.md)."""
+"""The trace reader and writer (format v1, docs/trace-format.md)."""
 
 from __future__ import annotations
 

@@ -402,8 +402,12 @@ class GPUReclaimSpawner(KubeSpawner):
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(queue.get(), self.gpu_wait_message_interval)
-                except asyncio.TimeoutError:
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the item
+                    # when the hub cancels the read just as one arrives, and a stream that
+                    # then ends breaks the hub's progress handler (tests/spawner/test_progress.py)
+                    async with asyncio.timeout(self.gpu_wait_message_interval):
+                        event = await queue.get()
+                except TimeoutError:
                     pod = self._pod()
                     if pod is not None and messages.is_waiting_for_gpu(pod):
                         yield {"message": self._gpu_wait_text(pod)}

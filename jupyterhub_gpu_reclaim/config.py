@@ -70,10 +70,13 @@ def _service_option(f: dataclasses.Field) -> TraitType:
     return m["trait"](*m["args"], help=m["help"], **m["kwargs"]).tag(config=True)
 
 
+_POLICY_DEFAULTS = PolicyConfig()
+
+
 def _policy_option(option: str) -> TraitType:
     """The option of a PolicyConfig field: its type, default and help from the field."""
     (f,) = (f for f in dataclasses.fields(PolicyConfig) if f.name == POLICY_OPTIONS[option])
-    kind, default, text = SETTING_TYPES[f.name], f.default, f.metadata["help"]
+    kind, default, text = SETTING_TYPES[f.name], getattr(_POLICY_DEFAULTS, f.name), f.metadata["help"]
     trait: TraitType
     if kind is float:
         trait = Float(default, help=text)
@@ -148,8 +151,8 @@ class GpuReclaim(Application):
         return os.environ.get("JUPYTERHUB_API_URL")
 
     @default("cull_every")
-    def _cull_every_default(self) -> int:
-        return self.timeout // 2
+    def _cull_every_default(self) -> int:  # as jupyterhub-idle-culler's
+        return self.option("timeout") // 2
 
     @default("api_token")
     def _api_token_default(self) -> str:
@@ -262,7 +265,7 @@ class GpuReclaim(Application):
         """Load the config file (--config, else gpu_reclaim_config.py if present)."""
         command_line.load_config_file(self, self.config_file)
 
-    def initialize(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
+    def initialize(self, argv: Sequence[str] | None = None) -> None:
         self.parse_command_line(argv)
         if self.generate_config:
             return
@@ -270,15 +273,15 @@ class GpuReclaim(Application):
 
     # ------------------------------------------------------------------ effective settings
 
-    @property
-    def effective_cull_every(self) -> int:
-        """Seconds between cycles: --cull-every, or half of --timeout (at least 1 s)."""
-        return self.cull_every or max(1, self.timeout // 2)
+    def option(self, name: str) -> Any:
+        """The value of the option `name`: the options made from their declarations are
+        read by name (type checkers cannot see attributes a class body makes)."""
+        return getattr(self, name)
 
     def policy_config(self) -> PolicyConfig:
         """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
         try:
-            return from_settings({field: getattr(self, option) for option, field in POLICY_OPTIONS.items()})
+            return from_settings({field: self.option(option) for option, field in POLICY_OPTIONS.items()})
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
 

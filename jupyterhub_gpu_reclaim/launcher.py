@@ -21,7 +21,7 @@ import os
 import signal
 import ssl
 import sys
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Coroutine, Sequence, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from traitlets.config import Application
@@ -46,59 +46,64 @@ _DERIVED = frozenset({"policy", "options", "ssl_context"})
 _SECRET_KEYS = frozenset({"password", "headers", "token"})
 
 
-def _ssl_context(app: GpuReclaim) -> ssl.SSLContext:
+def _ssl_context(location: str) -> ssl.SSLContext:
     """The TLS context for the hub and servers with --ssl-enabled (client certificate
-    and CA of internal-ssl); ConfigError when the files are missing or cannot be loaded."""
-    loc = app.internal_certs_location  # as idle-culler uses them
-    key, cert, ca = (f"{loc}/hub-internal/hub-internal.key", f"{loc}/hub-internal/hub-internal.crt",
-                     f"{loc}/hub-ca/hub-ca.crt")
+    and CA of internal-ssl under `location`, as idle-culler uses them); ConfigError when
+    the files are missing or cannot be loaded."""
+    key, cert, ca = (f"{location}/hub-internal/hub-internal.key", f"{location}/hub-internal/hub-internal.crt",
+                     f"{location}/hub-ca/hub-ca.crt")
     missing = [p for p in (key, cert, ca) if not os.path.isfile(p)]
     if missing:
         raise ConfigError(f"--ssl-enabled: missing internal-ssl files: {', '.join(missing)} "
-                          f"(--internal-certs-location={app.internal_certs_location})")
+                          f"(--internal-certs-location={location})")
     try:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"--ssl-enabled: cannot load the internal-ssl files under "
-                          f"{app.internal_certs_location}: {e}") from None
+        raise ConfigError(f"--ssl-enabled: cannot load the internal-ssl files under {location}: {e}") from None
     return context
+
+
+def _option_values(app: GpuReclaim) -> dict[str, Any]:
+    """The value of each ServiceSettings option field, read from `app` by the field's name
+    (config.GpuReclaim makes its options from these fields); lists as tuples, and
+    --cull-every 0 as half of --timeout, as jupyterhub-idle-culler does."""
+    values = {f.name: app.option(f.name) for f in dataclasses.fields(ServiceSettings) if f.name not in _DERIVED}
+    values["cull_every"] = values["cull_every"] or max(1, values["timeout"] // 2)
+    return {name: tuple(value) if isinstance(value, list) else value for name, value in values.items()}
 
 
 def service_settings(app: GpuReclaim) -> ServiceSettings:
     """The settings `app` describes, checked as far as they can be before running;
     ConfigError names the first bad one."""
-    policy = app.policy_config()
-    if not app.url:
+    s = ServiceSettings(policy=app.policy_config(), options=Options(), ssl_context=None, **_option_values(app))
+    if not s.url:
         raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
-    if not app.url.startswith(("http://", "https://")):
-        raise ConfigError(f"--url must be an http(s) URL, got {app.url!r}")
-    if not app.api_token:
+    if not s.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must be an http(s) URL, got {s.url!r}")
+    if not s.api_token:
         raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
-    for u in [app.prometheus_url, *app.dcgm_exporter_urls]:
+    for u in [s.prometheus_url, *s.dcgm_exporter_urls]:
         if u and not u.startswith(("http://", "https://")):
             raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
-    if app.bind_url:
-        parts = urlsplit(app.bind_url)
+    if s.bind_url:
+        parts = urlsplit(s.bind_url)
         try:
             port = parts.port
         except ValueError:  # not a number, or out of range
             port = None
         if parts.scheme != "http" or not parts.hostname or not port:
-            raise ConfigError(f"--bind-url must be http://IP:PORT, got {app.bind_url!r}")
+            raise ConfigError(f"--bind-url must be http://IP:PORT, got {s.bind_url!r}")
     try:
-        make_notifiers(app.notifiers)
+        make_notifiers(s.notifiers)
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-    options = Options(dry_run=app.dry_run, cull_users=app.cull_users, keepalive_url=app.keepalive_url,
-                      hub_name=app.hub_name, cycle_interval=dt.timedelta(seconds=app.effective_cull_every),
-                      observation_retention=dt.timedelta(seconds=app.observation_retention),
-                      record_retention=dt.timedelta(seconds=app.record_retention))
-    plain = {f.name: getattr(app, f.name) for f in dataclasses.fields(ServiceSettings) if f.name not in _DERIVED}
-    plain["cull_every"] = app.effective_cull_every
-    plain = {name: tuple(value) if isinstance(value, list) else value for name, value in plain.items()}
-    return ServiceSettings(policy=policy, options=options,
-                           ssl_context=_ssl_context(app) if app.ssl_enabled else None, **plain)
+    options = Options(dry_run=s.dry_run, cull_users=s.cull_users, keepalive_url=s.keepalive_url,
+                      hub_name=s.hub_name, cycle_interval=dt.timedelta(seconds=s.cull_every),
+                      observation_retention=dt.timedelta(seconds=s.observation_retention),
+                      record_retention=dt.timedelta(seconds=s.record_retention))
+    return dataclasses.replace(s, options=options,
+                               ssl_context=_ssl_context(s.internal_certs_location) if s.ssl_enabled else None)
 
 
 def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
@@ -111,12 +116,13 @@ def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
             continue
         value = getattr(app, name)
         out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
-    out["cull_every"] = app.effective_cull_every
+    values = _option_values(app)
+    out["cull_every"] = values["cull_every"]
     out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
-                         for k, v in spec.items()} for spec in app.notifiers]
-    out["store_url"] = _hide_password(app.store_url)
-    out["prometheus_url"] = _hide_password(app.prometheus_url)
-    out["dcgm_exporter_urls"] = [_hide_password(u) for u in app.dcgm_exporter_urls]
+                         for k, v in spec.items()} for spec in values["notifiers"]]
+    out["store_url"] = _hide_password(values["store_url"])
+    out["prometheus_url"] = _hide_password(values["prometheus_url"])
+    out["dcgm_exporter_urls"] = [_hide_password(u) for u in values["dcgm_exporter_urls"]]
     return out
 
 
@@ -245,7 +251,7 @@ async def serve(settings: ServiceSettings) -> None:
 # ---------------------------------------------------------------------- the command
 
 def run_app(argv: Sequence[str] | None = None,
-            run: Callable[[ServiceSettings], Awaitable[None]] = serve) -> int:
+            run: Callable[[ServiceSettings], Coroutine[Any, Any, None]] = serve) -> int:
     """Run the service with `argv` (default: sys.argv[1:]); return the exit status.
     `run`: what runs the service from its settings (tests pass their own)."""
     app = GpuReclaim()
@@ -256,12 +262,13 @@ def run_app(argv: Sequence[str] | None = None,
             return 0
         settings = service_settings(app)
         app.log.info("jupyterhub-gpu-reclaim settings%s:", " (DRY RUN: nothing is stopped)"
-                     if app.dry_run else "")
+                     if settings.dry_run else "")
         for name, value in loggable_settings(app).items():
             app.log.info("  %s = %r", name, value)
         # the modules' loggers write through the application's handler and format
         package = logging.getLogger("jupyterhub_gpu_reclaim")
-        package.setLevel(app.log_level)
+        # traitlets types the Enum as object; Application's observer has made it a level number
+        package.setLevel(cast(int, app.log_level))
         package.propagate = False
         for handler in app.log.handlers:
             package.addHandler(handler)

@@ -195,7 +195,7 @@ def from_settings(values: Mapping[str, Any], base: PolicyConfig | None = None) -
     durations as seconds or "30m"/"2h", sets as lists of strings, null where the field
     allows it) converted by each field's type. ValueError names the setting that is not
     understood, or says which check of PolicyConfig failed."""
-    changes = {}
+    changes: dict[str, Any] = {}
     for name, value in values.items():
         kind = SETTING_TYPES.get(name)
         if kind is None:

@@ -128,3 +128,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()
+
+
+def rowcount(result: sa.Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched: Session.execute answers those with a
+    CursorResult, though its type says Result."""
+    assert isinstance(result, sa.CursorResult), type(result)
+    return result.rowcount

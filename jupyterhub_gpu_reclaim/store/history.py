@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from ..observations import Decision
 from ..timestamps import utcnow
-from .base import StoreBase
+from .base import StoreBase, rowcount
 from .reclaims import ReclaimRecord, reclaim_record
 from .schema import AuditRow, DecisionRow, ExemptionRow, IntentRow, ReclaimRow, WarningRow, aware, dumps
 
@@ -56,13 +56,13 @@ class HistoryStore(StoreBase):
         a_where = AuditRow.t >= aware(since, "since") if since is not None else sa.true()
         # a compound select ordered on its own columns: SQLite merges the two index scans on t
         # and stops after the page (a subquery around it would sort every row first)
-        page_query = sa.union_all(
+        page_query: sa.CompoundSelect[str, int, dt.datetime] = sa.union_all(
             sa.select(sa.literal_column("'reclaim'").label("kind"), ReclaimRow.id, ReclaimRow.t).where(r_where),
             sa.select(sa.literal_column("'audit'").label("kind"), AuditRow.id, AuditRow.t).where(a_where),
         ).order_by(sa.column("t").desc(), sa.column("id").desc()).offset(offset).limit(limit)
         with self._session() as db:
-            total = (db.scalar(sa.select(sa.func.count()).select_from(ReclaimRow).where(r_where))
-                     + db.scalar(sa.select(sa.func.count()).select_from(AuditRow).where(a_where)))
+            total = (db.scalar(sa.select(sa.func.count()).select_from(ReclaimRow).where(r_where)) or 0) + (
+                db.scalar(sa.select(sa.func.count()).select_from(AuditRow).where(a_where)) or 0)
             page = [(kind, i) for kind, i, _t in db.execute(page_query)]
             ids = {kind: [i for k, i in page if k == kind] for kind in ("reclaim", "audit")}
             reclaims = {r.id: reclaim_record(r) for r in db.scalars(sa.select(ReclaimRow)
@@ -83,7 +83,7 @@ class HistoryStore(StoreBase):
             AuditRow: AuditRow.t < cut,
         }
         with self._session.begin() as db:
-            return {model.__tablename__: db.execute(sa.delete(model).where(where)).rowcount
+            return {model.__tablename__: rowcount(db.execute(sa.delete(model).where(where)))
                     for model, where in ended.items()}
 
     def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from ..observations import Intent
-from .base import StoreBase
+from .base import StoreBase, rowcount
 from .schema import ExemptionRow, IntentRow, aware
 
 
@@ -43,7 +43,7 @@ class IntentStore(StoreBase):
             result = db.execute(sa.update(IntentRow)
                                 .where(IntentRow.session == session, IntentRow.cleared_at.is_(None))
                                 .values(cleared_at=t))
-            return result.rowcount > 0
+            return rowcount(result) > 0
 
     def intents(self) -> dict[str, Intent]:
         """The current (not cleared) intent of each session, expired ones included: the

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from ..observations import Sample, Session
 from ..timestamps import utcnow
 from ..trace import Pressure, TraceSample, TraceSession, dump_record
-from .base import StoreBase
+from .base import StoreBase, rowcount
 from .schema import DecisionRow, IntentRow, ObservationRow, TraceSessionRow, aware
 
 
@@ -52,17 +52,17 @@ class ObservationStore(StoreBase):
         if pending_gpus is not None:
             rows.append({"t": t, "kind": "pressure", "session": None,
                          "line": dump_record(Pressure(t=t, pending_gpus=pending_gpus))})
-        sessions = {(s.id, aware(s.started, "started")): s for s in sessions}
+        by_key = {(s.id, aware(s.started, "started")): s for s in sessions}
         with self._session.begin() as db:
-            if sessions:  # one query for which are known, not one per session
-                ids = sorted({sid for sid, _ in sessions})
-                known = set()
+            if by_key:  # one query for which are known, not one per session
+                ids = sorted({sid for sid, _ in by_key})
+                known: set[tuple[str, dt.datetime]] = set()
                 for chunk in range(0, len(ids), 500):
                     known.update(db.execute(sa.select(TraceSessionRow.session, TraceSessionRow.started)
                                             .where(TraceSessionRow.session.in_(ids[chunk:chunk + 500]))).all())
                 new = [{"session": sid, "started": started, "stopped": None,
                         "line": dump_record(TraceSession(session=session))}
-                       for (sid, started), session in sessions.items() if (sid, started) not in known]
+                       for (sid, started), session in by_key.items() if (sid, started) not in known]
                 if new:
                     db.execute(sa.insert(TraceSessionRow), new)
             if rows:
@@ -116,7 +116,7 @@ class ObservationStore(StoreBase):
         deleted. Intents, warnings and reclaims are kept (see :meth:`prune_records`)."""
         older_than = aware(older_than, "older_than")
         with self._session.begin() as db:
-            n = db.execute(sa.delete(ObservationRow).where(ObservationRow.t < older_than)).rowcount
+            n = rowcount(db.execute(sa.delete(ObservationRow).where(ObservationRow.t < older_than)))
             db.execute(sa.delete(DecisionRow).where(DecisionRow.t < older_than))
             db.execute(sa.delete(TraceSessionRow).where(TraceSessionRow.stopped < older_than))
         return n

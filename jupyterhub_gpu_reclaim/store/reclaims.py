@@ -14,7 +14,7 @@ from sqlalchemy import exc as sa_exc
 
 from ..observations import Outcome, Warning
 from ..timestamps import format_time, utcnow
-from .base import StoreBase
+from .base import StoreBase, rowcount
 from .schema import ReclaimRow, WarningRow, aware, dumps
 
 OUTCOMES = get_args(Outcome)
@@ -85,7 +85,7 @@ class ReclaimStore(StoreBase):
                 return 0
             query = query.where(WarningRow.t.in_(ats))
         with self._session.begin() as db:
-            return db.execute(query.values(cleared_at=t)).rowcount
+            return rowcount(db.execute(query.values(cleared_at=t)))
 
     def begin_reclaim(self, session: str, rule: str, t: dt.datetime, evidence: dict[str, Any],
                       gpus: int, *, episode: str | None = None) -> int | None:

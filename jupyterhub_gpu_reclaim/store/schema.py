@@ -188,7 +188,7 @@ def _v2_to_v3(conn: Connection) -> None:
     """v2 → v3: one intent row per session. Every set added a row; keep each session's
     latest (the current intent if it has one: a set cleared all others), then make the
     session unique."""
-    t = IntentRow.__table__
+    t = Base.metadata.tables[IntentRow.__tablename__]
     latest = sa.select(sa.func.max(t.c.id)).group_by(t.c.session).scalar_subquery()
     conn.execute(sa.delete(t).where(t.c.id.not_in(latest)))
     conn.execute(sa.text("DROP INDEX IF EXISTS ix_intents_session"))

@@ -20,7 +20,7 @@ async def test_a_cancelled_read_of_the_progress_stream_is_cancelled_whenever_it_
     for ticks in range(12):  # cancel the read 0..11 loop iterations after KubeSpawner's ended
         ended = asyncio.Event()
 
-        async def kubespawner_progress(self):
+        async def kubespawner_progress(self, ended=ended):
             await ended.wait()
             return
             yield  # an async generator, as KubeSpawner's is

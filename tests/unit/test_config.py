@@ -293,7 +293,8 @@ def test_generate_config_has_every_option_and_loads_back(tmp_path, capsys, monke
         if name not in ("url", "cull_every"):
             assert getattr(loaded, name) == getattr(baseline, name), name
     assert loaded.url is None  # the generated file holds the class default, not the env
-    assert loaded.effective_cull_every == baseline.cull_every == 300
+    assert loaded.cull_every == 0 and baseline.cull_every == 300  # 0: half of --timeout, as the default is
+    assert loggable_settings(loaded)["cull_every"] == loggable_settings(baseline)["cull_every"] == 300
     assert loaded.policy_config() == baseline.policy_config()
 
 

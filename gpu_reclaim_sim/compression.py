@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import zlib
 from dataclasses import dataclass
-from typing import Hashable
 
 THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: bodies of at most this size are not compressed
 LEVEL = 1  # defaultGzipContentEncodingLevel (kubernetes#112296: least CPU, nearly the same size)

@@ -258,7 +258,7 @@ class EndpointsController(Controller):
 
                 self.store.update(SLICE, meta["namespace"], current["metadata"]["name"], update)
         for stale in by_ports.values():
-            self._ignore_gone(lambda: self.store.delete(SLICE, meta["namespace"], stale["metadata"]["name"]))
+            self._ignore_gone(lambda stale=stale: self.store.delete(SLICE, meta["namespace"], stale["metadata"]["name"]))
 
 
 def _port(p: tuple[str, int, str, str], slice_: bool = False) -> dict[str, Any]:

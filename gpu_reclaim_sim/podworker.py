@@ -177,8 +177,8 @@ class PodWorker:
                 message = (f"Allocate failed due to requested number of devices unavailable for {GPU}. "
                            f"Requested: {count}, Available: {len(self.cluster.gpus.free(self.kubelet.name))}, which is unexpected")
                 self.event("UnexpectedAdmissionError", message, type_="Warning")
-                self.update_status(lambda s: s.update({"phase": "Failed", "reason": "UnexpectedAdmissionError",
-                                                       "message": message}))
+                self.update_status(lambda s, message=message: s.update({
+                    "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}))
                 await self.release()
                 return
             gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)

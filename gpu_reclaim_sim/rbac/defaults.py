@@ -162,6 +162,6 @@ class RoleAggregator:
                     rules += [r for r in current.get("rules") or [] if r not in rules]
             current = self.store.find(CLUSTER_ROLE, None, name)
             if current is not None and (current.get("rules") or []) != rules:
-                self.store.update(CLUSTER_ROLE, None, name, lambda o: o.__setitem__("rules", rules))
+                self.store.update(CLUSTER_ROLE, None, name, lambda o, rules=rules: o.__setitem__("rules", rules))
                 changed = True
         return changed

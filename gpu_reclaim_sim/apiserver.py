@@ -194,8 +194,8 @@ class ApiServer:
         await site.start()
         self._sites.append(site)
         server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        return server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        assert isinstance(server, asyncio.Server) and server.sockets  # aiohttp types it an AbstractServer
+        return server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         self._stopping.set()

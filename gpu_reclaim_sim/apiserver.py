@@ -65,7 +65,7 @@ from .httpio import (
     _status_response,
     _success,
 )
-from .podlogs import _explain_missing_log, _log_container, _tail, _terminated
+from .podlogs import _explain_missing_log, _log_container, _read_log, _tail, _terminated
 from .rbac.authorizer import RBAC_KINDS, TRUE, Attributes, Authorizer, request_attributes
 from .rbac.defaults import RoleAggregator, bootstrap
 from .rbac.escalation import confirm_no_escalation
@@ -194,8 +194,8 @@ class ApiServer:
         await site.start()
         self._sites.append(site)
         server = site._server
-        assert server is not None and server.sockets  # type: ignore[union-attr]
-        return server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        assert isinstance(server, asyncio.Server) and server.sockets  # aiohttp types it an AbstractServer
+        return server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -678,15 +678,16 @@ class ApiServer:
         container = _log_container(pod, request.query.get("container"))
         previous = request.query.get("previous") in _TRUE
         path = Path(self.cluster.pod_log_path(t.namespace, t.name, container, previous=previous))
+        whole = await asyncio.to_thread(_read_log, path)
         if previous:
-            if not path.exists():
+            if whole is None:
                 raise errors.bad_request(f'previous terminated container "{container}" in pod "{t.name}" not found')
-            return web.Response(body=_tail(path.read_bytes(), _int_param(request.query, "tailLines"),
+            return web.Response(body=_tail(whole, _int_param(request.query, "tailLines"),
                                            _int_param(request.query, "limitBytes")),
                                 headers={"Content-Type": "text/plain"})
-        if not path.exists():
+        if whole is None:
             _explain_missing_log(pod, container)
-        whole = path.read_bytes() if path.exists() else b""
+            whole = b""
         text = _tail(whole, _int_param(request.query, "tailLines"), _int_param(request.query, "limitBytes"))
         if request.query.get("follow") not in _TRUE:
             return web.Response(body=text, headers={"Content-Type": "text/plain"})
@@ -713,12 +714,8 @@ class ApiServer:
         written meanwhile is lost)."""
         meta = pod["metadata"]
         while not self._stopping.is_set() and not _client_gone(request):
-            data = b""
-            if path.exists():
-                with path.open("rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-                offset += len(data)
+            data = await asyncio.to_thread(_read_log, path, offset) or b""
+            offset += len(data)
             if data:
                 await response.write(data)
             current = self.store.find(BY_KIND["Pod"], meta.get("namespace"), meta["name"])

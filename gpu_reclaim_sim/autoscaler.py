@@ -199,7 +199,7 @@ class Autoscaler:
             cached = self._views[meta["uid"]] = (meta.get("generation"), PodView.from_pod(pod))
         return cached[1]
 
-    def _group_sizes(self, nodes: list[Obj]) -> Counter[str]:
+    def _group_sizes(self, nodes: list[Obj]) -> Counter[str | None]:
         return Counter((n["metadata"].get("labels") or {}).get(GROUP_LABEL) for n in nodes)
 
     def scale_up(self) -> Plan | None:
@@ -222,6 +222,7 @@ class Autoscaler:
         plan = plan_scale_up([self._view(p) for p in pending], facts, usage, states)
         for up in plan.scale_ups:
             g = up.state.group
+            assert g.autoscaler is not None  # self.groups are the autoscaled ones
             message = (f"pod triggered scale-up: [{{{g.name} {up.state.current}->"
                        f"{up.state.current + up.nodes} (max: {g.autoscaler.max})}}]")
             log.info("autoscaler: %s for %d pod(s)", message[len("pod triggered scale-up: "):], len(up.pods))
@@ -242,6 +243,7 @@ class Autoscaler:
         return plan
 
     async def _provision(self, group: NodeGroup, count: int) -> None:
+        assert group.autoscaler is not None  # self.groups are the autoscaled ones
         try:
             await asyncio.sleep(group.autoscaler.scale_up_delay)
             for _ in range(count):

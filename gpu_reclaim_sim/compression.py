@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import zlib
 from dataclasses import dataclass
-from typing import Hashable
 
 THRESHOLD = 128 * 1024  # defaultGzipThresholdBytes: bodies of at most this size are not compressed
 LEVEL = 1  # defaultGzipContentEncodingLevel (kubernetes#112296: least CPU, nearly the same size)
@@ -136,10 +135,11 @@ class ListCompressor:
             if i < last and hash(name) & RUN_END_MASK:
                 continue
             before = items[start - 1] if start else None
-            found = (before, *items[start:i + 1])
+            members = items[start:i + 1]
+            found = (before, *members)
             run = self._runs.get(found) or runs.get(found)
             if run is None:
-                run = Deflated.of(b",".join([b"", *found[1:]] if start else found[1:]), before)
+                run = Deflated.of(b",".join([b"", *members] if start else members), before)
                 await asyncio.sleep(0)
             runs[found] = run
             pieces.append(run.data)

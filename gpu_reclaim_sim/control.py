@@ -50,7 +50,7 @@ class ControlServer:
             web.get("/nodes/{node}/metrics", self.metrics),
             web.get("/gpus", self.gpus),
             web.post("/gpus/{namespace}/{pod}", self.set_load),
-            web.get("/healthz", lambda r: web.Response(text="ok")),
+            web.get("/healthz", self.healthz),
         ])
         return app
 
@@ -67,6 +67,9 @@ class ControlServer:
         if self._runner:
             await self._runner.cleanup()
             self._runner = None
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
 
     async def metrics(self, request: web.Request) -> web.Response:
         node = request.match_info.get("node")

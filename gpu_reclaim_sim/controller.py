@@ -86,7 +86,7 @@ class Controller:
         timer: asyncio.TimerHandle | None = None
 
         def fire() -> None:
-            self._timers.discard(timer)  # type: ignore[arg-type]
+            self._timers.discard(timer)
             self.enqueue(key)
 
         timer = loop.call_later(max(delay, 0.0), fire)

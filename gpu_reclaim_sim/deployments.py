@@ -42,7 +42,7 @@ REVISION = "deployment.kubernetes.io/revision"
 DESIRED = "deployment.kubernetes.io/desired-replicas"
 MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 BURST = 500  # pods one ReplicaSet sync may create (the controller's burstReplicas)
-_PHASE_RANK = {"Pending": 0, "Unknown": 1, "Running": 2}
+_PHASE_RANK: dict[str | None, int] = {"Pending": 0, "Unknown": 1, "Running": 2}
 
 Key = tuple[str, str]
 
@@ -340,7 +340,7 @@ class DeploymentController(Controller):
             done += cut
         return old
 
-    def _new_replica_set(self, d: Obj, old: list[Obj], replicas: int) -> Obj | None:
+    def _new_replica_set(self, d: Obj, old: list[Obj], replicas: int) -> Obj:
         ns = d["metadata"]["namespace"]
         template = copy.deepcopy(d["spec"]["template"])
         collisions = int((d.get("status") or {}).get("collisionCount") or 0)
@@ -350,7 +350,7 @@ class DeploymentController(Controller):
         selector.setdefault("matchLabels", {})[HASH_LABEL] = digest
         surge, _ = surge_and_unavailable(d)
         revision = max((_revision(rs) for rs in old), default=0) + 1
-        rs = {
+        rs: Obj = {
             "apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {
                 "name": f"{d['metadata']['name']}-{digest}", "namespace": ns,

@@ -258,7 +258,7 @@ class EndpointsController(Controller):
 
                 self.store.update(SLICE, meta["namespace"], current["metadata"]["name"], update)
         for stale in by_ports.values():
-            self._ignore_gone(lambda: self.store.delete(SLICE, meta["namespace"], stale["metadata"]["name"]))
+            self._ignore_gone(lambda stale=stale: self.store.delete(SLICE, meta["namespace"], stale["metadata"]["name"]))
 
 
 def _port(p: tuple[str, int, str, str], slice_: bool = False) -> dict[str, Any]:
@@ -270,6 +270,7 @@ def _port(p: tuple[str, int, str, str], slice_: bool = False) -> dict[str, Any]:
     return out
 
 
-def _port_key(p: Obj) -> tuple[str, int, str, str]:
+def _port_key(p: Obj) -> tuple[str, int | None, str, str]:
+    """The key of a stored slice's port (whose `port` may be absent, meaning all ports)."""
     return (p.get("name") or "", p.get("port"), p.get("protocol", "TCP"), p.get("appProtocol") or "")
 

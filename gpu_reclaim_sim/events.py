@@ -82,8 +82,8 @@ class EventRecorder:
         cutoff = utcnow() - dt.timedelta(seconds=ttl)
         gone = 0
         for ev in self.store.objects(EVENT):
-            last = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp")
-            if last and parse_time(last) < cutoff:
+            last = parse_time(ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"].get("creationTimestamp"))
+            if last is not None and last < cutoff:
                 self.store.remove(EVENT, ev["metadata"]["namespace"], ev["metadata"]["name"])
                 gone += 1
         if gone:

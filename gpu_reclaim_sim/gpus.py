@@ -117,8 +117,7 @@ class GpuFleet:
         for gpus in self.gpus.values():
             for g in gpus:
                 load = self.loads.get(g.pod[:2]) if g.pod else None
-                busy = load is not None and load.until > now
-                g.util = load.utilization if busy else 0.0
+                g.util = load.utilization if load is not None and load.until > now else 0.0
                 g.engine_active = max(floor, g.util / 100)
                 g.fb_used = load.memory_mib if load else 0
 

@@ -63,7 +63,7 @@ def service_env(store: Any, namespace: str, enable_service_links: bool = True) -
     env: dict[str, str] = {}
     for svc in sorted(visible.values(), key=lambda s: s["metadata"]["name"]):
         ip, ports = _cluster_ip(svc), (svc.get("spec") or {}).get("ports") or []
-        if not ports:
+        if ip is None or not ports:
             continue
         name = _env_name(svc["metadata"]["name"])
         env[f"{name}_SERVICE_HOST"] = ip

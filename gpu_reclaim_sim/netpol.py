@@ -47,6 +47,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from .network import LOOPBACK
 from .selectors import selector_requirements
 
 Interval = tuple[int, int]  # inclusive, of addresses (as integers) or of ports
@@ -54,7 +55,6 @@ Box = tuple[Interval, Interval]  # addresses × ports
 
 ALL_ADDRESSES: Interval = (0, 2**32 - 1)
 ALL_PORTS: Interval = (0, 65535)
-LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 VIEW_SHIFT = (127 - 10) << 24  # 127.a.b.c is seen as 10.a.b.c
 
 
@@ -97,8 +97,8 @@ class AddressView:
         return address - VIEW_SHIFT if _inside(address, self._actual) else address
 
     def block(self, cidr: str) -> Interval:
-        """A CIDR of a policy, in the view's terms."""
-        net = ipaddress.ip_network(cidr, strict=False)
+        """A CIDR of a policy (an IPv4 one: `ip_block` leaves IPv6 out), in the view's terms."""
+        net = ipaddress.IPv4Network(cidr, strict=False)
         low, high = int(net.network_address), int(net.broadcast_address)
         if any(net.subnet_of(n) for n in self.networks):
             low, high = low - VIEW_SHIFT, high - VIEW_SHIFT
@@ -220,7 +220,7 @@ def compile_policies(policies: Sequence[Mapping[str, Any]], pods: Sequence[Pod],
             for i, rule in enumerate(spec.get("egress") or []):
                 numbers, names = _ports(rule.get("ports"))
                 peers = rule.get("to") or []
-                to: list[Box] = []
+                to = []
                 if not peers:
                     to = _boxes([ALL_ADDRESSES], numbers) + _named_boxes(pods, names)
                 for peer in peers:
@@ -517,10 +517,21 @@ def _ip_block_causes(ipb: Mapping[str, Any], path: str) -> list[dict[str, str]]:
         causes += found
         if found:
             continue
-        e = ipaddress.ip_network(text, strict=False)
-        if e.version != cidr.version or not e.subnet_of(cidr) or e.prefixlen <= cidr.prefixlen:
+        if not _strict_subnet(ipaddress.ip_network(text, strict=False), cidr):
             causes.append(_invalid(f"{path}.except[{i}]", text, "must be a strict subset of `cidr`"))
     return causes
+
+
+def _strict_subnet(inner: ipaddress.IPv4Network | ipaddress.IPv6Network,
+                   outer: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """`inner` lies inside `outer` and is smaller (networks of two IP versions never nest)."""
+    if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        nested = inner.subnet_of(outer)
+    elif isinstance(inner, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
+        nested = inner.subnet_of(outer)
+    else:
+        return False
+    return nested and inner.prefixlen > outer.prefixlen
 
 
 def _cidr_causes(text: str, path: str) -> list[dict[str, str]]:

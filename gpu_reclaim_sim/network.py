@@ -9,15 +9,24 @@ import ipaddress
 import random
 import socket
 from pathlib import Path
+from typing import TypeGuard
+
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+
+
+def on_loopback(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> TypeGuard[ipaddress.IPv4Network]:
+    """Whether `net` lies inside 127.0.0.0/8 (an IPv6 network never does)."""
+    return isinstance(net, ipaddress.IPv4Network) and net.subnet_of(LOOPBACK)
 
 
 class AddressPool:
     """Hands out host addresses of a network and takes them back."""
 
     def __init__(self, cidr: str) -> None:
-        self.network = ipaddress.ip_network(cidr)
-        if not self.network.subnet_of(ipaddress.ip_network("127.0.0.0/8")):
+        network = ipaddress.ip_network(cidr)
+        if not on_loopback(network):
             raise ValueError(f"{cidr}: simulated addresses must lie in 127.0.0.0/8 (loopback)")
+        self.network = network
         self._hosts = self.network.hosts()
         self._free: list[str] = []
         self._used: set[str] = set()
@@ -41,7 +50,7 @@ class AddressPool:
 
 def _listening_second_octets() -> set[int]:
     """Second octets of the 127.x addresses something on this machine listens on."""
-    octets = set()
+    octets: set[int] = set()
     try:
         lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
     except OSError:
@@ -75,7 +84,7 @@ class PodNetwork:
         pod_cidr = self._claim(pod_cidr, set())
         self.pods = AddressPool(pod_cidr)
         self.nodes = AddressPool(node_cidr)
-        self.services = ipaddress.ip_network(
+        self.services = ipaddress.IPv4Network(
             self._claim(service_cidr, {self.pods.network.network_address.packed[1]}))
 
     def _claim(self, cidr: str, exclude: set[int]) -> str:

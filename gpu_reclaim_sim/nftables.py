@@ -108,11 +108,11 @@ def _policy(c: Compiled, deny: str) -> list[str]:
     out += _set("ingress_isolated", ["type ipv4_addr"], sorted(c.ingress_isolated, key=ipaddress.IPv4Address))
     out += _set("egress_isolated", [cgroup], [_quote(p) for p in sorted(c.egress_isolated)])
     egress, ingress_pods, ingress_hosts = [], [], []
-    for k, r in enumerate(c.egress):
-        out += _set(f"eg{k}_from", [cgroup], [_quote(p) for p in sorted(r.from_pods)])
-        out += _set(f"eg{k}_to", boxes, [_box(b) for b in r.to])
+    for k, rule in enumerate(c.egress):
+        out += _set(f"eg{k}_from", [cgroup], [_quote(p) for p in sorted(rule.from_pods)])
+        out += _set(f"eg{k}_to", boxes, [_box(b) for b in rule.to])
         egress.append(f"socket cgroupv2 level 2 @eg{k}_from ip daddr . tcp dport @eg{k}_to return"
-                      f" comment {_quote(r.name)}")
+                      f" comment {_quote(rule.name)}")
     for k, r in enumerate(c.ingress):
         out += _set(f"in{k}_to", boxes, [_box(b) for b in r.to])
         if r.from_pods is None:

@@ -74,7 +74,7 @@ def validator(api_version: str, kind: str) -> jsonschema.protocols.Validator | N
 def root(api_version: str, kind: str) -> Schema | None:
     """The top-level schema of a kind (for walking it with `child`)."""
     v = validator(api_version, kind)
-    return v.schema if v is not None else None
+    return v.schema if v is not None and isinstance(v.schema, dict) else None
 
 
 def resolve(node: Schema | None) -> Schema | None:
@@ -156,6 +156,22 @@ def _type_check(names: tuple[str, ...]) -> Check:
     return check
 
 
+def _enum_check(allowed: frozenset[str]) -> Check:
+    return lambda v: isinstance(v, str) and v in allowed
+
+
+def _required_check(needed: tuple[str, ...]) -> Check:
+    return lambda v: not isinstance(v, dict) or all(k in v for k in needed)
+
+
+def _items_check(item: Check) -> Check:
+    return lambda v: not isinstance(v, list) or all(item(x) for x in v)
+
+
+def _one_of_check(options: list[Check]) -> Check:
+    return lambda v: sum(1 for o in options if o(v)) == 1
+
+
 def _compile(node: Any, memo: dict[int, Check]) -> Check:
     if node is True or node == {}:
         return lambda v: True
@@ -176,17 +192,13 @@ def _compile(node: Any, memo: dict[int, Check]) -> Check:
         elif keyword == "type":
             checks.append(_type_check((value,) if isinstance(value, str) else tuple(value)))
         elif keyword == "enum" and all(isinstance(e, str) for e in value):
-            allowed = frozenset(value)
-            checks.append(lambda v, allowed=allowed: isinstance(v, str) and v in allowed)
+            checks.append(_enum_check(frozenset(value)))
         elif keyword == "required":
-            needed = tuple(value)
-            checks.append(lambda v, needed=needed: not isinstance(v, dict) or all(k in v for k in needed))
+            checks.append(_required_check(tuple(value)))
         elif keyword == "items":
-            item = _compile(value, memo)
-            checks.append(lambda v, item=item: not isinstance(v, list) or all(item(x) for x in v))
+            checks.append(_items_check(_compile(value, memo)))
         elif keyword == "oneOf":
-            options = [_compile(o, memo) for o in value]
-            checks.append(lambda v, options=options: sum(1 for o in options if o(v)) == 1)
+            checks.append(_one_of_check([_compile(o, memo) for o in value]))
         else:  # a keyword not compiled here: leave the verdict to jsonschema
             checks.append(lambda v: False)
     if "properties" in node or "additionalProperties" in node:

@@ -1,8 +1,9 @@
 """Pod logs: which container a log request reads, why a log is missing in the apiserver's
-words, and the tail of a log."""
+words, reading a log, and the tail of a log."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from . import errors
@@ -48,6 +49,17 @@ def _explain_missing_log(pod: Obj, container: str) -> None:
 def _terminated(pod: Obj, container: str) -> bool:
     state = _container_state(pod, container) or {}
     return bool(state.get("terminated")) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _read_log(path: Path, offset: int = 0) -> bytes | None:
+    """The log from byte `offset` on, or None when there is no log file. Blocking: a log can
+    be megabytes on a slow disk, so the apiserver calls it in a thread."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def _tail(data: bytes, lines: int | None, limit_bytes: int | None) -> bytes:

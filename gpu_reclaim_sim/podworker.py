@@ -177,8 +177,8 @@ class PodWorker:
                 message = (f"Allocate failed due to requested number of devices unavailable for {GPU}. "
                            f"Requested: {count}, Available: {len(self.cluster.gpus.free(self.kubelet.name))}, which is unexpected")
                 self.event("UnexpectedAdmissionError", message, type_="Warning")
-                self.update_status(lambda s: s.update({"phase": "Failed", "reason": "UnexpectedAdmissionError",
-                                                       "message": message}))
+                self.update_status(lambda s, message=message: s.update({
+                    "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}))
                 await self.release()
                 return
             gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)
@@ -274,7 +274,8 @@ class PodWorker:
         while True:
             code = 128 if proc is None else await proc.wait()
             finished = time.time()
-            terminated = self._state[name].get("terminated") if proc is None else {
+            # no process: it failed to start, and its state says how it terminated
+            terminated = self._state[name]["terminated"] if proc is None else {
                 "exitCode": code, "reason": "Completed" if code == 0 else "Error",
                 "startedAt": self._started_at.get(name), "finishedAt": rfc3339(),
                 "containerID": self._container_ids.get(name)}
@@ -306,8 +307,12 @@ class PodWorker:
         self._state[c["name"]] = state
         if last is not None:
             self._last_terminated[c["name"]] = last
-        self.update_status(lambda s: (_set_container(s, self._status(c)), s.update(
-            {"conditions": _conditions(self.pod, initialized=True, ready=self._all_running())})))
+
+        def apply(s: Obj) -> None:
+            _set_container(s, self._status(c))
+            s["conditions"] = _conditions(self.pod, initialized=True, ready=self._all_running())
+
+        self.update_status(apply)
 
     def _status(self, c: Obj) -> dict[str, Any]:
         state = self._state.get(c["name"], {"waiting": {"reason": "ContainerCreating"}})

@@ -124,6 +124,7 @@ def _fields(buf: memoryview) -> list[tuple[int, int, Any]]:
     while pos < len(buf):
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
+        value: int | memoryview | bytes
         if wire == 0:
             value, pos = _varint(buf, pos)
         elif wire == 2:

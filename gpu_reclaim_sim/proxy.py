@@ -20,6 +20,7 @@ proxy's address as the client).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ class ServiceProxy:
                 continue
             try:
                 server = await asyncio.start_server(
-                    lambda r, w, f=frontend: self._accept(f, r, w), host=frontend.ip, port=frontend.port,
+                    functools.partial(self._accept, frontend), host=frontend.ip, port=frontend.port,
                     reuse_address=True)
             except OSError as e:
                 log.warning("service proxy: cannot listen on %s:%s for %s/%s: %s", frontend.ip, frontend.port,

@@ -15,6 +15,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .network import on_loopback
+
 _SIZE_UNITS = {
     "": 1, "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
@@ -59,7 +61,7 @@ def parse_duration(value: int | float | str, what: str = "duration") -> float:
 
 
 _num_or_str = {"type": ["number", "string"]}
-_image = {
+_image: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["name"],
@@ -326,7 +328,7 @@ def _loopback_network(data: dict[str, Any], key: str, source: str, min_size: int
         net = ipaddress.ip_network(value)
     except ValueError as e:
         raise ScenarioError(f"{source}: {key}: {e}") from None
-    if not net.subnet_of(ipaddress.ip_network("127.0.0.0/8")) or net.num_addresses < min_size:
+    if not on_loopback(net) or net.num_addresses < min_size:
         raise ScenarioError(f"{source}: {key}: {value} must be a network inside 127.0.0.0/8 "
                             f"of at least {min_size} addresses")
     return value
@@ -367,7 +369,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
     def img(d: dict[str, Any], where: str) -> Image:
         return Image(
             name=d["name"],
-            size=parse_size(d.get("size", data.get("defaultImageSize", "1GB")), f"{where}.size"),
+            size=parse_size(d["size"] if "size" in d else data.get("defaultImageSize", "1GB"), f"{where}.size"),
             entrypoint=list(d.get("entrypoint", defaults.entrypoint)),
             cmd=list(d.get("cmd", defaults.cmd)),
             env={**defaults.env, **d.get("env", {})},

@@ -133,8 +133,8 @@ class TokenIssuer:
 
 
 def _deleted_long_ago(obj: Obj) -> bool:
-    stamp = obj["metadata"].get("deletionTimestamp")
-    return bool(stamp) and parse_time(stamp) < utcnow() - dt.timedelta(seconds=DELETED_POD_LEEWAY)
+    deleted = parse_time(obj["metadata"].get("deletionTimestamp"))
+    return deleted is not None and deleted < utcnow() - dt.timedelta(seconds=DELETED_POD_LEEWAY)
 
 
 def token_request(issuer: TokenIssuer, store: Store, namespace: str, name: str, body: Any) -> Obj:
@@ -142,7 +142,9 @@ def token_request(issuer: TokenIssuer, store: Store, namespace: str, name: str, 
     if not isinstance(body, dict):
         raise errors.bad_request("TokenRequest in version \"v1\" cannot be handled as a TokenRequest")
     account = store.get(SA, namespace, name)
-    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
     seconds = spec.get("expirationSeconds", 3600)
     if not isinstance(seconds, int) or isinstance(seconds, bool):
         raise errors.bad_request("spec.expirationSeconds must be an integer")

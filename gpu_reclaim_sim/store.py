@@ -10,6 +10,7 @@ history is refused with 410 Expired, as after an etcd compaction.
 from __future__ import annotations
 
 import asyncio
+import builtins  # in Store's body, `list` is its method
 import datetime as dt
 import ipaddress
 import json
@@ -140,7 +141,7 @@ class Store:
         # nodes whose kubelet removes its pods itself once their containers have stopped
         self.kubelet_nodes: set[str] = set()
         # the apiserver's --service-cluster-ip-range (a cluster sets its own free /16)
-        self.service_cidr = ipaddress.ip_network("127.96.0.0/16")
+        self.service_cidr = ipaddress.IPv4Network("127.96.0.0/16")
         # the apiserver's informers, called synchronously with each change (see `subscribe`)
         self._subscribers: dict[str | None, list[Subscriber]] = {}
 
@@ -163,7 +164,7 @@ class Store:
         bucket = self._bucket(flt.rtype)
         return [bucket[k] for k in self._matching_keys(flt)], str(self.rv)
 
-    def list_encoded(self, flt: Filter) -> tuple[list[Key], list[bytes]]:
+    def list_encoded(self, flt: Filter) -> tuple[builtins.list[Key], builtins.list[bytes]]:
         """The keys of `list`'s objects, and each object's JSON (`encoded`)."""
         bucket = self._bucket(flt.rtype)
         cache = self._encoded.setdefault(flt.rtype.plural, {})
@@ -174,7 +175,7 @@ class Store:
             out.append(hit[1] if hit is not None and hit[0] is obj else self._encode(cache, k, obj))
         return keys, out
 
-    def _matching_keys(self, flt: Filter) -> list[Key]:
+    def _matching_keys(self, flt: Filter) -> builtins.list[Key]:
         bucket = self._bucket(flt.rtype)
         keys = self._sorted.get(flt.rtype.plural)
         if keys is None:
@@ -358,7 +359,8 @@ class Store:
     def _begin_graceful(self, rtype: ResourceType, current: Obj, grace: int) -> Obj:
         meta = current["metadata"]
         deadline = utcnow() + dt.timedelta(seconds=grace)
-        if meta.get("deletionTimestamp") and parse_time(meta["deletionTimestamp"]) <= deadline:
+        marked = parse_time(meta.get("deletionTimestamp"))
+        if marked is not None and marked <= deadline:
             return current  # already terminating, no later than asked
 
         def mark(o: Obj) -> None:

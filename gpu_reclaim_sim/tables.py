@@ -74,12 +74,13 @@ def human_duration(seconds: float) -> str:
 
 
 def _age(value: str | None) -> str:
-    if not value:
-        return "<unknown>"
     try:
-        return human_duration((utcnow() - parse_time(value)).total_seconds())
+        created = parse_time(value)
     except ValueError:
+        created = None
+    if created is None:
         return "<unknown>"
+    return human_duration((utcnow() - created).total_seconds())
 
 
 def _name(o: Obj) -> str:

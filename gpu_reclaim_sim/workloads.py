@@ -47,10 +47,12 @@ def available_in(pod: Obj, min_ready_seconds: int) -> float | None:
     if not min_ready_seconds:
         return 0.0
     try:
-        since = (utcnow() - parse_time(cond["lastTransitionTime"])).total_seconds()
-    except (KeyError, TypeError, ValueError):
+        changed = parse_time(cond["lastTransitionTime"])
+    except (KeyError, ValueError):
         return 0.0
-    return max(0.0, min_ready_seconds - since)
+    if changed is None:
+        return 0.0
+    return max(0.0, min_ready_seconds - (utcnow() - changed).total_seconds())
 
 
 def compute_hash(template: Obj, collision_count: int = 0) -> str:

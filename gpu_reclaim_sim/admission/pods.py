@@ -287,7 +287,7 @@ def _validate_pod_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
     for key in ("containers", "initContainers"):
         olist, nlist = ospec.get(key) or [], nspec.get(key) or []
         if len(olist) == len(nlist):
-            for oc, nc in zip(olist, nlist):
+            for oc, nc in zip(olist, nlist, strict=True):
                 if isinstance(oc, dict) and isinstance(nc, dict):
                     nc["image"] = oc.get("image")
     for key in ("activeDeadlineSeconds", "tolerations"):

@@ -54,7 +54,7 @@ def _schema_errors(api_version: str, kind: str, obj: Obj) -> tuple[list[tuple[tu
     if openapi.valid(api_version, kind, obj):  # the common case, without jsonschema's cost
         return unknown, others
     for e in openapi.errors(api_version, kind, obj):
-        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict) and isinstance(e.schema, dict):
             known = set(e.schema.get("properties") or {})
             unknown += [(tuple(e.absolute_path) + (k,), k) for k in e.instance if k not in known]
         else:

@@ -65,7 +65,7 @@ def _admit_service(store: Store, svc: Obj) -> None:
 
 def used_service_ips(store: Store) -> set[str]:
     """Cluster IPs and load-balancer IPs in use (both come from the service network)."""
-    used = set()
+    used: set[str] = set()
     for s in store.objects(BY_KIND["Service"]):
         used.update((s.get("spec") or {}).get("clusterIPs") or [])
         used.update(i.get("ip") for i in ((s.get("status") or {}).get("loadBalancer") or {}).get("ingress") or [])
@@ -75,7 +75,7 @@ def used_service_ips(store: Store) -> set[str]:
 def load_balancer_range(store: Store) -> ipaddress.IPv4Network:
     """The service network's last /24: load-balancer addresses, as a
     MetalLB pool carved from it (sim.loadbalancers); cluster IPs come from the rest."""
-    return ipaddress.ip_network(f"{store.service_cidr.broadcast_address - 255}/24")
+    return ipaddress.IPv4Network(f"{store.service_cidr.broadcast_address - 255}/24")
 
 
 def _check_cluster_ip(ip: str, used: set[str], store: Store) -> None:

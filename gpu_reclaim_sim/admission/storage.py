@@ -66,7 +66,7 @@ def _validate_pvc(store: Store, pvc: Obj) -> list[Cause]:
     storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
     if storage is None:
         causes.append(_cause("spec.resources[storage]", "FieldValueRequired", "Required value"))
-    elif _quantity(storage) is None or _quantity(storage) <= 0:
+    elif (quantity := _quantity(storage)) is None or quantity <= 0:
         causes.append(_cause("spec.resources[storage]", "FieldValueInvalid",
                              f"Invalid value: {json.dumps(storage)}: must be greater than zero"))
     return causes

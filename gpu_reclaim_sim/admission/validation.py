@@ -129,7 +129,8 @@ def _unique_names(items: list[Any], path: str) -> list[Cause]:
             causes.append(_cause(f"{path}[{i}].name", "FieldValueRequired", "Required value"))
         elif name in seen:
             causes.append(_cause(f"{path}[{i}].name", "FieldValueDuplicate", f"Duplicate value: {json.dumps(name)}"))
-        seen.add(name)
+        else:
+            seen.add(name)
     return causes
 
 

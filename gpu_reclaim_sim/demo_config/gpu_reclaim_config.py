@@ -2,10 +2,17 @@
 # the options of the demo's values (values.yaml, which the demo's z2jh release passes
 # the service) and where this hub's service finds the cluster and keeps its records.
 import os
+from typing import TYPE_CHECKING
 
 import yaml
 
-c = get_config()  # noqa: F821
+if TYPE_CHECKING:  # traitlets' config loader provides get_config() when it runs this file
+    from traitlets.config import Config
+
+    def get_config() -> Config: ...
+
+
+c = get_config()
 env = os.environ.get
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "values.yaml")) as f:

@@ -2,8 +2,15 @@
 # `jupyterhub-gpu-reclaim-sim demo` starts the cluster and runs `jupyterhub -f` on this file;
 # the integration tests load it too. Ports and the password come from the environment.
 import os
+from typing import TYPE_CHECKING
 
-c = get_config()  # noqa: F821 (provided by JupyterHub)
+if TYPE_CHECKING:  # traitlets' config loader provides get_config() when it runs this file
+    from traitlets.config import Config
+
+    def get_config() -> Config: ...
+
+
+c = get_config()
 env = os.environ.get
 
 c.JupyterHub.ip = "127.0.0.1"

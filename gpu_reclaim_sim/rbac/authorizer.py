@@ -94,7 +94,7 @@ class Rule:
 
     __slots__ = ("verbs", "groups", "resources", "names", "urls", "raw")
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Obj) -> None:
         self.raw = raw
         self.verbs = frozenset(raw.get("verbs") or ())
         self.groups = frozenset(raw.get("apiGroups") or ())

@@ -160,8 +160,11 @@ class RoleAggregator:
                         continue
                     current = self.store.find(CLUSTER_ROLE, None, other["metadata"]["name"]) or other
                     rules += [r for r in current.get("rules") or [] if r not in rules]
-            current = self.store.find(CLUSTER_ROLE, None, name)
-            if current is not None and (current.get("rules") or []) != rules:
-                self.store.update(CLUSTER_ROLE, None, name, lambda o: o.__setitem__("rules", rules))
+            stored = self.store.find(CLUSTER_ROLE, None, name)
+            if stored is not None and (stored.get("rules") or []) != rules:
+                def set_rules(o: Obj, rules: list[Obj] = rules) -> None:
+                    o["rules"] = rules
+
+                self.store.update(CLUSTER_ROLE, None, name, set_rules)
                 changed = True
         return changed

@@ -114,7 +114,7 @@ def _compact(rules: list[dict[str, list[str]]]) -> list[dict[str, list[str]]]:
         if "nonResourceURLs" in rule:
             out.append(rule)
             continue
-        key = (rule["apiGroups"][0], rule["resources"][0], (rule.get("resourceNames") or [None])[0])
+        key = (rule["apiGroups"][0], rule["resources"][0], next(iter(rule.get("resourceNames") or ()), None))
         if key in merged:
             merged[key]["verbs"] += [v for v in rule["verbs"] if v not in merged[key]["verbs"]]
         else:

@@ -21,7 +21,9 @@ def review(authorizer: Authorizer, kind: str, user: UserInfo, body: Any, namespa
     group = "authentication.k8s.io" if kind == "SelfSubjectReview" else "authorization.k8s.io"
     out: Obj = {"kind": kind, "apiVersion": f"{group}/v1",
                 "metadata": {**(body.get("metadata") or {}), "creationTimestamp": None}}
-    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        spec = {}
     if kind == "SelfSubjectReview":
         out["status"] = {"userInfo": user.as_json()}
         return out
@@ -46,7 +48,7 @@ def review(authorizer: Authorizer, kind: str, user: UserInfo, body: Any, namespa
                                                    "specified")], group)
         subject = UserInfo(spec.get("user") or "", tuple(spec.get("groups") or ()), spec.get("uid") or "",
                            tuple((k, tuple(v)) for k, v in (spec.get("extra") or {}).items()))
-    res, non = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
+    res, non = spec.get("resourceAttributes") or {}, spec.get("nonResourceAttributes") or {}
     if bool(res) == bool(non):
         message = ("cannot be specified in combination with resourceAttributes" if res else
                    "exactly one of nonResourceAttributes or resourceAttributes must be specified")
@@ -54,7 +56,7 @@ def review(authorizer: Authorizer, kind: str, user: UserInfo, body: Any, namespa
                                                "FieldValueRequired" if not res else "FieldValueInvalid",
                                                ("Required value: " if not res else "Invalid value: ") + message)],
                              group)
-    if kind == "LocalSubjectAccessReview" and (res or {}).get("namespace", namespace) != namespace:
+    if kind == "LocalSubjectAccessReview" and res.get("namespace", namespace) != namespace:
         raise errors.invalid(kind, "", [_cause("spec.resourceAttributes.namespace", "FieldValueInvalid",
                                                f'Invalid value: {json.dumps(res.get("namespace"))}: must match '
                                                "metadata.namespace")], group)

@@ -53,9 +53,10 @@ def start_time(pod: Obj) -> float:
     """When the pod started (creation as a fallback), for MoreImportantPod's tie-break."""
     stamp = (pod.get("status") or {}).get("startTime") or pod["metadata"].get("creationTimestamp")
     try:
-        return parse_time(stamp).timestamp() if stamp else math.inf
+        started = parse_time(stamp)
     except ValueError:
         return math.inf
+    return started.timestamp() if started is not None else math.inf
 
 
 def terminating_by_preemption(pod: Obj) -> bool:

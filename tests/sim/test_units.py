@@ -46,6 +46,9 @@ def test_scenarios_and_the_demo_config_are_package_data():
     ([1, 2], "a scenario is a mapping"),
     ({"nodeGroups": [{"name": "a"}], "podNetwork": "10.0.0.0/16"}, "must be a network inside 127.0.0.0/8"),
     ({"nodeGroups": [{"name": "a"}], "podNetwork": "127.1.2.3/16"}, "podNetwork: 127.1.2.3/16 has host bits set"),
+    # an IPv6 network is refused with the same sentence (it was a TypeError comparing versions)
+    ({"nodeGroups": [{"name": "a"}], "podNetwork": "::1/128"}, "must be a network inside 127.0.0.0/8"),
+    ({"nodeGroups": [{"name": "a"}], "serviceNetwork": "fd00::/112"}, "must be a network inside 127.0.0.0/8"),
 ])
 def test_bad_scenarios_get_clear_errors(data, message):
     with pytest.raises(sc.ScenarioError) as e:

@@ -3,7 +3,7 @@ functions count as well as those at the top of a module: no import circle anywhe
 package, nothing that runs the service sees the traitlets Application of the settings,
 and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
-    python -m pytest tests/unit/test_imports.py
+    python -m pytest tests/architecture/test_imports.py
 """
 
 from __future__ import annotations

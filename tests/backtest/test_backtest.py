@@ -25,20 +25,12 @@ from jupyterhub_gpu_reclaim.observations import Sample, Session
 from jupyterhub_gpu_reclaim.policy import decide
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
-from .test_trace import EXAMPLE, generate_trace
+from ..clock import START, at
+from .test_trace import EXAMPLE, generate_trace, ts
 
 REPO = Path(__file__).resolve().parents[2]
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 MIN = dt.timedelta(minutes=1)
-
-
-def ts(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def at(minutes: float) -> dt.datetime:
-    return T0 + minutes * MIN
 
 
 class Trace:
@@ -84,7 +76,7 @@ class Trace:
     def write(self, path: Path) -> Path:
         self.events.sort(key=lambda e: (e[0], e[1]))
         with open(path, "w") as f:
-            f.write(json.dumps({"kind": "config", "version": 1, "start": ts(T0), "end": ts(self.end),
+            f.write(json.dumps({"kind": "config", "version": 1, "start": ts(START), "end": ts(self.end),
                                 "sample_interval_s": self.step * 60, "gpus_total": 8}) + "\n")
             for _, _, obj in self.events:
                 f.write(json.dumps(obj) + "\n")
@@ -94,7 +86,7 @@ class Trace:
 def idle_open_tab(gpus=1, util=0.0):
     """GPU idle, kernel idle since the start, browser tab open (hub activity fresh)."""
     return lambda m: {"gpu_util": [util] * gpus,
-                      "kernels": [{"execution_state": "idle", "last_activity": ts(T0)}],
+                      "kernels": [{"execution_state": "idle", "last_activity": ts(START)}],
                       "hub_last_activity": ts(at(m))}
 
 
@@ -102,12 +94,12 @@ def training_silent(gpus=1):
     """A training cell running with no browser open: GPU 95%, kernel busy, hub activity stale."""
     return lambda m: {"gpu_util": [95.0] * gpus,
                       "kernels": [{"execution_state": "busy", "last_activity": ts(at(m))}],
-                      "hub_last_activity": ts(T0)}
+                      "hub_last_activity": ts(START)}
 
 
 def no_gpu_data():
-    return lambda m: {"gpu_util": None, "kernels": [{"execution_state": "idle", "last_activity": ts(T0)}],
-                      "hub_last_activity": ts(T0)}
+    return lambda m: {"gpu_util": None, "kernels": [{"execution_state": "idle", "last_activity": ts(START)}],
+                      "hub_last_activity": ts(START)}
 
 
 CFG = PolicyConfig()
@@ -124,9 +116,9 @@ def test_never_used_session_warned_then_reclaimed(tmp_path):
     report = run(Trace(hours=6).session("alice/", start=0, sample=idle_open_tab()), tmp_path)
     warn_at = CFG.never_used_warn_after
     reclaim_at = max(CFG.never_used_reclaim_after, warn_at + CFG.warning_lead)
-    assert report["warnings"][0] == {"session": "alice/", "t": ts(T0 + warn_at), "rule": "gpu-never-used",
-                                     "reclaim_at": ts(T0 + reclaim_at)}
-    assert report["reclaims"] == [{"session": "alice/", "t": ts(T0 + reclaim_at), "rule": "gpu-never-used",
+    assert report["warnings"][0] == {"session": "alice/", "t": ts(START + warn_at), "rule": "gpu-never-used",
+                                     "reclaim_at": ts(START + reclaim_at)}
+    assert report["reclaims"] == [{"session": "alice/", "t": ts(START + reclaim_at), "rule": "gpu-never-used",
                                    "gpus": 1, "gpu_hours_freed": 6 - reclaim_at.total_seconds() / 3600}]
     assert report["summary"] == {"gpu_hours_held": 6.0, "gpu_hours_freed": 6 - reclaim_at.total_seconds() / 3600,
                                  "reclaims": 1, "warnings": len(report["warnings"])}
@@ -269,7 +261,7 @@ def test_idle_culler_culls_silent_training_and_misses_open_tab(tmp_path):
 
 
 def test_reference_rule_functions():
-    s = Session(id="a/", user="a", server="", gpus=1, started=T0)
+    s = Session(id="a/", user="a", server="", gpus=1, started=START)
     fresh = Sample(t=at(120), gpu_util=(0.0,), hub_last_activity=at(119))
     stale = Sample(t=at(120), gpu_util=(99.0,), hub_last_activity=at(60))
     none = Sample(t=at(61), gpu_util=(99.0,), hub_last_activity=None)

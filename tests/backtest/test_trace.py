@@ -22,12 +22,12 @@ from jupyterhub_gpu_reclaim.trace import (
     read_trace,
     write_trace,
 )
+from ..clock import START
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 EXAMPLE = SHARED / "traces" / "example.jsonl"
 
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
 
 def loads_trace(text: str, name: str = "<trace>") -> list:
@@ -51,7 +51,7 @@ def generate_trace(path: Path, *, lines: int = 5000, seed: int = 1, interval_s: 
     n_sessions = max(6, lines // 300)  # ~360 lines each: more than needed, cut below
     # each session lives ~ 400 samples on average; the trace spans what that needs
     span_steps = 600
-    start, end = T0, T0 + span_steps * step
+    start, end = START, START + span_steps * step
     events: list[tuple[dt.datetime, int, dict]] = []  # (time, order, obj)
     behaviours = ["train", "open-tab-idle", "never-used", "loader", "gaps", "work-then-leave"]
     for i in range(n_sessions):

@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from ..clock import START
+
 PAGINATION = "application/jupyterhub-pagination+json"
 
 
@@ -224,7 +226,7 @@ class FakeServers(Fake):
             return raw
         states = self.kernels.get(request.match_info["user"], ["idle"])
         return web.json_response([{"id": str(i), "name": "python3", "execution_state": s,
-                                   "last_activity": "2026-01-05T09:00:00Z", "connections": 0}
+                                   "last_activity": iso(START), "connections": 0}
                                   for i, s in enumerate(states)])
 
     async def terminals(self, request: web.Request) -> web.Response:

@@ -33,20 +33,16 @@ from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
 from jupyterhub_gpu_reclaim.store import Store
 
+from ..clock import START, at
 from ..cycles import CycleRecorder
 from ..hubapi import StaticProbeToken
 from .fakes import FakeHubAPI, FakePrometheus, FakeServers
 
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STEP = dt.timedelta(minutes=5)
 NS = "jhub"
 TOKEN = "fault-test-token-7c1d9e"
 P = "jupyterhub_gpu_reclaim_"
-
-
-def minutes(m: float) -> dt.datetime:
-    return T0 + dt.timedelta(minutes=m)
 
 
 def free_port() -> int:
@@ -78,7 +74,7 @@ class World(CycleRecorder):
     step = STEP
 
     def __init__(self, tmp_path) -> None:
-        self.now = [T0]
+        self.now = [START]
         self.hub = FakeHubAPI()
         self.prom = FakePrometheus(self.clock)
         self.servers = FakeServers()
@@ -126,17 +122,17 @@ class World(CycleRecorder):
 
     def add(self, user: str, *, gpus: int = 1, util: float | None = 0.0,
             last_activity: dt.datetime | None = None) -> str:
-        sid = self.hub.add_server(user, started=T0, last_activity=last_activity)
+        sid = self.hub.add_server(user, started=START, last_activity=last_activity)
         port = int(self.servers.url.rsplit(":", 1)[1])
         pod = f"jupyter-{user}"
         self.pods.pods[sid] = PodInfo(namespace=NS, name=pod, user=user, server="", gpus=gpus,
                                       node="gpu-node-1", phase="Running", ready=True,
-                                      pod_ip="127.0.0.1", port=port, created=T0, unschedulable=None)
+                                      pod_ip="127.0.0.1", port=port, created=START, unschedulable=None)
         if gpus and util is not None:
             self.prom.util[(NS, pod)] = util
         return sid
 
-    def decisions(self, sid: str, since: dt.datetime = T0, until: dt.datetime | None = None) -> set:
+    def decisions(self, sid: str, since: dt.datetime = START, until: dt.datetime | None = None) -> set:
         return {(r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
                 if sid in r.decisions and since <= r.t and (until is None or r.t <= until)}
 
@@ -160,19 +156,19 @@ async def test_hub_or_pods_failure_skips_the_cycle_then_recovers(world, caplog, 
     caplog.set_level(logging.INFO)
     w = world
     gpu = w.add("alice")  # never used: would be warned at 30, reclaimed at 60
-    cpu = w.add("bob", gpus=0, last_activity=T0)  # idle-culler: due at 60
+    cpu = w.add("bob", gpus=0, last_activity=START)  # idle-culler: due at 60
 
     def each(t):
-        down = minutes(15) <= t <= minutes(40)
+        down = at(15) <= t <= at(40)
         if fault == "pods-410":
             w.pods.fail = "the pod watch has been down for over 300 s: watch: HTTP 410 Gone" if down else None
         else:
             w.hub.mode = ("500" if fault == "hub-500" else "hang") if down else "ok"
 
-    await w.run_until(minutes(40), each)
+    await w.run_until(at(40), each)
     skipped = [r for r in w.reports if r.skipped]
     source = "pods" if fault == "pods-410" else "hub"
-    assert [r.t for r in skipped] == [minutes(m) for m in range(15, 45, 5)]
+    assert [r.t for r in skipped] == [at(m) for m in range(15, 45, 5)]
     assert all(r.skipped == source and r.decisions == {} and r.stops == [] for r in skipped)
     assert w.hub.deletes == [] and w.warning_rows() == 0
     assert w.metric(P + "cycles_total", result=f"skipped-{source}") == 6
@@ -180,12 +176,12 @@ async def test_hub_or_pods_failure_skips_the_cycle_then_recovers(world, caplog, 
     assert f"signal {source} failed" in caplog.text
     assert TOKEN not in caplog.text
 
-    await w.run_until(minutes(110), each)
+    await w.run_until(at(110), each)
     # recovered: bob is culled as soon as a cycle runs (he was due during the fault);
     # alice's idle clock restarted after the 35-minute hole in her observations
-    assert w.stopped(cpu) == [minutes(60)]
-    assert w.warned(gpu) == [minutes(75)]
-    assert w.stopped(gpu) == [minutes(105)]
+    assert w.stopped(cpu) == [at(60)]
+    assert w.warned(gpu) == [at(75)]
+    assert w.stopped(gpu) == [at(105)]
     assert sorted(w.hub.deletes) == ["/hub/api/users/alice/server", "/hub/api/users/bob/server"]
     assert {r.outcome for r in w.store.reclaims()} == {"stopped"}
     assert w.metric(P + "cycles_total", result="ok") == len(w.reports) - 6
@@ -200,32 +196,32 @@ async def test_prometheus_failure_holds_gpu_sessions_then_recovers(world, caplog
     caplog.set_level(logging.INFO)
     w = world
     gpu = w.add("alice")
-    cpu = w.add("bob", gpus=0, last_activity=T0 - dt.timedelta(minutes=50))  # due at 10
+    cpu = w.add("bob", gpus=0, last_activity=at(-50))  # due at 10
     live_url = w.prom_signal.url
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead_url = f"http://127.0.0.1:{s.getsockname()[1]}"
 
     def each(t):
-        down = t <= minutes(30)
+        down = t <= at(30)
         if fault == "refused":
             w.prom_signal.url = dead_url if down else live_url
         else:
             w.prom.mode = fault if down else "ok"
 
-    await w.run_until(minutes(55), each)
+    await w.run_until(at(55), each)
     # GPU data missing: held (never warned, never reclaimed); the CPU server is still culled
-    assert w.decisions(gpu, until=minutes(30)) == {("hold", "gpu-data-missing")}
-    assert w.warned(gpu) == [] or w.warned(gpu)[0] > minutes(30)
-    assert w.stopped(cpu) == [minutes(10)]
+    assert w.decisions(gpu, until=at(30)) == {("hold", "gpu-data-missing")}
+    assert w.warned(gpu) == [] or w.warned(gpu)[0] > at(30)
+    assert w.stopped(cpu) == [at(10)]
     assert w.metric(P + "signal_errors_total", source="prometheus") == 7
     assert w.metric(P + "cycles_total", result="ok") == len(w.reports)  # not skipped
     assert "signal prometheus failed" in caplog.text
 
-    await w.run_until(minutes(95), each)
+    await w.run_until(at(95), each)
     # recovered: the idle episode starts at the last sample without GPU data (30 min)
-    assert w.warned(gpu) == [minutes(60)]
-    assert w.stopped(gpu) == [minutes(90)]
+    assert w.warned(gpu) == [at(60)]
+    assert w.stopped(gpu) == [at(90)]
     assert w.metric(P + "holds", reason="gpu-data-missing") is None
 
 
@@ -235,19 +231,19 @@ async def test_hanging_kernel_endpoint_holds_gpu_idle_session_then_recovers(worl
     gpu = w.add("alice")
 
     def each(t):
-        w.servers.mode = "hang" if minutes(50) <= t <= minutes(70) else "ok"
+        w.servers.mode = "hang" if at(50) <= t <= at(70) else "ok"
 
-    await w.run_until(minutes(70), each)
-    assert w.warned(gpu) == [minutes(30)]  # warnings still go out
-    assert w.decisions(gpu, since=minutes(60)) == {("hold", "kernel-data-missing")}
+    await w.run_until(at(70), each)
+    assert w.warned(gpu) == [at(30)]  # warnings still go out
+    assert w.decisions(gpu, since=at(60)) == {("hold", "kernel-data-missing")}
     assert w.stopped(gpu) == [] and w.hub.deletes == []
     assert w.metric(P + "signal_errors_total", source="kernels") == 5
     assert w.metric(P + "holds", reason="kernel-data-missing") == 1
     assert "kernels of alice/" in caplog.text
     assert all(f"kernels:{gpu}" in r.errors for r in w.reports[-5:])
 
-    await w.run_until(minutes(80), each)
-    assert w.stopped(gpu) == [minutes(75)]  # due, and the kernels answer again
+    await w.run_until(at(80), each)
+    assert w.stopped(gpu) == [at(75)]  # due, and the kernels answer again
     assert w.hub.deletes == ["/hub/api/users/alice/server"]
     assert w.warning_rows() == 1
 
@@ -259,8 +255,8 @@ async def test_killed_mid_stop_and_restarted_finishes_the_stop(world, caplog):
     caplog.set_level(logging.INFO)
     w = world
     gpu = w.add("alice")
-    await w.run_until(minutes(55))
-    assert w.warned(gpu) == [minutes(30)]
+    await w.run_until(at(55))
+    assert w.warned(gpu) == [at(30)]
 
     # the stop at 60 min: the hub accepts it (202) and keeps the server pending
     w.hub.delete_mode = "202"
@@ -275,14 +271,14 @@ async def test_killed_mid_stop_and_restarted_finishes_the_stop(world, caplog):
     await w.reclaimer.cancel()  # the service is killed mid-stop
     (record,) = w.store.unfinished_reclaims()
     assert record.session == gpu and record.outcome is None
-    w.now[0] = minutes(65)
+    w.now[0] = at(65)
 
     # the new process: the hub has finished the stop meanwhile
     w.hub.finish_stop("alice")
     w.hub.delete_mode = "204"
     w.new_reclaimer()
     w.reports.clear()
-    await w.run_until(minutes(75))
+    await w.run_until(at(75))
     assert [r.warned for r in w.reports] == [[], [], []]
     assert [r.stops for r in w.reports] == [[], [], []]  # no new reclaim: the old one is finished
     (record,) = w.store.reclaims()
@@ -299,8 +295,8 @@ async def test_stop_that_never_completes_is_stuck_and_retried(world, caplog):
     w = world
     gpu = w.add("alice")
     w.hub.delete_mode = "202"  # accepted, then pending forever
-    await w.run_until(minutes(60))
-    assert w.stopped(gpu) == [minutes(60)]
+    await w.run_until(at(60))
+    assert w.stopped(gpu) == [at(60)]
     (record,) = w.store.reclaims()
     assert record.outcome == "stuck" and "still listed" in record.detail
     assert [r.id for r in w.store.stuck_reclaims()] == [record.id]
@@ -314,7 +310,7 @@ async def test_stop_that_never_completes_is_stuck_and_retried(world, caplog):
     assert w.metric(P + "stuck_stops") == 1
 
     w.hub.finish_stop("alice")  # the hub finally stops it
-    await w.run_until(minutes(80))
+    await w.run_until(at(80))
     assert len(w.hub.deletes) == 3  # one retry more, then nothing
     (record,) = w.store.reclaims()
     assert record.outcome == "stopped"
@@ -322,7 +318,7 @@ async def test_stop_that_never_completes_is_stuck_and_retried(world, caplog):
     assert w.metric(P + "stuck_stops") == 0
     assert w.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") == 1
     assert w.warning_rows() == 1
-    assert all(r.stops == [] for r in w.reports if r.t > minutes(60))
+    assert all(r.stops == [] for r in w.reports if r.t > at(60))
 
 
 # ---------------------------------------------------------------------------- the CLI

@@ -25,8 +25,9 @@ from jupyterhub_gpu_reclaim.signals.base import MAX_BODY
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.pods import PodSignal
 
+from ..clock import START, at
 from .fakes import FakeDcgmExporter, FakeKubeAPI, iso
-from .test_faults import NS, P, T0, World, minutes
+from .test_faults import NS, P, World
 
 # never-used GPUs warned at 10 min, reclaimed at 20; servers without GPUs culled at 20
 POLICY = PolicyConfig(never_used_warn_after=dt.timedelta(minutes=10),
@@ -61,7 +62,7 @@ class Hostile(World):
             self.pods = PodSignal(NS, str(path), watch_timeout=5)  # type: ignore[assignment]
         await super().start()
         self.bob = self.add("bob")
-        self.carol = self.add("carol", gpus=0, last_activity=T0)
+        self.carol = self.add("carol", gpus=0, last_activity=START)
         return self
 
     def new_reclaimer(self, stop_timeout: float = 0.3):
@@ -97,7 +98,7 @@ class Hostile(World):
         keys = {"hub.jupyter.org/username": user, "hub.jupyter.org/servername": ""}
         return {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"jupyter-{user}", "namespace": NS, "creationTimestamp": iso(T0),
+            "metadata": {"name": f"jupyter-{user}", "namespace": NS, "creationTimestamp": iso(START),
                          "resourceVersion": "1", "uid": f"uid-{user}", "annotations": dict(keys),
                          "labels": {"component": "singleuser-server", "app": "jupyterhub", **keys}},
             "spec": {"nodeName": "gpu-node-1", "containers": [{
@@ -125,10 +126,10 @@ class Hostile(World):
     # ---------------------------------------------------------------- what every test checks
 
     def assert_bystanders_on_schedule(self) -> None:
-        assert self.warned(self.bob) == [minutes(10)] and self.stopped(self.bob) == [minutes(20)]
-        assert self.stopped(self.carol) == [minutes(20)] and self.warned(self.carol) == []
+        assert self.warned(self.bob) == [at(10)] and self.stopped(self.bob) == [at(20)]
+        assert self.stopped(self.carol) == [at(20)] and self.warned(self.carol) == []
 
-    def assert_held(self, sid: str, rule: str, problem: str, since: dt.datetime = T0,
+    def assert_held(self, sid: str, rule: str, problem: str, since: dt.datetime = START,
                     warned: list | tuple = ()) -> None:
         """Held under `rule` in every cycle from `since` on, with `problem` in the decision's
         evidence; warned only as given; never stopped."""
@@ -174,7 +175,7 @@ def assert_all_ok(w: Hostile) -> None:
 
 def kernels(**fields) -> bytes:
     return json.dumps([{"id": "k1", "name": "python3", "execution_state": "idle",
-                        "last_activity": "2026-01-05T09:00:00Z", "connections": 0, **fields}]).encode()
+                        "last_activity": iso(START), "connections": 0, **fields}]).encode()
 
 
 KERNEL_ANSWERS = {  # victim: (endpoint, body, what the hold's evidence says)
@@ -186,7 +187,7 @@ KERNEL_ANSWERS = {  # victim: (endpoint, body, what the hold's evidence says)
     "inf-date": ("kernels", b'[{"execution_state": "idle", "last_activity": 1e400}]', "last_activity: float"),
     "huge-int": ("kernels", f'[{{"execution_state": "idle", "last_activity": {HUGE_INT}}}]'.encode(), "int"),
     "list-state": ("kernels", kernels(execution_state=["busy"]), "execution_state: list"),
-    "no-state": ("kernels", b'[{"id": "k1", "last_activity": "2026-01-05T09:00:00Z"}]', "no execution_state"),
+    "no-state": ("kernels", b'[{"id": "k1", "last_activity": "2026-11-02T08:00:00Z"}]', "no execution_state"),
     "string-kernel": ("kernels", b'["busy"]', "not an object"),
     "not-a-list": ("kernels", b'{"kernels": []}', "not a list"),
     "deep": ("kernels", DEEP, "RecursionError"),
@@ -205,11 +206,11 @@ async def test_malformed_kernel_answers_hold_only_their_session(make, caplog):
         sid = w.add(f"k-{name}")
         w.servers.raw[f"k-{name}/{endpoint}"] = body
         victims[sid] = problem
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
     for sid, problem in victims.items():
         # warnings still go out; the reclaim waits for kernels the server reports properly
-        w.assert_held(sid, "kernel-data-missing", problem, since=minutes(20), warned=[minutes(10)])
+        w.assert_held(sid, "kernel-data-missing", problem, since=at(20), warned=[at(10)])
     assert_all_ok(w)
     assert w.metric(P + "signal_errors_total", source="kernels") == len(victims) * len(w.reports)
     assert "Traceback" not in caplog.text and "9" * 50 not in caplog.text  # brief, bounded reasons
@@ -256,7 +257,7 @@ async def test_malformed_hub_models_hold_only_their_server(make, caplog):
     # a user model that names nobody is left out; one whose servers are not an object too
     w.hub.users["ghost"] = {"kind": "user", "servers": {"": {"ready": True}}}
     w.hub.users["h-servers"] = {"kind": "user", "name": "h-servers", "servers": ["x"]}
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
     for sid, problem in victims.items():
         w.assert_held(sid, "hub-data-invalid", problem)
@@ -279,19 +280,19 @@ def listing(items) -> bytes:
 ], ids=["not-json", "deep", "huge-body", "items-not-a-list", "no-pagination"])
 async def test_unusable_hub_listing_skips_the_cycle_and_is_not_a_success(make, body, problem):
     w = await make()
-    await w.run_until(minutes(5))
+    await w.run_until(at(5))
     w.hub.raw_listing = body
-    await w.run_until(minutes(15))
+    await w.run_until(at(15))
     assert [r.skipped for r in w.reports] == [None, None, "hub", "hub"]
     assert problem in w.reports[-1].errors["hub"]
     w.assert_cycle_metrics_truthful()  # the skipped cycles left the last-successful time alone
     assert w.metric(P + "cycles_total", result="skipped-hub") == 2
     assert w.stamps[-1] == w.stamps[2] < w.metric(P + "last_cycle_timestamp_seconds")
     w.hub.raw_listing = None
-    await w.run_until(minutes(40))
+    await w.run_until(at(40))
     # the 15 min without observations of bob are unknown time: his idle clock restarts at 20
-    assert w.warned(w.bob) == [minutes(30)] and w.stopped(w.bob) == [minutes(40)]
-    assert w.stopped(w.carol) == [minutes(20)]  # idle-culler's rule: the hub's last_activity
+    assert w.warned(w.bob) == [at(30)] and w.stopped(w.bob) == [at(40)]
+    assert w.stopped(w.carol) == [at(20)]  # idle-culler's rule: the hub's last_activity
     w.assert_cycle_metrics_truthful()
 
 
@@ -300,11 +301,11 @@ async def test_unusable_hub_listing_skips_the_cycle_and_is_not_a_success(make, b
 
 def series(user: str, value, ts="now", **labels) -> dict:
     item = {"metric": {"namespace": NS, "pod": f"jupyter-{user}", "gpu": "0", "field": "util", **labels}}
-    item["value"] = [T0.timestamp() if ts == "now" else ts, value] if value is not ... else None
+    item["value"] = [START.timestamp() if ts == "now" else ts, value] if value is not ... else None
     return item
 
 
-PROMETHEUS_SERIES = {  # victim: its series (T0's timestamp is rewritten to each cycle's)
+PROMETHEUS_SERIES = {  # victim: its series (START's timestamp is rewritten to each cycle's)
     "inf": lambda u: series(u, "+Inf"),
     "minus-inf": lambda u: series(u, "-Inf"),
     "1e308": lambda u: series(u, "1e308"),
@@ -336,10 +337,10 @@ async def test_malformed_prometheus_series_hold_only_their_gpu_session(make, cap
     def each(t):  # the good series carry each cycle's time, as Prometheus' do
         for item in w.prom.series.values():
             if isinstance(item, dict) and isinstance(item.get("value"), list) and item["value"][0] != "now!":
-                if isinstance(item["value"][0], float) and T0.timestamp() <= item["value"][0] < t.timestamp():
+                if isinstance(item["value"][0], float) and START.timestamp() <= item["value"][0] < t.timestamp():
                     item["value"][0] = t.timestamp()
 
-    await w.run_until(minutes(25), each)
+    await w.run_until(at(25), each)
     w.assert_bystanders_on_schedule()
     for sid in victims:
         w.assert_held(sid, "gpu-data-missing", "")
@@ -362,10 +363,10 @@ async def test_malformed_prometheus_series_hold_only_their_gpu_session(make, cap
 async def test_unusable_prometheus_answer_holds_gpu_sessions_only(make, body, problem):
     w = await make()
     w.prom.raw = body
-    await w.run_until(minutes(20))
+    await w.run_until(at(20))
     # GPU data missing: every GPU session held, the server without GPUs culled on time
     assert {(d.action, d.rule) for r in w.reports for d in [r.decisions[w.bob]]} == {("hold", "gpu-data-missing")}
-    assert w.stopped(w.carol) == [minutes(20)]
+    assert w.stopped(w.carol) == [at(20)]
     assert all(problem in r.errors["prometheus"] for r in w.reports)
     assert w.metric(P + "signal_errors_total", source="prometheus") == len(w.reports)
     assert_all_ok(w)  # a GPU source that fails is not a failed cycle: nothing is reclaimed on it
@@ -396,9 +397,9 @@ async def test_malformed_dcgm_lines_hold_only_their_gpu_session(make, caplog):
         w.exporters["node-a"].lines[(NS, f"jupyter-d-{name}")] = [line % LABELS.format(f"d-{name}")]
         victims.append(sid)
     ok = w.add("dora", node="node-a")  # a good line in the same text
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
-    assert w.warned(ok) == [minutes(10)] and w.stopped(ok) == [minutes(20)]
+    assert w.warned(ok) == [at(10)] and w.stopped(ok) == [at(20)]
     for sid in victims:
         w.assert_held(sid, "gpu-data-missing", "")
     assert_all_ok(w)
@@ -415,7 +416,7 @@ async def test_unusable_dcgm_text_holds_only_that_nodes_sessions(make, body, pro
     w = await make(gpu="dcgm")
     on_a = w.add("dora", node="node-a")
     w.exporters["node-a"].raw = body
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()  # bob's GPU is on node-b
     assert {(r.decisions[on_a].action, r.decisions[on_a].rule) for r in w.reports} == {("hold", "gpu-data-missing")}
     assert problem in caplog.text
@@ -470,7 +471,7 @@ async def test_malformed_pods_hold_only_their_session(make, caplog, via):
     for name, (changes, rule, problem) in POD_CHANGES.items():
         sid = w.add(f"k8s-{name}")
         victims[sid] = (f"jupyter-k8s-{name}", changes, rule, problem)
-    held_since = T0
+    held_since = START
 
     async def spoil():
         for pod_name, changes, _, _ in victims.values():
@@ -485,14 +486,14 @@ async def test_malformed_pods_hold_only_their_session(make, caplog, via):
     if via == "list":
         await spoil()
     else:
-        await w.run_until(minutes(5))
+        await w.run_until(at(5))
         assert all(w.reports[-1].decisions[sid].action == "keep" for sid in victims)
         await spoil()
-        held_since = minutes(10)
+        held_since = at(10)
         untold = ("jupyter-k8s-no-name", "jupyter-k8s-user-number")  # the watch re-lists: gone
         await w.until(lambda: all(p.invalid for p in w.pods.pods.values() if p.name.startswith("jupyter-k8s-"))
                       and not set(untold) & set(w.pods.pods), "the watch delivered the spoilt pods")
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
     for sid, (_, _, rule, problem) in victims.items():
         if problem is None:  # a pod that cannot be told apart: the server's pod is missing
@@ -511,7 +512,7 @@ async def test_malformed_watch_events_relist_and_hold_nobody_else(make, caplog):
     listed again; either way the view stays current and nobody else is held."""
     caplog.set_level(logging.INFO)
     w = await make(kube=True)
-    await w.run_until(minutes(5))
+    await w.run_until(at(5))
     lines = [b"<html>", DEEP, b'{"type": "MODIFIED", "object": "a pod"}', b'{"type": 5, "object": {}}',
              b"{" + b" " * (5 * 1024 * 1024) + b"}"]  # over kubernetes-asyncio's 4 MiB line
     for i, line in enumerate(lines):
@@ -519,7 +520,7 @@ async def test_malformed_watch_events_relist_and_hold_nobody_else(make, caplog):
         await w.kube.put(f"marker-{i}", {**w.pod(f"marker-{i}"), "metadata": {"name": f"marker-{i}"}})
         await w.until(lambda i=i: f"marker-{i}" in w.pods.pods, f"the view current after {line[:20]!r}")
         await w.cycle()
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
     assert_all_ok(w)
     assert w.pods.relists == 1 + 4  # all but the line that is not JSON (kubernetes-asyncio skips it)
@@ -536,13 +537,13 @@ async def test_malformed_watch_events_relist_and_hold_nobody_else(make, caplog):
 async def test_unusable_pod_list_skips_the_cycle_and_is_not_a_success(make, body, problem):
     w = await make(kube=True)
     w.kube.raw_list = body
-    await w.run_until(minutes(5))
+    await w.run_until(at(5))
     assert [r.skipped for r in w.reports] == ["pods", "pods"]
     assert problem in w.reports[-1].errors["pods"]
     w.kube.raw_list = None
-    await w.run_until(minutes(30))
+    await w.run_until(at(30))
     assert [r.skipped for r in w.reports[2:]] == [None] * 5
-    assert w.warned(w.bob) == [minutes(10)] and w.stopped(w.bob) == [minutes(20)]
+    assert w.warned(w.bob) == [at(10)] and w.stopped(w.bob) == [at(20)]
     w.assert_cycle_metrics_truthful()
 
 
@@ -561,7 +562,7 @@ async def test_unexpected_error_in_one_session_holds_it_logged_once(make, caplog
         return decide(view, **kwargs)
 
     monkeypatch.setattr(service, "decide", buggy)
-    await w.run_until(minutes(25))
+    await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
     w.assert_held(eve, "session-error", "ZeroDivisionError: \"a bug that only eve's data reaches\"")
     assert_all_ok(w)
@@ -576,11 +577,11 @@ async def test_a_cycle_that_raises_is_an_error_and_not_a_success(make, caplog):
     goes on and recovers when the table is back."""
     caplog.set_level(logging.INFO)
     w = await make()
-    await w.run_until(minutes(5))
+    await w.run_until(at(5))
     db = sqlite3.connect(w.store.engine.url.database)
     db.execute("ALTER TABLE warnings RENAME TO warnings_away")
     db.commit()
-    await w.run_until(minutes(15))
+    await w.run_until(at(15))
     assert [r.error is not None for r in w.reports] == [False, False, True, True]
     assert "OperationalError" in w.reports[-1].error
     assert w.metric(P + "cycles_total", result="error") == 2
@@ -589,6 +590,6 @@ async def test_a_cycle_that_raises_is_an_error_and_not_a_success(make, caplog):
     db.execute("ALTER TABLE warnings_away RENAME TO warnings")
     db.commit()
     db.close()
-    await w.run_until(minutes(40))
-    assert w.warned(w.bob) == [minutes(30)] and w.stopped(w.bob) == [minutes(40)]  # as above
+    await w.run_until(at(40))
+    assert w.warned(w.bob) == [at(30)] and w.stopped(w.bob) == [at(40)]  # as above
     w.assert_cycle_metrics_truthful()

@@ -15,13 +15,9 @@ from jupyterhub_gpu_reclaim.observations import (
 )
 from jupyterhub_gpu_reclaim.policy import decide, retained_samples
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from ..clock import START, at
 
-T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)
 CFG = PolicyConfig()
-
-
-def m(minutes: float) -> dt.datetime:
-    return T0 + dt.timedelta(minutes=minutes)
 
 
 def mins(n: float) -> dt.timedelta:
@@ -36,17 +32,17 @@ def session(gpus=1, **kw) -> Session:
     kw.setdefault("id", "alice/")
     kw.setdefault("user", "alice")
     kw.setdefault("server", "")
-    return Session(gpus=gpus, started=T0, **kw)
+    return Session(gpus=gpus, started=START, **kw)
 
 
 def samples(util_at, until: float, gpus=1, kernels=IDLE, **kw) -> tuple[Sample, ...]:
-    """One sample a minute from T0 to `until` (inclusive); util_at(minute) -> util."""
+    """One sample a minute from START to `until` (inclusive); util_at(minute) -> util."""
     out = []
     for k in range(int(until) + 1):
         u = util_at(k)
         if u is not None and not isinstance(u, tuple):
             u = (float(u),) * gpus
-        out.append(Sample(m(k), u, kernels=kernels, **kw))
+        out.append(Sample(at(k), u, kernels=kernels, **kw))
     return tuple(out)
 
 
@@ -57,44 +53,44 @@ def run(view: SessionView, now: dt.datetime, pending_gpus=1, config=CFG) -> Deci
 
 
 def warned(rule: str, t: float, reclaim: float, sid="alice/") -> Warning:
-    return Warning(sid, m(t), rule, m(reclaim))
+    return Warning(sid, at(t), rule, at(reclaim))
 
 
 # ---------------------------------------------------------------- never used (Yale)
 
 def test_never_used_keep_before_30_min():
     s = samples(lambda k: 0, 29)
-    d = run(SessionView(session(), s), m(29))
+    d = run(SessionView(session(), s), at(29))
     assert (d.action, d.rule) == ("keep", "gpu-never-used")
 
 
 def test_never_used_warns_at_30_min_with_reclaim_at_60():
-    d = run(SessionView(session(), samples(lambda k: 0, 30)), m(30))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", m(60))
+    d = run(SessionView(session(), samples(lambda k: 0, 30)), at(30))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(60))
     assert d.evidence["never_used"] is True and d.evidence["last_used"] is None
 
 
 def test_never_used_reclaims_at_60_after_warning_at_30():
     view = SessionView(session(), samples(lambda k: 0, 60),
                        warnings=(warned("gpu-never-used", 30, 60),))
-    assert run(view, m(59.5)).action == "keep"
-    d = run(view, m(60))
+    assert run(view, at(59.5)).action == "keep"
+    d = run(view, at(60))
     assert (d.action, d.rule) == ("reclaim", "gpu-never-used")
-    assert d.evidence["warned_at"] == m(30).isoformat()
+    assert d.evidence["warned_at"] == at(30).isoformat()
 
 
 def test_reclaim_time_without_warning_warns_with_lead():
-    d = run(SessionView(session(), samples(lambda k: 0, 90)), m(90))
-    assert (d.action, d.reclaim_at) == ("warn", m(105))
+    d = run(SessionView(session(), samples(lambda k: 0, 90)), at(90))
+    assert (d.action, d.reclaim_at) == ("warn", at(105))
 
 
 def test_warning_too_recent_does_not_reclaim():
     view = SessionView(session(), samples(lambda k: 0, 90),
                        warnings=(warned("gpu-never-used", 85, 100),))
-    d = run(view, m(90))
+    d = run(view, at(90))
     assert (d.action, d.rule) == ("keep", "gpu-never-used")
-    assert d.evidence["reclaim_at"] == m(100).isoformat()
-    assert run(dataclasses.replace(view, samples=samples(lambda k: 0, 100)), m(100)).action == "reclaim"
+    assert d.evidence["reclaim_at"] == at(100).isoformat()
+    assert run(dataclasses.replace(view, samples=samples(lambda k: 0, 100)), at(100)).action == "reclaim"
 
 
 # ---------------------------------------------------------------- used then idle
@@ -104,41 +100,41 @@ def used_then_idle(until, last_use=10, util=50.0, **kw):
 
 
 def test_idle_warns_at_60_and_reclaims_at_120():
-    d = run(SessionView(session(), used_then_idle(69)), m(69))
+    d = run(SessionView(session(), used_then_idle(69)), at(69))
     assert (d.action, d.rule) == ("keep", "gpu-idle")
-    d = run(SessionView(session(), used_then_idle(70)), m(70))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", m(130))
-    assert d.evidence["idle_since"] == m(10).isoformat()
-    assert d.evidence["last_used"] == m(10).isoformat()
+    d = run(SessionView(session(), used_then_idle(70)), at(70))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(130))
+    assert d.evidence["idle_since"] == at(10).isoformat()
+    assert d.evidence["last_used"] == at(10).isoformat()
     view = SessionView(session(), used_then_idle(130), warnings=(warned("gpu-idle", 70, 130),))
-    assert run(view, m(129)).action == "keep"
-    assert (run(view, m(130)).action, run(view, m(130)).rule) == ("reclaim", "gpu-idle")
+    assert run(view, at(129)).action == "keep"
+    assert (run(view, at(130)).action, run(view, at(130)).rule) == ("reclaim", "gpu-idle")
 
 
 def test_slow_data_loader_at_5_percent_is_not_idle():
     view = SessionView(session(), samples(lambda k: 5.0, 600))
-    d = run(view, m(600))
+    d = run(view, at(600))
     assert (d.action, d.rule) == ("keep", "gpu-active")
     assert d.evidence["window_max_util"] == [5.0]
 
 
 def test_threshold_is_configurable():
     cfg = PolicyConfig(gpu_idle_threshold=9.0)
-    d = run(SessionView(session(), samples(lambda k: 5.0, 60)), m(60), config=cfg)
+    d = run(SessionView(session(), samples(lambda k: 5.0, 60)), at(60), config=cfg)
     assert (d.action, d.rule) == ("warn", "gpu-never-used")
 
 
 def test_open_tab_hub_activity_does_not_keep():
     s = tuple(dataclasses.replace(x, hub_last_activity=x.t) for x in used_then_idle(70))
-    d = run(SessionView(session(), s), m(70))
+    d = run(SessionView(session(), s), at(70))
     assert d.action == "warn"
 
 
 def test_terminal_activity_does_not_keep_but_is_reported():
     s = tuple(dataclasses.replace(x, terminals=(x.t,)) for x in used_then_idle(70))
-    d = run(SessionView(session(), s), m(70))
+    d = run(SessionView(session(), s), at(70))
     assert d.action == "warn"
-    assert d.evidence["terminal_last_activity"] == m(70).isoformat()
+    assert d.evidence["terminal_last_activity"] == at(70).isoformat()
 
 
 # ---------------------------------------------------------------- busy kernel
@@ -146,28 +142,28 @@ def test_terminal_activity_does_not_keep_but_is_reported():
 def test_busy_kernel_keeps_silent_training():
     view = SessionView(session(), samples(lambda k: 0, 300, kernels=BUSY),
                        warnings=(warned("gpu-never-used", 30, 60),))
-    d = run(view, m(300))
+    d = run(view, at(300))
     assert (d.action, d.rule) == ("keep", "kernel-busy")
     assert d.evidence["episode_cleared"] is True
 
 
 def test_busy_kernel_restarts_the_idle_clock():
     s = samples(lambda k: 0, 100)
-    s = tuple(dataclasses.replace(x, kernels=BUSY) if x.t == m(50) else x for x in s)
-    d = run(SessionView(session(), s[:80]), m(79))
+    s = tuple(dataclasses.replace(x, kernels=BUSY) if x.t == at(50) else x for x in s)
+    d = run(SessionView(session(), s[:80]), at(79))
     assert (d.action, d.rule) == ("keep", "gpu-never-used")
-    assert d.evidence["idle_since"] == m(50).isoformat()
-    d = run(SessionView(session(), s[:81]), m(80))
-    assert (d.action, d.reclaim_at) == ("warn", m(110))
+    assert d.evidence["idle_since"] == at(50).isoformat()
+    d = run(SessionView(session(), s[:81]), at(80))
+    assert (d.action, d.reclaim_at) == ("warn", at(110))
 
 
 def test_unknown_kernels_hold_instead_of_reclaim():
     view = SessionView(session(), samples(lambda k: 0, 60, kernels=None),
                        warnings=(warned("gpu-never-used", 30, 60),))
-    d = run(view, m(60))
+    d = run(view, at(60))
     assert (d.action, d.rule) == ("hold", "kernel-data-missing")
     # but the warning itself goes out
-    assert run(SessionView(session(), samples(lambda k: 0, 30, kernels=None)), m(30)).action == "warn"
+    assert run(SessionView(session(), samples(lambda k: 0, 30, kernels=None)), at(30)).action == "warn"
 
 
 # ---------------------------------------------------------------- missing / stale data
@@ -176,61 +172,61 @@ def test_unknown_kernels_hold_instead_of_reclaim():
 def test_missing_gpu_data_holds(last):
     s = samples(lambda k: 0, 100)
     s = s[:-1] + (dataclasses.replace(s[-1], gpu_util=last),)
-    d = run(SessionView(session(), s, warnings=(warned("gpu-never-used", 30, 60),)), m(100))
+    d = run(SessionView(session(), s, warnings=(warned("gpu-never-used", 30, 60),)), at(100))
     assert (d.action, d.rule) == ("hold", "gpu-data-missing")
 
 
 def test_stale_gpu_data_holds():
     s = samples(lambda k: 0, 100)
-    assert run(SessionView(session(), s), m(105)).action == "warn"
-    d = run(SessionView(session(), s), m(105.5))
+    assert run(SessionView(session(), s), at(105)).action == "warn"
+    d = run(SessionView(session(), s), at(105.5))
     assert (d.action, d.rule) == ("hold", "gpu-data-missing")
 
 
 def test_no_samples_holds():
-    assert run(SessionView(session(), ()), m(500)).action == "hold"
+    assert run(SessionView(session(), ()), at(500)).action == "hold"
 
 
 def test_wrong_gpu_count_holds():
-    d = run(SessionView(session(gpus=2), samples(lambda k: (0.0,), 100)), m(100))
+    d = run(SessionView(session(gpus=2), samples(lambda k: (0.0,), 100)), at(100))
     assert (d.action, d.rule) == ("hold", "gpu-data-missing")
 
 
 def test_missing_data_in_history_restarts_the_clock():
     s = samples(lambda k: None if k == 40 else 0, 60)
-    d = run(SessionView(session(), s), m(60))
+    d = run(SessionView(session(), s), at(60))
     assert (d.action, d.rule) == ("keep", "gpu-never-used")
-    assert d.evidence["idle_since"] == m(40).isoformat()
+    assert d.evidence["idle_since"] == at(40).isoformat()
 
 
 # ---------------------------------------------------------------- intent
 
 def test_intent_is_honoured_then_warns_before_reclaim():
-    intent = Intent("alice/", until=m(300), set_at=m(20))
+    intent = Intent("alice/", until=at(300), set_at=at(20))
     s = samples(lambda k: 0, 400)
-    d = run(SessionView(session(), s, intent=intent), m(299))
+    d = run(SessionView(session(), s, intent=intent), at(299))
     assert (d.action, d.rule) == ("keep", "intent")
     # after the intent the never-used clock counts from its end
-    assert run(SessionView(session(), s, intent=intent), m(329)).action == "keep"
-    d = run(SessionView(session(), s, intent=intent), m(330))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", m(360))
+    assert run(SessionView(session(), s, intent=intent), at(329)).action == "keep"
+    d = run(SessionView(session(), s, intent=intent), at(330))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(360))
 
 
 def test_intent_capped_at_12_hours_from_when_it_was_set():
-    intent = Intent("alice/", until=m(60 * 48), set_at=m(10))
+    intent = Intent("alice/", until=at(60 * 48), set_at=at(10))
     s = samples(lambda k: 0, 60 * 13)
-    d = run(SessionView(session(), s, intent=intent), m(10 + 719))
+    d = run(SessionView(session(), s, intent=intent), at(10 + 719))
     assert d.rule == "intent" and d.evidence["intent_capped"] is True
-    d = run(SessionView(session(), s, intent=intent), m(10 + 720))
+    d = run(SessionView(session(), s, intent=intent), at(10 + 720))
     assert d.rule == "gpu-never-used" and d.action == "keep"
 
 
 def test_warnings_before_an_intent_are_cleared():
-    intent = Intent("alice/", until=m(100), set_at=m(40))
+    intent = Intent("alice/", until=at(100), set_at=at(40))
     view = SessionView(session(), samples(lambda k: 0, 200), intent=intent,
                        warnings=(warned("gpu-never-used", 30, 60),))
-    d = run(view, m(150))
-    assert d.action == "warn" and d.evidence["cleared_warnings"] == [m(30).isoformat()]
+    d = run(view, at(150))
+    assert d.action == "warn" and d.evidence["cleared_warnings"] == [at(30).isoformat()]
 
 
 # ---------------------------------------------------------------- episodes
@@ -238,30 +234,30 @@ def test_warnings_before_an_intent_are_cleared():
 def test_activity_after_warning_clears_the_episode():
     s = samples(lambda k: 80.0 if k == 45 else 0, 60)
     view = SessionView(session(), s, warnings=(warned("gpu-never-used", 30, 60),))
-    d = run(view, m(60))
+    d = run(view, at(60))
     assert d.action == "keep" and d.rule == "gpu-idle"
     assert d.evidence["episode_cleared"] is True
 
 
 def test_warned_session_is_not_warned_again():
     view = SessionView(session(), used_then_idle(100), warnings=(warned("gpu-idle", 70, 130),))
-    d = run(view, m(100))
+    d = run(view, at(100))
     assert (d.action, d.rule) == ("keep", "gpu-idle")
-    assert d.evidence["warned_at"] == m(70).isoformat()
-    assert d.evidence["reclaim_at"] == m(130).isoformat()
+    assert d.evidence["warned_at"] == at(70).isoformat()
+    assert d.evidence["reclaim_at"] == at(130).isoformat()
 
 
 # ---------------------------------------------------------------- pressure, exemptions, max-age
 
 def test_pressure_only_defers_reclaim_but_warns():
     cfg = PolicyConfig(pressure_only=True)
-    assert run(SessionView(session(), samples(lambda k: 0, 30)), m(30), 0, cfg).action == "warn"
+    assert run(SessionView(session(), samples(lambda k: 0, 30)), at(30), 0, cfg).action == "warn"
     view = SessionView(session(), samples(lambda k: 0, 60),
                        warnings=(warned("gpu-never-used", 30, 60),))
-    d = run(view, m(60), 0, cfg)
+    d = run(view, at(60), 0, cfg)
     assert (d.action, d.rule, d.reason) == ("keep", "gpu-never-used",
                                             "no GPU requested by pending pods")
-    assert run(view, m(60), 2, cfg).action == "reclaim"
+    assert run(view, at(60), 2, cfg).action == "reclaim"
 
 
 @pytest.mark.parametrize("cfg, sess", [
@@ -272,20 +268,20 @@ def test_pressure_only_defers_reclaim_but_warns():
 def test_exemptions(cfg, sess):
     view = SessionView(sess, samples(lambda k: 0, 200),
                        warnings=(warned("gpu-never-used", 30, 60),))
-    assert (run(view, m(200), config=cfg).action, run(view, m(200), config=cfg).rule) == (
+    assert (run(view, at(200), config=cfg).action, run(view, at(200), config=cfg).rule) == (
         "keep", "exempt")
 
 
 def test_max_age_warns_then_reclaims_and_caps_intent():
     cfg = PolicyConfig(max_age=mins(240))
-    intent = Intent("alice/", until=m(600), set_at=m(100))
+    intent = Intent("alice/", until=at(600), set_at=at(100))
     s = samples(lambda k: 50.0, 300)
-    assert run(SessionView(session(), s, intent=intent), m(224), config=cfg).rule == "intent"
-    d = run(SessionView(session(), s, intent=intent), m(225), config=cfg)
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "max-age", m(240))
+    assert run(SessionView(session(), s, intent=intent), at(224), config=cfg).rule == "intent"
+    d = run(SessionView(session(), s, intent=intent), at(225), config=cfg)
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "max-age", at(240))
     view = SessionView(session(), s, intent=intent, warnings=(warned("max-age", 225, 240),))
-    assert run(view, m(239), config=cfg).action == "keep"
-    assert (run(view, m(240), config=cfg).action, run(view, m(240), config=cfg).rule) == (
+    assert run(view, at(239), config=cfg).action == "keep"
+    assert (run(view, at(240), config=cfg).action, run(view, at(240), config=cfg).rule) == (
         "reclaim", "max-age")
 
 
@@ -293,12 +289,12 @@ def test_max_age_waits_for_busy_kernel():
     cfg = PolicyConfig(max_age=mins(240))
     view = SessionView(session(), samples(lambda k: 50.0, 300, kernels=BUSY),
                        warnings=(warned("max-age", 225, 240),))
-    assert run(view, m(300), config=cfg).rule == "kernel-busy"
+    assert run(view, at(300), config=cfg).rule == "kernel-busy"
 
 
 def test_partial_idleness_is_reported_not_reclaimed():
     s = samples(lambda k: (90.0, 0.0), 600, gpus=2)
-    d = run(SessionView(session(gpus=2), s), m(600))
+    d = run(SessionView(session(gpus=2), s), at(600))
     assert (d.action, d.rule) == ("keep", "gpu-partially-idle")
     assert d.evidence["idle_gpus"] == [1]
     assert d.evidence["window_max_util"] == [90.0, 0.0]
@@ -306,48 +302,48 @@ def test_partial_idleness_is_reported_not_reclaimed():
 
 def test_multi_gpu_idle_only_when_all_are_idle():
     s = samples(lambda k: (0.0, 30.0) if k <= 10 else (0.0, 0.0), 70, gpus=2)
-    d = run(SessionView(session(gpus=2), s), m(70))
+    d = run(SessionView(session(gpus=2), s), at(70))
     assert (d.action, d.rule) == ("warn", "gpu-idle")
 
 
 # ---------------------------------------------------------------- servers without GPUs
 
 def cpu_view(last_activity, server="", admin=False, samples_=True):
-    sess = Session(id=f"bob/{server}", user="bob", server=server, gpus=0, started=T0, admin=admin)
-    s = (Sample(m(0), None, hub_last_activity=last_activity),) if samples_ else ()
+    sess = Session(id=f"bob/{server}", user="bob", server=server, gpus=0, started=START, admin=admin)
+    s = (Sample(at(0), None, hub_last_activity=last_activity),) if samples_ else ()
     return SessionView(sess, s)
 
 
 def test_cpu_server_idle_culler_timeout_is_inclusive():
-    assert run(cpu_view(m(10)), m(69.9)).action == "keep"
-    d = run(cpu_view(m(10)), m(70))
+    assert run(cpu_view(at(10)), at(69.9)).action == "keep"
+    d = run(cpu_view(at(10)), at(70))
     assert (d.action, d.rule) == ("reclaim", "idle-culler-timeout")
 
 
 def test_cpu_server_without_activity_uses_started():
-    assert run(cpu_view(None), m(60)).action == "reclaim"
-    assert run(cpu_view(None, samples_=False), m(59)).action == "keep"
-    assert run(cpu_view(None, samples_=False), m(60)).action == "reclaim"
+    assert run(cpu_view(None), at(60)).action == "reclaim"
+    assert run(cpu_view(None, samples_=False), at(59)).action == "keep"
+    assert run(cpu_view(None, samples_=False), at(60)).action == "reclaim"
 
 
 def test_cpu_server_max_age_and_admin():
     cfg = PolicyConfig(cpu_max_age=mins(300), cull_admin_users=False)
-    assert run(cpu_view(m(299), admin=True), m(300), config=cfg).rule == "idle-culler-max-age"
+    assert run(cpu_view(at(299), admin=True), at(300), config=cfg).rule == "idle-culler-max-age"
     # idle-culler 2.0 culls admins' servers; --cull-admin-users only concerns users
-    assert run(cpu_view(m(0), admin=True), m(60), config=cfg).rule == "idle-culler-timeout"
-    assert run(cpu_view(m(250)), m(299), config=cfg).action == "keep"
+    assert run(cpu_view(at(0), admin=True), at(60), config=cfg).rule == "idle-culler-timeout"
+    assert run(cpu_view(at(250)), at(299), config=cfg).action == "keep"
 
 
 def test_cpu_server_named_server_flags():
     cfg = PolicyConfig(cull_named_servers=False, cpu_max_age=mins(300))
-    assert run(cpu_view(m(0), server="x"), m(100), config=cfg).action == "keep"
-    assert run(cpu_view(m(0), server="x"), m(300), config=cfg).rule == "idle-culler-max-age"
-    assert run(cpu_view(m(0), server=""), m(100), config=cfg).action == "reclaim"
+    assert run(cpu_view(at(0), server="x"), at(100), config=cfg).action == "keep"
+    assert run(cpu_view(at(0), server="x"), at(300), config=cfg).rule == "idle-culler-max-age"
+    assert run(cpu_view(at(0), server=""), at(100), config=cfg).action == "reclaim"
 
 
 def test_cpu_server_ignores_exemptions_and_gpu_data():
     cfg = PolicyConfig(exempt_users=frozenset({"bob"}))
-    assert run(cpu_view(m(0)), m(60), config=cfg).action == "reclaim"
+    assert run(cpu_view(at(0)), at(60), config=cfg).action == "reclaim"
 
 
 # ---------------------------------------------------------------- config, determinism
@@ -363,10 +359,10 @@ def test_bad_config_is_rejected(kw):
 
 
 def test_decisions_are_deterministic():
-    views = [SessionView(session(), samples(lambda k: 0, 30)), cpu_view(m(0))]
-    a = [decide(v, now=m(60), pending_gpus=0, config=CFG) for v in views]
+    views = [SessionView(session(), samples(lambda k: 0, 30)), cpu_view(at(0))]
+    a = [decide(v, now=at(60), pending_gpus=0, config=CFG) for v in views]
     assert [d.session for d in a] == ["alice/", "bob/"]
-    assert a == [decide(v, now=m(60), pending_gpus=0, config=CFG) for v in views]
+    assert a == [decide(v, now=at(60), pending_gpus=0, config=CFG) for v in views]
 
 
 # ---------------------------------------------------------------- simulated clock walk
@@ -382,17 +378,17 @@ def walk(util_at, minutes, *, kernels_at=lambda k: IDLE, intent=None, config=CFG
     for k in range(minutes + 1):
         u = util_at(k)
         u = u if u is None or isinstance(u, tuple) else (float(u),) * gpus
-        kept = kept + (Sample(m(k), u, kernels=kernels_at(k)),)
+        kept = kept + (Sample(at(k), u, kernels=kernels_at(k)),)
         if trim:
-            kept = retained_samples(kept, now=m(k), config=config, gpus=gpus)
-        d = run(SessionView(sess, kept, intent=intent, warnings=tuple(warnings)), m(k),
+            kept = retained_samples(kept, now=at(k), config=config, gpus=gpus)
+        d = run(SessionView(sess, kept, intent=intent, warnings=tuple(warnings)), at(k),
                 pending, config)
         if d.evidence.get("episode_cleared"):
             cleared = set(d.evidence["cleared_warnings"])
             warnings = [w for w in warnings if w.t.isoformat() not in cleared]
         if d.action == "warn":
-            warnings.append(Warning(sess.id, m(k), d.rule, d.reclaim_at))
-            sent.append((k, d.rule, (d.reclaim_at - T0) / mins(1)))
+            warnings.append(Warning(sess.id, at(k), d.rule, d.reclaim_at))
+            sent.append((k, d.rule, (d.reclaim_at - START) / mins(1)))
         if d.action == "reclaim":
             return k, sent
     return None, sent
@@ -413,7 +409,7 @@ def test_walk_activity_after_warning_restarts():
 
 
 def test_walk_intent_then_rules():
-    intent = Intent("alice/", until=m(200), set_at=m(5))
+    intent = Intent("alice/", until=at(200), set_at=at(5))
     assert walk(lambda k: 0, 400, intent=intent) == (260, [(230, "gpu-never-used", 260)])
 
 
@@ -438,7 +434,7 @@ kernel_states = st.one_of(st.none(), st.lists(st.sampled_from(["idle", "busy", "
 @st.composite
 def views(draw, gpus=None):
     gpus = draw(st.integers(0, 2)) if gpus is None else gpus
-    sess = Session("alice/", "alice", draw(st.sampled_from(["", "x"])), gpus, T0,
+    sess = Session("alice/", "alice", draw(st.sampled_from(["", "x"])), gpus, START,
                    admin=draw(st.booleans()))
     n = draw(st.integers(0, 40))
     gaps = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
@@ -448,14 +444,14 @@ def views(draw, gpus=None):
         util = draw(st.one_of(st.none(), st.tuples(*[utils] * gpus)))
         ks = draw(kernel_states)
         hub = draw(st.one_of(st.none(), st.integers(0, t)))
-        out.append(Sample(m(t), util, kernels=None if ks is None else tuple(map(Kernel, ks)),
-                          hub_last_activity=None if hub is None else m(hub)))
+        out.append(Sample(at(t), util, kernels=None if ks is None else tuple(map(Kernel, ks)),
+                          hub_last_activity=None if hub is None else at(hub)))
     intent = None
     if draw(st.booleans()):
         set_at = draw(st.integers(0, 400))
-        intent = Intent(sess.id, m(set_at + draw(st.integers(-60, 1000))), m(set_at))
+        intent = Intent(sess.id, at(set_at + draw(st.integers(-60, 1000))), at(set_at))
     warnings = tuple(
-        Warning(sess.id, m(wt), rule, m(wt + lead))
+        Warning(sess.id, at(wt), rule, at(wt + lead))
         for wt, rule, lead in draw(st.lists(st.tuples(
             st.integers(0, 500), st.sampled_from(["gpu-idle", "gpu-never-used", "max-age"]),
             st.integers(0, 60)), max_size=3)))
@@ -471,7 +467,7 @@ configs = st.builds(
     cpu_max_age=st.sampled_from([None, mins(0), mins(200)]),
     cull_named_servers=st.booleans(),
 )
-nows = st.integers(0, 900).map(m)
+nows = st.integers(0, 900).map(at)
 PROP = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -24,17 +24,14 @@ from jupyterhub_gpu_reclaim.signals.hub import HubServer
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.timestamps import format_time
 
+from ..clock import START, at
 from ..cycles import CycleRecorder
 
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 STEP = dt.timedelta(minutes=5)
 NS = "jhub"
-
-
-def minutes(m: float) -> dt.datetime:
-    return T0 + dt.timedelta(minutes=m)
 
 
 # ---------------------------------------------------------------------------- fakes
@@ -127,7 +124,7 @@ class FakeStopper:
 class Harness(CycleRecorder):
     def __init__(self, tmp_path, *, policy: PolicyConfig | None = None, gpu: bool = True,
                  kernels: bool = True, step: dt.timedelta = STEP, **options) -> None:
-        self.now = [T0]
+        self.now = [START]
         self.step = step
         self.hub, self.pods = FakeHub(), FakePods()
         self.gpu = FakeGpu(self.clock) if gpu else None
@@ -156,7 +153,7 @@ class Harness(CycleRecorder):
         return self.reclaimer
 
     def add(self, user: str, *, gpus: int | None = 1, util=(0.0,), name: str = "",
-            started: dt.datetime = T0, last_activity: dt.datetime | None = None, **user_fields) -> str:
+            started: dt.datetime = START, last_activity: dt.datetime | None = None, **user_fields) -> str:
         """A ready server; `gpus` None: its pod is missing; `util` None: no GPU reading."""
         sid = f"{user}/{name}"
         self.hub.servers[sid] = HubServer(user=user, name=name, started=started, ready=True,
@@ -205,16 +202,16 @@ async def test_never_used_gpu_is_warned_at_30_then_reclaimed_at_60(harness, capl
     caplog.set_level(logging.INFO)
     h = harness()
     sid = h.add("alice")
-    await h.run_until(minutes(90))
+    await h.run_until(at(90))
 
-    assert h.warned(sid) == [minutes(30)]
-    assert h.stopped(sid) == [minutes(60)]
+    assert h.warned(sid) == [at(30)]
+    assert h.stopped(sid) == [at(60)]
     assert h.stopper.calls == [("alice", "")]
-    before = [d for d in h.decisions(sid) if d[0] < minutes(30)]
+    before = [d for d in h.decisions(sid) if d[0] < at(30)]
     assert {(a, r) for _, a, r in before} == {("keep", "gpu-never-used")}
-    assert [(t, a) for t, a, _ in h.decisions(sid) if t >= minutes(30)] == [
-        (minutes(30), "warn"), (minutes(35), "keep"), (minutes(40), "keep"), (minutes(45), "keep"),
-        (minutes(50), "keep"), (minutes(55), "keep"), (minutes(60), "reclaim")]
+    assert [(t, a) for t, a, _ in h.decisions(sid) if t >= at(30)] == [
+        (at(30), "warn"), (at(35), "keep"), (at(40), "keep"), (at(45), "keep"),
+        (at(50), "keep"), (at(55), "keep"), (at(60), "reclaim")]
     (record,) = h.store.reclaims()
     assert (record.session, record.rule, record.outcome, record.gpus) == (sid, "gpu-never-used", "stopped", 1)
     assert len(h.store.open_warnings().get(sid, ())) == 0  # the episode ended with the stop
@@ -224,16 +221,16 @@ async def test_never_used_gpu_is_warned_at_30_then_reclaimed_at_60(harness, capl
 
 async def test_busy_gpu_with_stale_activity_is_kept_while_cpu_server_is_culled(harness):
     h = harness()
-    gpu = h.add("alice", util=(63.0,), last_activity=T0)
-    cpu = h.add("bob", gpus=0, last_activity=T0)
-    await h.run_until(minutes(90))
+    gpu = h.add("alice", util=(63.0,), last_activity=START)
+    cpu = h.add("bob", gpus=0, last_activity=START)
+    await h.run_until(at(90))
 
     assert {(a, r) for _, a, r in h.decisions(gpu)} == {("keep", "gpu-active")}
     assert h.stopped(gpu) == [] and h.warned(gpu) == []
     # idle-culler: inactive >= --timeout (3600 s), no warning first
-    assert h.stopped(cpu) == [minutes(60)]
+    assert h.stopped(cpu) == [at(60)]
     assert h.warned(cpu) == []
-    assert h.decisions(cpu)[-1] == (minutes(60), "reclaim", "idle-culler-timeout")
+    assert h.decisions(cpu)[-1] == (at(60), "reclaim", "idle-culler-timeout")
     assert h.stopper.calls == [("bob", "")]
     assert h.store.reclaims()[0].rule == "idle-culler-timeout"
 
@@ -242,20 +239,20 @@ async def test_busy_kernel_keeps_gpu_idle_session_and_only_gpu_idle_sessions_are
     h = harness()
     sid = h.add("alice", util=(0.0,))
     h.add("carol", util=(80.0,))  # busy GPU: never probed
-    h.add("bob", gpus=0, last_activity=T0)  # no GPU: never probed
+    h.add("bob", gpus=0, last_activity=START)  # no GPU: never probed
     h.add("dave", util=None)  # no GPU data: never probed
     h.kernels.states["/user/alice/"] = ["idle", "busy"]
 
     def each(t):
-        if t == minutes(60):
+        if t == at(60):
             h.kernels.states["/user/alice/"] = ["idle"]
 
-    await h.run_until(minutes(120), each)
+    await h.run_until(at(120), each)
 
-    assert {(a, r) for t, a, r in h.decisions(sid) if t < minutes(60)} == {("keep", "kernel-busy")}
+    assert {(a, r) for t, a, r in h.decisions(sid) if t < at(60)} == {("keep", "kernel-busy")}
     # the idle clock restarts from the last busy-kernel sample (55 min)
-    assert h.warned(sid) == [minutes(85)]
-    assert h.stopped(sid) == [minutes(115)]
+    assert h.warned(sid) == [at(85)]
+    assert h.stopped(sid) == [at(115)]
     probed = {url for url, _ in h.kernels.calls}
     assert probed == {"/user/alice/"}
     assert {direct for _, direct in h.kernels.calls} == {"http://10.0.0.7:8888"}  # the pod's address
@@ -266,13 +263,13 @@ async def test_busy_kernel_keeps_gpu_idle_session_and_only_gpu_idle_sessions_are
 async def test_intent_is_honoured(harness):
     h = harness()
     sid = h.add("alice")
-    h.store.set_intent(sid, until=minutes(120), set_at=minutes(10), by="alice")
-    await h.run_until(minutes(185))
+    h.store.set_intent(sid, until=at(120), set_at=at(10), by="alice")
+    await h.run_until(at(185))
 
     rules = {t: r for t, _, r in h.decisions(sid)}
-    assert all(rules[minutes(m)] == "intent" for m in range(10, 120, 5))
-    assert h.warned(sid) == [minutes(150)]  # the episode starts when the intent ends
-    assert h.stopped(sid) == [minutes(180)]
+    assert all(rules[at(m)] == "intent" for m in range(10, 120, 5))
+    assert h.warned(sid) == [at(150)]  # the episode starts when the intent ends
+    assert h.stopped(sid) == [at(180)]
 
 
 async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
@@ -283,14 +280,14 @@ async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
     h = harness()
     sid = h.add("alice")
     pod = h.pods.pods[sid]
-    h.pods.pods[sid] = dataclasses.replace(pod, keepalive_until=minutes(120))
-    await h.run_until(minutes(30))
+    h.pods.pods[sid] = dataclasses.replace(pod, keepalive_until=at(120))
+    await h.run_until(at(30))
     intent = h.store.intents()[sid]
-    assert (intent.until, intent.set_at) == (minutes(120), T0)
-    h.store.set_intent(sid, until=minutes(60), set_at=minutes(35), by="alice")  # shortened later
-    await h.run_until(minutes(125))
-    assert h.store.intents()[sid].until == minutes(60)  # not overwritten by the annotation
-    assert h.warned(sid) == [minutes(90)] and h.stopped(sid) == [minutes(120)]
+    assert (intent.until, intent.set_at) == (at(120), START)
+    h.store.set_intent(sid, until=at(60), set_at=at(35), by="alice")  # shortened later
+    await h.run_until(at(125))
+    assert h.store.intents()[sid].until == at(60)  # not overwritten by the annotation
+    assert h.warned(sid) == [at(90)] and h.stopped(sid) == [at(120)]
 
 
 async def test_a_cleared_spawn_keepalive_stays_cleared_until_the_next_spawn(harness):
@@ -300,30 +297,30 @@ async def test_a_cleared_spawn_keepalive_stays_cleared_until_the_next_spawn(harn
 
     h = harness()
     sid = h.add("alice")
-    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=minutes(120))
-    await h.run_until(minutes(10))
-    assert h.store.intents()[sid].until == minutes(120)
-    assert h.store.clear_intent(sid, minutes(12))
-    await h.run_until(minutes(60))
+    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=at(120))
+    await h.run_until(at(10))
+    assert h.store.intents()[sid].until == at(120)
+    assert h.store.clear_intent(sid, at(12))
+    await h.run_until(at(60))
     assert sid not in h.store.intents()
-    assert [r for t, _, r in h.decisions(sid) if t > minutes(12)][0] != "intent"
+    assert [r for t, _, r in h.decisions(sid) if t > at(12)][0] != "intent"
     # the server is started again (a new pod) with a new keep-alive
-    h.add("alice", started=minutes(65))
-    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=minutes(200))
-    await h.run_until(minutes(70))
-    assert h.store.intents()[sid].until == minutes(200)
+    h.add("alice", started=at(65))
+    h.pods.pods[sid] = dataclasses.replace(h.pods.pods[sid], keepalive_until=at(200))
+    await h.run_until(at(70))
+    assert h.store.intents()[sid].until == at(200)
 
 
 async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
     h = harness(dry_run=True)
     sid = h.add("alice")
-    await h.run_until(minutes(120))
+    await h.run_until(at(120))
 
     assert h.stopper.calls == []
     assert h.store.reclaims() == []
-    assert [r.t for r in h.reports if sid in r.would_reclaim] == [minutes(60)]
+    assert [r.t for r in h.reports if sid in r.would_reclaim] == [at(60)]
     assert all(r.stops == [] for r in h.reports)
-    assert h.warned(sid) == [minutes(30)]
+    assert h.warned(sid) == [at(30)]
     assert h.decisions(sid)[-1][1:] == ("reclaim", "gpu-never-used")  # still decided each cycle
     assert h.metric(P + "reclaims_total", rule="gpu-never-used", outcome="dry-run") == 1
     assert h.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") is None
@@ -335,8 +332,8 @@ async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
 async def test_server_whose_pod_is_missing_is_held_never_reclaimed(harness):
     h = harness(step=dt.timedelta(minutes=15))
     gpu = h.add("alice", gpus=None)
-    cpu = h.add("bob", gpus=None, last_activity=T0 - dt.timedelta(hours=5))
-    await h.run_until(minutes(240))
+    cpu = h.add("bob", gpus=None, last_activity=at(hours=-5))
+    await h.run_until(at(240))
 
     for sid in (gpu, cpu):
         assert {(a, r) for _, a, r in h.decisions(sid)} == {("hold", "pod-missing")}
@@ -352,9 +349,9 @@ async def test_without_a_probe_credential_the_session_is_held_with_the_cause(har
     h = harness()
     h.reclaimer.kernels = KernelSignal("", None)
     sid = h.add("alice")
-    await h.run_until(minutes(90))
+    await h.run_until(at(90))
 
-    assert h.warned(sid) == [minutes(30)] and h.stopped(sid) == []
+    assert h.warned(sid) == [at(30)] and h.stopped(sid) == []
     d = h.reports[-1].decisions[sid]
     assert (d.action, d.rule) == ("hold", "kernel-data-missing")
     assert "kernel_probe_credential = 'none'" in d.evidence["problem"]
@@ -390,7 +387,7 @@ async def test_gpu_data_missing_is_held_never_reclaimed(harness, source):
     if h.gpu is not None:
         sids.append(h.add("carol", util=(None,)))  # a GPU without a value
         sids.append(h.add("dave", gpus=2, util=(0.0,)))  # one GPU of two
-    await h.run_until(minutes(240))
+    await h.run_until(at(240))
 
     for sid in sids:
         assert {(a, r) for _, a, r in h.decisions(sid)} == {("hold", "gpu-data-missing")}
@@ -404,7 +401,7 @@ async def test_stale_gpu_reading_is_held(harness):
     h = harness(step=dt.timedelta(minutes=15))
     sid = h.add("alice")
     h.gpu.age = dt.timedelta(minutes=6)  # older than stale_after (5 min)
-    await h.run_until(minutes(180))
+    await h.run_until(at(180))
     assert {(a, r) for _, a, r in h.decisions(sid)} == {("hold", "gpu-data-missing")}
     assert h.stopper.calls == []
 
@@ -414,13 +411,13 @@ async def test_restart_keeps_warnings_and_the_idle_clock(harness, kind):
     h = harness()
     sid = h.add("alice", util=(0.0,))
     if kind == "never-used":
-        warn_at, reclaim_at, restart_at = minutes(30), minutes(60), minutes(45)
+        warn_at, reclaim_at, restart_at = at(30), at(60), at(45)
         each = None
     else:  # used until 20 min: warned at 20 + 60, reclaimed at 20 + 120
-        warn_at, reclaim_at, restart_at = minutes(80), minutes(140), minutes(100)
+        warn_at, reclaim_at, restart_at = at(80), at(140), at(100)
 
         def each(t):
-            h.set_util("alice", (55.0,) if t <= minutes(20) else (0.0,))
+            h.set_util("alice", (55.0,) if t <= at(20) else (0.0,))
 
     await h.run_until(restart_at - STEP, each)
     assert h.warned(sid) == [warn_at] and h.stopped(sid) == []
@@ -442,32 +439,32 @@ async def test_restart_keeps_warnings_and_the_idle_clock(harness, kind):
 async def test_gap_longer_than_interval_plus_stale_after_restarts_idle_clock(harness, gap_minutes, restarts):
     h = harness()
     sid = h.add("alice")
-    await h.run_until(minutes(20))
-    h.now[0] = minutes(20 + gap_minutes)  # the service was away
-    await h.run_until(minutes(20 + gap_minutes + 70))
+    await h.run_until(at(20))
+    h.now[0] = at(20 + gap_minutes)  # the service was away
+    await h.run_until(at(20 + gap_minutes + 70))
 
-    resumed = minutes(20 + gap_minutes)
+    resumed = at(20 + gap_minutes)
     if restarts:  # the gap is unknown time: the clock restarts just before `resumed`
         assert h.warned(sid) == [resumed + dt.timedelta(minutes=30)]
         assert h.stopped(sid) == [resumed + dt.timedelta(minutes=60)]
     else:
-        assert h.warned(sid) == [minutes(30)]
-        assert h.stopped(sid) == [minutes(60)]
+        assert h.warned(sid) == [at(30)]
+        assert h.stopped(sid) == [at(60)]
 
 
 async def test_cull_users_deletes_inactive_users_like_idle_culler(harness):
     h = harness(cull_users=True, policy=PolicyConfig(cull_admin_users=False))
-    old = T0 - dt.timedelta(hours=3)
+    old = at(hours=-3)
     h.add("bob", gpus=0, last_activity=old, user_last_activity=old, user_created=old)
-    h.add("gina", gpus=0, last_activity=old, user_last_activity=T0, user_created=old)
-    h.add("gina", gpus=0, name="x", last_activity=T0, user_last_activity=T0, user_created=old)
+    h.add("gina", gpus=0, last_activity=old, user_last_activity=START, user_created=old)
+    h.add("gina", gpus=0, name="x", last_activity=START, user_last_activity=START, user_created=old)
     h.add("alice", util=(70.0,), last_activity=old, user_last_activity=old, user_created=old)
     h.hub.inactive = [
-        {"name": "dave", "admin": False, "created": "2025-01-01T00:00:00Z", "last_activity": "2026-01-05T06:00:00Z"},
-        {"name": "erin", "admin": False, "created": "2025-01-01T00:00:00Z", "last_activity": "2026-01-05T08:50:00Z"},
+        {"name": "dave", "admin": False, "created": "2025-01-01T00:00:00Z", "last_activity": format_time(at(hours=-3))},
+        {"name": "erin", "admin": False, "created": "2025-01-01T00:00:00Z", "last_activity": format_time(at(-10))},
         {"name": "frank", "admin": True, "created": "2025-01-01T00:00:00Z", "last_activity": None},
     ]
-    await h.run_until(minutes(10))
+    await h.run_until(at(10))
 
     assert sorted(h.stopper.calls) == [("bob", ""), ("gina", "")]
     # bob: his only server was culled and he is inactive; dave: inactive with no server;
@@ -479,10 +476,10 @@ async def test_cull_users_deletes_inactive_users_like_idle_culler(harness):
 
 async def test_cull_users_in_dry_run_deletes_nobody(harness):
     h = harness(cull_users=True, dry_run=True)
-    old = T0 - dt.timedelta(hours=3)
+    old = at(hours=-3)
     h.add("bob", gpus=0, last_activity=old, user_last_activity=old, user_created=old)
     h.hub.inactive = [{"name": "dave", "created": "2025-01-01T00:00:00Z", "last_activity": None}]
-    await h.run_until(minutes(10))
+    await h.run_until(at(10))
     assert h.stopper.calls == [] and h.stopper.deleted == []
 
 
@@ -492,13 +489,13 @@ async def test_metrics_text(harness):
     h.add("carol", util=(90.0,))
     h.add("dan", gpus=None)  # pod missing
     h.add("erin", gpus=2, util=(0.0, None))  # GPU data missing
-    h.add("bob", gpus=0, last_activity=T0)
+    h.add("bob", gpus=0, last_activity=START)
     h.pods.pending_gpus = 3
 
     def each(t):
-        h.hub.servers["bob/"] = HubServer(user="bob", started=T0, ready=True, last_activity=t, url="/user/bob/")
+        h.hub.servers["bob/"] = HubServer(user="bob", started=START, ready=True, last_activity=t, url="/user/bob/")
 
-    await h.run_until(minutes(60), each)
+    await h.run_until(at(60), each)
 
     m = h.metric
     assert m(P + "sessions", gpu="true", action="reclaim", rule="gpu-never-used") == 1
@@ -541,14 +538,14 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     and utilization, the GPU queue; a skipped cycle keeps the sessions and says why."""
     h = harness()
     sid = h.add("alice", util=(0.0,))
-    h.add("bob", gpus=0, last_activity=T0)
+    h.add("bob", gpus=0, last_activity=START)
     h.kernels.states["/user/alice/"] = ["idle", "busy"]
     h.pods.pods["carol/"] = PodInfo(namespace=NS, name="jupyter-carol", user="carol", server="", gpus=2,
                                     node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
-                                    created=minutes(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
-    await h.run_until(minutes(20))
+                                    created=at(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
+    await h.run_until(at(20))
     status = h.reclaimer.status
-    assert status.t == minutes(20) and status.skipped is None
+    assert status.t == at(20) and status.skipped is None
     alice = status.sessions[sid]
     assert (alice.user, alice.gpus, alice.node, alice.url) == ("alice", 1, "gpu-node-1", "/user/alice/")
     assert (alice.action, alice.rule) == ("keep", "kernel-busy") and alice.util_now == [0.0]
@@ -556,17 +553,17 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     assert (alice.kernels.busy, alice.kernels.idle) == (1, 1) and not alice.stopping
     assert status.sessions["bob/"].gpus == 0 and status.sessions["bob/"].kernels is None
     [waiting] = status.queue
-    assert (waiting.session, waiting.gpus, waiting.since, waiting.waited_s) == ("carol/", 2, minutes(10), 600)
+    assert (waiting.session, waiting.gpus, waiting.since, waiting.waited_s) == ("carol/", 2, at(10), 600)
 
     h.kernels.states["/user/alice/"] = ["idle"]
-    await h.run_until(minutes(50))  # the kernel last busy at 20: warned at 50 (gpu-never-used)
+    await h.run_until(at(50))  # the kernel last busy at 20: warned at 50 (gpu-never-used)
     alice = h.reclaimer.status.sessions[sid]
-    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("warn", None, minutes(80))  # published first
-    await h.run_until(minutes(55))
+    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("warn", None, at(80))  # published first
+    await h.run_until(at(55))
     alice = h.reclaimer.status.sessions[sid]
-    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", minutes(50), minutes(80))
+    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", at(50), at(80))
 
     h.hub.fail = "hub down"
-    await h.run_until(minutes(60))
-    assert h.reclaimer.status.skipped == "hub" and h.reclaimer.status.t == minutes(55)
+    await h.run_until(at(60))
+    assert h.reclaimer.status.skipped == "hub" and h.reclaimer.status.t == at(55)
     assert sid in h.reclaimer.status.sessions

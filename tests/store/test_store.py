@@ -16,17 +16,13 @@ from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
 from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.trace_export import export_records, export_trace
+from ..clock import at
 
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
 
 def loads_trace(text: str) -> list:
     return list(read_trace(io.StringIO(text)))
-
-
-def m(minutes: float) -> dt.datetime:
-    return T0 + dt.timedelta(minutes=minutes)
 
 
 @pytest.fixture
@@ -41,11 +37,11 @@ def store(path):
     s.close()
 
 
-ALICE = Session(id="alice/", user="alice", server="", gpus=1, started=m(0), profile="a100")
-BOB = Session(id="bob/big", user="bob", server="big", gpus=2, started=m(5), groups=frozenset({"ml"}))
+ALICE = Session(id="alice/", user="alice", server="", gpus=1, started=at(0), profile="a100")
+BOB = Session(id="bob/big", user="bob", server="big", gpus=2, started=at(5), groups=frozenset({"ml"}))
 
 
-def warning(session="alice/", t=m(60), rule="gpu-idle"):  # noqa: B008 - a datetime, immutable
+def warning(session="alice/", t=at(60), rule="gpu-idle"):  # noqa: B008 - a datetime, immutable
     return Warning(session=session, t=t, rule=rule, reclaim_at=t + dt.timedelta(minutes=60))
 
 
@@ -121,26 +117,26 @@ def test_bad_url_gives_clear_error(url, message):
 
 def test_intents_set_replace_clear(store):
     assert store.intents() == {}
-    store.set_intent("alice/", until=m(600), set_at=m(10), by="alice")
-    store.set_intent("bob/big", until=m(300), set_at=m(11), by="admin")
-    store.set_intent("alice/", until=m(700), set_at=m(20), by="alice")  # replaces
+    store.set_intent("alice/", until=at(600), set_at=at(10), by="alice")
+    store.set_intent("bob/big", until=at(300), set_at=at(11), by="admin")
+    store.set_intent("alice/", until=at(700), set_at=at(20), by="alice")  # replaces
     got = store.intents()
     assert set(got) == {"alice/", "bob/big"}
-    assert got["alice/"].until == m(700) and got["alice/"].set_at == m(20)
-    assert store.clear_intent("bob/big", m(30)) is True
-    assert store.clear_intent("bob/big", m(31)) is False
+    assert got["alice/"].until == at(700) and got["alice/"].set_at == at(20)
+    assert store.clear_intent("bob/big", at(30)) is True
+    assert store.clear_intent("bob/big", at(31)) is False
     assert set(store.intents()) == {"alice/"}
 
 
 def test_naive_datetime_is_refused(store):
     with pytest.raises(ValueError, match="naive"):
-        store.set_intent("alice/", until=dt.datetime(2026, 11, 2, 9), set_at=m(0))
+        store.set_intent("alice/", until=dt.datetime(2026, 11, 2, 9), set_at=at(0))
 
 
 def test_timezone_round_trip(store):
     cet = dt.timezone(dt.timedelta(hours=1))
     until = dt.datetime(2026, 11, 2, 21, 30, 15, 123456, tzinfo=cet)
-    store.set_intent("alice/", until=until, set_at=m(0))
+    store.set_intent("alice/", until=until, set_at=at(0))
     got = store.intents()["alice/"].until
     assert got == until
     assert got.tzinfo == UTC and got.hour == 20 and got.microsecond == 123456
@@ -154,81 +150,81 @@ def test_warning_idempotent_per_episode(store):
     w = warning()
     assert store.record_warning(w, "ep1", ["log", "email"]) is True
     assert store.record_warning(w, "ep1", ["log"]) is False  # same episode: never again
-    assert store.record_warning(warning(t=m(61)), "ep1") is False  # same rule+episode, other time
-    assert store.record_warning(warning(t=m(75), rule="max-age"), "ep1") is True  # another rule
-    assert store.open_warnings().get("alice/", ()) == (w, warning(t=m(75), rule="max-age"))
+    assert store.record_warning(warning(t=at(61)), "ep1") is False  # same rule+episode, other time
+    assert store.record_warning(warning(t=at(75), rule="max-age"), "ep1") is True  # another rule
+    assert store.open_warnings().get("alice/", ()) == (w, warning(t=at(75), rule="max-age"))
     assert store.open_warnings().get("bob/big", ()) == ()
     assert set(store.open_warnings()) == {"alice/"}
 
 
 def test_close_episode(store):
-    store.record_warning(warning(t=m(60)), "ep1")
-    store.record_warning(warning(t=m(70), rule="max-age"), "ep1")
-    assert store.close_episode("alice/", [m(60)], t=m(80)) == 1
-    assert store.open_warnings().get("alice/", ()) == (warning(t=m(70), rule="max-age"),)
-    assert store.close_episode("alice/", t=m(81)) == 1
+    store.record_warning(warning(t=at(60)), "ep1")
+    store.record_warning(warning(t=at(70), rule="max-age"), "ep1")
+    assert store.close_episode("alice/", [at(60)], t=at(80)) == 1
+    assert store.open_warnings().get("alice/", ()) == (warning(t=at(70), rule="max-age"),)
+    assert store.close_episode("alice/", t=at(81)) == 1
     assert store.open_warnings().get("alice/", ()) == ()
     # the closed episode is still never warned again; a new episode is
-    assert store.record_warning(warning(t=m(60)), "ep1") is False
-    assert store.record_warning(warning(t=m(200)), "ep2") is True
-    assert store.open_warnings().get("alice/", ()) == (warning(t=m(200)),)
+    assert store.record_warning(warning(t=at(60)), "ep1") is False
+    assert store.record_warning(warning(t=at(200)), "ep2") is True
+    assert store.open_warnings().get("alice/", ()) == (warning(t=at(200)),)
 
 
 # --------------------------------------------------------------------------- reclaims
 
 
 def test_reclaim_lifecycle(store):
-    evidence = {"idle_since": m(0), "gpu_util": (0.0,), "note": "x"}
-    rid = store.begin_reclaim("alice/", "gpu-idle", m(120), evidence, 1, episode="ep1")
+    evidence = {"idle_since": at(0), "gpu_util": (0.0,), "note": "x"}
+    rid = store.begin_reclaim("alice/", "gpu-idle", at(120), evidence, 1, episode="ep1")
     assert isinstance(rid, int)
-    assert store.begin_reclaim("alice/", "gpu-idle", m(121), {}, 1, episode="ep1") is None
+    assert store.begin_reclaim("alice/", "gpu-idle", at(121), {}, 1, episode="ep1") is None
     [rec] = store.unfinished_reclaims()
     assert rec.outcome is None and rec.evidence == {"idle_since": "2026-11-02T08:00:00Z",
                                                      "gpu_util": [0.0], "note": "x"}
     # while unfinished, no other stop of the session either
-    assert store.begin_reclaim("alice/", "max-age", m(122), {}, 1, episode="ep2") is None
-    store.finish_reclaim(rid, m(125), "stuck", "pod still terminating")
+    assert store.begin_reclaim("alice/", "max-age", at(122), {}, 1, episode="ep2") is None
+    store.finish_reclaim(rid, at(125), "stuck", "pod still terminating")
     assert [r.id for r in store.stuck_reclaims()] == [rid]
-    assert store.begin_reclaim("alice/", "max-age", m(126), {}, 1, episode="ep2") is None
-    store.finish_reclaim(rid, m(130), "stopped")
+    assert store.begin_reclaim("alice/", "max-age", at(126), {}, 1, episode="ep2") is None
+    store.finish_reclaim(rid, at(130), "stopped")
     assert store.stuck_reclaims() == [] and store.unfinished_reclaims() == []
     [rec] = store.reclaims()
-    assert (rec.outcome, rec.finished_at, rec.t, rec.gpus) == ("stopped", m(130), m(120), 1)
+    assert (rec.outcome, rec.finished_at, rec.t, rec.gpus) == ("stopped", at(130), at(120), 1)
     # a later episode of the same session (server restarted, idle again) may be reclaimed
-    rid2 = store.begin_reclaim("alice/", "gpu-idle", m(500), {}, 1, episode="ep2")
+    rid2 = store.begin_reclaim("alice/", "gpu-idle", at(500), {}, 1, episode="ep2")
     assert rid2 is not None
-    store.finish_reclaim(rid2, m(501), "failed", "hub 500")
-    assert [r.id for r in store.reclaims(since=m(200))] == [rid2]
+    store.finish_reclaim(rid2, at(501), "failed", "hub 500")
+    assert [r.id for r in store.reclaims(since=at(200))] == [rid2]
     with pytest.raises(ValueError):
-        store.finish_reclaim(rid2, m(502), "gone")
+        store.finish_reclaim(rid2, at(502), "gone")
     with pytest.raises(KeyError):
-        store.finish_reclaim(9999, m(502), "stopped")
+        store.finish_reclaim(9999, at(502), "stopped")
     # a stop that found the server already down (the hub's 404) is a reclaim done
-    rid3 = store.begin_reclaim("alice/", "gpu-idle", m(600), {}, 1, episode="ep3")
-    store.finish_reclaim(rid3, m(601), "already-stopped", "hub DELETE: HTTP 404")
-    assert [(r.outcome, r.detail) for r in store.reclaims(since=m(600))] == [("stopped", "hub DELETE: HTTP 404")]
+    rid3 = store.begin_reclaim("alice/", "gpu-idle", at(600), {}, 1, episode="ep3")
+    store.finish_reclaim(rid3, at(601), "already-stopped", "hub DELETE: HTTP 404")
+    assert [(r.outcome, r.detail) for r in store.reclaims(since=at(600))] == [("stopped", "hub DELETE: HTTP 404")]
 
 
 def test_reclaim_episode_defaults_to_open_warning(store):
     store.record_warning(warning(), "alice-idle-08:00")
-    rid = store.begin_reclaim("alice/", "gpu-idle", m(120), {}, 1)
-    store.finish_reclaim(rid, m(121), "stopped")
+    rid = store.begin_reclaim("alice/", "gpu-idle", at(120), {}, 1)
+    store.finish_reclaim(rid, at(121), "stopped")
     assert store.reclaims()[0].episode == "alice-idle-08:00"
-    assert store.begin_reclaim("alice/", "gpu-idle", m(122), {}, 1) is None
+    assert store.begin_reclaim("alice/", "gpu-idle", at(122), {}, 1) is None
 
 
 def test_restart_keeps_intents_and_warnings_and_refuses_duplicates(path):
     with Store.open(path) as s:
-        s.set_intent("bob/big", until=m(600), set_at=m(10), by="bob")
+        s.set_intent("bob/big", until=at(600), set_at=at(10), by="bob")
         assert s.record_warning(warning(), "ep1", ["log"])
-        rid = s.begin_reclaim("alice/", "gpu-idle", m(120), {"why": "idle"}, 1, episode="ep1")
+        rid = s.begin_reclaim("alice/", "gpu-idle", at(120), {"why": "idle"}, 1, episode="ep1")
         assert rid is not None
     # the service is killed and restarted
     with Store.open(path) as s:
-        assert s.intents()["bob/big"].until == m(600)
+        assert s.intents()["bob/big"].until == at(600)
         assert s.open_warnings().get("alice/", ()) == (warning(),)
         assert s.record_warning(warning(), "ep1", ["log"]) is False
-        assert s.begin_reclaim("alice/", "gpu-idle", m(121), {}, 1, episode="ep1") is None
+        assert s.begin_reclaim("alice/", "gpu-idle", at(121), {}, 1, episode="ep1") is None
         [rec] = s.unfinished_reclaims()  # begun before the crash: check it again
         assert rec.id == rid and rec.evidence == {"why": "idle"}
 
@@ -246,79 +242,79 @@ def test_usable_from_asyncio_threads(store):
 
 
 def _record_cycles(store):
-    store.record_observations(m(0), [], 0, sessions=[ALICE])
+    store.record_observations(at(0), [], 0, sessions=[ALICE])
     for i in range(1, 4):
-        t = m(i)
+        t = at(i)
         store.record_observations(t, [
             ("alice/", Sample(t=t, gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
-                              kernels=(Kernel("idle", m(0)),), hub_last_activity=t)),
+                              kernels=(Kernel("idle", at(0)),), hub_last_activity=t)),
         ], pending_gpus=i, sessions=[ALICE])
-    store.record_observations(m(6), [("bob/big", Sample(t=m(6), gpu_util=(90.0, None), terminals=None)),
-                                     ("alice/", Sample(t=m(6), gpu_util=None, kernels=None))],
+    store.record_observations(at(6), [("bob/big", Sample(t=at(6), gpu_util=(90.0, None), terminals=None)),
+                                     ("alice/", Sample(t=at(6), gpu_util=None, kernels=None))],
                               pending_gpus=None, sessions=[ALICE, BOB])
 
 
 def test_export_trace_is_a_valid_trace(store):
     _record_cycles(store)
-    store.set_intent("alice/", until=m(300), set_at=m(2), by="alice")
-    store.clear_intent("alice/", m(3))
-    store.session_stopped("bob/big", m(8))
-    lines = list(export_trace(store, m(0), m(10), sample_interval_s=60, gpus_total=8))
+    store.set_intent("alice/", until=at(300), set_at=at(2), by="alice")
+    store.clear_intent("alice/", at(3))
+    store.session_stopped("bob/big", at(8))
+    lines = list(export_trace(store, at(0), at(10), sample_interval_s=60, gpus_total=8))
     records = loads_trace("\n".join(lines) + "\n")
-    assert records[0] == TraceConfig(start=m(0), end=m(10), sample_interval_s=60, gpus_total=8)
+    assert records[0] == TraceConfig(start=at(0), end=at(10), sample_interval_s=60, gpus_total=8)
     kinds = [type(r).__name__ for r in records[1:]]
     assert kinds.count("TraceSession") == 2 and kinds.count("TraceSample") == 5
     assert kinds.count("Pressure") == 4 and kinds.count("IntentEvent") == 2
     sessions = {r.id: r for r in records if isinstance(r, TraceSession)}
     assert sessions["alice/"].session == ALICE and sessions["alice/"].stopped is None
-    assert sessions["bob/big"].session == BOB and sessions["bob/big"].stopped == m(8)
+    assert sessions["bob/big"].session == BOB and sessions["bob/big"].stopped == at(8)
     samples = [r for r in records if isinstance(r, TraceSample)]
-    assert samples[0] == TraceSample("alice/", Sample(t=m(1), gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
-                                                      kernels=(Kernel("idle", m(0)),), hub_last_activity=m(1)))
-    assert samples[-2].sample == Sample(t=m(6), gpu_util=(90.0, None), terminals=None)
-    assert Pressure(m(3), 3) in records
+    assert samples[0] == TraceSample("alice/", Sample(t=at(1), gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
+                                                      kernels=(Kernel("idle", at(0)),), hub_last_activity=at(1)))
+    assert samples[-2].sample == Sample(t=at(6), gpu_util=(90.0, None), terminals=None)
+    assert Pressure(at(3), 3) in records
     assert [r for r in records if isinstance(r, IntentEvent)] == [
-        IntentEvent(m(2), "alice/", m(300)), IntentEvent(m(3), "alice/", None)]
+        IntentEvent(at(2), "alice/", at(300)), IntentEvent(at(3), "alice/", None)]
     # a window and the typed reader
-    recs = list(export_records(store, m(2), m(3)))
+    recs = list(export_records(store, at(2), at(3)))
     assert [type(r).__name__ for r in recs].count("TraceSample") == 2
-    assert recs[0].start == m(2)
+    assert recs[0].start == at(2)
     # an intent set before the window and still current at its start is in the trace
-    store.set_intent("alice/", until=m(400), set_at=m(4))
-    recs = list(export_records(store, m(5), m(10)))
-    assert [r for r in recs if isinstance(r, IntentEvent)] == [IntentEvent(m(4), "alice/", m(400))]
+    store.set_intent("alice/", until=at(400), set_at=at(4))
+    recs = list(export_records(store, at(5), at(10)))
+    assert [r for r in recs if isinstance(r, IntentEvent)] == [IntentEvent(at(4), "alice/", at(400))]
 
 
 def test_export_trace_sessions_param_and_reused_ids(store):
     # observations recorded without session lines: the caller supplies the sessions
-    store.record_observations(m(1), [("alice/", Sample(t=m(1), gpu_util=(5.0,)))], 0)
-    restarted = Session(id="alice/", user="alice", server="", gpus=2, started=m(30))
-    store.record_observations(m(31), [("alice/", Sample(t=m(31), gpu_util=(1.0, 2.0)))], 0,
+    store.record_observations(at(1), [("alice/", Sample(t=at(1), gpu_util=(5.0,)))], 0)
+    restarted = Session(id="alice/", user="alice", server="", gpus=2, started=at(30))
+    store.record_observations(at(31), [("alice/", Sample(t=at(31), gpu_util=(1.0, 2.0)))], 0,
                               sessions=[restarted])
-    store.record_observations(m(32), [("ghost/", Sample(t=m(32), gpu_util=(1.0,)))], 0)
-    assert [type(r).__name__ for r in loads_trace("\n".join(export_trace(store, m(0), m(40))))].count(
+    store.record_observations(at(32), [("ghost/", Sample(t=at(32), gpu_util=(1.0,)))], 0)
+    assert [type(r).__name__ for r in loads_trace("\n".join(export_trace(store, at(0), at(40))))].count(
         "TraceSample") == 1  # alice's first instance and ghost have no session line: left out
-    text = "\n".join(export_trace(store, m(0), m(40), sessions=[ALICE]))
+    text = "\n".join(export_trace(store, at(0), at(40), sessions=[ALICE]))
     records = loads_trace(text)
     sessions = [r for r in records if isinstance(r, TraceSession)]
-    assert [(s.session.gpus, s.stopped) for s in sessions] == [(1, m(30)), (2, None)]
+    assert [(s.session.gpus, s.stopped) for s in sessions] == [(1, at(30)), (2, None)]
     assert [r.sample.gpu_util for r in records if isinstance(r, TraceSample)] == [(5.0,), (1.0, 2.0)]
 
 
 def test_export_empty_store(store):
-    records = loads_trace("\n".join(export_trace(store, m(0), m(10))))
-    assert records == [TraceConfig(start=m(0), end=m(10), sample_interval_s=60.0, gpus_total=0)]
+    records = loads_trace("\n".join(export_trace(store, at(0), at(10))))
+    assert records == [TraceConfig(start=at(0), end=at(10), sample_interval_s=60.0, gpus_total=0)]
 
 
 def test_prune_observations(store):
     _record_cycles(store)
-    store.record_decisions([Decision("alice/", "keep", "gpu-busy", "busy")], m(1))
-    store.set_intent("alice/", until=m(300), set_at=m(1))
-    store.record_warning(warning(t=m(1)), "ep1")
-    total = len(list(export_trace(store, m(0), m(10)))) - 1
-    deleted = store.prune_observations(m(3))
+    store.record_decisions([Decision("alice/", "keep", "gpu-busy", "busy")], at(1))
+    store.set_intent("alice/", until=at(300), set_at=at(1))
+    store.record_warning(warning(t=at(1)), "ep1")
+    total = len(list(export_trace(store, at(0), at(10)))) - 1
+    deleted = store.prune_observations(at(3))
     assert deleted == 5  # pressure at 0; cycles 1 and 2: a sample and a pressure line each
-    left = loads_trace("\n".join(export_trace(store, m(0), m(10))))
+    left = loads_trace("\n".join(export_trace(store, at(0), at(10))))
     assert len(left) - 1 == total - 5
     assert store.decisions() == [] and "alice/" in store.intents() and store.open_warnings().get("alice/", ())
 
@@ -327,11 +323,11 @@ def test_prune_observations(store):
 
 
 def test_decisions_log(store):
-    d = Decision("alice/", "warn", "gpu-idle", "GPU idle for 60 min", reclaim_at=m(120),
-                 evidence={"idle_since": m(0), "util": (0.0,)})
-    store.record_decisions([d], m(60))
-    store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], m(61))
+    d = Decision("alice/", "warn", "gpu-idle", "GPU idle for 60 min", reclaim_at=at(120),
+                 evidence={"idle_since": at(0), "util": (0.0,)})
+    store.record_decisions([d], at(60))
+    store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], at(61))
     [(t, got)] = store.decisions(session="alice/")
-    assert t == m(60) and got.reclaim_at == m(120) and got.action == "warn"
+    assert t == at(60) and got.reclaim_at == at(120) and got.action == "warn"
     assert got.evidence == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}
-    assert [x.session for _, x in store.decisions(since=m(61))] == ["bob/big"]
+    assert [x.session for _, x in store.decisions(since=at(61))] == ["bob/big"]

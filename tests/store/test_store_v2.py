@@ -11,9 +11,9 @@ import sqlalchemy as sa
 
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store import Store
+from ..clock import START, at
 
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -30,8 +30,8 @@ def make_v1(path):
             conn, tables=[t for n, t in store_mod.Base.metadata.tables.items() if n not in v2_only])
         conn.execute(sa.insert(store_mod.SchemaVersion).values(id=1, version=1))
         conn.execute(sa.insert(store_mod.IntentRow).values(
-            session="alice/", until=T0 + dt.timedelta(hours=1),
-            set_at=T0, by="alice"))
+            session="alice/", until=at(hours=1),
+            set_at=START, by="alice"))
     engine.dispose()
 
 
@@ -42,30 +42,30 @@ def test_v1_store_is_upgraded_to_v2_keeping_its_data(path):
         assert "audit" not in {r[0] for r in conn.execute("select name from sqlite_master where type='table'")}
     with Store.open(path) as s:
         assert s.schema_version() == store_mod.current_version()
-        assert s.intents()["alice/"].until == T0 + dt.timedelta(hours=1)
-        s.set_exemption("alice/", T0 + dt.timedelta(hours=3), T0, by="admin")
-        s.audit("admin", "exempt", "alice/", t=T0, hours=3)
+        assert s.intents()["alice/"].until == at(hours=1)
+        s.set_exemption("alice/", at(hours=3), START, by="admin")
+        s.audit("admin", "exempt", "alice/", t=START, hours=3)
     with Store.open(path) as s:  # reopening does not migrate again
         assert s.schema_version() == store_mod.current_version()
-        assert s.exemptions(T0 + dt.timedelta(hours=1))["alice/"]["by"] == "admin"
+        assert s.exemptions(at(hours=1))["alice/"]["by"] == "admin"
         assert s.audit_log()[0]["detail"] == {"hours": 3}
 
 
 def test_exemptions_expire_and_are_replaced(path):
     with Store.open(path) as s:
-        s.set_exemption("bob/x", T0 + dt.timedelta(hours=2), T0, by="admin")
-        assert set(s.exemptions(T0)) == {"bob/x"}
-        assert s.exemptions(T0 + dt.timedelta(hours=2)) == {}
-        s.set_exemption("bob/x", T0 + dt.timedelta(minutes=1), T0 + dt.timedelta(seconds=30), by="admin")
-        assert set(s.exemptions(T0 + dt.timedelta(seconds=30))) == {"bob/x"}  # the new one replaced it
-        assert s.exemptions(T0 + dt.timedelta(hours=1)) == {}
+        s.set_exemption("bob/x", at(hours=2), START, by="admin")
+        assert set(s.exemptions(START)) == {"bob/x"}
+        assert s.exemptions(at(hours=2)) == {}
+        s.set_exemption("bob/x", at(1), at(seconds=30), by="admin")
+        assert set(s.exemptions(at(seconds=30))) == {"bob/x"}  # the new one replaced it
+        assert s.exemptions(at(hours=1)) == {}
 
 
 def test_audit_log_filters_and_refuses_naive_times(path):
     with Store.open(path) as s:
-        s.audit("admin", "reclaim", "alice/", t=T0)
-        s.audit("root", "exempt", "bob/", t=T0 + dt.timedelta(minutes=5), hours=1)
+        s.audit("admin", "reclaim", "alice/", t=START)
+        s.audit("root", "exempt", "bob/", t=at(5), hours=1)
         assert [r["actor"] for r in s.audit_log(session="bob/")] == ["root"]
-        assert [r["action"] for r in s.audit_log(since=T0 + dt.timedelta(minutes=1))] == ["exempt"]
+        assert [r["action"] for r in s.audit_log(since=at(1))] == ["exempt"]
         with pytest.raises(ValueError, match="naive"):
             s.audit("admin", "x", t=dt.datetime(2026, 1, 1))

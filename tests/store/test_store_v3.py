@@ -14,13 +14,9 @@ import sqlalchemy as sa
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.observations import Warning
 from jupyterhub_gpu_reclaim.store import Store
+from ..clock import START, at
 
 UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
-
-
-def m(minutes: float) -> dt.datetime:
-    return T0 + dt.timedelta(minutes=minutes)
 
 
 @pytest.fixture
@@ -46,8 +42,8 @@ def make_v2(path):
         for session, until, set_at, cleared in rows:
             conn.execute(sa.text("INSERT INTO intents (session, until, set_at, by, cleared_at) "
                                  "VALUES (:s, :u, :a, 'user', :c)"),
-                         {"s": session, "u": m(until).replace(tzinfo=None), "a": m(set_at).replace(tzinfo=None),
-                          "c": m(cleared).replace(tzinfo=None) if cleared is not None else None})
+                         {"s": session, "u": at(until).replace(tzinfo=None), "a": at(set_at).replace(tzinfo=None),
+                          "c": at(cleared).replace(tzinfo=None) if cleared is not None else None})
     engine.dispose()
 
 
@@ -55,8 +51,8 @@ def test_v2_store_is_upgraded_to_one_intent_row_per_session(path):
     make_v2(path)
     with Store.open(path) as s:
         assert s.schema_version() == store_mod.current_version() == 3
-        assert {sid: i.until for sid, i in s.intents().items()} == {"alice/": m(240)}  # the current one
-        assert s.intent_changed_at("bob/x") == m(5)  # bob's clear is remembered
+        assert {sid: i.until for sid, i in s.intents().items()} == {"alice/": at(240)}  # the current one
+        assert s.intent_changed_at("bob/x") == at(5)  # bob's clear is remembered
     with sqlite3.connect(path) as conn:
         assert conn.execute("select session, count(*) from intents group by session order by 1").fetchall() == [
             ("alice/", 1), ("bob/x", 1)]
@@ -69,59 +65,58 @@ def test_v2_store_is_upgraded_to_one_intent_row_per_session(path):
 def test_a_new_intent_replaces_the_row_and_a_clear_marks_it(path):
     with Store.open(path) as s:
         for i in range(50):  # a user looping keep-alive and clear
-            s.set_intent("alice/", m(60 + i), m(i), by="alice")
-            assert s.clear_intent("alice/", m(i + 0.5))
-        assert s.intents() == {} and s.intent_changed_at("alice/") == m(49.5)
-        s.set_intent("alice/", m(200), m(100), by="alice")
-        assert s.intents()["alice/"].until == m(200) and s.intent_changed_at("alice/") == m(100)
+            s.set_intent("alice/", at(60 + i), at(i), by="alice")
+            assert s.clear_intent("alice/", at(i + 0.5))
+        assert s.intents() == {} and s.intent_changed_at("alice/") == at(49.5)
+        s.set_intent("alice/", at(200), at(100), by="alice")
+        assert s.intents()["alice/"].until == at(200) and s.intent_changed_at("alice/") == at(100)
         assert s.intent_changed_at("nobody/") is None
     with sqlite3.connect(path) as conn:
         assert conn.execute("select count(*) from intents").fetchone() == (1,)
 
 
 def test_retention_prunes_what_ended_and_keeps_what_is_current(path):
-    day = dt.timedelta(days=1)
     with Store.open(path) as s:
-        s.set_intent("old/", T0 - 30 * day, T0 - 31 * day)         # expired a month ago
-        s.set_intent("gone/", T0 + day, T0 - 40 * day)
-        s.clear_intent("gone/", T0 - 35 * day)                      # cleared a month ago
-        s.set_intent("kept/", T0 + day, T0 - 40 * day)              # current
-        s.set_exemption("old/", T0 - 30 * day, T0 - 31 * day, by="admin")
-        s.set_exemption("kept/", T0 + day, T0 - 40 * day, by="admin")
-        s.record_warning(Warning("old/", T0 - 40 * day, "gpu-idle", T0 - 40 * day), "ep-old")
-        s.close_episode("old/", t=T0 - 39 * day)
-        s.record_warning(Warning("open/", T0 - 40 * day, "gpu-idle", T0 - 40 * day), "ep-open")  # still open
+        s.set_intent("old/", at(days=-30), at(days=-31))  # expired a month ago
+        s.set_intent("gone/", at(days=1), at(days=-40))
+        s.clear_intent("gone/", at(days=-35))  # cleared a month ago
+        s.set_intent("kept/", at(days=1), at(days=-40))  # current
+        s.set_exemption("old/", at(days=-30), at(days=-31), by="admin")
+        s.set_exemption("kept/", at(days=1), at(days=-40), by="admin")
+        s.record_warning(Warning("old/", at(days=-40), "gpu-idle", at(days=-40)), "ep-old")
+        s.close_episode("old/", t=at(days=-39))
+        s.record_warning(Warning("open/", at(days=-40), "gpu-idle", at(days=-40)), "ep-open")  # still open
         for i in range(5):
-            s.audit("alice", "keepalive", "alice/", t=T0 - (40 - i) * day)
-        s.audit("alice", "keepalive", "alice/", t=T0)
-        rid = s.begin_reclaim("old/", "gpu-idle", T0 - 40 * day, {}, 1, episode="e")
-        s.finish_reclaim(rid, T0 - 40 * day, "stopped")
+            s.audit("alice", "keepalive", "alice/", t=at(days=-(40 - i)))
+        s.audit("alice", "keepalive", "alice/", t=START)
+        rid = s.begin_reclaim("old/", "gpu-idle", at(days=-40), {}, 1, episode="e")
+        s.finish_reclaim(rid, at(days=-40), "stopped")
 
-        deleted = s.prune_records(T0 - 7 * day)
+        deleted = s.prune_records(at(days=-7))
         assert deleted == {"intents": 2, "exemptions": 1, "warnings": 1, "audit": 5}
         assert set(s.intents()) == {"kept/"} and s.intent_changed_at("gone/") is None
-        assert set(s.exemptions(T0)) == {"kept/"}
+        assert set(s.exemptions(START)) == {"kept/"}
         assert set(s.open_warnings()) == {"open/"}
-        assert [a["t"] for a in s.audit_log()] == [T0]
+        assert [a["t"] for a in s.audit_log()] == [START]
         assert len(s.reclaims()) == 1  # reclaims are history: kept
-        assert s.prune_records(T0 - 7 * day) == {"intents": 0, "exemptions": 0, "warnings": 0, "audit": 0}
+        assert s.prune_records(at(days=-7)) == {"intents": 0, "exemptions": 0, "warnings": 0, "audit": 0}
 
 
 def test_history_is_read_a_page_at_a_time_newest_first(path):
     with Store.open(path) as s:
         for i in range(7):
-            s.audit("alice", "keepalive", "alice/", t=m(i), n=i)
+            s.audit("alice", "keepalive", "alice/", t=at(i), n=i)
         for i in (2.5, 5.5):
-            rid = s.begin_reclaim(f"u{i}/", "gpu-idle", m(i), {}, 1, episode=str(i))
-            s.finish_reclaim(rid, m(i + 1), "stopped")
-        total, page = s.history(m(1), offset=0, limit=4)
-        assert total == 8  # 6 audit records and 2 reclaims since m(1)
+            rid = s.begin_reclaim(f"u{i}/", "gpu-idle", at(i), {}, 1, episode=str(i))
+            s.finish_reclaim(rid, at(i + 1), "stopped")
+        total, page = s.history(at(1), offset=0, limit=4)
+        assert total == 8  # 6 audit records and 2 reclaims since at(1)
         assert [(k, r.t if k == "reclaim" else r["t"]) for k, r in page] == [
-            ("audit", m(6)), ("reclaim", m(5.5)), ("audit", m(5)), ("audit", m(4))]
-        _, rest = s.history(m(1), offset=4, limit=4)
+            ("audit", at(6)), ("reclaim", at(5.5)), ("audit", at(5)), ("audit", at(4))]
+        _, rest = s.history(at(1), offset=4, limit=4)
         assert [(k, r.t if k == "reclaim" else r["t"]) for k, r in rest] == [
-            ("audit", m(3)), ("reclaim", m(2.5)), ("audit", m(2)), ("audit", m(1))]
-        assert s.history(m(1), offset=8, limit=4) == (8, [])
+            ("audit", at(3)), ("reclaim", at(2.5)), ("audit", at(2)), ("audit", at(1))]
+        assert s.history(at(1), offset=8, limit=4) == (8, [])
         assert [a["detail"]["n"] for a in s.audit_log(limit=2)] == [6, 5]
         with pytest.raises(ValueError):
             s.history(offset=-1)
@@ -130,6 +125,6 @@ def test_history_is_read_a_page_at_a_time_newest_first(path):
 def test_reclaims_of_one_user_take_names_literally(path):
     with Store.open(path) as s:
         for sid in ("a%b/", "axb/", "a_b/x", "a%b/named"):
-            s.begin_reclaim(sid, "gpu-idle", T0, {}, 1, episode=sid)
+            s.begin_reclaim(sid, "gpu-idle", START, {}, 1, episode=sid)
         assert sorted(r.session for r in s.reclaims(user="a%b")) == ["a%b/", "a%b/named"]
         assert [r.session for r in s.reclaims(user="a_b")] == ["a_b/x"]

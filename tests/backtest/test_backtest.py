@@ -29,7 +29,6 @@ from ..clock import START, at
 from .test_trace import EXAMPLE, generate_trace, ts
 
 REPO = Path(__file__).resolve().parents[2]
-UTC = dt.timezone.utc
 MIN = dt.timedelta(minutes=1)
 
 

@@ -22,6 +22,7 @@ from jupyterhub_gpu_reclaim.trace import (
     read_trace,
     write_trace,
 )
+
 from ..clock import START
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"

@@ -15,6 +15,7 @@ from jupyterhub_gpu_reclaim.observations import (
 )
 from jupyterhub_gpu_reclaim.policy import decide, retained_samples
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+
 from ..clock import START, at
 
 CFG = PolicyConfig()

@@ -29,7 +29,6 @@ from jupyterhub_gpu_reclaim.timestamps import format_time
 from ..clock import START, at
 from ..cycles import CycleRecorder
 
-UTC = dt.timezone.utc
 STEP = dt.timedelta(minutes=5)
 NS = "jhub"
 

@@ -11,9 +11,8 @@ import sqlalchemy as sa
 
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store import Store
-from ..clock import START, at
 
-UTC = dt.timezone.utc
+from ..clock import START, at
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ page at a time."""
 
 from __future__ import annotations
 
-import datetime as dt
 import sqlite3
 
 import pytest
@@ -14,9 +13,8 @@ import sqlalchemy as sa
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.observations import Warning
 from jupyterhub_gpu_reclaim.store import Store
-from ..clock import START, at
 
-UTC = dt.timezone.utc
+from ..clock import START, at
 
 
 @pytest.fixture

@@ -19,10 +19,12 @@ from jupyterhub_gpu_reclaim.notify import (
 )
 from jupyterhub_gpu_reclaim.observations import Decision, Session
 
+from ..clock import at
+
 pytestmark = pytest.mark.timeout(15)
 
 UTC = dt.timezone.utc
-NOW = dt.datetime(2024, 5, 1, 14, 0, tzinfo=UTC)
+NOW = at(hours=6)  # 14:00 UTC
 KEEP_URL = "https://hub.example.org/services/gpu-reclaim/keepalive"
 PASSWORD = "s3cr3t-Pa55word"
 TOKEN = "T0KEN-abc123"
@@ -48,10 +50,10 @@ def session(user="alice", server="") -> Session:
 def warn_decision(sess: Session) -> Decision:
     return Decision(sess.id, "warn", "gpu-idle", "the GPU has been idle for 60 minutes",
                     reclaim_at=NOW + dt.timedelta(minutes=30),
-                    evidence={"gpus": 1, "idle_since": "2024-05-01T12:55:00Z",
+                    evidence={"gpus": 1, "idle_since": "2026-11-02T12:55:00Z",
                               "window_max_util": 2.0, "window_minutes": 60.0,
                               "latest_util": [0.0], "never_used": False,
-                              "last_used": "2024-05-01T12:55:00Z", "idle_gpus": [0]})
+                              "last_used": "2026-11-02T12:55:00Z", "idle_gpus": [0]})
 
 
 def warning(user="alice", server="", dry_run=False) -> Message:
@@ -65,13 +67,13 @@ def warning(user="alice", server="", dry_run=False) -> Message:
 def test_warning_message_has_every_required_part():
     m = warning("alice", "big")
     assert m.event == "warning"
-    assert "alice" in m.subject and "big" in m.subject and "2024-05-01 14:30 UTC" in m.subject
+    assert "alice" in m.subject and "big" in m.subject and "2026-11-02 14:30 UTC" in m.subject
     t = m.text
     assert "alice" in t and "alice/big" in t                          # the session
     assert "gpu-idle" in t and "idle for 60 minutes" in t             # rule + reason
-    assert "idle since: 2024-05-01T12:55:00Z" in t                    # evidence
+    assert "idle since: 2026-11-02T12:55:00Z" in t                    # evidence
     assert "utilization over the last 60 minutes: 2 %" in t and "latest GPU utilization: 0 %" in t
-    assert "2024-05-01 14:30 UTC" in t and "in 30 minutes" in t       # reclaim time
+    assert "2026-11-02 14:30 UTC" in t and "in 30 minutes" in t       # reclaim time
     assert KEEP_URL in t                                              # how to keep it
     assert "home directory" in t                                      # what is kept
     for lost in ("running processes", "kernel state and variables", "GPU memory",
@@ -84,11 +86,11 @@ def test_times_are_utc_even_from_other_zones():
     s = session()
     tz = dt.timezone(dt.timedelta(hours=2))
     d = Decision(s.id, "warn", "gpu-never-used", "never used",
-                 reclaim_at=dt.datetime(2024, 5, 1, 16, 30, tzinfo=tz), evidence={"never_used": True})
-    m = Message.build(d, s, keepalive_url=KEEP_URL, now=dt.datetime(2024, 5, 1, 16, 0, tzinfo=tz))
-    assert m.reclaim_at == dt.datetime(2024, 5, 1, 14, 30, tzinfo=UTC)
-    assert "2024-05-01 14:30 UTC" in m.text and "in 30 minutes" in m.text
-    assert m.payload()["reclaim_at"] == "2024-05-01T14:30:00Z"
+                 reclaim_at=dt.datetime(2026, 11, 2, 16, 30, tzinfo=tz), evidence={"never_used": True})
+    m = Message.build(d, s, keepalive_url=KEEP_URL, now=dt.datetime(2026, 11, 2, 16, 0, tzinfo=tz))
+    assert m.reclaim_at == dt.datetime(2026, 11, 2, 14, 30, tzinfo=UTC)
+    assert "2026-11-02 14:30 UTC" in m.text and "in 30 minutes" in m.text
+    assert m.payload()["reclaim_at"] == "2026-11-02T14:30:00Z"
     assert "not been used" in m.text
     assert "default server" in m.subject
 
@@ -97,7 +99,7 @@ def test_reclaim_message_and_invalid_actions():
     s = session()
     d = Decision(s.id, "reclaim", "gpu-idle", "idle", reclaim_at=None, evidence={})
     m = Message.build(d, s, keepalive_url=KEEP_URL, now=NOW)
-    assert m.event == "reclaim" and "was stopped" in m.subject and "2024-05-01 14:00 UTC" in m.text
+    assert m.event == "reclaim" and "was stopped" in m.subject and "2026-11-02 14:00 UTC" in m.text
     assert "GPU memory" in m.text and "home directory" in m.text
     with pytest.raises(ValueError):
         Message.build(Decision(s.id, "keep", "gpu-active", "busy"), s, keepalive_url=KEEP_URL)
@@ -193,7 +195,7 @@ async def test_email_reaches_a_real_smtp_server(smtp, caplog):
     rcpt, m = by_to["alice@uni.example"]
     assert rcpt == ["alice@uni.example"]
     assert m["From"] == "reclaim@hub.example.org"
-    assert "2024-05-01 14:30 UTC" in m["Subject"] and "alice" in m["Subject"]
+    assert "2026-11-02 14:30 UTC" in m["Subject"] and "alice" in m["Subject"]
     body = m.get_content()
     assert KEEP_URL in body and "gpu-idle" in body and "GPU memory" in body
     assert PASSWORD not in our_logs(caplog)
@@ -223,8 +225,8 @@ async def test_webhook_json_and_slack_form(hook):
     slack = next(b for b in bodies if "event" not in b)
     assert full["event"] == "warning" and full["session"] == "alice/big"
     assert full["user"] == "alice" and full["rule"] == "gpu-idle"
-    assert full["reclaim_at"] == "2024-05-01T14:30:00Z"
-    assert full["evidence"]["idle_since"] == "2024-05-01T12:55:00Z"
+    assert full["reclaim_at"] == "2026-11-02T14:30:00Z"
+    assert full["evidence"]["idle_since"] == "2026-11-02T12:55:00Z"
     assert KEEP_URL in full["text"] and full["recipients"] == ["alice", "ops"]
     assert set(slack) == {"text"} and KEEP_URL in slack["text"] and "alice/big" in slack["text"]
 

@@ -10,8 +10,10 @@ import pytest
 from jupyterhub_gpu_reclaim.spawner import keepalive
 from jupyterhub_gpu_reclaim.spawner.keepalive import KeepaliveError
 
+from ..clock import at
+
 UTC = dt.timezone.utc
-NOW = dt.datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+NOW = at(hours=1)  # 09:00 UTC
 CAP = dt.timedelta(hours=12)
 
 
@@ -30,21 +32,21 @@ def test_durations():
 
 def test_custom_time_in_the_browsers_time_zone():
     # 11:30 in UTC+2 (getTimezoneOffset() = -120) is 09:30 UTC
-    assert parse(keepalive="until", keepalive_until="2026-03-02T11:30",
+    assert parse(keepalive="until", keepalive_until="2026-11-02T11:30",
                  keepalive_tz_offset="-120") == NOW + dt.timedelta(minutes=30)
     # without JavaScript the offset is missing: UTC
-    assert parse(keepalive="until", keepalive_until="2026-03-02T10:00") == NOW + dt.timedelta(hours=1)
+    assert parse(keepalive="until", keepalive_until="2026-11-02T10:00") == NOW + dt.timedelta(hours=1)
 
 
 @pytest.mark.parametrize("form, message", [
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T08:00"}, "is in the past"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T08:00"}, "is in the past"),
     ({"keepalive": "until", "keepalive_until": ""}, "Choose the date and time"),
     ({"keepalive": "until", "keepalive_until": "tomorrow"}, "is not a date and time"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "x"}, "time zone"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "9999"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T10:00", "keepalive_tz_offset": "x"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T10:00", "keepalive_tz_offset": "9999"}, "time zone"),
     ({"keepalive": "3 days"}, "is not a duration"),
     ({"keepalive": "13h"}, "at most 12 hours from now"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-03T09:00"}, "at most 12 hours from now"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-03T09:00"}, "at most 12 hours from now"),
     # absurd values: refused as every bad value is, never an error of the spawn
     ({"keepalive": "until", "keepalive_until": "9999-12-31T23:59:59-23:59"}, "at most 12 hours from now"),
     ({"keepalive": "until", "keepalive_until": "9999-12-31T23:59", "keepalive_tz_offset": "1439"},
@@ -52,10 +54,10 @@ def test_custom_time_in_the_browsers_time_zone():
     ({"keepalive": "until", "keepalive_until": "0001-01-01T00:00:00+23:59"}, "0001-01-01T00:00:00+23:59 is in the past"),
     ({"keepalive": "until", "keepalive_until": "0001-01-01T00:00", "keepalive_tz_offset": "-1439"}, "is in the past"),
     ({"keepalive": "until", "keepalive_until": "2026-13-45T99:99"}, "is not a date and time"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "inf"}, "time zone"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "nan"}, "time zone"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "1e400"}, "time zone"),
-    ({"keepalive": "until", "keepalive_until": "2026-03-02T10:00", "keepalive_tz_offset": "1440"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T10:00", "keepalive_tz_offset": "inf"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T10:00", "keepalive_tz_offset": "nan"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T10:00", "keepalive_tz_offset": "1e400"}, "time zone"),
+    ({"keepalive": "until", "keepalive_until": "2026-11-02T10:00", "keepalive_tz_offset": "1440"}, "time zone"),
     ({"keepalive": "99999999999999h"}, "is not a duration"),
     ({"keepalive": "9999999d"}, "at most 12 hours from now"),
     ({"keepalive": "1e308"}, "is not a duration"),
@@ -72,10 +74,10 @@ def test_bad_values_say_why(form, message):
 
 
 def test_user_options_from_the_api():
-    options = {keepalive.OPTION: "2026-03-02T13:00:00Z"}
+    options = {keepalive.OPTION: "2026-11-02T13:00:00Z"}
     assert keepalive.from_user_options(options, now=NOW, max_keepalive=CAP) == NOW + dt.timedelta(hours=4)
     # JupyterHub reuses the last user_options: yesterday's time is dropped, not an error
-    old = {keepalive.OPTION: "2026-03-01T13:00:00Z"}
+    old = {keepalive.OPTION: "2026-11-01T13:00:00Z"}
     assert keepalive.from_user_options(old, now=NOW, max_keepalive=CAP) is None
     assert keepalive.from_user_options({}, now=NOW, max_keepalive=CAP) is None
     # a time far in the past is dropped like yesterday's, even one datetime cannot convert
@@ -85,10 +87,10 @@ def test_user_options_from_the_api():
 
 @pytest.mark.parametrize("value, message", [
     (5, "not int"), (float("nan"), "not float"), (1e308, "not float"), (True, "not bool"),
-    (["2026-03-02T13:00:00Z"], "not list"), ({"until": "2026-03-02T13:00:00Z"}, "not dict"),
-    ("soon", "not 'soon'"), ("2026-03-05T00:00:00Z", "at most 12 hours from now"),
+    (["2026-11-02T13:00:00Z"], "not list"), ({"until": "2026-11-02T13:00:00Z"}, "not dict"),
+    ("soon", "not 'soon'"), ("2026-11-05T00:00:00Z", "at most 12 hours from now"),
     ("9999-12-31T23:59:59-23:59", "at most 12 hours from now"), ("9999-12-31T23:59:59", "at most 12 hours"),
-    ("2026-03-02T13:00:00Z" + "0" * 10_000, "must be an ISO 8601 time"),
+    ("2026-11-02T13:00:00Z" + "0" * 10_000, "must be an ISO 8601 time"),
 ])
 def test_bad_user_options_say_why(value, message):
     """What the REST API can put in user_options (any JSON) is refused with a 400."""

@@ -10,7 +10,9 @@ from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
 from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util
 
-NOW = dt.datetime(2026, 11, 2, 14, 0, tzinfo=dt.timezone.utc)
+from ..clock import at
+
+NOW = at(hours=6)  # 14:00 UTC
 
 
 def test_format_util():

@@ -10,8 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim import scenario as sc
 from gpu_reclaim_sim.gpus import GpuFleet
-from gpu_reclaim_sim.images import ImageRegistry, normalize, repo_digest
+from gpu_reclaim_sim.images import ImageRegistry, repo_digest
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, DEMO_CONFIG, PACKAGE, REPO, SCENARIOS
+from jupyterhub_gpu_reclaim.images import normalize
 
 
 def test_example_scenarios_load():

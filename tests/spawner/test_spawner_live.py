@@ -276,7 +276,7 @@ async def test_keepalive_joins_every_form_of_profile_list(kubeconfig, profile_li
     list or a function (plain or async), and the options keep the profile and its choices."""
     from traitlets.config import Config
 
-    from jupyterhub_gpu_reclaim.spawner import GPUReclaimSpawner
+    from jupyterhub_gpu_reclaim.spawner.core import GPUReclaimSpawner
 
     class User:
         name = escaped_name = "ivan"

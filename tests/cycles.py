@@ -1,5 +1,5 @@
-"""What the reclaim-cycle harnesses of the unit and fault tests share: running cycles on a
-simulated clock and reading back, per session, what the cycles did."""
+"""What the reclaim-cycle harnesses of tests/service/test_service.py and tests/faults share:
+running cycles on a simulated clock and reading back, per session, what the cycles did."""
 
 from __future__ import annotations
 

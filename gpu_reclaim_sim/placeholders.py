@@ -5,7 +5,7 @@ priority class and the requests of a user pod. A real user pod preempts one; lik
 StatefulSet controller, this controller recreates a pod only once the old object is
 gone, and the new one waits Pending (triggering a scale-up where an autoscaler is
 configured) until room frees. That is how placeholders push users onto fresh nodes
-that must pull the image first (seed 2).
+that must pull the image first: the slow spawns of a class starting at once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unit and property tests of the pure reclaim policy (issue 3, point 3)."""
+"""Unit and property tests of the pure reclaim policy."""
 
 from __future__ import annotations
 

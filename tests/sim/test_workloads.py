@@ -489,7 +489,9 @@ def test_the_z2jh_chart_workloads_are_accepted_and_converge(cluster, api) -> Non
     kinds = {d["kind"] for d in applied}
     assert {"Deployment", "StatefulSet", "DaemonSet", "Service", "PersistentVolumeClaim", "Secret",
             "ConfigMap"} <= kinds
-    out = kubectl(cluster, "-n", "jhub", "apply", "-f", "-", stdin=yaml.safe_dump_all(applied)).stdout
+    # as JSON, as the release is applied (z2jh.apply): PyYAML writes a checksum annotation
+    # such as "34e8" unquoted, and kubectl reads that as a number
+    out = kubectl(cluster, "-n", "jhub", "apply", "-f", "-", stdin="\n---\n".join(map(json.dumps, applied))).stdout
     assert out.count("created") == len(applied)
     for workload in ("deploy/hub", "deploy/proxy", "deploy/user-scheduler", "ds/continuous-image-puller",
                      "sts/user-placeholder"):

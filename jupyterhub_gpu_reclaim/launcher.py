@@ -22,7 +22,7 @@ import signal
 import ssl
 import sys
 from typing import Any, Callable, Coroutine, Sequence, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from traitlets.config import Application
 
@@ -34,7 +34,7 @@ from .metrics import Metrics
 from .notify import Dispatcher, make_notifiers, redact_url
 from .service import Reclaimer
 from .settings import ServiceSettings
-from .signals.base import SignalError
+from .signals.base import SignalError, hide_password
 from .signals.interfaces import GpuSource
 from .store import Store
 from .store.base import StoreError
@@ -120,19 +120,10 @@ def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
     out["cull_every"] = values["cull_every"]
     out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
                          for k, v in spec.items()} for spec in values["notifiers"]]
-    out["store_url"] = _hide_password(values["store_url"])
-    out["prometheus_url"] = _hide_password(values["prometheus_url"])
-    out["dcgm_exporter_urls"] = [_hide_password(u) for u in values["dcgm_exporter_urls"]]
+    out["store_url"] = hide_password(values["store_url"])
+    out["prometheus_url"] = hide_password(values["prometheus_url"])
+    out["dcgm_exporter_urls"] = [hide_password(u) for u in values["dcgm_exporter_urls"]]
     return out
-
-
-def _hide_password(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 # ---------------------------------------------------------------------- the running service

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import ssl
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -172,5 +173,15 @@ def hub_message(text: str) -> str:
 
 
 def _safe(url: str) -> str:
-    """The URL without its query string (which might carry a token)."""
-    return url.split("?", 1)[0]
+    """The URL as errors and logs may show it: no query string (which might carry a
+    token), no password (an admin may put one in --prometheus-url)."""
+    return hide_password(url.split("?", 1)[0])
+
+
+def hide_password(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -457,6 +457,20 @@ async def test_prometheus_errors(server, answer, needle):
     assert err.value.source == "prometheus" and needle in err.value.message, err.value
 
 
+@pytest.mark.parametrize("answer", ["refused", 500])
+async def test_a_password_in_the_prometheus_url_stays_out_of_errors(server, answer):
+    # errors reach the log and the pages' evidence: the URL's password must not
+    async def down(request):
+        return web.Response(status=500, text="down")
+    server.app.router.add_get("/api/v1/query", down)
+    await server.start()
+    base = "127.0.0.1:1" if answer == "refused" else server.url.removeprefix("http://")
+    async with PrometheusSignal(f"http://reader:s3cr%40t@{base}", timeout=0.5) as prom:
+        with pytest.raises(SignalError) as err:
+            await prom.utilization()
+    assert "s3cr" not in err.value.message and "reader:***@" in err.value.message, err.value
+
+
 def test_pod_label_modes():
     from jupyterhub_gpu_reclaim.signals.gpu_readings import readings_from_series
     free = ("DCGM_FI_DEV_GPU_UTIL", {**EXPORTER, "gpu": "0"}, 0.0)

@@ -98,7 +98,9 @@ async def test_user_starts_a_gpu_server_and_sees_its_state_on_the_hub_home_page(
     await page.wait_for_url(re.compile(r"/hub/spawn$"))
     await page.get_by_label(GPU_PROFILE).check()
     await page.get_by_role("button", name="Start").click()
-    await page.wait_for_url(re.compile(r"/hub/spawn-pending/alice|/user/alice/"))
+    # the pending page moves on to JupyterLab by itself once ready; navigating before it
+    # does races that navigation
+    await page.wait_for_url(re.compile(r"/user/alice/lab"), timeout=120_000)
     await api.wait_ready("alice", timeout=120)
     await until(lambda: state_of(hub, api, "alice"), 30, "the service sees alice's session")
     await page.goto(f"{url}/hub/home")

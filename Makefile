@@ -25,3 +25,5 @@ benchmarks: setup
 	$(VENV)/bin/python benchmarks/sim_scale.py
 	$(VENV)/bin/python benchmarks/backtest_speed.py
 	$(VENV)/bin/python benchmarks/service_cycle.py
+	$(VENV)/bin/python benchmarks/store_queries.py
+	$(VENV)/bin/python benchmarks/spawn_latency.py

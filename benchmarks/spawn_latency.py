@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark: spawn latency with and without image-locality affinity (seed 2).
+"""Benchmark: spawn latency with and without image-locality affinity (the school hub's case in docs/benchmarks.md).
 
 Run it as `.venv/bin/python benchmarks/spawn_latency.py`. First it measures the notebook
 server's start-up after its pod is Ready, which stub mode does not have: on the simulated
@@ -7,7 +7,7 @@ cluster in process mode (`gpu_reclaim_sim/scenarios/cluster.yaml`, real `jupyter
 real JupyterHub, it starts a few servers whose image is on the node and takes the median of
 pod Ready → the hub reports the server ready (`--startup-seconds S` uses S instead). The
 user-visible spawn time (`user_visible_*`) is the pod-Ready time plus that start-up;
-`seed_calibrated_*` is the pod-Ready time with the start-up overheads seed 2 logged on its
+`seed_calibrated_*` is the pod-Ready time with the start-up overheads the school hub's report (docs/benchmarks.md) logged on its
 own cluster instead (`seed_calibrated`). Then, for each arm, in sequence, it
 
 1. starts a fresh simulated cluster (`gpu_reclaim_sim/scenarios/autoscaling.yaml`: two nodes that hold
@@ -75,7 +75,7 @@ SEED_STARTUP_S = 9.0
 
 
 def seed_calibrated(pod_ready_s: float) -> float:
-    """A stub pod-Ready time as seed 2's cluster would show it to the student: the kubelet's
+    """A stub pod-Ready time as the school hub's cluster would show it to the student: the kubelet's
     own 6 s before the container starts overlap a pull wait (it pulls after setting up the
     sandbox and init containers), so the larger of the two counts; then the server's 9 s.
     The overlap makes this a lower bound for spawns that waited for a pull."""
@@ -297,7 +297,7 @@ def summarize(arm_result: dict[str, Any], startup_s: float) -> dict[str, Any]:
         "user_visible_p50_s": round(percentile(totals, 0.50) + startup_s, 1),
         "user_visible_p95_s": round(percentile(totals, 0.95) + startup_s, 1),
         "user_visible_max_s": round(totals[-1] + startup_s, 1) if totals else math.nan,
-        # the same with the start-up overheads seed 2 measured on its cluster (see seed_calibrated)
+        # the same with the start-up overheads the school hub measured on its cluster (see seed_calibrated)
         "seed_calibrated_p50_s": round(seed_calibrated(percentile(totals, 0.50)), 1),
         "seed_calibrated_p95_s": round(seed_calibrated(percentile(totals, 0.95)), 1),
         "seed_calibrated_max_s": round(seed_calibrated(totals[-1]), 1) if totals else math.nan,

@@ -13,11 +13,15 @@ Precedence (first match wins):
 2. **Exempt** user, group or profile: keep ("exempt").
 3. **Missing or stale GPU data**: hold ("gpu-data-missing"); never warn, never reclaim
    (Princeton's Job Defense Shield never cancels on missing data).
-4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress.
+4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress. Not
+   while the GPU was never used (unless `cpu_work_keeps_unused_gpu`): Yale's never-used
+   rule applies whatever the CPU does ("cpu-work-on-gpu" when a kernel ran in the episode).
 5. **max_age** (optional hard lifetime of GPU sessions): warn `warning_lead` before
    `started + max_age`, reclaim at it ("max-age"). It also caps intents.
 6. **Intent** ("keep alive until T", T capped at `set_at + max_keepalive` and at the
-   max-age deadline): keep ("intent") while T > now.
+   max-age deadline): keep ("intent") while T > now. It does not restart the idle clock
+   (only setting it does): when the rule below would have warned before T, the warning
+   comes `warning_lead` before T and the reclaim `intent_grace` after it ("intent-ended").
 7. **Idleness**: "gpu-never-used" (Yale: warn 30 min, reclaim 60 min) or "gpu-idle"
    (Princeton/Yale: warn 60 min, reclaim 120 min), measured from the start of the idle
    episode (see below). A warning always comes first; the reclaim happens no earlier than
@@ -33,13 +37,18 @@ What counts, and what does not:
 * A sample whose GPU data is missing (`gpu_util` null, or one GPU null, or the wrong number
   of GPUs) in the middle of the history is treated as *possible* use for the clocks: the
   idle episode restarts after it (we cannot say the GPU was idle then). It does not turn a
-  never-used session into a used one.
+  never-used session into a used one. Unless the gap is *bridged*: no longer than
+  `bridge_gaps_up_to`, every GPU idle and no kernel busy in the samples on both sides, and
+  no kernel's or terminal's `last_activity` after the sample before the gap, with as many
+  kernels after it as before (evidence "bridged_gap").
 * `kernels` null in the latest sample means the server did not answer: a reclaim that
   would otherwise happen becomes "hold" ("kernel-data-missing"). Warnings still go out.
 
 Idle episodes and warnings. The episode of a session starts at the latest of: the session
-start, the last GPU-use sample, the last busy-kernel sample, the last sample with missing
-GPU data, and the moment the last intent ended (or was set, if later). Warnings in
+start, the last GPU-use sample, the last busy-kernel sample (not for a never-used GPU, see
+4.), the last sample of an unbridged gap in the GPU data, and the moment the intent was set.
+Warnings of "cpu-work-on-gpu" count as "gpu-never-used" ones and the other way round
+(one family: a kernel turning busy after the warning changes the rule's name, not its clock). Warnings in
 `view.warnings` of the idle rules sent at or before the episode start belong to a finished
 episode: they are ignored and the decision's evidence has `"episode_cleared": True` and
 `"cleared_warnings"` (their times, ISO 8601); callers drop those warnings. "max-age"
@@ -49,9 +58,9 @@ reclaim time gets "keep" with the rule of the episode and evidence `warned_at`,
 `reclaim_at`.
 
 Samples the caller must pass (window). Decisions depend on: the latest sample; for each GPU
-the latest sample where it was in use; the latest busy-kernel sample; the latest sample
-with missing GPU data; and (for the evidence only) the samples of the last
-`idle_reclaim_after`. Passing all samples since the session started is always correct;
+the latest sample where it was in use; the latest busy-kernel sample; the latest unbridged
+and the latest bridged gap in the GPU data with the samples on either side; and (for the
+evidence only) the samples of the last `idle_reclaim_after`. Passing all samples since the session started is always correct;
 `retained_samples()` returns the minimal subset, so a caller that keeps
 `retained_samples(kept + new, now=now, config=config)` each cycle gives the same decisions
 with O(window) work per decision instead of O(session length).
@@ -71,7 +80,9 @@ from .policy_config import PolicyConfig
 MINUTE = dt.timedelta(minutes=1)
 
 # Rules whose warnings belong to an idle episode (cleared by activity or an intent).
-IDLE_RULES = frozenset({"gpu-never-used", "gpu-idle"})
+IDLE_RULES = frozenset({"gpu-never-used", "cpu-work-on-gpu", "gpu-idle", "intent-ended"})
+# rules that share one warning: the same clock under another name
+_FAMILY = {"cpu-work-on-gpu": "gpu-never-used"}
 
 
 def _iso(t: dt.datetime | None) -> str | None:
@@ -112,6 +123,65 @@ def _intent_end(intent: Intent, config: PolicyConfig, max_age_at: dt.datetime | 
     return end
 
 
+@dataclass(frozen=True)
+class _Gap:
+    """A run of samples without GPU data: indexes of the known samples around it (None at
+    either end of the history), of its first and last sample, and whether it is bridged."""
+
+    before: int | None
+    first: int
+    last: int
+    after: int | None
+    bridged: bool
+
+
+def _idle_and_quiet(sample: Sample, gpus: int, threshold: float) -> bool:
+    util = _gpu_util(sample, gpus)
+    return (not isinstance(util, str) and all(u < threshold for u in util)
+            and sample.kernels is not None and not _kernel_busy(sample))
+
+
+def _bridges(before: Sample, after: Sample, gpus: int, config: PolicyConfig) -> bool:
+    """Whether the data on both sides of a gap proves the session idle across it: GPUs idle
+    and no kernel busy on both sides, no kernel or terminal active since `before`, and the
+    same number of kernels (a kernel started or shut down in the gap is someone's action)."""
+    if after.t - before.t > config.bridge_gaps_up_to:
+        return False
+    if not all(_idle_and_quiet(x, gpus, config.gpu_idle_threshold) for x in (before, after)):
+        return False
+    assert before.kernels is not None and after.kernels is not None
+    if len(after.kernels) != len(before.kernels) or after.terminals is None:
+        return False
+    activity = [k.last_activity for k in after.kernels] + list(after.terminals)
+    return all(t is not None and t <= before.t for t in activity)
+
+
+def _gaps(samples: list[Sample], gpus: int, config: PolicyConfig) -> list[_Gap]:
+    gaps: list[_Gap] = []
+    before: int | None = None
+    first: int | None = None
+    for k, s in enumerate(samples):
+        if isinstance(_gpu_util(s, gpus), str):
+            if first is None:
+                first = k
+            continue
+        if first is not None:
+            bridged = before is not None and _bridges(samples[before], s, gpus, config)
+            gaps.append(_Gap(before, first, k - 1, k, bridged))
+            first = None
+        before = k
+    if first is not None:
+        gaps.append(_Gap(before, first, len(samples) - 1, None, False))
+    return gaps
+
+
+def _last_gaps(gaps: list[_Gap]) -> tuple[_Gap | None, _Gap | None]:
+    """The latest unbridged and the latest bridged gap."""
+    unbridged = [g for g in gaps if not g.bridged]
+    bridged = [g for g in gaps if g.bridged]
+    return (unbridged[-1] if unbridged else None), (bridged[-1] if bridged else None)
+
+
 @dataclass
 class _History:
     """One pass over the samples: the landmarks the rules need."""
@@ -119,7 +189,8 @@ class _History:
     last_used: dt.datetime | None = None  # any GPU >= threshold
     last_used_per_gpu: list[dt.datetime | None] = field(default_factory=list)
     last_busy: dt.datetime | None = None  # a busy kernel
-    last_unknown: dt.datetime | None = None  # GPU data missing in a sample
+    last_unknown: dt.datetime | None = None  # the last sample of the latest unbridged gap
+    bridged: tuple[dt.datetime, dt.datetime] | None = None  # the latest bridged gap's sides
     window_max: list[float | None] = field(default_factory=list)
     window_samples: int = 0
 
@@ -136,7 +207,6 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
             h.last_busy = s.t
         util = _gpu_util(s, gpus)
         if isinstance(util, str):
-            h.last_unknown = s.t
             continue
         for i, u in enumerate(util):
             if u >= threshold:
@@ -145,6 +215,12 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
             top = h.window_max[i]
             if in_window and (top is None or u > top):
                 h.window_max[i] = float(u)
+    unbridged, bridged = _last_gaps(_gaps(samples, gpus, config))
+    if unbridged is not None:
+        h.last_unknown = samples[unbridged.last].t
+    if bridged is not None:
+        assert bridged.before is not None and bridged.after is not None
+        h.bridged = (samples[bridged.before].t, samples[bridged.after].t)
     return h
 
 
@@ -155,7 +231,9 @@ def retained_samples(
 
     Keeps the samples of the last `idle_reclaim_after`, the latest sample, and the landmark
     samples: per GPU the latest one where it was in use, the latest with a busy kernel, the
-    latest with missing GPU data. Deciding on the result gives the same decision as
+    last sample of the latest unbridged gap in the GPU data and the first of the latest
+    bridged one, with the known samples on either side of every gap a kept sample belongs
+    to (bridging is judged on them). Deciding on the result gives the same decision as
     deciding on all samples (evidence included), at this `now` and at any later one once
     newer samples are appended. Samples after `now` are kept as they are."""
     samples = list(samples)
@@ -164,7 +242,7 @@ def retained_samples(
     window_start = now - config.idle_reclaim_after
     keep: set[int] = set()
     last_used: list[int | None] = [None] * gpus
-    last_busy = last_unknown = None
+    last_busy = None
     for k, s in enumerate(samples):
         if s.t > window_start:
             keep.add(k)
@@ -173,14 +251,19 @@ def retained_samples(
             last_busy = k
         util = _gpu_util(s, gpus)
         if isinstance(util, str):
-            last_unknown = k
             continue
         for i, u in enumerate(util):
             if u >= config.gpu_idle_threshold:
                 last_used[i] = k
-    keep.update(k for k in (*last_used, last_busy, last_unknown) if k is not None)
+    gaps = _gaps(samples, gpus, config)
+    unbridged, bridged = _last_gaps(gaps)
+    keep.update(k for k in (*last_used, last_busy, unbridged and unbridged.last,
+                            bridged and bridged.first) if k is not None)
     if samples:
         keep.add(len(samples) - 1)
+    for g in gaps:  # the sides of every gap still seen, so it is judged as before
+        if any(g.first <= k <= g.last for k in keep):
+            keep.update(k for k in (g.before, g.after) if k is not None)
     return tuple(samples[k] for k in sorted(keep))
 
 
@@ -226,13 +309,15 @@ def decide(
     intent = view.intent if view.intent is not None and view.intent.set_at <= now else None
     intent_end = _intent_end(intent, config, max_age_at) if intent else None
 
-    episode_start = _latest(session.started, h.last_used, h.last_busy, h.last_unknown,
-                            max(intent.set_at, intent_end) if intent and intent_end else None)
+    never_used = h.last_used is None
+    # a busy kernel is work only once the GPU was used (Yale's never-used rule)
+    cpu_counts = not never_used or config.cpu_work_keeps_unused_gpu
+    episode_start = _latest(session.started, h.last_used, h.last_busy if cpu_counts else None,
+                            h.last_unknown, intent.set_at if intent else None)
     warnings = [w for w in view.warnings if w.t <= now]
     cleared = [w for w in warnings if w.rule in IDLE_RULES and w.t <= episode_start]
     current = [w for w in warnings if w not in cleared]
 
-    never_used = h.last_used is None
     idle_gpus = [
         i for i, t in enumerate(h.last_used_per_gpu)
         if _latest(session.started, t) <= now - config.idle_reclaim_after
@@ -249,26 +334,29 @@ def decide(
         "last_busy_kernel": _iso(h.last_busy),
         "last_gpu_data_missing": _iso(h.last_unknown),
         "idle_since": _iso(episode_start),
+        "kernels_count_as_work": cpu_counts,
         "hub_last_activity": _iso(latest.hub_last_activity),
         "terminal_last_activity": _iso(_latest(*(latest.terminals or ()))),
     }
     if cleared:
         evidence["episode_cleared"] = True
         evidence["cleared_warnings"] = [_iso(w.t) for w in cleared]
+    if h.bridged is not None and h.bridged[0] >= episode_start:
+        evidence["bridged_gap"] = [_iso(t) for t in h.bridged]
     if intent is not None:
         evidence["intent_until"] = _iso(intent.until)
         evidence["intent_end"] = _iso(intent_end)
         evidence["intent_capped"] = intent_end != intent.until
 
     # 4. a busy kernel is work in progress
-    if _kernel_busy(latest):
+    if _kernel_busy(latest) and cpu_counts:
         return decision("keep", "kernel-busy", "a kernel is busy: work in progress", **evidence)
 
     def timed(rule: str, warn_at: dt.datetime, reclaim_at: dt.datetime, what: str) -> Decision | None:
         """Warn / wait / reclaim for a rule whose warning is due at `warn_at`."""
         if now < warn_at:
             return None
-        mine = [w for w in current if w.rule == rule]
+        mine = [w for w in current if _FAMILY.get(w.rule, w.rule) == _FAMILY.get(rule, rule)]
         ev = dict(evidence, rule_warn_at=_iso(warn_at), rule_reclaim_at=_iso(reclaim_at))
         if not mine:
             at = max(reclaim_at, now + config.warning_lead)
@@ -296,23 +384,39 @@ def decide(
         if d is not None:
             return d
 
-    # 6. intent
-    if intent_end is not None and intent_end > now:
-        return decision("keep", "intent", f"kept alive until {intent_end.isoformat()}",
-                        **evidence)
-
-    # 7. idleness
+    # 7. idleness, measured from the episode's start
     if idle_gpus and len(idle_gpus) < session.gpus:
         evidence["idle_gpus"] = idle_gpus
-    if never_used:
+    since = episode_start.isoformat()
+    gap = f" (across a gap in the GPU data, {h.bridged[0].isoformat()} to {h.bridged[1].isoformat()}, " \
+          "with the GPU idle and no kernel active on both sides)" if "bridged_gap" in evidence else ""
+    if never_used and h.last_busy is not None and h.last_busy >= episode_start:
+        rule, warn_after, reclaim_after = (
+            "cpu-work-on-gpu", config.never_used_warn_after, config.never_used_reclaim_after)
+        what = (f"this server has not used its GPU since {since}{gap}: its kernels do CPU work, "
+                "which a CPU profile would do; keep it alive if you are about to use the GPU")
+    elif never_used:
         rule, warn_after, reclaim_after = (
             "gpu-never-used", config.never_used_warn_after, config.never_used_reclaim_after)
-        what = f"GPU not used since {episode_start.isoformat()}"
+        what = f"GPU not used since {since}{gap}"
     else:
         rule, warn_after, reclaim_after = (
             "gpu-idle", config.idle_warn_after, config.idle_reclaim_after)
-        what = f"GPU idle since {episode_start.isoformat()}"
-    d = timed(rule, episode_start + warn_after, episode_start + reclaim_after, what)
+        what = f"GPU idle since {since}{gap}"
+    warn_at, reclaim_at = episode_start + warn_after, episode_start + reclaim_after
+
+    # 6. intent: it holds the reclaim, not the idle clock; the user named the time
+    if intent_end is not None and intent_end > episode_start:
+        if intent_end - config.warning_lead > warn_at:
+            rule = "intent-ended"
+            what = f"the keep-alive ends at {intent_end.isoformat()} and the GPU is unused since {since}{gap}"
+        warn_at = max(warn_at, intent_end - config.warning_lead)
+        reclaim_at = max(reclaim_at, intent_end + config.intent_grace)
+        if intent_end > now and now < warn_at:
+            return decision("keep", "intent", f"kept alive until {intent_end.isoformat()}",
+                            **evidence)
+
+    d = timed(rule, warn_at, reclaim_at, what)
     if d is not None:
         return d
     if h.last_used == latest.t:
@@ -322,9 +426,7 @@ def decide(
                             f"{_minutes(config.idle_reclaim_after)} (reported, not reclaimed)",
                             **evidence)
         return decision("keep", "gpu-active", "the GPU is in use", **evidence)
-    return decision("keep", rule,
-                    f"{what}; warning at {(episode_start + warn_after).isoformat()}",
-                    **evidence)
+    return decision("keep", rule, f"{what}; warning at {warn_at.isoformat()}", **evidence)
 
 
 def _decide_without_gpu(

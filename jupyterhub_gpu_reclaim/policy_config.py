@@ -67,6 +67,29 @@ class PolicyConfig:
         the user can answer it (seconds or "15m"). Default 15 min.
         """)
 
+    cpu_work_keeps_unused_gpu: bool = _setting(False, """
+        Let a busy kernel keep a GPU session whose GPU was never used since it started.
+        Off by default: Yale's rule for jobs that never used their GPU applies whatever
+        the CPU does, and a user doing CPU work on a GPU server is warned that a CPU
+        profile would do (rule "cpu-work-on-gpu"). Once the GPU was used, a busy kernel
+        always keeps the session.
+        """)
+
+    intent_grace: dt.timedelta = _setting(dt.timedelta(minutes=15), """
+        How long after a "keep alive until" ends an idle session is reclaimed (rule
+        "intent-ended"; seconds or "15m"). Its warning comes --warning-lead before the
+        end; using the GPU or a kernel from then on cancels it. Default 15 min: the user
+        named the time, and the warning already gave them --warning-lead to extend it.
+        """)
+
+    bridge_gaps_up_to: dt.timedelta = _setting(dt.timedelta(hours=2), """
+        Longest gap in the GPU data that the idle clock may run across (seconds or "2h";
+        0: never). A gap is bridged only when the samples on both sides show every GPU
+        idle and no busy kernel, and the kernels' and terminals' last activity did not
+        move across it; otherwise the idle clock starts again after the gap. Missing
+        data itself never leads to a reclaim. Default 2 h, the GPU-idle rule's window.
+        """)
+
     # an intent's "until" is capped, or reclaim is never guaranteed
     max_keepalive: dt.timedelta = _setting(dt.timedelta(hours=12), """
         Longest "keep alive until" a user can declare, counted from when it is set
@@ -135,6 +158,7 @@ class PolicyConfig:
         for name in (
             "never_used_warn_after", "never_used_reclaim_after", "idle_warn_after",
             "idle_reclaim_after", "warning_lead", "max_keepalive", "cpu_timeout",
+            "intent_grace", "bridge_gaps_up_to",
         ):
             positive(name)
         positive("stale_after", allow_zero=False)

@@ -141,21 +141,52 @@ def test_terminal_activity_does_not_keep_but_is_reported():
 # ---------------------------------------------------------------- busy kernel
 
 def test_busy_kernel_keeps_silent_training():
-    view = SessionView(session(), samples(lambda k: 0, 300, kernels=BUSY),
-                       warnings=(warned("gpu-never-used", 30, 60),))
+    # the GPU was used (the training's first minutes), then the cell runs without output
+    view = SessionView(session(), samples(lambda k: 80 if k < 5 else 0, 300, kernels=BUSY),
+                       warnings=(warned("gpu-idle", 70, 130),))
     d = run(view, at(300))
     assert (d.action, d.rule) == ("keep", "kernel-busy")
     assert d.evidence["episode_cleared"] is True
 
 
+def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
+    # a cell every few minutes, the GPU never touched: Yale's never-used rule applies anyway
+    def kernels(k):
+        return BUSY if k % 7 < 2 else IDLE
+    s = tuple(dataclasses.replace(x, kernels=kernels(k)) for k, x in enumerate(samples(lambda k: 0, 70)))
+    d = run(SessionView(session(), s[:31]), at(30))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "cpu-work-on-gpu", at(60))
+    assert "a CPU profile would do" in d.reason and "keep it alive" in d.reason
+    assert d.evidence["kernels_count_as_work"] is False
+    # the warning is answered by the keep-alive, not by more CPU work
+    view = SessionView(session(), s[:61], warnings=(warned("cpu-work-on-gpu", 30, 60),))
+    assert (run(view, at(60)).action, run(view, at(60)).rule) == ("reclaim", "cpu-work-on-gpu")
+    intent = Intent("alice/", until=at(300), set_at=at(40))
+    assert run(dataclasses.replace(view, intent=intent), at(60)).rule == "intent"
+    # a kernel turning busy after a gpu-never-used warning keeps that warning's clock
+    view = SessionView(session(), s[:61], warnings=(warned("gpu-never-used", 30, 60),))
+    assert run(view, at(60)).action == "reclaim"
+    # the old reading, by setting
+    old = PolicyConfig(cpu_work_keeps_unused_gpu=True)
+    assert run(SessionView(session(), s[:58]), at(57), config=old).rule == "kernel-busy"
+
+
+def test_cpu_work_after_the_gpu_was_used_is_work():
+    def kernels(k):
+        return BUSY if k % 7 < 2 else IDLE
+    s = tuple(dataclasses.replace(x, kernels=kernels(k))
+              for k, x in enumerate(samples(lambda k: 90 if k < 10 else 0, 400)))
+    assert walk_view(s) is None
+
+
 def test_busy_kernel_restarts_the_idle_clock():
-    s = samples(lambda k: 0, 100)
+    s = samples(lambda k: 80 if k < 5 else 0, 200)
     s = tuple(dataclasses.replace(x, kernels=BUSY) if x.t == at(50) else x for x in s)
-    d = run(SessionView(session(), s[:80]), at(79))
-    assert (d.action, d.rule) == ("keep", "gpu-never-used")
+    d = run(SessionView(session(), s[:110]), at(109))
+    assert (d.action, d.rule) == ("keep", "gpu-idle")
     assert d.evidence["idle_since"] == at(50).isoformat()
-    d = run(SessionView(session(), s[:81]), at(80))
-    assert (d.action, d.reclaim_at) == ("warn", at(110))
+    d = run(SessionView(session(), s[:111]), at(110))
+    assert (d.action, d.reclaim_at) == ("warn", at(170))
 
 
 def test_unknown_kernels_hold_instead_of_reclaim():
@@ -200,26 +231,93 @@ def test_missing_data_in_history_restarts_the_clock():
     assert d.evidence["idle_since"] == at(40).isoformat()
 
 
+def quiet(since: float, n: int = 1) -> tuple[Kernel, ...]:
+    """Idle kernels last active at minute `since`."""
+    return (Kernel("idle", at(since)),) * n
+
+
+def gap_samples(*, gap=(40, 79), until=130, kernels_after=quiet(10), terminals=()):
+    """GPU used until minute 10, idle after, no GPU data in `gap`, kernels quiet since 10."""
+    def one(k):
+        util = None if gap[0] <= k <= gap[1] else (80.0 if k <= 10 else 0.0)
+        return Sample(at(k), None if util is None else (util,),
+                      kernels=kernels_after if k > gap[1] else quiet(10), terminals=terminals)
+    return tuple(one(k) for k in range(until + 1))
+
+
+def test_an_idle_gap_with_quiet_kernels_on_both_sides_is_bridged():
+    s = gap_samples()
+    assert run(SessionView(session(), s[:80]), at(79)).action == "hold"  # during the gap
+    d = run(SessionView(session(), s[:81]), at(80))
+    # the idle clock ran across the gap: warned as soon as the data is back
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(130))
+    assert d.evidence["idle_since"] == at(10).isoformat()
+    assert d.evidence["bridged_gap"] == [at(39).isoformat(), at(80).isoformat()]
+    assert "across a gap in the GPU data" in d.reason
+
+
+@pytest.mark.parametrize("case", ["kernel active", "terminal active", "new kernel", "too long",
+                                  "terminals unknown"])
+def test_a_gap_is_not_bridged_without_proof(case):
+    s = {"kernel active": lambda: gap_samples(kernels_after=quiet(60)),
+         "terminal active": lambda: gap_samples(terminals=(at(50),)),
+         "new kernel": lambda: gap_samples(kernels_after=quiet(10, 2)),
+         "too long": lambda: gap_samples(gap=(40, 170), until=200),
+         "terminals unknown": lambda: gap_samples(terminals=None)}[case]()
+    end = round((s[-1].t - START) / mins(1))
+    d = run(SessionView(session(), s), at(end))
+    assert "bridged_gap" not in d.evidence
+    assert d.evidence["last_gpu_data_missing"] == d.evidence["idle_since"]
+
+
+def test_walk_trimmed_window_with_a_bridged_gap_gives_the_same_result():
+    def util(k):
+        return None if 150 <= k <= 200 else (60 if k < 100 else 0)
+    result = walk(util, 400, kernels_at=lambda k: quiet(99))
+    assert result == (219, [(201, "gpu-idle", 219)])
+    assert walk(util, 400, kernels_at=lambda k: quiet(99), trim=True) == result
+
+
 # ---------------------------------------------------------------- intent
 
-def test_intent_is_honoured_then_warns_before_reclaim():
+def test_intent_is_honoured_then_warns_before_its_end_and_reclaims_soon_after():
     intent = Intent("alice/", until=at(300), set_at=at(20))
     s = samples(lambda k: 0, 400)
-    d = run(SessionView(session(), s, intent=intent), at(299))
+    d = run(SessionView(session(), s, intent=intent), at(284))
     assert (d.action, d.rule) == ("keep", "intent")
-    # after the intent the never-used clock counts from its end
-    assert run(SessionView(session(), s, intent=intent), at(329)).action == "keep"
-    d = run(SessionView(session(), s, intent=intent), at(330))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(360))
+    # the user named the time: warned warning_lead before it, reclaimed intent_grace after
+    d = run(SessionView(session(), s, intent=intent), at(285))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "intent-ended", at(315))
+    assert d.reason.startswith(f"the keep-alive ends at {at(300).isoformat()}")
+    view = SessionView(session(), s, intent=intent, warnings=(warned("intent-ended", 285, 315),))
+    assert (run(view, at(300)).action, run(view, at(314)).action) == ("keep", "keep")
+    assert (run(view, at(315)).action, run(view, at(315)).rule) == ("reclaim", "intent-ended")
+
+
+def test_use_near_the_intents_end_cancels_the_early_reclaim():
+    # used 10 min before the end: the normal clock from that use, not the intent's
+    intent = Intent("alice/", until=at(300), set_at=at(20))
+    s = samples(lambda k: 70 if k == 290 else 0, 400)
+    view = SessionView(session(), s, intent=intent, warnings=(warned("intent-ended", 285, 315),))
+    d = run(view, at(320))
+    assert (d.action, d.rule, d.evidence["episode_cleared"]) == ("keep", "gpu-idle", True)
+    assert run(view, at(350)).action == "warn"
+
+
+def test_an_intent_shorter_than_the_rule_changes_nothing():
+    # set at 20 until 40: the never-used rule warns at 50 (from the intent's setting)
+    intent = Intent("alice/", until=at(40), set_at=at(20))
+    d = run(SessionView(session(), samples(lambda k: 0, 60), intent=intent), at(50))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(80))
 
 
 def test_intent_capped_at_12_hours_from_when_it_was_set():
     intent = Intent("alice/", until=at(60 * 48), set_at=at(10))
     s = samples(lambda k: 0, 60 * 13)
-    d = run(SessionView(session(), s, intent=intent), at(10 + 719))
+    d = run(SessionView(session(), s, intent=intent), at(10 + 700))
     assert d.rule == "intent" and d.evidence["intent_capped"] is True
-    d = run(SessionView(session(), s, intent=intent), at(10 + 720))
-    assert d.rule == "gpu-never-used" and d.action == "keep"
+    d = run(SessionView(session(), s, intent=intent), at(10 + 705))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "intent-ended", at(10 + 735))
 
 
 def test_warnings_before_an_intent_are_cleared():
@@ -411,11 +509,17 @@ def test_walk_activity_after_warning_restarts():
 
 def test_walk_intent_then_rules():
     intent = Intent("alice/", until=at(200), set_at=at(5))
-    assert walk(lambda k: 0, 400, intent=intent) == (260, [(230, "gpu-never-used", 260)])
+    assert walk(lambda k: 0, 400, intent=intent) == (215, [(185, "intent-ended", 215)])
+
+
+def walk_view(s: tuple[Sample, ...]) -> int | None:
+    """walk() over given samples: the reclaim minute or None."""
+    by_minute = {round((x.t - START) / mins(1)): x for x in s}
+    return walk(lambda k: by_minute[k].gpu_util, len(s) - 1, kernels_at=lambda k: by_minute[k].kernels)[0]
 
 
 def test_walk_silent_training_never_reclaimed():
-    assert walk(lambda k: 0, 600, kernels_at=lambda k: BUSY) == (None, [])
+    assert walk(lambda k: 50 if k < 3 else 0, 600, kernels_at=lambda k: BUSY) == (None, [])
     assert walk(lambda k: 99, 600) == (None, [])
 
 
@@ -445,7 +549,12 @@ def views(draw, gpus=None):
         util = draw(st.one_of(st.none(), st.tuples(*[utils] * gpus)))
         ks = draw(kernel_states)
         hub = draw(st.one_of(st.none(), st.integers(0, t)))
-        out.append(Sample(at(t), util, kernels=None if ks is None else tuple(map(Kernel, ks)),
+        # kernels' and terminals' last activity, often unchanged (gaps can be bridged)
+        acts = st.one_of(st.none(), st.sampled_from([0, max(t - 25, 0)]), st.integers(0, t)).map(
+            lambda x: None if x is None else at(x))
+        kernels = None if ks is None else tuple(Kernel(k, draw(acts)) for k in ks)
+        terminals = draw(st.one_of(st.none(), st.lists(acts, max_size=1).map(tuple)))
+        out.append(Sample(at(t), util, kernels=kernels, terminals=terminals,
                           hub_last_activity=None if hub is None else at(hub)))
     intent = None
     if draw(st.booleans()):
@@ -454,7 +563,8 @@ def views(draw, gpus=None):
     warnings = tuple(
         Warning(sess.id, at(wt), rule, at(wt + lead))
         for wt, rule, lead in draw(st.lists(st.tuples(
-            st.integers(0, 500), st.sampled_from(["gpu-idle", "gpu-never-used", "max-age"]),
+            st.integers(0, 500), st.sampled_from(["gpu-idle", "gpu-never-used", "cpu-work-on-gpu",
+                                                  "intent-ended", "max-age"]),
             st.integers(0, 60)), max_size=3)))
     return SessionView(sess, tuple(out), intent, tuple(sorted(warnings, key=lambda w: w.t)))
 
@@ -465,6 +575,8 @@ configs = st.builds(
     warning_lead=st.sampled_from([mins(0), mins(15), mins(30)]),
     max_age=st.sampled_from([None, mins(120), mins(300)]),
     pressure_only=st.booleans(),
+    cpu_work_keeps_unused_gpu=st.booleans(),
+    bridge_gaps_up_to=st.sampled_from([mins(0), mins(30), mins(120)]),
     cpu_max_age=st.sampled_from([None, mins(0), mins(200)]),
     cull_named_servers=st.booleans(),
 )
@@ -493,7 +605,11 @@ def test_property_gpu_invariants(view, now, pending, cfg):
             if cfg.max_age:
                 end = min(end, view.session.started + cfg.max_age)
             assert end <= now
-        assert not any(k.execution_state == "busy" for k in (latest.kernels or ()))
+        # a busy kernel is work once the GPU was used (the never-used rule ignores it)
+        if d.rule != "cpu-work-on-gpu":
+            assert not any(k.execution_state == "busy" for k in (latest.kernels or ()))
+        else:
+            assert d.evidence["last_used"] is None and not cfg.cpu_work_keeps_unused_gpu
         assert latest.kernels is not None
         assert not (cfg.pressure_only and pending == 0)
     if missing:

@@ -783,7 +783,7 @@ def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.C
         core.create_namespaced_config_map("recompress", {"metadata": {"name": f"c{i:02d}"},
                                                          "data": {"blob": f"{i}" * 3000}})
     path = "/api/v1/namespaces/recompress/configmaps"
-    monkeypatch.setattr(sim.server, "recompress_after", 0.1)
+    monkeypatch.setattr(sim.server.listings, "recompress_after", 0.1)
     decoded(*raw_get(sim, path, "gzip"))
     core.patch_namespaced_config_map("c30", "recompress", {"data": {"blob": "changed"}})
     compressed: list[bytes] = []

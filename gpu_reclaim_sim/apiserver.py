@@ -338,7 +338,9 @@ class ApiServer:
                 meta["remainingItemCount"] = remaining
             listing = self.listings.page(t.rtype, items)
         else:
-            listing = self.listings.whole(flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
+            # an empty selector is no selector: KubeSpawner's reflector sends `fieldSelector=`
+            listing = self.listings.whole(flt, (t.namespace, q.get("labelSelector") or None,
+                                                q.get("fieldSelector") or None))
         return await self.listings.write(request, t.rtype, meta, listing)
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:

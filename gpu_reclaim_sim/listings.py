@@ -21,14 +21,19 @@ log = logging.getLogger("gpu_reclaim_sim.listings")
 _ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
 _LIST_CHUNK = 1 << 20  # a list's body is written in pieces of this size
 _KEPT_LISTINGS = 16
-RECOMPRESS_AFTER = 2.0  # seconds: how soon a list fetched gzipped is compressed again after a change
+# seconds: a list fetched gzipped is compressed again once its kind has not changed for
+# RECOMPRESS_QUIET, or, while it keeps changing, RECOMPRESS_AFTER after it changed
+RECOMPRESS_QUIET = 0.1
+RECOMPRESS_AFTER = 2.0
 
 
 @dataclass
 class Listing:
     """A list's items as of its resource's `revision` (the resourceVersion of its last
     change), kept for the next list of the same selection (`filter`; None for a page):
-    their keys and JSON, and their compressed form once a client has asked for it."""
+    their keys and JSON, and their compressed form once a client has asked for it
+    (`gzip_wanted`: a client that accepts gzip has fetched it, even while it was too
+    small to be compressed)."""
 
     filter: Filter | None
     revision: int
@@ -36,6 +41,7 @@ class Listing:
     items: list[bytes]
     compressor: compression.ListCompressor
     gzipped: compression.Deflated | None = None
+    gzip_wanted: bool = False
 
     @property
     def size(self) -> int:
@@ -51,6 +57,7 @@ class Listings:
         self.store = store
         self._listings: dict[tuple[Any, ...], Listing] = {}  # see whole
         self._recompressing: asyncio.Task[None] | None = None
+        self.recompress_quiet = RECOMPRESS_QUIET
         self.recompress_after = RECOMPRESS_AFTER
 
     def start(self) -> None:
@@ -80,7 +87,8 @@ class Listings:
         if kept is None and len(self._listings) >= _KEPT_LISTINGS:
             self._listings.clear()
         listing = self._listings[key] = Listing(flt, revision, keys, items,
-                                                kept.compressor if kept else compression.ListCompressor())
+                                                kept.compressor if kept else compression.ListCompressor(),
+                                                gzip_wanted=kept is not None and kept.gzip_wanted)
         return listing
 
     @staticmethod
@@ -90,16 +98,36 @@ class Listings:
         return listing.gzipped
 
     async def _keep_lists_compressed(self) -> None:
-        """Compress again, off the request path, the lists clients have fetched gzipped, a
-        moment after their objects changed (at most every `recompress_after` seconds), so
-        that the first list after a change finds all but the latest changes compressed."""
+        """Compress, off the request path, the lists that clients which accept gzip have
+        fetched, once they are large enough to be compressed (see `write`): once their
+        kind has had no change for `recompress_quiet` seconds (the end of a burst of
+        writes), or `recompress_after` seconds after it changed while it keeps changing (a
+        burst of writes does not pay for compressing after each), so that the first list
+        after a change finds all but the latest changes compressed. The compressor yields
+        to the event loop after each run of items it compresses."""
+        seen: dict[str, int] = {}  # each kind's revision at the last look
+        changed: dict[str, float] = {}  # when a kind was last seen to have changed
+        stale: dict[tuple[Any, ...], float] = {}  # when a kept list was first seen out of date
+        loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(self.recompress_after)
-            for (plural, *selection), kept in list(self._listings.items()):
-                if kept.filter is None or kept.gzipped is None or kept.revision == self.store.revisions.get(plural, 0):
+            await asyncio.sleep(min(self.recompress_quiet, self.recompress_after))
+            revisions, now = dict(self.store.revisions), loop.time()
+            changed.update((plural, now) for plural, revision in revisions.items() if seen.get(plural) != revision)
+            seen = revisions
+            stale = {key: since for key, since in stale.items() if key in self._listings}
+            for key, kept in list(self._listings.items()):
+                plural, *selection = key
+                if kept.filter is None or not kept.gzip_wanted or kept.revision == revisions.get(plural, 0):
+                    stale.pop(key, None)
                     continue
+                since = stale.setdefault(key, now)
+                if now - changed.get(plural, 0.0) < self.recompress_quiet and now - since < self.recompress_after:
+                    continue  # still changing: wait for a quiet moment, or until recompress_after
+                stale.pop(key, None)
                 try:
-                    await self._gzipped(self.whole(kept.filter, tuple(selection)))
+                    listing = self.whole(kept.filter, tuple(selection))
+                    if listing.size > compression.THRESHOLD:
+                        await self._gzipped(listing)
                 except Exception:  # the next list compresses it, and says what failed
                     log.exception("compressing the list of %s %s", plural, selection)
 
@@ -115,7 +143,9 @@ class Listings:
                                                "Cache-Control": "no-cache, private"})
         size = len(head) + listing.size
         pieces: Iterator[bytes] | list[bytes]
-        if size > compression.THRESHOLD and compression.accepts_gzip(request.headers.get("Accept-Encoding", "")):
+        gzip_wanted = compression.accepts_gzip(request.headers.get("Accept-Encoding", ""))
+        listing.gzip_wanted |= gzip_wanted
+        if size > compression.THRESHOLD and gzip_wanted:
             pieces = compression.gzip_pieces(head, await self._gzipped(listing))
             size = sum(map(len, pieces))
             response.headers["Content-Encoding"] = "gzip"

@@ -6,9 +6,11 @@ discovery, CRUD with the apiserver's status codes and `Status` errors, list pagi
 selectors, watches (see `watch.py`), PATCH in the three JSON flavours (see `patch.py`),
 server-side Table printing for `kubectl get` (see `tables.py`), pod logs, binding and
 eviction, and gzip of large responses for clients that ask (see `compression.py`).
-Validation, defaulting and admission live in `admission/`; what a path names and the
-discovery documents in `discovery.py`, reading requests and writing responses in
-`httpio.py`, which container's log a request reads in `podlogs.py`.
+This module authenticates, authorizes and routes a request, and answers reads, watches
+and reviews. Validation, defaulting and admission live in `admission/`; what a path names
+and the discovery documents in `discovery.py`, reading requests and writing responses in
+`httpio.py`, the lists kept between requests in `listings.py`, the writes in `writes.py`,
+pod logs in `podlogs.py`.
 
 Not served: protobuf (clients fall back to JSON), aggregated discovery (clients fall back
 to the legacy discovery documents), OpenAPI v2 and the schemas in OpenAPI v3 (v3 carries
@@ -19,19 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from . import authn, certificates, compression, errors, kubernetes_service, openapi, patch, serviceaccounts, tables
-from .admission.pipeline import admit_update
-from .admission.schema import decode
+from . import authn, certificates, kubernetes_service, openapi, serviceaccounts, tables
 from .discovery import (
     Handler,
     Target,
@@ -46,34 +44,15 @@ from .discovery import (
     parse_target,
 )
 from .errors import ApiError
-from .httpio import (
-    _ITEMS_CLOSE,
-    _ITEMS_OPEN,
-    _LIST_CHUNK,
-    _body,
-    _client_gone,
-    _compress,
-    _delete_options,
-    _dry_run,
-    _field_validation,
-    _int_param,
-    _json,
-    _key,
-    _paginate,
-    _plain_pieces,
-    _scale_of,
-    _status_response,
-    _success,
-)
-from .podlogs import _explain_missing_log, _log_container, _read_log, _tail, _terminated
-from .rbac.authorizer import RBAC_KINDS, TRUE, Attributes, Authorizer, request_attributes
+from .httpio import USER, _body, _compress, _filter, _int_param, _json, _paginate, _status_response
+from .listings import Listings
+from .podlogs import PodLogs
+from .rbac.authorizer import TRUE, Attributes, Authorizer, request_attributes
 from .rbac.defaults import RoleAggregator, bootstrap
-from .rbac.escalation import confirm_no_escalation
 from .rbac.reviews import review
-from .resources import ALL, BY_KIND
-from .store import Filter, Key, Obj
-from .timestamps import rfc3339
-from .watch import WatchStream, dumps
+from .resources import ALL
+from .watch import WatchStream
+from .writes import Writes
 
 log = logging.getLogger("gpu_reclaim_sim.apiserver")
 
@@ -81,41 +60,7 @@ log = logging.getLogger("gpu_reclaim_sim.apiserver")
 MIN_WATCH_TIMEOUT = 300.0  # a watch without timeoutSeconds lasts 5-10 min (jittered)
 
 
-LOG_POLL_INTERVAL = 0.2
-
-
 _TRUE = TRUE
-
-
-_RETURNS_DELETED_OBJECT = ("Pod", "Namespace")  # the others answer a Status on deletion
-
-
-USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after impersonation
-
-
-_KEPT_LISTINGS = 16
-
-
-RECOMPRESS_AFTER = 2.0  # seconds: how soon a list fetched gzipped is compressed again after a change
-
-
-@dataclass
-class _Listing:
-    """A list's items as of its resource's `revision` (the resourceVersion of its last
-    change), kept for the next list of the same selection (`filter`; None for a page):
-    their keys and JSON, and their compressed form once a client has asked for it."""
-
-    filter: Filter | None
-    revision: int
-    keys: list[Key]
-    items: list[bytes]
-    compressor: compression.ListCompressor
-    gzipped: compression.Deflated | None = None
-
-    @property
-    def size(self) -> int:
-        """The length of the comma-joined items and the list's closing `]}`."""
-        return sum(map(len, self.items)) + max(len(self.items) - 1, 0) + len(_ITEMS_CLOSE)
 
 
 class ApiServer:
@@ -146,10 +91,10 @@ class ApiServer:
         self._port: int | None = None  # the kubeconfig's port
         self._secure_port: int | None = None
         self._streams: set[WatchStream] = set()
-        self._listings: dict[tuple[Any, ...], _Listing] = {}  # see _listing
-        self._recompressing: asyncio.Task[None] | None = None
-        self.recompress_after = RECOMPRESS_AFTER
         self._stopping = asyncio.Event()
+        self.listings = Listings(self.store)
+        self.writes = Writes(cluster, self.authorizer)
+        self.logs = PodLogs(cluster, self._stopping)
         self.app = web.Application(middlewares=[self._middleware], client_max_size=16 * 2**20)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
 
@@ -185,7 +130,7 @@ class ApiServer:
         self._secure_port = await self._listen(scenario.api_port if self.tls else 0, self._ssl)
         self._port = self._secure_port if self.tls else await self._listen(scenario.api_port, None)
         kubernetes_service.ensure(self.store, self.cluster.create, scenario.api_host, self._secure_port)
-        self._recompressing = asyncio.create_task(self._keep_lists_compressed())
+        self.listings.start()
         log.info("API server listening on %s (secure port %s)", self.url, self.secure_url)
 
     async def _listen(self, port: int, ssl_context: Any) -> int:
@@ -201,9 +146,7 @@ class ApiServer:
         self._stopping.set()
         for stream in list(self._streams):
             stream.stop()
-        if self._recompressing is not None:
-            self._recompressing.cancel()
-            self._recompressing = None
+        self.listings.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -341,24 +284,25 @@ class ApiServer:
         if t.subresource == "token":
             return _only(method, "POST", self._token_request)
         if t.subresource == "log":
-            return _only(method, "GET", self._logs)
+            return _only(method, "GET", self.logs.serve)
         if t.subresource == "binding":
-            return _only(method, "POST", self._bind)
+            return _only(method, "POST", self.writes.bind)
         if t.subresource == "eviction":
-            return _only(method, "POST", self._evict)
+            return _only(method, "POST", self.writes.evict)
         if t.subresource == "scale":
             if method not in ("GET", "PUT", "PATCH"):
                 raise ApiError(405, "the server does not allow this method on the requested resource")
-            return self._scale
+            return self.writes.scale
         if t.watch_path:
             return _only(method, "GET", self._watch)
         if t.name is None:
-            table: dict[str, Handler] = {"GET": self._list, "POST": self._create,
-                                         "DELETE": self._delete_collection}
+            table: dict[str, Handler] = {"GET": self._list, "POST": self.writes.create,
+                                         "DELETE": self.writes.delete_collection}
             if method == "POST" and t.rtype.namespaced and t.namespace is None:
                 raise ApiError(405, "the server does not allow this method on the requested resource")
         else:
-            table = {"GET": self._get, "PUT": self._replace, "PATCH": self._patch, "DELETE": self._delete}
+            table = {"GET": self._get, "PUT": self.writes.replace, "PATCH": self.writes.patch,
+                     "DELETE": self.writes.delete}
             if t.subresource == "status":
                 table.pop("DELETE")
         handler = table.get(method)
@@ -377,16 +321,10 @@ class ApiServer:
                                       request.query.get("includeObject", "PartialObjectMetadata")))
         return _json(obj)
 
-    def _filter(self, request: web.Request, t: Target) -> Filter:
-        fields = request.query.get("fieldSelector") or ""
-        if t.name:  # watching one object: the client-go way is a name field selector
-            fields = ",".join(f for f in (fields, f"metadata.name={t.name}") if f)
-        return Filter(t.rtype, t.namespace, request.query.get("labelSelector"), fields)
-
     async def _list(self, request: web.Request, t: Target) -> web.StreamResponse:
         if request.query.get("watch") in _TRUE:
             return await self._watch(request, t)
-        flt = self._filter(request, t)
+        flt = _filter(request, t)
         q = request.query
         meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
         if tables.wants_table(request.headers.get("Accept", "")) or q.get("limit") or q.get("continue"):
@@ -398,79 +336,16 @@ class ApiServer:
             if token:
                 meta["continue"] = token
                 meta["remainingItemCount"] = remaining
-            listing = _Listing(None, 0, [_key(t.rtype, o) for o in items],
-                               [self.store.encoded(t.rtype, o) for o in items], compression.ListCompressor())
+            listing = self.listings.page(t.rtype, items)
         else:
-            listing = self._listing(flt, (t.namespace, q.get("labelSelector"), q.get("fieldSelector")))
-        head = dumps({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version, "metadata": meta})[:-1]
-        return await self._write_list(request, head + _ITEMS_OPEN, listing)
-
-    def _listing(self, flt: Filter, selection: tuple[Any, ...]) -> _Listing:
-        """The items of a whole list, kept until an object of the kind changes, so that
-        listing an unchanged collection again costs next to nothing (the store keeps each
-        stored version's JSON), and with them what compressed them, which a list after a
-        change reuses for the runs of items that did not change."""
-        key = (flt.rtype.plural, *selection)
-        revision = self.store.revisions.get(flt.rtype.plural, 0)
-        kept = self._listings.get(key)
-        if kept is not None and kept.revision == revision:
-            return kept
-        keys, items = self.store.list_encoded(flt)
-        if kept is None and len(self._listings) >= _KEPT_LISTINGS:
-            self._listings.clear()
-        listing = self._listings[key] = _Listing(flt, revision, keys, items,
-                                                 kept.compressor if kept else compression.ListCompressor())
-        return listing
-
-    @staticmethod
-    async def _gzipped(listing: _Listing) -> compression.Deflated:
-        if listing.gzipped is None:
-            listing.gzipped = await listing.compressor.items([k[1] for k in listing.keys], listing.items)
-        return listing.gzipped
-
-    async def _keep_lists_compressed(self) -> None:
-        """Compress again, off the request path, the lists clients have fetched gzipped, a
-        moment after their objects changed (at most every `recompress_after` seconds), so
-        that the first list after a change finds all but the latest changes compressed."""
-        while True:
-            await asyncio.sleep(self.recompress_after)
-            for (plural, *selection), kept in list(self._listings.items()):
-                if kept.filter is None or kept.gzipped is None or kept.revision == self.store.revisions.get(plural, 0):
-                    continue
-                try:
-                    await self._gzipped(self._listing(kept.filter, tuple(selection)))
-                except Exception:  # the next list compresses it, and says what failed
-                    log.exception("compressing the list of %s %s", plural, selection)
-
-    async def _write_list(self, request: web.Request, head: bytes, listing: _Listing) -> web.StreamResponse:
-        """`head` then the listing's items and the list's end, gzipped when the client
-        asks for it and the body is larger than the apiserver's threshold (see
-        `compression`). The body is written in pieces, not copied into one more buffer,
-        each waiting for the client to take it, so that the socket (and TLS) buffers
-        stay small."""
-        response = web.StreamResponse(headers={"Content-Type": "application/json",
-                                               "Cache-Control": "no-cache, private"})
-        size = len(head) + listing.size
-        pieces: Iterator[bytes] | list[bytes]
-        if size > compression.THRESHOLD and compression.accepts_gzip(request.headers.get("Accept-Encoding", "")):
-            pieces = compression.gzip_pieces(head, await self._gzipped(listing))
-            size = sum(map(len, pieces))
-            response.headers["Content-Encoding"] = "gzip"
-            response.headers["Vary"] = "Accept-Encoding"
-        else:
-            pieces = _plain_pieces(head, listing.items)
-        response.content_length = size
-        await response.prepare(request)
-        for piece in pieces:
-            view = memoryview(piece)
-            for start in range(0, len(view), _LIST_CHUNK):
-                await response.write(view[start:start + _LIST_CHUNK])
-        await response.write_eof()
-        return response
+            # an empty selector is no selector: KubeSpawner's reflector sends `fieldSelector=`
+            listing = self.listings.whole(flt, (t.namespace, q.get("labelSelector") or None,
+                                                q.get("fieldSelector") or None))
+        return await self.listings.write(request, t.rtype, meta, listing)
 
     async def _watch(self, request: web.Request, t: Target) -> web.StreamResponse:
         q = request.query
-        flt = self._filter(request, t)
+        flt = _filter(request, t)
         timeout = _int_param(q, "timeoutSeconds")
         bookmarks = q.get("allowWatchBookmarks") in _TRUE
         encode = None
@@ -492,128 +367,7 @@ class ApiServer:
         finally:
             self._streams.discard(stream)
 
-    # --- writing ---------------------------------------------------------------------
-
-    async def _create(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings, schema_valid = decode(t.rtype, await _body(request), _field_validation(request))
-        meta = body.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise errors.bad_request("metadata must be an object")
-        if t.rtype.namespaced and meta.get("namespace") and meta["namespace"] != t.namespace:
-            raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                     "sent on the request")
-        obj = self.cluster.create(t.rtype, body, t.namespace, user=request[USER], schema_valid=schema_valid,
-                                  dry_run=_dry_run(request))
-        return _json(obj, status=201, warnings=warnings)
-
-    async def _replace(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body, warnings, schema_valid = decode(t.rtype, await _body(request), _field_validation(request))
-        meta = body.setdefault("metadata", {})
-        if meta.get("name") not in (None, t.name):
-            raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on "
-                                     f"the URL ({t.name})")
-        if t.rtype.namespaced and meta.get("namespace") not in (None, t.namespace):
-            raise errors.bad_request("the namespace of the provided object does not match the namespace "
-                                     "sent on the request")
-        return self._update(request, t, body, warnings, schema_valid)
-
-    async def _patch(self, request: web.Request, t: Target) -> web.StreamResponse:
-        current = self.store.get(t.rtype, t.namespace, t.name)
-        content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-        if content_type not in patch.SUPPORTED:
-            raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
-                                f"include: {', '.join(patch.SUPPORTED)}")
-        raw = await _body(request, as_json=True)
-        patched = patch.apply(content_type, current, raw,
-                              openapi.root(t.rtype.api_version, t.rtype.kind))
-        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
-            raise errors.bad_request("the patch does not leave an object with metadata")
-        if patched["metadata"].get("name") != t.name:
-            raise ApiError(422, f'{t.rtype.kind} "{t.name}" is invalid: metadata.name: Invalid value: '
-                                f'{json.dumps(patched["metadata"].get("name"))}: field is immutable')
-        body, warnings, schema_valid = decode(t.rtype, patched, _field_validation(request))
-        return self._update(request, t, body, warnings, schema_valid)
-
-    def _update(self, request: web.Request, t: Target, body: Obj, warnings: list[str],
-                schema_valid: bool) -> web.Response:
-        current = self.store.get(t.rtype, t.namespace, t.name)
-        new = admit_update(self.store, t.rtype, current, body, subresource=t.subresource,
-                                     schema_valid=schema_valid)
-        if t.rtype.kind in RBAC_KINDS:
-            confirm_no_escalation(self.authorizer, request[USER], t.rtype.kind, new, current)
-        if _dry_run(request):
-            return _json(new, warnings=warnings)
-        return _json(self.store.replace(t.rtype, new), warnings=warnings)
-
-    async def _delete(self, request: web.Request, t: Target) -> web.StreamResponse:
-        options = await _delete_options(request)
-        current = self.store.get(t.rtype, t.namespace, t.name)
-        preconditions = options.get("preconditions") or {}
-        if preconditions.get("resourceVersion") not in (None, current["metadata"].get("resourceVersion")):
-            raise errors.conflict(t.rtype.plural, t.name or "", t.rtype.group)
-        if _dry_run(request, options):
-            return _json(current)
-        obj, finished = self.store.delete(t.rtype, t.namespace, t.name,
-                                          grace_period_seconds=options.get("gracePeriodSeconds"),
-                                          uid=preconditions.get("uid"),
-                                          propagation_policy=options.get("propagationPolicy"))
-        if finished and t.rtype.kind not in _RETURNS_DELETED_OBJECT:
-            return _json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                          "details": {"name": t.name, "group": t.rtype.group, "kind": t.rtype.plural,
-                                      "uid": obj["metadata"].get("uid")}})
-        return _json(obj)
-
-    async def _delete_collection(self, request: web.Request, t: Target) -> web.StreamResponse:
-        options = await _delete_options(request)
-        items, rv = self.store.list(self._filter(request, t))
-        deleted = []
-        for obj in items:
-            meta = obj["metadata"]
-            try:
-                if _dry_run(request, options):
-                    deleted.append(obj)
-                    continue
-                deleted.append(self.store.delete(t.rtype, meta.get("namespace"), meta["name"],
-                                                 grace_period_seconds=options.get("gracePeriodSeconds"),
-                                                 propagation_policy=options.get("propagationPolicy"))[0])
-            except ApiError as e:
-                if e.code != 404:  # already gone is fine
-                    raise
-        return _json({"kind": t.rtype.list_kind, "apiVersion": t.rtype.api_version,
-                      "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
-
-    async def _scale(self, request: web.Request, t: Target) -> web.StreamResponse:
-        """The `scale` subresource (autoscaling/v1 Scale) of Deployments, ReplicaSets and
-        StatefulSets: what `kubectl scale` reads and writes."""
-        obj = self.store.get(t.rtype, t.namespace, t.name)
-        current = _scale_of(obj)
-        if request.method == "GET":
-            return _json(current)
-        if request.method == "PUT":
-            body = await _body(request)
-        else:
-            content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-            if content_type not in patch.SUPPORTED:
-                raise ApiError(415, f"the body of the request was in an unknown format - accepted media types "
-                                    f"include: {', '.join(patch.SUPPORTED)}")
-            body = patch.apply(content_type, current, await _body(request, as_json=True),
-                               openapi.root("autoscaling/v1", "Scale"))
-        if not isinstance(body, dict):
-            raise errors.bad_request("Scale body must be a JSON object")
-        rv = (body.get("metadata") or {}).get("resourceVersion")
-        if rv and rv != obj["metadata"]["resourceVersion"]:
-            raise errors.conflict(t.rtype.plural, t.name or "", t.rtype.group)
-        replicas = (body.get("spec") or {}).get("replicas", 0)
-        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-            raise errors.invalid("Scale", t.name or "", [{
-                "reason": "FieldValueInvalid", "field": "spec.replicas",
-                "message": f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0"}],
-                "autoscaling")
-        new = {**obj, "spec": {**obj.get("spec", {}), "replicas": replicas}}
-        new = admit_update(self.store, t.rtype, obj, new)
-        if _dry_run(request):
-            return _json(_scale_of(new))
-        return _json(_scale_of(self.store.replace(t.rtype, new)))
+    # --- reviews and tokens ------------------------------------------------------------
 
     async def _review(self, request: web.Request, t: Target) -> web.StreamResponse:
         """The access and identity reviews: answered, never stored."""
@@ -635,95 +389,3 @@ class ApiServer:
         body = await _body(request)
         return _json(serviceaccounts.token_request(self.tokens, self.store, t.namespace or "", t.name or "", body),
                      status=201)
-
-    # --- pod subresources ------------------------------------------------------------
-
-    async def _bind(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body = await _body(request)
-        target = (body or {}).get("target") or {}
-        node = target.get("name")
-        if not node:
-            raise errors.invalid("Binding", t.name or "", [{
-                "reason": "FieldValueRequired", "message": "Required value", "field": "target.name"}])
-        pod = self.store.get(t.rtype, t.namespace, t.name)
-        if pod["metadata"].get("deletionTimestamp"):
-            raise errors.conflict("pods/binding", t.name or "")
-        assigned = (pod.get("spec") or {}).get("nodeName")
-        if assigned:
-            raise ApiError(409, f'Operation cannot be fulfilled on pods/binding "{t.name}": pod {t.name} is '
-                                f'already assigned to node "{assigned}"', reason="Conflict")
-
-        def bind(o: Obj) -> None:
-            o["spec"]["nodeName"] = node
-            conditions = o.setdefault("status", {}).setdefault("conditions", [])
-            conditions[:] = [c for c in conditions if c.get("type") != "PodScheduled"]
-            conditions.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                               "lastTransitionTime": rfc3339()})
-
-        self.store.update(t.rtype, t.namespace, t.name, bind)
-        return _json(_success(201), status=201)
-
-    async def _evict(self, request: web.Request, t: Target) -> web.StreamResponse:
-        body = await _body(request) or {}
-        options = body.get("deleteOptions") or {}
-        self.store.get(t.rtype, t.namespace, t.name)
-        if not _dry_run(request, options):
-            self.store.delete(t.rtype, t.namespace, t.name,
-                              grace_period_seconds=options.get("gracePeriodSeconds"),
-                              uid=(options.get("preconditions") or {}).get("uid"))
-        return _json(_success(201), status=201)
-
-    async def _logs(self, request: web.Request, t: Target) -> web.StreamResponse:
-        pod = self.store.get(t.rtype, t.namespace, t.name)
-        container = _log_container(pod, request.query.get("container"))
-        previous = request.query.get("previous") in _TRUE
-        path = Path(self.cluster.pod_log_path(t.namespace, t.name, container, previous=previous))
-        whole = await asyncio.to_thread(_read_log, path)
-        if previous:
-            if whole is None:
-                raise errors.bad_request(f'previous terminated container "{container}" in pod "{t.name}" not found')
-            return web.Response(body=_tail(whole, _int_param(request.query, "tailLines"),
-                                           _int_param(request.query, "limitBytes")),
-                                headers={"Content-Type": "text/plain"})
-        if whole is None:
-            _explain_missing_log(pod, container)
-            whole = b""
-        text = _tail(whole, _int_param(request.query, "tailLines"), _int_param(request.query, "limitBytes"))
-        if request.query.get("follow") not in _TRUE:
-            return web.Response(body=text, headers={"Content-Type": "text/plain"})
-        return await self._follow(request, pod, container, path, text, len(whole))
-
-    async def _follow(self, request: web.Request, pod: Obj, container: str, path: Path, first: bytes,
-                      offset: int) -> web.StreamResponse:
-        """Stream the log as it grows, until the container ends or the pod goes."""
-        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        try:
-            await response.write(first)
-            await self._follow_file(request, response, pod, container, path, offset)
-            if not _client_gone(request):
-                await response.write_eof()
-        except ConnectionResetError:
-            log.debug("log follower went away: %s", request.path_qs)
-        return response
-
-    async def _follow_file(self, request: web.Request, response: web.StreamResponse, pod: Obj,
-                           container: str, path: Path, offset: int) -> None:
-        """Send what is written after `offset` (where the first read ended: nothing
-        written meanwhile is lost)."""
-        meta = pod["metadata"]
-        while not self._stopping.is_set() and not _client_gone(request):
-            data = await asyncio.to_thread(_read_log, path, offset) or b""
-            offset += len(data)
-            if data:
-                await response.write(data)
-            current = self.store.find(BY_KIND["Pod"], meta.get("namespace"), meta["name"])
-            if current is None or current["metadata"]["uid"] != meta["uid"] or _terminated(current, container):
-                if not data:  # ended, and everything it wrote has been sent
-                    return
-                continue
-            try:
-                await asyncio.wait_for(self._stopping.wait(), LOG_POLL_INTERVAL)
-            except asyncio.TimeoutError:
-                pass

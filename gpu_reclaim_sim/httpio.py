@@ -1,26 +1,28 @@
-"""The API server's side of HTTP: reading a request's body, query and delete options, and
-writing JSON, Status and paged list responses (gzipped for clients that ask)."""
+"""The API server's side of HTTP: reading a request's sender, body, query, selection and
+delete options, and writing JSON, Status and paged list responses (gzipped for clients
+that ask)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 from aiohttp import web
 
-from . import compression, errors, protobuf
+from . import authn, compression, errors, protobuf
+from .discovery import Target
 from .errors import ApiError
 from .resources import ResourceType
 from .selectors import selector_string
-from .store import Obj
+from .store import Filter, Obj, _key
 from .watch import dumps
 
 _PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
-_ITEMS_OPEN, _ITEMS_CLOSE = b',"items":[', b"]}"
-_LIST_CHUNK = 1 << 20  # a list's body is written in pieces of this size
+
+USER = web.RequestKey("user", authn.UserInfo)  # who sends the request, after impersonation
 
 
 async def _body(request: web.Request, as_json: bool = False) -> Any:
@@ -64,6 +66,13 @@ async def _delete_options(request: web.Request) -> dict[str, Any]:
             "message": f"Unsupported value: {json.dumps(policy)}: supported values: "
                        + ", ".join(f'"{p}"' for p in _PROPAGATION_POLICIES + ("nil",))}], "meta.k8s.io")
     return options
+
+
+def _filter(request: web.Request, t: Target) -> Filter:
+    fields = request.query.get("fieldSelector") or ""
+    if t.name:  # watching one object: the client-go way is a name field selector
+        fields = ",".join(f for f in (fields, f"metadata.name={t.name}") if f)
+    return Filter(t.rtype, t.namespace, request.query.get("labelSelector"), fields)
 
 
 def _dry_run(request: web.Request, options: dict[str, Any] | None = None) -> bool:
@@ -111,11 +120,6 @@ def _paginate(rtype: ResourceType, items: list[Obj], rv: str, query: Any) -> tup
     return page, next_token, len(items) - limit
 
 
-def _key(rtype: ResourceType, obj: Obj) -> tuple[str, str]:
-    meta = obj["metadata"]
-    return (meta.get("namespace") or "" if rtype.namespaced else "", meta["name"])
-
-
 def _client_gone(request: web.Request) -> bool:
     return request.transport is None or request.transport.is_closing()
 
@@ -126,18 +130,6 @@ def _json(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web
     for w in warnings or []:
         response.headers.add("Warning", f'299 - "{w.replace(chr(34), chr(39))}"')
     return response
-
-
-def _plain_pieces(head: bytes, items: list[bytes]) -> Iterator[bytes]:
-    """`head`, the comma-joined items and the list's end, in pieces of about `_LIST_CHUNK`."""
-    yield head
-    start = size = 0
-    for i, item in enumerate(items):
-        size += len(item) + 1
-        if size >= _LIST_CHUNK or i == len(items) - 1:
-            yield b",".join([b"", *items[start:i + 1]] if start else items[start:i + 1])
-            start, size = i + 1, 0
-    yield _ITEMS_CLOSE
 
 
 def _compress(request: web.Request, response: web.Response) -> None:

@@ -4,7 +4,8 @@ It plays etcd plus the apiserver's watch cache. Every write stores a new dict an
 one global resourceVersion; the dicts it hands out are snapshots that nobody mutates
 (use `update()` to change an object). Watches replay retained history from a
 resourceVersion and then follow live changes; a resourceVersion older than the retained
-history is refused with 410 Expired, as after an etcd compaction.
+history is refused with 410 Expired, as after an etcd compaction. Deleting a namespace,
+and refusing new content in one being deleted, is sim.namespaces' part of a write.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
-from . import errors
+from . import errors, namespaces
 from .resources import ResourceType
 from .selectors import label_matcher, parse_field_selector
 from .timestamps import rfc3339
@@ -249,7 +250,7 @@ class Store:
                 )
             meta["namespace"] = ns
             if rtype.plural != "namespaces":
-                self.check_namespace(rtype, ns, meta.get("name") or "")
+                namespaces.check(self, rtype, ns, meta.get("name") or "")
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
@@ -348,7 +349,7 @@ class Store:
             if grace > 0:
                 return self._begin_graceful(rtype, current, int(grace)), False
         if rtype.plural == "namespaces":
-            return self._delete_namespace(current), False
+            return namespaces.terminate(self, current), False
         if meta.get("finalizers"):
             if not meta.get("deletionTimestamp"):
                 current = self.update(rtype, namespace, name,
@@ -394,54 +395,6 @@ class Store:
             return
         self._removal_timers[key] = loop.call_later(delay, fire)
 
-    def _delete_namespace(self, ns_obj: Obj) -> Obj:
-        from .resources import ALL, BY_KIND
-
-        name = ns_obj["metadata"]["name"]
-        ns_type = BY_KIND["Namespace"]
-
-        def terminating(o: Obj) -> None:
-            o["metadata"].setdefault("deletionTimestamp", rfc3339())
-            o.setdefault("status", {})["phase"] = "Terminating"
-
-        ns_obj = self.update(ns_type, None, name, terminating)
-        for rtype in ALL:
-            if not rtype.namespaced:
-                continue
-            for obj in [o for o in self.objects(rtype) if o["metadata"].get("namespace") == name]:
-                self.delete(rtype, name, obj["metadata"]["name"])
-        self._maybe_remove_namespace(name)
-        return ns_obj
-
-    def _maybe_remove_namespace(self, name: str) -> None:
-        from .resources import ALL, BY_KIND
-
-        ns_obj = self.find(BY_KIND["Namespace"], None, name)
-        if ns_obj is None or not ns_obj["metadata"].get("deletionTimestamp"):
-            return
-        for rtype in ALL:
-            if rtype.namespaced and any(
-                o["metadata"].get("namespace") == name for o in self.objects(rtype)
-            ):
-                return
-        self.remove(BY_KIND["Namespace"], None, name)
-
-    def check_namespace(self, rtype: ResourceType, ns: str, name: str) -> None:
-        """The NamespaceLifecycle admission plugin: no namespace is a 404, a terminating
-        one refuses new content with a 403 (the name is empty for generateName: the
-        plugin runs before the name is generated)."""
-        from .resources import BY_KIND
-
-        obj = self.find(BY_KIND["Namespace"], None, ns)
-        if obj is None:
-            raise errors.not_found("namespaces", ns)
-        if obj["metadata"].get("deletionTimestamp"):
-            raise errors.forbidden(
-                rtype.plural, name, f"unable to create new content in namespace {ns} because it is being "
-                "terminated", rtype.group, causes=[{"reason": "NamespaceTerminating",
-                                                    "message": f"namespace {ns} is being terminated",
-                                                    "field": "metadata.namespace"}])
-
     def _maybe_finalize(self, rtype: ResourceType, obj: Obj, old: Obj) -> None:
         """An object being deleted goes once its last finalizer is removed (the list
         emptied or dropped); a pod still in its grace period waits for its kubelet."""
@@ -463,7 +416,7 @@ class Store:
         new = self._commit(rtype, "DELETED", current, obj)
         ns = current["metadata"].get("namespace")
         if ns and rtype.plural != "namespaces":
-            self._maybe_remove_namespace(ns)
+            namespaces.remove_if_empty(self, ns)
         return new
 
     # --- watching ------------------------------------------------------------------

@@ -8,9 +8,10 @@ import binascii
 import json
 import re
 
-from .. import errors, netpol
+from .. import errors
 from ..rbac.validation import default_binding, validate_binding, validate_binding_update, validate_rules
 from ..store import Obj, Store
+from . import networkpolicy
 from .validation import Cause, _cause
 
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
@@ -63,18 +64,6 @@ def _validate_immutable_data(store: Store, old: Obj, new: Obj) -> list[Cause]:
     return []
 
 
-def _default_network_policy(store: Store, np: Obj, old: Obj | None = None) -> None:
-    """SetDefaults_NetworkPolicy: policyTypes from the rules given; ports TCP."""
-    spec = np.setdefault("spec", {})
-    if not spec.get("policyTypes"):
-        spec["policyTypes"] = ["Ingress"] + (["Egress"] if spec.get("egress") else [])
-    for direction in ("ingress", "egress"):
-        for rule in spec.get(direction) or []:
-            for p in (rule.get("ports") or []) if isinstance(rule, dict) else []:
-                if isinstance(p, dict):
-                    p.setdefault("protocol", "TCP")
-
-
 def _default_binding(store: Store, binding: Obj, old: Obj | None = None) -> None:
     default_binding(binding)
 
@@ -93,7 +82,7 @@ def _validate_binding_update(store: Store, old: Obj, new: Obj) -> list[Cause]:
 
 # what the pipeline does for these kinds: defaulting, admission plugins, validation
 DEFAULTERS = {
-    "NetworkPolicy": _default_network_policy,
+    "NetworkPolicy": networkpolicy.default,
     "Namespace": _default_namespace,
     "Secret": _default_secret,
     "RoleBinding": _default_binding,
@@ -103,7 +92,7 @@ CREATE_PLUGINS = {"Namespace": _admit_namespace}
 VALIDATORS = {
     "Secret": _validate_config_keys,
     "ConfigMap": _validate_config_keys,
-    "NetworkPolicy": lambda store, np: netpol.validate(np),
+    "NetworkPolicy": lambda store, np: networkpolicy.validate(np),
     "Role": _validate_role,
     "ClusterRole": _validate_role,
     "RoleBinding": _validate_binding,

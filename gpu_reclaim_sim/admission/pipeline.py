@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .. import namespaces
 from ..resources import ResourceType
 from ..store import Obj, Store
 from . import objects, pods, services, storage, workloads
@@ -31,7 +32,7 @@ def admit_create(store: Store, rtype: ResourceType, obj: Obj, namespace: str | N
     if rtype.namespaced and namespace and not meta.get("namespace"):
         meta["namespace"] = namespace
     if rtype.namespaced and isinstance(meta.get("namespace") or "", str):  # NamespaceLifecycle comes first
-        store.check_namespace(rtype, meta.get("namespace") or "default", str(meta.get("name") or ""))
+        namespaces.check(store, rtype, meta.get("namespace") or "default", str(meta.get("name") or ""))
     if not schema_valid:
         _validate_schema(rtype, obj)
     if rtype.kind != "Node":  # status is the server's to set (kubelets register nodes with theirs)

@@ -772,20 +772,10 @@ def test_small_responses_watches_and_other_encodings_are_not_compressed(sim: Sim
     assert "Content-Encoding" not in headers and b'"name":"big"' in body  # watch events go as they are
 
 
-def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.CoreV1Api,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A list a client fetched gzipped is compressed again in the background a moment
-    after its objects change, so the first list after the change compresses nothing."""
+def counted_compressions(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the simulator compresses from now on (each `Deflated.of`'s input), in order."""
     from gpu_reclaim_sim import compression
 
-    make_namespace(sim, "recompress")
-    for i in range(60):
-        core.create_namespaced_config_map("recompress", {"metadata": {"name": f"c{i:02d}"},
-                                                         "data": {"blob": f"{i}" * 3000}})
-    path = "/api/v1/namespaces/recompress/configmaps"
-    monkeypatch.setattr(sim.server, "recompress_after", 0.1)
-    decoded(*raw_get(sim, path, "gzip"))
-    core.patch_namespaced_config_map("c30", "recompress", {"data": {"blob": "changed"}})
     compressed: list[bytes] = []
     original = compression.Deflated.of.__func__  # type: ignore[attr-defined]
 
@@ -794,11 +784,59 @@ def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.C
         return original(cls, data, zdict)
 
     monkeypatch.setattr(compression.Deflated, "of", classmethod(counted))
+    return compressed
+
+
+def wait_until_compressed(compressed: list[bytes], marker: bytes) -> None:
     deadline = time.monotonic() + 10
-    while not any(b"changed" in data for data in compressed) and time.monotonic() < deadline:
-        time.sleep(0.05)  # until the background compression took the change
-    assert any(b"changed" in data for data in compressed)
+    while not any(marker in data for data in compressed) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the background compression took it
+    assert any(marker in data for data in compressed)
+
+
+@pytest.mark.parametrize("knob", ["recompress_quiet", "recompress_after"])
+def test_a_list_after_a_change_finds_it_compressed_already(sim: Sim, core: k8s.CoreV1Api,
+                                                          monkeypatch: pytest.MonkeyPatch, knob: str) -> None:
+    """A list a client fetched gzipped is compressed again in the background a moment
+    after its objects change, so the first list after the change compresses nothing: once
+    its kind has been quiet for `recompress_quiet`, or while it keeps changing,
+    `recompress_after` after the change (each knob alone, the other set out of reach)."""
+    ns = f"recompress-{knob.rpartition('_')[2]}"
+    make_namespace(sim, ns)
+    for i in range(60):
+        core.create_namespaced_config_map(ns, {"metadata": {"name": f"c{i:02d}"},
+                                               "data": {"blob": f"{i}" * 3000}})
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    monkeypatch.setattr(sim.server.listings, knob, 0.1)  # first: the loop never sleeps long
+    other = "recompress_after" if knob == "recompress_quiet" else "recompress_quiet"
+    monkeypatch.setattr(sim.server.listings, other, 60.0)
+    decoded(*raw_get(sim, path, "gzip"))
+    core.patch_namespaced_config_map("c30", ns, {"data": {"blob": "changed"}})
+    compressed = counted_compressions(monkeypatch)
+    wait_until_compressed(compressed, b"changed")
     compressed.clear()
     listed = decoded(*raw_get(sim, path, "gzip"))
     assert [c["data"]["blob"] for c in listed["items"] if c["metadata"]["name"] == "c30"] == ["changed"]
+    assert len(compressed) == 1 and compressed[0].startswith(b'{"kind":"ConfigMapList"')  # the list's head only
+
+
+def test_a_list_fetched_small_is_compressed_once_it_grows(sim: Sim, core: k8s.CoreV1Api,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that accepts gzip fetched a list while it was too small to compress (as
+    KubeSpawner's reflector first lists no pods, with an empty `fieldSelector=`); once the
+    list has grown past the threshold it is compressed in the background, and the next
+    list, without the empty selector (the same selection), compresses only its head."""
+    make_namespace(sim, "grows")
+    path = "/api/v1/namespaces/grows/configmaps"
+    headers, body = raw_get(sim, path + "?fieldSelector=", "gzip")
+    assert "Content-Encoding" not in headers
+    assert [c["metadata"]["name"] for c in json.loads(body)["items"]] == ["kube-root-ca.crt"]
+    compressed = counted_compressions(monkeypatch)
+    for i in range(60):
+        core.create_namespaced_config_map("grows", {"metadata": {"name": f"c{i:02d}"},
+                                                    "data": {"blob": f"{i}" * 3000}})
+    wait_until_compressed(compressed, b'"name":"c59"')
+    compressed.clear()
+    listed = decoded(*raw_get(sim, path, "gzip"))
+    assert [c["metadata"]["name"] for c in listed["items"]] == [f"c{i:02d}" for i in range(60)] + ["kube-root-ca.crt"]
     assert len(compressed) == 1 and compressed[0].startswith(b'{"kind":"ConfigMapList"')  # the list's head only

@@ -16,7 +16,6 @@ template's hash), `maxSurge`, `minReadySeconds` in the rolling update's budget.
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Any
 
 from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
@@ -24,6 +23,7 @@ from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
 from .resources import BY_KIND
 from .store import Change, Obj
 from .workloads import (
+    REVISION_LABEL,
     WorkloadController,
     compute_hash,
     drop_zeros,
@@ -32,12 +32,10 @@ from .workloads import (
     is_ready,
     object_key,
     pod_from_template,
+    pod_revision,
 )
 
-log = logging.getLogger("gpu_reclaim_sim.daemonsets")
-
 POD, NODE, DS = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["DaemonSet"]
-REVISION_LABEL = "controller-revision-hash"
 GENERATION_LABEL = "pod-template-generation"
 # util.AddOrUpdateDaemonPodTolerations
 DAEMON_TOLERATIONS = [
@@ -155,7 +153,7 @@ class DaemonSetController(WorkloadController):
             if unavailable >= budget:
                 return
             for pod in by_node.get(node, []):
-                if is_active(pod) and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != revision:
+                if is_active(pod) and pod_revision(pod) != revision:
                     self.delete_pod(ds, pod)
                     unavailable += 1
 
@@ -186,7 +184,7 @@ class DaemonSetController(WorkloadController):
             pod = live[0]
             if is_ready(pod):
                 ready.append(pod)
-            updated += (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) == revision
+            updated += pod_revision(pod) == revision
         available = self.count_available(ds, ready)
         status = drop_zeros({
             "currentNumberScheduled": scheduled, "numberMisscheduled": misscheduled,

@@ -22,7 +22,6 @@ and the exact template hash of a real cluster (same shape, other values).
 from __future__ import annotations
 
 import copy
-import logging
 from typing import Any
 
 from . import errors
@@ -31,10 +30,17 @@ from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj
 from .timestamps import rfc3339
-from .workloads import (WorkloadController, compute_hash, drop_zeros, int_or_percent, is_active,
-                        Key, is_ready, pod_from_template, record)
-
-log = logging.getLogger("gpu_reclaim_sim.deployments")
+from .workloads import (
+    Key,
+    WorkloadController,
+    compute_hash,
+    drop_zeros,
+    int_or_percent,
+    is_active,
+    is_ready,
+    pod_from_template,
+    record,
+)
 
 POD, RS, DEPLOY = BY_KIND["Pod"], BY_KIND["ReplicaSet"], BY_KIND["Deployment"]
 HASH_LABEL = "pod-template-hash"

@@ -18,20 +18,27 @@ on rolling updates, `maxUnavailable`.
 from __future__ import annotations
 
 import copy
-import logging
 import re
+
 from .controller import owner_reference
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Obj
-from .workloads import (WorkloadController, compute_hash, drop_zeros, is_ready, pod_from_template, record)
-
-log = logging.getLogger("gpu_reclaim_sim.statefulsets")
+from .workloads import (
+    REVISION_LABEL,
+    WorkloadController,
+    compute_hash,
+    drop_zeros,
+    is_ready,
+    pod_from_template,
+    pod_revision,
+    record,
+)
 
 POD, PVC, STS = BY_KIND["Pod"], BY_KIND["PersistentVolumeClaim"], BY_KIND["StatefulSet"]
-REVISION_LABEL = "controller-revision-hash"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
+
 
 def _running_and_ready(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running" and is_ready(pod)
@@ -98,7 +105,7 @@ class StatefulSetController(WorkloadController):
             pod = pods.get(ordinal)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 return
-            if (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != revision:
+            if pod_revision(pod) != revision:
                 self._delete(sts, pod)
                 return
             if not _running_and_ready(pod):
@@ -181,7 +188,7 @@ class StatefulSetController(WorkloadController):
             created = bool((pod.get("status") or {}).get("phase"))
             replicas += created
             if created and not pod["metadata"].get("deletionTimestamp"):
-                pod_rev = (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
+                pod_rev = pod_revision(pod)
                 current += pod_rev == current_rev
                 updated += pod_rev == revision
         want = int(spec.get("replicas", 1))

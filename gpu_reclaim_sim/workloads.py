@@ -23,6 +23,7 @@ log = logging.getLogger("gpu_reclaim_sim.workloads")
 
 _SAFE_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's rand.SafeEncodeString alphabet
 POD = BY_KIND["Pod"]
+REVISION_LABEL = "controller-revision-hash"  # a StatefulSet's or DaemonSet's pod: its template's revision
 
 Key = tuple[str, str]
 
@@ -139,6 +140,10 @@ def is_active(pod: Obj) -> bool:
     """controller.IsPodActive: not finished and not being deleted."""
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed") \
         and not pod["metadata"].get("deletionTimestamp")
+
+
+def pod_revision(pod: Obj) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
 
 
 def _ready_condition(pod: Obj) -> dict[str, Any] | None:

@@ -22,18 +22,8 @@ from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
 
 from .resources import BY_KIND
 from .store import Change, Obj
-from .workloads import (
-    REVISION_LABEL,
-    WorkloadController,
-    compute_hash,
-    drop_zeros,
-    int_or_percent,
-    is_active,
-    is_ready,
-    object_key,
-    pod_from_template,
-    pod_revision,
-)
+from .workloads import (REVISION_LABEL, WorkloadController, compute_hash, drop_zeros, int_or_percent,
+                        is_active, is_ready, object_key, pod_from_template, pod_revision)
 
 POD, NODE, DS = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["DaemonSet"]
 GENERATION_LABEL = "pod-template-generation"

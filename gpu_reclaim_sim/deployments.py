@@ -30,17 +30,8 @@ from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj
 from .timestamps import rfc3339
-from .workloads import (
-    Key,
-    WorkloadController,
-    compute_hash,
-    drop_zeros,
-    int_or_percent,
-    is_active,
-    is_ready,
-    pod_from_template,
-    record,
-)
+from .workloads import (Key, WorkloadController, compute_hash, drop_zeros, int_or_percent, is_active,
+                        is_ready, pod_from_template, record)
 
 POD, RS, DEPLOY = BY_KIND["Pod"], BY_KIND["ReplicaSet"], BY_KIND["Deployment"]
 HASH_LABEL = "pod-template-hash"

@@ -24,16 +24,8 @@ from .controller import owner_reference
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Obj
-from .workloads import (
-    REVISION_LABEL,
-    WorkloadController,
-    compute_hash,
-    drop_zeros,
-    is_ready,
-    pod_from_template,
-    pod_revision,
-    record,
-)
+from .workloads import (REVISION_LABEL, WorkloadController, compute_hash, drop_zeros, is_ready,
+                        pod_from_template, pod_revision, record)
 
 POD, PVC, STS = BY_KIND["Pod"], BY_KIND["PersistentVolumeClaim"], BY_KIND["StatefulSet"]
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"

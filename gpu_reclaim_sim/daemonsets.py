@@ -10,36 +10,22 @@ time; OnDelete waits). z2jh's continuous image puller is such a set: its pods pu
 user images onto every user node.
 
 Not simulated: ControllerRevisions (the `controller-revision-hash` label is the
-template's hash), `maxSurge`, `minReadySeconds`.
+template's hash), `maxSurge`, `minReadySeconds` in the rolling update's budget.
 """
 
 from __future__ import annotations
 
 import copy
-import logging
-from typing import Any, Hashable
+from typing import Any
 
 from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
 
-from .controller import Controller, controller_of
-from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj
-from .workloads import (
-    available_in,
-    compute_hash,
-    drop_zeros,
-    int_or_percent,
-    is_active,
-    is_ready,
-    pod_from_template,
-    record,
-)
-
-log = logging.getLogger("gpu_reclaim_sim.daemonsets")
+from .workloads import (REVISION_LABEL, WorkloadController, compute_hash, drop_zeros, int_or_percent,
+                        is_active, is_ready, object_key, pod_from_template, pod_revision)
 
 POD, NODE, DS = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["DaemonSet"]
-REVISION_LABEL = "controller-revision-hash"
 GENERATION_LABEL = "pod-template-generation"
 # util.AddOrUpdateDaemonPodTolerations
 DAEMON_TOLERATIONS = [
@@ -50,13 +36,6 @@ DAEMON_TOLERATIONS = [
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 ]
-
-Key = tuple[str, str]
-
-
-def _key(obj: Obj) -> Key:
-    return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
-
 
 def _node_facts(node: Obj | None) -> Any:
     if node is None:
@@ -77,6 +56,18 @@ def _pinned_node(pod: Obj) -> str | None:
             if f.get("key") == "metadata.name" and f.get("operator") == "In" and f.get("values"):
                 return f["values"][0]
     return None
+
+
+def _revision(ds: Obj) -> str:
+    """The `controller-revision-hash` of the current template (no ControllerRevisions)."""
+    return compute_hash(ds["spec"].get("template") or {})
+
+
+def _by_node(pods: list[Obj]) -> dict[str, list[Obj]]:
+    by_node: dict[str, list[Obj]] = {}
+    for pod in pods:
+        by_node.setdefault(_pinned_node(pod) or "", []).append(pod)
+    return by_node
 
 
 def _pin(spec: Obj, node: str) -> None:
@@ -106,68 +97,42 @@ def should_run(template_spec: Obj, node: Obj) -> bool:
     return True
 
 
-class DaemonSetController(Controller):
+class DaemonSetController(WorkloadController):
     name = "daemonset-controller"
+    owner_type = DS
 
     def __init__(self, cluster: Any, gc: Any) -> None:
-        super().__init__(cluster)
-        self.gc = gc
-        self.watch(DS, lambda ch: self.enqueue(_key(ch.new)))
-        self.watch(POD, self._on_pod)
+        super().__init__(cluster, gc)
         self.watch(NODE, self._on_node)
-
-    def initial_keys(self) -> list[Hashable]:
-        return [_key(d) for d in self.store.objects(DS)]
-
-    def _on_pod(self, change: Change) -> None:
-        for obj in (change.old, change.new):
-            ref = controller_of(obj)
-            if ref is not None and ref.get("kind") == "DaemonSet":
-                self.enqueue((change.new["metadata"].get("namespace") or "", ref["name"]))
 
     def _on_node(self, change: Change) -> None:
         """Nodes that come, go or change labels or taints (not every status update)."""
         if change.type != "MODIFIED" or _node_facts(change.old) != _node_facts(change.new):
             for ds in self.store.objects(DS):
-                self.enqueue(_key(ds))
+                self.enqueue(object_key(ds))
 
-    def reconcile(self, key: Key) -> None:
-        ns, name = key
-        ds = self.store.find(DS, ns, name)
-        if ds is None:
-            return
-        template = ds["spec"].get("template") or {}
-        revision = compute_hash(template)
-        nodes = {n["metadata"]["name"]: n for n in self.store.objects(NODE)}
-        wanted = {n for n, node in nodes.items() if should_run(template.get("spec") or {}, node)}
-        by_node: dict[str, list[Obj]] = {}
-        for pod in self.gc.dependents(ds, POD):
-            if (controller_of(pod) or {}).get("uid") == ds["metadata"]["uid"]:
-                by_node.setdefault(_pinned_node(pod) or "", []).append(pod)
-        if not ds["metadata"].get("deletionTimestamp"):
-            self._sync_pods(ds, wanted, by_node, revision)
-            by_node = {}
-            for pod in self.gc.dependents(ds, POD):
-                if (controller_of(pod) or {}).get("uid") == ds["metadata"]["uid"]:
-                    by_node.setdefault(_pinned_node(pod) or "", []).append(pod)
-        self._sync_status(ds, wanted, by_node, revision)
+    def _wanted(self, ds: Obj) -> set[str]:
+        """The nodes that should run the set's pod."""
+        spec = (ds["spec"].get("template") or {}).get("spec") or {}
+        return {n["metadata"]["name"] for n in self.store.objects(NODE) if should_run(spec, n)}
 
-    def _sync_pods(self, ds: Obj, wanted: set[str], by_node: dict[str, list[Obj]], revision: str) -> None:
+    def sync_children(self, ds: Obj, children: list[Obj]) -> None:
+        wanted, by_node, revision = self._wanted(ds), _by_node(children), _revision(ds)
         for node in sorted(wanted):
             pods = [p for p in by_node.get(node, []) if not p["metadata"].get("deletionTimestamp")]
             failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
             for pod in failed:
-                self._delete(ds, pod)
+                self.delete_pod(ds, pod)
             live = [p for p in pods if p not in failed]
             if not live and not failed and not by_node.get(node):
                 self._create(ds, node, revision)
             for extra in sorted(live, key=lambda p: p["metadata"].get("creationTimestamp", ""))[1:]:
-                self._delete(ds, extra)
+                self.delete_pod(ds, extra)
         for node, pods in by_node.items():
             if node not in wanted:
                 for pod in pods:
                     if not pod["metadata"].get("deletionTimestamp"):
-                        self._delete(ds, pod)
+                        self.delete_pod(ds, pod)
         strategy = ds["spec"].get("updateStrategy") or {}
         if strategy.get("type", "RollingUpdate") != "RollingUpdate":
             return
@@ -178,8 +143,8 @@ class DaemonSetController(Controller):
             if unavailable >= budget:
                 return
             for pod in by_node.get(node, []):
-                if is_active(pod) and (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != revision:
-                    self._delete(ds, pod)
+                if is_active(pod) and pod_revision(pod) != revision:
+                    self.delete_pod(ds, pod)
                     unavailable += 1
 
     def _create(self, ds: Obj, node: str, revision: str) -> None:
@@ -192,26 +157,12 @@ class DaemonSetController(Controller):
         _pin(spec, node)
         pod = pod_from_template(ds, template, labels={
             REVISION_LABEL: revision, GENERATION_LABEL: str(ds["metadata"].get("generation", 1))})
-        try:
-            created = self.cluster.create(POD, pod, ds["metadata"]["namespace"])
-        except ApiError as e:
-            record(self.cluster, ds, "FailedCreate", f"Error creating: {e.message}", self.name, "Warning")
-            raise
-        record(self.cluster, ds, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}", self.name)
+        self.create_pod(ds, pod)
 
-    def _delete(self, ds: Obj, pod: Obj) -> None:
-        meta = pod["metadata"]
-        try:
-            self.store.delete(POD, meta["namespace"], meta["name"], uid=meta["uid"])
-        except ApiError as e:
-            if e.code != 404:
-                raise
-            return
-        record(self.cluster, ds, "SuccessfulDelete", f"Deleted pod: {meta['name']}", self.name)
-
-    def _sync_status(self, ds: Obj, wanted: set[str], by_node: dict[str, list[Obj]], revision: str) -> None:
-        min_ready = int(ds["spec"].get("minReadySeconds") or 0)
-        scheduled = misscheduled = ready = available = updated = 0
+    def sync_status(self, ds: Obj, children: list[Obj]) -> None:
+        wanted, by_node, revision = self._wanted(ds), _by_node(children), _revision(ds)
+        scheduled = misscheduled = updated = 0
+        ready: list[Obj] = []
         for node, pods in by_node.items():
             live = [p for p in pods if is_active(p)]
             if not live:
@@ -222,15 +173,13 @@ class DaemonSetController(Controller):
             scheduled += 1
             pod = live[0]
             if is_ready(pod):
-                ready += 1
-                available += available_in(pod, min_ready) == 0
-            updated += (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) == revision
+                ready.append(pod)
+            updated += pod_revision(pod) == revision
+        available = self.count_available(ds, ready)
         status = drop_zeros({
             "currentNumberScheduled": scheduled, "numberMisscheduled": misscheduled,
-            "desiredNumberScheduled": len(wanted), "numberReady": ready,
+            "desiredNumberScheduled": len(wanted), "numberReady": len(ready),
             "observedGeneration": ds["metadata"].get("generation", 1), "updatedNumberScheduled": updated,
             "numberAvailable": available, "numberUnavailable": len(wanted) - available,
         }, keep=("currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled", "numberReady"))
-        if status != (ds.get("status") or {}):
-            self.store.update(DS, ds["metadata"]["namespace"], ds["metadata"]["name"],
-                              lambda o: o.__setitem__("status", status))
+        self.write_status(ds, status)

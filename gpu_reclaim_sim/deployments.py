@@ -22,19 +22,16 @@ and the exact template hash of a real cluster (same shape, other values).
 from __future__ import annotations
 
 import copy
-import logging
-from typing import Any, Hashable
+from typing import Any
 
 from . import errors
-from .controller import Controller, controller_of, owner_reference
+from .controller import controller_of, owner_reference
 from .errors import ApiError
 from .resources import BY_KIND
 from .store import Change, Obj
 from .timestamps import rfc3339
-from .workloads import (available_in, compute_hash, drop_zeros, int_or_percent, is_active, is_ready,
-                        pod_from_template, record)
-
-log = logging.getLogger("gpu_reclaim_sim.deployments")
+from .workloads import (Key, WorkloadController, compute_hash, drop_zeros, int_or_percent, is_active,
+                        is_ready, pod_from_template, record)
 
 POD, RS, DEPLOY = BY_KIND["Pod"], BY_KIND["ReplicaSet"], BY_KIND["Deployment"]
 HASH_LABEL = "pod-template-hash"
@@ -44,105 +41,40 @@ MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 BURST = 500  # pods one ReplicaSet sync may create (the controller's burstReplicas)
 _PHASE_RANK: dict[str | None, int] = {"Pending": 0, "Unknown": 1, "Running": 2}
 
-Key = tuple[str, str]
+
+def _replicas(obj: Obj) -> int:
+    return int((obj.get("spec") or {}).get("replicas", 1) or 0)
 
 
-def _key(obj: Obj) -> Key:
-    return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+def _status(obj: Obj, field: str) -> int:
+    return int((obj.get("status") or {}).get(field) or 0)
 
 
-def _owned(children: list[Obj], owner: Obj) -> list[Obj]:
-    uid = owner["metadata"]["uid"]
-    return [c for c in children if (controller_of(c) or {}).get("uid") == uid]
-
-
-class ReplicaSetController(Controller):
+class ReplicaSetController(WorkloadController):
     name = "replicaset-controller"
+    owner_type = RS
 
-    def __init__(self, cluster: Any, gc: Any) -> None:
-        super().__init__(cluster)
-        self.gc = gc
-        self.watch(RS, lambda ch: self.enqueue(_key(ch.new)))
-        self.watch(POD, self._on_pod)
+    def sync_children(self, rs: Obj, pods: list[Obj]) -> None:
+        active = [p for p in pods if is_active(p)]
+        diff = _replicas(rs) - len(active)
+        for _ in range(min(diff, BURST)):
+            self.create_pod(rs, pod_from_template(rs, rs["spec"].get("template") or {}))
+        if diff < 0:
+            for pod in sorted(active, key=_deletion_rank)[:-diff]:
+                self.delete_pod(rs, pod)
 
-    def initial_keys(self) -> list[Hashable]:
-        return [_key(rs) for rs in self.store.objects(RS)]
-
-    def _on_pod(self, change: Change) -> None:
-        for obj in (change.old, change.new):
-            ref = controller_of(obj)
-            if ref is not None and ref.get("kind") == "ReplicaSet":
-                self.enqueue((change.new["metadata"].get("namespace") or "", ref["name"]))
-
-    def reconcile(self, key: Key) -> None:
-        ns, name = key
-        rs = self.store.find(RS, ns, name)
-        if rs is None:
-            return
-        pods = _owned(self.gc.dependents(rs, POD), rs)
+    def sync_status(self, rs: Obj, pods: list[Obj]) -> None:
         active = [p for p in pods if is_active(p)]
         spec = rs.get("spec") or {}
-        failure: ApiError | None = None
-        if not rs["metadata"].get("deletionTimestamp"):
-            diff = int(spec.get("replicas", 1)) - len(active)
-            if diff > 0:
-                failure = self._create(rs, min(diff, BURST))
-            elif diff < 0:
-                for pod in sorted(active, key=_deletion_rank)[:-diff]:
-                    self._delete(rs, pod)
-            pods = _owned(self.gc.dependents(rs, POD), rs)
-            active = [p for p in pods if is_active(p)]
-        self._sync_status(rs, active)
-        if failure is not None:
-            raise failure  # retried with backoff, as the controller requeues a failed sync
-
-    def _create(self, rs: Obj, count: int) -> ApiError | None:
-        ns = rs["metadata"]["namespace"]
-        for _ in range(count):
-            pod = pod_from_template(rs, rs["spec"].get("template") or {})
-            try:
-                created = self.cluster.create(POD, pod, ns)
-            except ApiError as e:
-                record(self.cluster, rs, "FailedCreate", f"Error creating: {e.message}", self.name, "Warning")
-                return e
-            record(self.cluster, rs, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}", self.name)
-        return None
-
-    def _delete(self, rs: Obj, pod: Obj) -> None:
-        meta = pod["metadata"]
-        try:
-            self.store.delete(POD, meta["namespace"], meta["name"], uid=meta["uid"])
-        except ApiError as e:
-            if e.code != 404:
-                raise
-            return
-        record(self.cluster, rs, "SuccessfulDelete", f"Deleted pod: {meta['name']}", self.name)
-
-    def _sync_status(self, rs: Obj, active: list[Obj]) -> None:
-        spec = rs.get("spec") or {}
-        min_ready = int(spec.get("minReadySeconds") or 0)
         template_labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
-        ready = available = 0
-        wait: float | None = None
-        for pod in active:
-            if is_ready(pod):
-                ready += 1
-                left = available_in(pod, min_ready)
-                if left == 0:
-                    available += 1
-                elif left is not None:
-                    wait = left if wait is None else min(wait, left)
+        ready = [p for p in active if is_ready(p)]
         labelled = sum(1 for p in active
                        if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in template_labels.items()))
         status = drop_zeros({
-            "replicas": len(active), "fullyLabeledReplicas": labelled, "readyReplicas": ready,
-            "availableReplicas": available, "observedGeneration": rs["metadata"].get("generation", 1),
+            "replicas": len(active), "fullyLabeledReplicas": labelled, "readyReplicas": len(ready),
+            "availableReplicas": self.count_available(rs, ready), "observedGeneration": rs["metadata"].get("generation", 1),
         }, keep=("replicas",))
-        if wait is not None:
-            self.enqueue_after(_key(rs), wait + 0.05)
-        if (rs.get("status") or {}) != status:
-            self.store.update(RS, rs["metadata"]["namespace"], rs["metadata"]["name"],
-                              lambda o: o.__setitem__("status", status))
+        self.write_status(rs, status)
 
 
 def _deletion_rank(pod: Obj) -> tuple[Any, ...]:
@@ -168,14 +100,6 @@ class _Reverse:
 
 
 # --- deployments -----------------------------------------------------------------------
-
-def _replicas(obj: Obj) -> int:
-    return int((obj.get("spec") or {}).get("replicas", 1) or 0)
-
-
-def _status(obj: Obj, field: str) -> int:
-    return int((obj.get("status") or {}).get(field) or 0)
-
 
 def _revision(rs: Obj) -> int:
     try:
@@ -212,24 +136,16 @@ def max_unavailable(deploy: Obj) -> int:
     return min(surge_and_unavailable(deploy)[1], replicas)
 
 
-class DeploymentController(Controller):
+class DeploymentController(WorkloadController):
+    """Its children are ReplicaSets; its own `reconcile` (paused, Recreate, RollingUpdate)."""
+
     name = "deployment-controller"
+    owner_type = DEPLOY
+    child_type = RS
 
     def __init__(self, cluster: Any, gc: Any) -> None:
-        super().__init__(cluster)
-        self.gc = gc
-        self.watch(DEPLOY, lambda ch: self.enqueue(_key(ch.new)))
-        self.watch(RS, self._on_replica_set)
+        super().__init__(cluster, gc)
         self.watch(POD, self._on_pod)
-
-    def initial_keys(self) -> list[Hashable]:
-        return [_key(d) for d in self.store.objects(DEPLOY)]
-
-    def _on_replica_set(self, change: Change) -> None:
-        for obj in (change.old, change.new):
-            ref = controller_of(obj)
-            if ref is not None and ref.get("kind") == "Deployment":
-                self.enqueue((change.new["metadata"].get("namespace") or "", ref["name"]))
 
     def _on_pod(self, change: Change) -> None:
         """Recreate waits until the old pods are gone, not only terminating."""
@@ -250,7 +166,7 @@ class DeploymentController(Controller):
         d = self.store.find(DEPLOY, ns, name)
         if d is None:
             return
-        sets = _owned(self.gc.dependents(d, RS), d)
+        sets = self.owned(d)
         template = (d.get("spec") or {}).get("template") or {}
         new_rs = next((rs for rs in sets if _without_hash(rs["spec"].get("template")) == template), None)
         old = [rs for rs in sets if rs is not new_rs]
@@ -452,9 +368,7 @@ class DeploymentController(Controller):
                 _set_condition(conditions, "Progressing", "True", "ReplicaSetUpdated",
                                f'ReplicaSet "{rs_name}" is progressing.')
         status["conditions"] = [conditions[t] for t in ("Available", "Progressing") if t in conditions]
-        if status != previous:
-            self.store.update(DEPLOY, d["metadata"]["namespace"], d["metadata"]["name"],
-                              lambda o: o.__setitem__("status", status))
+        self.write_status(d, status)
 
 
 def _set_condition(conditions: dict[str, Obj], type_: str, status: str, reason: str, message: str) -> None:

@@ -16,12 +16,14 @@ import logging
 import time
 from typing import Any
 
+from .containerconfig import ContainerError
 from .images import normalize
 from .nodes import MAX_IMAGES, node_manifest
-from .podworker import ContainerError, PodWorker, _go_duration, _remove_pod
+from .podworker import PodWorker, _remove_pod
 from .resources import BY_KIND
 from .scenario import NodeGroup
 from .store import Filter, Obj
+from .timestamps import go_duration
 
 log = logging.getLogger("gpu_reclaim_sim.kubelet")
 
@@ -123,8 +125,8 @@ class Kubelet:
             await asyncio.sleep(0.1 if normalize(ref) in self.images else size / self.group.bandwidth)
             self._add_image(ref)
         done = time.monotonic()
-        worker.event("Pulled", f'Successfully pulled image "{ref}" in {_go_duration(done - started)} '
-                     f'({_go_duration(done - queued)} including waiting). Image size: {size} bytes.', container)
+        worker.event("Pulled", f'Successfully pulled image "{ref}" in {go_duration(done - started)} '
+                     f'({go_duration(done - queued)} including waiting). Image size: {size} bytes.', container)
 
     def _add_image(self, ref: str) -> None:
         self.images.add(normalize(ref))

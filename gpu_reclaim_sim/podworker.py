@@ -1,46 +1,38 @@
 """One pod on a simulated kubelet's node, from binding to removal (`PodWorker`): its
 claims, volumes, /etc/hosts and Service variables, its containers started through the
-container runtime and restarted with back-off, its status and events in the kubelet's
-words, and SIGTERM then SIGKILL before the pod object goes."""
+container runtime (with what `containerconfig` gives each) and restarted with back-off,
+its status and events in the kubelet's words, and SIGTERM then SIGKILL before the pod
+object goes."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import os
-import re
 import shutil
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import cgroups, errors, hosts, names, persistentvolumes, runtime, volumes
+from . import cgroups, containerconfig, errors, hosts, persistentvolumes, runtime, volumes
 from .backoff import RestartBackoff
+from .containerconfig import ContainerError
 from .images import repo_digest
-from .paths import REPO
 from .resources import BY_KIND
 from .store import Obj
-from .timestamps import rfc3339
+from .timestamps import go_duration, rfc3339
 
 if TYPE_CHECKING:
     from .kubelet import Kubelet
 
 log = logging.getLogger("gpu_reclaim_sim.kubelet")
 
-POD, NODE = BY_KIND["Pod"], BY_KIND["Node"]
+POD = BY_KIND["Pod"]
 GPU = "nvidia.com/gpu"
 MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
 CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
 CLAIM_TIMEOUT = 10.0  # then a FailedMount event says what the pod waits for (a real kubelet: 2m3s)
-READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
-
-
-class ContainerError(Exception):
-    """A container that cannot be created; the reason shows in its waiting state."""
 
 
 class PodWorker:
@@ -56,8 +48,8 @@ class PodWorker:
         self.procs: dict[str, runtime.ContainerProcess | runtime.StubProcess] = {}
         self.ip: str | None = None
         self.dir = self.cluster.data_dir / "pods" / self.ns / f"{self.name}-{self.uid[:8]}"
-        self.volumes = volumes.PodVolumes(pod, self.dir, self._lookup, self._claim_dir, self._token)
-        self._volume_paths: dict[str, Path] = {}
+        self.volumes = volumes.PodVolumes(pod, self.dir, self.lookup, self._claim_dir, self._token)
+        self.volume_paths: dict[str, Path] = {}
         self._stop = asyncio.Event()
         self._grace = 30.0
         self._life: asyncio.Task | None = None
@@ -250,10 +242,10 @@ class PodWorker:
         while True:
             failed = []
             for vol in self.pod["spec"].get("volumes", []):
-                if vol["name"] in self._volume_paths:
+                if vol["name"] in self.volume_paths:
                     continue
                 try:
-                    self._volume_paths[vol["name"]] = self.volumes.setup(vol)
+                    self.volume_paths[vol["name"]] = self.volumes.setup(vol)
                 except volumes.MountError as e:
                     failed.append(vol["name"])
                     self.event("FailedMount", f'MountVolume.SetUp failed for volume "{vol["name"]}" : {e}',
@@ -285,7 +277,7 @@ class PodWorker:
                 return code
             wait = self._backoff.wait(name, finished, time.time())
             if wait > 0:
-                message = (f"back-off {_go_duration(self._backoff.delay(name))} restarting failed "
+                message = (f"back-off {go_duration(self._backoff.delay(name))} restarting failed "
                            f"container={name} pod={self.name}_{self.ns}({self.uid})")
                 self._set_state(c, {"waiting": {"reason": "CrashLoopBackOff", "message": message}}, terminated)
                 self.event("BackOff", f"Back-off restarting failed container {name} in pod "
@@ -357,116 +349,15 @@ class PodWorker:
         if self.cluster.scenario.mode == "stub" or image.stub:
             proc: Any = runtime.StubProcess()
         else:
-            proc = await self._exec(c, image, gpu_uuids, cid)
+            proc = await containerconfig.start(self, c, image, gpu_uuids, cid)
         self._started_at[c["name"]] = rfc3339()
         self.procs[c["name"]] = proc
         self.event("Started", f"Started container {c['name']}", c)
         return proc
 
-    async def _exec(self, c: Obj, image: Any, gpu_uuids: str | None, cid: str) -> runtime.ContainerProcess:
-        # Kubernetes' rule: command replaces ENTRYPOINT; args replace CMD
-        # and the kubelet expands $(VAR) in the pod's command and args (not in the image's)
-        env = self._env(c, image.env, gpu_uuids)
-        command = [_expand(a, env) for a in c.get("command") or []]
-        args = [_expand(a, env) for a in c.get("args") or []]
-        if command:
-            argv = command + args
-        else:
-            argv = list(image.entrypoint) + (args or list(image.cmd))
-        if not argv:
-            raise runtime.StartError("no command specified")
-        sc = c.get("securityContext") or {}
-        try:
-            mounts = self._mounts(c, env)
-        except volumes.MountError as e:
-            raise runtime.StartError(str(e)) from None
-        box = runtime.Sandbox(
-            argv=[self._rewrite(a) for a in argv],
-            workdir=c.get("workingDir") or image.working_dir or "/",
-            hostname=hosts.pod_hostname(self.pod)[0],
-            identity=runtime.identity(self.pod, c, image),
-            mounts=mounts,
-            directory=self.dir / "containers" / c["name"],
-            caps=runtime.capabilities(c),
-            no_new_privs=sc.get("allowPrivilegeEscalation") is False,
-            readonly_root=bool(sc.get("readOnlyRootFilesystem")),
-            keep=sorted({sys.prefix, sys.base_prefix, str(REPO)}),  # an editable install runs from REPO
-        )
-        log_path = self.cluster.pod_log_path(self.ns, self.name, c["name"])
-        return await runtime.start(box, env, log_path, self.uid, cid)
-
-    def _rewrite(self, value: str) -> str:
-        """A container listening on every interface listens on the pod's own address here."""
-        return value.replace("0.0.0.0", self.ip or "127.0.0.1")
-
-    def _env(self, c: Obj, image_env: dict[str, str], gpu_uuids: str | None) -> dict[str, str]:
-        env = {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOSTNAME": hosts.pod_hostname(self.pod)[0],
-            "LANG": os.environ.get("LANG", "C.UTF-8"),
-            **image_env,
-        }
-        env.update(names.service_env(self.cluster.store, self.ns, self.pod["spec"].get("enableServiceLinks", True)))
-        if gpu_uuids:
-            env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuids
-            env.update(self.cluster.control.pod_env(self.ns, self.name, self.uid))
-        for e in c.get("env", []):
-            value = e.get("value")
-            if "valueFrom" in e:
-                value = self._value_from(e["valueFrom"], c)
-            env[e["name"]] = self._rewrite(_expand(value or "", env))
-        return env
-
-    def _value_from(self, src: Obj, c: Obj) -> str:
-        if "fieldRef" in src:
-            pod = {**self.pod, "status": {**self.pod.get("status", {}), "podIP": self.ip or "",
-                                          "hostIP": self.kubelet.address}}
-            return volumes.downward_field(pod, src["fieldRef"]["fieldPath"])
-        if "resourceFieldRef" in src:
-            return volumes.resource_field(self.pod, c["name"], src["resourceFieldRef"],
-                                          self._allocatable())
-        for kind, key in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
-            if kind in src:
-                ref = src[kind]
-                data = (self._lookup(key, ref["name"]) or {}).get("data") or {}
-                if ref["key"] not in data:
-                    if ref.get("optional"):
-                        return ""
-                    raise ContainerError("CreateContainerConfigError")
-                value = data[ref["key"]]
-                return base64.b64decode(value).decode() if key == "Secret" else value
-        return ""
-
-    def _allocatable(self) -> Obj:
-        node = self.cluster.store.find(NODE, None, self.kubelet.name) or {}
-        return (node.get("status") or {}).get("allocatable") or {}
-
-    def _mounts(self, c: Obj, env: dict[str, str]) -> list[dict[str, Any]]:
-        """What the container mounts: its volumes (or a `subPath` of one: a file or a
-        directory), read-only where the volume is; and the pod's /etc/hosts and
-        /etc/hostname unless it mounts its own."""
-        vols = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
-        mounts = []
-        for vm in c.get("volumeMounts", []):
-            vol = vols.get(vm["name"])
-            if vol is None or vm["name"] not in self._volume_paths:
-                continue
-            source = self._volume_paths[vm["name"]]
-            sub = vm.get("subPath") or _expand(vm.get("subPathExpr") or "", env)
-            if sub:
-                source = volumes.subpath_source(source, sub)
-            readonly = bool(vm.get("readOnly")) or any(k in vol for k in READ_ONLY_VOLUMES) \
-                or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
-            mounts.append({"source": str(source), "target": vm["mountPath"], "readonly": readonly})
-        taken = {m["target"] for m in mounts}
-        for name, target in (("etc-hosts", "/etc/hosts"), ("etc-hostname", "/etc/hostname")):
-            if target not in taken:
-                mounts.append({"source": str(self.dir / name), "target": target, "readonly": False})
-        return mounts
-
     # --- what the volumes read -------------------------------------------------------
 
-    def _lookup(self, kind: str, name: str) -> Obj | None:
+    def lookup(self, kind: str, name: str) -> Obj | None:
         return self.cluster.store.find(BY_KIND[kind], self.ns, name)
 
     def _claim_dir(self, claim: str) -> Path | None:
@@ -475,26 +366,6 @@ class PodWorker:
     def _token(self, service_account: str, expiration: int, audience: str | None) -> str:
         return self.cluster.service_account_token(self.ns, service_account, pod=self.pod,
                                                   expiration_seconds=expiration, audience=audience)
-
-
-def _go_duration(seconds: float) -> str:
-    """A duration as the kubelet prints it: Go's Duration.String, truncated to
-    milliseconds (`750ms`, `5.01s`, `1m20s`, `5m0s`)."""
-    ms = int(seconds * 1000)
-    if ms < 1000:
-        return f"{ms}ms"
-    hours, rest = divmod(ms, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
-    if hours:
-        return f"{hours}h{minutes}m{secs}"
-    return f"{minutes}m{secs}" if minutes else secs
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    """`$(VAR)` references to earlier variables, as Kubernetes expands them; `$$` escapes."""
-    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                  lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), value)
 
 
 def _conditions(pod: Obj, initialized: bool, ready: bool) -> list[dict[str, Any]]:

@@ -18,28 +18,18 @@ on rolling updates, `maxUnavailable`.
 from __future__ import annotations
 
 import copy
-import logging
 import re
-from typing import Any, Hashable
 
-from .controller import Controller, controller_of, owner_reference
+from .controller import owner_reference
 from .errors import ApiError
 from .resources import BY_KIND
-from .store import Change, Obj
-from .workloads import available_in, compute_hash, drop_zeros, is_ready, pod_from_template, record
-
-log = logging.getLogger("gpu_reclaim_sim.statefulsets")
+from .store import Obj
+from .workloads import (REVISION_LABEL, WorkloadController, compute_hash, drop_zeros, is_ready,
+                        pod_from_template, pod_revision, record)
 
 POD, PVC, STS = BY_KIND["Pod"], BY_KIND["PersistentVolumeClaim"], BY_KIND["StatefulSet"]
-REVISION_LABEL = "controller-revision-hash"
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"
 POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
-
-Key = tuple[str, str]
-
-
-def _key(obj: Obj) -> Key:
-    return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
 
 
 def _running_and_ready(pod: Obj) -> bool:
@@ -50,49 +40,27 @@ def _finished(pod: Obj) -> bool:
     return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
+def _revision(sts: Obj) -> str:
+    """The update revision's name: `<set>-<template hash>` (no ControllerRevision objects)."""
+    return f"{sts['metadata']['name']}-{compute_hash(sts['spec'].get('template') or {})}"
+
+
 def claim_name(template: Obj, set_name: str, ordinal: int) -> str:
     return f"{template['metadata']['name']}-{set_name}-{ordinal}"
 
 
-class StatefulSetController(Controller):
+class StatefulSetController(WorkloadController):
     name = "statefulset-controller"
-
-    def __init__(self, cluster: Any, gc: Any) -> None:
-        super().__init__(cluster)
-        self.gc = gc
-        self.watch(STS, lambda ch: self.enqueue(_key(ch.new)))
-        self.watch(POD, self._on_pod)
-
-    def initial_keys(self) -> list[Hashable]:
-        return [_key(s) for s in self.store.objects(STS)]
-
-    def _on_pod(self, change: Change) -> None:
-        for obj in (change.old, change.new):
-            ref = controller_of(obj)
-            if ref is not None and ref.get("kind") == "StatefulSet":
-                self.enqueue((change.new["metadata"].get("namespace") or "", ref["name"]))
-
-    def reconcile(self, key: Key) -> None:
-        ns, name = key
-        sts = self.store.find(STS, ns, name)
-        if sts is None:
-            return
-        spec = sts["spec"]
-        revision = f"{name}-{compute_hash(spec.get('template') or {})}"
-        pods = {self._ordinal(p): p for p in self.gc.dependents(sts, POD)
-                if (controller_of(p) or {}).get("uid") == sts["metadata"]["uid"]}
-        if not sts["metadata"].get("deletionTimestamp"):
-            self._sync_pods(sts, pods, revision)
-            pods = {self._ordinal(p): p for p in self.gc.dependents(sts, POD)
-                    if (controller_of(p) or {}).get("uid") == sts["metadata"]["uid"]}
-        self._sync_status(sts, list(pods.values()), revision)
+    owner_type = STS
 
     @staticmethod
     def _ordinal(pod: Obj) -> int:
         m = re.search(r"-(\d+)$", pod["metadata"]["name"])
         return int(m.group(1)) if m else -1
 
-    def _sync_pods(self, sts: Obj, pods: dict[int, Obj], revision: str) -> None:
+    def sync_children(self, sts: Obj, children: list[Obj]) -> None:
+        pods = {self._ordinal(p): p for p in children}
+        revision = _revision(sts)
         spec = sts["spec"]
         ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
         start = int((spec.get("ordinals") or {}).get("start") or 0)
@@ -129,7 +97,7 @@ class StatefulSetController(Controller):
             pod = pods.get(ordinal)
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 return
-            if (pod["metadata"].get("labels") or {}).get(REVISION_LABEL) != revision:
+            if pod_revision(pod) != revision:
                 self._delete(sts, pod)
                 return
             if not _running_and_ready(pod):
@@ -186,16 +154,13 @@ class StatefulSetController(Controller):
         record(self.cluster, sts, "SuccessfulCreate",
                f"create Claim {cname} Pod {pod_name} in StatefulSet {set_name} success", self.name)
 
+    def deleted_message(self, sts: Obj, pod: Obj) -> str:
+        return f"delete Pod {pod['metadata']['name']} in StatefulSet {sts['metadata']['name']} successful"
+
     def _delete(self, sts: Obj, pod: Obj) -> None:
-        meta = pod["metadata"]
-        try:
-            self.store.delete(POD, meta["namespace"], meta["name"], uid=meta["uid"])
-        except ApiError as e:
-            if e.code != 404:
-                raise
+        if not self.delete_pod(sts, pod):
             return
-        record(self.cluster, sts, "SuccessfulDelete",
-               f"delete Pod {meta['name']} in StatefulSet {sts['metadata']['name']} successful", self.name)
+        meta = pod["metadata"]
         if (sts["spec"].get("persistentVolumeClaimRetentionPolicy") or {}).get("whenScaled") == "Delete":
             ordinal = self._ordinal(pod)
             start = int((sts["spec"].get("ordinals") or {}).get("start") or 0)
@@ -205,37 +170,26 @@ class StatefulSetController(Controller):
                     if self.store.find(PVC, meta["namespace"], cname) is not None:
                         self.store.delete(PVC, meta["namespace"], cname)
 
-    def _sync_status(self, sts: Obj, pods: list[Obj], revision: str) -> None:
+    def sync_status(self, sts: Obj, pods: list[Obj]) -> None:
         spec, previous = sts["spec"], sts.get("status") or {}
-        min_ready = int(spec.get("minReadySeconds") or 0)
+        revision = _revision(sts)
         current_rev = previous.get("currentRevision") or revision
-        replicas = ready = available = current = updated = 0
-        wait: float | None = None
+        ready = [p for p in pods if _running_and_ready(p)]
+        replicas = current = updated = 0
         for pod in pods:
             created = bool((pod.get("status") or {}).get("phase"))
             replicas += created
-            if _running_and_ready(pod):
-                ready += 1
-                left = available_in(pod, min_ready)
-                if left == 0:
-                    available += 1
-                elif left is not None:
-                    wait = left if wait is None else min(wait, left)
             if created and not pod["metadata"].get("deletionTimestamp"):
-                pod_rev = (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
+                pod_rev = pod_revision(pod)
                 current += pod_rev == current_rev
                 updated += pod_rev == revision
         want = int(spec.get("replicas", 1))
-        if updated == want and ready == want and replicas == want:
+        if updated == want and len(ready) == want and replicas == want:
             current_rev, current = revision, updated  # the rolling update is complete
         status = drop_zeros({
             "observedGeneration": sts["metadata"].get("generation", 1), "replicas": replicas,
-            "readyReplicas": ready, "currentReplicas": current, "updatedReplicas": updated,
-            "availableReplicas": available, "currentRevision": current_rev, "updateRevision": revision,
+            "readyReplicas": len(ready), "currentReplicas": current, "updatedReplicas": updated,
+            "availableReplicas": self.count_available(sts, ready), "currentRevision": current_rev, "updateRevision": revision,
             "collisionCount": previous.get("collisionCount", 0),
         }, keep=("replicas", "availableReplicas", "collisionCount"))
-        if wait is not None:
-            self.enqueue_after(_key(sts), wait + 0.05)
-        if status != previous:
-            self.store.update(STS, sts["metadata"]["namespace"], sts["metadata"]["name"],
-                              lambda o: o.__setitem__("status", status))
+        self.write_status(sts, status)

@@ -190,19 +190,12 @@ class GpuReclaim(Application):
 
     # ------------------------------------------------------------------ validation
 
-    @validate("timeout", "max_age", "concurrency", "api_page_size")
+    @validate("timeout", "max_age", "concurrency", "api_page_size", "cull_every", "user_writes_per_minute")
     def _non_negative(self, proposal: Any) -> int:
         value = proposal["value"]
         if value < 0:
             raise TraitError(f"--{proposal['trait'].name.replace('_', '-')} must be >= 0, "
                              f"got {value}")
-        return value
-
-    @validate("cull_every")
-    def _cull_every_valid(self, proposal: Any) -> int:
-        value = proposal["value"]
-        if value < 0:
-            raise TraitError(f"--cull-every must be >= 0, got {value}")
         return value
 
     @validate("kernel_probe_token_lifetime")
@@ -211,12 +204,6 @@ class GpuReclaim(Application):
         if value < 60:
             raise TraitError(f"--kernel-probe-token-lifetime must be at least 60 s, got {value:g}")
         return value
-
-    @validate("user_writes_per_minute")
-    def _writes_valid(self, proposal: Any) -> int:
-        if proposal["value"] < 0:
-            raise TraitError(f"--user-writes-per-minute must be >= 0, got {proposal['value']}")
-        return proposal["value"]
 
     @validate("gpu_idle_threshold")
     def _threshold_valid(self, proposal: Any) -> float:

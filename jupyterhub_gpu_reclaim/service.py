@@ -25,11 +25,8 @@ What it never does:
 * reclaim on missing GPU or kernel data (the policy holds);
 * stop a server twice (see `stops.py`).
 
-History. Each session's samples are kept in memory (trimmed by `policy.retained_samples`)
-and reloaded from the store after a restart. A gap in the observations longer than
-`stale_after` — the service was down, or met the session late — is unknown time: a
-missing-data marker restarts the session's idle clock instead of counting the gap as idle.
-A gap is longer than one cycle interval plus `stale_after`.
+The samples each session's decisions rest on are its `SampleHistory` (`sample_history.py`):
+kept across cycles, reloaded after a restart, a gap in them unknown time.
 """
 
 from __future__ import annotations
@@ -48,8 +45,9 @@ from .metrics import Metrics
 from .notify import Dispatcher
 from .observations import Decision, Sample, Session, SessionView, Warning
 from .oneline import brief
-from .policy import IDLE_RULES, decide, retained_samples
+from .policy import IDLE_RULES, decide
 from .policy_config import PolicyConfig
+from .sample_history import SampleHistory
 from .signals.base import SignalError
 from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
@@ -59,12 +57,9 @@ from .status import CycleStatus, session_status, waiting_servers
 from .stops import Stops
 from .store import Store
 from .timestamps import format_time, parse_time, utcnow
-from .trace import TraceSample, TraceSession
-from .trace_export import export_records
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
-EPSILON = dt.timedelta(microseconds=1)
 T = TypeVar("T")
 
 
@@ -101,12 +96,11 @@ class Reclaimer:
         self.metrics.dry_run.set(1 if self.options.dry_run else 0)
         self.metrics.cycle_interval.set(self.options.cycle_interval.total_seconds())
         self.metrics.last_successful_cycle.set(time.time())  # what "no cycle succeeded for" counts from
+        self.history = SampleHistory(policy, self.options.cycle_interval)
         self.stops = Stops(stopper=stopper, store=store, metrics=self.metrics, policy=policy, clock=clock,
                            dry_run=self.options.dry_run, cull_users=self.options.cull_users,
-                           notify=self._notify, forget=self._forget)
+                           notify=self._notify, forget=self.history.forget)
         self._failing: dict[str, str] = {}  # sid → the unexpected error already logged for it
-        self._history: dict[str, tuple[dt.datetime, list[Sample]]] = {}
-        self._recorded: set[tuple[str, dt.datetime]] = set()  # session lines already stored
         self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
         self._live: set[str] = set()
         self._restored = False
@@ -120,24 +114,7 @@ class Reclaimer:
         self._restored = True
         if not self.options.record_observations:
             return
-        now = self.clock()
-        p = self.policy
-        lookback = self.options.history_lookback or (
-            2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead + p.stale_after)
-        n = 0
-        for rec in export_records(self.store, since=now - lookback, until=now, intents=False):
-            if isinstance(rec, TraceSession):
-                self._history[rec.id] = (rec.session.started, [])
-                self._recorded.add((rec.id, rec.session.started))
-            elif isinstance(rec, TraceSample) and rec.session in self._history:
-                self._history[rec.session][1].append(rec.sample)
-                n += 1
-        if n:
-            log.info("restored %d samples of %d sessions from %s", n, len(self._history), self.store.name)
-
-    def _forget(self, sid: str) -> None:
-        """A stopped session's history goes (a restart under its name is a new session)."""
-        self._history.pop(sid, None)
+        self.history.restore(self.store, self.clock(), self.options.history_lookback)
 
     async def drain(self) -> None:
         """Wait for the stops under way."""
@@ -332,7 +309,7 @@ class Reclaimer:
         for sid in self._live - present - stopping:
             if release is not None:
                 release(sid)
-            self._history.pop(sid, None)
+            self.history.forget(sid)
             self._last.pop(sid, None)
             self._failing.pop(sid, None)
             self.store.session_stopped(sid, now)
@@ -362,7 +339,7 @@ class Reclaimer:
                 else:
                     if o.session.gpus:
                         out.samples.append((sid, o.sample))
-                        if (sid, o.session.started) not in self._recorded:
+                        if (sid, o.session.started) not in self.history.recorded:
                             out.new_sessions.append(o.session)
             report.decisions[sid] = d
             if self._last.get(sid) != (d.action, d.rule):
@@ -379,7 +356,7 @@ class Reclaimer:
         """The policy's decision for one session, with its history, intent and warnings, an
         admin's exemption applied; a finished idle episode's warnings are closed."""
         sid, session = o.session.id, o.session
-        samples = self._samples(session, o.sample, now)
+        samples = self.history.add(session, o.sample, now)
         view = SessionView(session=session, samples=samples, intent=decided.intents.get(sid), warnings=warnings)
         d = decide(view, now=now, pending_gpus=pending_gpus, config=self.policy)
         d = _exempted(d, decided.exemptions.get(sid))
@@ -408,20 +385,6 @@ class Reclaimer:
         intents[sid] = self.store.set_intent(sid, pod.keepalive_until, set_at, by="spawn form")
         log.info("intent of %s from the spawn form: keep until %s", sid, format_time(pod.keepalive_until))
 
-    def _samples(self, session: Session, sample: Sample, now: dt.datetime) -> tuple[Sample, ...]:
-        """The session's retained history with the new sample appended (see module doc)."""
-        started, kept = self._history.get(session.id, (session.started, []))
-        if started != session.started:
-            kept = []  # a new instance under the same name
-        last = kept[-1].t if kept else None
-        max_gap = self.options.cycle_interval + self.policy.stale_after
-        if session.gpus and (last if last is not None else session.started) < now - max_gap:
-            kept.append(Sample(t=now - EPSILON, gpu_util=None, kernels=None, terminals=None))
-        kept.append(sample)
-        kept = list(retained_samples(kept, now=now, config=self.policy, gpus=session.gpus))
-        self._history[session.id] = (session.started, kept)
-        return tuple(kept)
-
     # ------------------------------------------------------------------ act
 
     async def _act(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
@@ -431,7 +394,7 @@ class Reclaimer:
         self._set_state_metrics(seen, report, now)
         if self.options.record_observations and decided.samples:
             self.store.record_observations(now, decided.samples, seen.pods.pending_gpus, decided.new_sessions)
-            self._recorded.update((s.id, s.started) for s in decided.new_sessions)
+            self.history.recorded.update((s.id, s.started) for s in decided.new_sessions)
         self._prune(now)
 
         for user, reclaims in decided.reclaims.items():
@@ -451,7 +414,7 @@ class Reclaimer:
         self.status = CycleStatus(t=now, sessions={sid: session_status(
             o.session, o.sample, report.decisions.get(sid), node=o.pod.node if o.pod else None, url=o.server.url,
             hub_last_activity=o.server.last_activity,
-            history=self._history.get(sid, (None, []))[1] if o.session.gpus else [],
+            history=self.history.of(sid) if o.session.gpus else [],
             warnings=warnings.get(sid, ()), intent=decided.intents.get(sid),
             exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
             stopping=sid in self.stops.tasks) for sid, o in seen.sessions.items()},

@@ -1,0 +1,68 @@
+"""Each session's recent samples, the history the policy decides on (`SampleHistory`).
+
+The samples are kept in memory, trimmed by `policy.retained_samples`, and reloaded from
+the store's recorded observations after a restart. A gap in the observations longer
+than one cycle interval plus `stale_after` — the service was down, or met the session
+late — is unknown time: a missing-data marker restarts the session's idle clock instead
+of counting the gap as idle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from .observations import Sample, Session
+from .policy import retained_samples
+from .policy_config import PolicyConfig
+from .store import Store
+from .trace import TraceSample, TraceSession
+from .trace_export import export_records
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.service")  # the reclaimer's log: this is part of its cycle
+
+EPSILON = dt.timedelta(microseconds=1)
+
+
+class SampleHistory:
+    def __init__(self, policy: PolicyConfig, cycle_interval: dt.timedelta) -> None:
+        self.policy = policy
+        self.max_gap = cycle_interval + policy.stale_after
+        self._samples: dict[str, tuple[dt.datetime, list[Sample]]] = {}  # sid → (its start, its samples)
+        self.recorded: set[tuple[str, dt.datetime]] = set()  # sessions (sid, start) the store has a line of
+
+    def restore(self, store: Store, now: dt.datetime, lookback: dt.timedelta | None = None) -> None:
+        """Reload the samples the store recorded in the last `lookback` (by default as far
+        back as any rule of the policy looks)."""
+        p = self.policy
+        lookback = lookback or 2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead + p.stale_after
+        n = 0
+        for rec in export_records(store, since=now - lookback, until=now, intents=False):
+            if isinstance(rec, TraceSession):
+                self._samples[rec.id] = (rec.session.started, [])
+                self.recorded.add((rec.id, rec.session.started))
+            elif isinstance(rec, TraceSample) and rec.session in self._samples:
+                self._samples[rec.session][1].append(rec.sample)
+                n += 1
+        if n:
+            log.info("restored %d samples of %d sessions from %s", n, len(self._samples), store.name)
+
+    def add(self, session: Session, sample: Sample, now: dt.datetime) -> tuple[Sample, ...]:
+        """The session's retained history with `sample` appended (a marker first after a gap)."""
+        started, kept = self._samples.get(session.id, (session.started, []))
+        if started != session.started:
+            kept = []  # a new instance under the same name
+        last = kept[-1].t if kept else None
+        if session.gpus and (last if last is not None else session.started) < now - self.max_gap:
+            kept.append(Sample(t=now - EPSILON, gpu_util=None, kernels=None, terminals=None))
+        kept.append(sample)
+        kept = list(retained_samples(kept, now=now, config=self.policy, gpus=session.gpus))
+        self._samples[session.id] = (session.started, kept)
+        return tuple(kept)
+
+    def of(self, sid: str) -> list[Sample]:
+        return self._samples.get(sid, (None, []))[1]
+
+    def forget(self, sid: str) -> None:
+        """A stopped or gone session's history goes (a restart under its name is a new session)."""
+        self._samples.pop(sid, None)

@@ -300,11 +300,11 @@ def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list
         if phase.tab:
             hub = t
         if util is not None:
-            used = [u or (x is not None and x > 0) for u, x in zip(used, util)]
+            used = [u or (x is not None and x > 0) for u, x in zip(used, util, strict=True)]
         out.append(TraceSample(session=sid, sample=Sample(
             t=t,
             gpu_util=tuple(util) if util is not None else None,
-            gpu_mem_used_mib=None if util is None else tuple(m if u else 0.0 for m, u in zip(mem, used)),
+            gpu_mem_used_mib=None if util is None else tuple(m if u else 0.0 for m, u in zip(mem, used, strict=True)),
             kernels=(Kernel(execution_state=state, last_activity=kernel_last),),
             terminals=(terminal_last,) if terminal_last is not None else (),
             hub_last_activity=hub,

@@ -75,15 +75,17 @@ class _Script:
         """`truth` from `start` to `end` (default: to the session's end)."""
         self.labels.append((truth, start, end))
 
-    def leave(self) -> None:
+    def leave(self, intent_end: dt.datetime | None = None) -> None:
         """The last work ended now, with the user there. 30 % stop the server within an
         hour (must keep up to the stop: back within 2 h); the others go (`gone`), and the
-        server is reclaimable from now."""
+        server is reclaimable from now, or from the end of an intent still running."""
         if self.rng.random() < 0.3:
             start, self.stopped = self.phase("away", self.minutes(2, 60))
             self.label("must_keep", start, self.stopped)
             return
-        self.label("reclaimable", self.t)
+        if intent_end is not None and intent_end > self.t:
+            self.label("must_keep", self.t, intent_end)
+        self.label("reclaimable", max(self.t, intent_end or self.t))
         self.gone(tab=self.rng.random() < 0.5)
 
     def gone(self, *, tab: bool) -> None:
@@ -173,15 +175,15 @@ def cpu_between_gpu(s: _Script) -> None:
 
 def intent_back(s: _Script) -> None:
     """Work, then "keep alive until" 2-6 h ahead, away, back before the intent ends, work
-    again. Must keep to the end of the second work (a declared intent, then work); then
-    `leave`."""
+    again. Must keep to the end of the second work or of the intent, whichever is later (a
+    declared intent, and work); then `leave`."""
     s.phase("work", s.minutes(20, 90))
     hold = s.minutes(120, 360)
     s.intents.append((s.t, s.t + hold))
     s.phase("away", s.minutes(60, hold.total_seconds() / 60 - 5), tab=s.rng.random() < 0.5)
     s.phase("work", s.minutes(20, 90))
     s.label("must_keep", s.started, s.t)
-    s.leave()
+    s.leave(intent_end=s.intents[0][1])
 
 
 def intent_expired(s: _Script) -> None:

@@ -235,8 +235,9 @@ def replay(records: Iterable[Record], *, config: Any = None,
             inst.samples = []
             freed = session.gpus * _hours(now, inst.natural_end)
             warned = any(w.t < now for w in inst.warnings)  # a warning of this episode came first
-            reclaims.append((inst, now, warned, {"session": session.id, "t": format_time(now), "rule": d.rule,
-                                         "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
+            reclaims.append((inst, now, warned, {
+                "session": session.id, "t": format_time(now), "rule": d.rule, "gpus": session.gpus,
+                "gpu_hours_freed": round(freed, 6)}))
         elif action != "keep":
             raise ValueError(f"policy returned an unknown action {action!r}")
 

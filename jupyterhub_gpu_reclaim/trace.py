@@ -18,8 +18,9 @@ Choices the format leaves open, made here:
 - A ``session`` line needs ``id``, ``user``, ``server``, ``gpus`` and ``started``;
   ``stopped`` (default null), ``admin`` (false), ``profile`` ("") and ``groups`` ([]) may be
   left out, and so may ``scenario`` (a string: the kind of session, written by the trace
-  generator, ``tracegen``; the backtest scores each kind apart). An ``id`` may appear again (the user restarted the server) once the earlier
-  session with that id has stopped, at or before the new ``started``.
+  generator, ``tracegen``; the backtest scores each kind apart). An ``id`` may appear again
+  (the user restarted the server) once the earlier session with that id has stopped, at or
+  before the new ``started``.
 - A ``sample`` needs ``t``, ``session`` (a session whose line came earlier) and
   ``gpu_util`` (null, or one number 0-100 or null per GPU); ``gpu_mem_used_mib``,
   ``kernels``, ``terminals`` and ``hub_last_activity`` may be left out (null / ``[]``).

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Literal
 
 from .observations import Kernel, Sample, Session
 from .trace import IntentEvent, Label, Pressure, Record, TraceConfig, TraceSample, TraceSession, Truth
@@ -28,9 +28,13 @@ __all__ = ["SCENARIOS", "DEFAULT_START", "generate"]
 
 MINUTE = dt.timedelta(minutes=1)
 DEFAULT_START = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)  # a Monday morning
-# Yale's rule for jobs that never used their GPU: until then nobody can say it will not be used
+# Yale's rule for jobs that never used their GPU: until then nobody can say it will not be
+# used. A fact about users, for the labels: not the policy's setting, which is being judged.
 NEVER_USED_CLEAR = 60 * MINUTE
 _FOREVER = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+
+
+Mode = Literal["work", "away", "train", "cpu", "loader", "outage"]
 
 
 @dataclass
@@ -41,7 +45,7 @@ class _Phase:
     terminal), "outage" (the exporter is down: no GPU data)."""
 
     end: dt.datetime
-    mode: str
+    mode: Mode
     tab: bool = True  # a browser tab open: the hub's last_activity stays fresh
     busy_gpus: tuple[int, ...] | None = None  # "train": the GPUs it uses (None: all)
     terminal: bool = False  # "loader": a script in a terminal, the kernel idle
@@ -66,7 +70,8 @@ class _Script:
     def minutes(self, lo: float, hi: float) -> dt.timedelta:
         return dt.timedelta(minutes=self.rng.randint(int(lo), int(hi)))
 
-    def phase(self, mode: str, length: dt.timedelta, **kw) -> tuple[dt.datetime, dt.datetime]:
+    def phase(self, mode: Mode, length: dt.timedelta, **kw: Any) -> tuple[dt.datetime, dt.datetime]:
+        """Do `mode` for `length` from now; returns (start, end)."""
         start, self.t = self.t, self.t + length
         self.phases.append(_Phase(self.t, mode, **kw))
         return start, self.t
@@ -363,7 +368,7 @@ def generate(*, seed: int = 1, hours: float = 48, sessions: int = 80,
     for i in range(sessions):
         kind = pool[i % len(pool)]
         play, _, gpu_range = SCENARIOS[kind]
-        srng = random.Random(f"{seed}/{i}")  # each session its own stream: kinds stay comparable
+        srng = random.Random(f"{seed}/{i}")  # its own stream: more sessions leave these as they were
         gpus = srng.randint(*gpu_range) if gpu_range else (2 if srng.random() < 0.15 else 1)
         user = f"u{i + 1:03d}"
         server = "gpu" if srng.random() < 0.2 else ""

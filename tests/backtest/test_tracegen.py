@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu_reclaim.backtest import format_report, replay
+from jupyterhub_gpu_reclaim.backtest import NO_SCENARIO, format_report, replay
 from jupyterhub_gpu_reclaim.trace import (
     IntentEvent,
     Label,
     Pressure,
     TraceConfig,
+    TraceError,
     TraceSample,
     TraceSession,
     read_trace,
@@ -252,6 +253,20 @@ def test_no_breakdown_without_the_kind_key(parsed):
     plain = [TraceSession(r.session, r.stopped) if isinstance(r, TraceSession) else r for r in parsed]
     report = replay(iter(plain))
     assert "scenarios" not in report and "Per scenario" not in format_report(report)
+    # one session without it: its own row, so the kinds still add up
+    first = next(i for i, r in enumerate(parsed) if isinstance(r, TraceSession))
+    mixed = parsed[:first] + [plain[first]] + parsed[first + 1:]
+    kinds = replay(iter(mixed))["scenarios"]
+    assert kinds[NO_SCENARIO]["sessions"] == 1 and sum(k["sessions"] for k in kinds.values()) == 28
+
+
+def test_scenario_must_be_a_string():
+    lines = ['{"kind":"config","version":1,"start":"2026-11-02T08:00:00Z","end":"2026-11-02T09:00:00Z",'
+             '"sample_interval_s":60,"gpus_total":1}',
+             '{"kind":"session","id":"a/","user":"a","server":"","gpus":1,"started":"2026-11-02T08:00:00Z",'
+             '"scenario":7}']
+    with pytest.raises(TraceError, match="t:2: session: scenario must be a string, not 7"):
+        list(read_trace(lines, name="t"))
 
 
 def cli(*args, cwd=REPO):

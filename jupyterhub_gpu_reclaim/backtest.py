@@ -37,13 +37,19 @@ How the replay works (choices the format leaves open):
   label; ``reclaimable_gpu_hours`` is the GPU-hours of all ``reclaimable`` labels (clipped
   to the session's life in the trace); ``reclaimable_gpu_hours_recovered`` the part of them
   after the reclaim time; ``recovered_share`` their ratio (null when nothing is labelled
-  reclaimable).
+  reclaimable); ``unwarned_reclaims`` counts reclaims with no warning of the session's
+  current idle episode sent before them (what users must never see).
+- ``scenarios`` (only when session lines carry a ``scenario``, as generated traces do):
+  for each kind of session (``(none)`` for sessions without one), its ``sessions`` and,
+  for ``policy`` and each baseline, its ``reclaims`` and the ``score`` fields above
+  computed on that kind's sessions alone; the kinds add up to the totals.
 - ``baselines``: what two reference rules do on the same samples, with the same scoring.
   ``idle-culler``: jupyterhub-idle-culler's rule, reclaim when ``now − hub_last_activity``
   (or ``started`` when the hub reports none) exceeds 1 h; it never looks at GPUs, kernels
   or intents. ``zero-gpu-2h``: the naive GPU rule, reclaim when every GPU of the session
   read 0% in every sample for 2 h (a sample without GPU data breaks the run); no warnings,
-  no kernel check, no intents. Both are evaluated at every sample, like the policy.
+  no kernel check, no intents. Both are evaluated at every sample, like the policy; neither
+  warns, so each of their reclaims is unwarned.
 """
 
 from __future__ import annotations
@@ -137,6 +143,7 @@ class _Live:
     zero: ZeroRun = field(default_factory=ZeroRun)
 
 
+_Reclaim = tuple[_Live, dt.datetime, bool]  # (session, when, warned before)
 _BASELINES = ("idle-culler", "zero-gpu-2h")
 
 
@@ -165,7 +172,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
     instances: list[_Live] = []
     labels: list[Label] = []
     warnings: list[dict[str, Any]] = []
-    reclaims: list[tuple[_Live, dt.datetime, dict[str, Any]]] = []
+    reclaims: list[tuple[_Live, dt.datetime, bool, dict[str, Any]]] = []
     holds: list[dict[str, Any]] = []
     pending = 0
     batch: list[tuple[_Live, Sample]] = []
@@ -227,8 +234,10 @@ def replay(records: Iterable[Record], *, config: Any = None,
             inst.reclaimed = True
             inst.samples = []
             freed = session.gpus * _hours(now, inst.natural_end)
-            reclaims.append((inst, now, {"session": session.id, "t": format_time(now), "rule": d.rule,
-                                         "gpus": session.gpus, "gpu_hours_freed": round(freed, 6)}))
+            warned = any(w.t < now for w in inst.warnings)  # a warning of this episode came first
+            reclaims.append((inst, now, warned, {
+                "session": session.id, "t": format_time(now), "rule": d.rule, "gpus": session.gpus,
+                "gpu_hours_freed": round(freed, 6)}))
         elif action != "keep":
             raise ValueError(f"policy returned an unknown action {action!r}")
 
@@ -265,37 +274,64 @@ def replay(records: Iterable[Record], *, config: Any = None,
     start = trace_config.start
     held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
                for i in instances)
-    freed = sum(r["gpu_hours_freed"] for _, _, r in reclaims)
+    freed = sum(r["gpu_hours_freed"] for *_, r in reclaims)
     report: dict[str, Any] = {
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
         "warnings": warnings,
-        "reclaims": [r for _, _, r in reclaims],
+        "reclaims": [r for *_, r in reclaims],
         "holds": holds,
         "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
                     "reclaims": len(reclaims), "warnings": len(warnings)},
     }
-    policy_reclaims = [(inst, t) for inst, t, _ in reclaims]
+    scored: dict[str, list[_Reclaim]] = {"policy": [(inst, t, warned) for inst, t, warned, _ in reclaims]}
     if labels:
-        report["score"] = _score(policy_reclaims, instances, labels, start)
+        report["score"] = _score(scored["policy"], instances, labels, start)
     baselines = {}
     for name in _BASELINES:
-        done = [(i, i.baseline_reclaimed[name]) for i in instances if name in i.baseline_reclaimed]
+        # neither reference rule warns
+        done = [(i, i.baseline_reclaimed[name], False) for i in instances if name in i.baseline_reclaimed]
+        scored[name] = done
         b: dict[str, Any] = {
             "reclaims": len(done),
             "gpu_hours_freed": round(sum(i.rec.session.gpus * _hours(t, i.natural_end)
-                                         for i, t in done), 6),
+                                         for i, t, _ in done), 6),
         }
         if labels:
             s = _score(done, instances, labels, start)
-            b.update({k: s[k] for k in ("false_reclaims", "gray_reclaims",
+            b.update({k: s[k] for k in ("false_reclaims", "unwarned_reclaims", "gray_reclaims",
                                         "reclaimable_gpu_hours_recovered", "recovered_share")})
         baselines[name] = b
     report["baselines"] = baselines
+    if any(i.rec.scenario is not None for i in instances):
+        report["scenarios"] = _by_scenario(scored, instances, labels, start)
     return report
 
 
-def _score(reclaims: list[tuple[_Live, dt.datetime]], instances: list[_Live],
+NO_SCENARIO = "(none)"
+
+
+def _by_scenario(scored: dict[str, list[_Reclaim]], instances: list[_Live], labels: list[Label],
+                 trace_start: dt.datetime) -> dict[str, Any]:
+    """The score of each kind of session (the session lines' ``scenario``), for the policy
+    and each reference rule: every session in exactly one kind, so the kinds sum to the totals."""
+    kinds: dict[str, list[_Live]] = {}
+    for inst in instances:
+        kinds.setdefault(inst.rec.scenario or NO_SCENARIO, []).append(inst)
+    out: dict[str, Any] = {}
+    for kind, members in sorted(kinds.items()):
+        mine = {id(i) for i in members}
+        entry: dict[str, Any] = {"sessions": len(members)}
+        for name, done in scored.items():
+            subset = [r for r in done if id(r[0]) in mine]
+            s = _score(subset, members, labels, trace_start)
+            del s["false_reclaim_list"]
+            entry[name] = {"reclaims": len(subset), **s}
+        out[kind] = entry
+    return out
+
+
+def _score(reclaims: list[_Reclaim], instances: list[_Live],
            labels: list[Label], trace_start: dt.datetime) -> dict[str, Any]:
     by_id: dict[str, list[Label]] = {}
     for label in labels:
@@ -311,7 +347,7 @@ def _score(reclaims: list[tuple[_Live, dt.datetime]], instances: list[_Live],
             if label.truth == "reclaimable":
                 reclaimable += inst.rec.session.gpus * _hours(max(lo, label.from_), min(hi, label.to))
     false, gray, recovered = [], 0, 0.0
-    for inst, t in reclaims:
+    for inst, t, _ in reclaims:
         lo, hi = life(inst)
         for label in by_id.get(inst.rec.id, ()):
             inside = label.from_ <= t < label.to
@@ -325,6 +361,7 @@ def _score(reclaims: list[tuple[_Live, dt.datetime]], instances: list[_Live],
     return {
         "false_reclaims": len(false),
         "false_reclaim_list": false,
+        "unwarned_reclaims": sum(1 for *_, warned in reclaims if not warned),
         "gray_reclaims": gray,
         "reclaimable_gpu_hours": round(reclaimable, 6),
         "reclaimable_gpu_hours_recovered": round(recovered, 6),
@@ -434,4 +471,25 @@ def format_report(report: dict[str, Any]) -> str:
                      f"{b['reclaimable_gpu_hours_recovered']:.1f} reclaimable GPU-hours"
                      + (f" ({share:.0%})" if share is not None else ""))
         lines.append(text)
+    if report.get("scenarios"):
+        lines += _scenario_table(report["scenarios"])
     return "\n".join(lines)
+
+
+def _scenario_table(scenarios: dict[str, Any]) -> list[str]:
+    """Per kind of session: recovered share of its reclaimable GPU-hours, false / unwarned reclaims."""
+    names = ["policy", *_BASELINES]
+    width = max(len("scenario"), *(len(k) for k in scenarios))
+    lines = ["Per scenario: recovered share of reclaimable GPU-hours (false reclaims / unwarned reclaims)",
+             f"  {'scenario':<{width}}  sessions  reclaimable GPU-h  "
+             + "  ".join(f"{n:<16}" for n in names).rstrip()]
+    for kind, entry in scenarios.items():
+        cells = []
+        for n in names:
+            s = entry[n]
+            share = "-" if s["recovered_share"] is None else f"{s['recovered_share']:.0%}"
+            cells.append(f"{share:>4} ({s['false_reclaims']}/{s['unwarned_reclaims']})".ljust(16))
+        first = entry["policy"]
+        lines.append(f"  {kind:<{width}}  {entry['sessions']:>8}  {first['reclaimable_gpu_hours']:>17.1f}  "
+                     + "  ".join(cells).rstrip())
+    return lines

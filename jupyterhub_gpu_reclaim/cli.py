@@ -151,7 +151,70 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     return report
 
 
+# generate-trace's bounds: a month of a big hub at most, and samples the policy can read
+# (a sample older than its stale_after, 5 min by default, is missing data)
+MAX_TRACE_HOURS = 24 * 31
+MAX_TRACE_SESSIONS = 2000
+TRACE_INTERVAL_S = (10, 300)
+
+
+def _generate_trace(args: argparse.Namespace) -> int:
+    import os
+    import tempfile
+
+    from .timestamps import format_time, parse_time
+    from .trace import write_trace
+    from .tracegen import generate
+
+    def fail(message: str) -> int:
+        print(f"jupyterhub-gpu-reclaim generate-trace: {message}", file=sys.stderr)
+        return 2
+
+    if not 0 < args.hours <= MAX_TRACE_HOURS:
+        return fail(f"--hours {args.hours:g}: must be more than 0 and at most {MAX_TRACE_HOURS}")
+    if not 1 <= args.sessions <= MAX_TRACE_SESSIONS:
+        return fail(f"--sessions {args.sessions}: must be from 1 to {MAX_TRACE_SESSIONS}")
+    if args.seed < 0:
+        return fail(f"--seed {args.seed}: must be 0 or more")
+    low, high = TRACE_INTERVAL_S
+    if not low <= args.interval <= high:
+        return fail(f"--interval {args.interval}: must be from {low} to {high} seconds")
+    try:
+        start = parse_time(args.start, require_offset=True)
+    except ValueError:
+        start = None
+    if start is None:
+        return fail(f"--start {args.start!r}: not an RFC 3339 time with an offset (2026-11-02T08:00:00Z)")
+    records = generate(seed=args.seed, hours=args.hours, sessions=args.sessions, start=start,
+                       interval_s=args.interval)
+    if args.out == "-":
+        write_trace(records, sys.stdout)
+        return 0
+    folder = os.path.dirname(os.path.abspath(args.out))
+    if os.path.isdir(args.out):
+        return fail(f"--out {args.out}: is a folder")
+    # written beside the target and moved into place: a failed write leaves nothing behind
+    try:
+        handle = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, prefix=".trace-",
+                                             suffix=".tmp", delete=False)
+    except OSError as e:
+        return fail(f"--out {args.out}: cannot write: {e.strerror or e}")
+    try:
+        with handle:
+            lines = write_trace(records, handle)
+        os.replace(handle.name, args.out)
+    except OSError as e:
+        os.unlink(handle.name)
+        return fail(f"--out {args.out}: cannot write: {e.strerror or e}")
+    print(f"{args.out}: {lines} lines, {args.sessions} sessions from {format_time(start)}, "
+          f"{args.hours:g} h, seed {args.seed}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .timestamps import format_time
+    from .tracegen import DEFAULT_START
+
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu-reclaim",
         description="Give idle GPUs on a JupyterHub back to the people waiting for them.",
@@ -199,6 +262,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backtest.add_argument("--json", action="store_true", help="print the report as one JSON object")
     backtest.set_defaults(func=_backtest)
+
+    gen = sub.add_parser(
+        "generate-trace",
+        help="write a labelled session trace made from a seed",
+        description="Write a session trace (docs/trace-format.md) of the kinds of sessions a "
+        "course or lab hub has (interactive bursts, lunch breaks, silent training, CPU work on "
+        "a GPU server, intents, metrics outages, slow loaders, multi-GPU jobs, pressure "
+        "bursts), each labelled and tagged with its kind, to try a policy on with `backtest`. "
+        "The same arguments write the same file, byte for byte.",
+    )
+    gen.add_argument("--seed", type=int, default=1, help="random seed, 0 or more (default: 1)")
+    gen.add_argument("--hours", type=float, default=48.0,
+                     help=f"length of the trace in hours, at most {MAX_TRACE_HOURS} (default: 48)")
+    gen.add_argument("--sessions", type=int, default=80,
+                     help=f"number of sessions, 1 to {MAX_TRACE_SESSIONS} (default: 80)")
+    start = format_time(DEFAULT_START)
+    gen.add_argument("--start", default=start, help=f"start of the trace, RFC 3339 (default: {start})")
+    gen.add_argument("--interval", type=int, default=60,
+                     help="seconds between samples, %d to %d (default: 60)" % TRACE_INTERVAL_S)
+    gen.add_argument("--out", metavar="FILE", required=True, help="the trace file to write; - for stdout")
+    gen.set_defaults(func=_generate_trace)
     return parser
 
 

@@ -17,8 +17,10 @@ Choices the format leaves open, made here:
   to UTC); a timestamp without an offset is rejected.
 - A ``session`` line needs ``id``, ``user``, ``server``, ``gpus`` and ``started``;
   ``stopped`` (default null), ``admin`` (false), ``profile`` ("") and ``groups`` ([]) may be
-  left out. An ``id`` may appear again (the user restarted the server) once the earlier
-  session with that id has stopped, at or before the new ``started``.
+  left out, and so may ``scenario`` (a string: the kind of session, written by the trace
+  generator, ``tracegen``; the backtest scores each kind apart). An ``id`` may appear again
+  (the user restarted the server) once the earlier session with that id has stopped, at or
+  before the new ``started``.
 - A ``sample`` needs ``t``, ``session`` (a session whose line came earlier) and
   ``gpu_util`` (null, or one number 0-100 or null per GPU); ``gpu_mem_used_mib``,
   ``kernels``, ``terminals`` and ``hub_last_activity`` may be left out (null / ``[]``).
@@ -72,10 +74,12 @@ class TraceConfig:
 
 @dataclass(frozen=True)
 class TraceSession:
-    """A ``session`` line: the observations' Session plus when the user stopped it."""
+    """A ``session`` line: the observations' Session plus when the user stopped it and,
+    in a generated trace, the kind of session (never shown to the policy)."""
 
     session: Session
     stopped: dt.datetime | None = None
+    scenario: str | None = None
 
     @property
     def id(self) -> str:
@@ -320,6 +324,9 @@ class _Reader:
         groups = _get(obj, "groups", [])
         if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
             raise _FieldError(f"groups must be a list of strings, not {json.dumps(groups)}")
+        scenario = obj.get("scenario")
+        if scenario is not None and not isinstance(scenario, str):
+            raise _FieldError(f"scenario must be a string, not {json.dumps(scenario)}")
         previous = self.sessions.get(sid)
         if previous is not None and (previous.stopped is None or previous.stopped > started):
             raise _FieldError(f"session {sid} is already running (started {format_time(previous.t)})")
@@ -329,6 +336,7 @@ class _Reader:
                             admin=_bool(obj, "admin", False), profile=_str(obj, "profile", ""),
                             groups=frozenset(groups)),
             stopped=stopped,
+            scenario=scenario,
         )
         self.sessions[sid] = record
         return record
@@ -453,6 +461,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                "stopped": format_time(record.stopped) if record.stopped else None}
         if s.groups:
             out["groups"] = sorted(s.groups)
+        if record.scenario is not None:
+            out["scenario"] = record.scenario
         return out
     if isinstance(record, TraceSample):
         m = record.sample

@@ -966,7 +966,7 @@ slower and the peak RSS went over 500 MB (512 MiB in a first run); the simulator
 - **A list of an unchanged collection is not built again**: the store keeps each bucket's
   keys sorted until an object comes or goes, an equality label selector (`component=…`) is
   one dict look-up per object, and a list's items (their keys and JSON) are kept until an
-  object of that kind changes (`ApiServer._listing`).
+  object of that kind changes (`listings.Listings`).
 - **A list's body is written in 1 MiB pieces**, joined a piece at a time and each waiting
   for the client to take it, so that neither the server nor the socket and TLS buffers
   hold a second copy of 16 MB per list.

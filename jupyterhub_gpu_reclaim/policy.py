@@ -14,8 +14,9 @@ Precedence (first match wins):
 3. **Missing or stale GPU data**: hold ("gpu-data-missing"); never warn, never reclaim
    (Princeton's Job Defense Shield never cancels on missing data).
 4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress. Not
-   while the GPU was never used (unless `cpu_work_keeps_unused_gpu`): Yale's never-used
-   rule applies whatever the CPU does ("cpu-work-on-gpu" when a kernel ran in the episode).
+   while no GPU ever read `TOUCHED` (1 %) or more (unless `cpu_work_keeps_unused_gpu`):
+   Yale's never-used rule applies whatever the CPU does ("cpu-work-on-gpu" when a kernel
+   ran in the episode).
 5. **max_age** (optional hard lifetime of GPU sessions): warn `warning_lead` before
    `started + max_age`, reclaim at it ("max-age"). It also caps intents.
 6. **Intent** ("keep alive until T", T capped at `set_at + max_keepalive` and at the
@@ -45,7 +46,7 @@ What counts, and what does not:
   would otherwise happen becomes "hold" ("kernel-data-missing"). Warnings still go out.
 
 Idle episodes and warnings. The episode of a session starts at the latest of: the session
-start, the last GPU-use sample, the last busy-kernel sample (not for a never-used GPU, see
+start, the last GPU-use sample, the last busy-kernel sample (not for an untouched GPU, see
 4.), the last sample of an unbridged gap in the GPU data, and the moment the intent was set.
 Warnings of "cpu-work-on-gpu" count as "gpu-never-used" ones and the other way round
 (one family: a kernel turning busy after the warning changes the rule's name, not its clock). Warnings in
@@ -78,6 +79,10 @@ from .observations import Decision, Intent, Sample, SessionView
 from .policy_config import PolicyConfig
 
 MINUTE = dt.timedelta(minutes=1)
+# Percent at which a GPU counts as touched whatever `gpu_idle_threshold` says: DCGM's
+# utilization is a whole percent, so below 1 nothing ran on it. A kernel keeps a session
+# whose GPU was touched, even one at 3-8 % under a 9 % threshold (a slow data loader).
+TOUCHED = 1.0
 
 # Rules whose warnings belong to an idle episode (cleared by activity or an intent).
 IDLE_RULES = frozenset({"gpu-never-used", "cpu-work-on-gpu", "gpu-idle", "intent-ended"})
@@ -188,6 +193,7 @@ class _History:
 
     last_used: dt.datetime | None = None  # any GPU >= threshold
     last_used_per_gpu: list[dt.datetime | None] = field(default_factory=list)
+    last_touched: dt.datetime | None = None  # any GPU >= min(threshold, TOUCHED)
     last_busy: dt.datetime | None = None  # a busy kernel
     last_unknown: dt.datetime | None = None  # the last sample of the latest unbridged gap
     bridged: tuple[dt.datetime, dt.datetime] | None = None  # the latest bridged gap's sides
@@ -199,6 +205,7 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
     h = _History(last_used_per_gpu=[None] * gpus, window_max=[None] * gpus)
     window_start = now - config.idle_reclaim_after
     threshold = config.gpu_idle_threshold
+    touched = min(threshold, TOUCHED)
     for s in samples:
         in_window = s.t > window_start
         if in_window:
@@ -209,6 +216,8 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):
+            if u >= touched:
+                h.last_touched = s.t
             if u >= threshold:
                 h.last_used = s.t
                 h.last_used_per_gpu[i] = s.t
@@ -242,7 +251,7 @@ def retained_samples(
     window_start = now - config.idle_reclaim_after
     keep: set[int] = set()
     last_used: list[int | None] = [None] * gpus
-    last_busy = None
+    last_busy = last_touched = None
     for k, s in enumerate(samples):
         if s.t > window_start:
             keep.add(k)
@@ -253,12 +262,14 @@ def retained_samples(
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):
+            if u >= min(config.gpu_idle_threshold, TOUCHED):
+                last_touched = k
             if u >= config.gpu_idle_threshold:
                 last_used[i] = k
     gaps = _gaps(samples, gpus, config)
     unbridged, bridged = _last_gaps(gaps)
-    keep.update(k for k in (*last_used, last_busy, unbridged and unbridged.last,
-                            bridged and bridged.first) if k is not None)
+    keep.update(k for k in (*last_used, last_busy, last_touched, unbridged.last if unbridged else None,
+                            bridged.first if bridged else None) if k is not None)
     if samples:
         keep.add(len(samples) - 1)
     for g in gaps:  # the sides of every gap still seen, so it is judged as before
@@ -310,8 +321,8 @@ def decide(
     intent_end = _intent_end(intent, config, max_age_at) if intent else None
 
     never_used = h.last_used is None
-    # a busy kernel is work only once the GPU was used (Yale's never-used rule)
-    cpu_counts = not never_used or config.cpu_work_keeps_unused_gpu
+    # a busy kernel is work only once something ran on the GPU (Yale's never-used rule)
+    cpu_counts = h.last_touched is not None or config.cpu_work_keeps_unused_gpu
     episode_start = _latest(session.started, h.last_used, h.last_busy if cpu_counts else None,
                             h.last_unknown, intent.set_at if intent else None)
     warnings = [w for w in view.warnings if w.t <= now]
@@ -388,9 +399,11 @@ def decide(
     if idle_gpus and len(idle_gpus) < session.gpus:
         evidence["idle_gpus"] = idle_gpus
     since = episode_start.isoformat()
-    gap = f" (across a gap in the GPU data, {h.bridged[0].isoformat()} to {h.bridged[1].isoformat()}, " \
-          "with the GPU idle and no kernel active on both sides)" if "bridged_gap" in evidence else ""
-    if never_used and h.last_busy is not None and h.last_busy >= episode_start:
+    gap = ""
+    if h.bridged is not None and "bridged_gap" in evidence:
+        gap = (f" (across a gap in the GPU data, {h.bridged[0].isoformat()} to "
+               f"{h.bridged[1].isoformat()}, with the GPU idle and no kernel active on both sides)")
+    if not cpu_counts and h.last_busy is not None and h.last_busy >= episode_start:
         rule, warn_after, reclaim_after = (
             "cpu-work-on-gpu", config.never_used_warn_after, config.never_used_reclaim_after)
         what = (f"this server has not used its GPU since {since}{gap}: its kernels do CPU work, "

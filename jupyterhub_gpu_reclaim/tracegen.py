@@ -95,9 +95,11 @@ class _Script:
 
     def gone(self, *, tab: bool) -> None:
         """Nobody comes back: the server idles until the user stops it from elsewhere,
-        1-6 h later (80 %: that evening) or 6-14 h later (the next morning)."""
+        1-6 h later (20 %: that evening) or 6-14 h later (80 %: the next morning). Most
+        stay the night: the problem this project exists for (docs/policy.md, "Tuning
+        traces")."""
         _, self.stopped = self.phase(
-            "away", self.minutes(60, 360) if self.rng.random() < 0.8 else self.minutes(360, 840), tab=tab)
+            "away", self.minutes(60, 360) if self.rng.random() < 0.2 else self.minutes(360, 840), tab=tab)
 
 
 # --------------------------------------------------------------------------- the kinds

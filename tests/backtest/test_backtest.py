@@ -174,8 +174,12 @@ def test_intent_is_honoured(tmp_path):
     trace = (Trace(hours=8).session("erin/", sample=idle_open_tab())
              .intent(10, "erin/", 5 * 60))
     report = run(trace, tmp_path)
-    assert all(w["t"] >= ts(at(5 * 60)) for w in report["warnings"])
-    assert report["reclaims"] and report["reclaims"][0]["t"] >= ts(at(5 * 60) + CFG.warning_lead)
+    # warned `warning_lead` before the intent ends, reclaimed `intent_grace` after it
+    end = at(5 * 60)
+    assert [w["rule"] for w in report["warnings"]] == ["intent-ended"]
+    assert report["warnings"][0]["t"] == ts(end - CFG.warning_lead)
+    assert report["reclaims"][0]["rule"] == "intent-ended"
+    assert report["reclaims"][0]["t"] == ts(end + CFG.intent_grace)
     # without the intent it would have gone within the first hours
     plain = run(Trace(hours=8).session("erin/", sample=idle_open_tab()), tmp_path)
     assert plain["reclaims"][0]["t"] < ts(at(5 * 60))

@@ -290,8 +290,10 @@ async def test_unusable_hub_listing_skips_the_cycle_and_is_not_a_success(make, b
     assert w.stamps[-1] == w.stamps[2] < w.metric(P + "last_cycle_timestamp_seconds")
     w.hub.raw_listing = None
     await w.run_until(at(40))
-    # the 15 min without observations of bob are unknown time: his idle clock restarts at 20
-    assert w.warned(w.bob) == [at(30)] and w.stopped(w.bob) == [at(40)]
+    # bob's data on both sides of the 15 min without observations (GPU idle, no kernel
+    # activity) proves him idle across them: his clock ran on, and the warning due at 10
+    # goes out at the first cycle back, the reclaim `warning_lead` after it
+    assert w.warned(w.bob) == [at(20)] and w.stopped(w.bob) == [at(25)]
     assert w.stopped(w.carol) == [at(20)]  # idle-culler's rule: the hub's last_activity
     w.assert_cycle_metrics_truthful()
 
@@ -591,5 +593,5 @@ async def test_a_cycle_that_raises_is_an_error_and_not_a_success(make, caplog):
     db.commit()
     db.close()
     await w.run_until(at(40))
-    assert w.warned(w.bob) == [at(30)] and w.stopped(w.bob) == [at(40)]  # as above
+    assert w.warned(w.bob) == [at(20)] and w.stopped(w.bob) == [at(25)]  # as above
     w.assert_cycle_metrics_truthful()

@@ -169,6 +169,21 @@ def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
     # the old reading, by setting
     old = PolicyConfig(cpu_work_keeps_unused_gpu=True)
     assert run(SessionView(session(), s[:58]), at(57), config=old).rule == "kernel-busy"
+    assert run(SessionView(session(), s[:61]), at(60), config=old).rule == "gpu-never-used"
+
+
+def test_a_busy_kernel_keeps_a_gpu_touched_below_the_threshold():
+    # a slow data loader at 3-8 % under a 9 % threshold: "never used" for the idle rules,
+    # but something ran on the GPU, so the busy kernel is work in progress
+    nine = PolicyConfig(gpu_idle_threshold=9)
+    s = samples(lambda k: 3 + k % 6, 300, kernels=BUSY)
+    d = run(SessionView(session(), s), at(300), config=nine)
+    assert (d.action, d.rule) == ("keep", "kernel-busy")
+    assert d.evidence["kernels_count_as_work"] is True
+    # once the kernel stops, the never-used rule counts from its last busy sample
+    s = s[:100] + samples(lambda k: 0, 300, kernels=IDLE)[100:]
+    d = run(SessionView(session(), s[:131]), at(130), config=nine)
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(159))
 
 
 def test_cpu_work_after_the_gpu_was_used_is_work():
@@ -236,8 +251,11 @@ def quiet(since: float, n: int = 1) -> tuple[Kernel, ...]:
     return (Kernel("idle", at(since)),) * n
 
 
-def gap_samples(*, gap=(40, 79), until=130, kernels_after=quiet(10), terminals=()):
-    """GPU used until minute 10, idle after, no GPU data in `gap`, kernels quiet since 10."""
+def gap_samples(*, gap=(40, 79), until=130, kernels_after=None, terminals=()):
+    """GPU used until minute 10, idle after, no GPU data in `gap`, kernels quiet since 10
+    (after the gap too, unless `kernels_after`)."""
+    kernels_after = quiet(10) if kernels_after is None else kernels_after
+
     def one(k):
         util = None if gap[0] <= k <= gap[1] else (80.0 if k <= 10 else 0.0)
         return Sample(at(k), None if util is None else (util,),

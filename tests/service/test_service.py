@@ -236,26 +236,28 @@ async def test_busy_gpu_with_stale_activity_is_kept_while_cpu_server_is_culled(h
 
 async def test_busy_kernel_keeps_gpu_idle_session_and_only_gpu_idle_sessions_are_probed(harness):
     h = harness()
-    sid = h.add("alice", util=(0.0,))
+    sid = h.add("alice", util=(60.0,))  # used at the start, then idle while a cell runs
     h.add("carol", util=(80.0,))  # busy GPU: never probed
     h.add("bob", gpus=0, last_activity=START)  # no GPU: never probed
     h.add("dave", util=None)  # no GPU data: never probed
     h.kernels.states["/user/alice/"] = ["idle", "busy"]
 
     def each(t):
+        if t == at(5):
+            h.set_util("alice", (0.0,))
         if t == at(60):
             h.kernels.states["/user/alice/"] = ["idle"]
 
-    await h.run_until(at(120), each)
+    await h.run_until(at(180), each)
 
-    assert {(a, r) for t, a, r in h.decisions(sid) if t < at(60)} == {("keep", "kernel-busy")}
+    assert {(a, r) for t, a, r in h.decisions(sid) if at(5) <= t < at(60)} == {("keep", "kernel-busy")}
     # the idle clock restarts from the last busy-kernel sample (55 min)
-    assert h.warned(sid) == [at(85)]
-    assert h.stopped(sid) == [at(115)]
+    assert h.warned(sid) == [at(115)]
+    assert h.stopped(sid) == [at(175)]
     probed = {url for url, _ in h.kernels.calls}
     assert probed == {"/user/alice/"}
     assert {direct for _, direct in h.kernels.calls} == {"http://10.0.0.7:8888"}  # the pod's address
-    assert len(h.kernels.calls) == len([t for t, _, _ in h.decisions(sid)])  # once per cycle
+    assert len(h.kernels.calls) == len([t for t, _, _ in h.decisions(sid) if t >= at(5)])  # once per idle cycle
     assert sum(r.probes for r in h.reports) == len(h.kernels.calls)
 
 
@@ -266,9 +268,11 @@ async def test_intent_is_honoured(harness):
     await h.run_until(at(185))
 
     rules = {t: r for t, _, r in h.decisions(sid)}
-    assert all(rules[at(m)] == "intent" for m in range(10, 120, 5))
-    assert h.warned(sid) == [at(150)]  # the episode starts when the intent ends
-    assert h.stopped(sid) == [at(180)]
+    assert all(rules[at(m)] == "intent" for m in range(10, 105, 5))
+    # the GPU unused since the intent was set: warned `warning_lead` before its end,
+    # reclaimed `intent_grace` after it
+    assert h.warned(sid) == [at(105)] and rules[at(105)] == "intent-ended"
+    assert h.stopped(sid) == [at(135)]
 
 
 async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
@@ -286,7 +290,9 @@ async def test_keepalive_from_the_spawn_form_is_the_first_intent(harness):
     h.store.set_intent(sid, until=at(60), set_at=at(35), by="alice")  # shortened later
     await h.run_until(at(125))
     assert h.store.intents()[sid].until == at(60)  # not overwritten by the annotation
-    assert h.warned(sid) == [at(90)] and h.stopped(sid) == [at(120)]
+    # the never-used clock counts from when the later intent was set (35): due at 65,
+    # after the intent's end, so the normal rule warns then
+    assert h.warned(sid) == [at(65)] and h.stopped(sid) == [at(95)]
 
 
 async def test_a_cleared_spawn_keepalive_stays_cleared_until_the_next_spawn(harness):
@@ -434,21 +440,24 @@ async def test_restart_keeps_warnings_and_the_idle_clock(harness, kind):
     assert len(h.store.reclaims()) == 1
 
 
-@pytest.mark.parametrize("gap_minutes,restarts", [(10, False), (15, True)])
-async def test_gap_longer_than_interval_plus_stale_after_restarts_idle_clock(harness, gap_minutes, restarts):
-    h = harness()
+@pytest.mark.parametrize("gap_minutes,bridge", [(10, True), (15, True), (15, False)])
+async def test_gap_longer_than_interval_plus_stale_after_restarts_idle_clock(harness, gap_minutes, bridge):
+    h = harness(policy=PolicyConfig() if bridge else PolicyConfig(bridge_gaps_up_to=dt.timedelta(0)))
     sid = h.add("alice")
     await h.run_until(at(20))
     h.now[0] = at(20 + gap_minutes)  # the service was away
     await h.run_until(at(20 + gap_minutes + 70))
 
     resumed = at(20 + gap_minutes)
-    if restarts:  # the gap is unknown time: the clock restarts just before `resumed`
-        assert h.warned(sid) == [resumed + dt.timedelta(minutes=30)]
-        assert h.stopped(sid) == [resumed + dt.timedelta(minutes=60)]
-    else:
+    if gap_minutes == 10:  # not a gap: one missed cycle
         assert h.warned(sid) == [at(30)]
         assert h.stopped(sid) == [at(60)]
+    elif bridge:  # a gap, but idle on both sides and no kernel activity: the clock runs on
+        assert h.warned(sid) == [resumed]
+        assert h.stopped(sid) == [at(60)]  # when the rule says: the warning came 25 min ahead
+    else:  # the gap is unknown time: the clock restarts just before `resumed`
+        assert h.warned(sid) == [resumed + dt.timedelta(minutes=30)]
+        assert h.stopped(sid) == [resumed + dt.timedelta(minutes=60)]
 
 
 async def test_cull_users_deletes_inactive_users_like_idle_culler(harness):
@@ -547,7 +556,8 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     assert status.t == at(20) and status.skipped is None
     alice = status.sessions[sid]
     assert (alice.user, alice.gpus, alice.node, alice.url) == ("alice", 1, "gpu-node-1", "/user/alice/")
-    assert (alice.action, alice.rule) == ("keep", "kernel-busy") and alice.util_now == [0.0]
+    # CPU work on a GPU nothing ran on: the never-used clock runs (warning due at 30)
+    assert (alice.action, alice.rule) == ("keep", "cpu-work-on-gpu") and alice.util_now == [0.0]
     assert alice.util_mean == [0.0] and alice.util_max == [0.0] and alice.spark == [0.0] * 5
     assert (alice.kernels.busy, alice.kernels.idle) == (1, 1) and not alice.stopping
     assert status.sessions["bob/"].gpus == 0 and status.sessions["bob/"].kernels is None
@@ -555,14 +565,14 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     assert (waiting.session, waiting.gpus, waiting.since, waiting.waited_s) == ("carol/", 2, at(10), 600)
 
     h.kernels.states["/user/alice/"] = ["idle"]
-    await h.run_until(at(50))  # the kernel last busy at 20: warned at 50 (gpu-never-used)
+    await h.run_until(at(30))  # GPU unused since the start: warned at 30
     alice = h.reclaimer.status.sessions[sid]
-    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("warn", None, at(80))  # published first
-    await h.run_until(at(55))
+    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("warn", None, at(60))  # published first
+    await h.run_until(at(35))
     alice = h.reclaimer.status.sessions[sid]
-    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", at(50), at(80))
+    assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", at(30), at(60))
 
     h.hub.fail = "hub down"
-    await h.run_until(at(60))
-    assert h.reclaimer.status.skipped == "hub" and h.reclaimer.status.t == at(55)
+    await h.run_until(at(40))
+    assert h.reclaimer.status.skipped == "hub" and h.reclaimer.status.t == at(35)
     assert sid in h.reclaimer.status.sessions

@@ -132,6 +132,8 @@ class _Live:
 
     rec: TraceSession
     natural_end: dt.datetime
+    config: Any  # the session's policy: its policy rule's, else the base policy
+    policy_rule: str | None = None
     samples: list[Sample] = field(default_factory=list)
     intent: Intent | None = None
     warnings: list[Warning] = field(default_factory=list)
@@ -154,12 +156,16 @@ def _hours(a: dt.datetime, b: dt.datetime) -> float:
 def replay(records: Iterable[Record], *, config: Any = None,
            decide: Callable[..., Any] | None = None, compact: bool = True) -> dict[str, Any]:
     """Replay trace records (a :func:`read_trace` stream, config first) through ``decide``
-    (default: the policy's) under ``config`` (default: ``PolicyConfig()``); return the report."""
+    (default: the policy's) under ``config`` (default: ``PolicyConfig()``; a
+    `policy_rules.PolicyRules`: each session under its first matching rule's policy, its
+    warnings and reclaims naming the rule); return the report."""
     from . import policy
     from .policy_config import PolicyConfig
+    from .policy_rules import PolicyRules
 
     decide = decide or policy.decide
-    config = config if config is not None else PolicyConfig()
+    rules = config if isinstance(config, PolicyRules) else None
+    config = rules.base if rules is not None else config if config is not None else PolicyConfig()
     retain = getattr(policy, "retained_samples", None)
 
     it = iter(records)
@@ -199,11 +205,12 @@ def replay(records: Iterable[Record], *, config: Any = None,
         samples = inst.samples
         samples.append(sample)
         if compact and retain is not None and len(samples) > inst.trim_at:
-            samples[:] = retain(samples, now=now, config=config, gpus=session.gpus)
+            samples[:] = retain(samples, now=now, config=inst.config, gpus=session.gpus)
             inst.trim_at = 2 * len(samples) + 32
         view = SessionView(session=session, samples=tuple(samples), intent=inst.intent,
                            warnings=tuple(inst.warnings))
-        d = decide(view, now=now, pending_gpus=pending, config=config)
+        d = decide(view, now=now, pending_gpus=pending, config=inst.config)
+        named = {"policy_rule": inst.policy_rule} if rules is not None else {}  # no rules, no key
         evidence = d.evidence
         if evidence and evidence.get("episode_cleared"):
             cleared = evidence.get("cleared_warnings")
@@ -229,7 +236,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
             inst.warnings.append(Warning(session=session.id, t=now, rule=d.rule,
                                          reclaim_at=reclaim_at))
             warnings.append({"session": session.id, "t": format_time(now), "rule": d.rule,
-                             "reclaim_at": format_time(reclaim_at)})
+                             "reclaim_at": format_time(reclaim_at), **named})
         elif action == "reclaim":
             inst.reclaimed = True
             inst.samples = []
@@ -237,7 +244,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
             warned = any(w.t < now for w in inst.warnings)  # a warning of this episode came first
             reclaims.append((inst, now, warned, {
                 "session": session.id, "t": format_time(now), "rule": d.rule, "gpus": session.gpus,
-                "gpu_hours_freed": round(freed, 6)}))
+                "gpu_hours_freed": round(freed, 6), **named}))
         elif action != "keep":
             raise ValueError(f"policy returned an unknown action {action!r}")
 
@@ -258,7 +265,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
             flush()
         if isinstance(rec, TraceSession):
             natural_end = min(rec.stopped, end) if rec.stopped is not None else end
-            inst = _Live(rec=rec, natural_end=natural_end)
+            rule, session_config = rules.resolve(rec.session) if rules is not None else (None, config)
+            inst = _Live(rec=rec, natural_end=natural_end, config=session_config, policy_rule=rule)
             live[rec.id] = inst
             instances.append(inst)
         elif isinstance(rec, Pressure):
@@ -278,6 +286,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
     report: dict[str, Any] = {
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
+        **({"policy_rules": rules.names} if rules is not None else {}),
         "warnings": warnings,
         "reclaims": [r for *_, r in reclaims],
         "holds": holds,
@@ -404,36 +413,43 @@ def _jsonable(value: Any) -> Any:
 
 
 def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
-    """A JSON or YAML file of PolicyConfig overrides → the PolicyConfig.
+    """A JSON or YAML file of PolicyConfig overrides → the PolicyConfig, or, when the file
+    has ``rules``, the `policy_rules.PolicyRules` over it.
 
     ``{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h", "exempt_users": ["alice"]}``,
     read as the service reads its options (`policy.from_settings`): durations are seconds
-    or "30m"/"2h"; ``null`` (or 0) where the field allows it (``max_age``). Unknown keys and
-    bad values raise :class:`ConfigError`."""
-    import yaml
-
+    or "30m"/"2h"; ``null`` (or 0) where the field allows it (``max_age``). ``rules``: a list
+    of policy rules as the service's --policy-rules file holds them (docs/policy.md).
+    Unknown keys, bad values and bad rules raise :class:`ConfigError`."""
+    from .datafile import read_data_file
     from .policy_config import PolicyConfig, from_settings
+    from .policy_rules import load_rules
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except OSError as e:
-        raise ConfigError(f"{os.fspath(path)}: cannot read: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{os.fspath(path)}: not JSON or YAML: {e}") from None
+    data = read_data_file(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{os.fspath(path)}: must be an object of PolicyConfig fields")
+    data = dict(data)
+    rules = data.pop(RULES_KEY, None)
     fields = [f.name for f in dataclasses.fields(PolicyConfig)]
     unknown = sorted(str(k) for k in data if k not in fields)
     if unknown:
         raise ConfigError(f"{os.fspath(path)}: unknown policy setting{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(unknown)} (known: {', '.join(sorted(fields))})")
+                          f"{', '.join(unknown)} (known: {', '.join(sorted(fields))}, {RULES_KEY})")
     try:
-        return from_settings(data, base)
+        config = from_settings(data, base)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{os.fspath(path)}: {e}") from None
+    if rules is None:
+        return config
+    try:
+        return load_rules(rules, config)
+    except ConfigError as e:
+        raise ConfigError(f"{os.fspath(path)}: {e}") from None
+
+
+RULES_KEY = "rules"  # a policy file's list of policy rules
 
 
 # --------------------------------------------------------------------------- text report
@@ -452,7 +468,8 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for r in report["reclaims"]:
         lines.append(f"  reclaim {r['session']} at {r['t']} ({r['rule']}): "
-                     f"{r['gpus']} GPU(s), {r['gpu_hours_freed']:.2f} GPU-hours freed")
+                     f"{r['gpus']} GPU(s), {r['gpu_hours_freed']:.2f} GPU-hours freed"
+                     + (f" [policy rule {r['policy_rule']}]" if r.get("policy_rule") else ""))
     for h in report["holds"]:
         lines.append(f"  hold {h['session']} from {h['t']} to {h['last']} ({h['reason']})")
     score = report.get("score")

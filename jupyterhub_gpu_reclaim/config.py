@@ -44,7 +44,9 @@ from traitlets.config import Application
 from . import command_line
 from .errors import ConfigError
 from .oneline import LogFormatter
+from .datafile import read_data_file
 from .policy_config import SETTING_TYPES, PolicyConfig, from_settings, option_of
+from .policy_rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings
 
 CONFIG_FILE = "gpu_reclaim_config.py"
@@ -271,6 +273,18 @@ class GpuReclaim(Application):
             return from_settings({field: self.option(option) for option, field in POLICY_OPTIONS.items()})
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
+
+    def load_policy_rules(self, base: PolicyConfig) -> PolicyRules:
+        """The rules of the --policy-rules file over `base` (none without one). Raises
+        ConfigError naming the file and the rule."""
+        path = self.option("policy_rules")
+        if not path:
+            return PolicyRules(base)
+        try:
+            return load_rules(read_data_file(path), base)
+        except ConfigError as e:
+            raise ConfigError(f"--policy-rules {e}" if str(e).startswith(path) else
+                              f"--policy-rules {path}: {e}") from None
 
 
 def _policy_message(text: str) -> str:

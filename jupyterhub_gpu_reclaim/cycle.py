@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .observations import Decision, Intent, Sample, Session
+from .policy_config import PolicyConfig
 from .signals.hub import HubServer
 from .signals.pods import PodInfo, PodSnapshot
 
@@ -63,6 +64,8 @@ class Observed:
     session: Session
     sample: Sample
     pod: PodInfo | None
+    policy_rule: str | None = None  # the policy rule that matched the session (None: the base policy)
+    policy: PolicyConfig | None = None  # the session's policy: the rule's, else the base policy
 
 
 @dataclass

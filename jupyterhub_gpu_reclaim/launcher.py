@@ -32,6 +32,7 @@ from .cycle import Options
 from .errors import ConfigError, ServiceError
 from .metrics import Metrics
 from .notify import Dispatcher, make_notifiers, redact_url
+from .policy_rules import Match
 from .service import Reclaimer
 from .settings import ServiceSettings
 from .signals.base import SignalError, hide_password
@@ -42,7 +43,7 @@ from .store.base import StoreError
 log = logging.getLogger("jupyterhub_gpu_reclaim.launcher")
 
 
-_DERIVED = frozenset({"policy", "options", "ssl_context"})
+_DERIVED = frozenset({"policy", "rules", "options", "ssl_context"})
 _SECRET_KEYS = frozenset({"password", "headers", "token"})
 
 
@@ -76,7 +77,9 @@ def _option_values(app: GpuReclaim) -> dict[str, Any]:
 def service_settings(app: GpuReclaim) -> ServiceSettings:
     """The settings `app` describes, checked as far as they can be before running;
     ConfigError names the first bad one."""
-    s = ServiceSettings(policy=app.policy_config(), options=Options(), ssl_context=None, **_option_values(app))
+    policy = app.policy_config()
+    s = ServiceSettings(policy=policy, rules=app.load_policy_rules(policy), options=Options(), ssl_context=None,
+                        **_option_values(app))
     if not s.url:
         raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
     if not s.url.startswith(("http://", "https://")):
@@ -104,6 +107,13 @@ def service_settings(app: GpuReclaim) -> ServiceSettings:
                       record_retention=dt.timedelta(seconds=s.record_retention))
     return dataclasses.replace(s, options=options,
                                ssl_context=_ssl_context(s.internal_certs_location) if s.ssl_enabled else None)
+
+
+def _criteria(match: Match) -> str:
+    """A rule's match as logged: its given criteria ("any" for none)."""
+    given = {f.name: sorted(v) if isinstance(v, frozenset) else v
+             for f in dataclasses.fields(match) if (v := getattr(match, f.name))}
+    return ", ".join(f"{k}={v}" for k, v in given.items()) or "any"
 
 
 def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
@@ -174,7 +184,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
                             copy_admins=s.copy_admins, users_in_dry_run=s.notify_users_in_dry_run,
                             dry_run=s.options.dry_run)
     return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
-                     store=store, policy=s.policy, options=s.options, metrics=metrics)
+                     store=store, policy=s.policy, options=s.options, metrics=metrics, rules=s.rules)
 
 
 async def serve(settings: ServiceSettings) -> None:
@@ -256,6 +266,8 @@ def run_app(argv: Sequence[str] | None = None,
                      if settings.dry_run else "")
         for name, value in loggable_settings(app).items():
             app.log.info("  %s = %r", name, value)
+        for rule in settings.rules.rules:
+            app.log.info("  policy rule %r: %s -> %s", rule.name, _criteria(rule.match), rule.overrides)
         # the modules' loggers write through the application's handler and format
         package = logging.getLogger("jupyterhub_gpu_reclaim")
         # traitlets types the Enum as object; Application's observer has made it a level number

@@ -52,6 +52,7 @@ class Session:
     admin: bool = False
     profile: str = ""
     groups: frozenset[str] = frozenset()
+    gpu_type: str = ""  # the GPU product the pod asked for (its nodeSelector), "" when unknown
 
 
 @dataclass(frozen=True)

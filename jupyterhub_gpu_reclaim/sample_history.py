@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Sequence
 
 from .observations import Sample, Session
 from .policy import retained_samples
@@ -25,17 +26,19 @@ EPSILON = dt.timedelta(microseconds=1)
 
 
 class SampleHistory:
-    def __init__(self, policy: PolicyConfig, cycle_interval: dt.timedelta) -> None:
-        self.policy = policy
+    def __init__(self, policy: PolicyConfig, cycle_interval: dt.timedelta,
+                 rule_policies: Sequence[PolicyConfig] = ()) -> None:
+        self.policy = policy  # a session's own (`add`) may be a policy rule's
+        self.all_policies = (policy, *rule_policies)
         self.max_gap = cycle_interval + policy.stale_after
         self._samples: dict[str, tuple[dt.datetime, list[Sample]]] = {}  # sid → (its start, its samples)
         self.recorded: set[tuple[str, dt.datetime]] = set()  # sessions (sid, start) the store has a line of
 
     def restore(self, store: Store, now: dt.datetime, lookback: dt.timedelta | None = None) -> None:
         """Reload the samples the store recorded in the last `lookback` (by default as far
-        back as any rule of the policy looks)."""
-        p = self.policy
-        lookback = lookback or 2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead + p.stale_after
+        back as any rule of any of the policies looks)."""
+        lookback = lookback or max(2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead
+                                   + p.stale_after for p in self.all_policies)
         n = 0
         for rec in export_records(store, since=now - lookback, until=now, intents=False):
             if isinstance(rec, TraceSession):
@@ -47,8 +50,10 @@ class SampleHistory:
         if n:
             log.info("restored %d samples of %d sessions from %s", n, len(self._samples), store.name)
 
-    def add(self, session: Session, sample: Sample, now: dt.datetime) -> tuple[Sample, ...]:
-        """The session's retained history with `sample` appended (a marker first after a gap)."""
+    def add(self, session: Session, sample: Sample, now: dt.datetime,
+            policy: PolicyConfig | None = None) -> tuple[Sample, ...]:
+        """The session's retained history with `sample` appended (a marker first after a gap),
+        trimmed by the session's `policy` (default: the base policy)."""
         started, kept = self._samples.get(session.id, (session.started, []))
         if started != session.started:
             kept = []  # a new instance under the same name
@@ -56,7 +61,7 @@ class SampleHistory:
         if session.gpus and (last if last is not None else session.started) < now - self.max_gap:
             kept.append(Sample(t=now - EPSILON, gpu_util=None, kernels=None, terminals=None))
         kept.append(sample)
-        kept = list(retained_samples(kept, now=now, config=self.policy, gpus=session.gpus))
+        kept = list(retained_samples(kept, now=now, config=policy or self.policy, gpus=session.gpus))
         self._samples[session.id] = (session.started, kept)
         return tuple(kept)
 

@@ -6,8 +6,8 @@
   utilization, build one `Session` and `Sample` per server, and probe the kernels of GPU
   sessions whose GPUs look idle;
 * decide (`_decide`): take a keep-alive from the spawn form as the first intent, ask the
-  policy about each session (with its history, intent and warnings), apply admins'
-  exemptions;
+  policy about each session (with its history, intent and warnings, under the settings
+  of the first policy rule that matches it, `policy_rules.py`), apply admins' exemptions;
 * act (`_act`): record the changed decisions, publish the pages' status (`status.py`),
   warn, set the state metrics, record the observations, and begin the stops
   (`stops.py`, through the hub API only).
@@ -47,6 +47,7 @@ from .observations import Decision, Sample, Session, SessionView, Warning
 from .oneline import brief
 from .policy import IDLE_RULES, decide
 from .policy_config import PolicyConfig
+from .policy_rules import PolicyRules
 from .sample_history import SampleHistory
 from .signals.base import SignalError
 from .signals.hub import HubServer
@@ -85,18 +86,19 @@ class Reclaimer:
     def __init__(self, *, hub: HubSource, pods: PodSource, gpu: GpuSource | None,
                  kernels: KernelSource | None, stopper: HubStopper, dispatcher: Dispatcher,
                  store: Store, policy: PolicyConfig, options: Options | None = None,
-                 metrics: Metrics | None = None,
+                 metrics: Metrics | None = None, rules: PolicyRules | None = None,
                  clock: Callable[[], dt.datetime] = utcnow) -> None:
         self.hub, self.pods, self.gpu, self.kernels = hub, pods, gpu, kernels
         self.stopper, self.dispatcher, self.store = stopper, dispatcher, store
-        self.policy = policy
+        self.policy = policy  # the base policy; a session a policy rule matches has the rule's
+        self.rules = rules if rules is not None else PolicyRules(policy)
         self.options = options or Options()
         self.metrics = metrics or Metrics()
         self.clock = clock
         self.metrics.dry_run.set(1 if self.options.dry_run else 0)
         self.metrics.cycle_interval.set(self.options.cycle_interval.total_seconds())
         self.metrics.last_successful_cycle.set(time.time())  # what "no cycle succeeded for" counts from
-        self.history = SampleHistory(policy, self.options.cycle_interval)
+        self.history = SampleHistory(policy, self.options.cycle_interval, self.rules.configs[1:])
         self.stops = Stops(stopper=stopper, store=store, metrics=self.metrics, policy=policy, clock=clock,
                            dry_run=self.options.dry_run, cull_users=self.options.cull_users,
                            notify=self._notify, forget=self.history.forget)
@@ -197,14 +199,15 @@ class Reclaimer:
             except Exception as e:
                 session = Session(id=sid, user=srv.user, server=srv.name, gpus=0, started=now)
                 sample, hold = Sample(t=now, gpu_util=None), self._session_error(sid, e, report)
-            seen.sessions[sid] = Observed(srv, session, sample, pod)
+            rule, policy = self.rules.resolve(session)
+            seen.sessions[sid] = Observed(srv, session, sample, pod, rule, policy)
             if hold is not None:
                 seen.held[sid] = hold
             if session.gpus:
                 report.gpu_sessions += 1
                 util = sample.gpu_util
                 if (hold is None and self.kernels is not None and util is not None and len(util) == session.gpus
-                        and all(u is not None and u < self.policy.gpu_idle_threshold for u in util)):
+                        and all(u is not None and u < policy.gpu_idle_threshold for u in util)):
                     probe.append(sid)  # GPU-idle: only then is a busy kernel worth asking about
 
         if probe:
@@ -239,7 +242,7 @@ class Reclaimer:
         session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
                           started=srv.started or (pod.created if pod else None) or now,
                           admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
-                          groups=frozenset(srv.groups))
+                          groups=frozenset(srv.groups), gpu_type=pod.gpu_type if pod else "")
         util = mem = None
         if pod is not None and gpus and readings is not None:
             reading = readings.get((pod.namespace, pod.name))
@@ -355,10 +358,12 @@ class Reclaimer:
                         pending_gpus: int, now: dt.datetime, report: CycleReport) -> Decision:
         """The policy's decision for one session, with its history, intent and warnings, an
         admin's exemption applied; a finished idle episode's warnings are closed."""
-        sid, session = o.session.id, o.session
-        samples = self.history.add(session, o.sample, now)
+        sid, session, policy = o.session.id, o.session, o.policy or self.policy
+        samples = self.history.add(session, o.sample, now, policy)
         view = SessionView(session=session, samples=samples, intent=decided.intents.get(sid), warnings=warnings)
-        d = decide(view, now=now, pending_gpus=pending_gpus, config=self.policy)
+        d = decide(view, now=now, pending_gpus=pending_gpus, config=policy)
+        if self.rules.rules:  # which rule's settings decided (None: the base policy); no rules, no key
+            d = replace(d, evidence={**d.evidence, "policy_rule": o.policy_rule})
         d = _exempted(d, decided.exemptions.get(sid))
         if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
             d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})

@@ -21,6 +21,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, List, TraitType, Unicode
 
 from .durations import parse_duration
 from .policy_config import PolicyConfig
+from .policy_rules import PolicyRules
 from .signals.gpu_readings import PodLabel
 from .signals.prometheus import DEFAULT_QUERY
 from .store.base import DEFAULT_URL as DEFAULT_STORE_URL
@@ -66,6 +67,7 @@ class ServiceSettings:
 
     # derived by the launcher
     policy: PolicyConfig  # the GPU policy's options and idle-culler's timeout rule
+    rules: PolicyRules  # --policy-rules over `policy`
     options: Options  # what the cycle needs beyond the policy
     ssl_context: ssl.SSLContext | None  # --ssl-enabled: internal-ssl's client certificate and CA
 
@@ -168,6 +170,14 @@ class ServiceSettings:
         Warnings go to the admins only. The recommended first step of a rollout:
         run with --dry-run for a while, read what it would have reclaimed, then turn
         it off. Default off (the service reclaims, as idle-culler culls).
+        """)
+
+    policy_rules: str = _option(Unicode, "", help="""
+        A YAML or JSON file of policy rules: GPU policy settings by profile, GPU type,
+        group, user, or default/named server, each overriding the options here for the
+        sessions it matches; first match wins (docs/policy.md, "Rules by profile and
+        group"). Checked at start: a bad rule stops the service with its name. Empty
+        (default): every session has the options here.
         """)
 
     api_token: str = _option(Unicode, command_line=False, secret=True, help="""

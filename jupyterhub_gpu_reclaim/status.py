@@ -56,6 +56,7 @@ class SessionStatus:
     rule: str | None = None
     reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    policy_rule: str | None = None  # the policy rule whose settings decided (None: the base policy)
     reclaim_at: dt.datetime | None = None
     warned_at: dt.datetime | None = None
     intent_until: dt.datetime | None = None  # capped at max_keepalive from when it was set
@@ -129,7 +130,7 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         util_max=[max(g) if g else None for g in per_gpu],
         spark=spark[-SPARK_POINTS:], kernels=kernels, hub_last_activity=hub_last_activity,
         action=d.action if d else None, rule=d.rule if d else None, reason=d.reason if d else None,
-        evidence=dict(d.evidence) if d else {},
+        evidence=dict(d.evidence) if d else {}, policy_rule=d.evidence.get("policy_rule") if d else None,
         reclaim_at=warnings[-1].reclaim_at if warnings else (d.reclaim_at if d else None),
         warned_at=warnings[-1].t if warnings else None,
         intent_until=min(intent.until, intent.set_at + max_keepalive) if intent else None,

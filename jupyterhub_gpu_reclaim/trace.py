@@ -16,8 +16,8 @@ Choices the format leaves open, made here:
 - Timestamps are RFC 3339 with an offset (``Z`` or ``+00:00``; other offsets are converted
   to UTC); a timestamp without an offset is rejected.
 - A ``session`` line needs ``id``, ``user``, ``server``, ``gpus`` and ``started``;
-  ``stopped`` (default null), ``admin`` (false), ``profile`` ("") and ``groups`` ([]) may be
-  left out, and so may ``scenario`` (a string: the kind of session, written by the trace
+  ``stopped`` (default null), ``admin`` (false), ``profile`` (""), ``groups`` ([]) and
+  ``gpu_type`` ("": the GPU product the pod asked for, for policy rules) may be left out, and so may ``scenario`` (a string: the kind of session, written by the trace
   generator, ``tracegen``; the backtest scores each kind apart). An ``id`` may appear again
   (the user restarted the server) once the earlier session with that id has stopped, at or
   before the new ``started``.
@@ -334,7 +334,7 @@ class _Reader:
         record = TraceSession(
             session=Session(id=sid, user=user, server=server, gpus=gpus, started=started,
                             admin=_bool(obj, "admin", False), profile=_str(obj, "profile", ""),
-                            groups=frozenset(groups)),
+                            groups=frozenset(groups), gpu_type=_str(obj, "gpu_type", "")),
             stopped=stopped,
             scenario=scenario,
         )
@@ -461,6 +461,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
                "stopped": format_time(record.stopped) if record.stopped else None}
         if s.groups:
             out["groups"] = sorted(s.groups)
+        if s.gpu_type:
+            out["gpu_type"] = s.gpu_type
         if record.scenario is not None:
             out["scenario"] = record.scenario
         return out

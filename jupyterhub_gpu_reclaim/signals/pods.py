@@ -33,6 +33,8 @@ USER_KEY = "hub.jupyter.org/username"
 SERVER_KEY = "hub.jupyter.org/servername"
 # "keep alive until" from the spawn form (GPUReclaimSpawner writes it; ISO 8601 UTC)
 KEEPALIVE_ANNOTATION = "jupyterhub-gpu-reclaim/keepalive-until"
+# GPU feature discovery's node label; a profile that picks a GPU type selects on it
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class PodInfo:
     created: dt.datetime | None
     unschedulable: str | None  # the scheduler's message while PodScheduled is False
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
+    gpu_type: str = ""  # its nodeSelector's GPU_PRODUCT_LABEL: read from the pod, no node lookup
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
@@ -128,6 +131,8 @@ def pod_info(pod: Any) -> PodInfo:
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
             unschedulable=unschedulable,
             keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
+            gpu_type=entry_field(entry_field(spec, "nodeSelector", dict, {}), GPU_PRODUCT_LABEL, str, "",
+                                 max_length=253),
         )
     except ValueError as e:  # ipaddress' errors are ValueErrors too
         return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,

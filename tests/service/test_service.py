@@ -17,6 +17,7 @@ from jupyterhub_gpu_reclaim.metrics import Metrics
 from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.observations import Kernel
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy_rules import PolicyRules, load_rules
 from jupyterhub_gpu_reclaim.service import Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
@@ -121,8 +122,8 @@ class FakeStopper:
 
 
 class Harness(CycleRecorder):
-    def __init__(self, tmp_path, *, policy: PolicyConfig | None = None, gpu: bool = True,
-                 kernels: bool = True, step: dt.timedelta = STEP, **options) -> None:
+    def __init__(self, tmp_path, *, policy: PolicyConfig | None = None, rules: PolicyRules | None = None,
+                 gpu: bool = True, kernels: bool = True, step: dt.timedelta = STEP, **options) -> None:
         self.now = [START]
         self.step = step
         self.hub, self.pods = FakeHub(), FakePods()
@@ -131,6 +132,7 @@ class Harness(CycleRecorder):
         self.stopper = FakeStopper(self.hub, self.pods)
         self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
         self.policy = policy or PolicyConfig()
+        self.rules = rules
         self.options = options
         self.reports: list = []
         self.dispatcher = self.reclaimer = self.metrics = None
@@ -148,7 +150,7 @@ class Harness(CycleRecorder):
             hub=self.hub, pods=self.pods, gpu=self.gpu, kernels=self.kernels, stopper=self.stopper,
             dispatcher=self.dispatcher, store=self.store, policy=self.policy,
             options=Options(cycle_interval=self.step, **self.options), metrics=self.metrics,
-            clock=self.clock)
+            rules=self.rules, clock=self.clock)
         return self.reclaimer
 
     def add(self, user: str, *, gpus: int | None = 1, util=(0.0,), name: str = "",
@@ -576,3 +578,51 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     await h.run_until(at(40))
     assert h.reclaimer.status.skipped == "hub" and h.reclaimer.status.t == at(35)
     assert sid in h.reclaimer.status.sessions
+
+
+async def test_policy_rules_by_profile_and_group_time_each_session_apart(harness):
+    """Two profiles under different idle timings, a group rule ahead of them (first match
+    wins) and a session no rule matches (the options): each is warned and reclaimed on its
+    own clock, and its decisions name the rule."""
+    rules = load_rules([
+        {"name": "course", "match": {"groups": ["course-101"]},
+         "set": {"idle_warn_after": "30m", "idle_reclaim_after": "45m"}},
+        {"name": "gpu-short", "match": {"profiles": ["gpu-short"]},
+         "set": {"idle_warn_after": "20m", "idle_reclaim_after": "40m"}},
+        {"name": "gpu-long", "match": {"profiles": ["gpu-long"]},
+         "set": {"idle_warn_after": "90m", "idle_reclaim_after": "150m"}},
+    ], PolicyConfig())
+    h = harness(rules=rules)
+    short = h.add("alice", user_options={"profile": "gpu-short"})
+    long = h.add("bob", user_options={"profile": "gpu-long"})
+    course = h.add("carol", user_options={"profile": "gpu-long"}, groups=("course-101",))
+    default = h.add("dave")
+
+    def each(t):  # every GPU used until 10 min, idle after
+        for user in ("alice", "bob", "carol", "dave"):
+            h.set_util(user, (60.0,) if t <= at(10) else (0.0,))
+
+    await h.run_until(at(25), each)
+    status = h.reclaimer.status.sessions
+    assert {sid: status[sid].policy_rule for sid in (short, long, course, default)} == {
+        short: "gpu-short", long: "gpu-long", course: "course", default: None}
+    await h.run_until(at(170), each)
+
+    # idle since 10 min: the rule's idle_warn_after, then its idle_reclaim_after
+    assert (h.warned(short), h.stopped(short)) == ([at(30)], [at(50)])
+    assert (h.warned(course), h.stopped(course)) == ([at(40)], [at(55)])
+    assert (h.warned(default), h.stopped(default)) == ([at(70)], [at(130)])  # the options: 60 / 120 min
+    assert (h.warned(long), h.stopped(long)) == ([at(100)], [at(160)])
+    for sid, name in ((short, "gpu-short"), (long, "gpu-long"), (course, "course"), (default, None)):
+        assert {r.decisions[sid].evidence["policy_rule"] for r in h.reports if sid in r.decisions} == {name}
+    reclaims = {r.session: r for r in h.store.reclaims()}
+    assert reclaims[short].rule == "gpu-idle" and reclaims[short].evidence["policy_rule"] == "gpu-short"
+    assert reclaims[default].evidence["policy_rule"] is None
+
+
+async def test_without_policy_rules_the_evidence_has_no_rule_key(harness):
+    h = harness()
+    sid = h.add("alice", user_options={"profile": "gpu-short"})
+    await h.run_until(at(10))
+    assert all("policy_rule" not in r.decisions[sid].evidence for r in h.reports)
+    assert h.reclaimer.status.sessions[sid].policy_rule is None

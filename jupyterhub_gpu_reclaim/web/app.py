@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
 from jupyterhub.services.auth import HubAuth
@@ -49,7 +49,8 @@ def _cookie_secret(path: str) -> bytes:
 
 def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
              hub_auth: HubAuth | None = None, *, reclaimer: Reclaiming | None = None,
-             policy: PolicyConfig | None = None, admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
+             policy: PolicyConfig | None = None, policy_rules: Sequence[str] = (),
+             admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
              cookie_secret_file: str = "", hub_prefix: str = "/hub/",
              writes_per_minute: int) -> web.Application:
     """The routes; `writes_per_minute`: --user-writes-per-minute."""
@@ -63,7 +64,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
         # top-level navigations, which the OAuth redirects from the hub are; admins may override
         hub_auth.cookie_options = {"samesite": "Lax", **hub_auth.cookie_options}
         ctx = Context(metrics=metrics, prefix=prefix, store=store, hub_auth=hub_auth, reclaimer=reclaimer,
-                      policy=policy, admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix,
+                      policy=policy, policy_rules=tuple(policy_rules), admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix,
                       limiter=WriteLimiter(writes_per_minute))
         c = {"ctx": ctx}
         session = r"([^/]+)/([^/]*)"

@@ -51,6 +51,7 @@ class Context:
     hub_auth: HubAuth | None = None
     reclaimer: Reclaiming | None = None  # service.Reclaimer: its status and stops
     policy: PolicyConfig | None = None
+    policy_rules: tuple[str, ...] = ()  # their names, in order (--policy-rules)
     admin_scope: str = "custom:gpu-reclaim:admin"
     dry_run: bool = False
     hub_prefix: str = "/hub/"
@@ -307,6 +308,8 @@ class Base(HubOAuthenticated, RedactedLogs):
             "warning_lead": human(p.warning_lead.total_seconds()),
             "max_keepalive": human(p.max_keepalive.total_seconds()),
         }
+        if self.ctx.policy_rules:
+            policy["policy_rules"] = ", ".join(self.ctx.policy_rules) + " (first match wins)"
         return {"t": status.t, "skipped": status.skipped, "dry_run": self.ctx.dry_run,
                 "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
                 "totals": totals, "policy": policy,

@@ -40,14 +40,15 @@ class Trace:
         self.step = step
         self.events: list[tuple[dt.datetime, int, dict]] = []
 
-    def session(self, sid, *, start=0, stop=None, gpus=1, sample=None, admin=False):
-        """`sample(minute) -> dict` of sample fields (gpu_util, kernels, hub_last_activity)."""
+    def session(self, sid, *, start=0, stop=None, gpus=1, sample=None, admin=False, profile="a100", **fields):
+        """`sample(minute) -> dict` of sample fields (gpu_util, kernels, hub_last_activity);
+        `fields`: more of the session line's (groups, gpu_type)."""
         started = at(start)
         stopped = at(stop) if stop is not None else None
         self.events.append((started, 0, {
             "kind": "session", "id": sid, "user": sid.split("/")[0], "server": sid.split("/")[1],
-            "admin": admin, "gpus": gpus, "profile": "a100", "started": ts(started),
-            "stopped": ts(stopped) if stopped else None}))
+            "admin": admin, "gpus": gpus, "profile": profile, "started": ts(started),
+            "stopped": ts(stopped) if stopped else None, **fields}))
         last = stopped or self.end
         m = start
         while at(m) < last:

@@ -224,6 +224,16 @@ def test_dump_record_is_one_line():
     assert "\n" not in line and json.loads(line)["session"] == "alice/"
 
 
+def test_a_session_may_carry_its_gpu_type():
+    """Optional (policy rules match on it): written only when known, read back as written."""
+    (_, plain) = loads_trace(text(GOOD_HEAD[0], GOOD_HEAD[1]))
+    assert plain.session.gpu_type == "" and "gpu_type" not in json.loads(dump_record(plain))
+    (_, typed) = loads_trace(text(GOOD_HEAD[0], {**GOOD_HEAD[1], "gpu_type": "NVIDIA-H100-80GB-HBM3"}))
+    assert typed.session.gpu_type == "NVIDIA-H100-80GB-HBM3"
+    assert json.loads(dump_record(typed))["gpu_type"] == "NVIDIA-H100-80GB-HBM3"
+    bad([GOOD_HEAD[0], {**GOOD_HEAD[1], "gpu_type": 7}], "gpu_type must be a string")
+
+
 def test_restarted_session_id_is_a_new_session():
     first = dict(GOOD_HEAD[1], stopped="2026-11-02T09:30:00Z")
     again = dict(GOOD_HEAD[1], started="2026-11-02T10:00:00Z")

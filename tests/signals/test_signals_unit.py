@@ -521,6 +521,15 @@ def test_pod_info_reads_kubespawner_pods():
     assert not pod_info(k8s_pod("jupyter-g", "g", ready=False)).ready
 
 
+def test_pod_info_reads_the_gpu_type_a_profile_selects():
+    """A profile that picks a GPU type puts GPU feature discovery's product label in the
+    pod's nodeSelector: policy rules match on it, with no read of the node."""
+    pod = k8s_pod("jupyter-h", "h")
+    assert pod_info(pod).gpu_type == ""
+    pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "pool": "gpu"}
+    assert pod_info(pod).gpu_type == "NVIDIA-A100-SXM4-80GB"
+
+
 def test_pod_signal_applies_watch_events_and_counts_demand():
     signal = PodSignal("jhub")
     with pytest.raises(SignalError):

@@ -101,6 +101,13 @@ def test_admin_page_escapes_names():
     assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&#39;" in page
 
 
+def test_admin_page_shows_each_sessions_policy_rule_escaped():
+    ruled = info(session="bob/", user="bob", policy_rule='gpu-<b>short</b>', evidence={"policy_rule": "x"})
+    page = render_admin(False, [session_json(info(), NOW), session_json(ruled, NOW)])
+    assert page.count('class="policy-rule"') == 1  # alice has the base policy: no badge
+    assert "rules: gpu-&lt;b&gt;short&lt;/b&gt;" in page and "<b>short" not in page
+
+
 def test_access_log_hides_secret_query_values(caplog):
     from unittest import mock
 

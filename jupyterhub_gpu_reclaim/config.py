@@ -42,9 +42,9 @@ from traitlets import Bool, Float, Set, TraitError, TraitType, Unicode, default,
 from traitlets.config import Application
 
 from . import command_line
+from .datafile import read_data_file
 from .errors import ConfigError
 from .oneline import LogFormatter
-from .datafile import read_data_file
 from .policy_config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy_rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings

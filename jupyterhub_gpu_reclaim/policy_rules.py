@@ -1,4 +1,4 @@
-"""Policy rules: per-profile, per-group (...) policy settings without code.
+"""Policy rules: policy settings by profile, GPU type, group, user or server, without code.
 
 An ordered list of rules, each a `Match` on the session (profile, GPU type, group, user,
 default or named server) and the settings it overrides; the first rule that matches a
@@ -57,6 +57,8 @@ class Match:
 
 @dataclass(frozen=True)
 class PolicyRule:
+    """One rule as loaded: what it matches, its settings as written, and the policy they make."""
+
     name: str
     match: Match
     overrides: dict[str, Any]  # the settings as written

@@ -36,7 +36,7 @@ class SampleHistory:
 
     def restore(self, store: Store, now: dt.datetime, lookback: dt.timedelta | None = None) -> None:
         """Reload the samples the store recorded in the last `lookback` (by default as far
-        back as any rule of any of the policies looks)."""
+        back as any rule of the policy looks, under the base settings or any policy rule's)."""
         lookback = lookback or max(2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead
                                    + p.stale_after for p in self.all_policies)
         n = 0

@@ -626,3 +626,22 @@ async def test_without_policy_rules_the_evidence_has_no_rule_key(harness):
     await h.run_until(at(10))
     assert all("policy_rule" not in r.decisions[sid].evidence for r in h.reports)
     assert h.reclaimer.status.sessions[sid].policy_rule is None
+
+
+async def test_after_a_restart_the_history_reaches_back_as_far_as_a_policy_rule_needs(harness):
+    """A rule's longer timings need older samples than the options do: a restart reloads
+    them, so the GPU's last use is still seen (not mistaken for a GPU never used)."""
+    rules = load_rules([{"name": "long", "match": {"profiles": ["gpu-long"]},
+                         "set": {"idle_warn_after": "5h", "idle_reclaim_after": "6h"}}], PolicyConfig())
+    h = harness(rules=rules)
+    sid = h.add("alice", user_options={"profile": "gpu-long"})
+
+    def each(t):
+        h.set_util("alice", (60.0,) if t <= at(10) else (0.0,))
+
+    await h.run_until(at(hours=5, minutes=30), each)
+    assert h.warned(sid) == [at(hours=5, minutes=10)] and h.stopped(sid) == []
+    h.new_reclaimer()  # the options' own lookback (4 h 20 min) would miss the use at 10 min
+    await h.run_until(at(hours=6, minutes=30), each)
+    assert h.stopped(sid) == [at(hours=6, minutes=10)]
+    assert {r.decisions[sid].rule for r in h.reports if sid in r.decisions and r.t > at(10)} == {"gpu-idle"}

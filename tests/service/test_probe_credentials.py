@@ -123,7 +123,10 @@ async def scene(hub):
         await api.stop("mallory")
         await api.start("mallory", "gpu-1")
         await api.wait_ready("mallory")
-        cell = asyncio.create_task(api.run_code("mallory", "import time; time.sleep(900)", timeout=1000))
+        # the GPU used a little, then a cell runs on (a busy kernel after GPU use is kept)
+        cell = asyncio.create_task(api.run_code(
+            "mallory", "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=60, seconds=15); "
+                       "import time; time.sleep(900)", timeout=1000))
 
         async def probed() -> bool:
             records = await captured(api)

@@ -67,7 +67,11 @@ async def scene(hub, sim, webhook):
         await asyncio.gather(*(api.wait_ready(u) for u in ("carol", "dave", "erin", "bob")))
         await api.run_code("carol", "from gpu_reclaim_sim.gpu import use_gpu; "
                                     "use_gpu(percent=85, seconds=900, block=False)")
-        tasks.append(asyncio.create_task(api.run_code("dave", "import time; time.sleep(900)", timeout=1000)))
+        # dave's cell uses the GPU a little, then runs on without it (a busy kernel after
+        # GPU use is work; CPU work on a GPU nothing ran on would not be)
+        tasks.append(asyncio.create_task(api.run_code(
+            "dave", "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=60, seconds=15); "
+                    "import time; time.sleep(900)", timeout=1000)))
         now = dt.datetime.now(UTC)
         with Store.open(hub.info["store"]) as store:
             store.set_intent("erin/", until=now + dt.timedelta(minutes=10), set_at=now, by="erin")

@@ -140,19 +140,21 @@ class _Gap:
     bridged: bool
 
 
-def _idle_and_quiet(sample: Sample, gpus: int, threshold: float) -> bool:
-    util = _gpu_util(sample, gpus)
+_Util = tuple[float, ...] | str  # what _gpu_util says of one sample
+
+
+def _idle_and_quiet(sample: Sample, util: _Util, threshold: float) -> bool:
     return (not isinstance(util, str) and all(u < threshold for u in util)
             and sample.kernels is not None and not _kernel_busy(sample))
 
 
-def _bridges(before: Sample, after: Sample, gpus: int, config: PolicyConfig) -> bool:
+def _bridges(before: Sample, after: Sample, utils: tuple[_Util, _Util], config: PolicyConfig) -> bool:
     """Whether the data on both sides of a gap proves the session idle across it: GPUs idle
     and no kernel busy on both sides, no kernel or terminal active since `before`, and the
     same number of kernels (a kernel started or shut down in the gap is someone's action)."""
     if after.t - before.t > config.bridge_gaps_up_to:
         return False
-    if not all(_idle_and_quiet(x, gpus, config.gpu_idle_threshold) for x in (before, after)):
+    if not all(_idle_and_quiet(x, u, config.gpu_idle_threshold) for x, u in zip((before, after), utils, strict=True)):
         return False
     assert before.kernels is not None and after.kernels is not None
     if len(after.kernels) != len(before.kernels) or after.terminals is None:
@@ -161,17 +163,19 @@ def _bridges(before: Sample, after: Sample, gpus: int, config: PolicyConfig) -> 
     return all(t is not None and t <= before.t for t in activity)
 
 
-def _gaps(samples: list[Sample], gpus: int, config: PolicyConfig) -> list[_Gap]:
+def _gaps(samples: list[Sample], utils: list[_Util], config: PolicyConfig) -> list[_Gap]:
+    """The gaps in the GPU data, from each sample's `_gpu_util` (`utils`)."""
     gaps: list[_Gap] = []
     before: int | None = None
     first: int | None = None
-    for k, s in enumerate(samples):
-        if isinstance(_gpu_util(s, gpus), str):
+    for k, util in enumerate(utils):
+        if isinstance(util, str):
             if first is None:
                 first = k
             continue
         if first is not None:
-            bridged = before is not None and _bridges(samples[before], s, gpus, config)
+            bridged = before is not None and _bridges(
+                samples[before], samples[k], (utils[before], util), config)
             gaps.append(_Gap(before, first, k - 1, k, bridged))
             first = None
         before = k
@@ -206,13 +210,13 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
     window_start = now - config.idle_reclaim_after
     threshold = config.gpu_idle_threshold
     touched = min(threshold, TOUCHED)
-    for s in samples:
+    utils = [_gpu_util(s, gpus) for s in samples]
+    for s, util in zip(samples, utils, strict=True):
         in_window = s.t > window_start
         if in_window:
             h.window_samples += 1
         if _kernel_busy(s):
             h.last_busy = s.t
-        util = _gpu_util(s, gpus)
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):
@@ -224,7 +228,7 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
             top = h.window_max[i]
             if in_window and (top is None or u > top):
                 h.window_max[i] = float(u)
-    unbridged, bridged = _last_gaps(_gaps(samples, gpus, config))
+    unbridged, bridged = _last_gaps(_gaps(samples, utils, config))
     if unbridged is not None:
         h.last_unknown = samples[unbridged.last].t
     if bridged is not None:
@@ -252,21 +256,22 @@ def retained_samples(
     keep: set[int] = set()
     last_used: list[int | None] = [None] * gpus
     last_busy = last_touched = None
-    for k, s in enumerate(samples):
+    touched = min(config.gpu_idle_threshold, TOUCHED)
+    utils = [_gpu_util(s, gpus) for s in samples]
+    for k, (s, util) in enumerate(zip(samples, utils, strict=True)):
         if s.t > window_start:
             keep.add(k)
             continue
         if _kernel_busy(s):
             last_busy = k
-        util = _gpu_util(s, gpus)
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):
-            if u >= min(config.gpu_idle_threshold, TOUCHED):
+            if u >= touched:
                 last_touched = k
             if u >= config.gpu_idle_threshold:
                 last_used[i] = k
-    gaps = _gaps(samples, gpus, config)
+    gaps = _gaps(samples, utils, config)
     unbridged, bridged = _last_gaps(gaps)
     keep.update(k for k in (*last_used, last_busy, last_touched, unbridged.last if unbridged else None,
                             bridged.first if bridged else None) if k is not None)

@@ -205,7 +205,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
         samples = inst.samples
         samples.append(sample)
         if compact and retain is not None and len(samples) > inst.trim_at:
-            samples[:] = retain(samples, now=now, config=inst.config, gpus=session.gpus)
+            samples[:] = retain(samples, now=now, config=inst.config, gpus=session.gpus,
+                                shared=session.gpu_shared)
             inst.trim_at = 2 * len(samples) + 32
         view = SessionView(session=session, samples=tuple(samples), intent=inst.intent,
                            warnings=tuple(inst.warnings))

@@ -59,15 +59,19 @@ def _evidence_lines(ev: Mapping[str, Any]) -> list[str]:
     lines = []
     if ev.get("idle_since"):
         lines.append(f"  - idle since: {ev['idle_since']}")
-    if ev.get("never_used"):
+    shared = bool(ev.get("gpu_shared"))  # its utilization is everyone's on the GPU: not the server's
+    if shared:
+        lines.append("  - the GPU is shared with other servers (time-sliced): its utilization is not "
+                     "this server's alone, so only the server's kernels and terminals count")
+    elif ev.get("never_used"):
         lines.append("  - the GPU has not been used since the server started")
     elif ev.get("last_used"):
         lines.append(f"  - GPU last used: {ev['last_used']}")
-    if "window_max_util" in ev:
+    if "window_max_util" in ev and not shared:
         window = ev.get("window_minutes")
         over = f" over the last {window:g} minutes" if isinstance(window, (int, float)) else ""
         lines.append(f"  - highest GPU utilization{over}: {format_util(ev['window_max_util'])}")
-    if "latest_util" in ev:
+    if "latest_util" in ev and not shared:
         lines.append(f"  - latest GPU utilization: {format_util(ev['latest_util'])}")
     if ev.get("idle_gpus") is not None and ev.get("gpus"):
         lines.append(f"  - idle GPUs: {len(ev['idle_gpus'])} of {ev['gpus']}")

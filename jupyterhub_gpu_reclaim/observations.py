@@ -53,6 +53,8 @@ class Session:
     profile: str = ""
     groups: frozenset[str] = frozenset()
     gpu_type: str = ""  # the GPU product the pod asked for (its nodeSelector), "" when unknown
+    # time-sliced: the GPU's utilization is not this server's alone, so its kernels decide
+    gpu_shared: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,13 @@ JSON-serialisable evidence. It does no I/O and never reads the clock: the live s
 Precedence (first match wins):
 
 1. **Servers without GPUs** (`gpus == 0`) follow jupyterhub-idle-culler 2.0 exactly
-   (rules "idle-culler-timeout", "idle-culler-max-age"; see `_decide_without_gpu`). No
+   (rules "idle-culler-timeout", "idle-culler-max-age"; see `policy_culler`). No
    warnings, no exemptions: idle-culler has neither, and one service replaces it.
 2. **Exempt** user, group or profile: keep ("exempt").
 3. **Missing or stale GPU data**: hold ("gpu-data-missing"); never warn, never reclaim
    (Princeton's Job Defense Shield never cancels on missing data).
+   A **shared GPU** (`gpu_shared`, time-sliced) has no utilization of its own: the
+   kernels are its data, and missing kernel data holds ("kernel-data-missing").
 4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress. Not
    while no GPU ever read `TOUCHED` (1 %) or more (unless `cpu_work_keeps_unused_gpu`):
    Yale's never-used rule applies whatever the CPU does ("cpu-work-on-gpu" when a kernel
@@ -25,12 +27,17 @@ Precedence (first match wins):
    comes `warning_lead` before T and the reclaim `intent_grace` after it ("intent-ended").
 7. **Idleness**: "gpu-never-used" (Yale: warn 30 min, reclaim 60 min) or "gpu-idle"
    (Princeton/Yale: warn 60 min, reclaim 120 min), measured from the start of the idle
-   episode (see below). A warning always comes first; the reclaim happens no earlier than
-   `warning_lead` after it and no earlier than the `reclaim_at` the warning announced.
+   episode (see below); on a shared GPU "shared-gpu-idle-kernels", with the idle timings.
+   A warning always comes first; the reclaim happens no earlier than `warning_lead` after
+   it and no earlier than the `reclaim_at` the warning announced.
 
 What counts, and what does not:
 
 * A GPU sample counts as *use* when any GPU is at or above `gpu_idle_threshold` percent.
+* On a shared GPU (`Session.gpu_shared`) the device's utilization is everyone's on it: it
+  is never read as this session's use or idleness (evidence `shared_gpu_util` only). Its
+  kernels decide: a busy kernel, or a kernel's or terminal's `last_activity`, is work;
+  the never-used rule does not apply; samples without kernel data are its gaps.
 * The hub's `last_activity` alone never keeps a GPU session: an open browser tab moves it.
 * Terminal activity does not keep a GPU session either (a terminal can be an idle shell
   left open, and a process running in it that uses the GPU shows up as GPU use). It is
@@ -77,6 +84,11 @@ from typing import Any, Iterable, overload
 
 from .observations import Decision, Intent, Sample, SessionView
 from .policy_config import PolicyConfig
+from .policy_culler import decide_user, decide_without_gpu
+from .policy_culler import iso as _iso
+from .policy_culler import minutes as _minutes
+
+__all__ = ["IDLE_RULES", "TOUCHED", "decide", "decide_user", "retained_samples"]
 
 MINUTE = dt.timedelta(minutes=1)
 # Percent at which a GPU counts as touched whatever `gpu_idle_threshold` says: DCGM's
@@ -85,13 +97,10 @@ MINUTE = dt.timedelta(minutes=1)
 TOUCHED = 1.0
 
 # Rules whose warnings belong to an idle episode (cleared by activity or an intent).
-IDLE_RULES = frozenset({"gpu-never-used", "cpu-work-on-gpu", "gpu-idle", "intent-ended"})
+IDLE_RULES = frozenset({"gpu-never-used", "cpu-work-on-gpu", "gpu-idle", "intent-ended",
+                        "shared-gpu-idle-kernels"})
 # rules that share one warning: the same clock under another name
 _FAMILY = {"cpu-work-on-gpu": "gpu-never-used"}
-
-
-def _iso(t: dt.datetime | None) -> str | None:
-    return None if t is None else t.isoformat()
 
 
 @overload
@@ -118,6 +127,26 @@ def _gpu_util(sample: Sample, gpus: int) -> tuple[float, ...] | str:
 
 def _kernel_busy(sample: Sample) -> bool:
     return any(k.execution_state == "busy" for k in sample.kernels or ())
+
+
+def _utils(samples: list[Sample], gpus: int, shared: bool) -> list[_Util]:
+    """`_gpu_util` of each sample; on a shared GPU none is this session's own (an empty
+    tuple: nothing to count), and a sample without kernel data is the missing data."""
+    if shared:
+        return [() if s.kernels is not None else "no kernel data in the sample" for s in samples]
+    return [_gpu_util(s, gpus) for s in samples]
+
+
+def _worked_at(sample: Sample, shared: bool) -> dt.datetime | None:
+    """The latest work the sample shows: its time when a kernel is busy; on a shared GPU
+    (no utilization of its own to see a process by) also a kernel's or a terminal's
+    `last_activity`: a cell run between samples, a training started from a terminal."""
+    if _kernel_busy(sample):
+        return sample.t
+    if not shared:
+        return None
+    activity = [k.last_activity for k in sample.kernels or ()] + list(sample.terminals or ())
+    return _latest(*(t for t in activity if t is not None and t <= sample.t))
 
 
 def _intent_end(intent: Intent, config: PolicyConfig, max_age_at: dt.datetime | None) -> dt.datetime:
@@ -205,18 +234,20 @@ class _History:
     window_samples: int = 0
 
 
-def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConfig) -> _History:
+def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConfig,
+          shared: bool = False) -> _History:
     h = _History(last_used_per_gpu=[None] * gpus, window_max=[None] * gpus)
     window_start = now - config.idle_reclaim_after
     threshold = config.gpu_idle_threshold
     touched = min(threshold, TOUCHED)
-    utils = [_gpu_util(s, gpus) for s in samples]
+    utils = _utils(samples, gpus, shared)
     for s, util in zip(samples, utils, strict=True):
         in_window = s.t > window_start
         if in_window:
             h.window_samples += 1
-        if _kernel_busy(s):
-            h.last_busy = s.t
+        worked = _worked_at(s, shared)
+        if worked is not None and (h.last_busy is None or worked > h.last_busy):
+            h.last_busy = worked
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):
@@ -238,7 +269,8 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
 
 
 def retained_samples(
-    samples: Iterable[Sample], *, now: dt.datetime, config: PolicyConfig, gpus: int
+    samples: Iterable[Sample], *, now: dt.datetime, config: PolicyConfig, gpus: int,
+    shared: bool = False
 ) -> tuple[Sample, ...]:
     """The subset of `samples` (oldest first) that `decide` needs at `now` and later.
 
@@ -256,14 +288,16 @@ def retained_samples(
     keep: set[int] = set()
     last_used: list[int | None] = [None] * gpus
     last_busy = last_touched = None
+    busy_at: dt.datetime | None = None
     touched = min(config.gpu_idle_threshold, TOUCHED)
-    utils = [_gpu_util(s, gpus) for s in samples]
+    utils = _utils(samples, gpus, shared)
     for k, (s, util) in enumerate(zip(samples, utils, strict=True)):
         if s.t > window_start:
             keep.add(k)
             continue
-        if _kernel_busy(s):
-            last_busy = k
+        worked = _worked_at(s, shared)
+        if worked is not None and (busy_at is None or worked >= busy_at):
+            last_busy, busy_at = k, worked
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):
@@ -290,7 +324,7 @@ def decide(
     session = view.session
     samples = [s for s in view.samples if s.t <= now]
     if session.gpus <= 0:
-        return _decide_without_gpu(view, samples, now=now, config=config)
+        return decide_without_gpu(view, samples, now=now, config=config)
 
     def decision(_action, _rule, _reason, _reclaim_at=None, **evidence) -> Decision:
         return Decision(session.id, _action, _rule, _reason, _reclaim_at, evidence)
@@ -306,28 +340,34 @@ def decide(
         return decision("keep", "exempt", f"profile {session.profile} is exempt",
                         exempt="profile")
 
-    # 3. missing or stale GPU data
+    # 3. missing or stale GPU data (on a shared GPU: kernel data)
+    shared = session.gpu_shared
     latest = samples[-1] if samples else None
     if latest is None:
         util: tuple[float, ...] | str = "no GPU samples"
     elif now - latest.t > config.stale_after:
         util = f"the latest GPU sample is {_minutes(now - latest.t)} old"
     else:
-        util = _gpu_util(latest, session.gpus)
+        util = _utils([latest], session.gpus, shared)[0]
+    if isinstance(util, str) and shared:
+        return decision("hold", "kernel-data-missing",
+                        f"kernel data missing ({util}); the GPU is shared, so only the kernels "
+                        "tell whether this server works", latest_sample=_iso(latest.t if latest else None),
+                        problem=util, gpu_shared=True)
     if isinstance(util, str):
         return decision("hold", "gpu-data-missing",
                         f"GPU data missing ({util}); never reclaimed on missing data",
                         latest_sample=_iso(latest.t if latest else None), problem=util)
     assert latest is not None
 
-    h = _scan(samples, session.gpus, now, config)
+    h = _scan(samples, session.gpus, now, config, shared)
     max_age_at = session.started + config.max_age if config.max_age else None
     intent = view.intent if view.intent is not None and view.intent.set_at <= now else None
     intent_end = _intent_end(intent, config, max_age_at) if intent else None
 
     never_used = h.last_used is None
     # a busy kernel is work only once something ran on the GPU (Yale's never-used rule)
-    cpu_counts = h.last_touched is not None or config.cpu_work_keeps_unused_gpu
+    cpu_counts = h.last_touched is not None or config.cpu_work_keeps_unused_gpu or shared
     episode_start = _latest(session.started, h.last_used, h.last_busy if cpu_counts else None,
                             h.last_unknown, intent.set_at if intent else None)
     warnings = [w for w in view.warnings if w.t <= now]
@@ -354,6 +394,8 @@ def decide(
         "hub_last_activity": _iso(latest.hub_last_activity),
         "terminal_last_activity": _iso(_latest(*(latest.terminals or ()))),
     }
+    if shared:  # reported, never counted: the device's use is not this server's alone
+        evidence.update(gpu_shared=True, shared_gpu_util=list(latest.gpu_util or ()))
     if cleared:
         evidence["episode_cleared"] = True
         evidence["cleared_warnings"] = [_iso(w.t) for w in cleared]
@@ -406,9 +448,15 @@ def decide(
     since = episode_start.isoformat()
     gap = ""
     if h.bridged is not None and "bridged_gap" in evidence:
-        gap = (f" (across a gap in the GPU data, {h.bridged[0].isoformat()} to "
-               f"{h.bridged[1].isoformat()}, with the GPU idle and no kernel active on both sides)")
-    if not cpu_counts and h.last_busy is not None and h.last_busy >= episode_start:
+        data, idle = ("kernel data", "") if shared else ("GPU data", "the GPU idle and ")
+        gap = (f" (across a gap in the {data}, {h.bridged[0].isoformat()} to "
+               f"{h.bridged[1].isoformat()}, with {idle}no kernel active on both sides)")
+    if shared:
+        rule, warn_after, reclaim_after = (
+            "shared-gpu-idle-kernels", config.idle_warn_after, config.idle_reclaim_after)
+        what = (f"no kernel or terminal of this server has worked since {since}{gap}; its GPU is "
+                "shared, so the GPU's utilization is not this server's alone and does not count")
+    elif not cpu_counts and h.last_busy is not None and h.last_busy >= episode_start:
         rule, warn_after, reclaim_after = (
             "cpu-work-on-gpu", config.never_used_warn_after, config.never_used_reclaim_after)
         what = (f"this server has not used its GPU since {since}{gap}: its kernels do CPU work, "
@@ -445,62 +493,3 @@ def decide(
                             **evidence)
         return decision("keep", "gpu-active", "the GPU is in use", **evidence)
     return decision("keep", rule, f"{what}; warning at {warn_at.isoformat()}", **evidence)
-
-
-def _decide_without_gpu(
-    view: SessionView, samples: list[Sample], *, now: dt.datetime, config: PolicyConfig
-) -> Decision:
-    """jupyterhub-idle-culler 2.0's `handle_server`, for one ready server.
-
-    inactive = now - last_activity (the latest sample's hub_last_activity; `started` when
-    there is none); cull when inactive >= timeout (idle-culler compares with >=) and the
-    server kind (default / named) is culled. Otherwise, when max-age is set (non-zero),
-    cull when now - started >= max_age, whatever the server kind. Admin servers are culled
-    like others (--cull-admin-users only concerns deleting users)."""
-    session = view.session
-    latest = samples[-1] if samples else None
-    last_activity = latest.hub_last_activity if latest is not None else None
-    inactive = now - (last_activity or session.started)
-    age = now - session.started
-    evidence = {
-        "gpus": session.gpus,
-        "hub_last_activity": _iso(last_activity),
-        "inactive_s": inactive.total_seconds(),
-        "age_s": age.total_seconds(),
-        "admin": session.admin,
-    }
-    kind_culled = config.cull_named_servers if session.server else config.cull_default_servers
-    if inactive.total_seconds() >= config.cpu_timeout.total_seconds() and kind_culled:
-        return Decision(session.id, "reclaim", "idle-culler-timeout",
-                        f"inactive for {_minutes(inactive)} (timeout {_minutes(config.cpu_timeout)})",
-                        None, evidence)
-    if config.cpu_max_age and age.total_seconds() >= config.cpu_max_age.total_seconds():
-        return Decision(session.id, "reclaim", "idle-culler-max-age",
-                        f"age {_minutes(age)} (max age {_minutes(config.cpu_max_age)})",
-                        None, evidence)
-    return Decision(session.id, "keep", "idle-culler",
-                    f"inactive for {_minutes(inactive)}, under the timeout", None, evidence)
-
-
-def decide_user(
-    *, admin: bool, created: dt.datetime | None, last_activity: dt.datetime | None,
-    now: dt.datetime, config: PolicyConfig
-) -> tuple[bool, str]:
-    """jupyterhub-idle-culler 2.0's user rule (--cull-users), for a user none of whose
-    servers is running: delete when inactive (now - last_activity, else now - created)
-    >= timeout and the user is not an admin unless cull_admin_users; else when max-age is
-    set and now - created >= max age. Returns (delete?, why)."""
-    age = now - created if created is not None else None
-    inactive = now - last_activity if last_activity is not None else age
-    if inactive is not None and inactive >= config.cpu_timeout and (config.cull_admin_users or not admin):
-        return True, f"inactive for {_minutes(inactive)} (timeout {_minutes(config.cpu_timeout)})"
-    if config.cpu_max_age and age is not None and age >= config.cpu_max_age:
-        return True, f"age {_minutes(age)} (max age {_minutes(config.cpu_max_age)})"
-    return False, f"inactive for {_minutes(inactive)}" if inactive is not None else "no activity recorded"
-
-
-def _minutes(td: dt.timedelta | None) -> str:
-    if td is None:
-        return "-"
-    minutes = td.total_seconds() / 60
-    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"

@@ -61,7 +61,8 @@ class SampleHistory:
         if session.gpus and (last if last is not None else session.started) < now - self.max_gap:
             kept.append(Sample(t=now - EPSILON, gpu_util=None, kernels=None, terminals=None))
         kept.append(sample)
-        kept = list(retained_samples(kept, now=now, config=policy or self.policy, gpus=session.gpus))
+        kept = list(retained_samples(kept, now=now, config=policy or self.policy, gpus=session.gpus,
+                                     shared=session.gpu_shared))
         self._samples[session.id] = (session.started, kept)
         return tuple(kept)
 

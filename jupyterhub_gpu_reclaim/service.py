@@ -206,9 +206,10 @@ class Reclaimer:
             if session.gpus:
                 report.gpu_sessions += 1
                 util = sample.gpu_util
-                if (hold is None and self.kernels is not None and util is not None and len(util) == session.gpus
-                        and all(u is not None and u < policy.gpu_idle_threshold for u in util)):
-                    probe.append(sid)  # GPU-idle: only then is a busy kernel worth asking about
+                if hold is None and self.kernels is not None and (session.gpu_shared or (
+                        util is not None and len(util) == session.gpus
+                        and all(u is not None and u < policy.gpu_idle_threshold for u in util))):
+                    probe.append(sid)  # GPU-idle (or shared: kernels decide): a busy kernel matters
 
         if probe:
             await self._probe(probe, seen, report)
@@ -239,15 +240,18 @@ class Reclaimer:
     def _observe_server(self, srv: HubServer, pod: PodInfo | None, readings: dict | None,
                         now: dt.datetime) -> tuple[Session, Sample]:
         gpus = pod.gpus if pod else 0
-        session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
-                          started=srv.started or (pod.created if pod else None) or now,
-                          admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
-                          groups=frozenset(srv.groups), gpu_type=pod.gpu_type if pod else "")
         util = mem = None
+        shared = bool(pod and pod.gpu_shared)  # a time-sliced replica, by its resource name
         if pod is not None and gpus and readings is not None:
             reading = readings.get((pod.namespace, pod.name))
             if reading is not None and now - reading.t <= self.policy.stale_after:
                 util, mem = reading.util, reading.fb_used_mib
+                shared = shared or reading.shared  # or by the exporter's series
+        session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
+                          started=srv.started or (pod.created if pod else None) or now,
+                          admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
+                          groups=frozenset(srv.groups), gpu_type=pod.gpu_type if pod else "",
+                          gpu_shared=shared)
         return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
                                terminals=None, hub_last_activity=srv.last_activity)
 

@@ -17,7 +17,8 @@ Choices the format leaves open, made here:
   to UTC); a timestamp without an offset is rejected.
 - A ``session`` line needs ``id``, ``user``, ``server``, ``gpus`` and ``started``;
   ``stopped`` (default null), ``admin`` (false), ``profile`` (""), ``groups`` ([]) and
-  ``gpu_type`` ("": the GPU product the pod asked for, for policy rules) may be left out, and so may ``scenario`` (a string: the kind of session, written by the trace
+  ``gpu_type`` ("": the GPU product the pod asked for, for policy rules), ``gpu_shared``
+  (false: a time-sliced GPU, whose kernels decide) may be left out, and so may ``scenario`` (a string: the kind of session, written by the trace
   generator, ``tracegen``; the backtest scores each kind apart). An ``id`` may appear again
   (the user restarted the server) once the earlier session with that id has stopped, at or
   before the new ``started``.
@@ -334,7 +335,8 @@ class _Reader:
         record = TraceSession(
             session=Session(id=sid, user=user, server=server, gpus=gpus, started=started,
                             admin=_bool(obj, "admin", False), profile=_str(obj, "profile", ""),
-                            groups=frozenset(groups), gpu_type=_str(obj, "gpu_type", "")),
+                            groups=frozenset(groups), gpu_type=_str(obj, "gpu_type", ""),
+                            gpu_shared=_bool(obj, "gpu_shared", False)),
             stopped=stopped,
             scenario=scenario,
         )
@@ -463,6 +465,8 @@ def record_to_dict(record: Record) -> dict[str, Any]:
             out["groups"] = sorted(s.groups)
         if s.gpu_type:
             out["gpu_type"] = s.gpu_type
+        if s.gpu_shared:
+            out["gpu_shared"] = True
         if record.scenario is not None:
             out["scenario"] = record.scenario
         return out

@@ -25,12 +25,16 @@ class GpuReading:
     """One pod's GPUs at time `t`, ordered by the `gpu` label (then the MIG instance).
 
     `util` is percent (DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100 where
-    GPU_UTIL is missing, as on MIG); `None` for a GPU means no value for it."""
+    GPU_UTIL is missing, as on MIG); `None` for a GPU means no value for it.
+
+    `shared`: a GPU of the pod is time-sliced, so its values are the whole device's, not
+    the pod's alone (see `shared_devices`)."""
 
     t: dt.datetime
     gpus: tuple[str, ...]
     util: tuple[float | None, ...]
     fb_used_mib: tuple[float | None, ...]
+    shared: bool = False
 
 
 PodLabel = Literal["auto", "pod", "exported_pod"]
@@ -51,11 +55,40 @@ def pod_of(labels: Mapping[str, str], renamed: bool) -> tuple[str, str] | None:
 
 
 def _device(labels: Mapping[str, str]) -> tuple:
+    """A device's key, in the order of the `gpu` label then the MIG instance; its last
+    two items (Hostname, UUID) tell the same device in two pods' series apart from
+    another node's GPU of the same index."""
     gpu = labels.get("gpu", "")
     instance = labels.get("GPU_I_ID", "")
     order = (int(gpu) if gpu.isdigit() else math.inf, gpu,
              int(instance) if instance.isdigit() else -1)
     return order + (labels.get("Hostname", ""), labels.get("UUID", ""))
+
+
+# dcgm-exporter's label for a time-sliced replica (with KUBERNETES_VIRTUAL_GPUS: one copy of
+# each series per pod sharing the device); only a shared device's series carry it
+VGPU = "vgpu"
+
+
+def shared_devices(devices: Mapping[tuple[str, str], Iterable[tuple]],
+                   vgpu: Iterable[tuple[str, str]] = ()) -> set[tuple[str, str]]:
+    """The pods (of `devices`: pod -> its device keys) whose GPU is time-sliced: one
+    series of theirs carries `vgpu` (the pods in `vgpu`), or one of their devices (the
+    same physical GPU or MIG instance) is labelled with another pod too.
+
+    dcgm-exporter's default labels a shared device with one pod only (the last its pod
+    mapping saw; dcgm-exporter issue 307): that pod's sharing cannot be seen here, and
+    the pods sharing it have no series at all."""
+    holders: dict[tuple, set[tuple[str, str]]] = {}
+    for pod, keys in devices.items():
+        for key in keys:
+            if any(key[-2:]):  # without Hostname and UUID, gpu="0" of two nodes would match
+                holders.setdefault(key, set()).add(pod)
+    shared = set(vgpu)
+    for pods in holders.values():
+        if len(pods) > 1:
+            shared |= pods
+    return shared
 
 
 def _device_name(labels: Mapping[str, str]) -> str:
@@ -130,11 +163,14 @@ def readings_from_series(series: Iterable[Series], t: dt.datetime, pod_label: Po
                (pod_label == "auto" and any("exported_pod" in s.labels for s in series)))
     devices: dict[tuple[str, str], dict[tuple, dict[str, Any]]] = {}
     times: dict[tuple[str, str], dt.datetime] = {}
+    vgpu: set[tuple[str, str]] = set()
     for s in series:
         field = _KEY.get(s.name)
         pod = pod_of(s.labels, renamed) if field else None
         if field is None or pod is None:
             continue
+        if s.labels.get(VGPU, ""):
+            vgpu.add(pod)
         fields = devices.setdefault(pod, {}).setdefault(_device(s.labels), {"name": _device_name(s.labels)})
         try:
             if s.t is not None:
@@ -147,6 +183,7 @@ def readings_from_series(series: Iterable[Series], t: dt.datetime, pod_label: Po
             continue
         if value is not None and fields.get(field, 0.0) is not None:
             fields[field] = value * 100.0 if s.name == ENGINE_ACTIVE else value
+    shared = shared_devices(devices, vgpu)
     readings = {}
     for pod, by_device in devices.items():
         ordered = [by_device[k] for k in sorted(by_device)]
@@ -155,5 +192,6 @@ def readings_from_series(series: Iterable[Series], t: dt.datetime, pod_label: Po
             gpus=tuple(str(f["name"]) for f in ordered),
             util=tuple(f.get("util", f.get("engine")) for f in ordered),
             fb_used_mib=tuple(f.get("fb") for f in ordered),
+            shared=pod in shared,
         )
     return readings

@@ -3,9 +3,10 @@ as KubeSpawner's reflector does (label `component=singleuser-server`, the hub na
 `timeoutSeconds` on each watch, resumed from the last resourceVersion). A watch that drops
 or answers 410 Gone re-lists.
 
-For each pod: GPUs (container limits `nvidia.com/gpu`), node, phase, readiness, address,
-user and server (KubeSpawner's annotations, else its labels); and the pending GPU demand:
-GPUs of pods the scheduler cannot place for lack of `nvidia.com/gpu`.
+For each pod: GPUs (container limits `nvidia.com/gpu`, a MIG instance `nvidia.com/mig-<profile>`
+or a time-sliced replica `nvidia.com/gpu.shared` each count as one), node, phase, readiness,
+address, user and server (KubeSpawner's annotations, else its labels); and the pending GPU
+demand: GPUs of pods the scheduler cannot place for lack of one of those resources.
 
 `KUBECONFIG` must be set before kubernetes_asyncio is imported, so it is imported inside
 the functions that need it.
@@ -29,6 +30,10 @@ from .base import MAX_BODY, SignalError, entry_field, entry_time, read_capped
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# the device plugin's time-slicing with renameByDefault: a replica of a GPU others share
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+# its MIG "mixed" strategy: one resource per profile, nvidia.com/mig-1g.10gb, ...
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 USER_KEY = "hub.jupyter.org/username"
 SERVER_KEY = "hub.jupyter.org/servername"
 # "keep alive until" from the spawn form (GPUReclaimSpawner writes it; ISO 8601 UTC)
@@ -53,6 +58,7 @@ class PodInfo:
     unschedulable: str | None  # the scheduler's message while PodScheduled is False
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
     gpu_type: str = ""  # its nodeSelector's GPU_PRODUCT_LABEL: read from the pod, no node lookup
+    gpu_shared: bool = False  # it holds SHARED_GPU_RESOURCE: a time-sliced GPU
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
@@ -66,21 +72,32 @@ class PodInfo:
 
     @property
     def waits_for_gpu(self) -> bool:
-        return bool(self.unschedulable) and GPU_RESOURCE in (self.unschedulable or "") and self.gpus > 0
+        message = self.unschedulable or ""
+        return self.gpus > 0 and (GPU_RESOURCE in message or MIG_RESOURCE_PREFIX in message)
 
 
 MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are sized by it)
 
 
-def _gpus(resources: dict[str, Any]) -> int:
-    """nvidia.com/gpu of one container (its limit, else its request): an integer quantity."""
+def is_gpu_resource(name: str) -> bool:
+    """Whether an extended resource is a GPU a pod holds: whole, a MIG instance or a replica."""
+    return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def _gpus(resources: dict[str, Any]) -> dict[str, int]:
+    """The GPU resources of one container (each its limit, else its request): integer quantities."""
     limits, requests = entry_field(resources, "limits", dict, {}), entry_field(resources, "requests", dict, {})
-    value = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0))
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 4:
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_GPUS:
-        raise ValueError(f"{GPU_RESOURCE}: {brief(value)} is not a GPU count")
-    return value
+    out = {}
+    for name in sorted({*limits, *requests}):
+        if not (isinstance(name, str) and is_gpu_resource(name)):
+            continue
+        value = limits.get(name, requests.get(name, 0))
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 4:
+            value = int(value)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_GPUS:
+            raise ValueError(f"{name}: {brief(value)} is not a GPU count")
+        out[name] = value
+    return out
 
 
 def _objects(model: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -125,8 +142,10 @@ def pod_info(pod: Any) -> PodInfo:
             if entry_field(cond, "type", str) == "PodScheduled" and entry_field(cond, "status", str) == "False":
                 unschedulable = (entry_field(cond, "message", str, max_length=4096)
                                  or entry_field(cond, "reason", str) or "Unschedulable")
+        held = [_gpus(entry_field(c, "resources", dict, {})) for c in containers]
         return PodInfo(
-            **identity, gpus=sum(_gpus(entry_field(c, "resources", dict, {})) for c in containers),
+            **identity, gpus=sum(n for c in held for n in c.values()),
+            gpu_shared=any(c.get(SHARED_GPU_RESOURCE, 0) > 0 for c in held),
             node=entry_field(spec, "nodeName", str, max_length=253), phase=phase, ready=ready,
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
             unschedulable=unschedulable,

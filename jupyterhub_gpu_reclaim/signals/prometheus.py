@@ -30,7 +30,8 @@ from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, Series, readi
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")
 
-BY = "namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID"
+# Hostname, UUID and vgpu tell a time-sliced GPU (gpu_readings.shared_devices)
+BY = "namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID, Hostname, UUID, vgpu"
 DEFAULT_QUERY = (
     f'label_replace(max by ({BY}) (DCGM_FI_DEV_GPU_UTIL), "field", "util", "", "")'
     f' or label_replace(max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE) * 100, "field", "util", "", "")'

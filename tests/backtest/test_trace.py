@@ -234,6 +234,14 @@ def test_a_session_may_carry_its_gpu_type():
     bad([GOOD_HEAD[0], {**GOOD_HEAD[1], "gpu_type": 7}], "gpu_type must be a string")
 
 
+def test_a_session_may_be_on_a_shared_gpu():
+    (_, plain) = loads_trace(text(*GOOD_HEAD))
+    assert not plain.session.gpu_shared and "gpu_shared" not in json.loads(dump_record(plain))
+    (_, shared) = loads_trace(text(GOOD_HEAD[0], {**GOOD_HEAD[1], "gpu_shared": True}))
+    assert shared.session.gpu_shared and json.loads(dump_record(shared))["gpu_shared"] is True
+    bad([GOOD_HEAD[0], {**GOOD_HEAD[1], "gpu_shared": "yes"}], "gpu_shared must be true or false")
+
+
 def test_restarted_session_id_is_a_new_session():
     first = dict(GOOD_HEAD[1], stopped="2026-11-02T09:30:00Z")
     again = dict(GOOD_HEAD[1], started="2026-11-02T10:00:00Z")

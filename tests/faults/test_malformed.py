@@ -376,7 +376,8 @@ async def test_unusable_prometheus_answer_holds_gpu_sessions_only(make, body, pr
 
 # ---------------------------------------------------------------------------- dcgm-exporter
 
-LABELS = 'gpu="0",UUID="GPU-x",Hostname="node-a",container="notebook",namespace="jhub",pod="jupyter-{}"'
+# each pod its own GPU: one device under two pods would be a shared (time-sliced) one
+LABELS = 'gpu="0",UUID="GPU-{0}",Hostname="node-a",container="notebook",namespace="jhub",pod="jupyter-{0}"'
 DCGM_LINES = {  # victim: its lines in node-a's text
     "not-a-number": "DCGM_FI_DEV_GPU_UTIL{%s} idle",
     "inf": "DCGM_FI_DEV_GPU_UTIL{%s} +Inf",

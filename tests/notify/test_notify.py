@@ -82,6 +82,17 @@ def test_warning_message_has_every_required_part():
     assert "dry run" not in t.lower()
 
 
+def test_a_shared_gpus_warning_says_its_utilization_did_not_count():
+    s = session()
+    d = Decision(s.id, "warn", "shared-gpu-idle-kernels", "no kernel or terminal of this server has worked",
+                 reclaim_at=NOW + dt.timedelta(minutes=30),
+                 evidence={"gpus": 1, "idle_since": "2026-11-02T12:55:00Z", "window_max_util": [None],
+                           "latest_util": [], "never_used": True, "gpu_shared": True, "shared_gpu_util": [90.0]})
+    t = Message.build(d, s, keepalive_url=KEEP_URL, hub_name="TestHub", now=NOW).text
+    assert "shared with other servers" in t and "not this server's alone" in t
+    assert "GPU utilization" not in t and "has not been used" not in t
+
+
 def test_times_are_utc_even_from_other_zones():
     s = session()
     tz = dt.timezone(dt.timedelta(hours=2))

@@ -1,10 +1,14 @@
-"""Simulated NVIDIA GPUs: which pod holds which GPU, how busy each one is, and the
+"""Simulated NVIDIA GPUs: which pod holds which device, how busy each GPU is, and the
 metrics dcgm-exporter would publish for them.
 
-Like the real device plugin, each allocated GPU is a whole device with a UUID; the pod
-sees them in NVIDIA_VISIBLE_DEVICES. Like dcgm-exporter, values are sampled every
-`collectionInterval`, so a scrape can lag the truth by up to one interval, and an idle
-GPU's GR_ENGINE_ACTIVE shows a small noise floor rather than an exact 0.
+Like the device plugin, a node hands out its GPUs under one resource (scenario.GpuSharing):
+whole GPUs (`nvidia.com/gpu`; the pod sees their UUIDs in NVIDIA_VISIBLE_DEVICES), MIG
+instances (`nvidia.com/mig-<profile>`; the pod sees `MIG-<uuid>`), or time-slicing replicas
+(`nvidia.com/gpu`, or `nvidia.com/gpu.shared` with renameByDefault: the plugin's
+`<uuid>::<n>`, the physical UUID to the pod; several pods on one GPU). Like dcgm-exporter,
+values are sampled every `collectionInterval`, so a scrape can lag the truth by up to one
+interval, and an idle GPU's GR_ENGINE_ACTIVE shows a small noise floor rather than an exact
+0. The exporter's series are in `dcgm_exporter`.
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
 
-from prometheus_client.core import CollectorRegistry, GaugeMetricFamily
+from prometheus_client.core import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from .scenario import Scenario
+from .dcgm_exporter import DcgmCollector
+from .scenario import GpuSharing, Scenario
 
 
 @dataclass
@@ -32,59 +37,105 @@ class Load:
 
 @dataclass
 class Gpu:
+    """A physical GPU and the last sample dcgm-exporter took of the whole device."""
+
     node: str
     index: int
     uuid: str
     model: str
     memory_mib: int
-    pod: tuple[str, str, str] | None = None  # (namespace, name, container)
-    # the last sample dcgm-exporter took
     util: float = 0.0
     engine_active: float = 0.0
     fb_used: int = 0
+
+
+@dataclass(eq=False)
+class Device:
+    """What the device plugin hands one pod: a whole GPU, a MIG instance or a replica."""
+
+    gpu: Gpu
+    id: str  # the plugin's device ID: the GPU's UUID, MIG-<uuid>, or <uuid>::<replica>
+    uuid: str  # what NVIDIA_VISIBLE_DEVICES names: the MIG UUID, else the physical GPU's
+    memory_mib: int  # the framebuffer the pod may use: a MIG instance has its own share
+    instance: int | None = None  # MIG: the GPU instance (GPU_I_ID)
+    profile: str = ""  # MIG: GPU_I_PROFILE
+    replica: int | None = None  # time-slicing: which replica of its GPU
+    pod: tuple[str, str, str] | None = None  # (namespace, name, container)
+    # a MIG instance's own last sample (a whole GPU or a replica reads its GPU's)
+    util: float = 0.0
+    engine_active: float = 0.0
+    fb_used: int = 0
+
+
+def _devices(g: Gpu, sharing: GpuSharing) -> list[Device]:
+    if sharing.mig_profile:
+        memory = min(g.memory_mib, int(sharing.mig_profile.split(".")[1][:-2]) * 1024)  # 1g.10gb: 10 GB
+        ids = [f"MIG-{uuid.uuid4()}" for _ in range(sharing.mig_per_gpu)]
+        return [Device(g, mig, mig, memory, instance=i + 1, profile=sharing.mig_profile)
+                for i, mig in enumerate(ids)]
+    if sharing.time_sliced:
+        return [Device(g, f"{g.uuid}::{r}", g.uuid, g.memory_mib, replica=r) for r in range(sharing.replicas)]
+    return [Device(g, g.uuid, g.uuid, g.memory_mib)]
 
 
 @dataclass
 class GpuFleet:
     scenario: Scenario
     gpus: dict[str, list[Gpu]] = field(default_factory=dict)  # node -> its GPUs
+    devices: dict[str, list[Device]] = field(default_factory=dict)  # node -> what its plugin hands out
+    resources: dict[str, str] = field(default_factory=dict)  # node -> the resource of its devices
     loads: dict[tuple[str, str], Load] = field(default_factory=dict)  # (ns, pod) -> load
     _task: asyncio.Task | None = None
 
     # --- devices -------------------------------------------------------------------
 
-    def add_node(self, node: str, count: int, model: str, memory_mib: int) -> None:
-        self.gpus[node] = [
-            Gpu(node, i, f"GPU-{uuid.uuid4()}", model, memory_mib) for i in range(count)
-        ]
+    def add_node(self, node: str, count: int, model: str, memory_mib: int,
+                 sharing: GpuSharing | None = None) -> None:
+        sharing = sharing or GpuSharing()
+        self.gpus[node] = [Gpu(node, i, f"GPU-{uuid.uuid4()}", model, memory_mib) for i in range(count)]
+        self.devices[node] = [d for g in self.gpus[node] for d in _devices(g, sharing)]
+        self.resources[node] = sharing.resource
 
     def remove_node(self, node: str) -> None:
         self.gpus.pop(node, None)
+        self.devices.pop(node, None)
+        self.resources.pop(node, None)
 
-    def allocate(self, node: str, namespace: str, pod: str, container: str, count: int) -> list[Gpu]:
-        """Give the pod `count` free GPUs of the node (the scheduler made sure they exist)."""
+    def allocate(self, node: str, namespace: str, pod: str, container: str, count: int) -> list[Device]:
+        """Give the pod `count` free devices of the node (the scheduler made sure they exist).
+        Replicas are spread over the GPUs with the fewest held, as the plugin's distributed
+        allocation does; so two pods share a GPU only once every GPU has a holder."""
         if count <= 0:
             return []
         free = self.free(node)
         if len(free) < count:
             raise RuntimeError(f"{node}: {count} GPU(s) asked, {len(free)} free")
-        for g in free[:count]:
-            g.pod = (namespace, pod, container)
+        if free[0].replica is None:
+            chosen = free[:count]
+        else:
+            held = Counter(d.gpu.index for d in self.devices[node] if d.pod is not None)
+            chosen = []
+            for _ in range(count):
+                d = min((d for d in free if d not in chosen), key=lambda d: held[d.gpu.index])
+                held[d.gpu.index] += 1
+                chosen.append(d)
+        for d in chosen:
+            d.pod = (namespace, pod, container)
         self.loads.setdefault((namespace, pod), Load())
-        return free[:count]
+        return chosen
 
-    def free(self, node: str) -> list[Gpu]:
-        return [g for g in self.gpus.get(node, []) if g.pod is None]
+    def free(self, node: str) -> list[Device]:
+        return [d for d in self.devices.get(node, []) if d.pod is None]
 
     def release(self, namespace: str, pod: str) -> None:
-        for gpus in self.gpus.values():
-            for g in gpus:
-                if g.pod and g.pod[:2] == (namespace, pod):
-                    g.pod = None
+        for devices in self.devices.values():
+            for d in devices:
+                if d.pod and d.pod[:2] == (namespace, pod):
+                    d.pod = None
         self.loads.pop((namespace, pod), None)
 
-    def pod_gpus(self, namespace: str, pod: str) -> list[Gpu]:
-        return [g for gpus in self.gpus.values() for g in gpus if g.pod and g.pod[:2] == (namespace, pod)]
+    def pod_gpus(self, namespace: str, pod: str) -> list[Device]:
+        return [d for devices in self.devices.values() for d in devices if d.pod and d.pod[:2] == (namespace, pod)]
 
     # --- load ----------------------------------------------------------------------
 
@@ -95,31 +146,48 @@ class GpuFleet:
             raise ValueError("utilization is a percentage between 0 and 100")
         if seconds < 0:
             raise ValueError("seconds must not be negative")
-        gpus = self.pod_gpus(namespace, pod)
-        if not gpus:
+        devices = self.pod_gpus(namespace, pod)
+        if not devices:
             raise KeyError(f"pod {namespace}/{pod} holds no GPU")
         load = self.loads.setdefault((namespace, pod), Load())
         load.utilization = float(utilization)
         load.until = time.monotonic() + seconds
         if memory_mib is not None:
-            if not 0 <= memory_mib <= gpus[0].memory_mib:
-                raise ValueError(f"memory_mib must lie between 0 and {gpus[0].memory_mib}")
+            if not 0 <= memory_mib <= devices[0].memory_mib:
+                raise ValueError(f"memory_mib must lie between 0 and {devices[0].memory_mib}")
             load.memory_mib = int(memory_mib)
         elif utilization > 0 and not load.memory_mib:
-            load.memory_mib = gpus[0].memory_mib // 4
+            load.memory_mib = devices[0].memory_mib // 4
         self.sample()
         return load
 
     def sample(self) -> None:
-        """Take a sample of every GPU, as dcgm-exporter does each collection interval."""
+        """Take a sample of every GPU, as dcgm-exporter does each collection interval: a
+        MIG instance shows its own pod's work; a GPU shows all its pods' work together."""
         now = time.monotonic()
         floor = self.scenario.gpu_idle_engine_active
-        for gpus in self.gpus.values():
+
+        def work(pod: tuple[str, str] | None) -> tuple[float, int]:
+            load = self.loads.get(pod) if pod else None
+            if load is None:
+                return 0.0, 0
+            return (load.utilization if load.until > now else 0.0), load.memory_mib
+
+        for node, gpus in self.gpus.items():
+            devices = self.devices.get(node, [])
             for g in gpus:
-                load = self.loads.get(g.pod[:2]) if g.pod else None
-                g.util = load.utilization if load is not None and load.until > now else 0.0
+                mine = [d for d in devices if d.gpu is g]
+                for d in mine:
+                    d.util, d.fb_used = work(d.pod[:2] if d.pod else None)
+                    d.engine_active = max(floor, d.util / 100)
+                pods = {d.pod[:2] for d in mine if d.pod}
+                if mine and mine[0].instance is not None:  # MIG: the instances add up
+                    used = [(d.util, d.fb_used) for d in mine]
+                else:  # time-sliced pods take turns: their work adds up, to 100 % at most
+                    used = [work(p) for p in pods]
+                g.util = min(100.0, sum(u for u, _ in used))
                 g.engine_active = max(floor, g.util / 100)
-                g.fb_used = load.memory_mib if load else 0
+                g.fb_used = min(g.memory_mib, sum(m for _, m in used))
 
     async def start(self) -> None:
         self.sample()
@@ -141,42 +209,22 @@ class GpuFleet:
     def metrics(self, node: str | None = None) -> bytes:
         """dcgm-exporter's text exposition for one node, or for the whole cluster."""
         registry = CollectorRegistry()
-        registry.register(_DcgmCollector(self, node))
+        registry.register(DcgmCollector(self, node))
         return generate_latest(registry)
 
     def state(self) -> list[dict]:
-        """Every GPU with its holder and last sample, for the control API."""
-        return [
-            {"node": g.node, "gpu": g.index, "uuid": g.uuid, "model": g.model,
-             "pod": "/".join(g.pod[:2]) if g.pod else None,
-             "utilization": g.util, "engine_active": g.engine_active, "fb_used_mib": g.fb_used}
-            for gpus in self.gpus.values() for g in gpus
-        ]
-
-
-class _DcgmCollector:
-    """The three fields we simulate, labelled as dcgm-exporter does in Kubernetes mode."""
-
-    def __init__(self, fleet: GpuFleet, node: str | None) -> None:
-        self.fleet, self.node = fleet, node
-
-    def _gpus(self) -> Iterator[Gpu]:
-        for node, gpus in sorted(self.fleet.gpus.items()):
-            if self.node is None or node == self.node:
-                yield from gpus
-
-    def collect(self):
-        base = ["gpu", "UUID", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
-        families = [
-            (GaugeMetricFamily("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", labels=base + ["container", "namespace", "pod"]), "util"),
-            (GaugeMetricFamily("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", labels=base + ["container", "namespace", "pod"]), "fb_used"),
-            (GaugeMetricFamily("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", labels=base + ["container", "namespace", "pod"]), "engine_active"),
-        ]
-        driver = self.fleet.scenario.gpu_driver_version
-        for g in self._gpus():
-            ns, pod, container = g.pod if g.pod else ("", "", "")
-            labels = [str(g.index), g.uuid, f"nvidia{g.index}", g.model, g.node, driver, container, ns, pod]
-            for family, attr in families:
-                family.add_metric(labels, getattr(g, attr))
-        for family, _ in families:
-            yield family
+        """Every device with its holder and last sample (its GPU's, but for a MIG
+        instance), for the control API."""
+        out = []
+        for devices in self.devices.values():
+            for d in devices:
+                own = d if d.instance is not None else d.gpu
+                entry = {"node": d.gpu.node, "gpu": d.gpu.index, "uuid": d.uuid, "model": d.gpu.model,
+                         "pod": "/".join(d.pod[:2]) if d.pod else None,
+                         "utilization": own.util, "engine_active": own.engine_active, "fb_used_mib": own.fb_used}
+                if d.instance is not None:
+                    entry.update(mig_instance=d.instance, mig_profile=d.profile)
+                if d.replica is not None:
+                    entry["replica"] = d.replica
+                out.append(entry)
+        return out

@@ -63,7 +63,7 @@ class Kubelet:
         self.cluster.create(NODE, node)
         if self.group.gpus:
             self.cluster.gpus.add_node(self.name, self.group.gpus, self.group.gpu_model,
-                                       self.group.gpu_memory_mib)
+                                       self.group.gpu_memory_mib, self.group.sharing)
         self.store.kubelet_nodes.add(self.name)
         log.info("node %s registered (%s)", self.name, self.address)
 

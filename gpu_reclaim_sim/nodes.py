@@ -12,6 +12,26 @@ GROUP_LABEL = "sim.jupyterhub-gpu-reclaim/node-group"
 MAX_IMAGES = 50  # the kubelet reports only the largest 50 images (nodeStatusMaxImages)
 
 
+def gpu_labels(group: NodeGroup) -> dict[str, str]:
+    """GPU feature discovery's labels: the physical GPUs, and how they are shared."""
+    sharing, product = group.sharing, group.gpu_model.replace(" ", "-")
+    labels = {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.count": str(group.gpus),  # physical GPUs, whatever is advertised
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": str(group.gpu_memory_mib),
+    }
+    if sharing.mig_profile:
+        labels.update({"nvidia.com/mig.strategy": "mixed",
+                       f"{sharing.resource}.count": str(sharing.devices(group.gpus))})
+    elif sharing.time_sliced:
+        labels.update({"nvidia.com/gpu.replicas": str(sharing.replicas),
+                       "nvidia.com/gpu.sharing-strategy": "time-slicing"})
+        if not sharing.rename_by_default:
+            labels["nvidia.com/gpu.product"] = f"{product}-SHARED"
+    return labels
+
+
 def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any = None,
                   address: str = "127.100.0.1") -> dict[str, Any]:
     """The Node as registered: labels (incl. GPU feature discovery's), taints, capacity,
@@ -30,13 +50,11 @@ def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any =
         GROUP_LABEL: group.name,
     }
     if group.gpus:
-        capacity["nvidia.com/gpu"] = str(group.gpus)
-        labels.update({
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.count": str(group.gpus),
-            "nvidia.com/gpu.product": group.gpu_model.replace(" ", "-"),
-            "nvidia.com/gpu.memory": str(group.gpu_memory_mib),
-        })
+        labels.update(gpu_labels(group))
+        sharing = group.sharing
+        if sharing.resource != "nvidia.com/gpu":
+            capacity["nvidia.com/gpu"] = "0"  # the plugin still registers it, with no device
+        capacity[sharing.resource] = str(sharing.devices(group.gpus))
     labels.update(group.labels)
     stamp = rfc3339()
     status_images = []

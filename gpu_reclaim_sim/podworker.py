@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpu_reclaim_sim.kubelet")
 
 POD = BY_KIND["Pod"]
-GPU = "nvidia.com/gpu"
 MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
 CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
@@ -159,21 +158,23 @@ class PodWorker:
     async def _run_pod(self) -> None:
         spec = self.pod["spec"]
         gpu_env: dict[str, str] = {}
+        # the node's device plugin serves one resource: whole GPUs, MIG instances or replicas
+        resource = self.cluster.gpus.resources.get(self.kubelet.name, "nvidia.com/gpu")
         for c in self._containers():
-            count = int(str((c.get("resources", {}).get("limits") or {}).get(GPU, 0)) or 0)
+            count = int(str((c.get("resources", {}).get("limits") or {}).get(resource, 0)) or 0)
             if not count:
                 continue
             try:
                 gpus = self.cluster.gpus.allocate(self.kubelet.name, self.ns, self.name, c["name"], count)
             except RuntimeError:  # the device plugin's admission failure, in the kubelet's words
-                message = (f"Allocate failed due to requested number of devices unavailable for {GPU}. "
+                message = (f"Allocate failed due to requested number of devices unavailable for {resource}. "
                            f"Requested: {count}, Available: {len(self.cluster.gpus.free(self.kubelet.name))}, which is unexpected")
                 self.event("UnexpectedAdmissionError", message, type_="Warning")
                 self.update_status(lambda s, message=message: s.update({
                     "phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}))
                 await self.release()
                 return
-            gpu_env[c["name"]] = ",".join(g.uuid for g in gpus)
+            gpu_env[c["name"]] = ",".join(dict.fromkeys(g.uuid for g in gpus))  # two replicas: one GPU
         start = rfc3339()
         self.update_status(lambda s: s.update({
             "hostIP": self.kubelet.address, "hostIPs": [{"ip": self.kubelet.address}],

@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from .network import on_loopback
+from .scenario_schema import SCHEMA
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -60,170 +61,6 @@ def parse_duration(value: int | float | str, what: str = "duration") -> float:
     return float(m.group(1)) * _DURATION_UNITS[m.group(2)]
 
 
-_num_or_str = {"type": ["number", "string"]}
-_image: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["name"],
-    "properties": {
-        "name": {"type": "string", "minLength": 1},
-        "size": _num_or_str,
-        "entrypoint": {"type": "array", "items": {"type": "string"}},
-        "cmd": {"type": "array", "items": {"type": "string"}},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
-        "workingDir": {"type": "string"},
-        "user": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["uid"],
-            "properties": {
-                "name": {"type": "string", "minLength": 1},
-                "uid": {"type": "integer", "minimum": 0},
-                "gid": {"type": "integer", "minimum": 0},
-            },
-        },
-        "stub": {"type": "boolean"},
-    },
-}
-_taint = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["key", "effect"],
-    "properties": {
-        "key": {"type": "string"},
-        "value": {"type": "string"},
-        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
-    },
-}
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["nodeGroups"],
-    "properties": {
-        "name": {"type": "string"},
-        "namespaces": {"type": "array", "items": {"type": "string"}},
-        "mode": {"enum": ["process", "stub"]},
-        "bandwidth": _num_or_str,
-        "defaultImageSize": _num_or_str,
-        "strictImages": {"type": "boolean"},
-        "podNetwork": {"type": "string"},
-        "serviceNetwork": {"type": "string"},
-        "networkPolicyDeny": {"enum": ["reject", "drop"]},
-        "images": {"type": "array", "items": _image},
-        "imageDefaults": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {k: _image["properties"][k] for k in ("entrypoint", "cmd", "env", "workingDir", "user")},
-        },
-        "apiserver": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "host": {"type": "string"},
-                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
-                "historyLimit": {"type": "integer", "minimum": 1},
-                "eventTTL": _num_or_str,
-                "bookmarkInterval": _num_or_str,
-                "tls": {"type": "boolean"},
-                "authorization": {"enum": ["RBAC", "AlwaysAllow"]},
-            },
-        },
-        "control": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "host": {"type": "string"},
-                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
-            },
-        },
-        "gpu": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "collectionInterval": _num_or_str,
-                "idleEngineActive": {"type": "number", "minimum": 0, "maximum": 1},
-                "driverVersion": {"type": "string"},
-            },
-        },
-        "scheduler": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "scoringStrategy": {"enum": ["LeastAllocated", "MostAllocated"]},
-                "retryInterval": _num_or_str,
-                "weights": {"type": "object", "additionalProperties": {"type": "number"}},
-                "names": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
-            },
-        },
-        "priorityClasses": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["name", "value"],
-                "properties": {
-                    "name": {"type": "string"},
-                    "value": {"type": "integer"},
-                    "globalDefault": {"type": "boolean"},
-                    "description": {"type": "string"},
-                    "preemptionPolicy": {"enum": ["PreemptLowerPriority", "Never"]},
-                },
-            },
-        },
-        "nodeGroups": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["name"],
-                "properties": {
-                    "name": {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"},
-                    "count": {"type": "integer", "minimum": 0},
-                    "cpu": _num_or_str,
-                    "memory": _num_or_str,
-                    "pods": {"type": "integer", "minimum": 1},
-                    "gpus": {"type": "integer", "minimum": 0},
-                    "gpuModel": {"type": "string"},
-                    "gpuMemory": _num_or_str,
-                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "taints": {"type": "array", "items": _taint},
-                    "images": {"type": "array", "items": {"type": "string"}},
-                    "bandwidth": _num_or_str,
-                    "autoscaler": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "properties": {
-                            "min": {"type": "integer", "minimum": 0},
-                            "max": {"type": "integer", "minimum": 0},
-                            "scaleUpDelay": _num_or_str,
-                            "scaleDownDelay": _num_or_str,
-                        },
-                    },
-                },
-            },
-        },
-        "placeholders": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["name", "count"],
-                "properties": {
-                    "name": {"type": "string"},
-                    "namespace": {"type": "string"},
-                    "count": {"type": "integer", "minimum": 0},
-                    "priorityClassName": {"type": "string"},
-                    "requests": {"type": "object", "additionalProperties": _num_or_str},
-                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "tolerations": {"type": "array", "items": {"type": "object"}},
-                },
-            },
-        },
-    },
-}
-
-
 @dataclass
 class ImageUser:
     """The user an image runs as (its Dockerfile's USER) and its /etc/passwd entry."""
@@ -255,6 +92,37 @@ class Autoscaling:
     scale_down_delay: float
 
 
+MIG_SLICES = 7  # compute slices of a MIG-capable GPU (A100, H100): 1g.10gb x 7, 3g.40gb x 2
+
+
+@dataclass(frozen=True)
+class GpuSharing:
+    """How the device plugin hands out a node group's GPUs: whole, as MIG instances of one
+    profile (its "mixed" strategy: resource `nvidia.com/mig-<profile>`), or as time-slicing
+    replicas (`sharing.timeSlicing`: `replicas` per GPU under `nvidia.com/gpu`, or under
+    `nvidia.com/gpu.shared` with `renameByDefault`)."""
+
+    mig_profile: str = ""  # e.g. "1g.10gb"
+    mig_per_gpu: int = 0
+    replicas: int = 1
+    rename_by_default: bool = False
+
+    @property
+    def time_sliced(self) -> bool:
+        return self.replicas > 1
+
+    @property
+    def resource(self) -> str:
+        """The extended resource the node advertises its devices under."""
+        if self.mig_profile:
+            return f"nvidia.com/mig-{self.mig_profile}"
+        return "nvidia.com/gpu.shared" if self.time_sliced and self.rename_by_default else "nvidia.com/gpu"
+
+    def devices(self, gpus: int) -> int:
+        """How many of `resource` a node with `gpus` physical GPUs advertises."""
+        return gpus * (self.mig_per_gpu if self.mig_profile else self.replicas)
+
+
 @dataclass
 class NodeGroup:
     name: str
@@ -270,6 +138,7 @@ class NodeGroup:
     images: list[str]  # already pulled when a node of this group starts
     bandwidth: float  # bytes per second
     autoscaler: Autoscaling | None
+    sharing: GpuSharing = field(default_factory=GpuSharing)
 
 
 @dataclass
@@ -308,6 +177,9 @@ class Scenario:
     gpu_collection_interval: float = 30.0
     gpu_idle_engine_active: float = 0.002
     gpu_driver_version: str = "550.90.07"
+    # dcgm-exporter's KUBERNETES_VIRTUAL_GPUS: a time-sliced GPU's series once per pod
+    # sharing it (label vgpu), instead of once, labelled with one of them
+    gpu_virtual_gpus: bool = False
     scoring_strategy: str = "LeastAllocated"
     scheduler_retry_interval: float = 10.0
     scheduler_weights: dict[str, float] = field(default_factory=dict)
@@ -408,7 +280,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
             labels=dict(g.get("labels", {})), taints=[dict(t) for t in g.get("taints", [])],
             images=list(g.get("images", [])),
             bandwidth=parse_bandwidth(g["bandwidth"], f"{where}.bandwidth") if "bandwidth" in g else default_bw,
-            autoscaler=auto,
+            autoscaler=auto, sharing=_sharing(g, f"{source}: {where}"),
         ))
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
@@ -458,6 +330,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         gpu_collection_interval=parse_duration(gpu.get("collectionInterval", 30), "gpu.collectionInterval"),
         gpu_idle_engine_active=gpu.get("idleEngineActive", 0.002),
         gpu_driver_version=gpu.get("driverVersion", "550.90.07"),
+        gpu_virtual_gpus=bool(gpu.get("kubernetesVirtualGpus", False)),
         scoring_strategy=sch.get("scoringStrategy", "LeastAllocated"),
         scheduler_retry_interval=parse_duration(sch.get("retryInterval", 10), "scheduler.retryInterval"),
         scheduler_weights=dict(sch.get("weights", {})),
@@ -468,3 +341,21 @@ def _from_dict(data: Any, source: str) -> Scenario:
 
 def _user(d: dict[str, Any]) -> ImageUser:
     return ImageUser(uid=d["uid"], gid=d.get("gid", 0 if d["uid"] == 0 else d["uid"]), name=d.get("name", ""))
+
+
+def _sharing(g: dict[str, Any], where: str) -> GpuSharing:
+    """A node group's `mig` or `timeSlicing` (the schema checked their fields)."""
+    if "mig" in g and "timeSlicing" in g:
+        raise ScenarioError(f"{where}: mig and timeSlicing together are not simulated; choose one")
+    if "mig" in g:
+        profile = g["mig"]["profile"]
+        slices = int(profile.split("g.", 1)[0])
+        per_gpu = g["mig"].get("perGpu", MIG_SLICES // slices)
+        if per_gpu * slices > MIG_SLICES:
+            raise ScenarioError(f"{where}.mig: {per_gpu} x {profile} need {per_gpu * slices} of a GPU's "
+                                f"{MIG_SLICES} compute slices")
+        return GpuSharing(mig_profile=profile, mig_per_gpu=per_gpu)
+    if "timeSlicing" in g:
+        t = g["timeSlicing"]
+        return GpuSharing(replicas=t["replicas"], rename_by_default=bool(t.get("renameByDefault", False)))
+    return GpuSharing()

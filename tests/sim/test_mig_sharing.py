@@ -13,9 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim import scenario as sc
 from gpu_reclaim_sim.cluster import Cluster
+from gpu_reclaim_sim.gpu import use_gpu
 from gpu_reclaim_sim.gpus import GpuFleet
+from gpu_reclaim_sim.nodes import node_manifest
 from gpu_reclaim_sim.paths import SCENARIOS
 from gpu_reclaim_sim.resources import BY_KIND
+from gpu_reclaim_sim.scheduling.filters import fit_failures
 from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.pods import pod_info
 
@@ -35,9 +38,11 @@ def scenario(*groups: dict, **gpu: Any) -> sc.Scenario:
 
 
 def gpu_pod(name: str, resource: str, count: int = 1) -> dict:
+    """A pod asking for `count` of `resource` (requests as admission defaults them: the limits)."""
+    amount = {resource: str(count)}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
             "spec": {"containers": [{"name": "notebook", "image": IMAGE,
-                                     "resources": {"limits": {resource: str(count)}}}]}}
+                                     "resources": {"limits": amount, "requests": dict(amount)}}]}}
 
 
 async def until(predicate, timeout: float = 10.0) -> Any:
@@ -91,6 +96,18 @@ def test_the_shared_gpus_example_scenario_has_a_mig_and_a_time_sliced_node():
     mig, sliced = s.node_groups[0].sharing, s.node_groups[1].sharing
     assert (mig.resource, mig.devices(1)) == ("nvidia.com/mig-1g.10gb", 7)
     assert (sliced.resource, sliced.devices(1)) == ("nvidia.com/gpu.shared", 4) and s.gpu_virtual_gpus
+
+
+def test_the_scheduler_counts_mig_instances_like_gpus():
+    s = scenario(MIG)
+    node = node_manifest("mig-1", s.node_groups[0], s)
+    on_node = [gpu_pod(f"p{i}", "nvidia.com/mig-1g.10gb", 3) for i in range(2)]
+    for i, p in enumerate(on_node):
+        p["metadata"]["uid"] = f"uid-{i}"
+    assert fit_failures(gpu_pod("one", "nvidia.com/mig-1g.10gb"), node, on_node) == []
+    assert fit_failures(gpu_pod("two", "nvidia.com/mig-1g.10gb", 2), node, on_node) == [
+        "Insufficient nvidia.com/mig-1g.10gb"]
+    assert fit_failures(gpu_pod("whole", "nvidia.com/gpu"), node) == ["Insufficient nvidia.com/gpu"]
 
 
 # --- the exporter, device by device ------------------------------------------------------
@@ -174,7 +191,7 @@ def test_replicas_spread_over_the_gpus_before_two_pods_share_one():
 
 
 @pytest.mark.parametrize("cluster", [scenario(MIG, SLICED)], indirect=True)
-async def test_nodes_advertise_mig_instances_and_replicas_and_pods_get_them(cluster):
+async def test_nodes_advertise_mig_instances_and_replicas_and_pods_get_them(cluster, monkeypatch):
     c = cluster
     mig = c.store.find(NODE, None, "mig-1")
     sliced = c.store.find(NODE, None, "sliced-1")
@@ -202,7 +219,10 @@ async def test_nodes_advertise_mig_instances_and_replicas_and_pods_get_them(clus
     # the product counts a MIG instance as a GPU held
     assert pod_info(pods["jupyter-mig"]).gpus == 1
 
-    c.gpus.set_load(NS, "jupyter-mig", 60, seconds=60)
+    # a notebook's use_gpu works on its instance as on a whole GPU
+    for key, value in c.control.pod_env(NS, "jupyter-mig", pods["jupyter-mig"]["metadata"]["uid"]).items():
+        monkeypatch.setenv(key, value)
+    await asyncio.to_thread(use_gpu, percent=60, seconds=60, block=False)
     readings = parse_dcgm_text(c.gpus.metrics("mig-1").decode(), NOW)
     assert readings[(NS, "jupyter-mig")].util == (pytest.approx(60.0),)
     # more than the node has waits, in the scheduler's words

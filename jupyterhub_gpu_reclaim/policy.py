@@ -245,9 +245,10 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
         in_window = s.t > window_start
         if in_window:
             h.window_samples += 1
-        worked = _worked_at(s, shared)
-        if worked is not None and (h.last_busy is None or worked > h.last_busy):
-            h.last_busy = worked
+        if _kernel_busy(s):
+            h.last_busy = s.t  # later than any activity an earlier sample reported
+        elif shared and (worked := _worked_at(s, shared)) is not None:
+            h.last_busy = _latest(h.last_busy, worked)
         if isinstance(util, str):
             continue
         for i, u in enumerate(util):

@@ -15,7 +15,8 @@ DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
 def _backtest(args: argparse.Namespace) -> int:
     import json
 
-    from .backtest import backtest, format_report, load_policy_config, replay
+    from .backtest import backtest, load_policy_config, replay
+    from .backtest_report import format_report
     from .errors import ConfigError
     from .trace import TraceError
 

@@ -36,8 +36,12 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, Union
 
-from .observations import Kernel, Sample, Session
-from .timestamps import format_time, parse_time
+from .observations import Sample, Session
+from .timestamps import format_time
+from .trace_fields import (
+    MISSING, FieldError, bool_field, get_field, int_field, is_number, kernels_field, per_gpu_field, str_field,
+    terminals_field, time_field,
+)
 
 __all__ = [
     "TraceError",
@@ -131,132 +135,6 @@ class Label:
 Record = Union[TraceConfig, TraceSession, TraceSample, Pressure, IntentEvent, Label]
 
 
-# --------------------------------------------------------------------------- field checks
-
-_MISSING = object()
-_time_cache: dict[str, dt.datetime] = {}
-
-
-class _FieldError(Exception):
-    pass
-
-
-def _get(obj: dict, key: str, default: Any = _MISSING) -> Any:
-    if key in obj:
-        return obj[key]
-    if default is _MISSING:
-        raise _FieldError(f"missing field {key!r}")
-    return default
-
-
-def _time(obj: dict, key: str, *, nullable: bool = False, default: Any = _MISSING) -> Any:
-    value = _get(obj, key, default)
-    if value is None and nullable:
-        return None
-    if not isinstance(value, str):
-        raise _FieldError(f"{key} must be an RFC 3339 timestamp, not {json.dumps(value)}")
-    t = _time_cache.get(value)  # a trace repeats its instants
-    if t is None:
-        try:
-            t = parse_time(value, require_offset=True)
-        except ValueError:
-            t = None
-        if t is None:
-            raise _FieldError(f"{key} is not an RFC 3339 timestamp with an offset: {value!r}")
-        if len(_time_cache) > 100_000:
-            _time_cache.clear()
-        _time_cache[value] = t
-    return t
-
-
-def _str(obj: dict, key: str, default: Any = _MISSING) -> str:
-    value = _get(obj, key, default)
-    if not isinstance(value, str):
-        raise _FieldError(f"{key} must be a string, not {json.dumps(value)}")
-    return value
-
-
-def _bool(obj: dict, key: str, default: Any = _MISSING) -> bool:
-    value = _get(obj, key, default)
-    if not isinstance(value, bool):
-        raise _FieldError(f"{key} must be true or false, not {json.dumps(value)}")
-    return value
-
-
-def _int(obj: dict, key: str, *, minimum: int = 0) -> int:
-    value = _get(obj, key)
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise _FieldError(f"{key} must be an integer, not {json.dumps(value)}")
-    if value < minimum:
-        raise _FieldError(f"{key} must be at least {minimum}, not {value}")
-    return value
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _per_gpu(obj: dict, key: str, gpus: int, *, required: bool, maximum: float | None):
-    value = _get(obj, key) if required else obj.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _FieldError(f"{key} must be a list with one value per GPU or null, not {json.dumps(value)}")
-    if len(value) != gpus:
-        raise _FieldError(
-            f"{key} has {len(value)} value{'s' if len(value) != 1 else ''}, "
-            f"the session has {gpus} GPU{'s' if gpus != 1 else ''}"
-        )
-    for item in value:
-        if item is None:
-            continue
-        if not _is_number(item) or item != item:
-            raise _FieldError(f"{key} values must be numbers or null, not {json.dumps(item)}")
-        if item < 0 or (maximum is not None and item > maximum):
-            raise _FieldError(f"{key} value {item} is outside 0-{maximum if maximum is not None else 'inf'}")
-    return tuple(float(x) if x is not None else None for x in value)
-
-
-def _kernels(obj: dict) -> tuple[Kernel, ...] | None:
-    value = obj.get("kernels")
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _FieldError(f"kernels must be a list or null, not {json.dumps(value)}")
-    kernels = []
-    for item in value:
-        if not isinstance(item, dict):
-            raise _FieldError(f"kernels entries must be objects, not {json.dumps(item)}")
-        state = item.get("execution_state")
-        if not isinstance(state, str):
-            raise _FieldError(f"kernel execution_state must be a string, not {json.dumps(state)}")
-        last = _time(item, "last_activity", nullable=True, default=None)
-        kernels.append(Kernel(execution_state=state, last_activity=last))
-    return tuple(kernels)
-
-
-def _terminals(obj: dict) -> tuple[dt.datetime | None, ...] | None:
-    if "terminals" not in obj:
-        return ()
-    value = obj["terminals"]
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _FieldError(f"terminals must be a list or null, not {json.dumps(value)}")
-    out = []
-    for item in value:
-        if isinstance(item, dict):
-            out.append(_time(item, "last_activity", nullable=True, default=None))
-        elif isinstance(item, str) or item is None:
-            out.append(_time({"last_activity": item}, "last_activity", nullable=True))
-        else:
-            raise _FieldError(f"terminals entries must be objects or timestamps, not {json.dumps(item)}")
-    return tuple(out)
-
-
 # --------------------------------------------------------------------------- reader
 
 
@@ -272,24 +150,24 @@ class _Reader:
 
     def parse(self, lineno: int, obj: Any) -> Record:
         if not isinstance(obj, dict):
-            raise _FieldError("a line must be a JSON object")
-        kind = obj.get("kind", _MISSING)
-        if kind is _MISSING:
-            raise _FieldError("missing field 'kind'")
+            raise FieldError("a line must be a JSON object")
+        kind = obj.get("kind", MISSING)
+        if kind is MISSING:
+            raise FieldError("missing field 'kind'")
         if self.config is None:
             if kind != "config":
-                raise _FieldError(f"the first line must be the config line, not kind {json.dumps(kind)}")
+                raise FieldError(f"the first line must be the config line, not kind {json.dumps(kind)}")
             return self._config(obj)
         if kind == "config":
-            raise _FieldError("a second config line (there must be exactly one, the first line)")
+            raise FieldError("a second config line (there must be exactly one, the first line)")
         parse = self._parsers.get(kind) if isinstance(kind, str) else None
         if parse is None:
-            raise _FieldError(f"unknown kind {json.dumps(kind)}")
+            raise FieldError(f"unknown kind {json.dumps(kind)}")
         return parse(self, lineno, obj)
 
     def _order(self, lineno: int, t: dt.datetime, field: str) -> None:
         if self.last_t is not None and t < self.last_t:
-            raise _FieldError(
+            raise FieldError(
                 f"{field} {format_time(t)} is earlier than {format_time(self.last_t)} on line "
                 f"{self.last_t_line}: the trace must be sorted by time"
             )
@@ -297,46 +175,46 @@ class _Reader:
         self.last_t_line = lineno
 
     def _config(self, obj: dict) -> TraceConfig:
-        version = _get(obj, "version")
+        version = get_field(obj, "version")
         if version != VERSION or isinstance(version, bool):
-            raise _FieldError(f"unsupported version {json.dumps(version)} (this reader reads version {VERSION})")
-        start = _time(obj, "start")
-        end = _time(obj, "end")
+            raise FieldError(f"unsupported version {json.dumps(version)} (this reader reads version {VERSION})")
+        start = time_field(obj, "start")
+        end = time_field(obj, "end")
         if end < start:
-            raise _FieldError("end is before start")
-        interval = _get(obj, "sample_interval_s")
-        if not _is_number(interval) or interval <= 0:
-            raise _FieldError(f"sample_interval_s must be a positive number, not {json.dumps(interval)}")
+            raise FieldError("end is before start")
+        interval = get_field(obj, "sample_interval_s")
+        if not is_number(interval) or interval <= 0:
+            raise FieldError(f"sample_interval_s must be a positive number, not {json.dumps(interval)}")
         self.config = TraceConfig(start=start, end=end, sample_interval_s=interval,
-                                  gpus_total=_int(obj, "gpus_total"))
+                                  gpus_total=int_field(obj, "gpus_total"))
         return self.config
 
     def _session(self, lineno: int, obj: dict) -> TraceSession:
-        sid = _str(obj, "id")
+        sid = str_field(obj, "id")
         if not sid:
-            raise _FieldError("id must not be empty")
-        user = _str(obj, "user")
-        server = _str(obj, "server")
-        gpus = _int(obj, "gpus")
-        started = _time(obj, "started")
-        stopped = _time(obj, "stopped", nullable=True, default=None)
+            raise FieldError("id must not be empty")
+        user = str_field(obj, "user")
+        server = str_field(obj, "server")
+        gpus = int_field(obj, "gpus")
+        started = time_field(obj, "started")
+        stopped = time_field(obj, "stopped", nullable=True, default=None)
         if stopped is not None and stopped < started:
-            raise _FieldError("stopped is before started")
-        groups = _get(obj, "groups", [])
+            raise FieldError("stopped is before started")
+        groups = get_field(obj, "groups", [])
         if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
-            raise _FieldError(f"groups must be a list of strings, not {json.dumps(groups)}")
+            raise FieldError(f"groups must be a list of strings, not {json.dumps(groups)}")
         scenario = obj.get("scenario")
         if scenario is not None and not isinstance(scenario, str):
-            raise _FieldError(f"scenario must be a string, not {json.dumps(scenario)}")
+            raise FieldError(f"scenario must be a string, not {json.dumps(scenario)}")
         previous = self.sessions.get(sid)
         if previous is not None and (previous.stopped is None or previous.stopped > started):
-            raise _FieldError(f"session {sid} is already running (started {format_time(previous.t)})")
+            raise FieldError(f"session {sid} is already running (started {format_time(previous.t)})")
         self._order(lineno, started, "started")
         record = TraceSession(
             session=Session(id=sid, user=user, server=server, gpus=gpus, started=started,
-                            admin=_bool(obj, "admin", False), profile=_str(obj, "profile", ""),
-                            groups=frozenset(groups), gpu_type=_str(obj, "gpu_type", ""),
-                            gpu_shared=_bool(obj, "gpu_shared", False)),
+                            admin=bool_field(obj, "admin", False), profile=str_field(obj, "profile", ""),
+                            groups=frozenset(groups), gpu_type=str_field(obj, "gpu_type", ""),
+                            gpu_shared=bool_field(obj, "gpu_shared", False)),
             stopped=stopped,
             scenario=scenario,
         )
@@ -344,49 +222,49 @@ class _Reader:
         return record
 
     def _known(self, obj: dict) -> TraceSession:
-        sid = _str(obj, "session")
+        sid = str_field(obj, "session")
         record = self.sessions.get(sid)
         if record is None:
-            raise _FieldError(f"unknown session {sid!r} (no session line before this one)")
+            raise FieldError(f"unknown session {sid!r} (no session line before this one)")
         return record
 
     def _sample(self, lineno: int, obj: dict) -> TraceSample:
-        t = _time(obj, "t")
+        t = time_field(obj, "t")
         record = self._known(obj)
         gpus = record.session.gpus
         sample = Sample(
             t=t,
-            gpu_util=_per_gpu(obj, "gpu_util", gpus, required=True, maximum=100.0),
-            gpu_mem_used_mib=_per_gpu(obj, "gpu_mem_used_mib", gpus, required=False, maximum=None),
-            kernels=_kernels(obj),
-            terminals=_terminals(obj),
-            hub_last_activity=_time(obj, "hub_last_activity", nullable=True, default=None),
+            gpu_util=per_gpu_field(obj, "gpu_util", gpus, required=True, maximum=100.0),
+            gpu_mem_used_mib=per_gpu_field(obj, "gpu_mem_used_mib", gpus, required=False, maximum=None),
+            kernels=kernels_field(obj),
+            terminals=terminals_field(obj),
+            hub_last_activity=time_field(obj, "hub_last_activity", nullable=True, default=None),
         )
         self._order(lineno, t, "t")
         return TraceSample(session=record.id, sample=sample)
 
     def _pressure(self, lineno: int, obj: dict) -> Pressure:
-        t = _time(obj, "t")
-        record = Pressure(t=t, pending_gpus=_int(obj, "pending_gpus"))
+        t = time_field(obj, "t")
+        record = Pressure(t=t, pending_gpus=int_field(obj, "pending_gpus"))
         self._order(lineno, t, "t")
         return record
 
     def _intent(self, lineno: int, obj: dict) -> IntentEvent:
-        t = _time(obj, "t")
+        t = time_field(obj, "t")
         sid = self._known(obj).id
-        until = _time(obj, "until", nullable=True)
+        until = time_field(obj, "until", nullable=True)
         self._order(lineno, t, "t")
         return IntentEvent(t=t, session=sid, until=until)
 
     def _label(self, lineno: int, obj: dict) -> Label:
-        sid = _str(obj, "session")
-        start = _time(obj, "from")
-        end = _time(obj, "to")
+        sid = str_field(obj, "session")
+        start = time_field(obj, "from")
+        end = time_field(obj, "to")
         if end < start:
-            raise _FieldError("to is before from")
-        truth = _get(obj, "truth")
+            raise FieldError("to is before from")
+        truth = get_field(obj, "truth")
         if truth not in TRUTHS:
-            raise _FieldError(f"truth must be one of {', '.join(TRUTHS)}, not {json.dumps(truth)}")
+            raise FieldError(f"truth must be one of {', '.join(TRUTHS)}, not {json.dumps(truth)}")
         if sid not in self.sessions:
             self.label_sessions.setdefault(sid, lineno)
         return Label(session=sid, from_=start, to=end, truth=truth)
@@ -432,7 +310,7 @@ def _read(handle: Iterable[str], name: str) -> Iterator[Record]:
                 yield reader.parse(lineno, obj)
             except json.JSONDecodeError as e:
                 raise TraceError(f"{name}:{lineno}: not valid JSON: {e.msg} at column {e.colno}") from None
-            except _FieldError as e:
+            except FieldError as e:
                 prefix = f"{kind}: " if isinstance(kind, str) and kind in _KNOWN else ""
                 raise TraceError(f"{name}:{lineno}: {prefix}{e}") from None
     except UnicodeDecodeError as e:

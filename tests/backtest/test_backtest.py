@@ -14,11 +14,11 @@ import pytest
 from jupyterhub_gpu_reclaim.backtest import (
     ZeroRun,
     backtest,
-    format_report,
     idle_culler_rule,
     load_policy_config,
     zero_gpu_rule,
 )
+from jupyterhub_gpu_reclaim.backtest_report import format_report
 from jupyterhub_gpu_reclaim.durations import parse_duration
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.observations import Sample, Session

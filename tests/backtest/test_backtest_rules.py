@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from jupyterhub_gpu_reclaim.backtest import backtest, format_report, load_policy_config
+from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
+from jupyterhub_gpu_reclaim.backtest_report import format_report
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy_rules import PolicyRules

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu_reclaim.backtest import NO_SCENARIO, format_report, replay
+from jupyterhub_gpu_reclaim.backtest import NO_SCENARIO, replay
+from jupyterhub_gpu_reclaim.backtest_report import format_report
 from jupyterhub_gpu_reclaim.trace import (
     IntentEvent,
     Label,

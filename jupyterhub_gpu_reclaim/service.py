@@ -101,13 +101,14 @@ class Reclaimer:
         self.history = SampleHistory(policy, self.options.cycle_interval, self.rules.configs[1:])
         self.stops = Stops(stopper=stopper, store=store, metrics=self.metrics, policy=policy, clock=clock,
                            dry_run=self.options.dry_run, cull_users=self.options.cull_users,
-                           notify=self._notify, forget=self.history.forget)
+                           notify=self._notify, forget=self._stopped)
         self._failing: dict[str, str] = {}  # sid → the unexpected error already logged for it
         self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
         self._live: set[str] = set()
         self._restored = False
         self._last_prune = 0.0
         self.status = CycleStatus()  # what the web pages show: the latest cycle
+        self._stopped_since_observed: set[str] = set()  # stops completed during the cycle under way
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -160,6 +161,7 @@ class Reclaimer:
 
     async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:
         self.stops.retry_unfinished()
+        self._stopped_since_observed.clear()
         seen = await self._observe(now, report)
         if seen is None:
             return
@@ -309,6 +311,13 @@ class Reclaimer:
         report.probes = len(sids)
         await asyncio.gather(*(one(sid) for sid in sids))
 
+    def _stopped(self, sid: str) -> None:
+        """One of our stops completed: its history goes, and the pages stop showing it now,
+        and after the cycle under way (which may have observed it still running)."""
+        self.history.forget(sid)
+        self.status.stopped(sid)
+        self._stopped_since_observed.add(sid)
+
     def _sessions_gone(self, present: set[str], now: dt.datetime) -> None:
         """Sessions no longer ready: note them stopped; their open warnings end."""
         release = getattr(self.kernels, "release", None)  # the probe credential goes too
@@ -426,7 +435,8 @@ class Reclaimer:
             history=self.history.of(sid) if o.session.gpus else [],
             warnings=warnings.get(sid, ()), intent=decided.intents.get(sid),
             exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
-            stopping=sid in self.stops.tasks) for sid, o in seen.sessions.items()},
+            stopping=sid in self.stops.tasks) for sid, o in seen.sessions.items()
+            if sid not in self._stopped_since_observed},
             queue=waiting_servers(seen.pods.by_session.values(), now))
 
     def _set_state_metrics(self, seen: Observation, report: CycleReport, now: dt.datetime) -> None:

@@ -107,6 +107,11 @@ class CycleStatus:
         if sid in self.sessions:
             self.sessions[sid] = replace(self.sessions[sid], **changes)
 
+    def stopped(self, sid: str) -> None:
+        """A stop of `sid` completed between cycles: the pages stop showing it at once (not
+        "will be reclaimed at …" until the next cycle)."""
+        self.sessions.pop(sid, None)
+
 
 def session_status(session: Session, sample: Sample, decision: Decision | None, *, node: str | None,
                    url: str, hub_last_activity: dt.datetime | None, history: Sequence[Sample],

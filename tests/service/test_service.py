@@ -580,6 +580,19 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     assert sid in h.reclaimer.status.sessions
 
 
+async def test_a_completed_stop_leaves_the_published_status_at_once(harness):
+    """The pages read the latest cycle's status: once the stop the cycle began completes,
+    the session is gone from it, not shown "will be reclaimed at …" until the next cycle."""
+    h = harness()
+    sid = h.add("alice")
+    h.add("bob", gpus=0, last_activity=at(55))
+    await h.run_until(at(55))
+    assert h.reclaimer.status.sessions[sid].reclaim_at == at(60)
+    await h.run_until(at(60))  # the cycle at 60 begins the stop; it completes (drained) before the next
+    assert h.stopped(sid) == [at(60)] and h.reclaimer.status.t == at(60)
+    assert sid not in h.reclaimer.status.sessions and "bob/" in h.reclaimer.status.sessions
+
+
 async def test_policy_rules_by_profile_and_group_time_each_session_apart(harness):
     """Two profiles under different idle timings, a group rule ahead of them (first match
     wins) and a session no rule matches (the options): each is warned and reclaimed on its

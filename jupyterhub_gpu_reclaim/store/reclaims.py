@@ -32,12 +32,13 @@ class ReclaimRecord:
     finished_at: dt.datetime | None
     outcome: str | None  # None: begun, not finished (e.g. the service died mid-stop)
     detail: str
+    seen_at: dt.datetime | None = None  # when its user saw the notice of it (the hub's home page)
 
 
 def reclaim_record(row: ReclaimRow) -> ReclaimRecord:
     return ReclaimRecord(id=row.id, session=row.session, episode=row.episode, rule=row.rule, t=row.t,
                          gpus=row.gpus, evidence=json.loads(row.evidence), finished_at=row.finished_at,
-                         outcome=row.outcome, detail=row.detail)
+                         outcome=row.outcome, detail=row.detail, seen_at=row.seen_at)
 
 
 
@@ -144,6 +145,21 @@ class ReclaimStore(StoreBase):
         if user is not None:  # autoescape: a user name may hold % or _
             where.append(ReclaimRow.session.startswith(user + "/", autoescape=True))
         return self._reclaims(sa.and_(sa.true(), *where))
+
+    def unseen_reclaims(self, user: str, since: dt.datetime) -> list[ReclaimRecord]:
+        """`user`'s GPU servers stopped by a reclaim since `since` whose notice the user has
+        not seen (`mark_seen`), oldest first."""
+        return self._reclaims(sa.and_(ReclaimRow.t >= aware(since, "since"), ReclaimRow.outcome == "stopped",
+                                      ReclaimRow.gpus > 0, ReclaimRow.seen_at.is_(None),
+                                      ReclaimRow.session.startswith(user + "/", autoescape=True)))
+
+    def mark_seen(self, user: str, reclaim_id: int, t: dt.datetime) -> str | None:
+        """`user` saw the notice of their reclaim `reclaim_id`: its session; None when it is
+        not theirs, not there or seen before, and nothing changes."""
+        with self._session.begin() as db:
+            return db.scalar(sa.update(ReclaimRow).where(
+                ReclaimRow.id == reclaim_id, ReclaimRow.session.startswith(user + "/", autoescape=True),
+                ReclaimRow.seen_at.is_(None)).values(seen_at=aware(t, "t")).returning(ReclaimRow.session))
 
     def _reclaims(self, where: Any) -> list[ReclaimRecord]:
         with self._session() as db:

@@ -4,7 +4,8 @@ column types, and the migrations from each older version.
 ``MIGRATIONS[i]`` is a function ``(connection) -> None`` that upgrades a store from version
 ``i + 1`` to ``i + 2``; the current version is ``len(MIGRATIONS) + 1``. Version 1 is the
 first; version 2 added the web pages' exemptions and audit log; version 3 keeps one intent
-row per session (a new intent replaces it, a clear marks it).
+row per session (a new intent replaces it, a clear marks it); version 4 notes when a user
+saw the notice of a reclaim.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class ReclaimRow(Base):
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     outcome: Mapped[str | None] = mapped_column(sa.String(16), index=True)
     detail: Mapped[str] = mapped_column(sa.Text, default="")
+    seen_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # its user saw the notice of it
 
 
 class TraceSessionRow(Base):
@@ -196,6 +198,16 @@ def _v2_to_v3(conn: Connection) -> None:
 
 
 MIGRATIONS.append(_v2_to_v3)
+
+
+def _v3_to_v4(conn: Connection) -> None:
+    """v3 → v4: when its user saw the notice of a reclaim (the hub's home page says what
+    happened until then)."""
+    if "seen_at" not in {c["name"] for c in sa.inspect(conn).get_columns(ReclaimRow.__tablename__)}:
+        conn.execute(sa.text("ALTER TABLE reclaims ADD COLUMN seen_at TIMESTAMP"))
+
+
+MIGRATIONS.append(_v3_to_v4)
 
 OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 

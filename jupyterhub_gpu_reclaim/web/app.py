@@ -21,7 +21,7 @@ from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQue
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
 from .controls import Reclaiming
 from .monitoring import HealthHandler, MetricsHandler
-from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage,
+from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage, ReclaimSeenForm,
                     StopForm, UserPage)
 from .paths import static_dir
 from .ratelimit import WriteLimiter
@@ -75,6 +75,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
             (prefix + "sessions/keepalive", KeepaliveForm, c),
             (prefix + "sessions/stop", StopForm, c),
             (prefix + "embed/home", EmbedHome, c),
+            (prefix + "embed/home/seen", ReclaimSeenForm, c),
             (prefix + "embed/banner", EmbedBanner, c),
             (prefix + "admin", AdminPage, c),
             (prefix + "admin/action", AdminActionForm, c),

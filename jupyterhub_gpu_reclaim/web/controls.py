@@ -18,6 +18,7 @@ from tornado import web
 from ..status import CycleStatus, SessionStatus, WaitingServer
 from ..stops import Stops
 from ..store import Store
+from ..store.reclaims import ReclaimRecord
 from ..timestamps import format_time, utcnow
 from .inputs import BadInput
 from .render import hhmm, human, notice
@@ -57,7 +58,22 @@ class Controls:
             raise web.HTTPError(404, f"no running session {sid!r} of yours")
         return info
 
+    def reclaims_to_tell(self, user: str, days: int = 7) -> list[ReclaimRecord]:
+        """`user`'s GPU servers reclaimed in the last `days` whose notice they have not seen,
+        the latest per server, for servers not running or waiting again."""
+        here = {*self.sessions_of(user), *(q.session for q in self.waiting_of(user))}
+        latest = {r.session: r for r in self.store.unseen_reclaims(user, utcnow() - dt.timedelta(days=days))}
+        return [r for sid, r in latest.items() if sid not in here]
+
     # ---- a user's
+
+    def reclaim_seen(self, user: str, reclaim_id: int) -> str:
+        """`user` has seen the notice of their reclaim `reclaim_id`: its session (404 for
+        anyone else's, or one seen before)."""
+        session = self.store.mark_seen(user, reclaim_id, utcnow())
+        if session is None:
+            raise web.HTTPError(404, f"no reclaim {reclaim_id} of yours to mark seen")
+        return session
 
     def keep_alive(self, user: str, sid: str, until: dt.datetime) -> dt.datetime:
         """Keep `user`'s session alive until `until` (at most max_keepalive from now)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from tornado import web
@@ -11,7 +12,7 @@ from tornado import web
 from ..timestamps import parse_time, utcnow
 from .base import Base, writes
 from .inputs import BadInput, local_time_to_utc, parse_until
-from .render import hhmm, human, notice, state_of
+from .render import hhmm, human, notice, reclaim_notice, state_of
 
 
 class UserPage(Base):
@@ -84,10 +85,38 @@ class StopForm(UserPage):
 
 
 class EmbedHome(UserPage):
-    """For the hub's home page (an iframe): the sessions, their state and keep-alive."""
+    """For the hub's home page (an iframe): what became of servers reclaimed since the
+    user's last look, the sessions, their state and keep-alive."""
 
     template = "embed_home.html"
     embedded = True
+
+    def render_page(self, name: str, **ns: Any) -> str:
+        user = self.user_name
+        reclaimed = [{"id": r.id, "text": reclaim_notice(r), "session": r.session}
+                     for r in self.ctx.controls.reclaims_to_tell(user)]
+        return super().render_page(name, reclaimed=reclaimed, **ns)
+
+
+class ReclaimSeenForm(Base):
+    """The home page's notice of a reclaim: **Start again** (the hub's spawn page, in the
+    top window) or **Dismiss**; either way the user has seen it."""
+
+    embedded = True
+
+    @writes
+    def post(self) -> None:
+        try:
+            reclaim_id = int(self.get_argument("reclaim", ""))
+        except ValueError:
+            raise web.HTTPError(400, "reclaim: the number of a reclaim") from None
+        then = self.get_argument("then", "")
+        if then not in ("start", "dismiss"):
+            raise web.HTTPError(400, f"then: start or dismiss, not {then!r}")
+        user, _, server = self.ctx.controls.reclaim_seen(self.user_name, reclaim_id).partition("/")
+        # the hub's spawn page: the start of that server, with its resume priority
+        spawn = self.ctx.hub_prefix + "spawn/" + quote(user, safe="") + ("/" + quote(server, safe="") if server else "")
+        self.redirect(spawn if then == "start" else self.ctx.prefix + "embed/home", status=303)
 
 
 class EmbedBanner(Base):

@@ -41,6 +41,17 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "kept": KEEPS, "lost": LOSES}
 
 
+def reclaim_notice(r: Any) -> str:
+    """What the hub's home page tells a user about the reclaim `r` of their server, until
+    they have seen it."""
+    server = f"Your server {r.session.split('/', 1)[1]!r}" if r.session.split("/", 1)[1] else "Your server"
+    since = parse_time((r.evidence or {}).get("idle_since"))
+    by = (r.evidence or {}).get("by")
+    why = (f"its GPU was unused for {human((r.t - since).total_seconds())}" if since is not None
+           else f"{by} reclaimed it" if by else f"rule {r.rule}")
+    return f"{server} was stopped at {hhmm(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
+
+
 def iso(value: Any) -> Any:
     """JSON-able: datetimes as RFC 3339 (UTC, Z)."""
     if isinstance(value, dt.datetime):

@@ -48,7 +48,7 @@ def make_v2(path):
 def test_v2_store_is_upgraded_to_one_intent_row_per_session(path):
     make_v2(path)
     with Store.open(path) as s:
-        assert s.schema_version() == store_mod.current_version() == 3
+        assert s.schema_version() == store_mod.current_version()
         assert {sid: i.until for sid, i in s.intents().items()} == {"alice/": at(240)}  # the current one
         assert s.intent_changed_at("bob/x") == at(5)  # bob's clear is remembered
     with sqlite3.connect(path) as conn:
@@ -126,3 +126,46 @@ def test_reclaims_of_one_user_take_names_literally(path):
             s.begin_reclaim(sid, "gpu-idle", START, {}, 1, episode=sid)
         assert sorted(r.session for r in s.reclaims(user="a%b")) == ["a%b/", "a%b/named"]
         assert [r.session for r in s.reclaims(user="a_b")] == ["a_b/x"]
+
+
+def make_v3(path):
+    """A store as release 3 wrote it: its reclaims table without `seen_at`, holding a reclaim."""
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        store_mod.Base.metadata.create_all(
+            conn, tables=[t for n, t in store_mod.Base.metadata.tables.items() if n != "reclaims"])
+        conn.execute(sa.text(
+            "CREATE TABLE reclaims (id INTEGER NOT NULL PRIMARY KEY, session VARCHAR(255) NOT NULL, "
+            "episode VARCHAR(255) NOT NULL, rule VARCHAR(64) NOT NULL, t DATETIME NOT NULL, gpus INTEGER NOT NULL, "
+            "evidence TEXT NOT NULL, finished_at DATETIME, outcome VARCHAR(16), detail TEXT NOT NULL, "
+            "CONSTRAINT uq_reclaim_episode UNIQUE (session, episode))"))
+        conn.execute(sa.text("INSERT INTO reclaims (session, episode, rule, t, gpus, evidence, finished_at, outcome, "
+                             "detail) VALUES ('alice/', 'e1', 'gpu-idle', :t, 1, '{}', :t, 'stopped', '')"),
+                     {"t": at(60).replace(tzinfo=None)})
+        conn.execute(sa.insert(store_mod.SchemaVersion).values(id=1, version=3))
+    engine.dispose()
+
+
+def test_v3_store_is_upgraded_to_note_when_a_reclaim_was_seen(path):
+    make_v3(path)
+    with Store.open(path) as s:
+        assert s.schema_version() == store_mod.current_version() == 4
+        [r] = s.unseen_reclaims("alice", since=START)
+        assert r.seen_at is None and s.unseen_reclaims("bob", since=START) == []
+        assert s.mark_seen("bob", r.id, at(70)) is None  # not bob's: nothing changes
+        assert s.mark_seen("alice", r.id, at(70)) == "alice/"
+        assert s.unseen_reclaims("alice", since=START) == [] and s.reclaims()[0].seen_at == at(70)
+        assert s.mark_seen("alice", r.id, at(80)) is None  # seen once: the first time stays
+        assert s.reclaims()[0].seen_at == at(70)
+
+
+def test_only_a_users_own_finished_gpu_reclaims_are_unseen(path):
+    with Store.open(path) as s:
+        for sid, gpus, outcome in (("al/", 1, "stopped"), ("al/x", 0, "stopped"), ("al/y", 1, "stuck"),
+                                   ("al_/", 1, "stopped"), ("al/z", 1, None)):
+            rid = s.begin_reclaim(sid, "gpu-idle", at(10), {}, gpus, episode="e")
+            if outcome:
+                s.finish_reclaim(rid, at(11), outcome)
+        # not a CPU server, a stuck or unfinished stop, or another user whose name shares a prefix
+        assert [r.session for r in s.unseen_reclaims("al", since=START)] == ["al/"]
+        assert s.unseen_reclaims("al", since=at(20)) == []

@@ -6,7 +6,8 @@ hub's home page; her never-used GPU is warned after 15 s and every hub page show
 banner; she keeps it alive with the control on the home page and the intent is stored and
 shown. With all four GPUs taken (alice 1, bob 2, carol 1) dave waits for one: the admin
 sees the candidates and the queue and reclaims carol with the button (confirmed); dave's
-spawn proceeds. alice cannot open the admin page. Screenshots go to $GPU_RECLAIM_SCREENSHOTS (docs/img for the README)."""
+spawn proceeds, and carol's home page says what happened until she has seen it. alice cannot
+open the admin page. Screenshots go to $GPU_RECLAIM_SCREENSHOTS (docs/img for the README)."""
 
 from __future__ import annotations
 
@@ -220,6 +221,45 @@ async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub,
         r, = [r for r in s.reclaims() if r.session == "carol/"]
         assert r.rule == "admin" and r.outcome == "stopped"
         assert [(a["actor"], a["action"]) for a in s.audit_log(session="carol/")] == [("admin", "reclaim")]
+
+
+async def test_after_a_reclaim_the_home_page_says_what_happened_until_seen(hub, api, browser):
+    """carol's server was reclaimed (the test above): her home page says when and why, what
+    was kept and lost, with Start again (the hub's spawn page) until she has seen it. Nobody
+    else can mark it seen."""
+    with Store.open(hub.info["store"]) as s:
+        reclaim, = [r for r in s.reclaims() if r.session == "carol/"]
+    # alice (a token holder, no browser) cannot mark carol's reclaim seen: 404, nothing changes
+    c = Client(hub.info["url"], await user_token(api, "alice"))
+    try:
+        status, _, _ = await c.call("POST", "embed/home/seen", data={"reclaim": str(reclaim.id), "then": "dismiss"})
+        assert status == 404
+        status, body, _ = await c.call("POST", "embed/home/seen", data={"reclaim": "1 or 1=1", "then": "dismiss"})
+        assert status == 400 and "reclaim: the number of a reclaim" in body
+    finally:
+        await c.close()
+    with Store.open(hub.info["store"]) as s:
+        assert [r.id for r in s.unseen_reclaims("carol", reclaim.t)] == [reclaim.id]
+
+    page = await new_page(browser)
+    try:
+        await log_in(page, hub.info["url"], "carol")
+        await page.goto(f"{hub.info['url']}/hub/home")
+        notice = page.frame_locator("#gpu-reclaim-home").locator(f'.reclaimed[data-reclaim="{reclaim.id}"]')
+        await expect(notice).to_contain_text("Your server was stopped at ")
+        await expect(notice).to_contain_text("admin reclaimed it")
+        await expect(notice).to_contain_text("Kept: files under your home directory")
+        await page.screenshot(path=str(IMG / "home-after-reclaim.png"), full_page=True)
+        await notice.get_by_role("button", name="Start again").click()
+        await page.wait_for_url(re.compile(r"/hub/spawn/carol$"))
+        await page.goto(f"{hub.info['url']}/hub/home")
+        await expect(page.frame_locator("#gpu-reclaim-home").locator(".more")).to_be_visible()
+        await expect(page.frame_locator("#gpu-reclaim-home").locator(".reclaimed")).to_have_count(0)
+    finally:
+        await page.context.close()
+    with Store.open(hub.info["store"]) as s:
+        assert s.unseen_reclaims("carol", reclaim.t) == []
+        assert next(r for r in s.reclaims() if r.id == reclaim.id).seen_at is not None
 
 
 async def _none(value):

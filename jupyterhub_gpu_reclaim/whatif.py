@@ -83,7 +83,7 @@ class Outcome:
         """In a few words, for the page's table."""
         if self.reclaimed_at is not None:
             return f"reclaimed {format_time(self.reclaimed_at)} ({self.rule})"
-        if self.warnings:
+        if self.first_warning is not None:
             return f"warned {self.warnings}× from {format_time(self.first_warning)}, kept"
         return "kept"
 

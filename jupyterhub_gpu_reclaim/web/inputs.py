@@ -37,12 +37,29 @@ def parse_until(body: dict[str, Any], cap: dt.timedelta) -> dt.datetime:
                        f"{value!r}") from None
 
 
-def parse_since(text: str) -> dt.datetime:
-    """`since=`: an ISO 8601 time, or a duration back from now ("7d")."""
+def parse_since(text: str, name: str = "since", now: dt.datetime | None = None) -> dt.datetime:
+    """`since=` (or the field `name`): an ISO 8601 time, or a duration back from now ("7d")."""
     try:
-        return timestamps.parse_since(text, utcnow())
+        return timestamps.parse_since(text, now or utcnow())
     except (ValueError, OverflowError):
-        raise BadInput(f"since: not a time or a duration: {text!r}") from None
+        raise BadInput(f"{name}: not a time or a duration: {text!r}") from None
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """The what-if form's override: `setting: value` lines, as a policy file writes them
+    (YAML: `idle_reclaim_after: 90m`, `exempt_users: [alice, bob]`). The values are the
+    settings' converter's business (`whatif.override_policy`)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text) if text.strip() else {}
+    except (yaml.YAMLError, RecursionError) as e:
+        where = getattr(e, "problem_mark", None)
+        raise BadInput("override: not `setting: value` lines"
+                       + (f" (line {where.line + 1})" if where is not None else "")) from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise BadInput("override: write one `setting: value` per line, e.g. idle_reclaim_after: 90m")
+    return data
 
 
 def local_time_to_utc(text: str, tz_offset: str) -> dt.datetime:

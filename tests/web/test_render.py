@@ -134,3 +134,50 @@ def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
         assert d.evidence["idle_since"] == "x" and "16:00" in d.reason
     d = Decision("alice/", "reclaim", "gpu-idle", "idle")
     assert _exempted(d, None) is d
+
+
+def whatif_result(series_hours: int = 3):
+    from jupyterhub_gpu_reclaim.whatif import ArmSummary, Bucket, Outcome, SessionDifference, WhatIf
+
+    since = NOW - dt.timedelta(hours=series_hours)
+    series = [Bucket(since + dt.timedelta(hours=i), since + dt.timedelta(hours=i + 1), live_idle=1.0 + i,
+                     live_freed=0.5 * i, override_idle=0.5, override_freed=2.0 + i) for i in range(series_hours)]
+    evil = '<script>alert("x")</script>'
+    diff = SessionDifference(session=f"{evil}/", user=evil, server="", started=since, gpus=1, live=Outcome(),
+                             override=Outcome(warnings=1, first_warning=since, reclaimed_at=NOW, rule="gpu-idle",
+                                              gpu_hours_freed=2.5))
+    return WhatIf(since=since, until=NOW, settings={"idle_reclaim_after": 5400}, sessions=2, samples=100,
+                  gpu_hours_recorded=12.0, live=ArmSummary(1, 2, 1.5, 6.0, 10.5),
+                  override=ArmSummary(2, 3, 9.0, 1.5, 3.0), differences_total=1, differences=[diff],
+                  bucket=dt.timedelta(hours=1), series=series)
+
+
+def test_whatif_chart_is_inline_svg_with_title_desc_and_a_bar_per_policy_and_hour():
+    from jupyterhub_gpu_reclaim.web.chart import whatif_chart
+
+    svg = whatif_chart(whatif_result())
+    assert svg.startswith('<svg class="whatif-chart"') and svg.endswith("</svg>")
+    assert 'role="img" aria-labelledby="whatif-chart-title whatif-chart-desc"' in svg
+    assert "<title id=\"whatif-chart-title\">Idle and freed GPU-hours" in svg
+    assert "the live policy frees 1.5 GPU-hours and leaves 6 idle; the override frees 9 and leaves 1.5 idle" in svg
+    # per hour, one bar (freed under idle) per policy, with its numbers as a tooltip
+    assert svg.count("<rect") == 3 * 2 * 2 + 4  # and the legend's four
+    assert "<title>override, " in svg and ": 0.50 GPU-hours idle, 4.00 freed</title>" in svg
+    assert "http" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+    # the axis' top is a round number above the largest stack (4.5)
+    assert '>5</text>' in svg and '>2.5</text>' in svg
+
+
+def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
+    result = whatif_result()
+    from jupyterhub_gpu_reclaim.web.chart import whatif_chart
+
+    page = render._jinja.get_template("whatif.html").render(
+        prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
+        dry_run=False, xsrf="tok", now=NOW, form={"since": "3h", "until": "", "override": "idle_reclaim_after: 90m"},
+        result=result, error="", chart=whatif_chart(result), settings={"idle_reclaim_after": 7200}, rules=[])
+    assert '<tr data-row="reclaims"><th scope="row">Reclaims</th><td class="live">1</td><td class="override">2</td><td>+1</td>' in page
+    assert '<td class="live">1.5</td><td class="override">9.0</td><td>+7.5</td>' in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
+    assert "reclaimed 2026-11-02T14:00:00Z (gpu-idle)" in page and "0.0 → 2.5" in page
+    assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page

@@ -78,15 +78,6 @@ class Outcome:
     rule: str | None = None  # the reclaim's rule, else the first warning's
     gpu_hours_freed: float = 0.0
 
-    @property
-    def text(self) -> str:
-        """In a few words, for the page's table."""
-        if self.reclaimed_at is not None:
-            return f"reclaimed {format_time(self.reclaimed_at)} ({self.rule})"
-        if self.first_warning is not None:
-            return f"warned {self.warnings}× from {format_time(self.first_warning)}, kept"
-        return "kept"
-
 
 @dataclass(frozen=True)
 class SessionDifference:

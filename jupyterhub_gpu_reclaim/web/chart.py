@@ -12,7 +12,7 @@ from html import escape
 from ..whatif import WhatIf
 
 WIDTH, HEIGHT = 760, 260
-LEFT, RIGHT, TOP, BOTTOM = 56, 12, 30, 40
+LEFT, RIGHT, TOP, BOTTOM = 56, 40, 30, 40  # room for the last time label
 FREED, IDLE = "#2a9d8f", "#e9a23b"  # the same colors for both policies; the live bars paler
 LIVE_OPACITY = "0.45"
 MAX_LABELS = 12

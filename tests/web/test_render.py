@@ -179,5 +179,5 @@ def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
     assert '<tr data-row="reclaims"><th scope="row">Reclaims</th><td class="live">1</td><td class="override">2</td><td>+1</td>' in page
     assert '<td class="live">1.5</td><td class="override">9.0</td><td>+7.5</td>' in page
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
-    assert "reclaimed 2026-11-02T14:00:00Z (gpu-idle)" in page and "0.0 → 2.5" in page
+    assert "<td>kept</td><td>reclaimed 2026-11-02 14:00 (gpu-idle)</td><td>0.00 → 2.50</td>" in page
     assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page

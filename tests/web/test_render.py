@@ -181,3 +181,56 @@ def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
     assert "<td>kept</td><td>reclaimed 2026-11-02 14:00 (gpu-idle)</td><td>0.00 → 2.50</td>" in page
     assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page
+
+
+def test_one_whatif_at_a_time_and_bad_input_never_waits():
+    import asyncio
+    from types import SimpleNamespace
+
+    from tornado.web import HTTPError
+
+    from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+    from jupyterhub_gpu_reclaim.web import whatif
+
+    handler = SimpleNamespace(ctx=SimpleNamespace(policy=PolicyConfig(), rules=None, store=None), retry_after=0)
+
+    async def while_another_runs():
+        async with whatif._running:
+            with pytest.raises(BadInput, match="unknown policy setting threshold"):
+                await whatif.run_what_if(handler, "3h", "", {"threshold": 9})
+            with pytest.raises(BadInput, match="until: not a time or a duration"):
+                await whatif.run_what_if(handler, "3h", "later", {"gpu_idle_threshold": 9})
+            assert handler.retry_after == 0
+            with pytest.raises(HTTPError) as refused:
+                await whatif.run_what_if(handler, "3h", "", {"gpu_idle_threshold": 9})
+        return refused.value
+
+    refused = asyncio.run(while_another_runs())
+    assert refused.status_code == 429 and "another what-if is running" in refused.log_message
+    assert handler.retry_after == whatif.RETRY_AFTER_S
+
+
+def test_the_whatif_override_is_setting_value_lines():
+    from jupyterhub_gpu_reclaim.web.inputs import parse_override
+
+    text = """# a comment
+    idle_reclaim_after: 90m
+    gpu_idle_threshold: 5.5
+    pressure_only: true
+    max_age: null
+    exempt_users: [alice, "bob"]
+    exempt_groups: staff
+    """
+    assert parse_override(text) == {"idle_reclaim_after": "90m", "gpu_idle_threshold": 5.5, "pressure_only": True,
+                                    "max_age": None, "exempt_users": ["alice", "bob"], "exempt_groups": "staff"}
+    assert parse_override("  \n") == {}
+    for bad, message in (("idle_reclaim_after = 90m", "line 1: write one `setting: value` per line"),
+                         ("x: 1\n- idle_reclaim_after", "line 2: write one `setting: value`"),
+                         ("1: 2", "line 1: write one"),
+                         ("x: 1\nx: 2", "line 2: x is given twice"),
+                         ("x" * 9000, "at most 8192 characters")):
+        with pytest.raises(BadInput, match=message):
+            parse_override(bad)
+    # deep nesting is a text like any other (never parsed as nested lists)
+    assert parse_override("x: " + "[" * 8000) == {"x": "[" * 8000}
+    assert parse_override("x: " + "[" * 4000 + "]" * 4000)["x"] == ["[" * 3999 + "]" * 3999]

@@ -209,7 +209,7 @@ async def serve(settings: ServiceSettings) -> None:
                             access_scopes={f"access:services!service={name}", "access:services"})
         hub_prefix = urlsplit(s.url).path.rsplit("/api", 1)[0].rstrip("/") + "/"
         web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=s.policy,
-                           policy_rules=s.rules.names,
+                           policy_rules=s.rules,
                            admin_scope=s.admin_scope, dry_run=s.options.dry_run,
                            cookie_secret_file=s.cookie_secret_file, hub_prefix=hub_prefix,
                            writes_per_minute=s.user_writes_per_minute)

@@ -15,6 +15,7 @@ from ..timestamps import format_time, utcnow
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
 from .render import csv_cell, iso, reclaim_json, session_json
+from .whatif import DEFAULT_SINCE, run_what_if
 
 #: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
@@ -189,3 +190,22 @@ class AdminActionsApi(ApiBase):
         except BadInput as e:
             raise web.HTTPError(400, str(e)) from None
         self.write_json({"ok": True, "message": message})
+
+
+class AdminWhatIfApi(ApiBase):
+    """`POST api/admin/whatif` {"since": "7d", "until": optional, "override": {setting: value}}:
+    the recorded history under the live policy and under the override (docs/api.md)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        self.require_admin()
+        body = self.json_body()
+        unknown = sorted(set(body) - {"since", "until", "override"})
+        if unknown:
+            raise web.HTTPError(400, f"unknown field {unknown[0]!r}: give since, until and override")
+        try:
+            result = await run_what_if(self, body.get("since", DEFAULT_SINCE), body.get("until"),
+                                       body.get("override"))
+        except BadInput as e:
+            raise web.HTTPError(400, str(e)) from None
+        self.write_json(result.to_dict())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import secrets
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from jupyterhub.services.auth import HubAuth
@@ -15,14 +15,15 @@ from tornado.httpserver import HTTPServer
 
 from ..metrics import Metrics
 from ..policy_config import PolicyConfig
+from ..policy_rules import PolicyRules
 from ..store import Store
-from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, IntentApi,
-                  ReclaimsApi, SessionsApi, StopApi)
+from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, AdminWhatIfApi,
+                  IntentApi, ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
 from .controls import Reclaiming
 from .monitoring import HealthHandler, MetricsHandler
-from .pages import (AdminActionForm, AdminPage, EmbedBanner, EmbedHome, KeepaliveForm, KeepalivePage, ReclaimSeenForm,
-                    StopForm, UserPage)
+from .pages import (AdminActionForm, AdminPage, AdminWhatIfForm, EmbedBanner, EmbedHome, KeepaliveForm,
+                    KeepalivePage, ReclaimSeenForm, StopForm, UserPage)
 from .paths import static_dir
 from .ratelimit import WriteLimiter
 
@@ -49,11 +50,12 @@ def _cookie_secret(path: str) -> bytes:
 
 def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
              hub_auth: HubAuth | None = None, *, reclaimer: Reclaiming | None = None,
-             policy: PolicyConfig | None = None, policy_rules: Sequence[str] = (),
+             policy: PolicyConfig | None = None, policy_rules: PolicyRules | None = None,
              admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
              cookie_secret_file: str = "", hub_prefix: str = "/hub/",
              writes_per_minute: int) -> web.Application:
-    """The routes; `writes_per_minute`: --user-writes-per-minute."""
+    """The routes; `policy_rules`: the base policy and its rules (--policy-rules);
+    `writes_per_minute`: --user-writes-per-minute."""
     prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
     routes: list = [
         (prefix + "metrics", MetricsHandler, {"metrics": metrics}),
@@ -64,7 +66,8 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
         # top-level navigations, which the OAuth redirects from the hub are; admins may override
         hub_auth.cookie_options = {"samesite": "Lax", **hub_auth.cookie_options}
         ctx = Context(metrics=metrics, prefix=prefix, store=store, hub_auth=hub_auth, reclaimer=reclaimer,
-                      policy=policy, policy_rules=tuple(policy_rules), admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix,
+                      policy=policy, policy_rules=tuple(policy_rules.names if policy_rules else ()),
+                      rules=policy_rules, admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix,
                       limiter=WriteLimiter(writes_per_minute))
         c = {"ctx": ctx}
         session = r"([^/]+)/([^/]*)"
@@ -79,6 +82,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
             (prefix + "embed/banner", EmbedBanner, c),
             (prefix + "admin", AdminPage, c),
             (prefix + "admin/action", AdminActionForm, c),
+            (prefix + "admin/whatif", AdminWhatIfForm, c),
             (prefix + "api/sessions", SessionsApi, c),
             (prefix + f"api/sessions/{session}/intent", IntentApi, c),
             (prefix + f"api/sessions/{session}/stop", StopApi, c),
@@ -86,6 +90,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
             (prefix + "api/admin/queue", AdminQueueApi, c),
             (prefix + "api/admin/history", AdminHistoryApi, c),
             (prefix + "api/admin/actions", AdminActionsApi, c),
+            (prefix + "api/admin/whatif", AdminWhatIfApi, c),
             (prefix + "oauth_callback", OAuthCallback, c),
             (prefix + "static/(.*)", web.StaticFileHandler, {"path": str(static_dir())}),
         ]

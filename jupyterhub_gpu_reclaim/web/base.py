@@ -23,6 +23,7 @@ from tornado.log import app_log, gen_log
 from ..metrics import Metrics
 from ..policy import IDLE_RULES
 from ..policy_config import PolicyConfig
+from ..policy_rules import PolicyRules
 from ..status import SessionStatus, WaitingServer
 from ..store import Store
 from ..timestamps import parse_time, utcnow
@@ -52,6 +53,7 @@ class Context:
     reclaimer: Reclaiming | None = None  # service.Reclaimer: its status and stops
     policy: PolicyConfig | None = None
     policy_rules: tuple[str, ...] = ()  # their names, in order (--policy-rules)
+    rules: PolicyRules | None = None  # the base policy and its rules, for the what-if
     admin_scope: str = "custom:gpu-reclaim:admin"
     dry_run: bool = False
     hub_prefix: str = "/hub/"

@@ -1,8 +1,10 @@
-"""Reading what users send: keep-alive times and durations, and the error for bad input."""
+"""Reading what users send: keep-alive times and durations, the what-if's period and
+override, and the error for bad input."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 from .. import timestamps
@@ -37,12 +39,47 @@ def parse_until(body: dict[str, Any], cap: dt.timedelta) -> dt.datetime:
                        f"{value!r}") from None
 
 
-def parse_since(text: str) -> dt.datetime:
-    """`since=`: an ISO 8601 time, or a duration back from now ("7d")."""
+def parse_since(text: str, name: str = "since", now: dt.datetime | None = None) -> dt.datetime:
+    """`since=` (or the field `name`): an ISO 8601 time, or a duration back from now ("7d")."""
     try:
-        return timestamps.parse_since(text, utcnow())
+        return timestamps.parse_since(text, now or utcnow())
     except (ValueError, OverflowError):
-        raise BadInput(f"since: not a time or a duration: {text!r}") from None
+        raise BadInput(f"{name}: not a time or a duration: {text!r}") from None
+
+
+MAX_OVERRIDE_CHARS = 8192  # a few dozen settings and long lists of names
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """The what-if form's override: one `setting: value` per line, as a policy file writes
+    it: a number, true or false, null, a duration ("90m") or a name, a list as [alice, bob];
+    lines starting with # are left out. Read line by line (no YAML parser: a hostile text
+    nested deep costs seconds there); the values are the settings' converter's business
+    (`whatif.override_policy`)."""
+    if len(text) > MAX_OVERRIDE_CHARS:
+        raise BadInput(f"override: at most {MAX_OVERRIDE_CHARS} characters")
+    values: dict[str, Any] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, colon, value = line.partition(":")
+        name = name.strip()
+        if not colon or not name.isidentifier():
+            raise BadInput(f"override, line {n}: write one `setting: value` per line, e.g. idle_reclaim_after: 90m")
+        if name in values:
+            raise BadInput(f"override, line {n}: {name} is given twice")
+        values[name] = _setting_value(value.strip())
+    return values
+
+
+def _setting_value(text: str) -> Any:
+    if text.startswith("[") and text.endswith("]"):
+        return [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
+    try:
+        return json.loads(text)  # a number, true, false, null or a "quoted" text
+    except (ValueError, RecursionError):
+        return text  # a duration or a name
 
 
 def local_time_to_utc(text: str, tz_offset: str) -> dt.datetime:

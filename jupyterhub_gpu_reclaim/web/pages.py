@@ -1,5 +1,5 @@
 """The HTML pages and forms: the user page, keep-alive and stop, the hub-template embeds
-(home panel and banner), and the admin page and its actions."""
+(home panel and banner), and the admin page, its actions and its what-if."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from urllib.parse import quote, urlencode
 
 from tornado import web
 
+from ..backtest import policy_to_dict
 from ..timestamps import parse_time, utcnow
 from .base import Base, writes
-from .inputs import BadInput, local_time_to_utc, parse_until
+from .chart import whatif_chart
+from .inputs import BadInput, local_time_to_utc, parse_override, parse_until
 from .render import hhmm, human, notice, reclaim_notice, state_of
+from .whatif import DEFAULT_SINCE, live_policy, run_what_if
 
 
 class UserPage(Base):
@@ -168,3 +171,32 @@ class AdminActionForm(Base):
             return
         self.flash(message)
         self.redirect(self.ctx.prefix + "admin", status=303)
+
+
+class AdminWhatIfForm(Base):
+    """The what-if: the recorded history under the live policy and under an override (a
+    form of `setting: value` lines), side by side with a chart. Changes nothing, but posts
+    (with the form's XSRF token) as the admin page's other forms do."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.require_admin()
+        self.show({"since": DEFAULT_SINCE, "until": "", "override": ""})
+
+    @web.authenticated
+    async def post(self) -> None:
+        self.require_admin()
+        form = {k: self.get_argument(k, "") for k in ("since", "until", "override")}
+        try:
+            result = await run_what_if(self, form["since"], form["until"], parse_override(form["override"]))
+        except BadInput as e:
+            self.show(form, error=str(e), status=400)
+            return
+        self.show(form, result=result)
+
+    def show(self, form: dict[str, str], *, result: Any = None, error: str = "", status: int = 200) -> None:
+        live = live_policy(self.ctx.policy, self.ctx.rules)
+        self.set_status(status)
+        self.finish(self.render_page("whatif.html", form=form, result=result, error=error,
+                                     chart=whatif_chart(result) if result is not None else "",
+                                     settings=policy_to_dict(live.base), rules=live.names))

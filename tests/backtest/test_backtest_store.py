@@ -44,13 +44,13 @@ def slow_loader(t: dt.datetime, started: dt.datetime) -> Sample:
 
 
 def record(store: Store, start: dt.datetime, hours: float, kinds: dict[str, object],
-           stop: bool = False) -> None:
-    """One cycle every STEP from ``start`` for ``hours``, as the service records them."""
+           stop: bool = False, step: dt.timedelta = STEP) -> None:
+    """One cycle every ``step`` from ``start`` for ``hours``, as the service records them."""
     sessions = [session(sid, start) for sid in kinds]
     t = start
     while t < start + dt.timedelta(hours=hours):
         store.record_observations(t, [(s.id, kinds[s.id](t, start)) for s in sessions], 0, sessions)
-        t += STEP
+        t += step
     if stop:
         for s in sessions:
             store.session_stopped(s.id, t)

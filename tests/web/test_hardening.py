@@ -172,6 +172,9 @@ ADMIN_ENDPOINTS = [
     ("POST", "admin/action", {"data": {"action": "exempt", "session": "gina/", "hours": "2", "confirm": "yes"}}),
     ("POST", "admin/action", {"data": {"action": "reclaim", "session": "gina/", "confirm": "yes"}}),
     ("GET", "api/reclaims?user=gina", None),
+    ("GET", "admin/whatif", None),
+    ("POST", "admin/whatif", {"data": {"since": "1h", "override": "gpu_idle_threshold: 9"}}),
+    ("POST", "api/admin/whatif", {"json": {"since": "1h", "override": {"gpu_idle_threshold": 9}}}),
 ]
 
 

@@ -134,3 +134,103 @@ def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
         assert d.evidence["idle_since"] == "x" and "16:00" in d.reason
     d = Decision("alice/", "reclaim", "gpu-idle", "idle")
     assert _exempted(d, None) is d
+
+
+def whatif_result(series_hours: int = 3):
+    from jupyterhub_gpu_reclaim.whatif import ArmSummary, Bucket, Outcome, SessionDifference, WhatIf
+
+    since = NOW - dt.timedelta(hours=series_hours)
+    series = [Bucket(since + dt.timedelta(hours=i), since + dt.timedelta(hours=i + 1), live_idle=1.0 + i,
+                     live_freed=0.5 * i, override_idle=0.5, override_freed=2.0 + i) for i in range(series_hours)]
+    evil = '<script>alert("x")</script>'
+    diff = SessionDifference(session=f"{evil}/", user=evil, server="", started=since, gpus=1, live=Outcome(),
+                             override=Outcome(warnings=1, first_warning=since, reclaimed_at=NOW, rule="gpu-idle",
+                                              gpu_hours_freed=2.5))
+    return WhatIf(since=since, until=NOW, settings={"idle_reclaim_after": 5400}, sessions=2, samples=100,
+                  gpu_hours_recorded=12.0, live=ArmSummary(1, 2, 1.5, 6.0, 10.5),
+                  override=ArmSummary(2, 3, 9.0, 1.5, 3.0), differences_total=1, differences=[diff],
+                  bucket=dt.timedelta(hours=1), series=series)
+
+
+def test_whatif_chart_is_inline_svg_with_title_desc_and_a_bar_per_policy_and_hour():
+    from jupyterhub_gpu_reclaim.web.chart import whatif_chart
+
+    svg = whatif_chart(whatif_result())
+    assert svg.startswith('<svg class="whatif-chart"') and svg.endswith("</svg>")
+    assert 'role="img" aria-labelledby="whatif-chart-title whatif-chart-desc"' in svg
+    assert "<title id=\"whatif-chart-title\">Idle and freed GPU-hours" in svg
+    assert "the live policy frees 1.5 GPU-hours and leaves 6 idle; the override frees 9 and leaves 1.5 idle" in svg
+    # per hour, one bar (freed under idle) per policy, with its numbers as a tooltip
+    assert svg.count("<rect") == 3 * 2 * 2 + 4  # and the legend's four
+    assert "<title>override, " in svg and ": 0.50 GPU-hours idle, 4.00 freed</title>" in svg
+    assert "http" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
+    # the axis' top is a round number above the largest stack (4.5)
+    assert '>5</text>' in svg and '>2.5</text>' in svg
+
+
+def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
+    result = whatif_result()
+    from jupyterhub_gpu_reclaim.web.chart import whatif_chart
+
+    page = render._jinja.get_template("whatif.html").render(
+        prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
+        dry_run=False, xsrf="tok", now=NOW, form={"since": "3h", "until": "", "override": "idle_reclaim_after: 90m"},
+        result=result, error="", chart=whatif_chart(result), settings={"idle_reclaim_after": 7200}, rules=[])
+    assert '<tr data-row="reclaims"><th scope="row">Reclaims</th><td class="live">1</td><td class="override">2</td><td>+1</td>' in page
+    assert '<td class="live">1.5</td><td class="override">9.0</td><td>+7.5</td>' in page
+    assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
+    assert "<td>kept</td><td>reclaimed 2026-11-02 14:00 (gpu-idle)</td><td>0.00 → 2.50</td>" in page
+    assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page
+
+
+def test_one_whatif_at_a_time_and_bad_input_never_waits():
+    import asyncio
+    from types import SimpleNamespace
+
+    from tornado.web import HTTPError
+
+    from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+    from jupyterhub_gpu_reclaim.web import whatif
+
+    handler = SimpleNamespace(ctx=SimpleNamespace(policy=PolicyConfig(), rules=None, store=None), retry_after=0)
+
+    async def while_another_runs():
+        async with whatif._running:
+            with pytest.raises(BadInput, match="unknown policy setting threshold"):
+                await whatif.run_what_if(handler, "3h", "", {"threshold": 9})
+            with pytest.raises(BadInput, match="until: not a time or a duration"):
+                await whatif.run_what_if(handler, "3h", "later", {"gpu_idle_threshold": 9})
+            assert handler.retry_after == 0
+            with pytest.raises(HTTPError) as refused:
+                await whatif.run_what_if(handler, "3h", "", {"gpu_idle_threshold": 9})
+        return refused.value
+
+    refused = asyncio.run(while_another_runs())
+    assert refused.status_code == 429 and "another what-if is running" in refused.log_message
+    assert handler.retry_after == whatif.RETRY_AFTER_S
+
+
+def test_the_whatif_override_is_setting_value_lines():
+    from jupyterhub_gpu_reclaim.web.inputs import parse_override
+
+    text = """# a comment
+    idle_reclaim_after: 90m
+    gpu_idle_threshold: 5.5
+    pressure_only: true
+    max_age: null
+    exempt_users: [alice, "bob"]
+    exempt_groups: staff
+    """
+    assert parse_override(text) == {"idle_reclaim_after": "90m", "gpu_idle_threshold": 5.5, "pressure_only": True,
+                                    "max_age": None, "exempt_users": ["alice", "bob"], "exempt_groups": "staff"}
+    assert parse_override("  \n") == {}
+    for bad, message in (("idle_reclaim_after = 90m", "line 1: write one `setting: value` per line"),
+                         ("x: 1\n- idle_reclaim_after", "line 2: write one `setting: value`"),
+                         ("1: 2", "line 1: write one"),
+                         ("x: 1\nx: 2", "line 2: x is given twice"),
+                         ("x" * 9000, "at most 8192 characters")):
+        with pytest.raises(BadInput, match=message):
+            parse_override(bad)
+    # deep nesting is a text like any other (never parsed as nested lists)
+    assert parse_override("x: " + "[" * 8000) == {"x": "[" * 8000}
+    assert parse_override("x: " + "[" * 4000 + "]" * 4000)["x"] == ["[" * 3999 + "]" * 3999]

@@ -1,0 +1,141 @@
+"""The what-if from the admin page and `api/admin/whatif`, against a real hub with the
+service in it: an hour of history recorded into the service's store (a sample every 5 s,
+as the web tests' fast timings need), replayed under the live policy (idle 15 min, 1 %)
+and under an override; bad input refused with a clear message, nothing changed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import re
+
+import pytest
+import pytest_asyncio
+
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..backtest.test_backtest_store import record, slow_loader, used_then_idle
+from ..hubapi import HubAPI
+from .common import Client, user_token
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+UTC = dt.timezone.utc
+OVERRIDE = "idle_reclaim_after: 20m\ngpu_idle_threshold: 9"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def scene(hub):
+    """From 2 h to 1 h ago: dave used his GPU 30 min, then left it idle; erin's loader held
+    it at 5 %. Clients: admin (a token, and a browser logged in), alice (no admin)."""
+    start = dt.datetime.now(UTC).replace(microsecond=0) - dt.timedelta(hours=2)
+    with Store.open(hub.info["store"]) as s:
+        record(s, start, 1, {"dave/": used_then_idle, "erin/": slow_loader}, stop=True,
+               step=dt.timedelta(seconds=5))
+    api = HubAPI.of(hub)
+    clients = {user: Client(hub.info["url"], await user_token(api, user)) for user in ("admin", "alice")}
+    clients["browser"] = Client(hub.info["url"])
+    try:
+        await clients["browser"].log_in("admin")
+        yield clients
+    finally:
+        for c in clients.values():
+            await c.close()
+        await api.close()
+
+
+def unchanged(hub):
+    """What an admin's change would touch: the audit log, intents, exemptions."""
+    with Store.open(hub.info["store"]) as s:
+        return s.audit_log(), s.intents(), s.exemptions(dt.datetime.now(UTC))
+
+
+def cell(page: str, row: str) -> tuple[str, str]:
+    m = re.search(rf'<tr data-row="{row}">.*?<td class="live">([^<]*)</td><td class="override">([^<]*)</td>', page)
+    assert m, row
+    return m.group(1), m.group(2)
+
+
+async def test_the_admin_page_replays_an_override(hub, scene):
+    browser = scene["browser"]
+    before = unchanged(hub)
+    status, page, _ = await browser.call("GET", "admin")
+    assert status == 200 and 'action="/services/gpu-reclaim/admin/whatif"' in page
+    xsrf = await browser.xsrf("admin")
+    status, page, _ = await browser.call("POST", "admin/whatif",
+                                         data={"_xsrf": xsrf, "since": "3h", "until": "", "override": OVERRIDE})
+    assert status == 200, page
+    # live: dave reclaimed 15 min after his last use, erin kept (5 % is use); the override:
+    # dave 5 min later, erin as never used (below 9 %) after 15 min
+    assert cell(page, "reclaims") == ("1", "2") and cell(page, "warnings") == ("1", "2")
+    live, other = (float(v) for v in cell(page, "gpu_hours_freed"))
+    assert live == pytest.approx(0.25, abs=0.01) and other == pytest.approx(0.17 + 0.75, abs=0.01)
+    assert "Sessions treated differently (2)" in page
+    rows = dict(re.findall(r'<tr data-session="([^"]+)">(.*?)</tr>', page))
+    assert set(rows) == {"dave/", "erin/"}
+    assert "(gpu-idle)" in rows["dave/"] and "(gpu-never-used)" in rows["erin/"] and "<td>kept</td>" in rows["erin/"]
+    # the chart, inline, and its numbers in a table
+    assert '<svg class="whatif-chart"' in page and '<title id="whatif-chart-title">' in page
+    assert '<table id="whatif-series">' in page
+    assert html.escape("idle_reclaim_after: 20m") in page  # the form keeps what was asked
+    assert unchanged(hub) == before
+
+
+async def test_the_api_gives_the_same(scene):
+    status, body = await scene["admin"].json("POST", "api/admin/whatif", {
+        "since": "3h", "override": {"idle_reclaim_after": "20m", "gpu_idle_threshold": 9}})
+    assert status == 200, body
+    assert body["settings"] == {"idle_reclaim_after": 1200, "gpu_idle_threshold": 9.0}
+    assert (body["live"]["reclaims"], body["override"]["reclaims"]) == (1, 2)
+    assert body["differences_total"] == 2 and body["bucket_seconds"] == 3600
+    erin, = (d for d in body["differences"] if d["session"] == "erin/")
+    assert erin["live"]["reclaimed_at"] is None and erin["override"]["rule"] == "gpu-never-used"
+    assert erin["override"]["reclaimed_at"].endswith("Z")
+    assert sum(b["override_freed"] for b in body["series"]) == pytest.approx(body["override"]["gpu_hours_freed"],
+                                                                             abs=0.01)
+
+
+@pytest.mark.parametrize("form, message", [
+    ({"since": "3h", "override": "idle_reclaim_afterr: 2h"}, "unknown policy setting idle_reclaim_afterr (known: "),
+    ({"since": "3h", "override": "idle_reclaim_after: soon"}, "idle_reclaim_after: "),
+    ({"since": "3h", "override": "idle_warn_after: 3h"}, "idle_warn_after must not exceed idle_reclaim_after"),
+    ({"since": "3h", "override": "idle_reclaim_after = 2h"}, "write one `setting: value` per line"),
+    ({"since": "3h", "override": ""}, "no setting to change"),
+    ({"since": "1h", "until": "3h", "override": "gpu_idle_threshold: 9"}, "the period is empty"),
+    ({"since": "40d", "override": "gpu_idle_threshold: 9"}, "at most 31 days"),
+    ({"since": "last week", "override": "gpu_idle_threshold: 9"}, "since: not a time or a duration"),
+])
+async def test_bad_input_is_refused_with_a_clear_error(hub, scene, form, message):
+    browser = scene["browser"]
+    before = unchanged(hub)
+    xsrf = await browser.xsrf("admin")
+    status, page, _ = await browser.call("POST", "admin/whatif", data={"_xsrf": xsrf, **form})
+    assert status == 400 and html.escape(message, quote=False) in page, page
+    assert 'id="whatif-result"' not in page and form["override"] in html.unescape(page)
+    assert unchanged(hub) == before
+
+
+async def test_the_api_refuses_bad_input(scene):
+    admin = scene["admin"]
+    for body, message in (({"since": "3h", "override": "gpu_idle_threshold: 9"}, "must be an object"),
+                          ({"since": "3h", "override": {"gpu_idle_threshold": "high"}}, "gpu_idle_threshold: "),
+                          ({"since": "3h", "override": {"x": 1}, "policy": {}}, "unknown field 'policy'"),
+                          ({"since": 7, "override": {"gpu_idle_threshold": 9}}, "since: ")):
+        status, answer = await admin.json("POST", "api/admin/whatif", body)
+        assert status == 400 and message in answer["message"], (body, answer)
+
+
+async def test_only_admins_and_only_with_the_xsrf_token(hub, scene):
+    status, _ = await scene["alice"].json("POST", "api/admin/whatif",
+                                          {"since": "3h", "override": {"gpu_idle_threshold": 9}})
+    assert status == 403
+    status, page, _ = await scene["alice"].call("POST", "admin/whatif",
+                                                data={"since": "3h", "override": "gpu_idle_threshold: 9"})
+    assert status == 403 and "admins only" in page
+    # the logged-in admin's browser without the form's XSRF token
+    status, page, _ = await scene["browser"].call("POST", "admin/whatif",
+                                                  data={"since": "3h", "override": "gpu_idle_threshold: 9"})
+    assert status == 403 and 'id="whatif-result"' not in page
+    status, _ = await scene["browser"].json("POST", "api/admin/whatif",
+                                            {"since": "3h", "override": {"gpu_idle_threshold": 9}})
+    assert status == 403

@@ -38,7 +38,7 @@ from .timestamps import format_time
 from .trace import Record, TraceConfig, TraceSample, TraceSession
 from .trace_export import export_records
 
-__all__ = ["MAX_PERIOD", "MAX_DIFFERENCES", "WhatIfError", "ArmSummary", "Outcome",
+__all__ = ["MAX_PERIOD", "MAX_DIFFERENCES", "WhatIfError", "ArmSummary", "Treatment",
            "SessionDifference", "Bucket", "WhatIf", "override_policy", "what_if"]
 
 #: the longest period replayed: a month of a big hub's cycles, twice, takes minutes
@@ -69,7 +69,7 @@ class ArmSummary:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Treatment:
     """What one policy did to one session: its warnings and its reclaim."""
 
     warnings: int = 0
@@ -88,8 +88,8 @@ class SessionDifference:
     server: str
     started: dt.datetime
     gpus: int
-    live: Outcome
-    override: Outcome
+    live: Treatment
+    override: Treatment
 
 
 @dataclass(frozen=True)
@@ -186,14 +186,14 @@ class _Arm:
     freed: list[float] = field(default_factory=list)
     samples: int = 0
 
-    def outcome(self, key: tuple[str, dt.datetime]) -> Outcome:
+    def outcome(self, key: tuple[str, dt.datetime]) -> Treatment:
         inst = self.instances.get(key)
         if inst is None:
-            return Outcome()
+            return Treatment()
         freed = 0.0
         if inst.reclaimed_at is not None:
             freed = round(inst.gpus * max(0.0, (inst.end - inst.reclaimed_at).total_seconds()) / HOUR, 4)
-        return Outcome(warnings=inst.warnings, first_warning=inst.first_warning,
+        return Treatment(warnings=inst.warnings, first_warning=inst.first_warning,
                        reclaimed_at=inst.reclaimed_at, rule=inst.rule or inst.warn_rule,
                        gpu_hours_freed=freed)
 

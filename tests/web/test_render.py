@@ -137,14 +137,14 @@ def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
 
 
 def whatif_result(series_hours: int = 3):
-    from jupyterhub_gpu_reclaim.whatif import ArmSummary, Bucket, Outcome, SessionDifference, WhatIf
+    from jupyterhub_gpu_reclaim.whatif import ArmSummary, Bucket, Treatment, SessionDifference, WhatIf
 
     since = NOW - dt.timedelta(hours=series_hours)
     series = [Bucket(since + dt.timedelta(hours=i), since + dt.timedelta(hours=i + 1), live_idle=1.0 + i,
                      live_freed=0.5 * i, override_idle=0.5, override_freed=2.0 + i) for i in range(series_hours)]
     evil = '<script>alert("x")</script>'
-    diff = SessionDifference(session=f"{evil}/", user=evil, server="", started=since, gpus=1, live=Outcome(),
-                             override=Outcome(warnings=1, first_warning=since, reclaimed_at=NOW, rule="gpu-idle",
+    diff = SessionDifference(session=f"{evil}/", user=evil, server="", started=since, gpus=1, live=Treatment(),
+                             override=Treatment(warnings=1, first_warning=since, reclaimed_at=NOW, rule="gpu-idle",
                                               gpu_hours_freed=2.5))
     return WhatIf(since=since, until=NOW, settings={"idle_reclaim_after": 5400}, sessions=2, samples=100,
                   gpu_hours_recorded=12.0, live=ArmSummary(1, 2, 1.5, 6.0, 10.5),

@@ -2,10 +2,22 @@
 (function () {
   "use strict";
   function pad(n) { return (n < 10 ? "0" : "") + n; }
-  // show times in the browser's zone
+  // how soon or how long ago, within a day: "in 18 min", "42 min ago", "in 1 h 5 min"
+  function relative(d) {
+    var m = Math.round((d.getTime() - Date.now()) / 60000), a = Math.abs(m);
+    if (a >= 24 * 60) return "";
+    if (a < 1) return "now";
+    var h = Math.floor(a / 60), text = h ? h + " h" + (a % 60 ? " " + (a % 60) + " min" : "") : a + " min";
+    return m > 0 ? "in " + text : text + " ago";
+  }
+  // show times in the browser's zone, with how soon or how long ago; UTC on hover (the
+  // server wrote it in the title)
   document.querySelectorAll("time[datetime]").forEach(function (el) {
     var d = new Date(el.getAttribute("datetime"));
-    if (!isNaN(d)) { el.textContent = pad(d.getHours()) + ":" + pad(d.getMinutes()); el.title = d.toString(); }
+    if (isNaN(d)) return;
+    var clock = pad(d.getHours()) + ":" + pad(d.getMinutes()), rel = relative(d);
+    if (!rel) clock = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + clock;
+    el.textContent = clock + (rel ? " (" + rel + ")" : "");
   });
   // the keep-alive time field is in the browser's zone: tell the server which
   document.querySelectorAll("input.tz-offset").forEach(function (el) { el.value = String(new Date().getTimezoneOffset()); });

@@ -4,9 +4,11 @@ utilization sparkline, CSV cells, and the Jinja environment of the page template
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 
 from ..policy import IDLE_RULES
 from ..status import SessionStatus
@@ -49,7 +51,7 @@ def reclaim_notice(r: Any) -> str:
     by = (r.evidence or {}).get("by")
     why = (f"its GPU was unused for {human((r.t - since).total_seconds())}" if since is not None
            else f"{by} reclaimed it" if by else f"rule {r.rule}")
-    return f"{server} was stopped at {hhmm(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
+    return f"{server} was stopped at {format_time(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
 
 
 def iso(value: Any) -> Any:
@@ -66,6 +68,29 @@ def iso(value: Any) -> Any:
 def hhmm(value: Any) -> str:
     t = parse_time(value) if isinstance(value, str) else value
     return t.astimezone(UTC).strftime("%H:%M UTC") if t else ""
+
+
+#: an RFC 3339 instant inside free text (a decision's reason)
+_INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
+
+
+def when(value: Any) -> Markup:
+    """A time as the pages show it: a `<time>` holding the instant, "HH:MM UTC" as its text
+    and the full UTC time on hover; the pages' script shows it in the browser's zone with
+    how soon or how long ago ("14:05 (in 18 min)")."""
+    t = parse_time(value) if isinstance(value, str) else value
+    if t is None:
+        return Markup("")
+    t = t.astimezone(UTC)
+    text = hhmm(t) if abs(utcnow() - t) < dt.timedelta(hours=20) else t.strftime("%Y-%m-%d %H:%M UTC")
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(
+        format_time(t), t.strftime("%Y-%m-%d %H:%M:%S UTC"), text)
+
+
+def readable(text: Any) -> Markup:
+    """Free text (a decision's reason, a notice) escaped, its RFC 3339 instants shown as
+    `when` shows times, not "2026-12-03T07:22:16.452204+00:00"."""
+    return Markup(_INSTANT.sub(lambda m: str(when(m.group(0))), str(escape("" if text is None else text))))
 
 
 def human(seconds: float | None) -> str:
@@ -139,4 +164,4 @@ def csv_cell(value: Any) -> str:
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(hhmm=hhmm, human=human, util=lambda values: format_util(values, missing="–"), iso=iso)
+_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, human=human, util=lambda values: format_util(values, missing="–"), iso=iso)

@@ -125,7 +125,7 @@ async def test_warned_session_shows_the_banner_on_hub_pages(hub, api, alice):
     await expect(banner).to_have_attribute("data-warned", "yes", timeout=30_000)
     frame = page.frame_locator("#gpu-reclaim-banner")
     await expect(frame.locator(".banner.warned")).to_contain_text(
-        re.compile(r"Your GPU session.* will be reclaimed at \d\d:\d\d — GPU idle for .*Keep it alive"))
+        re.compile(r"Your GPU session.* will be reclaimed at \d\d:\d\d \(in \d+ min\) — GPU idle for .*Keep it alive"))
     await page.screenshot(path=str(IMG / "hub-home-banner.png"), full_page=True)
     # on other hub pages too
     await page.goto(f"{url}/hub/token")

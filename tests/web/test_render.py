@@ -179,7 +179,8 @@ def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
     assert '<tr data-row="reclaims"><th scope="row">Reclaims</th><td class="live">1</td><td class="override">2</td><td>+1</td>' in page
     assert '<td class="live">1.5</td><td class="override">9.0</td><td>+7.5</td>' in page
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
-    assert "<td>kept</td><td>reclaimed 2026-11-02 14:00 (gpu-idle)</td><td>0.00 → 2.50</td>" in page
+    assert ('<td>kept</td><td>reclaimed <time datetime="2026-11-02T14:00:00Z" title="2026-11-02 14:00:00 UTC">'
+            '2026-11-02 14:00 UTC</time> (gpu-idle)</td><td>0.00 → 2.50</td>') in page
     assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page
 
 
@@ -234,3 +235,15 @@ def test_the_whatif_override_is_setting_value_lines():
     # deep nesting is a text like any other (never parsed as nested lists)
     assert parse_override("x: " + "[" * 8000) == {"x": "[" * 8000}
     assert parse_override("x: " + "[" * 4000 + "]" * 4000)["x"] == ["[" * 3999 + "]" * 3999]
+
+
+def test_times_in_free_text_are_shown_as_times_and_the_rest_is_escaped():
+    from jupyterhub_gpu_reclaim.web.render import readable, when
+
+    reason = "GPU not used since 2026-11-02T12:15:16.452204+00:00 <script>x</script>; warning at 2026-11-02T13:00:00Z"
+    html = str(readable(reason))
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert html.count("<time ") == 2 and ".452204" not in html.split(">", 1)[1].split("<", 1)[0]
+    assert '<time datetime="2026-11-02T12:15:16.452204Z" title="2026-11-02 12:15:16 UTC">' in html
+    assert str(when(None)) == "" and str(readable(None)) == ""
+    assert "title=\"2026-11-02 13:00:00 UTC\"" in str(when("2026-11-02T14:00:00+01:00"))

@@ -435,7 +435,8 @@ class Reclaimer:
             history=self.history.of(sid) if o.session.gpus else [],
             warnings=warnings.get(sid, ()), intent=decided.intents.get(sid),
             exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
-            stopping=sid in self.stops.tasks) for sid, o in seen.sessions.items()
+            stopping=sid in self.stops.tasks, idle_threshold=(o.policy or self.policy).gpu_idle_threshold)
+            for sid, o in seen.sessions.items()
             if sid not in self._stopped_since_observed},
             queue=waiting_servers(seen.pods.by_session.values(), now))
 

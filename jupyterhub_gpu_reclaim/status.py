@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
-SPARK_POINTS = 60  # the sparkline's samples: the latest hour at one cycle a minute
+SPARK_WINDOW = dt.timedelta(hours=2)  # what the sparkline shows: the last two hours,
+SPARK_POINTS = 60  # in this many equal slices (2 min each), whatever the cycle interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,9 @@ class SessionStatus:
     mem_mib: list[float | None] | None = None
     util_mean: list[float | None] = field(default_factory=list)  # per GPU over the retained window
     util_max: list[float | None] = field(default_factory=list)
-    spark: list[float | None] = field(default_factory=list)  # mean over the GPUs, oldest first
+    # mean over the GPUs per slice of the last SPARK_WINDOW, oldest first (None: no data)
+    spark: list[float | None] = field(default_factory=list)
+    idle_threshold: float | None = None  # the session's gpu_idle_threshold (%), drawn on the sparkline
     kernels: KernelCounts | None = None  # None: not probed this cycle
     hub_last_activity: dt.datetime | None = None
     action: str | None = None  # the decision
@@ -116,11 +119,11 @@ class CycleStatus:
 def session_status(session: Session, sample: Sample, decision: Decision | None, *, node: str | None,
                    url: str, hub_last_activity: dt.datetime | None, history: Sequence[Sample],
                    warnings: Sequence[Warning], intent: Intent | None, exemption: dict[str, Any] | None,
-                   max_keepalive: dt.timedelta, stopping: bool) -> SessionStatus:
+                   max_keepalive: dt.timedelta, stopping: bool, idle_threshold: float | None = None) -> SessionStatus:
     """The status of one session: `history` is its retained samples (the utilization),
     `warnings` its open warnings, oldest first."""
     try:
-        per_gpu, spark = _utilization(history, session.gpus)
+        per_gpu, spark = _utilization(history, session.gpus, sample.t)
         kernels = _kernels(sample)
     except Exception as e:  # shown blank; the decision is already made
         log.warning("session %s: its activity cannot be shown: %s: %s", session.id, type(e).__name__, e)
@@ -133,7 +136,8 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         mem_mib=list(sample.gpu_mem_used_mib) if sample.gpu_mem_used_mib is not None else None,
         util_mean=[sum(g) / len(g) if g else None for g in per_gpu],
         util_max=[max(g) if g else None for g in per_gpu],
-        spark=spark[-SPARK_POINTS:], kernels=kernels, hub_last_activity=hub_last_activity,
+        spark=spark, idle_threshold=idle_threshold if session.gpus else None,
+        kernels=kernels, hub_last_activity=hub_last_activity,
         action=d.action if d else None, rule=d.rule if d else None, reason=d.reason if d else None,
         evidence=dict(d.evidence) if d else {}, policy_rule=d.evidence.get("policy_rule") if d else None,
         reclaim_at=warnings[-1].reclaim_at if warnings else (d.reclaim_at if d else None),
@@ -155,21 +159,28 @@ def waiting_servers(pods: Iterable[PodInfo], now: dt.datetime) -> list[WaitingSe
     return queue
 
 
-def _utilization(history: Sequence[Sample], gpus: int) -> tuple[list[list[float]], list[float | None]]:
-    """Per GPU the utilization of the retained samples, and the sparkline (their mean over
-    the GPUs, None where a sample lacks a GPU's value)."""
+def _utilization(history: Sequence[Sample], gpus: int,
+                 now: dt.datetime) -> tuple[list[list[float]], list[float | None]]:
+    """Per GPU the utilization of the retained samples, and the sparkline: the last
+    SPARK_WINDOW up to `now` in SPARK_POINTS slices, each the mean over the GPUs of the
+    samples in it (None where no sample has every GPU's value), so that its x axis is time."""
     per_gpu: list[list[float]] = [[] for _ in range(gpus)]
-    spark: list[float | None] = []
-    for s in history if gpus else ():
+    if not gpus:
+        return per_gpu, []
+    sums, counts = [0.0] * SPARK_POINTS, [0] * SPARK_POINTS
+    start, width = now - SPARK_WINDOW, SPARK_WINDOW / SPARK_POINTS
+    for s in history:
         u = s.gpu_util
         if u is None or len(u) != gpus or None in u:
-            spark.append(None)
             continue
         values = cast("tuple[float, ...]", u)  # no None: checked above
-        spark.append(sum(values) / gpus)
         for g, x in zip(per_gpu, values, strict=True):  # len(values) == gpus
             g.append(float(x))
-    return per_gpu, spark
+        if start < s.t <= now:  # a slice holds (its start, its end]: the latest sample is in the last
+            i = min(SPARK_POINTS - 1, max(0, -(-(s.t - start) // width) - 1))
+            sums[i] += sum(values) / gpus
+            counts[i] += 1
+    return per_gpu, [sums[i] / counts[i] if counts[i] else None for i in range(SPARK_POINTS)]
 
 
 def _kernels(sample: Sample) -> KernelCounts | None:

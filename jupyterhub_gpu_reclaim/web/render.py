@@ -11,7 +11,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from ..policy import IDLE_RULES
-from ..status import SessionStatus
+from ..status import SPARK_WINDOW, SessionStatus
 from ..timestamps import UTC, format_time, parse_time, utcnow
 from ..wording import KEEPS, LOSES, format_util
 from .paths import TEMPLATES
@@ -133,28 +133,41 @@ def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
     return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind, "state_text": text}
 
 
-def sparkline(values: list[float | None], width: int = 120, height: int = 24) -> str:
-    """An inline SVG of utilization (0–100 %) over the window; gaps where data is missing.
-    Only numbers go into it, so it is safe to include unescaped."""
+def sparkline(values: list[float | None], threshold: float | None = None, width: int = 120,
+              height: int = 24) -> str:
+    """An inline SVG of utilization (0–100 %) over the last two hours (`status.SPARK_WINDOW`,
+    oldest left), gaps where data is missing, the idle `threshold` (%) dashed; a baseline, not
+    a box (a box reads as an input field). Only numbers go into it, so it is safe to include
+    unescaped."""
     n = len(values)
     if not n:
         return ""
     step = width / max(1, n - 1)
+
+    def y(v: float) -> float:
+        return height - 1 - (min(100.0, max(0.0, float(v))) / 100.0) * (height - 2)
+
     segments: list[list[str]] = [[]]
     for i, v in enumerate(values):
         if v is None:
             if segments[-1]:
                 segments.append([])
             continue
-        y = height - 1 - (min(100.0, max(0.0, float(v))) / 100.0) * (height - 2)
-        segments[-1].append(f"{i * step:.1f},{y:.1f}")
+        segments[-1].append(f"{i * step:.1f},{y(v):.1f}")
     lines = "".join(f'<polyline points="{" ".join(s)}" fill="none" stroke="currentColor" stroke-width="1.5"/>'
                     for s in segments if s)
     last = next((v for v in reversed(values) if v is not None), None)
-    label = f"GPU utilization over the window, latest {format_util(last)}" if last is not None else "no GPU data"
+    hours = f"{SPARK_WINDOW.total_seconds() / 3600:g} h"
+    label = (f"GPU utilization over the last {hours}, latest {format_util(last)}" if last is not None
+             else f"no GPU data in the last {hours}")
+    idle = ""
+    if threshold is not None:
+        label += f"; idle below {format_util(threshold)}"
+        idle = (f'<line class="idle-threshold" x1="0" x2="{width}" y1="{y(threshold):.1f}" y2="{y(threshold):.1f}" '
+                f'stroke="#dc3545" stroke-width="1" stroke-dasharray="3 2"/>')
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'role="img" aria-label="{label}"><rect width="{width}" height="{height}" fill="none" '
-            f'stroke="#ccc"/>{lines}</svg>')
+            f'role="img" aria-label="{label}"><title>{label}</title>'
+            f'<line x1="0" x2="{width}" y1="{height - 0.5}" y2="{height - 0.5}" stroke="#ccc"/>{idle}{lines}</svg>')
 
 
 def csv_cell(value: Any) -> str:

@@ -560,7 +560,10 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     assert (alice.user, alice.gpus, alice.node, alice.url) == ("alice", 1, "gpu-node-1", "/user/alice/")
     # CPU work on a GPU nothing ran on: the never-used clock runs (warning due at 30)
     assert (alice.action, alice.rule) == ("keep", "cpu-work-on-gpu") and alice.util_now == [0.0]
-    assert alice.util_mean == [0.0] and alice.util_max == [0.0] and alice.spark == [0.0] * 5
+    assert alice.util_mean == [0.0] and alice.util_max == [0.0]
+    # the sparkline: the last 2 h in 2-min slices up to the latest sample; a sample every 5 min
+    assert len(alice.spark) == 60 and alice.spark[-1] == 0.0 and alice.idle_threshold == h.policy.gpu_idle_threshold
+    assert [i for i, v in enumerate(alice.spark) if v is not None] == [49, 52, 54, 57, 59]
     assert (alice.kernels.busy, alice.kernels.idle) == (1, 1) and not alice.stopping
     assert status.sessions["bob/"].gpus == 0 and status.sessions["bob/"].kernels is None
     [waiting] = status.queue

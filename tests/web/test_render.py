@@ -45,8 +45,11 @@ def test_state_texts(kw, kind, text):
 def test_sparkline_is_svg_with_gaps_and_only_numbers():
     svg = sparkline([0, 50, None, 100, 20])
     assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "latest 20 %" in svg
+    assert "<rect" not in svg and "idle-threshold" not in svg  # a baseline, not a box like an input
     assert sparkline([]) == ""
-    assert "no GPU data" in sparkline([None, None])
+    assert "no GPU data in the last 2 h" in sparkline([None, None])
+    svg = sparkline([0, 50], threshold=5.0, height=24)
+    assert 'class="idle-threshold"' in svg and 'y1="21.9"' in svg and "idle below 5 %" in svg
 
 
 def test_parse_until():

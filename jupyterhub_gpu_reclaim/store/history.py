@@ -97,6 +97,19 @@ class HistoryStore(StoreBase):
                 db.execute(sa.insert(DecisionRow), rows)
         return len(rows)
 
+    def rules_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, str, str]]:
+        """(t, session, rule) of each recorded change of decision in [since, until], and for
+        each session the last change before `since` (at `since`: its state then), by time."""
+        since, until = aware(since, "since"), aware(until, "until")
+        with self._session() as db:
+            before = sa.select(sa.func.max(DecisionRow.id)).where(DecisionRow.t < since).group_by(DecisionRow.session)
+            earlier = db.execute(sa.select(DecisionRow.session, DecisionRow.rule)
+                                 .where(DecisionRow.id.in_(before.scalar_subquery()))).all()
+            rows = db.execute(sa.select(DecisionRow.t, DecisionRow.session, DecisionRow.rule)
+                              .where(DecisionRow.t >= since, DecisionRow.t <= until)
+                              .order_by(DecisionRow.t, DecisionRow.id)).all()
+        return [(since, sid, rule) for sid, rule in earlier] + [(t, sid, rule) for t, sid, rule in rows]
+
     def decisions(self, since: dt.datetime | None = None,
                   session: str | None = None) -> list[tuple[dt.datetime, Decision]]:
         query = sa.select(DecisionRow).order_by(DecisionRow.t, DecisionRow.id)

@@ -5,6 +5,7 @@ session line of each session instance, and the window of them a trace is made of
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -109,6 +110,30 @@ class ObservationStore(StoreBase):
             since=since, until=until, lines=[(t, kind, sid, line) for t, kind, sid, line in lines],
             sessions=[(sid, started, stopped, line) for sid, started, stopped, line in sessions],
             intents=[StoredIntent(r.session, r.until, r.set_at, r.cleared_at) for r in rows])
+
+    def gpu_sessions_between(self, since: dt.datetime,
+                             until: dt.datetime) -> list[tuple[str, dt.datetime, dt.datetime | None, int]]:
+        """(session, started, stopped or None, GPUs) of each recorded instance with GPUs that
+        ran at some time in [since, until], by start."""
+        since, until = aware(since, "since"), aware(until, "until")
+        with self._session() as db:
+            rows = db.execute(sa.select(TraceSessionRow.session, TraceSessionRow.started, TraceSessionRow.stopped,
+                                        TraceSessionRow.line)
+                              .where(TraceSessionRow.started <= until,
+                                     sa.or_(TraceSessionRow.stopped.is_(None), TraceSessionRow.stopped >= since))
+                              .order_by(TraceSessionRow.started)).all()
+        out = [(sid, started, stopped, int(json.loads(line).get("gpus") or 0)) for sid, started, stopped, line in rows]
+        return [row for row in out if row[3] > 0]
+
+    def pressure_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, int]]:
+        """(t, GPUs requested by pods waiting for one) of each cycle in [since, until]."""
+        since, until = aware(since, "since"), aware(until, "until")
+        with self._session() as db:
+            rows = db.execute(sa.select(ObservationRow.t, ObservationRow.line)
+                              .where(ObservationRow.kind == "pressure", ObservationRow.t >= since,
+                                     ObservationRow.t <= until)
+                              .order_by(ObservationRow.t, ObservationRow.id)).all()
+        return [(t, int(json.loads(line)["pending_gpus"])) for t, line in rows]
 
     def prune_observations(self, older_than: dt.datetime) -> int:
         """Delete observations and decisions before ``older_than`` (the retention setting),

@@ -4,6 +4,7 @@ endpoints under `api/`."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from typing import Any
 
@@ -12,6 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tornado import web
 
 from ..timestamps import format_time, utcnow
+from ..usage import daily_usage
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
 from .render import csv_cell, iso, reclaim_json, session_json
@@ -20,6 +22,7 @@ from .whatif import DEFAULT_SINCE, run_what_if
 #: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 PAGE_DEFAULT, PAGE_MAX = 50, 200
+USAGE_DAYS_DEFAULT, USAGE_DAYS_MAX = 7, 31
 
 
 class ApiBase(Base):
@@ -151,6 +154,20 @@ class AdminQueueApi(ApiBase):
         self.require_admin()
         data = self.admin_data()
         self.write_json({"t": data["t"], "queue": data["queue"]})
+
+
+class AdminUsageApi(ApiBase):
+    """`GET api/admin/usage?days=7`: GPU-hours held, idle, freed and waited for per UTC
+    day, oldest first (the admin page's chart; `usage.daily_usage`)."""
+
+    @web.authenticated
+    def get(self) -> None:
+        self.require_admin()
+        text = self.get_argument("days", str(USAGE_DAYS_DEFAULT))
+        if not text.isdigit() or not 1 <= int(text) <= USAGE_DAYS_MAX:
+            raise web.HTTPError(400, f"days: a whole number from 1 to {USAGE_DAYS_MAX}, not {text!r}")
+        days = daily_usage(self.ctx.store, utcnow(), int(text)) if self.ctx.store is not None else []
+        self.write_json({"days": [iso(dataclasses.asdict(d)) for d in days]})
 
 
 class AdminHistoryApi(ApiBase):

@@ -17,7 +17,7 @@ from ..metrics import Metrics
 from ..policy_config import PolicyConfig
 from ..policy_rules import PolicyRules
 from ..store import Store
-from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, AdminWhatIfApi,
+from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, AdminUsageApi, AdminWhatIfApi,
                   IntentApi, ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
 from .controls import Reclaiming
@@ -88,6 +88,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
             (prefix + f"api/sessions/{session}/stop", StopApi, c),
             (prefix + "api/admin/candidates", AdminCandidatesApi, c),
             (prefix + "api/admin/queue", AdminQueueApi, c),
+            (prefix + "api/admin/usage", AdminUsageApi, c),
             (prefix + "api/admin/history", AdminHistoryApi, c),
             (prefix + "api/admin/actions", AdminActionsApi, c),
             (prefix + "api/admin/whatif", AdminWhatIfApi, c),

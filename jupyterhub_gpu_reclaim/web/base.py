@@ -29,6 +29,8 @@ from ..store import Store
 from ..timestamps import parse_time, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import WriteLimiter
+from ..usage import daily_usage
+from .chart import usage_chart
 from .render import _jinja, human, iso, reclaim_json, session_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
@@ -316,6 +318,13 @@ class Base(HubOAuthenticated, RedactedLogs):
                 "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
                 "totals": totals, "policy": policy,
                 "audit": store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS) if store else []}
+
+
+    def show_admin(self, notice: str = "", error: str = "") -> None:
+        """The admin page: the admin data, and the week's GPU-hours per day with their chart."""
+        usage = daily_usage(self.ctx.store, utcnow()) if self.ctx.store is not None else []
+        self.finish(self.render_page("admin.html", data=self.admin_data(), notice=notice, error=error,
+                                     usage=usage, usage_chart=usage_chart(usage) if usage else ""))
 
 
 class OAuthCallback(HubOAuthCallbackHandler, RedactedLogs):

@@ -1,21 +1,42 @@
-"""The what-if's chart: idle and freed GPU-hours per time bucket, live policy beside the
-override, as inline SVG drawn here (no script, no library, nothing fetched). Accessible: a
-<title> and <desc> with the totals, a tooltip per bar; the page shows the numbers in a
-table as well."""
+"""The pages' charts as inline SVG drawn here (no script, no library, nothing fetched):
+stacked bars per time bucket, one or more bars per bucket (`stacked_bars`), for the
+what-if (idle and freed GPU-hours, live policy beside the override) and the admin page's
+week (GPU-hours in use, idle, freed and waited for, per day). Accessible: a <title> and
+<desc>, a tooltip per bar; the pages show the numbers in a table as well."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 from html import escape
+from typing import Sequence
 
+from ..usage import DayUsage
 from ..whatif import WhatIf
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 40, 30, 40  # room for the last time label
-FREED, IDLE = "#2a9d8f", "#e9a23b"  # the same colors for both policies; the live bars paler
-LIVE_OPACITY = "0.45"
+FREED, IDLE, IN_USE, WAITING = "#2a9d8f", "#e9a23b", "#6c757d", "#b02a37"
+LIVE_OPACITY = "0.45"  # the what-if's live bars: paler, in the override's colors
 MAX_LABELS = 12
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of a bucket: its name (`arms`) and its layers' values, bottom first."""
+
+    name: str
+    values: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A kind of bar drawn in each bucket: its name, opacity and layers (name, color), bottom first."""
+
+    name: str
+    opacity: str
+    layers: Sequence[tuple[str, str]]
 
 
 def _nice(top: float) -> float:
@@ -30,15 +51,21 @@ def _label(t: dt.datetime, bucket: dt.timedelta) -> str:
     return t.strftime("%m-%d") if bucket >= dt.timedelta(days=1) else t.strftime("%m-%d %H:%M")
 
 
-def whatif_chart(result: WhatIf) -> str:
-    """The SVG: per bucket two stacked bars (live, override), freed at the bottom, idle on
-    top. Only numbers and our own words go into it, escaped all the same."""
-    series = result.series
-    n = max(1, len(series))
+def _span(bucket: dt.timedelta) -> str:
+    hours = int(bucket.total_seconds() // 3600)
+    return "day" if hours == 24 else "hour" if hours == 1 else f"{hours} hours"
+
+
+def stacked_bars(css_class: str, title: str, desc: str, arms: Sequence[Arm], starts: Sequence[dt.datetime],
+                 bars: Sequence[Sequence[Bar]], bucket: dt.timedelta) -> str:
+    """The SVG: per bucket (starting at `starts[i]`) one bar per arm, its layers stacked
+    bottom up (`bars[i][j]` for arm j). Only numbers and our own words go into it, escaped
+    all the same."""
+    n = max(1, len(starts))
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    top = _nice(max([max(b.live_idle + b.live_freed, b.override_idle + b.override_freed) for b in series] or [0]))
-    group = plot_w / n
-    bar = group * 0.38
+    top = _nice(max([sum(b.values) for group in bars for b in group] or [0]))
+    group_w = plot_w / n
+    bar_w = group_w * (0.76 / len(arms))
 
     def y(v: float) -> float:
         return TOP + plot_h - v / top * plot_h
@@ -48,42 +75,63 @@ def whatif_chart(result: WhatIf) -> str:
         parts.append(f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
                      f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{v:g}</text>')
     every = max(1, -(-n // MAX_LABELS))
-    for i, b in enumerate(series):
-        x0 = LEFT + i * group
-        for j, (name, idle, freed, opacity) in enumerate((
-                ("live policy", b.live_idle, b.live_freed, LIVE_OPACITY),
-                ("override", b.override_idle, b.override_freed, "1"))):
-            x = x0 + group * 0.08 + j * (bar + group * 0.04)
-            tip = escape(f"{name}, {_label(b.start, result.bucket)}: {idle:.2f} GPU-hours idle, "
-                         f"{freed:.2f} freed")
-            y_freed, y_idle = y(freed), y(freed + idle)
-            parts.append(f'<g opacity="{opacity}"><title>{tip}</title>'
-                         f'<rect x="{x:.1f}" y="{y_freed:.1f}" width="{bar:.1f}" height="{y(0) - y_freed:.1f}" fill="{FREED}"/>'
-                         f'<rect x="{x:.1f}" y="{y_idle:.1f}" width="{bar:.1f}" height="{y_freed - y_idle:.1f}" fill="{IDLE}"/></g>')
+    for i, (start, group) in enumerate(zip(starts, bars, strict=True)):
+        x0 = LEFT + i * group_w
+        for j, (arm, b) in enumerate(zip(arms, group, strict=True)):
+            x = x0 + group_w * 0.08 + j * (bar_w + group_w * 0.04)
+            tip = escape(f"{arm.name}, {_label(start, bucket)}: " + ", ".join(
+                f"{value:.2f} GPU-hours {name}" for (name, _), value in zip(arm.layers, b.values, strict=True)))
+            rects, base = [], 0.0
+            for (_, color), value in zip(arm.layers, b.values, strict=True):
+                rects.append(f'<rect x="{x:.1f}" y="{y(base + value):.1f}" width="{bar_w:.1f}" '
+                             f'height="{y(base) - y(base + value):.1f}" fill="{color}"/>')
+                base += value
+            parts.append(f'<g opacity="{arm.opacity}"><title>{tip}</title>{"".join(rects)}</g>')
         if i % every == 0:
-            parts.append(f'<text x="{x0 + group / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" '
-                         f'font-size="10">{escape(_label(b.start, result.bucket))}</text>')
-    legend = [(FREED, "1", "freed, override"), (IDLE, "1", "idle, override"),
-              (FREED, LIVE_OPACITY, "freed, live"), (IDLE, LIVE_OPACITY, "idle, live")]
+            parts.append(f'<text x="{x0 + group_w / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" '
+                         f'font-size="10">{escape(_label(start, bucket))}</text>')
+    legend = [(color, arm.opacity, f"{name}, {arm.name}" if len(arms) > 1 else name)
+              for arm in reversed(arms) for name, color in arm.layers]
     for k, (color, opacity, text) in enumerate(legend):
         x = LEFT + k * 150
         parts.append(f'<rect x="{x}" y="8" width="12" height="12" fill="{color}" opacity="{opacity}"/>'
                      f'<text x="{x + 16}" y="18" font-size="11">{escape(text)}</text>')
     parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 6}" text-anchor="end" font-size="10">'
-                 f'GPU-hours per {escape(_span(result.bucket))}, UTC</text>')
+                 f'GPU-hours per {escape(_span(bucket))}, UTC</text>')
+    return (f'<svg class="{css_class}" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+            f'role="img" aria-labelledby="{css_class}-title {css_class}-desc">'
+            f'<title id="{css_class}-title">{escape(title)}</title>'
+            f'<desc id="{css_class}-desc">{escape(desc)}</desc>'
+            f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#888"/>'
+            + "".join(parts) + "</svg>")
+
+
+def whatif_chart(result: WhatIf) -> str:
+    """Per bucket two bars (live policy, override), freed at the bottom, idle on top."""
+    layers = (("freed", FREED), ("idle", IDLE))
     live, other = result.live, result.override
     desc = (f"From {result.since:%Y-%m-%d %H:%M} to {result.until:%Y-%m-%d %H:%M} UTC, per "
             f"{_span(result.bucket)}: the live policy frees {live.gpu_hours_freed:g} GPU-hours and leaves "
             f"{live.gpu_hours_idle:g} idle; the override frees {other.gpu_hours_freed:g} and leaves "
             f"{other.gpu_hours_idle:g} idle.")
-    return (f'<svg class="whatif-chart" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
-            f'role="img" aria-labelledby="whatif-chart-title whatif-chart-desc">'
-            f'<title id="whatif-chart-title">Idle and freed GPU-hours, live policy and override</title>'
-            f'<desc id="whatif-chart-desc">{escape(desc)}</desc>'
-            f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#888"/>'
-            + "".join(parts) + "</svg>")
+    return stacked_bars(
+        "whatif-chart", "Idle and freed GPU-hours, live policy and override", desc,
+        [Arm("live policy", LIVE_OPACITY, layers), Arm("override", "1", layers)],
+        [b.start for b in result.series],
+        [[Bar("live policy", (b.live_freed, b.live_idle)), Bar("override", (b.override_freed, b.override_idle))]
+         for b in result.series], result.bucket)
 
 
-def _span(bucket: dt.timedelta) -> str:
-    hours = int(bucket.total_seconds() // 3600)
-    return "day" if hours == 24 else "hour" if hours == 1 else f"{hours} hours"
+def usage_chart(days: Sequence[DayUsage]) -> str:
+    """Per day two bars: GPU-hours held (in use, then idle) with those freed on top — what
+    would have been held without reclaims —, and GPU-hours requested by waiting pods."""
+    held, idle, freed, waiting = (sum(getattr(d, k) for d in days) for k in ("held", "idle", "freed", "waiting"))
+    desc = (f"Over the last {len(days)} days: {held:g} GPU-hours held, {idle:g} of them idle, {freed:g} freed by "
+            f"reclaims; pods waited for {waiting:g} GPU-hours.")
+    return stacked_bars(
+        "usage-chart", "GPU-hours per day: in use, idle, freed, waited for", desc,
+        [Arm("sessions", "1", (("in use", IN_USE), ("idle", IDLE), ("freed", FREED))),
+         Arm("queue", "1", (("waited for", WAITING),))],
+        [d.start for d in days],
+        [[Bar("sessions", (max(0.0, d.held - d.idle), d.idle, d.freed)), Bar("queue", (d.waiting,))] for d in days],
+        dt.timedelta(days=1))

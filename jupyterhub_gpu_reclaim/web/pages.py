@@ -148,7 +148,7 @@ class AdminPage(Base):
     @web.authenticated
     def get(self) -> None:
         self.require_admin()
-        self.finish(self.render_page("admin.html", data=self.admin_data(), notice=self.take_notice(), error=""))
+        self.show_admin(notice=self.take_notice())
 
 
 class AdminActionForm(Base):
@@ -167,7 +167,7 @@ class AdminActionForm(Base):
             message = self.ctx.controls.admin_action(self.actor, action, sid, hours)
         except BadInput as e:
             self.set_status(400)
-            self.finish(self.render_page("admin.html", data=self.admin_data(), notice="", error=str(e)))
+            self.show_admin(error=str(e))
             return
         self.flash(message)
         self.redirect(self.ctx.prefix + "admin", status=303)

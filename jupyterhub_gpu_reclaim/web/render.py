@@ -13,6 +13,7 @@ from markupsafe import Markup, escape
 from ..policy import IDLE_RULES
 from ..status import SPARK_WINDOW, SessionStatus
 from ..timestamps import UTC, format_time, parse_time, utcnow
+from ..usage import freed_gpu_hours
 from ..wording import KEEPS, LOSES, format_util
 from .paths import TEMPLATES
 
@@ -35,7 +36,7 @@ def notice(code: str, **values: str) -> str:
 def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
     t = t or utcnow()
     end = r.finished_at or r.t
-    freed = r.gpus * max(0.0, min((t - end).total_seconds(), 24 * 3600)) / 3600 if r.outcome == "stopped" else 0.0
+    freed = freed_gpu_hours(r.gpus, end, t) if r.outcome == "stopped" else 0.0
     return {"id": r.id, "session": r.session, "user": r.session.split("/", 1)[0],
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,

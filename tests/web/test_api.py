@@ -158,7 +158,7 @@ async def test_on_jupyterhub5_the_pages_login_has_no_pkce(scene):
 
 @pytest.mark.parametrize("method, path", [
     ("GET", "api/admin/candidates"), ("GET", "api/admin/candidates?format=csv"), ("GET", "api/admin/queue"),
-    ("GET", "api/admin/history"), ("POST", "api/admin/actions"), ("GET", "admin"),
+    ("GET", "api/admin/history"), ("GET", "api/admin/usage"), ("POST", "api/admin/actions"), ("GET", "admin"),
 ])
 async def test_admin_endpoints_are_403_for_non_admins(scene, method, path):
     _, c = scene
@@ -192,6 +192,12 @@ async def test_admin_reads_candidates_queue_and_history(scene):
     assert status == 200 and {"reclaims", "stuck", "audit"} <= set(body)
     status, body = await c["admin"].json("GET", "api/admin/history?since=yesterday-ish")
     assert status == 400 and "since" in body["message"]
+    status, body = await c["admin"].json("GET", "api/admin/usage?days=2")
+    assert status == 200 and [set(d) for d in body["days"]] == [{"start", "end", "held", "idle", "freed", "waiting"}] * 2
+    assert body["days"][-1]["held"] > 0  # the scene's GPU sessions run today
+    for days in ("0", "32", "7d", "-1"):
+        status, body = await c["admin"].json("GET", f"api/admin/usage?days={days}")
+        assert status == 400 and "days: a whole number from 1 to 31" in body["message"], days
 
 
 async def test_the_custom_scope_opens_the_admin_api(scene):

@@ -167,7 +167,7 @@ async def test_the_admin_history_is_paginated(hub, scene):
 
 ADMIN_ENDPOINTS = [
     ("GET", "admin", None), ("GET", "api/admin/candidates", None), ("GET", "api/admin/candidates?format=csv", None),
-    ("GET", "api/admin/queue", None), ("GET", "api/admin/history", None),
+    ("GET", "api/admin/queue", None), ("GET", "api/admin/history", None), ("GET", "api/admin/usage", None),
     ("POST", "api/admin/actions", {"json": {"action": "exempt", "session": "gina/", "hours": 2}}),
     ("POST", "admin/action", {"data": {"action": "exempt", "session": "gina/", "hours": "2", "confirm": "yes"}}),
     ("POST", "admin/action", {"data": {"action": "reclaim", "session": "gina/", "confirm": "yes"}}),

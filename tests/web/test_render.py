@@ -165,7 +165,7 @@ def test_whatif_chart_is_inline_svg_with_title_desc_and_a_bar_per_policy_and_hou
     assert "the live policy frees 1.5 GPU-hours and leaves 6 idle; the override frees 9 and leaves 1.5 idle" in svg
     # per hour, one bar (freed under idle) per policy, with its numbers as a tooltip
     assert svg.count("<rect") == 3 * 2 * 2 + 4  # and the legend's four
-    assert "<title>override, " in svg and ": 0.50 GPU-hours idle, 4.00 freed</title>" in svg
+    assert "<title>override, " in svg and ": 4.00 GPU-hours freed, 0.50 GPU-hours idle</title>" in svg
     assert "http" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing fetched
     # the axis' top is a round number above the largest stack (4.5)
     assert '>5</text>' in svg and '>2.5</text>' in svg
@@ -250,3 +250,19 @@ def test_times_in_free_text_are_shown_as_times_and_the_rest_is_escaped():
     assert '<time datetime="2026-11-02T12:15:16.452204Z" title="2026-11-02 12:15:16 UTC">' in html
     assert str(when(None)) == "" and str(readable(None)) == ""
     assert "title=\"2026-11-02 13:00:00 UTC\"" in str(when("2026-11-02T14:00:00+01:00"))
+
+
+def test_usage_chart_stacks_in_use_idle_and_freed_beside_the_queue():
+    from jupyterhub_gpu_reclaim.usage import DayUsage
+    from jupyterhub_gpu_reclaim.web.chart import usage_chart
+
+    day = dt.timedelta(days=1)
+    start = NOW.replace(hour=0, minute=0) - day
+    days = [DayUsage(start, start + day, held=28, idle=26, freed=0, waiting=0),
+            DayUsage(start + day, NOW, held=16, idle=16, freed=20, waiting=0.5)]
+    svg = usage_chart(days)
+    assert svg.startswith('<svg class="usage-chart"') and 'aria-labelledby="usage-chart-title usage-chart-desc"' in svg
+    assert "44 GPU-hours held, 42 of them idle, 20 freed by reclaims; pods waited for 0.5 GPU-hours" in svg
+    assert svg.count("<rect") == 2 * (3 + 1) + 4  # per day 3 layers and the queue's; the legend's four
+    assert ": 0.00 GPU-hours in use, 16.00 GPU-hours idle, 20.00 GPU-hours freed</title>" in svg
+    assert ">50</text>" in svg and ">25</text>" in svg  # a round top above the largest stack (36)

@@ -1,0 +1,91 @@
+"""GPU-hours per day from what the service recorded (the admin page's week): held by
+sessions, idle among those, freed by reclaims, and requested by pods waiting for a GPU.
+
+- **held**: each recorded session with GPUs, its GPUs from its start to its stop (or now);
+- **idle**: the part of that while its recorded decision read the GPUs as idle (a rule of
+  `policy.IDLE_RULES`, as the admin page counts idle GPUs), from each change of decision to
+  the next or the session's stop;
+- **freed**: each completed reclaim frees its GPUs for `FREED_HORIZON` after its stop (the
+  same count as a reclaim record's `gpu_hours_freed`): what the session would at least have
+  held on, idle, had nobody reclaimed it is unknowable, so a day is the figure's horizon;
+- **waiting**: the GPUs requested by pods waiting for one (each cycle's `pressure`), until
+  the next cycle, a gap of more than `MAX_STEP` counting as unknown.
+
+Reads the store; no clock (``now`` is an argument), no writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .policy import IDLE_RULES
+from .store import Store
+
+FREED_HORIZON = dt.timedelta(hours=24)  # how long a reclaim counts as freeing its GPUs
+MAX_STEP = dt.timedelta(minutes=10)  # a longer gap between two recorded cycles: no data
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DayUsage:
+    """GPU-hours of one UTC day (up to `end`: now, for today)."""
+
+    start: dt.datetime
+    end: dt.datetime
+    held: float
+    idle: float
+    freed: float
+    waiting: float
+
+
+def freed_gpu_hours(gpus: int, stopped: dt.datetime, now: dt.datetime) -> float:
+    """The GPU-hours a reclaim of `gpus` GPUs, stopped at `stopped`, has freed by `now`."""
+    return gpus * _overlap(stopped, stopped + FREED_HORIZON, stopped, now)
+
+
+def _overlap(a0: dt.datetime, a1: dt.datetime, b0: dt.datetime, b1: dt.datetime) -> float:
+    """Hours of [a0, a1) ∩ [b0, b1)."""
+    return max(dt.timedelta(0), min(a1, b1) - max(a0, b0)) / HOUR
+
+
+def _spans(timed: list[tuple[dt.datetime, T]], end: dt.datetime) -> list[tuple[tuple[dt.datetime, T], dt.datetime]]:
+    """Each (t, value) with the time the next one starts (`end` for the last)."""
+    return list(zip(timed, [t for t, _ in timed[1:]] + [end] * bool(timed), strict=True))
+
+
+def daily_usage(store: Store, now: dt.datetime, days: int = 7) -> list[DayUsage]:
+    """The last `days` UTC days up to `now`, oldest first."""
+    first = (now - (days - 1) * DAY).replace(hour=0, minute=0, second=0, microsecond=0)
+    bounds = [(first + i * DAY, min(first + (i + 1) * DAY, now)) for i in range(days)]
+    held, idle, freed, waiting = ([0.0] * days for _ in range(4))
+
+    def spread(into: list[float], start: dt.datetime, end: dt.datetime, gpus: float) -> None:
+        for i, (d0, d1) in enumerate(bounds):
+            into[i] += gpus * _overlap(start, end, d0, d1)
+
+    sessions = store.gpu_sessions_between(first, now)
+    for _sid, started, stopped, gpus in sessions:
+        spread(held, started, stopped or now, gpus)
+    # each session's decisions, to the instance that was running then
+    changes: dict[str, list[tuple[dt.datetime, str]]] = {}
+    for t, sid, rule in store.rules_between(first, now):
+        changes.setdefault(sid, []).append((t, rule))
+    for sid, started, stopped, gpus in sessions:
+        end = stopped or now
+        mine = [(t, rule) for t, rule in changes.get(sid, ()) if started <= t < end]
+        for (t, rule), until in _spans(mine, end):
+            if rule in IDLE_RULES:
+                spread(idle, max(t, started), min(until, end), gpus)
+    for r in store.reclaims(first - FREED_HORIZON):
+        if r.outcome == "stopped" and r.finished_at is not None:
+            spread(freed, r.finished_at, min(r.finished_at + FREED_HORIZON, now), r.gpus)
+    pressure = store.pressure_between(first, now)
+    for (t, pending), next_t in _spans(pressure, now):
+        if pending:
+            spread(waiting, t, min(next_t, t + MAX_STEP), pending)
+    return [DayUsage(start=d0, end=d1, held=round(held[i], 2), idle=round(idle[i], 2), freed=round(freed[i], 2),
+                     waiting=round(waiting[i], 2)) for i, (d0, d1) in enumerate(bounds)]

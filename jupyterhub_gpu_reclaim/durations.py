@@ -1,4 +1,5 @@
-"""Durations as admins write them in config files and on the command line."""
+"""Durations as admins write them in config files and on the command line (`parse_duration`),
+and as the pages and messages say them to people (`format_duration`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,24 @@ from typing import Any
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)")
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def format_duration(seconds: float | dt.timedelta | None) -> str:
+    """"40 s" under a minute, "2 min", "1 h", "1 h 5 min", "2 d 3 h"; rounded down, never
+    overstated; "" for None."""
+    if seconds is None:
+        return ""
+    if isinstance(seconds, dt.timedelta):
+        seconds = seconds.total_seconds()
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    hours, minutes = divmod(seconds // 60, 60)
+    if hours >= 24:
+        return f"{hours // 24} d {hours % 24} h" if hours % 24 else f"{hours // 24} d"
+    if not hours:
+        return f"{minutes} min"
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 def parse_duration(value: Any) -> dt.timedelta:

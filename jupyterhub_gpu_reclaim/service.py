@@ -54,7 +54,7 @@ from .signals.hub import HubServer
 from .signals.interfaces import GpuSource, HubSource, KernelSource
 from .signals.pods import PodInfo, PodSnapshot
 from .signals.probe_tokens import NoProbeCredential
-from .status import CycleStatus, session_status, waiting_servers
+from .status import CycleStatus, expect_free, freeing, session_status, waiting_servers
 from .stops import Stops
 from .store import Store
 from .timestamps import format_time, parse_time, utcnow
@@ -429,7 +429,7 @@ class Reclaimer:
     def _publish(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
         """The pages' status of this cycle (`status.py`)."""
         warnings = self.store.open_warnings()
-        self.status = CycleStatus(t=now, sessions={sid: session_status(
+        status = CycleStatus(t=now, sessions={sid: session_status(
             o.session, o.sample, report.decisions.get(sid), node=o.pod.node if o.pod else None, url=o.server.url,
             hub_last_activity=o.server.last_activity,
             history=self.history.of(sid) if o.session.gpus else [],
@@ -437,8 +437,11 @@ class Reclaimer:
             exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
             stopping=sid in self.stops.tasks, idle_threshold=(o.policy or self.policy).gpu_idle_threshold)
             for sid, o in seen.sessions.items()
-            if sid not in self._stopped_since_observed},
-            queue=waiting_servers(seen.pods.by_session.values(), now))
+            if sid not in self._stopped_since_observed})
+        due = [f for sid, info in status.sessions.items()
+               if (f := freeing(info, seen.sessions[sid].session, now)) is not None]
+        status.queue = expect_free(waiting_servers(seen.pods.by_session.values(), now), due)
+        self.status = status
 
     def _set_state_metrics(self, seen: Observation, report: CycleReport, now: dt.datetime) -> None:
         """The sessions by state, the holds by reason, and the idle GPUs and their idle hours."""

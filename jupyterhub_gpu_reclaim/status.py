@@ -89,9 +89,58 @@ class WaitingServer:
     since: dt.datetime | None
     waited_s: float | None
     reason: str | None  # the scheduler's message
+    gpu_type: str = ""  # the GPU product it asks for ("": any)
+    gpu_shared: bool = False  # it asks for a time-sliced GPU
+    # when enough GPUs it can use are due to be freed by scheduled reclaims, after those
+    # the servers ahead of it wait for (None: no reclaim is scheduled that would do)
+    expected_free_at: dt.datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Freeing:
+    """GPUs a session is due to give back: at its warning's reclaim time, or now when its
+    stop is under way."""
+
+    at: dt.datetime
+    gpus: int
+    gpu_type: str = ""
+    gpu_shared: bool = False
+
+
+def freeing(info: SessionStatus, session: Session, now: dt.datetime) -> Freeing | None:
+    """What `session` is due to free, going by its published status: a stop under way, or
+    a warning not ended by an intent or an exemption; None otherwise."""
+    if not info.gpus:
+        return None
+    if info.stopping:
+        return Freeing(now, info.gpus, session.gpu_type, session.gpu_shared)
+    if (info.warned_at is None or info.reclaim_at is None or info.exempt_until is not None
+            or (info.intent_until is not None and info.intent_until > now)):
+        return None
+    return Freeing(max(now, info.reclaim_at), info.gpus, session.gpu_type, session.gpu_shared)
+
+
+def expect_free(queue: list[WaitingServer], due: Iterable[Freeing]) -> list[WaitingServer]:
+    """The queue (longest waiting first) with each server's `expected_free_at`: the time by
+    which the scheduled reclaims, in time order, have freed all the GPUs it asks for, each
+    freed GPU going to the first server in the queue that can use it (the same product, or
+    any when it names none; time-sliced for time-sliced) and still lacks one. None when they
+    never do: no guess is made."""
+    lacking = [q.gpus for q in queue]
+    expected: list[dt.datetime | None] = [None] * len(queue)
+    for f in sorted(due, key=lambda f: f.at):
+        for _ in range(f.gpus):
+            taker = next((i for i, q in enumerate(queue) if lacking[i] and q.gpu_shared == f.gpu_shared
+                          and (not q.gpu_type or q.gpu_type == f.gpu_type)), None)
+            if taker is None:
+                break
+            lacking[taker] -= 1
+            if not lacking[taker]:
+                expected[taker] = f.at
+    return [replace(q, expected_free_at=at) for q, at in zip(queue, expected, strict=True)]
 
 
 @dataclass
@@ -153,7 +202,7 @@ def waiting_servers(pods: Iterable[PodInfo], now: dt.datetime) -> list[WaitingSe
     """The servers whose pods wait for a GPU, longest waiting first."""
     queue = [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=p.gpus, since=p.created,
                            waited_s=(now - p.created).total_seconds() if p.created else None,
-                           reason=p.unschedulable)
+                           reason=p.unschedulable, gpu_type=p.gpu_type, gpu_shared=p.gpu_shared)
              for p in pods if p.waits_for_gpu]
     queue.sort(key=lambda q: q.since or now)
     return queue

@@ -1,10 +1,13 @@
 """Words users read in more than one place, written once: what a reclaim keeps and loses
-(the warnings and reclaim notices, the user page and the API's reclaim records) and how GPU
-utilization is written (the notices' evidence, the pages' tables and sparklines)."""
+(the warnings and reclaim notices, the user page and the API's reclaim records), when a
+waiting user can expect a GPU, and how GPU utilization is written (the notices' evidence, the pages' tables and sparklines)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
+
+from .durations import format_duration
 
 KEEPS = "files under your home directory"
 LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
@@ -26,3 +29,9 @@ def _percent(value: Any) -> str:
         return f"{round(float(value), 1):g} %"
     except (TypeError, ValueError):  # evidence read back from the store is JSON: show it as is
         return str(value)
+
+
+def expected_free(at: dt.datetime, now: dt.datetime) -> str:
+    """What a user waiting for a GPU is told when scheduled reclaims will free one (the
+    spawn progress, the user page): "a GPU is expected to be free in about 3 min"."""
+    return f"a GPU is expected to be free in about {format_duration(max(dt.timedelta(minutes=1), at - now))}"

@@ -11,6 +11,7 @@ import datetime as dt
 import re
 from typing import Callable, Iterable
 
+from ..durations import format_duration
 from ..timestamps import parse_time_lenient
 from .timings import event_first_time, event_last_time, event_message
 
@@ -25,23 +26,11 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def format_wait(waited: dt.timedelta) -> str:
-    """"40 s" under a minute, "2 min", "1 h 5 min" (rounded down: never overstate)."""
-    seconds = max(0, int(waited.total_seconds()))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-
-
 def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta) -> str:
     """"Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)"."""
     queue = "no requests ahead of you" if ahead <= 0 else f"{_plural(ahead, 'request')} ahead of you"
     return (f"Waiting for a free GPU ({_plural(requested_gpus, 'GPU')} requested, {queue}, "
-            f"waiting {format_wait(waiting)})")
+            f"waiting {format_duration(waiting)})")
 
 
 def _scheduled_condition(pod: dict) -> dict | None:
@@ -143,7 +132,7 @@ def pull_message(image: str, size_bytes: int | None, node: str) -> str:
 
 def queue_timeout_message(waited: dt.timedelta, gpus: int) -> str:
     """The final line when gpu_queue_timeout expires."""
-    return (f"No GPU became free within {format_wait(waited)}; your request for "
+    return (f"No GPU became free within {format_duration(waited)}; your request for "
             f"{_plural(gpus, 'GPU')} was withdrawn. Try again later or choose a CPU profile.")
 
 

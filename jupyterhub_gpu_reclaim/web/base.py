@@ -26,12 +26,13 @@ from ..policy_config import PolicyConfig
 from ..policy_rules import PolicyRules
 from ..status import SessionStatus, WaitingServer
 from ..store import Store
+from ..durations import format_duration
 from ..timestamps import parse_time, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import WriteLimiter
 from ..usage import daily_usage
 from .chart import usage_chart
-from .render import _jinja, human, iso, reclaim_json, session_json, sparkline, state_of
+from .render import _jinja, iso, reclaim_json, session_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -296,7 +297,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         store = self.ctx.store
         reclaims = [reclaim_json(r, t) for r in (store.reclaims(t - dt.timedelta(days=7)) if store else [])][::-1]
         stuck = [reclaim_json(r, t) for r in (store.stuck_reclaims() if store else [])]
-        queue = [{**q.to_dict(), "waited": human(q.waited_s)} for q in status.queue]
+        queue = [{**q.to_dict(), "waited": format_duration(q.waited_s)} for q in status.queue]
         totals = {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
                   "gpus_idle": sum(s["gpus"] for s in sessions if s.get("rule") in IDLE_RULES),
                   "gpu_hours_idle_today": round(idle_hours, 2), "waiting": len(queue),
@@ -305,12 +306,12 @@ class Base(HubOAuthenticated, RedactedLogs):
         p = self.ctx.policy
         policy = {} if p is None else {
             "gpu_idle_threshold_percent": p.gpu_idle_threshold,
-            "never_used_warn_after": human(p.never_used_warn_after.total_seconds()),
-            "never_used_reclaim_after": human(p.never_used_reclaim_after.total_seconds()),
-            "idle_warn_after": human(p.idle_warn_after.total_seconds()),
-            "idle_reclaim_after": human(p.idle_reclaim_after.total_seconds()),
-            "warning_lead": human(p.warning_lead.total_seconds()),
-            "max_keepalive": human(p.max_keepalive.total_seconds()),
+            "never_used_warn_after": format_duration(p.never_used_warn_after.total_seconds()),
+            "never_used_reclaim_after": format_duration(p.never_used_reclaim_after.total_seconds()),
+            "idle_warn_after": format_duration(p.idle_warn_after.total_seconds()),
+            "idle_reclaim_after": format_duration(p.idle_reclaim_after.total_seconds()),
+            "warning_lead": format_duration(p.warning_lead.total_seconds()),
+            "max_keepalive": format_duration(p.max_keepalive.total_seconds()),
         }
         if self.ctx.policy_rules:
             policy["policy_rules"] = ", ".join(self.ctx.policy_rules) + " (first match wins)"

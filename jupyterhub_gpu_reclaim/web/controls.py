@@ -19,9 +19,10 @@ from ..status import CycleStatus, SessionStatus, WaitingServer
 from ..stops import Stops
 from ..store import Store
 from ..store.reclaims import ReclaimRecord
+from ..durations import format_duration
 from ..timestamps import format_time, utcnow
 from .inputs import BadInput
-from .render import hhmm, human, notice
+from .render import hhmm, notice
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -83,7 +84,7 @@ class Controls:
         if until <= t:
             raise BadInput(f"the time {format_time(until)} is in the past")
         if until > t + cap + dt.timedelta(minutes=1):
-            raise BadInput(f"{format_time(until)} is beyond the cap: at most {human(cap.total_seconds())} "
+            raise BadInput(f"{format_time(until)} is beyond the cap: at most {format_duration(cap.total_seconds())} "
                            f"from now ({hhmm(t + cap)})")
         until = min(until, t + cap)
         self.store.set_intent(sid, until, t, by=user)

@@ -10,11 +10,12 @@ from urllib.parse import quote, urlencode
 from tornado import web
 
 from ..backtest import policy_to_dict
+from ..durations import format_duration
 from ..timestamps import parse_time, utcnow
 from .base import Base, writes
 from .chart import whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_override, parse_until
-from .render import hhmm, human, notice, reclaim_notice, state_of
+from .render import hhmm, notice, reclaim_notice, state_of
 from .whatif import DEFAULT_SINCE, live_policy, run_what_if
 
 
@@ -34,7 +35,7 @@ class UserPage(Base):
         self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
                                      reclaims=self.user_reclaims(), selected=selected, error=error,
                                      notice=self.take_notice(), presets=presets,
-                                     cap_text=human(cap.total_seconds()), cycle_t=self.ctx.controls.status().t))
+                                     cap_text=format_duration(cap.total_seconds()), cycle_t=self.ctx.controls.status().t))
 
 
 class KeepalivePage(Base):
@@ -140,7 +141,7 @@ class EmbedBanner(Base):
             kind, _ = state_of(s, t)
             if kind == "warned":
                 since = parse_time(s.evidence.get("idle_since")) or s.started
-                warned.append({**s.to_dict(), "idle_for": human((t - since).total_seconds()) if since else ""})
+                warned.append({**s.to_dict(), "idle_for": format_duration((t - since).total_seconds()) if since else ""})
         self.finish(self.render_page("embed_banner.html", warned=warned))
 
 

@@ -13,8 +13,9 @@ from markupsafe import Markup, escape
 from ..policy import IDLE_RULES
 from ..status import SPARK_WINDOW, SessionStatus
 from ..timestamps import UTC, format_time, parse_time, utcnow
+from ..durations import format_duration
 from ..usage import freed_gpu_hours
-from ..wording import KEEPS, LOSES, format_util
+from ..wording import KEEPS, LOSES, expected_free, format_util
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -50,7 +51,7 @@ def reclaim_notice(r: Any) -> str:
     server = f"Your server {r.session.split('/', 1)[1]!r}" if r.session.split("/", 1)[1] else "Your server"
     since = parse_time((r.evidence or {}).get("idle_since"))
     by = (r.evidence or {}).get("by")
-    why = (f"its GPU was unused for {human((r.t - since).total_seconds())}" if since is not None
+    why = (f"its GPU was unused for {format_duration((r.t - since).total_seconds())}" if since is not None
            else f"{by} reclaimed it" if by else f"rule {r.rule}")
     return f"{server} was stopped at {format_time(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
 
@@ -94,16 +95,6 @@ def readable(text: Any) -> Markup:
     return Markup(_INSTANT.sub(lambda m: str(when(m.group(0))), str(escape("" if text is None else text))))
 
 
-def human(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    h, m = divmod(seconds // 60, 60)
-    if h >= 24:
-        return f"{h // 24} d {h % 24} h"
-    return f"{h} h {m} min" if h else f"{m} min"
 
 
 def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, str]:
@@ -178,4 +169,5 @@ def csv_cell(value: Any) -> str:
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, human=human, util=lambda values: format_util(values, missing="–"), iso=iso)
+_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, util=lambda values: format_util(values, missing="–"), iso=iso)
+_jinja.globals.update(expected_free=expected_free)

@@ -573,9 +573,14 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     await h.run_until(at(30))  # GPU unused since the start: warned at 30
     alice = h.reclaimer.status.sessions[sid]
     assert (alice.action, alice.warned_at, alice.reclaim_at) == ("warn", None, at(60))  # published first
+    # dave has waited longer than carol for one GPU: alice's, due at 60 (carol needs two: no guess)
+    h.pods.pods["dave/"] = PodInfo(namespace=NS, name="jupyter-dave", user="dave", server="", gpus=1,
+                                   node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
+                                   created=at(5), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
     await h.run_until(at(35))
     alice = h.reclaimer.status.sessions[sid]
     assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", at(30), at(60))
+    assert [(q.session, q.expected_free_at) for q in h.reclaimer.status.queue] == [("dave/", at(60)), ("carol/", None)]
 
     h.hub.fail = "hub down"
     await h.run_until(at(40))

@@ -14,9 +14,9 @@ import pathlib
 
 import pytest
 
+from jupyterhub_gpu_reclaim.durations import format_duration
 from jupyterhub_gpu_reclaim.spawner.messages import (
     format_size,
-    format_wait,
     gpu_wait_message,
     is_waiting_for_gpu,
     pull_message,
@@ -69,11 +69,13 @@ def test_gpu_wait_message(gpus, ahead, seconds, text):
     assert gpu_wait_message(gpus, ahead, dt.timedelta(seconds=seconds)) == text
 
 
-def test_format_wait():
-    assert format_wait(dt.timedelta(seconds=59.9)) == "59 s"
-    assert format_wait(dt.timedelta(seconds=60)) == "1 min"
-    assert format_wait(dt.timedelta(hours=2)) == "2 h"
-    assert format_wait(dt.timedelta(seconds=-3)) == "0 s"
+def test_format_duration():
+    assert format_duration(dt.timedelta(seconds=59.9)) == "59 s"
+    assert format_duration(dt.timedelta(seconds=60)) == "1 min"
+    assert format_duration(dt.timedelta(hours=2)) == "2 h"
+    assert format_duration(dt.timedelta(hours=1, minutes=5, seconds=59)) == "1 h 5 min"
+    assert format_duration(26 * 3600 + 59) == "1 d 2 h" and format_duration(48 * 3600) == "2 d"
+    assert format_duration(dt.timedelta(seconds=-3)) == "0 s" and format_duration(None) == ""
 
 
 def test_is_waiting_for_gpu_on_sim_pods(pods):

@@ -17,7 +17,8 @@ from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
 from ..images import normalize
 from ..signals.pods import KEEPALIVE_ANNOTATION
-from ..timestamps import utcnow
+from ..timestamps import parse_time_lenient, utcnow
+from ..wording import expected_free
 from . import affinity, keepalive, messages
 from .informer import Informer
 from .timings import SpawnTimings, extract
@@ -120,6 +121,7 @@ class GPUReclaimSpawner(KubeSpawner):
         super().__init__(*args, **kwargs)
         self.spawn_timings: SpawnTimings | None = None
         self._requested: dt.datetime | None = None
+        self._expected_free_failed = False  # the service could not be asked: said once
         self.keepalive_until: dt.datetime | None = None
 
     def get_state(self) -> dict:
@@ -311,18 +313,22 @@ class GPUReclaimSpawner(KubeSpawner):
         await self._record_timings()
         return url
 
-    async def _recent_reclaim(self) -> dict | None:
-        """This server's latest GPU reclaim within resume_priority_window, from the service."""
+    async def _ask_service(self, path: str, **params: str) -> dict:
+        """GET `path` of the reclaim service's API (reclaim_service_url) with
+        reclaim_service_token; RuntimeError for an answer other than 200."""
         import aiohttp
 
-        url = self.reclaim_service_url.rstrip("/") + "/api/reclaims"
-        params = {"user": self.user.name, "since": f"{int(self.resume_priority_window)}s"}
+        url = self.reclaim_service_url.rstrip("/") + "/api/" + path
         async with aiohttp.ClientSession() as http:
             async with http.get(url, params=params, timeout=aiohttp.ClientTimeout(total=5),
                                 headers={"Authorization": f"token {self.reclaim_service_token}"}) as r:
                 if r.status != 200:
                     raise RuntimeError(f"HTTP {r.status}")
-                body = await r.json()
+                return await r.json()
+
+    async def _recent_reclaim(self) -> dict | None:
+        """This server's latest GPU reclaim within resume_priority_window, from the service."""
+        body = await self._ask_service("reclaims", user=self.user.name, since=f"{int(self.resume_priority_window)}s")
         mine = [x for x in body.get("reclaims", [])
                 if x.get("server") == self.name and x.get("gpus") and x.get("outcome") == "stopped"]
         return mine[-1] if mine else None
@@ -410,7 +416,7 @@ class GPUReclaimSpawner(KubeSpawner):
                 except TimeoutError:
                     pod = self._pod()
                     if pod is not None and messages.is_waiting_for_gpu(pod):
-                        yield {"message": self._gpu_wait_text(pod)}
+                        yield {"message": self._gpu_wait_text(pod, await self._expected_free())}
                     continue
                 if event is done:
                     break
@@ -421,7 +427,8 @@ class GPUReclaimSpawner(KubeSpawner):
                         text = messages.translate_event(raw, pod, self._pending_gpu_pods(), utcnow(),
                                                         self._image_size)
                     else:  # KubeSpawner's patience message
-                        text = self._gpu_wait_text(pod) if messages.is_waiting_for_gpu(pod) else None
+                        text = (self._gpu_wait_text(pod, await self._expected_free())
+                                if messages.is_waiting_for_gpu(pod) else None)
                     if text:
                         event = dict(event, message=text)
                 yield event
@@ -429,11 +436,28 @@ class GPUReclaimSpawner(KubeSpawner):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    def _gpu_wait_text(self, pod: dict) -> str:
-        since = messages.waiting_since(pod) or self._requested or utcnow()
+    def _gpu_wait_text(self, pod: dict, expected: dt.datetime | None = None) -> str:
+        now = utcnow()
+        since = messages.waiting_since(pod) or self._requested or now
         return messages.gpu_wait_message(messages.requested_gpus(pod),
                                          messages.queue_position(pod, self._pending_gpu_pods()),
-                                         utcnow() - since)
+                                         now - since, expected_free(expected, now) if expected else "")
+
+    async def _expected_free(self) -> dt.datetime | None:
+        """When the reclaim service expects a GPU to be free for this server, from the
+        reclaims it has scheduled (its `api/queue`); None when it expects none, or without
+        reclaim_service_url, or when it cannot be asked (said once in the log)."""
+        if not (self.reclaim_service_url and self.reclaim_service_token):
+            return None
+        try:
+            body = await self._ask_service("queue", user=self.user.name)
+            mine = [q for q in body.get("queue", []) if isinstance(q, dict) and q.get("server") == self.name]
+            return parse_time_lenient(mine[0].get("expected_free_at")) if mine else None
+        except Exception as e:
+            if not self._expected_free_failed:
+                self._expected_free_failed = True
+                self.log.warning("expected wait for %s: cannot ask the reclaim service (%s)", self._log_name, e)
+            return None
 
     def _image_size(self, image: str) -> int | None:
         reflector = GPUReclaimSpawner._informers.get("nodes")

@@ -26,11 +26,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta) -> str:
-    """"Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)"."""
+def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, expected: str = "") -> str:
+    """"Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)",
+    and "; a GPU is expected to be free in about 3 min" when `expected` says so."""
     queue = "no requests ahead of you" if ahead <= 0 else f"{_plural(ahead, 'request')} ahead of you"
     return (f"Waiting for a free GPU ({_plural(requested_gpus, 'GPU')} requested, {queue}, "
-            f"waiting {format_duration(waiting)})")
+            f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
 
 
 def _scheduled_condition(pod: dict) -> dict | None:

@@ -28,6 +28,17 @@ USAGE_DAYS_DEFAULT, USAGE_DAYS_MAX = 7, 31
 class ApiBase(Base):
     api = True
 
+    def user_argument(self) -> str:
+        """The `user=NAME` the request asks about: the caller's own, or anyone's for admins
+        and hub services (the spawner); 400 without one, 403 for another user's."""
+        user = self.get_argument("user", "")
+        if not user:
+            raise web.HTTPError(400, "user=NAME is required")
+        caller: dict[str, Any] = self.current_user
+        if caller.get("kind") != "service" and caller.get("name") != user and not self.is_admin:
+            raise web.HTTPError(403, "a user may ask only about themselves")
+        return user
+
     def pagination(self) -> tuple[int, int, bool]:
         """offset, limit and whether the caller asked for JupyterHub's paginated form (its
         Accept header); as the hub: limit up to 200, default 50 (200 without that header)."""
@@ -62,12 +73,7 @@ class ReclaimsApi(ApiBase):
 
     @web.authenticated
     def get(self) -> None:
-        caller: dict[str, Any] = self.current_user
-        user = self.get_argument("user", "")
-        if not user:
-            raise web.HTTPError(400, "user=NAME is required")
-        if caller.get("kind") != "service" and caller.get("name") != user and not self.is_admin:
-            raise web.HTTPError(403, "users may read only their own reclaims")
+        user = self.user_argument()
         try:
             since = parse_since(self.get_argument("since", "1d"))
         except BadInput as e:
@@ -78,6 +84,19 @@ class ReclaimsApi(ApiBase):
             "t": format_time(r.t), "gpus": r.gpus, "outcome": r.outcome,
             "finished_at": format_time(r.finished_at) if r.finished_at else None,
         } for r in self.ctx.store.reclaims(since, user=user)]})
+
+
+class QueueApi(ApiBase):
+    """`GET api/queue?user=NAME`: the user's servers waiting for a GPU, with when a GPU is
+    expected to be free for each (`expected_free_at`, null when no scheduled reclaim would
+    free one). GPUReclaimSpawner asks it, with a hub service's token, for the spawn
+    progress. A user may read their own; admins and hub services anyone's."""
+
+    @web.authenticated
+    def get(self) -> None:
+        user = self.user_argument()
+        self.write_json({"t": self.ctx.controls.status().t,
+                         "queue": [q.to_dict() for q in self.ctx.controls.waiting_of(user)]})
 
 
 class SessionsApi(ApiBase):

@@ -18,7 +18,7 @@ from ..policy_config import PolicyConfig
 from ..policy_rules import PolicyRules
 from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, AdminUsageApi, AdminWhatIfApi,
-                  IntentApi, ReclaimsApi, SessionsApi, StopApi)
+                  IntentApi, QueueApi, ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
 from .controls import Reclaiming
 from .monitoring import HealthHandler, MetricsHandler
@@ -73,6 +73,7 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
         session = r"([^/]+)/([^/]*)"
         routes += [
             (prefix + "api/reclaims", ReclaimsApi, c),
+            (prefix + "api/queue", QueueApi, c),
             (prefix, UserPage, c),
             (prefix + "keepalive", KeepalivePage, c),
             (prefix + "sessions/keepalive", KeepaliveForm, c),

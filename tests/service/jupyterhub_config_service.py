@@ -18,6 +18,7 @@ c.GPUReclaimSpawner.resume_priority_window = 3600
 c.GPUReclaimSpawner.resume_priority_class_name = "jhub-resume-priority"
 c.GPUReclaimSpawner.reclaim_service_url = f"http://127.0.0.1:{os.environ['GPU_RECLAIM_SERVICE_PORT']}/services/gpu-reclaim/"
 c.GPUReclaimSpawner.reclaim_service_token = os.environ["GPU_RECLAIM_TEST_TOKEN"]
+c.GPUReclaimSpawner.gpu_wait_message_interval = 2  # and asks the service when a GPU is expected
 
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim",

@@ -87,8 +87,9 @@ async def scene(hub, sim, webhook):
                 await asyncio.sleep(2)
 
         tasks.append(asyncio.create_task(open_tab()))
-        # frank waits for a GPU
+        # frank waits for a GPU; his spawn page's messages are read as the page reads them
         await api.start("frank", "gpu-1")
+        frank_progress = asyncio.create_task(api.progress("frank", timeout=300))
         await until(lambda: pod_phase(sim, "jupyter-frank") == "Unschedulable", 30, "frank's pod waits for a GPU")
         frank_waited_at = dt.datetime.now(UTC)
 
@@ -97,7 +98,8 @@ async def scene(hub, sim, webhook):
         await until(lambda: webhook.events("alice/", "reclaim"), limit, "alice's reclaim notice")
         tasks[-1].cancel()
         frank = await api.wait_ready("frank", timeout=120)
-        yield api, {"frank_waited_at": frank_waited_at, "frank": frank}
+        progress = [e.get("message", "") for e in await frank_progress]
+        yield api, {"frank_waited_at": frank_waited_at, "frank": frank, "frank_progress": progress}
     finally:
         for task in tasks:
             task.cancel()
@@ -135,6 +137,10 @@ async def test_the_freed_gpu_lets_the_waiting_spawn_proceed(scene):
     api, seen = scene
     assert seen["frank"]["ready"]
     assert parse_time(seen["frank"]["started"]) <= seen["frank_waited_at"]
+    # while he waited, his spawn page said so; once alice was warned, when her GPU was due
+    waits = [m for m in seen["frank_progress"] if m.startswith("Waiting for a free GPU (1 GPU requested")]
+    assert waits and "expected to be free" not in waits[0], seen["frank_progress"]
+    assert any(re.search(r"; a GPU is expected to be free in about \d+ (s|min)$", m) for m in waits), waits
 
 
 async def test_busy_gpu_with_stale_hub_activity_is_kept(hub, scene):

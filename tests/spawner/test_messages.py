@@ -185,3 +185,10 @@ def test_translate_keeps_other_events(pods):
     cpu = waiting_pod("jupyter-cpu", "2025-01-01T00:00:00Z", message=TAINT_ONLY)
     event = {"reason": "FailedScheduling", "message": TAINT_ONLY, "involvedObject": {"name": "jupyter-cpu"}}
     assert translate_event(event, cpu, [cpu], dt.datetime.now(UTC), lambda i: None) is None
+
+
+def test_gpu_wait_message_says_when_a_gpu_is_expected_only_when_told():
+    text = gpu_wait_message(1, 0, dt.timedelta(minutes=2), "a GPU is expected to be free in about 3 min")
+    assert text == ("Waiting for a free GPU (1 GPU requested, no requests ahead of you, waiting 2 min); "
+                    "a GPU is expected to be free in about 3 min")
+    assert "expected" not in gpu_wait_message(1, 0, dt.timedelta(minutes=2))

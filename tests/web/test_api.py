@@ -331,3 +331,11 @@ async def test_stop_now_and_admin_reclaim_go_through_the_hub(hub, scene):
     # the resume-priority endpoint sees the admin's reclaim
     status, body = await c["bob"].json("GET", "api/reclaims?user=bob")
     assert status == 200 and body["reclaims"][0]["rule"] == "admin"
+    # the spawner's expected-wait endpoint: one's own queue (empty: nobody waits), nobody else's
+    status, body = await c["bob"].json("GET", "api/queue?user=bob")
+    assert status == 200 and body["queue"] == []
+    for path in ("api/queue?user=alice", "api/reclaims?user=alice"):
+        status, body = await c["bob"].json("GET", path)
+        assert status == 403 and "only about themselves" in body["message"], path
+    status, body = await c["bob"].json("GET", "api/queue")
+    assert status == 400 and "user=NAME is required" in body["message"]

@@ -146,7 +146,9 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
                 segments.append([])
             continue
         segments[-1].append(f"{i * step:.1f},{y(v):.1f}")
+    # a lone sample (the first, or between gaps) is a dot: a polyline of one point draws nothing
     lines = "".join(f'<polyline points="{" ".join(s)}" fill="none" stroke="currentColor" stroke-width="1.5"/>'
+                    if len(s) > 1 else '<circle cx="{}" cy="{}" r="1.5" fill="currentColor"/>'.format(*s[0].split(","))
                     for s in segments if s)
     last = next((v for v in reversed(values) if v is not None), None)
     hours = f"{SPARK_WINDOW.total_seconds() / 3600:g} h"

@@ -45,6 +45,7 @@ def test_state_texts(kw, kind, text):
 def test_sparkline_is_svg_with_gaps_and_only_numbers():
     svg = sparkline([0, 50, None, 100, 20])
     assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "latest 20 %" in svg
+    assert sparkline([None, 30, None, None]).count("<circle") == 1  # a lone sample shows as a dot
     assert "<rect" not in svg and "idle-threshold" not in svg  # a baseline, not a box like an input
     assert sparkline([]) == ""
     assert "no GPU data in the last 2 h" in sparkline([None, None])

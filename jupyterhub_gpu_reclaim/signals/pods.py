@@ -4,7 +4,9 @@ as KubeSpawner's reflector does (label `component=singleuser-server`, the hub na
 or answers 410 Gone re-lists.
 
 For each pod: GPUs (container limits `nvidia.com/gpu`, a MIG instance `nvidia.com/mig-<profile>`
-or a time-sliced replica `nvidia.com/gpu.shared` each count as one), node, phase, readiness,
+or a time-sliced replica `nvidia.com/gpu.shared` each count as one), whether its GPU is
+time-sliced (`nvidia.com/gpu.shared`, or `nvidia.com/gpu` on nodes it selects by a
+`-SHARED` product), its GPU type (the product it selects), node, phase, readiness,
 address, user and server (KubeSpawner's annotations, else its labels); and the pending GPU
 demand: GPUs of pods the scheduler cannot place for lack of one of those resources.
 
@@ -40,6 +42,9 @@ SERVER_KEY = "hub.jupyter.org/servername"
 KEEPALIVE_ANNOTATION = "jupyterhub-gpu-reclaim/keepalive-until"
 # GPU feature discovery's node label; a profile that picks a GPU type selects on it
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# its value's suffix on a node whose GPUs are time-sliced without renameByDefault (the
+# replicas keep the name nvidia.com/gpu): "Tesla-T4-SHARED"
+SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,9 @@ class PodInfo:
     unschedulable: str | None  # the scheduler's message while PodScheduled is False
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
     gpu_type: str = ""  # its nodeSelector's GPU_PRODUCT_LABEL: read from the pod, no node lookup
-    gpu_shared: bool = False  # it holds SHARED_GPU_RESOURCE: a time-sliced GPU
+    # a time-sliced GPU: it holds SHARED_GPU_RESOURCE, or nvidia.com/gpu on a node its
+    # nodeSelector picks by a product ending in SHARED_PRODUCT_SUFFIX
+    gpu_shared: bool = False
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
@@ -143,15 +150,18 @@ def pod_info(pod: Any) -> PodInfo:
                 unschedulable = (entry_field(cond, "message", str, max_length=4096)
                                  or entry_field(cond, "reason", str) or "Unschedulable")
         held = [_gpus(entry_field(c, "resources", dict, {})) for c in containers]
+        gpu_type = entry_field(entry_field(spec, "nodeSelector", dict, {}), GPU_PRODUCT_LABEL, str, "",
+                               max_length=253)
+        sliced = gpu_type.endswith(SHARED_PRODUCT_SUFFIX)
         return PodInfo(
             **identity, gpus=sum(n for c in held for n in c.values()),
-            gpu_shared=any(c.get(SHARED_GPU_RESOURCE, 0) > 0 for c in held),
+            gpu_shared=any(c.get(SHARED_GPU_RESOURCE, 0) > 0 or (sliced and c.get(GPU_RESOURCE, 0) > 0)
+                           for c in held),
             node=entry_field(spec, "nodeName", str, max_length=253), phase=phase, ready=ready,
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
             unschedulable=unschedulable,
             keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
-            gpu_type=entry_field(entry_field(spec, "nodeSelector", dict, {}), GPU_PRODUCT_LABEL, str, "",
-                                 max_length=253),
+            gpu_type=gpu_type,
         )
     except ValueError as e:  # ipaddress' errors are ValueErrors too
         return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,

@@ -21,6 +21,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +80,7 @@ class PodInfo:
 
     @property
     def waits_for_gpu(self) -> bool:
-        message = self.unschedulable or ""
-        return self.gpus > 0 and (GPU_RESOURCE in message or MIG_RESOURCE_PREFIX in message)
+        return self.gpus > 0 and gpu_shortage(self.unschedulable or "")
 
 
 MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are sized by it)
@@ -89,6 +89,17 @@ MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are siz
 def is_gpu_resource(name: str) -> bool:
     """Whether an extended resource is a GPU a pod holds: whole, a MIG instance or a replica."""
     return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+# kube-scheduler's "3 Insufficient nvidia.com/mig-1g.10gb." (the resource, then a comma, a
+# period or the end). Only a shortage counts: "untolerated taint {nvidia.com/gpu: present}"
+# also names the resource, but that is a pod kept off GPU nodes, not one waiting for a GPU.
+_SHORTAGE = re.compile(r"Insufficient (nvidia\.com/\S+?)(?=[,.]?(?:\s|$))")
+
+
+def gpu_shortage(message: str) -> bool:
+    """Whether the scheduler's message says a GPU resource (is_gpu_resource) is short."""
+    return any(is_gpu_resource(m.group(1)) for m in _SHORTAGE.finditer(message))
 
 
 def _gpus(resources: dict[str, Any]) -> dict[str, int]:

@@ -11,15 +11,10 @@ import datetime as dt
 import re
 from typing import Callable, Iterable
 
-from ..signals.pods import is_gpu_resource
+from ..signals.pods import gpu_shortage, is_gpu_resource
 from ..timestamps import parse_time_lenient
 from .timings import event_first_time, event_last_time, event_message
 
-# Only a shortage counts: "untolerated taint {nvidia.com/gpu: present}" also names the
-# resource, but that is a CPU pod kept off GPU nodes, not one waiting for a GPU. Any GPU
-# resource (signals.pods.is_gpu_resource): a whole GPU, a time-sliced replica
-# (nvidia.com/gpu.shared) or a MIG instance ("Insufficient nvidia.com/mig-1g.10gb").
-_GPU_SHORTAGE = re.compile(r"Insufficient (nvidia\.com/\S+?)(?=[,.]?(?:\s|$))")
 _IMAGE_IN_MESSAGE = re.compile(r'[Ii]mage "([^"]+)"')
 
 
@@ -62,11 +57,6 @@ def is_waiting_for_gpu(pod: dict) -> bool:
     c = _scheduled_condition(pod)
     return bool(c and c.get("status") == "False" and c.get("reason") == "Unschedulable"
                 and gpu_shortage(c.get("message") or ""))
-
-
-def gpu_shortage(message: str) -> bool:
-    """Whether the scheduler's message says a GPU resource is short on some node."""
-    return any(is_gpu_resource(m.group(1)) for m in _GPU_SHORTAGE.finditer(message))
 
 
 def waiting_since(pod: dict) -> dt.datetime | None:

@@ -54,6 +54,10 @@ def test_a_pod_waiting_for_a_mig_instance_is_gpu_demand():
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb."}]
     assert pod_info(pod).waits_for_gpu
+    # a taint names the resource too, but keeps the pod off a node: no GPU is short
+    pod["status"]["conditions"][0]["message"] = ("0/3 nodes are available: 3 node(s) had untolerated "
+                                                 "taint {nvidia.com/gpu: present}.")
+    assert not pod_info(pod).waits_for_gpu
 
 
 def test_a_device_under_two_pods_is_shared_for_both():

@@ -44,6 +44,8 @@ class SessionStatus:
     profile: str = ""
     node: str | None = None
     gpus: int = 0
+    gpu_type: str = ""  # the GPU product its pod selects ("": not selected)
+    gpu_shared: bool = False  # a time-sliced GPU: its utilization is not this server's alone
     started: dt.datetime | None = None
     url: str = ""  # the server's URL on the hub: the pages' own, never in the API
     util_now: list[float | None] | None = None  # per GPU; None: no GPU data
@@ -180,7 +182,8 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
     d = decision
     return SessionStatus(
         session=session.id, user=session.user, server=session.server, profile=session.profile, node=node,
-        gpus=session.gpus, started=session.started, url=url,
+        gpus=session.gpus, gpu_type=session.gpu_type, gpu_shared=session.gpu_shared,
+        started=session.started, url=url,
         util_now=list(sample.gpu_util) if sample.gpu_util is not None else None,
         mem_mib=list(sample.gpu_mem_used_mib) if sample.gpu_mem_used_mib is not None else None,
         util_mean=[sum(g) / len(g) if g else None for g in per_gpu],

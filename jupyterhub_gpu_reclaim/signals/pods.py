@@ -4,7 +4,9 @@ as KubeSpawner's reflector does (label `component=singleuser-server`, the hub na
 or answers 410 Gone re-lists.
 
 For each pod: GPUs (container limits `nvidia.com/gpu`, a MIG instance `nvidia.com/mig-<profile>`
-or a time-sliced replica `nvidia.com/gpu.shared` each count as one), node, phase, readiness,
+or a time-sliced replica `nvidia.com/gpu.shared` each count as one), whether its GPU is
+time-sliced (`nvidia.com/gpu.shared`, or `nvidia.com/gpu` on nodes it selects by a
+`-SHARED` product), its GPU type (the product it selects), node, phase, readiness,
 address, user and server (KubeSpawner's annotations, else its labels); and the pending GPU
 demand: GPUs of pods the scheduler cannot place for lack of one of those resources.
 
@@ -19,6 +21,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +43,9 @@ SERVER_KEY = "hub.jupyter.org/servername"
 KEEPALIVE_ANNOTATION = "jupyterhub-gpu-reclaim/keepalive-until"
 # GPU feature discovery's node label; a profile that picks a GPU type selects on it
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# its value's suffix on a node whose GPUs are time-sliced without renameByDefault (the
+# replicas keep the name nvidia.com/gpu): "Tesla-T4-SHARED"
+SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,9 @@ class PodInfo:
     unschedulable: str | None  # the scheduler's message while PodScheduled is False
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
     gpu_type: str = ""  # its nodeSelector's GPU_PRODUCT_LABEL: read from the pod, no node lookup
-    gpu_shared: bool = False  # it holds SHARED_GPU_RESOURCE: a time-sliced GPU
+    # a time-sliced GPU: it holds SHARED_GPU_RESOURCE, or nvidia.com/gpu on a node its
+    # nodeSelector picks by a product ending in SHARED_PRODUCT_SUFFIX
+    gpu_shared: bool = False
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
@@ -72,8 +80,7 @@ class PodInfo:
 
     @property
     def waits_for_gpu(self) -> bool:
-        message = self.unschedulable or ""
-        return self.gpus > 0 and (GPU_RESOURCE in message or MIG_RESOURCE_PREFIX in message)
+        return self.gpus > 0 and gpu_shortage(self.unschedulable or "")
 
 
 MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are sized by it)
@@ -82,6 +89,17 @@ MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are siz
 def is_gpu_resource(name: str) -> bool:
     """Whether an extended resource is a GPU a pod holds: whole, a MIG instance or a replica."""
     return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+# kube-scheduler's "3 Insufficient nvidia.com/mig-1g.10gb." (the resource, then a comma, a
+# period or the end). Only a shortage counts: "untolerated taint {nvidia.com/gpu: present}"
+# also names the resource, but that is a pod kept off GPU nodes, not one waiting for a GPU.
+_SHORTAGE = re.compile(r"Insufficient (nvidia\.com/\S+?)(?=[,.]?(?:\s|$))")
+
+
+def gpu_shortage(message: str) -> bool:
+    """Whether the scheduler's message says a GPU resource (is_gpu_resource) is short."""
+    return any(is_gpu_resource(m.group(1)) for m in _SHORTAGE.finditer(message))
 
 
 def _gpus(resources: dict[str, Any]) -> dict[str, int]:
@@ -143,15 +161,18 @@ def pod_info(pod: Any) -> PodInfo:
                 unschedulable = (entry_field(cond, "message", str, max_length=4096)
                                  or entry_field(cond, "reason", str) or "Unschedulable")
         held = [_gpus(entry_field(c, "resources", dict, {})) for c in containers]
+        gpu_type = entry_field(entry_field(spec, "nodeSelector", dict, {}), GPU_PRODUCT_LABEL, str, "",
+                               max_length=253)
+        sliced = gpu_type.endswith(SHARED_PRODUCT_SUFFIX)
         return PodInfo(
             **identity, gpus=sum(n for c in held for n in c.values()),
-            gpu_shared=any(c.get(SHARED_GPU_RESOURCE, 0) > 0 for c in held),
+            gpu_shared=any(c.get(SHARED_GPU_RESOURCE, 0) > 0 or (sliced and c.get(GPU_RESOURCE, 0) > 0)
+                           for c in held),
             node=entry_field(spec, "nodeName", str, max_length=253), phase=phase, ready=ready,
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
             unschedulable=unschedulable,
             keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
-            gpu_type=entry_field(entry_field(spec, "nodeSelector", dict, {}), GPU_PRODUCT_LABEL, str, "",
-                                 max_length=253),
+            gpu_type=gpu_type,
         )
     except ValueError as e:  # ipaddress' errors are ValueErrors too
         return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,

@@ -74,7 +74,7 @@ class GPUReclaimSpawner(KubeSpawner):
     gpu_queue_timeout = Float(
         0, config=True,
         help="""Seconds a spawn may wait for a free GPU (its pod unschedulable for
-        nvidia.com/gpu) before it is withdrawn with a clear message. 0: only start_timeout
+        lack of nvidia.com/gpu, a MIG instance or a time-sliced replica) before it is withdrawn with a clear message. 0: only start_timeout
         applies.""")
 
     keepalive_choices = List(

@@ -12,13 +12,10 @@ import re
 from typing import Callable, Iterable
 
 from ..durations import format_duration
+from ..signals.pods import gpu_shortage, is_gpu_resource
 from ..timestamps import parse_time_lenient
 from .timings import event_first_time, event_last_time, event_message
 
-GPU = "nvidia.com/gpu"
-# Only a shortage counts: "untolerated taint {nvidia.com/gpu: present}" also names the
-# resource, but that is a CPU pod kept off GPU nodes, not one waiting for a GPU.
-_GPU_SHORTAGE = re.compile(r"Insufficient nvidia\.com/gpu")
 _IMAGE_IN_MESSAGE = re.compile(r'[Ii]mage "([^"]+)"')
 
 
@@ -42,14 +39,14 @@ def _scheduled_condition(pod: dict) -> dict | None:
 
 
 def is_waiting_for_gpu(pod: dict) -> bool:
-    """Pending, not bound, and the scheduler said Unschedulable for lack of nvidia.com/gpu."""
+    """Pending, not bound, and the scheduler said Unschedulable for lack of a GPU resource."""
     if (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("spec") or {}).get("nodeName"):
         return False
     if (pod.get("status") or {}).get("phase") not in (None, "Pending"):
         return False
     c = _scheduled_condition(pod)
     return bool(c and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-                and _GPU_SHORTAGE.search(c.get("message") or ""))
+                and gpu_shortage(c.get("message") or ""))
 
 
 def waiting_since(pod: dict) -> dt.datetime | None:
@@ -65,16 +62,21 @@ def waiting_since(pod: dict) -> dt.datetime | None:
 
 def requested_gpus(pod: dict) -> int:
     """GPUs the pod asks for: the larger of its containers' sum and its largest init
-    container, limits first (extended resources need limit == request)."""
+    container, limits first (extended resources need limit == request). Each GPU resource
+    counts (signals.pods.is_gpu_resource): a MIG instance or a replica is one GPU."""
     spec = pod.get("spec") or {}
+
+    def count(value: object) -> int:
+        try:
+            return int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            return 0
 
     def gpus(c: dict) -> int:
         res = c.get("resources") or {}
-        value = (res.get("limits") or {}).get(GPU, (res.get("requests") or {}).get(GPU, 0))
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            return 0
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        return sum(count(limits.get(name, requests.get(name, 0)))
+                   for name in {*limits, *requests} if isinstance(name, str) and is_gpu_resource(name))
 
     main = sum(gpus(c) for c in spec.get("containers") or [])
     init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
@@ -148,7 +150,7 @@ def translate_event(
     other event (the caller keeps KubeSpawner's raw line)."""
     reason = event.get("reason")
     message = event_message(event)
-    if reason == "FailedScheduling" and _GPU_SHORTAGE.search(message):
+    if reason == "FailedScheduling" and gpu_shortage(message):
         since = waiting_since(pod)
         if since is not None:
             waited = now - since

@@ -138,8 +138,8 @@ class StopApi(ApiBase):
 
 
 class AdminCandidatesApi(ApiBase):
-    COLUMNS = ("user", "server", "profile", "node", "gpus", "util_now", "util_mean", "util_max", "mem_mib",
-               "kernels_busy", "kernels_idle", "kernel_last_activity", "hub_last_activity", "state",
+    COLUMNS = ("user", "server", "profile", "node", "gpus", "gpu_type", "gpu_shared", "util_now", "util_mean",
+               "util_max", "mem_mib", "kernels_busy", "kernels_idle", "kernel_last_activity", "hub_last_activity", "state",
                "rule", "reason", "warned_at", "reclaim_at", "intent_until", "exempt_until", "policy_rule")
 
     @web.authenticated

@@ -59,10 +59,10 @@ def make(tmp_path):
         h.store.close()
 
 
-def add(h: Harness, f: GpuFleet, user: str, node: str, *, shared_resource: bool = False) -> str:
+def add(h: Harness, f: GpuFleet, user: str, node: str, *, shared_resource: bool = False, gpu_type: str = "") -> str:
     sid = h.add(user, util=None)
     pod = h.pods.pods[sid]
-    h.pods.pods[sid] = dataclasses.replace(pod, node=node, gpu_shared=shared_resource)
+    h.pods.pods[sid] = dataclasses.replace(pod, node=node, gpu_shared=shared_resource, gpu_type=gpu_type)
     f.allocate(node, NS, pod.name, "notebook", 1)
     return sid
 
@@ -87,6 +87,8 @@ async def test_time_sliced_sessions_are_decided_by_their_kernels_not_the_shared_
     assert "not this server's alone" in h.reports[12].decisions[alice].reason
     assert {(a, r) for _, a, r in h.decisions(bob)} == {("keep", "kernel-busy")} and not h.stopped(bob)
     assert h.kernels.calls  # a shared session's kernels are asked whatever its GPU reads
+    # the pages and the API say so
+    assert h.reclaimer.status.sessions[bob].gpu_shared is True
 
 
 async def test_without_virtual_gpus_or_the_shared_resource_the_exporter_hides_the_sharing(make):
@@ -104,7 +106,7 @@ async def test_without_virtual_gpus_or_the_shared_resource_the_exporter_hides_th
 
 async def test_mig_sessions_follow_the_normal_rules_on_their_own_instance(make):
     h, f = make(True)
-    carol = add(h, f, "carol", "mig-1")
+    carol = add(h, f, "carol", "mig-1", gpu_type="NVIDIA-A100-SXM4-80GB")
     dave = add(h, f, "dave", "mig-1")
     f.set_load(NS, "jupyter-carol", 50, seconds=LONG)
     await h.run_until(at(65))
@@ -113,3 +115,5 @@ async def test_mig_sessions_follow_the_normal_rules_on_their_own_instance(make):
     assert h.reports[0].decisions[dave].rule == "gpu-never-used"
     assert "gpu_shared" not in h.reports[0].decisions[carol].evidence
     assert h.reports[0].decisions[carol].evidence["latest_util"] == [pytest.approx(50.0)]
+    shown = h.reclaimer.status.sessions[carol]
+    assert (shown.gpu_type, shown.gpu_shared) == ("NVIDIA-A100-SXM4-80GB", False)

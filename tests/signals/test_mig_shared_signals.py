@@ -32,11 +32,32 @@ def test_a_mig_instance_or_a_replica_counts_as_a_gpu_held():
     assert bad.invalid and "nvidia.com/mig-1g.10gb" in bad.invalid
 
 
+def test_a_replica_named_nvidia_com_gpu_is_shared_by_the_product_it_selects():
+    """Time-slicing without renameByDefault: the replicas keep the name nvidia.com/gpu, and
+    GPU feature discovery labels the node's product `<model>-SHARED`; a profile for those
+    nodes selects on it."""
+    def on(product: str, **limits: str):
+        pod = with_limits(**limits)
+        pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": product}
+        return pod_info(pod)
+
+    sliced = on("Tesla-T4-SHARED", **{"nvidia.com/gpu": "1"})
+    assert (sliced.gpus, sliced.gpu_shared, sliced.gpu_type) == (1, True, "Tesla-T4-SHARED")
+    whole = on("Tesla-T4", **{"nvidia.com/gpu": "1"})
+    assert (whole.gpus, whole.gpu_shared, whole.gpu_type) == (1, False, "Tesla-T4")
+    # a pod without a GPU on such a node shares nothing
+    assert not on("Tesla-T4-SHARED", cpu="1").gpu_shared
+
+
 def test_a_pod_waiting_for_a_mig_instance_is_gpu_demand():
     pod = with_limits(**{"nvidia.com/mig-1g.10gb": "1"})
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb."}]
     assert pod_info(pod).waits_for_gpu
+    # a taint names the resource too, but keeps the pod off a node: no GPU is short
+    pod["status"]["conditions"][0]["message"] = ("0/3 nodes are available: 3 node(s) had untolerated "
+                                                 "taint {nvidia.com/gpu: present}.")
+    assert not pod_info(pod).waits_for_gpu
 
 
 def test_a_device_under_two_pods_is_shared_for_both():

@@ -124,12 +124,44 @@ def test_queue_position_ties_priority_and_self():
     assert queue_position(late_high, everyone + [late_high]) == 1  # only early_high
 
 
+MIG_SHORTAGE = ("0/3 nodes are available: 1 Insufficient nvidia.com/mig-1g.10gb, 2 node(s) had untolerated "
+                "taint {nvidia.com/gpu: present}. preemption: 0/3 nodes are available: 3 Preemption is not "
+                "helpful for scheduling.")
+
+
+@pytest.mark.parametrize("resource", ["nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"])
+def test_a_mig_instance_or_a_replica_is_waited_for_as_a_gpu(resource):
+    pod = waiting_pod("jupyter-mig", "2025-01-01T00:00:00Z",
+                      message=f"0/3 nodes are available: 3 Insufficient {resource}.")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    assert is_waiting_for_gpu(pod)
+    assert waiting_since(pod) == dt.datetime(2025, 1, 1, tzinfo=UTC)
+    assert requested_gpus(pod) == 1
+    event = {"reason": "FailedScheduling", "message": MIG_SHORTAGE}
+    text = translate_event(event, pod, [pod], dt.datetime(2025, 1, 1, 0, 0, 30, tzinfo=UTC), lambda _: None)
+    assert text == "Waiting for a free GPU (1 GPU requested, no requests ahead of you, waiting 30 s)"
+
+
+def test_only_a_gpu_resource_short_is_a_wait_for_a_gpu():
+    for message in (TAINT_ONLY, "0/1 nodes are available: 1 Insufficient nvidia.com/gpux.",
+                    "0/1 nodes are available: 1 Insufficient example.com/nvidia.com/gpu.",
+                    "0/1 nodes are available: 1 Insufficient memory."):
+        assert not is_waiting_for_gpu(waiting_pod("jupyter-x", "2025-01-01T00:00:00Z", message=message)), message
+    assert is_waiting_for_gpu(waiting_pod("jupyter-x", "2025-01-01T00:00:00Z", message=MIG_SHORTAGE))
+
+
 def test_requested_gpus():
     pod = waiting_pod("x", "2025-01-01T00:00:00Z")
     pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"nvidia.com/gpu": 1}}})
     pod["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]
     assert requested_gpus(pod) == 3
     assert requested_gpus({"spec": {"containers": [{"name": "c"}]}}) == 0
+    # MIG instances of two profiles and a replica each count; other resources do not
+    pod["spec"]["containers"] = [{"name": "a", "resources": {"limits": {
+        "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-3g.40gb": 1, "cpu": "4", "example.com/gpu": "9"}}},
+        {"name": "b", "resources": {"requests": {"nvidia.com/gpu.shared": "1", "nvidia.com/gpu": "x"}}}]
+    pod["spec"]["initContainers"] = []
+    assert requested_gpus(pod) == 4
 
 
 def test_pull_message():

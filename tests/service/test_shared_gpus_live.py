@@ -1,0 +1,225 @@
+"""MIG and time-sliced sessions end to end: a real JupyterHub runs jupyterhub-gpu-reclaim
+as a managed service over KubeSpawner (GPUReclaimSpawner) on a simulated cluster with one
+A100 cut into two MIG 1g.10gb instances and one T4 that two pods share by time-slicing
+(`nvidia.com/gpu` replicas, the exporter's default labelling: one series for the device,
+labelled with one of its pods). Real servers and kernels; `use_gpu` in a kernel drives the
+simulated GPU.
+
+- mia (MIG, never used) is warned, then reclaimed on her own instance's
+  DCGM_FI_PROF_GR_ENGINE_ACTIVE, while max's kernel keeps his instance of the same GPU busy
+  (kept); nia, waiting for an instance meanwhile, is told so and gets mia's;
+- tom and tia share the T4: tom's kernel trains (kept, `kernel-busy`), tia's kernel is idle
+  (warned and reclaimed, `shared-gpu-idle-kernels`, `gpu_shared`) although the device's one
+  series, labelled with her pod, shows tom's work; tom, who has no series, is never held
+  or reclaimed for it;
+- the admin data shows each session's GPU type and whether it is shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import pytest
+import pytest_asyncio
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpu_reclaim_sim.launch import start_sim
+from gpu_reclaim_sim.paths import DEFAULT_SCENARIO
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..hubapi import HubAPI
+from ..web.common import PREFIX
+from .common import HERE, start_service_hub, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+NS = "jhub"
+IMAGE = "quay.io/jupyterhub/singleuser:latest"
+GPU_NODE = {"count": 1, "cpu": "16", "memory": "64Gi", "gpus": 1, "images": [IMAGE],
+            "labels": {"hub.jupyter.org/node-purpose": "user"},
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
+NODE_GROUPS = [
+    {"name": "mig", **GPU_NODE, "gpuModel": "NVIDIA A100-SXM4-80GB", "gpuMemory": "80GiB",
+     "mig": {"profile": "1g.10gb", "perGpu": 2}},
+    {"name": "sliced", **GPU_NODE, "gpuModel": "Tesla T4", "gpuMemory": "16GiB", "timeSlicing": {"replicas": 2}},
+]
+A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4-SHARED"  # the profiles' nvidia.com/gpu.product
+# seconds: long enough for a kernel to start its work after its server is ready
+OPTIONS = {"never_used_warn_after": 25, "never_used_reclaim_after": 40,
+           "idle_warn_after": 25, "idle_reclaim_after": 40, "warning_lead": 10, "stale_after": 10}
+TRAIN = "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=90, seconds=900, block={block})"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    """The demo's cluster (images, priority classes) with only the two shared GPU nodes."""
+    workdir = tmp_path_factory.mktemp("sim")
+    scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
+    scenario.pop("placeholders", None)
+    scenario.update(name="shared-gpus-live", bandwidth="2GB/s", gpu={"collectionInterval": "1s"},
+                    nodeGroups=NODE_GROUPS)
+    path = workdir / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    child = start_sim(workdir, path)
+    yield child
+    child.stop()
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory, webhook):
+    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook,
+                              hub_config=HERE / "jupyterhub_config_shared_gpus.py", **OPTIONS)
+    yield child
+    child.stop(grace=60)
+
+
+def exporter(sim) -> list[tuple[str, dict[str, str], float]]:
+    """The simulated dcgm-exporter's series, as the service scrapes them."""
+    with urllib.request.urlopen(sim.info["metrics"], timeout=10) as r:
+        text = r.read().decode()
+    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def decisions(hub, session: str) -> list:
+    with Store.open(hub.info["store"]) as store:
+        return [d for _, d in store.decisions(session=session)]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def scene(hub, sim, webhook):
+    """Sets the scene; yields (api, what was seen on the way) once mia and tia are
+    reclaimed and nia runs; then stops every server."""
+    api = HubAPI.of(hub)
+    tasks: list[asyncio.Task] = []
+    seen: dict = {}
+
+    async def ready_then(user: str, work) -> None:
+        await api.wait_ready(user)
+        await work
+
+    try:
+        # tom takes the T4 first, so that tia gets its second replica: the device's one
+        # series is labelled with her pod (the exporter keeps the last holder)
+        for user, profile in (("mia", "mig"), ("max", "mig"), ("tom", "sliced")):
+            await api.start(user, profile)
+        # max trains on his MIG instance; tom's cell trains on the shared T4 (a busy kernel)
+        await asyncio.gather(
+            ready_then("max", api.run_code("max", TRAIN.format(block=False))),
+            ready_then("tom", asyncio.sleep(0)), api.wait_ready("mia"))
+        tasks.append(asyncio.create_task(api.run_code("tom", TRAIN.format(block=True), timeout=1000)))
+        await api.start("tia", "sliced")
+        await api.wait_ready("tia")
+        # tia opens a notebook and leaves it: a kernel, idle
+        async with api.session.post(f"{api.url}/user/tia/api/kernels", json={"name": "python3"}) as r:
+            assert r.status == 201, await r.text()
+        # nia asks for a MIG instance: both are taken
+        await api.start("nia", "mig")
+        progress = asyncio.create_task(api.progress("nia", timeout=150))
+        tasks.append(progress)
+
+        def tia_labelled_with_toms_work():
+            t4 = [(labels["pod"], v) for name, labels, v in exporter(sim)
+                  if name == "DCGM_FI_DEV_GPU_UTIL" and labels["modelName"] == "Tesla T4"]
+            return t4 == [("jupyter-tia", 90.0)]
+        await until(tia_labelled_with_toms_work, 30, "the T4's one series: tom's work, labelled tia")
+        seen["exporter"] = exporter(sim)
+        await until(lambda: webhook.events("mia/", "reclaim"), 90, "mia's reclaim notice")
+        seen["nia_progress"] = await progress
+        await until(lambda: webhook.events("tia/", "reclaim"), 90, "tia's reclaim notice")
+        yield api, seen
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            await api.stop_all_servers()
+        finally:
+            await api.close()
+
+
+async def test_the_exporter_reports_mig_instances_and_the_shared_device_as_real_ones_do(scene):
+    _, seen = scene
+    mig = {labels["pod"]: (name, labels) for name, labels, _ in seen["exporter"] if "GPU_I_ID" in labels}
+    assert {"jupyter-mia", "jupyter-max"} <= set(mig)
+    assert not any(name == "DCGM_FI_DEV_GPU_UTIL" for name, _ in mig.values())  # MIG: engine activity only
+    assert {labels["GPU_I_PROFILE"] for _, labels in mig.values()} == {"1g.10gb"}
+    # the T4: one device, one series, labelled with one of the two pods on it
+    t4 = {labels["pod"] for name, labels, _ in seen["exporter"] if labels.get("modelName") == "Tesla T4"}
+    assert t4 == {"jupyter-tia"}
+
+
+async def test_a_mig_session_never_used_is_reclaimed_on_its_own_instance(hub, scene, webhook):
+    api, _ = scene
+    warning, = webhook.events("mia/", "warning")
+    reclaim, = webhook.events("mia/", "reclaim")
+    assert warning["rule"] == reclaim["rule"] == "gpu-never-used"
+    ev = reclaim["evidence"]
+    # her instance's GR_ENGINE_ACTIVE (× 100): the idle floor, while max's instance of the
+    # same GPU ran at 90 % all along
+    assert ev["never_used"] is True and ev["gpus"] == 1 and len(ev["latest_util"]) == 1
+    assert ev["latest_util"][0] < 1 and "gpu_shared" not in ev
+    assert await api.server("mia") is None
+    with Store.open(hub.info["store"]) as store:
+        record, = [r for r in store.reclaims() if r.session == "mia/"]
+    assert (record.outcome, record.rule, record.gpus) == ("stopped", "gpu-never-used", 1)
+
+
+async def test_a_mig_session_using_its_instance_is_kept(hub, scene, webhook):
+    api, _ = scene
+    assert (await api.server("max"))["ready"] and not webhook.events("max/")
+    ours = decisions(hub, "max/")
+    assert not [d for d in ours if d.action in ("warn", "reclaim")]
+    assert ours[-1].action == "keep" and ours[-1].rule == "gpu-active" and ours[-1].evidence["latest_util"] == [pytest.approx(90.0)]
+
+
+async def test_a_spawn_waiting_for_a_mig_instance_is_told_so_and_gets_the_freed_one(scene):
+    api, seen = scene
+    messages = [e.get("message", "") for e in seen["nia_progress"]]
+    assert any(m.startswith("Waiting for a free GPU (1 GPU requested") for m in messages), messages
+    assert seen["nia_progress"][-1].get("ready"), messages
+    assert (await api.server("nia"))["ready"]
+
+
+async def test_time_sliced_sessions_are_decided_by_their_kernels(hub, scene, webhook):
+    api, _ = scene
+    # tia: her kernel idle, the device busy with tom's work on her series; the kernels decide
+    warning, = webhook.events("tia/", "warning")
+    reclaim, = webhook.events("tia/", "reclaim")
+    for notice in (warning, reclaim):
+        ev = notice["evidence"]
+        assert notice["rule"] == "shared-gpu-idle-kernels", notice
+        assert ev["gpu_shared"] is True and ev["shared_gpu_util"] == [90.0] and ev["latest_util"] == []
+    assert "not this server's alone" in reclaim["reason"]
+    assert await api.server("tia") is None
+    with Store.open(hub.info["store"]) as store:
+        record, = [r for r in store.reclaims() if r.session == "tia/"]
+    assert (record.outcome, record.rule) == ("stopped", "shared-gpu-idle-kernels")
+    # tom: no series of his own, and no need of one: his busy kernel keeps him; never
+    # warned, nor held for the GPU data he lacks
+    assert (await api.server("tom"))["ready"] and not webhook.events("tom/")
+    ours = decisions(hub, "tom/")
+    assert not [d for d in ours if d.action in ("warn", "reclaim") or d.rule == "gpu-data-missing"]
+    assert ours[-1].action == "keep" and ours[-1].rule == "kernel-busy" and ours[-1].evidence["shared_gpu_util"] == []
+
+
+async def test_the_admin_data_shows_each_sessions_gpu_type(hub, scene):
+    api, _ = scene
+    url = hub.info["url"] + PREFIX
+    expected = {"max/": ("mig", A100, False), "nia/": ("mig", A100, False), "tom/": ("sliced", T4, True)}
+
+    async def shown() -> dict | None:
+        # as of the service's last cycle, which may predate nia's start
+        async with api.session.get(url + "api/admin/candidates") as r:
+            assert r.status == 200, await r.text()
+            sessions = (await r.json())["candidates"]
+        got = {s["session"]: (s["profile"], s["gpu_type"], s["gpu_shared"]) for s in sessions}
+        return got if set(got) == set(expected) else None
+
+    assert await until(shown, 30, "max, nia and tom on the admin data") == expected
+    async with api.session.get(url + "admin") as r:
+        assert r.status == 200, await r.text()
+        page = await r.text()
+    assert page.count(f'<span class="gpu-type">{A100}</span>') == 2
+    assert page.count(f'<span class="gpu-type">{T4}</span>') == 1 and page.count('class="gpu-shared"') == 1

@@ -52,7 +52,7 @@ fi
 # linked where the venv's jupyter-server finds it (as `jupyter labextension develop` links
 # it: a rebuild needs no reinstall). The wheel ships the same build as data files.
 LAB=labextension
-LAB_BUILD=jupyterhub_gpu_reclaim/labext/labextension
+LAB_BUILD=jupyterhub_gpu_reclaim/labext/labextensions/jupyterhub-gpu-reclaim
 want=$(sha256sum "$LAB/package-lock.json" | cut -d' ' -f1)
 if [ "$(cat "$LAB/node_modules/.setup-stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the JupyterLab extension's npm packages (npm ci)"

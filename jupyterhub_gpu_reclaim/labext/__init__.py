@@ -13,7 +13,7 @@ LABEXTENSION = "jupyterhub-gpu-reclaim"
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:
-    return [{"src": "labextension", "dest": LABEXTENSION}]
+    return [{"src": f"labextensions/{LABEXTENSION}", "dest": LABEXTENSION}]
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

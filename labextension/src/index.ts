@@ -39,7 +39,7 @@ interface IStatus {
 
 /** A clock time in the browser's own zone ("14:05"). */
 function clock(iso: string): string {
-  return new Date(iso).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  return new Date(iso).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
 }
 
 /** The same moment in UTC, for the hover text. */

@@ -197,9 +197,18 @@ class GpuReclaim {
       `Kept: ${this.status.keeps ?? ''}. Lost: ${this.status.loses ?? ''}.`;
     const actions: Notification.IAction[] = [
       { label: `Keep alive ${KEEP_HOURS} h`, callback: () => void this.keepAlive({ hours: KEEP_HOURS }), displayType: 'accent' },
-      { label: 'Keep alive until…', callback: () => void this.keepUntil(), displayType: 'default' },
+      {
+        label: 'Keep alive until…',
+        callback: (event: MouseEvent) => {
+          event.preventDefault(); // the warning stays until the dialog has kept the session
+          void this.keepUntil();
+        },
+        displayType: 'default'
+      },
       { label: 'Stop and free the GPU', callback: () => void this.stop(), displayType: 'warn' }
     ];
+    // the same warning is updated in place; once closed it stays closed (the status bar
+    // still shows the countdown), a new warning is raised anew
     if (this.warningFor === s.reclaim_at && this.warningId) {
       Notification.update({ id: this.warningId, message, type: 'warning', autoClose: false, actions });
       return;

@@ -5,7 +5,8 @@ the real hub + simulated cluster + service, its servers wired as docs/lab.md say
 alice's GPU server shows its GPU state in the status bar; her never-used GPU is warned and
 JupyterLab raises the notification; Keep alive 2 h records the intent (the service's API
 shows it) and the notification goes away. bob's warned server is stopped from the
-notification's Stop and free the GPU, through the hub. dave's server is not told where the
+notification's Stop and free the GPU, through the hub; frank keeps his until a time, which
+must be within the service's cap. dave's server is not told where the
 service is: no status, no notification. The extension's polling is not the server's activity,
 and a server's token reaches only its own user's sessions."""
 
@@ -153,6 +154,34 @@ async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, 
         toast = page.locator(".Toastify__toast", has_text=WARNING)
         await toast.get_by_role("button", name="Stop and free the GPU").click(timeout=30_000)
         await until(lambda: _gone(api, "bob"), 60, "bob's server stopped by the hub")
+    finally:
+        await page.context.close()
+
+
+async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):  # noqa: F811
+    """The dialog's time is the browser's (UTC here); beyond the service's max-keepalive (4 h
+    in these tests) the service says no and the warning stays; within it, it is kept."""
+    page = await open_lab(hub, api, browser, "frank")
+    try:
+        await until(lambda: warned(hub, api, "frank"), 60, "frank's GPU session is warned")
+        toast = page.locator(".Toastify__toast", has_text=WARNING)
+
+        async def keep_until(t: dt.datetime) -> None:
+            await toast.get_by_role("button", name="Keep alive until…").click(timeout=30_000)
+            dialog = page.locator(".jp-Dialog")
+            await dialog.locator("input[type=time]").fill(t.strftime("%H:%M"))
+            await dialog.get_by_role("button", name="Keep alive").click()
+
+        now = dt.datetime.now(UTC).replace(second=0, microsecond=0)
+        await keep_until(now + dt.timedelta(hours=6))
+        await expect(page.locator(".Toastify__toast", has_text="beyond the cap")).to_be_visible(timeout=30_000)
+        assert (await service_session(hub, api, "frank"))["intent_until"] is None
+        await expect(toast).to_be_visible()
+        target = now + dt.timedelta(hours=1)
+        await keep_until(target)
+        await expect(toast).to_have_count(0, timeout=30_000)
+        session = await service_session(hub, api, "frank")
+        assert dt.datetime.fromisoformat(session["intent_until"].replace("Z", "+00:00")) == target
     finally:
         await page.context.close()
 

@@ -24,7 +24,7 @@ from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim.labext import LABEXTENSION
 
-from ..conftest import REPO
+from ..conftest import REPO, lab_paths
 from ..hubapi import HubAPI
 from ..service.common import until
 from ..web.common import Client, start_web_hub, user_token
@@ -33,9 +33,7 @@ from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (bro
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 HERE = Path(__file__).parent
-#: shaped like a share/jupyter folder: labextensions/NAME, the build (scripts/setup.sh)
-SHARE = REPO / "jupyterhub_gpu_reclaim" / "labext"
-BUILD = SHARE / "labextensions" / LABEXTENSION
+BUILD = REPO / "jupyterhub_gpu_reclaim" / "labext" / "labextensions" / LABEXTENSION  # scripts/setup.sh
 GPU = "gpu-1"
 UTC = dt.timezone.utc
 STATUS = ".jp-GpuReclaim-status"
@@ -46,12 +44,8 @@ WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
 def hub(sim, tmp_path_factory):
     if not (BUILD / "package.json").is_file():
         pytest.fail(f"the JupyterLab extension is not built ({BUILD}): run scripts/setup.sh")
-    # what an installed wheel puts under share/jupyter and etc/jupyter, from the worktree (the
-    # pods see the worktree, not the tests' /tmp)
-    paths = {"PYTHONPATH": str(REPO), "JUPYTER_PATH": str(SHARE),
-             "JUPYTER_CONFIG_PATH": str(REPO / "jupyter-config")}
     child = start_web_hub(tmp_path_factory.mktemp("hub"), sim, hub_config=HERE / "jupyterhub_config_lab.py",
-                          env={"GPU_RECLAIM_LAB_PATHS": json.dumps(paths)})
+                          env={"GPU_RECLAIM_LAB_PATHS": json.dumps(lab_paths())})
     yield child
     child.stop(grace=60)
 

@@ -177,7 +177,10 @@ class GpuReclaim {
     const shown = session ? describe(session) : null;
     if (shown) {
       this.item.node.textContent = shown.text;
-      this.item.node.title = shown.title;
+      this.item.node.title =
+        session!.state === 'warned' && status.keeps
+          ? `${shown.title}. A stop keeps ${status.keeps}; it loses ${status.loses}.`
+          : shown.title;
       this.item.node.dataset.state = session!.state;
       this.item.show();
     } else {
@@ -192,9 +195,9 @@ class GpuReclaim {
 
   private warn(s: ISession): void {
     const idle = s.idle_since ? `has been idle for ${ago(s.idle_since)}` : 'is not in use';
-    const message =
-      `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used. ` +
-      `Kept: ${this.status.keeps ?? ''}. Lost: ${this.status.loses ?? ''}.`;
+    // short: JupyterLab cuts a notification's message at 140 characters; what a stop keeps
+    // and loses is in the status bar item's hover text
+    const message = `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used.`;
     const actions: Notification.IAction[] = [
       { label: `Keep alive ${KEEP_HOURS} h`, callback: () => void this.keepAlive({ hours: KEEP_HOURS }), displayType: 'accent' },
       {

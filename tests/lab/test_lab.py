@@ -126,6 +126,9 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     await until(lambda: warned(hub, api, "alice"), 60, "alice's GPU session is warned")
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at \d\d:\d\d unless used"),
                                                      timeout=30_000)
+    # what a stop keeps and loses, in the item's hover text (wording.KEEPS, LOSES)
+    await expect(alice.locator(STATUS)).to_have_attribute(
+        "title", re.compile(r"A stop keeps files under your home directory; it loses running processes"))
     toast = alice.locator(".Toastify__toast", has_text=WARNING)
     await expect(toast).to_be_visible(timeout=30_000)
     await expect(toast.get_by_role("button", name="Keep alive until…")).to_be_visible()

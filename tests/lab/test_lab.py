@@ -227,3 +227,14 @@ async def test_a_servers_token_reaches_only_its_own_users_sessions(hub, api):
         async with s.post(f"{hub.info['url']}/user/alice/gpu-reclaim/stop", allow_redirects=False) as r:
             assert r.status in (302, 403), r.status
     assert await api.server("alice") is not None
+
+
+async def test_bad_keep_alive_input_is_refused_and_changes_nothing(hub, api):
+    before = (await service_session(hub, api, "alice"))["intent_until"]
+    headers = {"Authorization": f"token {await user_token(api, 'alice')}"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        for body in (b"not json", b"[1]", b'{"hours": "soon"}', b'{"hours": 1, "until": "2030-01-01T00:00:00Z"}'):
+            async with s.post(f"{hub.info['url']}/user/alice/gpu-reclaim/keep-alive", data=body) as r:
+                assert r.status == 400, (body, r.status, await r.text())
+                assert (await r.json())["message"], body
+    assert (await service_session(hub, api, "alice"))["intent_until"] == before

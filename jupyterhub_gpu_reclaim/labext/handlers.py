@@ -127,8 +127,7 @@ class StatusHandler(Handler):
             session["idle_since"] = ((own.get("evidence") or {}).get("idle_since")
                                      if own.get("state") in IDLE_STATES else None)
         self.finish({"available": True, "session": session, "keeps": KEEPS, "loses": LOSES,
-                     "max_keepalive_seconds": answer.get("max_keepalive_seconds"),
-                     "dry_run": answer.get("dry_run", False)})
+                     "max_keepalive_seconds": answer.get("max_keepalive_seconds")})
 
 
 class KeepAliveHandler(Handler):

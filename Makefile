@@ -3,7 +3,7 @@ VENV ?= .venv
 VENV_JH5 ?= .venv-jh5
 PYTEST_ARGS ?=
 # the hub-facing live tests, run a second time with the z2jh chart's hub image (JupyterHub 5.5)
-JH5_TESTS ?= tests/service tests/web tests/spawner/test_spawner_live.py tests/release \
+JH5_TESTS ?= tests/service tests/web tests/lab tests/spawner/test_spawner_live.py tests/release \
 	tests/deploy/test_hub_image.py
 
 .PHONY: setup demo test benchmarks

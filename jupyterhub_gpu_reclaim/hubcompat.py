@@ -51,3 +51,15 @@ def user_options_from_query(query: dict[str, list[str]]) -> dict[str, list[str]]
     if "" in prefixed:
         raise web.HTTPError(422, f"Invalid user-option name {QUERY_OPTION_PREFIX}")
     return prefixed or query
+
+
+def lab_server_token_scopes(service: str = "gpu-reclaim") -> list[str]:
+    """For `c.Spawner.server_token_scopes`: what a single-user server's token has by default
+    (the hub's `server` role, as this JupyterHub defines it) plus access to the reclaim
+    service, which the JupyterLab extension's server side calls with that token (docs/lab.md).
+    The hub grants a server only those its user holds: users need that access too
+    (`grant_user_scopes`)."""
+    from jupyterhub.roles import get_default_roles
+
+    server = next(role for role in get_default_roles() if role["name"] == "server")
+    return [*server["scopes"], f"access:services!service={service}"]

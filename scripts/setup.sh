@@ -47,6 +47,33 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# The JupyterLab extension (labextension/, docs/lab.md): its npm packages when
+# package-lock.json changed, its build when its sources or JupyterLab changed, and the build
+# linked where the venv's jupyter-server finds it (as `jupyter labextension develop` links
+# it: a rebuild needs no reinstall). The wheel ships the same build as data files.
+LAB=labextension
+LAB_BUILD=jupyterhub_gpu_reclaim/labext/labextensions/jupyterhub-gpu-reclaim
+want=$(sha256sum "$LAB/package-lock.json" | cut -d' ' -f1)
+if [ "$(cat "$LAB/node_modules/.setup-stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the JupyterLab extension's npm packages (npm ci)"
+  (cd "$LAB" && npm ci --no-fund --no-audit >/dev/null)
+  echo "$want" > "$LAB/node_modules/.setup-stamp"
+fi
+core=$("$VENV/bin/python" -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging", "package.json"))')
+want=$(cat "$LAB/package.json" "$LAB/tsconfig.json" "$LAB"/src/* "$LAB"/style/* "$core" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$LAB_BUILD/.setup-stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: building the JupyterLab extension"
+  rm -rf "$LAB_BUILD"
+  (cd "$LAB" && JUPYTERLAB_CORE_PACKAGE="$core" npm run -s build >/dev/null)
+  echo "$want" > "$LAB_BUILD/.setup-stamp"
+fi
+labext_dir="$VENV/share/jupyter/labextensions/jupyterhub-gpu-reclaim"
+if [ "$(readlink "$labext_dir" 2>/dev/null)" != "$PWD/$LAB_BUILD" ]; then
+  mkdir -p "$(dirname "$labext_dir")"
+  rm -rf "$labext_dir"
+  ln -s "$PWD/$LAB_BUILD" "$labext_dir"
+fi
+
 # The chart's hub image: its requirements, then the package installed as
 # examples/hub-image/Dockerfile installs it (constrained to the image's versions: it adds
 # packages and changes none). First a plain `pip install` of the package, dry-run, must not

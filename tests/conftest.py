@@ -76,6 +76,14 @@ def sim(tmp_path_factory):
     child.stop()
 
 
+def lab_paths() -> dict[str, str]:
+    """A single-user server's environment for the JupyterLab extension of the worktree: what
+    an installed wheel gives it (docs/lab.md), its code, its build (scripts/setup.sh) and the
+    config that enables its server side. Pods see the worktree (not the tests' /tmp)."""
+    return {"PYTHONPATH": str(REPO), "JUPYTER_PATH": str(REPO / "jupyterhub_gpu_reclaim" / "labext"),
+            "JUPYTER_CONFIG_PATH": str(REPO / "jupyter-config")}
+
+
 def start_test_hub(workdir, config, sim, env=None):
     """A real JupyterHub on the cluster with `config`, and a token for the tests' service."""
     token = secrets.token_hex(16)

@@ -86,7 +86,7 @@ c.KubeSpawner.profile_list = [
 # --- jupyterhub-gpu-reclaim: the spawner, the reclaim service and its pages ------------
 import sys  # noqa: E402
 
-from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes  # noqa: E402
+from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes, lab_server_token_scopes  # noqa: E402
 from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES  # noqa: E402
 
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
@@ -121,3 +121,9 @@ c.JupyterHub.load_roles = [{
 # users may open its pages (JupyterHub 6: extra_user_scopes; 5: the "user" role)
 grant_user_scopes(c, ["access:services!service=gpu-reclaim"])
 c.JupyterHub.template_paths = [HUB_TEMPLATES]  # the reclaim state and banner on the hub's pages
+# the JupyterLab extension (docs/lab.md): the servers' tokens may use the service, which the
+# servers reach directly (never through their own route on the proxy)
+c.Spawner.server_token_scopes = lab_server_token_scopes()
+c.Spawner.environment = {
+    "JUPYTERHUB_GPU_RECLAIM_URL": f"http://127.0.0.1:{env('GPU_RECLAIM_SERVICE_PORT', '10101')}/services/gpu-reclaim/",
+}

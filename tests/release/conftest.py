@@ -46,4 +46,9 @@ def cluster(tmp_path_factory):
 
 
 def sim_values(**options) -> dict:
-    return z2jh.sim_values(password=PASSWORD, users=USERS, admins=ADMINS, options=options)
+    values = z2jh.sim_values(password=PASSWORD, users=USERS, admins=ADMINS, options=options)
+    # the hub and user images with the package: the worktree's (an editable install's own
+    # path lookup may not reach a pod)
+    values["hub"]["extraEnv"] = {"PYTHONPATH": str(conftest.REPO)}
+    values["singleuser"]["extraEnv"] = conftest.lab_paths()
+    return values

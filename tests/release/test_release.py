@@ -189,7 +189,7 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
     10101 under the NetworkPolicy); alice logs in, into the service's pages too; the hub's
     pages carry the reclaim panel; she starts the spawn page's 1-GPU profile; the spawner
     annotates her pod (`patch`, rbac.yaml) and places it by image locality (the
-    ClusterRole); the service warns her, then reclaims the never-used GPU through the hub;
+    ClusterRole); the service warns her (her JupyterLab extension sees it), then reclaims the never-used GPU through the hub;
     the admin sees the reclaim on the admin page; nothing the hub's ServiceAccount asked
     was refused."""
     await the_service_answers(release)
@@ -218,6 +218,11 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
                 return next((s for s in body.get("sessions", []) if s["state"] == "warned"), None)
             session = await until(warned, 60, "alice's session warned")
             assert session["rule"] == "gpu-never-used" and session["reclaim_at"]
+            # the JupyterLab extension's server side calls the service with the server's token
+            # (server_token_scopes) at singleuser.extraEnv's URL, through proxy-public
+            async with api.session.get(f"{release.url}/user/alice/gpu-reclaim/status") as r:
+                lab = await r.json()
+            assert r.status == 200 and lab["available"] and lab["session"]["state"] == "warned", lab
             _, banner, _ = await alice.call("GET", "embed/banner")
             assert "banner warned" in banner
             # reclaimed through the hub: her server and pod are gone, the reclaim is hers to see

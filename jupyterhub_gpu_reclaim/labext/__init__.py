@@ -1,0 +1,26 @@
+"""The JupyterLab extension's server side, loaded by the single-user server (jupyter-server):
+`gpu-reclaim/status`, `gpu-reclaim/keep-alive` and `gpu-reclaim/stop` under the server's
+base URL, answered by calling the reclaim service with the server's own hub token. The
+frontend (labextension/ in the repository, built into `labextension/` here) reads them.
+Imported only by a single-user server: nothing else in the package imports it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: the npm package's name: the folder under share/jupyter/labextensions
+LABEXTENSION = "jupyterhub-gpu-reclaim"
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    return [{"src": f"labextensions/{LABEXTENSION}", "dest": LABEXTENSION}]
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "jupyterhub_gpu_reclaim.labext"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from .handlers import setup_handlers
+
+    setup_handlers(serverapp)

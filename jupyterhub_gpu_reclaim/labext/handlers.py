@@ -1,0 +1,179 @@
+"""The single-user server's `gpu-reclaim/…` handlers and their calls to the reclaim service.
+
+The browser talks only to its own server (the hub's login, the server's XSRF check); the
+server asks the service with $JUPYTERHUB_API_TOKEN, whose scopes must include
+`access:services!service=gpu-reclaim` (`c.Spawner.server_token_scopes`, docs/lab.md). The
+service then sees the server's user and lets it act on that user's sessions only. The hub
+records no user activity for a server's token, and these handlers do not count as the
+server's activity either: polling them never keeps a GPU from being reclaimed.
+
+Where the service is not configured, not reachable or refuses the token, `status` answers
+{"available": false} and the frontend shows nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+from urllib.parse import quote
+
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+from traitlets import Float, Unicode
+from traitlets.config import Configurable
+
+from ..wording import KEEPS, LOSES, format_util
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.labext")
+
+#: the service's URL as the single-user servers reach it (the spawner's environment)
+URL_ENV = "JUPYTERHUB_GPU_RECLAIM_URL"
+#: the session fields the frontend reads (the service's API has more)
+FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until")
+#: states in which the GPU is idle and `idle_since` means something
+IDLE_STATES = ("idle", "warned")
+
+
+class GpuReclaimLab(Configurable):
+    service_url = Unicode(
+        config=True,
+        help=f"""The reclaim service's URL as this server reaches it, e.g.
+        http://hub:10101/services/gpu-reclaim/ (default: ${URL_ENV}; none: the extension
+        shows nothing).""")
+    timeout = Float(5, config=True, help="Seconds to wait for the reclaim service's answer.")
+
+    def _service_url_default(self) -> str:
+        return os.environ.get(URL_ENV, "")
+
+
+class ServiceClient:
+    """The reclaim service's user API, called as this server's user with its token."""
+
+    def __init__(self, settings: GpuReclaimLab) -> None:
+        self.url = settings.service_url.rstrip("/") + "/" if settings.service_url else ""
+        self.timeout = settings.timeout
+        self.token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
+        self.session = f"{os.environ.get('JUPYTERHUB_USER', '')}/{os.environ.get('JUPYTERHUB_SERVER_NAME', '')}"
+        self._failing = False
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.url and self.token and not self.session.startswith("/"))
+
+    def session_path(self, action: str) -> str:
+        user, _, server = self.session.partition("/")
+        return f"api/sessions/{quote(user, safe='')}/{quote(server, safe='')}/{action}"
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict]:
+        """(status, JSON answer); (0, {}) when the service cannot be reached."""
+        try:
+            response = await AsyncHTTPClient().fetch(
+                self.url + path, method=method, raise_error=False, request_timeout=self.timeout,
+                headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
+                body=json.dumps(body) if body is not None else ("" if method in ("POST", "PUT") else None))
+        except (OSError, HTTPClientError) as e:
+            self._note_failure(f"not reachable: {e}")
+            return 0, {}
+        try:
+            answer = json.loads(response.body or b"{}")
+        except ValueError:
+            answer = {}
+        if response.code >= 400 and response.code not in (400, 404, 409, 429):
+            self._note_failure(f"{method} {path}: {response.code} {answer.get('message', '')}")
+        elif response.code < 400:
+            self._failing = False
+        return response.code, answer if isinstance(answer, dict) else {}
+
+    def _note_failure(self, what: str) -> None:
+        # one warning per outage, not one per poll
+        (log.debug if self._failing else log.warning)("GPU reclaim service %s", what)
+        self._failing = True
+
+
+class Handler(APIHandler):
+    #: a poll of the state is not the user's activity (jupyter-server's last_activity, which
+    #: jupyterhub-singleuser reports to the hub)
+    _track_activity = False
+
+    def initialize(self, client: ServiceClient) -> None:
+        self.client = client
+
+    def unavailable(self) -> None:
+        self.set_status(503)
+        self.finish({"message": "the GPU reclaim service is not available"})
+
+    def forward(self, status: int, answer: dict) -> None:
+        self.set_status(status)
+        self.finish(answer if status < 400 else {"message": answer.get("message", "")})
+
+
+class StatusHandler(Handler):
+    @web.authenticated
+    async def get(self) -> None:
+        if not self.client.configured:
+            self.finish({"available": False})
+            return
+        status, answer = await self.client.request("GET", "api/sessions")
+        if status != 200:
+            self.finish({"available": False})
+            return
+        own = next((s for s in answer.get("sessions") or [] if s.get("session") == self.client.session), None)
+        session = None
+        if own is not None:
+            session = {k: own.get(k) for k in FIELDS}
+            session["util"] = format_util(own.get("util_now"))
+            session["idle_since"] = ((own.get("evidence") or {}).get("idle_since")
+                                     if own.get("state") in IDLE_STATES else None)
+        self.finish({"available": True, "session": session, "keeps": KEEPS, "loses": LOSES,
+                     "max_keepalive_seconds": answer.get("max_keepalive_seconds")})
+
+
+class KeepAliveHandler(Handler):
+    """{"hours": N} or {"until": ISO time}: the service checks the values (and the cap)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        body = {k: body[k] for k in ("hours", "until") if k in body}  # nothing else reaches the service
+        if not self.client.configured:
+            self.unavailable()
+            return
+        status, answer = await self.client.request("PUT", self.client.session_path("intent"), body)
+        if not status:
+            self.unavailable()
+            return
+        self.forward(status, answer)
+
+
+class StopHandler(Handler):
+    @web.authenticated
+    async def post(self) -> None:
+        if not self.client.configured:
+            self.unavailable()
+            return
+        status, answer = await self.client.request("POST", self.client.session_path("stop"))
+        if not status:
+            self.unavailable()
+            return
+        self.forward(status, answer)
+
+
+def setup_handlers(serverapp: Any) -> None:
+    settings = GpuReclaimLab(config=serverapp.config)
+    client = ServiceClient(settings)
+    base = serverapp.web_app.settings["base_url"].rstrip("/") + "/gpu-reclaim/"
+    serverapp.web_app.add_handlers(".*$", [
+        (base + "status", StatusHandler, {"client": client}),
+        (base + "keep-alive", KeepAliveHandler, {"client": client}),
+        (base + "stop", StopHandler, {"client": client}),
+    ])
+    if not client.configured:
+        log.info("GPU reclaim: $%s or the server's token is not set; the JupyterLab extension shows nothing",
+                 URL_ENV)

@@ -1,0 +1,295 @@
+/**
+ * The session's GPU state inside JupyterLab: a status bar item ("GPU idle 42 min · stopped
+ * at 14:05 unless used") and, while the reclaim service warns, a notification with Keep
+ * alive 2 h, Keep alive until… and Stop and free the GPU.
+ *
+ * Everything goes through this server's own extension (`gpu-reclaim/…` under the server's
+ * base URL), which calls the service with the server's token: the browser holds no new
+ * secret. Where the service is absent the extension shows nothing.
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { Widget } from '@lumino/widgets';
+
+/** How often the state is read (the service answers from memory; one cycle is ~30 s). */
+const POLL_MS = 10_000;
+const KEEP_HOURS = 2;
+
+/** What `GET gpu-reclaim/status` answers (jupyterhub_gpu_reclaim/labext/handlers.py). */
+interface ISession {
+  state: string; // active, idle, warned, kept, exempt, stopping, held, cpu
+  gpus: number;
+  util: string; // "37 %", as the service's pages write it
+  idle_since: string | null;
+  reclaim_at: string | null;
+  intent_until: string | null;
+  exempt_until: string | null;
+}
+
+interface IStatus {
+  available: boolean;
+  session?: ISession | null;
+  max_keepalive_seconds?: number;
+  keeps?: string;
+  loses?: string;
+}
+
+/** A clock time in the browser's own zone ("14:05"). */
+function clock(iso: string): string {
+  return new Date(iso).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+}
+
+/** The same moment in UTC, for the hover text. */
+function utc(iso: string): string {
+  return new Date(iso).toISOString().slice(0, 16).replace('T', ' ') + ' UTC';
+}
+
+/** "42 min", "2 h 5 min" since `iso`. */
+function ago(iso: string): string {
+  const minutes = Math.max(0, Math.floor((Date.now() - new Date(iso).getTime()) / 60_000));
+  const h = Math.floor(minutes / 60);
+  return h ? `${h} h ${minutes % 60} min` : `${minutes} min`;
+}
+
+/** The status bar's text and hover text for a session (null: nothing to show). */
+export function describe(s: ISession): { text: string; title: string } | null {
+  if (!s.gpus) {
+    return null;
+  }
+  const idle = s.idle_since ? `GPU idle ${ago(s.idle_since)}` : `GPU ${s.util}`;
+  switch (s.state) {
+    case 'warned':
+      return s.reclaim_at
+        ? {
+            text: `${idle} · stopped at ${clock(s.reclaim_at)} unless used`,
+            title: `The server is stopped at ${utc(s.reclaim_at)} unless its GPU is used or it is kept alive`
+          }
+        : { text: idle, title: '' };
+    case 'kept':
+      return s.intent_until
+        ? {
+            text: `GPU ${s.util} · kept alive until ${clock(s.intent_until)}`,
+            title: `Kept alive until ${utc(s.intent_until)}`
+          }
+        : { text: `GPU ${s.util}`, title: '' };
+    case 'exempt':
+      return {
+        text: `GPU ${s.util} · exempt` + (s.exempt_until ? ` until ${clock(s.exempt_until)}` : ''),
+        title: s.exempt_until ? `Exempt from reclaim until ${utc(s.exempt_until)}` : 'Exempt from reclaim'
+      };
+    case 'stopping':
+      return { text: 'GPU · stopping the server', title: '' };
+    case 'idle':
+      return {
+        text: idle,
+        title: s.idle_since ? `GPU not used since ${utc(s.idle_since)}` : ''
+      };
+    default:
+      return { text: `GPU ${s.util}`, title: `GPU utilization now (${s.gpus} GPU${s.gpus > 1 ? 's' : ''})` };
+  }
+}
+
+async function call(
+  settings: ServerConnection.ISettings,
+  path: string,
+  init: RequestInit = {}
+): Promise<{ ok: boolean; body: any }> {
+  const url = URLExt.join(settings.baseUrl, 'gpu-reclaim', path);
+  const response = await ServerConnection.makeRequest(url, init, settings);
+  let body: any = {};
+  try {
+    body = await response.json();
+  } catch {
+    body = {};
+  }
+  return { ok: response.ok, body };
+}
+
+/** The next HH:MM (local) from now, as an ISO time with the browser's offset. */
+function nextLocal(hhmm: string): Date | null {
+  const m = /^(\d{1,2}):(\d{2})$/.exec(hhmm);
+  if (!m) {
+    return null;
+  }
+  const t = new Date();
+  t.setHours(Number(m[1]), Number(m[2]), 0, 0);
+  if (t.getTime() <= Date.now()) {
+    t.setDate(t.getDate() + 1);
+  }
+  return t;
+}
+
+class UntilBody extends Widget {
+  constructor(capText: string) {
+    super({ node: document.createElement('div') });
+    this.addClass('jp-GpuReclaim-until');
+    const label = document.createElement('label');
+    label.textContent = `Keep the server and its GPU until (at most ${capText}):`;
+    this.input = document.createElement('input');
+    this.input.type = 'time';
+    this.input.required = true;
+    this.input.setAttribute('aria-label', 'Keep alive until');
+    label.appendChild(document.createElement('br'));
+    label.appendChild(this.input);
+    this.node.appendChild(label);
+  }
+
+  getValue(): string {
+    return this.input.value;
+  }
+
+  readonly input: HTMLInputElement;
+}
+
+class GpuReclaim {
+  constructor(settings: ServerConnection.ISettings, statusBar: IStatusBar | null) {
+    this.settings = settings;
+    this.item = new Widget();
+    this.item.addClass('jp-GpuReclaim-status');
+    this.item.hide();
+    if (statusBar) {
+      statusBar.registerStatusItem('jupyterhub-gpu-reclaim:status', {
+        item: this.item,
+        align: 'left',
+        rank: 1000
+      });
+    }
+  }
+
+  start(): void {
+    void this.refresh();
+    window.setInterval(() => void this.refresh(), POLL_MS);
+  }
+
+  async refresh(): Promise<void> {
+    let status: IStatus = { available: false };
+    try {
+      const { ok, body } = await call(this.settings, 'status');
+      status = ok ? (body as IStatus) : { available: false };
+    } catch {
+      status = { available: false }; // the server is gone or restarting: show nothing
+    }
+    this.status = status;
+    const session = status.available ? status.session ?? null : null;
+    const shown = session ? describe(session) : null;
+    if (shown) {
+      this.item.node.textContent = shown.text;
+      this.item.node.title =
+        session!.state === 'warned' && status.keeps
+          ? `${shown.title}. A stop keeps ${status.keeps}; it loses ${status.loses}.`
+          : shown.title;
+      this.item.node.dataset.state = session!.state;
+      this.item.show();
+    } else {
+      this.item.hide();
+    }
+    if (session && session.state === 'warned' && session.reclaim_at) {
+      this.warn(session);
+    } else {
+      this.clearWarning();
+    }
+  }
+
+  private warn(s: ISession): void {
+    const idle = s.idle_since ? `has been idle for ${ago(s.idle_since)}` : 'is not in use';
+    // short: JupyterLab cuts a notification's message at 140 characters; what a stop keeps
+    // and loses is in the status bar item's hover text
+    const message = `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used.`;
+    const actions: Notification.IAction[] = [
+      { label: `Keep alive ${KEEP_HOURS} h`, callback: () => void this.keepAlive({ hours: KEEP_HOURS }), displayType: 'accent' },
+      {
+        label: 'Keep alive until…',
+        callback: (event: MouseEvent) => {
+          event.preventDefault(); // the warning stays until the dialog has kept the session
+          void this.keepUntil();
+        },
+        displayType: 'default'
+      },
+      { label: 'Stop and free the GPU', callback: () => void this.stop(), displayType: 'warn' }
+    ];
+    // the same warning is updated in place; once closed it stays closed (the status bar
+    // still shows the countdown), a new warning is raised anew
+    if (this.warningFor === s.reclaim_at && this.warningId) {
+      Notification.update({ id: this.warningId, message, type: 'warning', autoClose: false, actions });
+      return;
+    }
+    this.clearWarning();
+    this.warningId = Notification.warning(message, { autoClose: false, actions });
+    this.warningFor = s.reclaim_at;
+  }
+
+  private clearWarning(): void {
+    if (this.warningId) {
+      Notification.dismiss(this.warningId);
+    }
+    this.warningId = null;
+    this.warningFor = null;
+  }
+
+  private async keepAlive(body: { hours?: number; until?: string }): Promise<void> {
+    const { ok, body: answer } = await call(this.settings, 'keep-alive', {
+      method: 'POST',
+      body: JSON.stringify(body)
+    });
+    if (ok && answer.intent_until) {
+      Notification.success(`Kept alive until ${clock(answer.intent_until)}`, { autoClose: 5000 });
+    } else {
+      Notification.error(`Not kept alive: ${answer.message ?? 'the GPU reclaim service did not answer'}`, {
+        autoClose: false
+      });
+    }
+    await this.refresh();
+  }
+
+  private async keepUntil(): Promise<void> {
+    const cap = this.status.max_keepalive_seconds ?? 0;
+    const capText = clock(new Date(Date.now() + cap * 1000).toISOString());
+    const result = await showDialog({
+      title: 'Keep alive until…',
+      body: new UntilBody(capText),
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Keep alive' })]
+    });
+    if (!result.button.accept || !result.value) {
+      return;
+    }
+    const until = nextLocal(result.value);
+    if (!until) {
+      Notification.error(`Not a time HH:MM: ${result.value}`, { autoClose: 5000 });
+      return;
+    }
+    await this.keepAlive({ until: until.toISOString() });
+  }
+
+  private async stop(): Promise<void> {
+    const { ok, body } = await call(this.settings, 'stop', { method: 'POST' });
+    if (ok) {
+      Notification.info('Stopping this server: its GPU is freed in a moment', { autoClose: false });
+    } else {
+      Notification.error(`Not stopped: ${body.message ?? 'the GPU reclaim service did not answer'}`, {
+        autoClose: false
+      });
+    }
+    await this.refresh();
+  }
+
+  private readonly settings: ServerConnection.ISettings;
+  private readonly item: Widget;
+  private status: IStatus = { available: false };
+  private warningId: string | null = null;
+  private warningFor: string | null = null;
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyterhub-gpu-reclaim:plugin',
+  description: 'The GPU reclaim state of this server: status bar, warnings, keep-alive',
+  autoStart: true,
+  optional: [IStatusBar],
+  activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
+    new GpuReclaim(app.serviceManager.serverSettings, statusBar).start();
+  }
+};
+
+export default plugin;

@@ -1,0 +1,240 @@
+"""The JupyterLab extension (labextension/ and jupyterhub_gpu_reclaim/labext) in Chromium, on
+the real hub + simulated cluster + service, its servers wired as docs/lab.md says
+(tests/lab/jupyterhub_config_lab.py).
+
+alice's GPU server shows its GPU state in the status bar; her never-used GPU is warned and
+JupyterLab raises the notification; Keep alive 2 h records the intent (the service's API
+shows it) and the notification goes away. bob's warned server is stopped from the
+notification's Stop and free the GPU, through the hub; frank keeps his until a time, which
+must be within the service's cap. dave's server is not told where the
+service is: no status, no notification. The extension's polling is not the server's activity,
+and a server's token reaches only its own user's sessions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+
+import aiohttp
+import pytest
+import pytest_asyncio
+from playwright.async_api import Page, expect
+
+from jupyterhub_gpu_reclaim.labext import LABEXTENSION
+
+from ..conftest import REPO, lab_paths
+from ..hubapi import HubAPI
+from ..service.common import until
+from ..web.common import Client, start_web_hub, user_token
+from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (browser: a fixture)
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+HERE = Path(__file__).parent
+BUILD = REPO / "jupyterhub_gpu_reclaim" / "labext" / "labextensions" / LABEXTENSION  # scripts/setup.sh
+GPU = "gpu-1"
+UTC = dt.timezone.utc
+STATUS = ".jp-GpuReclaim-status"
+WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    if not (BUILD / "package.json").is_file():
+        pytest.fail(f"the JupyterLab extension is not built ({BUILD}): run scripts/setup.sh")
+    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim, hub_config=HERE / "jupyterhub_config_lab.py",
+                          env={"GPU_RECLAIM_LAB_PATHS": json.dumps(lab_paths())})
+    yield child
+    child.stop(grace=60)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def api(hub):
+    client = HubAPI.of(hub)
+    try:
+        yield client
+    finally:
+        try:
+            await client.stop_all_servers()
+        finally:
+            await client.close()
+
+
+async def service_session(hub, api, user: str) -> dict | None:
+    """The user's session as the service's API gives it."""
+    c = Client(hub.info["url"], await user_token(api, user))
+    try:
+        _, body = await c.json("GET", "api/sessions")
+    finally:
+        await c.close()
+    return next(iter(body.get("sessions") or []), None)
+
+
+async def warned(hub, api, user: str) -> bool:
+    return ((await service_session(hub, api, user)) or {}).get("state") == "warned"
+
+
+async def server_get(hub, api, user: str, path: str) -> dict:
+    """GET /user/USER/PATH through the hub's proxy with the user's token."""
+    headers = {"Authorization": f"token {await user_token(api, user)}"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        async with s.get(f"{hub.info['url']}/user/{user}/{path}") as r:
+            assert r.status == 200, (path, r.status, await r.text())
+            return await r.json()
+
+
+async def open_lab(hub, api, browser, user: str) -> Page:  # noqa: F811
+    await api.start(user, GPU)
+    await api.wait_ready(user)
+    page = await new_page(browser)
+    await log_in(page, hub.info["url"], user)
+    await page.goto(f"{hub.info['url']}/user/{user}/lab")
+    await expect(page.locator("#jp-main-statusbar")).to_be_visible(timeout=60_000)
+    return page
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def alice(hub, api, browser):  # noqa: F811
+    page = await open_lab(hub, api, browser, "alice")
+    yield page
+    await page.context.close()
+
+
+async def test_status_bar_shows_the_gpu_state(hub, api, alice):
+    await until(lambda: service_session(hub, api, "alice"), 30, "the service sees alice's session")
+    status = await server_get(hub, api, "alice", "gpu-reclaim/status")
+    assert status["available"] is True and status["session"]["gpus"] == 1, status
+    await expect(alice.locator(STATUS)).to_have_text(re.compile(r"^GPU (idle \d+ min|\d)"), timeout=30_000)
+
+
+async def test_polling_the_state_is_not_the_servers_activity(hub, api):
+    """What jupyterhub-singleuser reports to the hub as the server's activity (jupyter-server's
+    last_activity) stays as it was; erin's server has no browser open, whose JupyterLab
+    would poll kernels and sessions."""
+    await api.start("erin", "cpu")
+    await api.wait_ready("erin")
+    before = (await server_get(hub, api, "erin", "api/status"))["last_activity"]
+    for _ in range(3):
+        assert (await server_get(hub, api, "erin", "gpu-reclaim/status"))["available"] is True
+    assert (await server_get(hub, api, "erin", "api/status"))["last_activity"] == before
+    await api.stop("erin")
+
+
+async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice):
+    await until(lambda: warned(hub, api, "alice"), 60, "alice's GPU session is warned")
+    await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at \d\d:\d\d unless used"),
+                                                     timeout=30_000)
+    # what a stop keeps and loses, in the item's hover text (wording.KEEPS, LOSES)
+    await expect(alice.locator(STATUS)).to_have_attribute(
+        "title", re.compile(r"A stop keeps files under your home directory; it loses running processes"))
+    toast = alice.locator(".Toastify__toast", has_text=WARNING)
+    await expect(toast).to_be_visible(timeout=30_000)
+    await expect(toast.get_by_role("button", name="Keep alive until…")).to_be_visible()
+    await expect(toast.get_by_role("button", name="Stop and free the GPU")).to_be_visible()
+    await alice.screenshot(path=str(IMG / "lab-notification.png"))
+    await toast.get_by_role("button", name="Keep alive 2 h").click()
+    await expect(toast).to_have_count(0, timeout=30_000)
+    session = await service_session(hub, api, "alice")
+    until_ = dt.datetime.fromisoformat(session["intent_until"].replace("Z", "+00:00"))
+    assert abs(until_ - dt.datetime.now(UTC) - dt.timedelta(hours=2)) < dt.timedelta(minutes=2)
+    assert session["state"] == "kept"
+    await expect(alice.locator(STATUS)).to_have_text(re.compile(r"kept alive until \d\d:\d\d"), timeout=30_000)
+    await alice.locator("#jp-main-statusbar").screenshot(path=str(IMG / "lab-status-bar.png"))
+
+
+async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser):  # noqa: F811
+    page = await open_lab(hub, api, browser, "bob")
+    try:
+        await until(lambda: warned(hub, api, "bob"), 60, "bob's GPU session is warned")
+        toast = page.locator(".Toastify__toast", has_text=WARNING)
+        await toast.get_by_role("button", name="Stop and free the GPU").click(timeout=30_000)
+        await until(lambda: _gone(api, "bob"), 60, "bob's server stopped by the hub")
+    finally:
+        await page.context.close()
+
+
+async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):  # noqa: F811
+    """The dialog's time is the browser's (UTC here); beyond the service's max-keepalive (4 h
+    in these tests) the service says no and the warning stays; within it, it is kept."""
+    page = await open_lab(hub, api, browser, "frank")
+    try:
+        await until(lambda: warned(hub, api, "frank"), 60, "frank's GPU session is warned")
+        toast = page.locator(".Toastify__toast", has_text=WARNING)
+
+        async def keep_until(t: dt.datetime) -> None:
+            await toast.get_by_role("button", name="Keep alive until…").click(timeout=30_000)
+            dialog = page.locator(".jp-Dialog")
+            await dialog.locator("input[type=time]").fill(t.strftime("%H:%M"))
+            await dialog.get_by_role("button", name="Keep alive").click()
+
+        now = dt.datetime.now(UTC).replace(second=0, microsecond=0)
+        await keep_until(now + dt.timedelta(hours=6))
+        await expect(page.locator(".Toastify__toast", has_text="beyond the cap")).to_be_visible(timeout=30_000)
+        assert (await service_session(hub, api, "frank"))["intent_until"] is None
+        await expect(toast).to_be_visible()
+        target = now + dt.timedelta(hours=1)
+        await keep_until(target)
+        await expect(toast).to_have_count(0, timeout=30_000)
+        session = await service_session(hub, api, "frank")
+        assert dt.datetime.fromisoformat(session["intent_until"].replace("Z", "+00:00")) == target
+    finally:
+        await page.context.close()
+
+
+async def _gone(api, user: str) -> bool:
+    return await api.server(user) is None
+
+
+async def test_no_status_and_no_notification_where_the_service_is_absent(hub, api, browser):  # noqa: F811
+    page = await open_lab(hub, api, browser, "dave")
+    try:
+        assert await server_get(hub, api, "dave", "gpu-reclaim/status") == {"available": False}
+        await until(lambda: warned(hub, api, "dave"), 60, "dave's GPU session is warned")
+        # the extension's next look at the state, after the warning: it shows nothing
+        async with page.expect_response(re.compile(r"/gpu-reclaim/status(\?|$)"), timeout=30_000) as answer:
+            pass
+        assert await (await answer.value).json() == {"available": False}
+        await expect(page.locator(STATUS)).to_be_hidden()
+        await expect(page.locator(".Toastify__toast", has_text=WARNING)).to_have_count(0)
+    finally:
+        await page.context.close()
+
+
+async def test_a_servers_token_reaches_only_its_own_users_sessions(hub, api):
+    """A token with a server's scopes and note, as bob's server has: it reads bob's sessions
+    only and changes nothing of alice's; bob cannot use alice's server's endpoints."""
+    await api.ensure_user("bob")
+    model = await api.request("POST", "/users/bob/tokens", {
+        "note": "Server at /user/bob/", "expires_in": 600,
+        "scopes": ["users:activity!user=bob", "access:servers!server=bob/",
+                   "access:services!service=gpu-reclaim"]})
+    c = Client(hub.info["url"], model["token"])
+    try:
+        status, body = await c.json("GET", "api/sessions")
+        assert status == 200 and body["user"] == "bob"
+        assert all(s["user"] == "bob" for s in body["sessions"])
+        status, _ = await c.json("PUT", "api/sessions/alice//intent", {"hours": 1})
+        assert status == 404
+        status, _ = await c.json("POST", "api/sessions/alice//stop", {})
+        assert status == 404
+    finally:
+        await c.close()
+    assert (await service_session(hub, api, "alice"))["state"] == "kept"  # unchanged
+    headers = {"Authorization": f"token {await user_token(api, 'bob')}"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        async with s.post(f"{hub.info['url']}/user/alice/gpu-reclaim/stop", allow_redirects=False) as r:
+            assert r.status in (302, 403), r.status
+    assert await api.server("alice") is not None
+
+
+async def test_bad_keep_alive_input_is_refused_and_changes_nothing(hub, api):
+    before = (await service_session(hub, api, "alice"))["intent_until"]
+    headers = {"Authorization": f"token {await user_token(api, 'alice')}"}
+    async with aiohttp.ClientSession(headers=headers) as s:
+        for body in (b"not json", b"[1]", b'{"hours": "soon"}', b'{"hours": 1, "until": "2030-01-01T00:00:00Z"}'):
+            async with s.post(f"{hub.info['url']}/user/alice/gpu-reclaim/keep-alive", data=body) as r:
+                assert r.status == 400, (body, r.status, await r.text())
+                assert (await r.json())["message"], body
+    assert (await service_session(hub, api, "alice"))["intent_until"] == before

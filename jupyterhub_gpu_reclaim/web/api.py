@@ -36,7 +36,7 @@ class ApiBase(Base):
             raise web.HTTPError(400, "user=NAME is required")
         caller: dict[str, Any] = self.current_user
         if caller.get("kind") != "service" and caller.get("name") != user and not self.is_admin:
-            raise web.HTTPError(403, "a user may ask only about themselves")
+            raise web.HTTPError(403, "users may read only their own")
         return user
 
     def pagination(self) -> tuple[int, int, bool]:

@@ -336,6 +336,6 @@ async def test_stop_now_and_admin_reclaim_go_through_the_hub(hub, scene):
     assert status == 200 and body["queue"] == []
     for path in ("api/queue?user=alice", "api/reclaims?user=alice"):
         status, body = await c["bob"].json("GET", path)
-        assert status == 403 and "only about themselves" in body["message"], path
+        assert status == 403 and "only their own" in body["message"], path
     status, body = await c["bob"].json("GET", "api/queue")
     assert status == 400 and "user=NAME is required" in body["message"]

@@ -27,7 +27,7 @@ from ..policy_rules import PolicyRules
 from ..status import SessionStatus, WaitingServer
 from ..store import Store
 from ..durations import format_duration
-from ..timestamps import parse_time, utcnow
+from ..timestamps import parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import WriteLimiter
 from ..usage import daily_usage
@@ -291,7 +291,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         today = t.replace(hour=0, minute=0, second=0, microsecond=0)
         idle_hours = 0.0
         for s in sessions:
-            since = parse_time((s.get("evidence") or {}).get("idle_since"))
+            since = parse_time_lenient((s.get("evidence") or {}).get("idle_since"))
             if s.get("rule") in IDLE_RULES and since is not None:
                 idle_hours += s["gpus"] * max(0.0, (t - max(since, today)).total_seconds()) / 3600
         store = self.ctx.store

@@ -12,7 +12,7 @@ from markupsafe import Markup, escape
 
 from ..policy import IDLE_RULES
 from ..status import SPARK_WINDOW, SessionStatus
-from ..timestamps import UTC, format_time, parse_time, utcnow
+from ..timestamps import UTC, format_time, parse_time_lenient, utcnow
 from ..durations import format_duration
 from ..usage import freed_gpu_hours
 from ..wording import KEEPS, LOSES, expected_free, format_util
@@ -49,7 +49,7 @@ def reclaim_notice(r: Any) -> str:
     """What the hub's home page tells a user about the reclaim `r` of their server, until
     they have seen it."""
     server = f"Your server {r.session.split('/', 1)[1]!r}" if r.session.split("/", 1)[1] else "Your server"
-    since = parse_time((r.evidence or {}).get("idle_since"))
+    since = parse_time_lenient((r.evidence or {}).get("idle_since"))  # stored evidence: never trusted
     by = (r.evidence or {}).get("by")
     why = (f"its GPU was unused for {format_duration((r.t - since).total_seconds())}" if since is not None
            else f"{by} reclaimed it" if by else f"rule {r.rule}")
@@ -68,8 +68,11 @@ def iso(value: Any) -> Any:
 
 
 def hhmm(value: Any) -> str:
-    t = parse_time(value) if isinstance(value, str) else value
-    return t.astimezone(UTC).strftime("%H:%M UTC") if t else ""
+    """A time as "HH:MM UTC"; a string that is not a time as written, never an error."""
+    t = parse_time_lenient(value)
+    if t is None:
+        return "" if value is None else str(value)
+    return t.strftime("%H:%M UTC")
 
 
 #: an RFC 3339 instant inside free text (a decision's reason)
@@ -79,11 +82,11 @@ _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d
 def when(value: Any) -> Markup:
     """A time as the pages show it: a `<time>` holding the instant, "HH:MM UTC" as its text
     and the full UTC time on hover; the pages' script shows it in the browser's zone with
-    how soon or how long ago ("14:05 (in 18 min)")."""
-    t = parse_time(value) if isinstance(value, str) else value
+    how soon or how long ago ("14:05 (in 18 min)"). Anything that is not a time (a server
+    named like one, malformed stored evidence) is shown as written, escaped."""
+    t = parse_time_lenient(value)
     if t is None:
-        return Markup("")
-    t = t.astimezone(UTC)
+        return Markup("{}").format("" if value is None else value)
     text = hhmm(t) if abs(utcnow() - t) < dt.timedelta(hours=20) else t.strftime("%Y-%m-%d %H:%M UTC")
     return Markup('<time datetime="{}" title="{}">{}</time>').format(
         format_time(t), t.strftime("%Y-%m-%d %H:%M:%S UTC"), text)

@@ -267,3 +267,22 @@ def test_usage_chart_stacks_in_use_idle_and_freed_beside_the_queue():
     assert svg.count("<rect") == 2 * (3 + 1) + 4  # per day 3 layers and the queue's; the legend's four
     assert ": 0.00 GPU-hours in use, 16.00 GPU-hours idle, 20.00 GPU-hours freed</title>" in svg
     assert ">50</text>" in svg and ">25</text>" in svg  # a round top above the largest stack (36)
+
+
+def test_hostile_or_malformed_times_never_break_a_page():
+    """A server named like an instant out of range, or stored evidence that is not a time,
+    is shown as written (escaped), never a 500."""
+    import types
+
+    from jupyterhub_gpu_reclaim.web.render import hhmm, readable, reclaim_notice, when
+
+    out_of_range = "9999-12-31T23:59:59-23:59"
+    assert str(when(out_of_range)) == out_of_range and hhmm(out_of_range) == out_of_range
+    assert str(when("<b>noon</b>")) == "&lt;b&gt;noon&lt;/b&gt;"
+    assert out_of_range in str(readable(f"server {out_of_range} idle since 2026-11-02T13:00:00Z"))
+    assert str(readable(f"server {out_of_range}")).count("<time ") == 0
+    r = types.SimpleNamespace(session="ann/9999-12-31T23:59:59-23:59", evidence={"idle_since": "yesterday"},
+                              rule="gpu-idle", t=dt.datetime(2026, 11, 2, 13, tzinfo=dt.timezone.utc),
+                              finished_at=None)
+    text = reclaim_notice(r)
+    assert "Your server '9999-12-31T23:59:59-23:59' was stopped at" in text and "rule gpu-idle" in text

@@ -28,6 +28,12 @@ Precedence (first match wins):
 7. **Idleness**: "gpu-never-used" (Yale: warn 30 min, reclaim 60 min) or "gpu-idle"
    (Princeton/Yale: warn 60 min, reclaim 120 min), measured from the start of the idle
    episode (see below); on a shared GPU "shared-gpu-idle-kernels", with the idle timings.
+   "job-ended-unattended" (one warning shared with "gpu-idle"): an episode that began as
+   GPU work ended, when the last sign of a person in the work's last sample (the hub's,
+   a kernel's or a terminal's `last_activity`, or the intent's setting) came
+   `idle_reclaim_after` or more before it and no kernel or terminal moved since beyond
+   `JOB_END_SLACK`: warn `unattended_warn_after`, reclaim `unattended_reclaim_after`
+   after the work ended.
    A warning always comes first; the reclaim happens no earlier than `warning_lead` after
    it and no earlier than the `reclaim_at` the warning announced.
 
@@ -98,9 +104,13 @@ TOUCHED = 1.0
 
 # Rules whose warnings belong to an idle episode (cleared by activity or an intent).
 IDLE_RULES = frozenset({"gpu-never-used", "cpu-work-on-gpu", "gpu-idle", "intent-ended",
-                        "shared-gpu-idle-kernels"})
+                        "shared-gpu-idle-kernels", "job-ended-unattended"})
 # rules that share one warning: the same clock under another name
-_FAMILY = {"cpu-work-on-gpu": "gpu-never-used"}
+_FAMILY = {"cpu-work-on-gpu": "gpu-never-used", "job-ended-unattended": "gpu-idle"}
+# A finished cell sends its last messages as it ends, which moves the kernel's (and through
+# jupyterhub-singleuser's activity report, every 300 s, the hub's) last_activity: activity
+# this soon after the work ended is the job's own end, not someone there.
+JOB_END_SLACK = dt.timedelta(minutes=5)
 
 
 @overload
@@ -129,6 +139,18 @@ def _kernel_busy(sample: Sample) -> bool:
     return any(k.execution_state == "busy" for k in sample.kernels or ())
 
 
+def _last_seen(sample: Sample, *, hub: bool = True) -> dt.datetime | None:
+    """The latest sign of a person the sample shows — the hub's last_activity (a browser; with
+    `hub`), a kernel's or a terminal's — none later than the sample; None when the server did
+    not report its kernels or terminals (nobody can say)."""
+    if sample.kernels is None or sample.terminals is None:
+        return None
+    signs = [k.last_activity for k in sample.kernels] + list(sample.terminals)
+    if hub:
+        signs.append(sample.hub_last_activity)
+    return _latest(*(min(t, sample.t) for t in signs if t is not None))
+
+
 def _utils(samples: list[Sample], gpus: int, shared: bool) -> list[_Util]:
     """`_gpu_util` of each sample; on a shared GPU none is this session's own (an empty
     tuple: nothing to count), and a sample without kernel data is the missing data."""
@@ -147,6 +169,24 @@ def _worked_at(sample: Sample, shared: bool) -> dt.datetime | None:
         return None
     activity = [k.last_activity for k in sample.kernels or ()] + list(sample.terminals or ())
     return _latest(*(t for t in activity if t is not None and t <= sample.t))
+
+
+def _seen_before(h: _History, latest: Sample, episode_start: dt.datetime, cpu_counts: bool,
+                 intent: Intent | None) -> dt.datetime | None:
+    """When a person was last seen, for an idle episode that began as work ended (a job in a
+    cell or a terminal, the GPU busy): the signs of a person in the work's last sample, an
+    intent set, and a kernel or terminal active since (not the job's own end). None when the
+    episode began otherwise or nobody can say."""
+    ends = [x for x in (h.used_sample, h.busy_sample if cpu_counts else None) if x is not None]
+    end = max(ends, key=lambda x: x.t) if ends else None
+    if end is None or end.t != episode_start:
+        return None
+    seen, since = _last_seen(end), _last_seen(latest, hub=False)  # an open tab moves the hub's
+    if seen is None or since is None:
+        return None
+    if since > episode_start + JOB_END_SLACK:
+        seen = max(seen, since)
+    return _latest(seen, intent.set_at if intent else None)
 
 
 def _intent_end(intent: Intent, config: PolicyConfig, max_age_at: dt.datetime | None) -> dt.datetime:
@@ -225,6 +265,8 @@ class _History:
     """One pass over the samples: the landmarks the rules need."""
 
     last_used: dt.datetime | None = None  # any GPU >= threshold
+    used_sample: Sample | None = None  # the sample of `last_used`
+    busy_sample: Sample | None = None  # the latest sample with a busy kernel
     last_used_per_gpu: list[dt.datetime | None] = field(default_factory=list)
     last_touched: dt.datetime | None = None  # any GPU >= min(threshold, TOUCHED)
     last_busy: dt.datetime | None = None  # a busy kernel
@@ -247,6 +289,7 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
             h.window_samples += 1
         if _kernel_busy(s):
             h.last_busy = s.t  # later than any activity an earlier sample reported
+            h.busy_sample = s
         elif shared and (worked := _worked_at(s, shared)) is not None:
             h.last_busy = _latest(h.last_busy, worked)
         if isinstance(util, str):
@@ -255,7 +298,7 @@ def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConf
             if u >= touched:
                 h.last_touched = s.t
             if u >= threshold:
-                h.last_used = s.t
+                h.last_used, h.used_sample = s.t, s
                 h.last_used_per_gpu[i] = s.t
             top = h.window_max[i]
             if in_window and (top is None or u > top):
@@ -471,6 +514,16 @@ def decide(
             "gpu-idle", config.idle_warn_after, config.idle_reclaim_after)
         what = f"GPU idle since {since}{gap}"
     warn_at, reclaim_at = episode_start + warn_after, episode_start + reclaim_after
+    if rule == "gpu-idle" and (seen := _seen_before(h, latest, episode_start, cpu_counts, intent)) is not None:
+        evidence["last_seen"] = _iso(seen)
+        if seen <= episode_start - config.idle_reclaim_after and config.unattended_reclaim_after < reclaim_after:
+            # the work ran with nobody there for the whole idle window: whoever started it
+            # left longer ago than any lunch break, and nobody came since
+            rule = "job-ended-unattended"
+            warn_at = episode_start + min(warn_after, config.unattended_warn_after)
+            reclaim_at = episode_start + config.unattended_reclaim_after
+            what = (f"the work on this GPU ended at {since}{gap} with nobody there since "
+                    f"{seen.isoformat()}; keep it alive if you will come back to its results")
 
     # 6. intent: it holds the reclaim, not the idle clock; the user named the time
     if intent_end is not None and intent_end > episode_start:

@@ -62,6 +62,21 @@ class PolicyConfig:
         Princeton and Yale: 120 min.
         """)
 
+    unattended_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=30), """
+        Warn a session this long after its GPU work (a cell, a job in a terminal) ended
+        with nobody there (seconds or "30m"; rule "job-ended-unattended"): when the last
+        sign of a person (the browser, a cell, a terminal, a keep-alive) came
+        --idle-reclaim-after or more before the work ended, and none since. Default 30 min,
+        Yale's warning for a GPU nobody uses.
+        """)
+
+    unattended_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=60), """
+        Reclaim a session this long after its GPU work ended with nobody there (seconds or
+        "1h"; see --unattended-warn-after). Whoever started the work left longer ago than
+        --idle-reclaim-after, past any lunch break. Default 60 min, Yale's reclaim for a
+        GPU nobody uses.
+        """)
+
     warning_lead: dt.timedelta = _setting(dt.timedelta(minutes=15), """
         Minimum time between the first warning of an idle episode and the reclaim, so
         the user can answer it (seconds or "15m"). Default 15 min.
@@ -158,7 +173,7 @@ class PolicyConfig:
         for name in (
             "never_used_warn_after", "never_used_reclaim_after", "idle_warn_after",
             "idle_reclaim_after", "warning_lead", "max_keepalive", "cpu_timeout",
-            "intent_grace", "bridge_gaps_up_to",
+            "intent_grace", "bridge_gaps_up_to", "unattended_warn_after", "unattended_reclaim_after",
         ):
             positive(name)
         positive("stale_after", allow_zero=False)
@@ -169,6 +184,8 @@ class PolicyConfig:
             raise ValueError("never_used_warn_after must not exceed never_used_reclaim_after")
         if self.idle_warn_after > self.idle_reclaim_after:
             raise ValueError("idle_warn_after must not exceed idle_reclaim_after")
+        if self.unattended_warn_after > self.unattended_reclaim_after:
+            raise ValueError("unattended_warn_after must not exceed unattended_reclaim_after")
         for name in ("exempt_users", "exempt_groups", "exempt_profiles"):
             value = getattr(self, name)
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):

@@ -12,7 +12,7 @@ from markupsafe import Markup, escape
 
 from ..policy import IDLE_RULES
 from ..status import SPARK_WINDOW, SessionStatus
-from ..timestamps import UTC, format_time, parse_time_lenient, utcnow
+from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..durations import format_duration
 from ..usage import freed_gpu_hours
 from ..wording import KEEPS, LOSES, expected_free, format_util

@@ -149,6 +149,57 @@ def test_busy_kernel_keeps_silent_training():
     assert d.evidence["episode_cleared"] is True
 
 
+def silent_job(end: float, until: float, *, seen: float = 5, hub=None, after=None):
+    """A cell started at minute `seen` (the last sign of its user), the GPU busy and the
+    kernel busy until `end`, idle after; `hub(k)` the hub's last_activity at minute k
+    (default: where the user left it), `after` a kernel's activity after the end."""
+    out = []
+    for k in range(int(until) + 1):
+        busy = k <= end
+        act = at(seen) if busy or after is None or k < after else at(after)
+        out.append(Sample(at(k), (80.0 if busy else 0.0,), kernels=(Kernel("busy" if busy else "idle", act),),
+                          terminals=(), hub_last_activity=hub(k) if hub else at(seen)))
+    return tuple(out)
+
+
+def test_work_that_ended_with_nobody_there_is_reclaimed_an_hour_after_it_ended():
+    # started at minute 5, ran 4 h with nobody there: the user left 4 h ago, past any lunch
+    d = run(SessionView(session(), silent_job(245, 274)), at(274))
+    assert (d.action, d.rule) == ("keep", "job-ended-unattended")
+    d = run(SessionView(session(), silent_job(245, 275)), at(275))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(305))
+    assert d.evidence["last_seen"] == at(5).isoformat() and d.evidence["idle_since"] == at(245).isoformat()
+    assert "with nobody there" in d.reason and "keep it alive" in d.reason
+    view = SessionView(session(), silent_job(245, 305), warnings=(warned("job-ended-unattended", 275, 305),))
+    assert (run(view, at(305)).action, run(view, at(305)).rule) == ("reclaim", "job-ended-unattended")
+
+
+def test_the_jobs_own_end_is_not_someone_there():
+    # the cell's last messages move the kernel's last_activity as it ends, and the hub's
+    # with the next activity report (up to 5 min later)
+    s = silent_job(245, 275, after=246, hub=lambda k: at(5) if k < 249 else at(249))
+    d = run(SessionView(session(), s), at(275))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(305))
+
+
+@pytest.mark.parametrize("case", ["short job", "open tab", "came back", "kernels unknown"])
+def test_work_that_ended_with_someone_near_keeps_the_idle_rule(case):
+    if case == "short job":  # a 1 h 50 min cell, then lunch: someone may be back soon
+        s, end, expect = silent_job(115, 300), 115, ("gpu-idle", at(115 + 120))
+    elif case == "open tab":  # a browser on the session throughout: nobody can say
+        s, end, expect = silent_job(245, 400, hub=at), 245, ("gpu-idle", at(245 + 120))
+    elif case == "came back":  # a cell run 30 min after the job: someone is there
+        s, end, expect = silent_job(245, 400, after=275), 245, ("gpu-idle", at(245 + 120))
+    else:  # the server did not report its kernels when the work ended
+        s, end = silent_job(245, 400), 245
+        s = tuple(dataclasses.replace(x, kernels=None) if x.t == at(end) else x for x in s)
+        expect = ("gpu-idle", at(245 + 120))
+    rule, reclaim = expect
+    warn_at = next(at(k) for k in range(end, 400) if run(SessionView(session(), s[:k + 1]), at(k)).action == "warn")
+    d = run(SessionView(session(), s[:int((warn_at - START).total_seconds() // 60) + 1]), warn_at)
+    assert (d.rule, d.reclaim_at) == (rule, reclaim), case
+
+
 def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
     # a cell every few minutes, the GPU never touched: Yale's never-used rule applies anyway
     def kernels(k):
@@ -582,7 +633,7 @@ def views(draw, gpus=None):
         Warning(sess.id, at(wt), rule, at(wt + lead))
         for wt, rule, lead in draw(st.lists(st.tuples(
             st.integers(0, 500), st.sampled_from(["gpu-idle", "gpu-never-used", "cpu-work-on-gpu",
-                                                  "intent-ended", "max-age"]),
+                                                  "intent-ended", "max-age", "job-ended-unattended"]),
             st.integers(0, 60)), max_size=3)))
     return SessionView(sess, tuple(out), intent, tuple(sorted(warnings, key=lambda w: w.t)))
 

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import venv
 import zipfile
 from pathlib import Path
 
@@ -108,31 +109,34 @@ def test_the_extension_travels_once_in_the_lab_wheel(wheels):
 
 
 def test_the_installed_lab_wheel_is_what_jupyter_finds(wheels, tmp_path):
-    """Installed alone (into a prefix of its own), jupyter-server finds and validates the
-    server extension from the wheel's code and config, and JupyterLab the prebuilt frontend."""
+    """Installed alone into an environment of its own (which sees this one's jupyter-server
+    and JupyterLab, as a user image has them), jupyter-server finds and validates the server
+    extension from the wheel's code and config, and JupyterLab the prebuilt frontend."""
     lab = wheels["jupyterhub-gpu-reclaim-lab"]
-    prefix = tmp_path / "prefix"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--prefix", str(prefix),
+    env_dir = tmp_path / "image"
+    venv.create(env_dir, with_pip=False)
+    python = str(env_dir / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    # this environment's libraries after the image's own (its editable install of lab/ stays out:
+    # a path a .pth file adds has its own .pth files ignored)
+    (site / "test-environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--prefix", str(env_dir),
                     str(lab.path)], check=True, timeout=120)
-    site = Path(sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)}))
-    env = {**os.environ, "PYTHONPATH": str(site), "JUPYTER_PATH": str(prefix / "share" / "jupyter"),
-           "JUPYTER_CONFIG_PATH": str(prefix / "etc" / "jupyter"), "NO_COLOR": "1"}
-    probe = subprocess.run([sys.executable, "-c", "import jupyterhub_gpu_reclaim_lab as m; print(m.__file__)"],
-                           env=env, capture_output=True, text=True, check=True)
-    assert Path(probe.stdout.strip()).is_relative_to(site)
 
-    def jupyter(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "jupyter", *args], env=env, capture_output=True, text=True,
-                              timeout=120, check=True)
+    def run(*args: str) -> str:
+        done = subprocess.run([python, *args], capture_output=True, text=True, timeout=120, check=True,
+                              env={k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))})
         return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
 
-    servers = jupyter("server", "extension", "list")
-    section = servers.split(f"Config dir: {prefix / 'etc' / 'jupyter'}", 1)[1].split("Config dir:", 1)[0]
-    assert re.search(r"jupyterhub_gpu_reclaim_lab enabled\s+- Validating jupyterhub_gpu_reclaim_lab\.\.\.\s+"
-                     r"jupyterhub_gpu_reclaim_lab\s+\S+ OK", section), servers
-    labs = jupyter("labextension", "list")
-    section = labs.split(str(prefix / "share" / "jupyter" / "labextensions"), 1)[1]
-    assert re.match(rf"\s+{LABEXTENSION} v{re.escape(lab.metadata['Version'])} enabled OK", section), labs
+    assert Path(run("-c", "import jupyterhub_gpu_reclaim_lab as m; print(m.__file__)").strip()).is_relative_to(site)
+    servers = run("-m", "jupyter_server.extension.serverextension", "list")
+    section = servers.split(f"Config dir: {env_dir / 'etc' / 'jupyter'}\n", 1)[1].split("Config dir:", 1)[0]
+    assert re.match(r"\s+jupyterhub_gpu_reclaim_lab enabled\s+- Validating jupyterhub_gpu_reclaim_lab\.\.\.\s+"
+                    rf"jupyterhub_gpu_reclaim_lab {re.escape(lab.metadata['Version'])} OK\s*$", section), servers
+    labs = run("-m", "jupyterlab.labextensions", "list")
+    section = labs.split(str(env_dir / "share" / "jupyter" / "labextensions"), 1)[1]
+    assert re.match(rf"\s+{LABEXTENSION} v{re.escape(lab.metadata['Version'])} enabled OK\s*$", section), labs
 
 
 def test_one_version_and_the_lab_words_are_the_hub_sides(wheels):

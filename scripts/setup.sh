@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian 12 machine needs for the demo and the tests: Debian packages,
-# a virtualenv with the package and its test extras, configurable-http-proxy, and a second
+# a virtualenv with the package and its test extras (and the JupyterLab extension's
+# distribution, lab/, for the single-user servers), configurable-http-proxy, and a second
 # virtualenv with the z2jh chart's hub image (JupyterHub 5.5) plus the package, from which
 # `make test` runs a JupyterHub 5 for the hub-facing tests.
 # Safe to run again: each step is skipped when already done.
@@ -39,20 +40,26 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 stamp="$VENV/.setup-stamp"
-want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
+want=$(cat setup.cfg pyproject.toml lab/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: installing the package and its test dependencies into $VENV"
+  echo "setup: installing the package, its test dependencies and the JupyterLab extension into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -e ".[test]"
+  # the demo extra names jupyterhub-gpu-reclaim-lab: the same command installs it from lab/
+  "$VENV/bin/python" -m pip install -q -e ./lab -e ".[test]"
   echo "$want" > "$stamp"
 fi
 
 # The JupyterLab extension (labextension/, docs/lab.md): its npm packages when
 # package-lock.json changed, its build when its sources or JupyterLab changed, and the build
 # linked where the venv's jupyter-server finds it (as `jupyter labextension develop` links
-# it: a rebuild needs no reinstall). The wheel ships the same build as data files.
+# it: a rebuild needs no reinstall), with the config that enables its server side (an
+# editable install installs no data files). lab/'s wheel ships both as data files.
 LAB=labextension
-LAB_BUILD=jupyterhub_gpu_reclaim/labext/labextensions/jupyterhub-gpu-reclaim
+LAB_BUILD=lab/jupyterhub_gpu_reclaim_lab/labextensions/jupyterhub-gpu-reclaim
+LAB_CONFIG=lab/jupyter-config/jupyter_server_config.d/jupyterhub_gpu_reclaim_lab.json
+# the build's place before the extension had its own distribution (lab/)
+rm -rf jupyterhub_gpu_reclaim/labext/labextensions jupyterhub_gpu_reclaim/labext/__pycache__
+rmdir jupyterhub_gpu_reclaim/labext 2>/dev/null || true
 want=$(sha256sum "$LAB/package-lock.json" | cut -d' ' -f1)
 if [ "$(cat "$LAB/node_modules/.setup-stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the JupyterLab extension's npm packages (npm ci)"
@@ -72,6 +79,11 @@ if [ "$(readlink "$labext_dir" 2>/dev/null)" != "$PWD/$LAB_BUILD" ]; then
   mkdir -p "$(dirname "$labext_dir")"
   rm -rf "$labext_dir"
   ln -s "$PWD/$LAB_BUILD" "$labext_dir"
+fi
+labext_config="$VENV/etc/jupyter/jupyter_server_config.d/$(basename "$LAB_CONFIG")"
+if [ "$(readlink "$labext_config" 2>/dev/null)" != "$PWD/$LAB_CONFIG" ]; then
+  mkdir -p "$(dirname "$labext_config")"
+  ln -sf "$PWD/$LAB_CONFIG" "$labext_config"
 fi
 
 # The chart's hub image: its requirements, then the package installed as

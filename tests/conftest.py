@@ -22,6 +22,7 @@ from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, REPO
 from .hubapi import HubAPI
 
 HUB_PYTHON = sys.executable
+LAB = REPO / "lab"  # the JupyterLab extension's distribution, jupyterhub-gpu-reclaim-lab
 HUB_VERSION = ""  # the hub environment's JupyterHub (pytest_configure)
 
 
@@ -78,10 +79,10 @@ def sim(tmp_path_factory):
 
 def lab_paths() -> dict[str, str]:
     """A single-user server's environment for the JupyterLab extension of the worktree: what
-    an installed wheel gives it (docs/lab.md), its code, its build (scripts/setup.sh) and the
+    its wheel gives it (lab/, docs/lab.md), its code, its build (scripts/setup.sh) and the
     config that enables its server side. Pods see the worktree (not the tests' /tmp)."""
-    return {"PYTHONPATH": str(REPO), "JUPYTER_PATH": str(REPO / "jupyterhub_gpu_reclaim" / "labext"),
-            "JUPYTER_CONFIG_PATH": str(REPO / "jupyter-config")}
+    return {"PYTHONPATH": str(LAB), "JUPYTER_PATH": str(LAB / "jupyterhub_gpu_reclaim_lab"),
+            "JUPYTER_CONFIG_PATH": str(LAB / "jupyter-config")}
 
 
 def start_test_hub(workdir, config, sim, env=None):

@@ -1,4 +1,4 @@
-"""The JupyterLab extension (labextension/ and jupyterhub_gpu_reclaim/labext) in Chromium, on
+"""The JupyterLab extension (labextension/ and lab/jupyterhub_gpu_reclaim_lab) in Chromium, on
 the real hub + simulated cluster + service, its servers wired as docs/lab.md says
 (tests/lab/jupyterhub_config_lab.py).
 
@@ -22,9 +22,9 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Page, expect
 
-from jupyterhub_gpu_reclaim.labext import LABEXTENSION
+from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
-from ..conftest import REPO, lab_paths
+from ..conftest import LAB, lab_paths
 from ..hubapi import HubAPI
 from ..service.common import until
 from ..web.common import Client, start_web_hub, user_token
@@ -33,7 +33,7 @@ from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (bro
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 HERE = Path(__file__).parent
-BUILD = REPO / "jupyterhub_gpu_reclaim" / "labext" / "labextensions" / LABEXTENSION  # scripts/setup.sh
+BUILD = LAB / "jupyterhub_gpu_reclaim_lab" / "labextensions" / LABEXTENSION  # scripts/setup.sh
 GPU = "gpu-1"
 UTC = dt.timezone.utc
 STATUS = ".jp-GpuReclaim-status"

@@ -1,12 +1,16 @@
 """The JupyterLab extension's server side, loaded by the single-user server (jupyter-server):
 `gpu-reclaim/status`, `gpu-reclaim/keep-alive` and `gpu-reclaim/stop` under the server's
 base URL, answered by calling the reclaim service with the server's own hub token. The
-frontend (labextension/ in the repository, built into `labextension/` here) reads them.
-Imported only by a single-user server: nothing else in the package imports it."""
+frontend (labextension/ in the repository, built into `labextensions/` here) reads them.
+Its own distribution, jupyterhub-gpu-reclaim-lab (lab/pyproject.toml), for the user image:
+it imports nothing of jupyterhub_gpu_reclaim, the hub-side package."""
 
 from __future__ import annotations
 
 from typing import Any
+
+#: the release, the same as jupyterhub_gpu_reclaim.__version__ (tests/packaging checks it)
+__version__ = "0.1.0"
 
 #: the npm package's name: the folder under share/jupyter/labextensions
 LABEXTENSION = "jupyterhub-gpu-reclaim"
@@ -17,7 +21,7 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "jupyterhub_gpu_reclaim.labext"}]
+    return [{"module": "jupyterhub_gpu_reclaim_lab"}]
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

@@ -24,9 +24,9 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
-from ..wording import KEEPS, LOSES, format_util
+from .wording import KEEPS, LOSES, format_util
 
-log = logging.getLogger("jupyterhub_gpu_reclaim.labext")
+log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
 
 #: the service's URL as the single-user servers reach it (the spawner's environment)
 URL_ENV = "JUPYTERHUB_GPU_RECLAIM_URL"

@@ -12,6 +12,7 @@ Where the service is not configured, not reachable or refuses the token, `status
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -24,14 +25,14 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
-from ..wording import KEEPS, LOSES, format_util
+from ..wording import KEEPS, LOSES, format_util, spark_label
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.labext")
 
 #: the service's URL as the single-user servers reach it (the spawner's environment)
 URL_ENV = "JUPYTERHUB_GPU_RECLAIM_URL"
 #: the session fields the frontend reads (the service's API has more)
-FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until")
+FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until", "idle_threshold")
 #: states in which the GPU is idle and `idle_since` means something
 IDLE_STATES = ("idle", "warned")
 
@@ -126,8 +127,22 @@ class StatusHandler(Handler):
             session["util"] = format_util(own.get("util_now"))
             session["idle_since"] = ((own.get("evidence") or {}).get("idle_since")
                                      if own.get("state") in IDLE_STATES else None)
+            session.update(sparkline(own, answer.get("spark_window_seconds")))
         self.finish({"available": True, "session": session, "keeps": KEEPS, "loses": LOSES,
                      "max_keepalive_seconds": answer.get("max_keepalive_seconds")})
+
+
+def sparkline(own: dict, window_seconds: Any) -> dict[str, Any]:
+    """The session's utilization over the service's sparkline window, as the user page draws
+    it: `spark` (percent per slice, oldest first, null: no data) and its words, `spark_label`
+    (none: the service gave no series, as an older service would)."""
+    values = own.get("spark")
+    if not isinstance(values, list) or not isinstance(window_seconds, (int, float)):
+        return {"spark": [], "spark_label": ""}
+    values = [v if isinstance(v, (int, float)) else None for v in values]
+    threshold = own.get("idle_threshold")
+    threshold = threshold if isinstance(threshold, (int, float)) else None
+    return {"spark": values, "spark_label": spark_label(values, threshold, dt.timedelta(seconds=window_seconds))}
 
 
 class KeepAliveHandler(Handler):

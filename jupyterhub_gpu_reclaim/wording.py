@@ -37,3 +37,13 @@ def expected_free(at: dt.datetime, now: dt.datetime) -> str:
     """What a user waiting for a GPU is told when scheduled reclaims will free one (the
     spawn progress, the user page): "a GPU is expected to be free in about 3 min"."""
     return f"a GPU is expected to be free in about {format_duration(max(dt.timedelta(minutes=1), at - now))}"
+
+
+def spark_label(values: list[float | None], threshold: float | None, window: dt.timedelta) -> str:
+    """What a utilization sparkline says to a screen reader and on hover (the service's pages,
+    the JupyterLab status bar): "GPU utilization over the last 2 h, latest 3 %; idle below 1 %"."""
+    last = next((v for v in reversed(values) if v is not None), None)
+    hours = f"{window.total_seconds() / 3600:g} h"
+    label = (f"GPU utilization over the last {hours}, latest {format_util(last)}" if last is not None
+             else f"no GPU data in the last {hours}")
+    return label + (f"; idle below {format_util(threshold)}" if threshold is not None else "")

@@ -12,8 +12,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tornado import web
 
+from ..status import SPARK_WINDOW
 from ..timestamps import format_time, utcnow
 from ..usage import daily_usage
+from ..wording import KEEPS, LOSES
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
 from .render import csv_cell, iso, reclaim_json, session_json
@@ -106,6 +108,8 @@ class SessionsApi(ApiBase):
         self.write_json({"user": self.user_name, "t": self.ctx.controls.status().t,
                          "dry_run": self.ctx.dry_run,
                          "max_keepalive_seconds": self.ctx.max_keepalive.total_seconds(),
+                         "spark_window_seconds": SPARK_WINDOW.total_seconds(),
+                         "keeps": KEEPS, "loses": LOSES,
                          "sessions": [session_json(s, t) for s in self.my_sessions().values()],
                          "waiting": [q.to_dict() for q in self.my_queue()], "reclaims": self.user_reclaims()})
 

@@ -15,7 +15,7 @@ from ..status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..durations import format_duration
 from ..usage import freed_gpu_hours
-from ..wording import KEEPS, LOSES, expected_free, format_util
+from ..wording import KEEPS, LOSES, expected_free, format_util, spark_label
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -125,7 +125,9 @@ def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
     """A session as the API and the admin page give it: its status (without the server's
     URL) and its state."""
     kind, text = state_of(info, now)
-    return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind, "state_text": text}
+    return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind, "state_text": text,
+            "util_text": format_util(info.util_now),
+            "spark_label": spark_label(info.spark, info.idle_threshold, SPARK_WINDOW)}
 
 
 def sparkline(values: list[float | None], threshold: float | None = None, width: int = 120,
@@ -153,13 +155,9 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
     lines = "".join(f'<polyline points="{" ".join(s)}" fill="none" stroke="currentColor" stroke-width="1.5"/>'
                     if len(s) > 1 else '<circle cx="{}" cy="{}" r="1.5" fill="currentColor"/>'.format(*s[0].split(","))
                     for s in segments if s)
-    last = next((v for v in reversed(values) if v is not None), None)
-    hours = f"{SPARK_WINDOW.total_seconds() / 3600:g} h"
-    label = (f"GPU utilization over the last {hours}, latest {format_util(last)}" if last is not None
-             else f"no GPU data in the last {hours}")
+    label = spark_label(values, threshold, SPARK_WINDOW)
     idle = ""
     if threshold is not None:
-        label += f"; idle below {format_util(threshold)}"
         idle = (f'<line class="idle-threshold" x1="0" x2="{width}" y1="{y(threshold):.1f}" y2="{y(threshold):.1f}" '
                 f'stroke="#dc3545" stroke-width="1" stroke-dasharray="3 2"/>')
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '

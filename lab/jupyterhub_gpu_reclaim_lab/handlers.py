@@ -24,14 +24,13 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
-from .wording import KEEPS, LOSES, format_util
 
 log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
 
 #: the service's URL as the single-user servers reach it (the spawner's environment)
 URL_ENV = "JUPYTERHUB_GPU_RECLAIM_URL"
 #: the session fields the frontend reads (the service's API has more)
-FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until")
+FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until", "idle_threshold")
 #: states in which the GPU is idle and `idle_since` means something
 IDLE_STATES = ("idle", "warned")
 
@@ -123,11 +122,24 @@ class StatusHandler(Handler):
         session = None
         if own is not None:
             session = {k: own.get(k) for k in FIELDS}
-            session["util"] = format_util(own.get("util_now"))
+            session["util"] = own.get("util_text") or ""
             session["idle_since"] = ((own.get("evidence") or {}).get("idle_since")
                                      if own.get("state") in IDLE_STATES else None)
-        self.finish({"available": True, "session": session, "keeps": KEEPS, "loses": LOSES,
+            session.update(sparkline(own))
+        # the words come from the service, their one home, whatever version it runs
+        self.finish({"available": True, "session": session, "keeps": answer.get("keeps") or "",
+                     "loses": answer.get("loses") or "",
                      "max_keepalive_seconds": answer.get("max_keepalive_seconds")})
+
+
+def sparkline(own: dict) -> dict[str, Any]:
+    """The session's utilization over the service's sparkline window, as the user page draws
+    it: `spark` (percent per slice, oldest first, null: no data) and its words, `spark_label`
+    (none: the service gave no series, as an older service would)."""
+    values, label = own.get("spark"), own.get("spark_label")
+    if not isinstance(values, list) or not isinstance(label, str):
+        return {"spark": [], "spark_label": ""}
+    return {"spark": [v if isinstance(v, (int, float)) else None for v in values], "spark_label": label}
 
 
 class KeepAliveHandler(Handler):

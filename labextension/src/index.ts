@@ -1,7 +1,8 @@
 /**
  * The session's GPU state inside JupyterLab: a status bar item ("GPU idle 42 min · stopped
- * at 14:05 unless used") and, while the reclaim service warns, a notification with Keep
- * alive 2 h, Keep alive until… and Stop and free the GPU.
+ * at 14:05 unless used", and a sparkline of the GPU's last two hours) and, while the reclaim
+ * service warns, a notification with Keep alive 2 h, Keep alive until… and Stop and free the
+ * GPU.
  *
  * Everything goes through this server's own extension (`gpu-reclaim/…` under the server's
  * base URL), which calls the service with the server's token: the browser holds no new
@@ -17,6 +18,12 @@ import { Widget } from '@lumino/widgets';
 /** How often the state is read (the service answers from memory; one cycle is ~30 s). */
 const POLL_MS = 10_000;
 const KEEP_HOURS = 2;
+/** How the status bar and the notification write an idleness shorter than a minute. */
+const UNDER_A_MINUTE = '<1 min';
+/** The sparkline's size in the status bar (24 px high). */
+const SPARK_WIDTH = 60;
+const SPARK_HEIGHT = 16;
+const SVG = 'http://www.w3.org/2000/svg';
 
 /** What `GET gpu-reclaim/status` answers (jupyterhub_gpu_reclaim/labext/handlers.py). */
 interface ISession {
@@ -27,6 +34,9 @@ interface ISession {
   reclaim_at: string | null;
   intent_until: string | null;
   exempt_until: string | null;
+  spark: (number | null)[]; // percent per slice of the service's window, oldest first
+  spark_label: string; // "GPU utilization over the last 2 h, latest 3 %; idle below 1 %"
+  idle_threshold: number | null; // percent, drawn dashed
 }
 
 interface IStatus {
@@ -47,11 +57,65 @@ function utc(iso: string): string {
   return new Date(iso).toISOString().slice(0, 16).replace('T', ' ') + ' UTC';
 }
 
-/** "42 min", "2 h 5 min" since `iso`. */
+/** "<1 min", "42 min", "2 h 5 min" since `iso`. */
 function ago(iso: string): string {
   const minutes = Math.max(0, Math.floor((Date.now() - new Date(iso).getTime()) / 60_000));
   const h = Math.floor(minutes / 60);
-  return h ? `${h} h ${minutes % 60} min` : `${minutes} min`;
+  return h ? `${h} h ${minutes % 60} min` : minutes ? `${minutes} min` : UNDER_A_MINUTE;
+}
+
+function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>): SVGElementTagNameMap[K] {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    node.setAttribute(k, String(v));
+  }
+  return node;
+}
+
+/**
+ * The session's utilization as the service's user page draws it (web/render.py `sparkline`):
+ * oldest left, gaps where there is no data, a lone sample as a dot, the idle threshold
+ * dashed, a baseline. Null where there is no series. Built from numbers only (no markup).
+ */
+export function sparkline(s: ISession): SVGSVGElement | null {
+  const values = s.spark ?? [];
+  if (!values.length) {
+    return null;
+  }
+  const [w, h] = [SPARK_WIDTH, SPARK_HEIGHT];
+  const step = w / Math.max(1, values.length - 1);
+  const y = (v: number) => (h - 1 - (Math.min(100, Math.max(0, v)) / 100) * (h - 2)).toFixed(1);
+  const root = svg('svg', { class: 'jp-GpuReclaim-spark', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img' });
+  root.setAttribute('aria-label', s.spark_label);
+  const title = svg('title', {});
+  title.textContent = s.spark_label; // the hover text of the sparkline itself
+  root.appendChild(title);
+  root.appendChild(svg('line', { x1: 0, x2: w, y1: h - 0.5, y2: h - 0.5, class: 'jp-GpuReclaim-spark-base' }));
+  if (typeof s.idle_threshold === 'number') {
+    const t = y(s.idle_threshold);
+    root.appendChild(
+      svg('line', { x1: 0, x2: w, y1: t, y2: t, class: 'jp-GpuReclaim-spark-threshold', 'stroke-dasharray': '3 2' })
+    );
+  }
+  const segments: string[][] = [[]];
+  values.forEach((v, i) => {
+    if (v === null) {
+      if (segments[segments.length - 1].length) {
+        segments.push([]);
+      }
+    } else {
+      segments[segments.length - 1].push(`${(i * step).toFixed(1)},${y(v)}`);
+    }
+  });
+  for (const points of segments.filter(p => p.length)) {
+    if (points.length > 1) {
+      root.appendChild(svg('polyline', { points: points.join(' '), fill: 'none', stroke: 'currentColor', 'stroke-width': 1.5 }));
+    } else {
+      const [cx, cy] = points[0].split(',');
+      root.appendChild(svg('circle', { cx, cy, r: 1.5, fill: 'currentColor' }));
+    }
+  }
+  return root;
 }
 
 /** The status bar's text and hover text for a session (null: nothing to show). */
@@ -149,6 +213,8 @@ class GpuReclaim {
     this.settings = settings;
     this.item = new Widget();
     this.item.addClass('jp-GpuReclaim-status');
+    this.text.className = 'jp-GpuReclaim-text';
+    this.item.node.append(this.text, this.spark);
     this.item.hide();
     if (statusBar) {
       statusBar.registerStatusItem('jupyterhub-gpu-reclaim:status', {
@@ -176,7 +242,10 @@ class GpuReclaim {
     const session = status.available ? status.session ?? null : null;
     const shown = session ? describe(session) : null;
     if (shown) {
-      this.item.node.textContent = shown.text;
+      this.text.textContent = shown.text;
+      const spark = sparkline(session!) ?? document.createElement('span');
+      this.spark.replaceWith(spark);
+      this.spark = spark;
       this.item.node.title =
         session!.state === 'warned' && status.keeps
           ? `${shown.title}. A stop keeps ${status.keeps}; it loses ${status.loses}.`
@@ -277,6 +346,8 @@ class GpuReclaim {
 
   private readonly settings: ServerConnection.ISettings;
   private readonly item: Widget;
+  private readonly text = document.createElement('span');
+  private spark: Element = document.createElement('span'); // an empty span: no series
   private status: IStatus = { available: false };
   private warningId: string | null = null;
   private warningFor: string | null = null;

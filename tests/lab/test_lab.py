@@ -2,9 +2,11 @@
 the real hub + simulated cluster + service, its servers wired as docs/lab.md says
 (tests/lab/jupyterhub_config_lab.py).
 
-alice's GPU server shows its GPU state in the status bar; her never-used GPU is warned and
-JupyterLab raises the notification; Keep alive 2 h records the intent (the service's API
-shows it) and the notification goes away. bob's warned server is stopped from the
+alice's GPU server shows its GPU state in the status bar, with a sparkline of the last two
+hours and the idle threshold dashed; her never-used GPU is warned and JupyterLab raises the
+notification; Keep alive 2 h records the intent (the service's API and its admin page show
+it) and the notification goes away. carol's first minute of idleness reads "idle <1 min";
+her warning goes away by itself once her GPU is used again. bob's warned server is stopped from the
 notification's Stop and free the GPU, through the hub; frank keeps his until a time, which
 must be within the service's cap. dave's server is not told where the
 service is: no status, no notification. The extension's polling is not the server's activity,
@@ -27,7 +29,7 @@ from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 from ..conftest import LAB, lab_paths
 from ..hubapi import HubAPI
 from ..service.common import until
-from ..web.common import Client, start_web_hub, user_token
+from ..web.common import PREFIX, Client, start_web_hub, user_token
 from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (browser: a fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -37,6 +39,8 @@ BUILD = LAB / "jupyterhub_gpu_reclaim_lab" / "labextensions" / LABEXTENSION  # s
 GPU = "gpu-1"
 UTC = dt.timezone.utc
 STATUS = ".jp-GpuReclaim-status"
+SPARK = f"{STATUS} svg.jp-GpuReclaim-spark"
+SPARK_HEIGHT = 16  # labextension/src/index.ts
 WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
 
 
@@ -106,7 +110,28 @@ async def test_status_bar_shows_the_gpu_state(hub, api, alice):
     await until(lambda: service_session(hub, api, "alice"), 30, "the service sees alice's session")
     status = await server_get(hub, api, "alice", "gpu-reclaim/status")
     assert status["available"] is True and status["session"]["gpus"] == 1, status
-    await expect(alice.locator(STATUS)).to_have_text(re.compile(r"^GPU (idle \d+ min|\d)"), timeout=30_000)
+    await expect(alice.locator(STATUS)).to_have_text(re.compile(r"^GPU (idle (<1|\d+) min|\d)"), timeout=30_000)
+
+
+async def test_status_bar_draws_the_last_two_hours_with_the_idle_threshold(hub, api, alice):
+    """The series the service's API gives (`spark`, the user page's sparkline), drawn in the
+    browser: the never-used GPU's 0 % as a line (or a dot while there is one sample), the
+    session's idle threshold as a dashed line at its height, the words for a screen reader."""
+    own = await until(lambda: service_session(hub, api, "alice"), 30, "the service sees alice's session")
+    status = (await server_get(hub, api, "alice", "gpu-reclaim/status"))["session"]
+    assert len(status["spark"]) == len(own["spark"]) == 60, status
+    assert status["idle_threshold"] == own["idle_threshold"] is not None
+    threshold = own["idle_threshold"]
+    spark = alice.locator(SPARK)
+    await expect(spark).to_have_attribute("aria-label", re.compile(
+        rf"^GPU utilization over the last 2 h, latest 0 %; idle below {threshold:g} %$"), timeout=30_000)
+    await expect(spark.locator("polyline, circle").first).to_be_attached()
+    dashed = spark.locator("line.jp-GpuReclaim-spark-threshold")
+    await expect(dashed).to_have_attribute("stroke-dasharray", "3 2")
+    # as web/render.py places it: 0 % at the bottom, 100 % at the top
+    expected_y = SPARK_HEIGHT - 1 - threshold / 100 * (SPARK_HEIGHT - 2)
+    assert abs(float(await dashed.get_attribute("y1")) - expected_y) <= 0.05
+    await alice.locator("#jp-main-statusbar").screenshot(path=str(IMG / "lab-sparkline.png"))
 
 
 async def test_polling_the_state_is_not_the_servers_activity(hub, api):
@@ -122,7 +147,7 @@ async def test_polling_the_state_is_not_the_servers_activity(hub, api):
     await api.stop("erin")
 
 
-async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice):
+async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice, browser):  # noqa: F811
     await until(lambda: warned(hub, api, "alice"), 60, "alice's GPU session is warned")
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at \d\d:\d\d unless used"),
                                                      timeout=30_000)
@@ -142,6 +167,24 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     assert session["state"] == "kept"
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"kept alive until \d\d:\d\d"), timeout=30_000)
     await alice.locator("#jp-main-statusbar").screenshot(path=str(IMG / "lab-status-bar.png"))
+    await admin_page_shows_the_intent(hub, browser, "alice/", session["intent_until"])
+
+
+async def admin_page_shows_the_intent(hub, browser, session: str, intent_until: str) -> None:  # noqa: F811
+    """The service's admin page, opened by the hub's admin in the browser: the session's row
+    is kept, its Intent column holds the kept time, and it offers Clear intent."""
+    page = await new_page(browser)
+    try:
+        await log_in(page, hub.info["url"], "admin")
+        await page.goto(f"{hub.info['url']}{PREFIX}admin")
+        row = page.locator(f'#sessions tr[data-session="{session}"]')
+        await expect(row).to_have_class(re.compile(r"\bstate-kept\b"))
+        await expect(row.locator(".state-text")).to_contain_text("kept alive until")
+        intent = (await page.locator("#sessions thead th").all_inner_texts()).index("Intent")
+        await expect(row.locator("td").nth(intent).locator(f'time[datetime="{intent_until}"]')).to_have_count(1)
+        await expect(row.get_by_role("button", name="Clear intent")).to_be_visible()
+    finally:
+        await page.context.close()
 
 
 async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser):  # noqa: F811
@@ -181,6 +224,53 @@ async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):  # noq
         assert dt.datetime.fromisoformat(session["intent_until"].replace("Z", "+00:00")) == target
     finally:
         await page.context.close()
+
+
+async def lab_page(hub, browser, user: str) -> Page:  # noqa: F811
+    """A new browser's JupyterLab on the user's running server."""
+    page = await new_page(browser)
+    await log_in(page, hub.info["url"], user)
+    await page.goto(f"{hub.info['url']}/user/{user}/lab")
+    await expect(page.locator("#jp-main-statusbar")).to_be_visible(timeout=60_000)
+    return page
+
+
+async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, browser):  # noqa: F811
+    """Not "idle 0 min": the browser's clock is set to 20 s after the service's idle_since,
+    then to 5 min after it (the status bar counts from the browser's clock)."""
+    page = await open_lab(hub, api, browser, "carol")
+    try:
+        await until(lambda: warned(hub, api, "carol"), 60, "carol's GPU session is warned")
+        idle_since = (await server_get(hub, api, "carol", "gpu-reclaim/status"))["session"]["idle_since"]
+        since = dt.datetime.fromisoformat(idle_since.replace("Z", "+00:00"))
+        await page.clock.set_fixed_time(since + dt.timedelta(seconds=20))
+        await expect(page.locator(STATUS)).to_have_text(re.compile(r"^GPU idle <1 min · stopped at"), timeout=30_000)
+        toast = page.locator(".Toastify__toast", has_text=WARNING)
+        await expect(toast).to_contain_text("Your GPU has been idle for <1 min:", timeout=30_000)
+        await page.locator("#jp-main-statusbar").screenshot(path=str(IMG / "lab-idle-under-a-minute.png"))
+        await page.clock.set_fixed_time(since + dt.timedelta(minutes=5, seconds=10))
+        await expect(page.locator(STATUS)).to_have_text(re.compile(r"^GPU idle 5 min · stopped at"), timeout=30_000)
+    finally:
+        await page.context.close()
+
+
+async def test_the_notification_goes_away_when_the_gpu_is_used_again(hub, api, browser):  # noqa: F811
+    """carol's warned server (the test before) uses its GPU from a kernel: the service clears
+    the warning and the notification closes by itself, seen by polling the page."""
+    page = await lab_page(hub, browser, "carol")
+    try:
+        assert await warned(hub, api, "carol")
+        toast = page.locator(".Toastify__toast", has_text=WARNING)
+        await expect(toast).to_be_visible(timeout=30_000)
+        await api.run_code("carol", "from gpu_reclaim_sim.gpu import use_gpu; "
+                                    "use_gpu(percent=85, seconds=900, block=False)")
+        await expect(toast).to_have_count(0, timeout=90_000)  # expect polls the page until then
+        assert (await service_session(hub, api, "carol"))["state"] == "active"
+        await expect(page.locator(STATUS)).to_have_text(re.compile(r"^GPU \d"), timeout=30_000)
+        await expect(page.locator(STATUS)).not_to_contain_text("stopped at")
+    finally:
+        await page.context.close()
+        await api.stop("carol")
 
 
 async def _gone(api, user: str) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import email.parser
-import inspect
 import json
 import os
 import re
@@ -25,9 +24,7 @@ import pytest
 
 import jupyterhub_gpu_reclaim
 import jupyterhub_gpu_reclaim_lab
-from jupyterhub_gpu_reclaim import wording
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
-from jupyterhub_gpu_reclaim_lab import wording as lab_wording
 
 from ..conftest import LAB, REPO
 
@@ -86,7 +83,7 @@ def test_the_lab_wheel_needs_only_jupyter_server(wheels):
     assert not lab.metadata.get_all("Provides-Extra")
     # its modules import nothing of the hub side: they run where it is not installed
     modules = {n: body for n, body in lab.files.items() if n.endswith(".py")}
-    assert set(modules) == {f"jupyterhub_gpu_reclaim_lab/{m}.py" for m in ("__init__", "handlers", "wording")}
+    assert set(modules) == {f"jupyterhub_gpu_reclaim_lab/{m}.py" for m in ("__init__", "handlers")}
     for name, body in modules.items():
         for node in ast.walk(ast.parse(body)):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)
@@ -142,14 +139,10 @@ def test_the_installed_lab_wheel_is_what_jupyter_finds(wheels, tmp_path):
     assert re.match(rf"\s+{LABEXTENSION} v{re.escape(lab.metadata['Version'])} enabled OK\s*$", section), labs
 
 
-def test_one_version_and_the_lab_words_are_the_hub_sides(wheels):
-    """The two releases move together (the demo extra pins the lab's), and the words the lab
-    wheel carries a copy of (lab/jupyterhub_gpu_reclaim_lab/wording.py) are the hub side's."""
+def test_one_version(wheels):
+    """The two releases move together (the demo extra pins the lab's)."""
     lab, hub = wheels["jupyterhub-gpu-reclaim-lab"], wheels["jupyterhub-gpu-reclaim"]
     version = jupyterhub_gpu_reclaim.__version__
     assert lab.metadata["Version"] == hub.metadata["Version"] == jupyterhub_gpu_reclaim_lab.__version__ == version
     assert json.loads((REPO / "labextension" / "package.json").read_text())["version"] == version
     assert requirement_name(pin := hub.requires("demo")["jupyterhub-gpu-reclaim-lab"]) and f"=={version}" in pin
-    assert (lab_wording.KEEPS, lab_wording.LOSES) == (wording.KEEPS, wording.LOSES)
-    for name in ("format_util", "_percent"):
-        assert inspect.getsource(getattr(lab_wording, name)) == inspect.getsource(getattr(wording, name)), name

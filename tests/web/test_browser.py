@@ -246,6 +246,17 @@ async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme)
         panel = page.frame_locator("#gpu-reclaim-home")
         await expect(panel.locator("p.more")).to_be_visible()
         await expect(panel.locator("html")).to_have_attribute("data-bs-theme", scheme)
+        # the toggle on the service's page is the hub's: the choice holds on the hub's pages
+        # too, and the panel framed there follows it
+        other = "light" if scheme == "dark" else "dark"
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        await page.locator("#dark-theme-toggle").click()
+        await expect(page.locator("html")).to_have_attribute("data-bs-theme", other)
+        await page.goto(f"{hub.info['url']}/hub/home")
+        await expect(page.locator("html")).to_have_attribute("data-bs-theme", other)
+        await expect(panel.locator("html")).to_have_attribute("data-bs-theme", other)
+        await page.locator("#dark-theme-toggle").click()  # on the hub's page, live in the panel
+        await expect(panel.locator("html")).to_have_attribute("data-bs-theme", scheme)
         assert problems == [], problems
     finally:
         await context.close()

@@ -1,6 +1,19 @@
 // jupyterhub-gpu-reclaim: small enhancements; every page works without this script.
 (function () {
   "use strict";
+  // framed in a hub page (the home page's panel, the warning banner): wear the hub page's
+  // theme, also when the user toggles it there (the hub's darkmode.js sets data-bs-theme)
+  try {
+    var outer = window.parent !== window && window.parent.document.documentElement;
+    if (outer) {
+      var follow = function () {
+        var theme = outer.getAttribute("data-bs-theme");
+        if (theme) document.documentElement.setAttribute("data-bs-theme", theme);
+      };
+      follow();
+      new MutationObserver(follow).observe(outer, { attributes: true, attributeFilter: ["data-bs-theme"] });
+    }
+  } catch (e) { /* a parent of another origin: the page keeps its own theme */ }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
   // how soon or how long ago, within a day: "in 18 min", "42 min ago", "in 1 h 5 min"
   function relative(d) {

@@ -177,6 +177,91 @@ async def test_keep_alive_works_without_javascript(hub, browser):
     assert abs(intent.until - dt.datetime.now(UTC) - dt.timedelta(hours=1)) < dt.timedelta(minutes=2)
 
 
+HUB_STYLESHEET = "/hub/static/css/style.min.css"
+
+
+async def _looks(page: Page) -> dict:
+    """The page's theme, its background and how the hub's Bootstrap styles its buttons."""
+    return await page.evaluate("""() => {
+        const btn = (sel) => { const b = document.querySelector(sel);
+            return b && getComputedStyle(b).getPropertyValue("--bs-btn-padding-x").trim(); };
+        return {theme: document.documentElement.getAttribute("data-bs-theme"),
+                background: getComputedStyle(document.body).backgroundColor,
+                navbar: !!document.querySelector("nav.navbar #dark-theme-toggle.btn"),
+                toggle: btn("#dark-theme-toggle"), content: btn("form.whatif .btn")};
+    }""")
+
+
+def _brightness(css_color: str) -> float:
+    r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
+    return (r + g + b) / 3
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme):
+    """The user and admin pages load the hub's own stylesheet (its Bootstrap, from the hub's
+    static files), its rules apply to their buttons, and the browser's prefers-color-scheme
+    picks the hub's light or dark theme (the hub's darkmode.js). The home page's panel, the
+    service's page in a frame, wears the hub page's theme. No script error, no refused or
+    failed request."""
+    context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC",
+                                        color_scheme=scheme)
+    context.set_default_timeout(30_000)
+    page = await context.new_page()
+    try:
+        await log_in(page, hub.info["url"], "admin")
+        await page.wait_for_url(lambda u: "/hub/login" not in u)
+        stylesheets: list[tuple[str, int]] = []
+        page.on("response", lambda r: stylesheets.append((r.url, r.status))
+                if r.url.split("?")[0].endswith(HUB_STYLESHEET) else None)
+        # logged in to the service (OAuth) before listening for errors: until then the hub
+        # pages' banner is refused by design (it never starts a login)
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        # the very file the hub's own pages load (so the browser has it cached from them)
+        assert stylesheets and all(status in (200, 304) for _, status in stylesheets), stylesheets
+        css = await page.request.get(stylesheets[0][0])
+        assert css.status == 200 and css.headers["content-type"].startswith("text/css")
+        assert "Bootstrap" in await css.text()
+        problems: list[str] = []
+        page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+        for path, button in (("", None), ("admin", "Replay the history")):
+            stylesheets.clear()
+            response = await page.goto(f"{hub.info['url']}{PREFIX}{path}")
+            assert response is not None and response.status == 200
+            # fetched again or confirmed unchanged by the hub (the browser's cached copy)
+            assert stylesheets and all(status in (200, 304) for _, status in stylesheets), stylesheets
+            if button:
+                await expect(page.get_by_role("button", name=button)).to_be_visible()
+            looks = await _looks(page)
+            assert looks["navbar"] and looks["toggle"] == "0.5rem", looks  # Bootstrap's .btn-sm
+            if button:
+                assert looks["content"] == "0.75rem", looks  # its .btn
+            assert looks["theme"] == scheme, looks
+            brightness = _brightness(looks["background"])
+            assert brightness < 64 if scheme == "dark" else brightness > 224, looks
+        # the home page's panel follows the hub page's theme
+        await page.goto(f"{hub.info['url']}/hub/home")
+        panel = page.frame_locator("#gpu-reclaim-home")
+        await expect(panel.locator("p.more")).to_be_visible()
+        await expect(panel.locator("html")).to_have_attribute("data-bs-theme", scheme)
+        # the toggle on the service's page is the hub's: the choice holds on the hub's pages
+        # too, and the panel framed there follows it
+        other = "light" if scheme == "dark" else "dark"
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        await page.locator("#dark-theme-toggle").click()
+        await expect(page.locator("html")).to_have_attribute("data-bs-theme", other)
+        await page.goto(f"{hub.info['url']}/hub/home")
+        await expect(page.locator("html")).to_have_attribute("data-bs-theme", other)
+        await expect(panel.locator("html")).to_have_attribute("data-bs-theme", other)
+        await page.locator("#dark-theme-toggle").click()  # on the hub's page, live in the panel
+        await expect(panel.locator("html")).to_have_attribute("data-bs-theme", scheme)
+        assert problems == [], problems
+    finally:
+        await context.close()
+
+
 async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub, api, browser, sim):
     from ..service.test_service_live import pod_phase
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import yaml
 
 from gpu_reclaim_sim.launch import free_port, start_hub, start_sim
@@ -116,6 +117,18 @@ async def api(hub):
     """The hub's REST API as the tests' service; stops every server a test started."""
     async with HubAPI.of(hub) as client:
         yield client
+
+
+def module_api_fixture():
+    """A module-scoped `api` fixture (a module assigns it to `api`): the hub's REST API as
+    the tests' service for the whole module; stops every server when the module is done."""
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def api(hub):
+        async with HubAPI.of(hub) as client:
+            yield client
+
+    return api
 
 
 @pytest.fixture

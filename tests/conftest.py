@@ -63,18 +63,31 @@ def pytest_runtest_setup(item):
                     f"this run's hub is JupyterHub {HUB_VERSION}")
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
+def start_test_sim(workdir: Path):
     """The demo's cluster in process mode, with fast image pulls so tests stay quick."""
-    workdir = tmp_path_factory.mktemp("sim")
     scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
     scenario["bandwidth"] = "2GB/s"       # the 5 GB GPU image in 2.5 s
     scenario["gpu"] = {"collectionInterval": "1s"}
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, path)
-    yield child
-    child.stop()
+    return start_sim(workdir, path)
+
+
+def sim_fixture(scope: str):
+    """A `sim` fixture of `scope` (start_test_sim): each module's own cluster, or a package's
+    (its conftest assigns `sim_fixture("package")` to `sim`) where its modules leave the
+    cluster as they found it: their servers stopped, so their pods gone."""
+
+    @pytest.fixture(scope=scope)
+    def sim(tmp_path_factory):
+        child = start_test_sim(tmp_path_factory.mktemp("sim"))
+        yield child
+        child.stop()
+
+    return sim
+
+
+sim = sim_fixture("module")
 
 
 def lab_paths() -> dict[str, str]:

@@ -30,7 +30,7 @@ from jupyterhub_gpu_reclaim.config import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
-from ..service.common import metrics, until
+from ..service.common import cycles, until
 from .common import PREFIX, Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -38,11 +38,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 UTC = dt.timezone.utc
 WRITES_PER_MINUTE = GpuReclaim.user_writes_per_minute.default_value  # the hub's service runs the default
 MB90 = 90 * 1024 * 1024
-
-
-def cycles(hub) -> float:
-    """How many cycles the service has run (any result)."""
-    return sum(v for (name, _), v in metrics(hub).items() if name == "jupyterhub_gpu_reclaim_cycles_total")
 
 
 def intents(hub) -> dict:

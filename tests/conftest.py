@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 import yaml
 
 from gpu_reclaim_sim.launch import free_port, start_hub, start_sim
@@ -63,18 +64,31 @@ def pytest_runtest_setup(item):
                     f"this run's hub is JupyterHub {HUB_VERSION}")
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
+def start_test_sim(workdir: Path):
     """The demo's cluster in process mode, with fast image pulls so tests stay quick."""
-    workdir = tmp_path_factory.mktemp("sim")
     scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
     scenario["bandwidth"] = "2GB/s"       # the 5 GB GPU image in 2.5 s
     scenario["gpu"] = {"collectionInterval": "1s"}
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, path)
-    yield child
-    child.stop()
+    return start_sim(workdir, path)
+
+
+def sim_fixture(scope: str):
+    """A `sim` fixture of `scope` (start_test_sim): each module's own cluster, or a package's
+    (its conftest assigns `sim_fixture("package")` to `sim`) where its modules leave the
+    cluster as they found it: their servers stopped, so their pods gone."""
+
+    @pytest.fixture(scope=scope)
+    def sim(tmp_path_factory):
+        child = start_test_sim(tmp_path_factory.mktemp("sim"))
+        yield child
+        child.stop()
+
+    return sim
+
+
+sim = sim_fixture("module")
 
 
 def lab_paths() -> dict[str, str]:
@@ -117,6 +131,18 @@ async def api(hub):
     """The hub's REST API as the tests' service; stops every server a test started."""
     async with HubAPI.of(hub) as client:
         yield client
+
+
+def module_api_fixture():
+    """A module-scoped `api` fixture (a module assigns it to `api`): the hub's REST API as
+    the tests' service for the whole module; stops every server when the module is done."""
+
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def api(hub):
+        async with HubAPI.of(hub) as client:
+            yield client
+
+    return api
 
 
 @pytest.fixture

@@ -95,9 +95,9 @@ class HubAPI:
         raise AssertionError(f"{name}'s server did not stop in {timeout} s")
 
     async def stop_all_servers(self) -> None:
-        for user in await self.request("GET", "/users"):
-            if user["servers"]:
-                await self.stop(user["name"])
+        """Stops every user's server, all at once (each stop waits for its pod to go)."""
+        await asyncio.gather(*(self.stop(user["name"]) for user in await self.request("GET", "/users")
+                               if user["servers"]))
 
     # --- the user's own server ------------------------------------------------------
 

@@ -26,8 +26,7 @@ from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
-from ..conftest import LAB, lab_paths
-from ..hubapi import HubAPI
+from ..conftest import LAB, lab_paths, module_api_fixture
 from ..service.common import until
 from ..web.common import PREFIX, Client, start_web_hub, user_token
 from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (browser: a fixture)
@@ -54,16 +53,7 @@ def hub(sim, tmp_path_factory):
     child.stop(grace=60)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api(hub):
-    client = HubAPI.of(hub)
-    try:
-        yield client
-    finally:
-        try:
-            await client.stop_all_servers()
-        finally:
-            await client.close()
+api = module_api_fixture()
 
 
 async def service_session(hub, api, user: str) -> dict | None:

@@ -110,6 +110,11 @@ def metric(values: dict, name: str, **labels) -> float:
     return values.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def cycles(hub) -> float:
+    """How many cycles the service has run (any result)."""
+    return sum(v for (name, _), v in metrics(hub).items() if name == "jupyterhub_gpu_reclaim_cycles_total")
+
+
 def latest_rule(hub, session: str) -> tuple[str, str] | None:
     with Store.open(hub.info["store"]) as store:
         decisions = store.decisions(session=session)

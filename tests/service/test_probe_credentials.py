@@ -110,39 +110,35 @@ def probe_tokens(records: list[dict], tests_token: str) -> set[str]:
 async def scene(hub):
     """bob (no GPU) and mallory (1 GPU, the recording hook, a cell running) are up and the
     service has probed mallory's kernels; yields the tests' client."""
-    api = HubAPI.of(hub)
     cell = None
-    try:
-        await api.start("bob", "cpu")
-        await api.start("mallory", "gpu-1")
-        await asyncio.gather(api.wait_ready("bob"), api.wait_ready("mallory"))
-        # as mallory would, from a notebook: the hook in her config, then a restart
-        await api.run_code("mallory", "import pathlib; d = pathlib.Path.home() / '.jupyter'; "
-                                      "d.mkdir(exist_ok=True); "
-                                      f"(d / 'jupyter_server_config.py').write_text({HOSTILE_CONFIG!r})")
-        await api.stop("mallory")
-        await api.start("mallory", "gpu-1")
-        await api.wait_ready("mallory")
-        # the GPU used a little, then a cell runs on (a busy kernel after GPU use is kept)
-        cell = asyncio.create_task(api.run_code(
-            "mallory", "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=60, seconds=15); "
-                       "import time; time.sleep(900)", timeout=1000))
-
-        async def probed() -> bool:
-            records = await captured(api)
-            return (latest_rule(hub, "mallory/") == ("keep", "kernel-busy")
-                    and sum(r["uri"].startswith(PROBE_PATHS) for r in records) >= 4)
-
-        await until(probed, 90, "the service probed mallory's busy kernel")
-        yield api
-    finally:
-        if cell is not None:
-            cell.cancel()
-            await asyncio.gather(cell, return_exceptions=True)
+    async with HubAPI.of(hub) as api:
         try:
-            await api.stop_all_servers()
+            await api.start("bob", "cpu")
+            await api.start("mallory", "gpu-1")
+            await asyncio.gather(api.wait_ready("bob"), api.wait_ready("mallory"))
+            # as mallory would, from a notebook: the hook in her config, then a restart
+            await api.run_code("mallory", "import pathlib; d = pathlib.Path.home() / '.jupyter'; "
+                                          "d.mkdir(exist_ok=True); "
+                                          f"(d / 'jupyter_server_config.py').write_text({HOSTILE_CONFIG!r})")
+            await api.stop("mallory")
+            await api.start("mallory", "gpu-1")
+            await api.wait_ready("mallory")
+            # the GPU used a little, then a cell runs on (a busy kernel after GPU use is kept)
+            cell = asyncio.create_task(api.run_code(
+                "mallory", "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=60, seconds=15); "
+                           "import time; time.sleep(900)", timeout=1000))
+
+            async def probed() -> bool:
+                records = await captured(api)
+                return (latest_rule(hub, "mallory/") == ("keep", "kernel-busy")
+                        and sum(r["uri"].startswith(PROBE_PATHS) for r in records) >= 4)
+
+            await until(probed, 90, "the service probed mallory's busy kernel")
+            yield api
         finally:
-            await api.close()
+            if cell is not None:
+                cell.cancel()
+                await asyncio.gather(cell, return_exceptions=True)
 
 
 async def test_probes_carry_only_a_token_for_the_probed_server(hub, scene):

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import pytest_asyncio
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..hubapi import HubAPI
+from ..conftest import module_api_fixture
 from .common import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -23,10 +22,7 @@ def hub(sim, tmp_path_factory, webhook):
     child.stop(grace=60)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api(hub):
-    async with HubAPI.of(hub) as client:
-        yield client
+api = module_api_fixture()
 
 
 async def test_dry_run_decides_and_reports_but_stops_nothing(hub, api, webhook):

@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import pytest_asyncio
 
-from ..hubapi import HubAPI
+from ..conftest import module_api_fixture
 from .common import latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -42,16 +41,7 @@ def hub(sim, tmp_path_factory, webhook):
     child.stop(grace=60)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api(hub):
-    client = HubAPI.of(hub)
-    try:
-        yield client
-    finally:
-        try:
-            await client.stop_all_servers()
-        finally:
-            await client.close()
+api = module_api_fixture()
 
 
 async def test_a_server_answering_an_absurd_last_activity_holds_only_its_own_session(hub, api, webhook):

@@ -58,56 +58,52 @@ def pod_phase(sim, name: str) -> str | None:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def scene(hub, sim, webhook):
     """Sets the scene once; yields (api, what happened), then stops every server."""
-    api = HubAPI.of(hub)
     tasks: list[asyncio.Task] = []
-    try:
-        # the four GPUs: carol trains, dave runs a cell, erin declares an intent; bob has no GPU
-        for user, profile in (("carol", "gpu-1"), ("dave", "gpu-1"), ("erin", "gpu-1"), ("bob", "cpu")):
-            await api.start(user, profile)
-        await asyncio.gather(*(api.wait_ready(u) for u in ("carol", "dave", "erin", "bob")))
-        await api.run_code("carol", "from gpu_reclaim_sim.gpu import use_gpu; "
-                                    "use_gpu(percent=85, seconds=900, block=False)")
-        # dave's cell uses the GPU a little, then runs on without it (a busy kernel after
-        # GPU use is work; CPU work on a GPU nothing ran on would not be)
-        tasks.append(asyncio.create_task(api.run_code(
-            "dave", "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=60, seconds=15); "
-                    "import time; time.sleep(900)", timeout=1000)))
-        now = dt.datetime.now(UTC)
-        with Store.open(hub.info["store"]) as store:
-            store.set_intent("erin/", until=now + dt.timedelta(minutes=10), set_at=now, by="erin")
-
-        # alice takes the last GPU and leaves a tab open that polls her server
-        await api.start("alice", "gpu-1")
-        await api.wait_ready("alice")
-
-        async def open_tab():
-            while True:
-                async with api.session.get(f"{api.url}/user/alice/api/status") as r:
-                    await r.read()
-                await asyncio.sleep(2)
-
-        tasks.append(asyncio.create_task(open_tab()))
-        # frank waits for a GPU; his spawn page's messages are read as the page reads them
-        await api.start("frank", "gpu-1")
-        frank_progress = asyncio.create_task(api.progress("frank", timeout=300))
-        await until(lambda: pod_phase(sim, "jupyter-frank") == "Unschedulable", 30, "frank's pod waits for a GPU")
-        frank_waited_at = dt.datetime.now(UTC)
-
-        # alice: warned, then reclaimed; frank's spawn proceeds on her GPU
-        limit = TIMINGS["never_used_reclaim_after"] + 60
-        await until(lambda: webhook.events("alice/", "reclaim"), limit, "alice's reclaim notice")
-        tasks[-1].cancel()
-        frank = await api.wait_ready("frank", timeout=120)
-        progress = [e.get("message", "") for e in await frank_progress]
-        yield api, {"frank_waited_at": frank_waited_at, "frank": frank, "frank_progress": progress}
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async with HubAPI.of(hub) as api:
         try:
-            await api.stop_all_servers()
+            # the four GPUs: carol trains, dave runs a cell, erin declares an intent; bob has no GPU
+            for user, profile in (("carol", "gpu-1"), ("dave", "gpu-1"), ("erin", "gpu-1"), ("bob", "cpu")):
+                await api.start(user, profile)
+            await asyncio.gather(*(api.wait_ready(u) for u in ("carol", "dave", "erin", "bob")))
+            await api.run_code("carol", "from gpu_reclaim_sim.gpu import use_gpu; "
+                                        "use_gpu(percent=85, seconds=900, block=False)")
+            # dave's cell uses the GPU a little, then runs on without it (a busy kernel after
+            # GPU use is work; CPU work on a GPU nothing ran on would not be)
+            tasks.append(asyncio.create_task(api.run_code(
+                "dave", "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=60, seconds=15); "
+                        "import time; time.sleep(900)", timeout=1000)))
+            now = dt.datetime.now(UTC)
+            with Store.open(hub.info["store"]) as store:
+                store.set_intent("erin/", until=now + dt.timedelta(minutes=10), set_at=now, by="erin")
+
+            # alice takes the last GPU and leaves a tab open that polls her server
+            await api.start("alice", "gpu-1")
+            await api.wait_ready("alice")
+
+            async def open_tab():
+                while True:
+                    async with api.session.get(f"{api.url}/user/alice/api/status") as r:
+                        await r.read()
+                    await asyncio.sleep(2)
+
+            tasks.append(asyncio.create_task(open_tab()))
+            # frank waits for a GPU; his spawn page's messages are read as the page reads them
+            await api.start("frank", "gpu-1")
+            frank_progress = asyncio.create_task(api.progress("frank", timeout=300))
+            await until(lambda: pod_phase(sim, "jupyter-frank") == "Unschedulable", 30, "frank's pod waits for a GPU")
+            frank_waited_at = dt.datetime.now(UTC)
+
+            # alice: warned, then reclaimed; frank's spawn proceeds on her GPU
+            limit = TIMINGS["never_used_reclaim_after"] + 60
+            await until(lambda: webhook.events("alice/", "reclaim"), limit, "alice's reclaim notice")
+            tasks[-1].cancel()
+            frank = await api.wait_ready("frank", timeout=120)
+            progress = [e.get("message", "") for e in await frank_progress]
+            yield api, {"frank_waited_at": frank_waited_at, "frank": frank, "frank_progress": progress}
         finally:
-            await api.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_idle_gpu_with_an_open_tab_is_warned_then_reclaimed(hub, sim, scene, webhook):

@@ -71,8 +71,7 @@ def first(hub, session: str, action: str) -> tuple[dt.datetime, dict] | None:
 async def scene(hub, webhook):
     """The three servers, started together and never used; yields (api, what happened)
     once all are warned; then stops every server."""
-    api = HubAPI.of(hub)
-    try:
+    async with HubAPI.of(hub) as api:
         await asyncio.gather(*(api.start(user, profile) for user, (profile, *_) in USERS.items()))
         await asyncio.gather(*(api.wait_ready(user) for user in USERS))
         await until(lambda: webhook.events("ann/", "reclaim"), 60, "ann's reclaim notice")
@@ -80,11 +79,6 @@ async def scene(hub, webhook):
         await until(lambda: webhook.events("cat/", "warning"), 60, "cat's warning")
         await until(lambda: webhook.events("ben/", "warning"), 60, "ben's warning")
         yield api, {"ben_at_ann_reclaim": ben_at_ann_reclaim}
-    finally:
-        try:
-            await api.stop_all_servers()
-        finally:
-            await api.close()
 
 
 async def test_each_session_is_warned_on_its_rules_timings(hub, scene, webhook):

@@ -91,7 +91,6 @@ def decisions(hub, session: str) -> list:
 async def scene(hub, sim, webhook):
     """Sets the scene; yields (api, what was seen on the way) once mia and tia are
     reclaimed and nia runs; then stops every server."""
-    api = HubAPI.of(hub)
     tasks: list[asyncio.Task] = []
     seen: dict = {}
 
@@ -99,44 +98,41 @@ async def scene(hub, sim, webhook):
         await api.wait_ready(user)
         await work
 
-    try:
-        # tom takes the T4 first, so that tia gets its second replica: the device's one
-        # series is labelled with her pod (the exporter keeps the last holder)
-        for user, profile in (("mia", "mig"), ("max", "mig"), ("tom", "sliced")):
-            await api.start(user, profile)
-        # max trains on his MIG instance; tom's cell trains on the shared T4 (a busy kernel)
-        await asyncio.gather(
-            ready_then("max", api.run_code("max", TRAIN.format(block=False))),
-            ready_then("tom", asyncio.sleep(0)), api.wait_ready("mia"))
-        tasks.append(asyncio.create_task(api.run_code("tom", TRAIN.format(block=True), timeout=1000)))
-        await api.start("tia", "sliced")
-        await api.wait_ready("tia")
-        # tia opens a notebook and leaves it: a kernel, idle
-        async with api.session.post(f"{api.url}/user/tia/api/kernels", json={"name": "python3"}) as r:
-            assert r.status == 201, await r.text()
-        # nia asks for a MIG instance: both are taken
-        await api.start("nia", "mig")
-        progress = asyncio.create_task(api.progress("nia", timeout=150))
-        tasks.append(progress)
-
-        def tia_labelled_with_toms_work():
-            t4 = [(labels["pod"], v) for name, labels, v in exporter(sim)
-                  if name == "DCGM_FI_DEV_GPU_UTIL" and labels["modelName"] == "Tesla T4"]
-            return t4 == [("jupyter-tia", 90.0)]
-        await until(tia_labelled_with_toms_work, 30, "the T4's one series: tom's work, labelled tia")
-        seen["exporter"] = exporter(sim)
-        await until(lambda: webhook.events("mia/", "reclaim"), 90, "mia's reclaim notice")
-        seen["nia_progress"] = await progress
-        await until(lambda: webhook.events("tia/", "reclaim"), 90, "tia's reclaim notice")
-        yield api, seen
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async with HubAPI.of(hub) as api:
         try:
-            await api.stop_all_servers()
+            # tom takes the T4 first, so that tia gets its second replica: the device's one
+            # series is labelled with her pod (the exporter keeps the last holder)
+            for user, profile in (("mia", "mig"), ("max", "mig"), ("tom", "sliced")):
+                await api.start(user, profile)
+            # max trains on his MIG instance; tom's cell trains on the shared T4 (a busy kernel)
+            await asyncio.gather(
+                ready_then("max", api.run_code("max", TRAIN.format(block=False))),
+                ready_then("tom", asyncio.sleep(0)), api.wait_ready("mia"))
+            tasks.append(asyncio.create_task(api.run_code("tom", TRAIN.format(block=True), timeout=1000)))
+            await api.start("tia", "sliced")
+            await api.wait_ready("tia")
+            # tia opens a notebook and leaves it: a kernel, idle
+            async with api.session.post(f"{api.url}/user/tia/api/kernels", json={"name": "python3"}) as r:
+                assert r.status == 201, await r.text()
+            # nia asks for a MIG instance: both are taken
+            await api.start("nia", "mig")
+            progress = asyncio.create_task(api.progress("nia", timeout=150))
+            tasks.append(progress)
+
+            def tia_labelled_with_toms_work():
+                t4 = [(labels["pod"], v) for name, labels, v in exporter(sim)
+                      if name == "DCGM_FI_DEV_GPU_UTIL" and labels["modelName"] == "Tesla T4"]
+                return t4 == [("jupyter-tia", 90.0)]
+            await until(tia_labelled_with_toms_work, 30, "the T4's one series: tom's work, labelled tia")
+            seen["exporter"] = exporter(sim)
+            await until(lambda: webhook.events("mia/", "reclaim"), 90, "mia's reclaim notice")
+            seen["nia_progress"] = await progress
+            await until(lambda: webhook.events("tia/", "reclaim"), 90, "tia's reclaim notice")
+            yield api, seen
         finally:
-            await api.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_the_exporter_reports_mig_instances_and_the_shared_device_as_real_ones_do(scene):

@@ -15,15 +15,13 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
-import pytest_asyncio
 import yaml
 from kubernetes_validate.utils import latest_version
 
 from gpu_reclaim_sim import z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
-from ..conftest import start_test_hub
-from ..hubapi import HubAPI
+from ..conftest import module_api_fixture, start_test_hub
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "helm-values" / "rbac.yaml"
@@ -89,10 +87,7 @@ def hub(sim, tmp_path_factory):
     child.stop(grace=60)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api(hub):
-    async with HubAPI.of(hub) as client:
-        yield client
+api = module_api_fixture()
 
 
 def pod_annotations(sim, name: str) -> dict:

@@ -16,12 +16,11 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
-import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..conftest import hub_fixture
+from ..conftest import hub_fixture, module_api_fixture
 from ..hubapi import HubAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -34,10 +33,7 @@ PASSWORD = "test-password"
 hub = hub_fixture(HERE / "jupyterhub_config_spawner.py")
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api(hub):
-    async with HubAPI.of(hub) as client:
-        yield client
+api = module_api_fixture()
 
 
 def kubectl_json(sim, *args: str) -> dict:

@@ -31,29 +31,25 @@ EVIL = "<script>alert(\"x\")'&"  # no "/": hub user names cannot have one
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def scene(hub):
     """alice and bob each run a 1-GPU server; clients as alice, bob, admin, carol, nobody."""
-    api = HubAPI.of(hub)
     clients: dict[str, Client] = {}
-    try:
-        for user in ("alice", "bob"):
-            await api.start(user, "gpu-1")
-        await asyncio.gather(*(api.wait_ready(u) for u in ("alice", "bob")))
-        for user in ("alice", "bob", "admin", "carol"):
-            clients[user] = Client(hub.info["url"], await user_token(api, user))
-        clients["nobody"] = Client(hub.info["url"])
-
-        async def both_seen():
-            _, a = await clients["alice"].json("GET", "api/sessions")
-            _, b = await clients["bob"].json("GET", "api/sessions")
-            return a.get("sessions") and b.get("sessions") and a["sessions"][0]["gpus"] == 1
-        await until(both_seen, 60, "the service sees alice's and bob's GPU sessions")
-        yield api, clients
-    finally:
-        for c in clients.values():
-            await c.close()
+    async with HubAPI.of(hub) as api:
         try:
-            await api.stop_all_servers()
+            for user in ("alice", "bob"):
+                await api.start(user, "gpu-1")
+            await asyncio.gather(*(api.wait_ready(u) for u in ("alice", "bob")))
+            for user in ("alice", "bob", "admin", "carol"):
+                clients[user] = Client(hub.info["url"], await user_token(api, user))
+            clients["nobody"] = Client(hub.info["url"])
+
+            async def both_seen():
+                _, a = await clients["alice"].json("GET", "api/sessions")
+                _, b = await clients["bob"].json("GET", "api/sessions")
+                return a.get("sessions") and b.get("sessions") and a["sessions"][0]["gpus"] == 1
+            await until(both_seen, 60, "the service sees alice's and bob's GPU sessions")
+            yield api, clients
         finally:
-            await api.close()
+            for c in clients.values():
+                await c.close()
 
 
 def intents(hub) -> dict:

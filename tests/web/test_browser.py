@@ -24,7 +24,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..hubapi import HubAPI
+from ..conftest import module_api_fixture
 from ..service.common import until
 from .common import PASSWORD, PREFIX, Client, user_token
 
@@ -40,16 +40,7 @@ IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS") or tempfile.mkdtemp(prefix=
 UTC = dt.timezone.utc
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def api(hub):
-    client = HubAPI.of(hub)
-    try:
-        yield client
-    finally:
-        try:
-            await client.stop_all_servers()
-        finally:
-            await client.close()
+api = module_api_fixture()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

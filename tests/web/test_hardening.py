@@ -30,7 +30,7 @@ from jupyterhub_gpu_reclaim.config import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..hubapi import HubAPI
-from ..service.common import metrics, until
+from ..service.common import cycles, until
 from .common import PREFIX, Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -38,11 +38,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 UTC = dt.timezone.utc
 WRITES_PER_MINUTE = GpuReclaim.user_writes_per_minute.default_value  # the hub's service runs the default
 MB90 = 90 * 1024 * 1024
-
-
-def cycles(hub) -> float:
-    """How many cycles the service has run (any result)."""
-    return sum(v for (name, _), v in metrics(hub).items() if name == "jupyterhub_gpu_reclaim_cycles_total")
 
 
 def intents(hub) -> dict:
@@ -66,35 +61,31 @@ def intent_rows(hub, session: str) -> int:
 async def scene(hub):
     """CPU servers (a session is a session; the GPUs are not needed here) of alice, mallory,
     gina, and of erin and frank started with a keep-alive on the spawn form; clients by name."""
-    api = HubAPI.of(hub)
     clients: dict[str, Client] = {}
     keep = (dt.datetime.now(UTC) + dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    try:
-        for user in ("alice", "mallory", "gina"):
-            await api.start(user, "cpu")
-        for user in ("erin", "frank"):
-            await api.ensure_user(user)
-            await api.request("POST", f"/users/{user}/server", {"profile": "cpu", "keepalive_until": keep})
-        await asyncio.gather(*(api.wait_ready(u) for u in ("alice", "mallory", "gina", "erin", "frank")))
-        for user in ("alice", "mallory", "gina", "erin", "frank", "bob", "admin"):
-            clients[user] = Client(hub.info["url"], await user_token(api, user))
-        clients["nobody"] = Client(hub.info["url"])
-
-        async def all_seen():
-            for user in ("alice", "mallory", "gina", "erin", "frank"):
-                _, body = await clients[user].json("GET", "api/sessions")
-                if not body.get("sessions"):
-                    return False
-            return True
-        await until(all_seen, 60, "the service sees every session")
-        yield api, clients
-    finally:
-        for c in clients.values():
-            await c.close()
+    async with HubAPI.of(hub) as api:
         try:
-            await api.stop_all_servers()
+            for user in ("alice", "mallory", "gina"):
+                await api.start(user, "cpu")
+            for user in ("erin", "frank"):
+                await api.ensure_user(user)
+                await api.request("POST", f"/users/{user}/server", {"profile": "cpu", "keepalive_until": keep})
+            await asyncio.gather(*(api.wait_ready(u) for u in ("alice", "mallory", "gina", "erin", "frank")))
+            for user in ("alice", "mallory", "gina", "erin", "frank", "bob", "admin"):
+                clients[user] = Client(hub.info["url"], await user_token(api, user))
+            clients["nobody"] = Client(hub.info["url"])
+
+            async def all_seen():
+                for user in ("alice", "mallory", "gina", "erin", "frank"):
+                    _, body = await clients[user].json("GET", "api/sessions")
+                    if not body.get("sessions"):
+                        return False
+                return True
+            await until(all_seen, 60, "the service sees every session")
+            yield api, clients
         finally:
-            await api.close()
+            for c in clients.values():
+                await c.close()
 
 
 # ------------------------------------------------------------------ 3. bounded per-user writes

@@ -33,7 +33,8 @@ Precedence (first match wins):
    a kernel's or a terminal's `last_activity`, or the intent's setting) came
    `idle_reclaim_after` or more before it and no kernel or terminal moved since beyond
    `JOB_END_SLACK`: warn `unattended_warn_after`, reclaim `unattended_reclaim_after`
-   after the work ended.
+   after the work ended (its last busy sample, or the job's own last kernel or terminal
+   activity within `JOB_END_SLACK` of it).
    A warning always comes first; the reclaim happens no earlier than `warning_lead` after
    it and no earlier than the `reclaim_at` the warning announced.
 
@@ -172,11 +173,12 @@ def _worked_at(sample: Sample, shared: bool) -> dt.datetime | None:
 
 
 def _seen_before(h: _History, latest: Sample, episode_start: dt.datetime, cpu_counts: bool,
-                 intent: Intent | None) -> dt.datetime | None:
-    """When a person was last seen, for an idle episode that began as work ended (a job in a
-    cell or a terminal, the GPU busy): the signs of a person in the work's last sample, an
-    intent set, and a kernel or terminal active since (not the job's own end). None when the
-    episode began otherwise or nobody can say."""
+                 intent: Intent | None) -> tuple[dt.datetime, dt.datetime] | None:
+    """For an idle episode that began as work ended (a job in a cell or a terminal, the GPU
+    busy): when a person was last seen — the signs of a person in the work's last sample, an
+    intent set, a kernel or terminal active since — and when the job ended: its own last
+    kernel or terminal activity (a cell's last messages), when that came after its last busy
+    sample. None when the episode began otherwise or nobody can say."""
     ends = [x for x in (h.used_sample, h.busy_sample if cpu_counts else None) if x is not None]
     end = max(ends, key=lambda x: x.t) if ends else None
     if end is None or end.t != episode_start:
@@ -185,8 +187,10 @@ def _seen_before(h: _History, latest: Sample, episode_start: dt.datetime, cpu_co
     if seen is None or since is None:
         return None
     if since > episode_start + JOB_END_SLACK:
-        seen = max(seen, since)
-    return _latest(seen, intent.set_at if intent else None)
+        seen, ended = max(seen, since), episode_start
+    else:
+        ended = max(episode_start, since)
+    return _latest(seen, intent.set_at if intent else None), ended
 
 
 def _intent_end(intent: Intent, config: PolicyConfig, max_age_at: dt.datetime | None) -> dt.datetime:
@@ -514,15 +518,18 @@ def decide(
             "gpu-idle", config.idle_warn_after, config.idle_reclaim_after)
         what = f"GPU idle since {since}{gap}"
     warn_at, reclaim_at = episode_start + warn_after, episode_start + reclaim_after
-    if rule == "gpu-idle" and (seen := _seen_before(h, latest, episode_start, cpu_counts, intent)) is not None:
+    if rule == "gpu-idle" and (job := _seen_before(h, latest, episode_start, cpu_counts, intent)) is not None:
+        seen, ended = job
         evidence["last_seen"] = _iso(seen)
-        if seen <= episode_start - config.idle_reclaim_after and config.unattended_reclaim_after < reclaim_after:
+        if (seen <= episode_start - config.idle_reclaim_after
+                and ended + config.unattended_reclaim_after < reclaim_at):
             # the work ran with nobody there for the whole idle window: whoever started it
-            # left longer ago than any lunch break, and nobody came since
+            # left longer ago than any lunch break, and nobody came since; the clock runs
+            # from the job's own end (its last messages), not from its last busy sample
             rule = "job-ended-unattended"
-            warn_at = episode_start + min(warn_after, config.unattended_warn_after)
-            reclaim_at = episode_start + config.unattended_reclaim_after
-            what = (f"the work on this GPU ended at {since}{gap} with nobody there since "
+            warn_at = min(warn_at, ended + config.unattended_warn_after)
+            reclaim_at = ended + config.unattended_reclaim_after
+            what = (f"the work on this GPU ended at {ended.isoformat()}{gap} with nobody there since "
                     f"{seen.isoformat()}; keep it alive if you will come back to its results")
 
     # 6. intent: it holds the reclaim, not the idle clock; the user named the time

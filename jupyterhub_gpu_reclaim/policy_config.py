@@ -62,19 +62,20 @@ class PolicyConfig:
         Princeton and Yale: 120 min.
         """)
 
-    unattended_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=30), """
+    unattended_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=45), """
         Warn a session this long after its GPU work (a cell, a job in a terminal) ended
-        with nobody there (seconds or "30m"; rule "job-ended-unattended"): when the last
+        with nobody there (seconds or "45m"; rule "job-ended-unattended"): when the last
         sign of a person (the browser, a cell, a terminal, a keep-alive) came
-        --idle-reclaim-after or more before the work ended, and none since. Default 30 min,
-        Yale's warning for a GPU nobody uses.
+        --idle-reclaim-after or more before the work ended, and none since. Default 45 min:
+        30 min before the reclaim, as for a GPU never used.
         """)
 
-    unattended_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=60), """
+    unattended_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=75), """
         Reclaim a session this long after its GPU work ended with nobody there (seconds or
-        "1h"; see --unattended-warn-after). Whoever started the work left longer ago than
-        --idle-reclaim-after, past any lunch break. Default 60 min, Yale's reclaim for a
-        GPU nobody uses.
+        "75m"; see --unattended-warn-after). Whoever started the work left longer ago than
+        --idle-reclaim-after, past any lunch break. Default 75 min: the hour after a run
+        ends belongs to whoever checks on its results (the trace format's sample keeps it),
+        and 15 min more for reading the end (a sample, the next activity report).
         """)
 
     warning_lead: dt.timedelta = _setting(dt.timedelta(minutes=15), """

@@ -31,6 +31,9 @@ DEFAULT_START = dt.datetime(2026, 11, 2, 8, 0, tzinfo=dt.timezone.utc)  # a Mond
 # Yale's rule for jobs that never used their GPU: until then nobody can say it will not be
 # used. A fact about users, for the labels: not the policy's setting, which is being judged.
 NEVER_USED_CLEAR = 60 * MINUTE
+# The hour after a run ends with nobody there belongs to whoever checks on its results, as
+# the trace format's sample trace labels a finished silent training. Also for the labels.
+RESULTS_HOUR = 60 * MINUTE
 _FOREVER = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
 
 
@@ -93,6 +96,13 @@ class _Script:
         self.label("reclaimable", max(self.t, intent_end or self.t))
         self.gone(tab=self.rng.random() < 0.5)
 
+    def job_ended(self) -> None:
+        """Work that ran with nobody there ended now: must keep for `RESULTS_HOUR` (someone
+        may check on its results), reclaimable after; nobody comes back (`gone`)."""
+        self.label("must_keep", self.t, self.t + RESULTS_HOUR)
+        self.label("reclaimable", self.t + RESULTS_HOUR)
+        self.gone(tab=False)
+
     def gone(self, *, tab: bool) -> None:
         """Nobody comes back: the server idles until the user stops it from elsewhere,
         1-6 h later (20 %: that evening) or 6-14 h later (80 %: the next morning). Most
@@ -131,12 +141,11 @@ def lunch_break(s: _Script) -> None:
 def silent_training(s: _Script) -> None:
     """A few minutes of work start one long cell that trains silently for 2-10 h (GPU busy,
     kernel busy, no output, no browser); it ends with nobody there. Must keep until it
-    ends, reclaimable after."""
+    ends and an hour more (`job_ended`), reclaimable after."""
     s.phase("work", s.minutes(5, 20))
     s.phase("train", s.minutes(120, 600), tab=False)
     s.label("must_keep", s.started, s.t)
-    s.label("reclaimable", s.t)
-    s.gone(tab=False)
+    s.job_ended()
 
 
 def training_return(s: _Script) -> None:
@@ -223,23 +232,23 @@ def metrics_outage(s: _Script) -> None:
 
 def slow_loader(s: _Script) -> None:
     """A job fed by a slow data loader, GPU at 3-8 % for 2-8 h, in a cell or in a terminal
-    (the kernel idle then), no browser. Must keep while it runs, reclaimable after."""
+    (the kernel idle then), no browser. Must keep while it runs and an hour more
+    (`job_ended`), reclaimable after."""
     s.phase("work", s.minutes(5, 20))
     s.phase("loader", s.minutes(120, 480), tab=False, terminal=s.rng.random() < 0.4)
     s.label("must_keep", s.started, s.t)
-    s.label("reclaimable", s.t)
-    s.gone(tab=False)
+    s.job_ended()
 
 
 def multi_gpu_partial(s: _Script) -> None:
     """A 2-4 GPU server training on only some of its GPUs (the others at 0 %) for 3-10 h,
-    in a silent cell. Must keep while it trains, reclaimable after."""
+    in a silent cell. Must keep while it trains and an hour more (`job_ended`), reclaimable
+    after."""
     s.phase("work", s.minutes(10, 30))
     busy = tuple(range(s.rng.randint(1, s.gpus - 1)))
     s.phase("train", s.minutes(180, 600), tab=False, busy_gpus=busy)
     s.label("must_keep", s.started, s.t)
-    s.label("reclaimable", s.t)
-    s.gone(tab=False)
+    s.job_ended()
 
 
 # kind → (play, weight in the mix, GPUs: None for 1 or sometimes 2)

@@ -162,24 +162,27 @@ def silent_job(end: float, until: float, *, seen: float = 5, hub=None, after=Non
     return tuple(out)
 
 
-def test_work_that_ended_with_nobody_there_is_reclaimed_an_hour_after_it_ended():
+def test_work_that_ended_with_nobody_there_is_reclaimed_75_min_after_it_ended():
     # started at minute 5, ran 4 h with nobody there: the user left 4 h ago, past any lunch
-    d = run(SessionView(session(), silent_job(245, 274)), at(274))
+    d = run(SessionView(session(), silent_job(245, 289)), at(289))
     assert (d.action, d.rule) == ("keep", "job-ended-unattended")
-    d = run(SessionView(session(), silent_job(245, 275)), at(275))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(305))
+    d = run(SessionView(session(), silent_job(245, 290)), at(290))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(320))
     assert d.evidence["last_seen"] == at(5).isoformat() and d.evidence["idle_since"] == at(245).isoformat()
     assert "with nobody there" in d.reason and "keep it alive" in d.reason
-    view = SessionView(session(), silent_job(245, 305), warnings=(warned("job-ended-unattended", 275, 305),))
-    assert (run(view, at(305)).action, run(view, at(305)).rule) == ("reclaim", "job-ended-unattended")
+    view = SessionView(session(), silent_job(245, 320), warnings=(warned("job-ended-unattended", 290, 320),))
+    assert (run(view, at(320)).action, run(view, at(320)).rule) == ("reclaim", "job-ended-unattended")
 
 
-def test_the_jobs_own_end_is_not_someone_there():
-    # the cell's last messages move the kernel's last_activity as it ends, and the hub's
-    # with the next activity report (up to 5 min later)
-    s = silent_job(245, 275, after=246, hub=lambda k: at(5) if k < 249 else at(249))
-    d = run(SessionView(session(), s), at(275))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(305))
+def test_the_jobs_own_end_is_not_someone_there_and_its_clock_starts_there():
+    # the cell's last messages move the kernel's last_activity as it ends (a minute after
+    # its last busy sample), and the hub's with the next activity report (up to 5 min
+    # later): the job ended at 246, so the hour kept for its results ends at 306, and the
+    # reclaim comes after it
+    s = silent_job(245, 291, after=246, hub=lambda k: at(5) if k < 249 else at(249))
+    d = run(SessionView(session(), s), at(291))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(321))
+    assert at(246).isoformat() in d.reason
 
 
 @pytest.mark.parametrize("case", ["short job", "open tab", "came back", "kernels unknown"])

@@ -190,7 +190,11 @@ async def test_admin_reads_candidates_queue_and_history(scene):
     assert status == 400 and "since" in body["message"]
     status, body = await c["admin"].json("GET", "api/admin/usage?days=2")
     assert status == 200 and [set(d) for d in body["days"]] == [{"start", "end", "held", "idle", "freed", "waiting"}] * 2
-    assert body["days"][-1]["held"] > 0  # the scene's GPU sessions run today
+
+    async def held_today() -> bool:  # the scene's GPU sessions run today; the figure is in
+        _, body = await c["admin"].json("GET", "api/admin/usage?days=1")  # 0.01 GPU-hours
+        return body["days"][-1]["held"] > 0
+    await until(held_today, 60, "the scene's GPU-hours held today on the admin API")
     for days in ("0", "32", "7d", "-1"):
         status, body = await c["admin"].json("GET", f"api/admin/usage?days={days}")
         assert status == 400 and "days: a whole number from 1 to 31" in body["message"], days

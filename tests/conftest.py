@@ -126,23 +126,20 @@ def hub_fixture(config):
 hub = hub_fixture(REPO / "tests" / "jupyterhub_config.py")
 
 
-@pytest.fixture
-async def api(hub):
-    """The hub's REST API as the tests' service; stops every server a test started."""
-    async with HubAPI.of(hub) as client:
-        yield client
+def api_fixture(scope: str):
+    """An `api` fixture of `scope`: the hub's REST API as the tests' service, which stops
+    every server started under it when the scope ends (a test, or a module that assigns
+    `api_fixture("module")` to `api`)."""
 
-
-def module_api_fixture():
-    """A module-scoped `api` fixture (a module assigns it to `api`): the hub's REST API as
-    the tests' service for the whole module; stops every server when the module is done."""
-
-    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    @pytest_asyncio.fixture(scope=scope, loop_scope=scope)
     async def api(hub):
         async with HubAPI.of(hub) as client:
             yield client
 
     return api
+
+
+api = api_fixture("function")
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
-from ..conftest import LAB, lab_paths, module_api_fixture
+from ..conftest import LAB, lab_paths, api_fixture
 from ..service.common import until
 from ..web.common import PREFIX, Client, start_web_hub, user_token
 from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (browser: a fixture)
@@ -53,7 +53,7 @@ def hub(sim, tmp_path_factory):
     child.stop(grace=60)
 
 
-api = module_api_fixture()
+api = api_fixture("module")
 
 
 async def service_session(hub, api, user: str) -> dict | None:

@@ -9,7 +9,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..conftest import module_api_fixture
+from ..conftest import api_fixture
 from .common import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -22,7 +22,7 @@ def hub(sim, tmp_path_factory, webhook):
     child.stop(grace=60)
 
 
-api = module_api_fixture()
+api = api_fixture("module")
 
 
 async def test_dry_run_decides_and_reports_but_stops_nothing(hub, api, webhook):

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ..conftest import module_api_fixture
+from ..conftest import api_fixture
 from .common import latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -41,7 +41,7 @@ def hub(sim, tmp_path_factory, webhook):
     child.stop(grace=60)
 
 
-api = module_api_fixture()
+api = api_fixture("module")
 
 
 async def test_a_server_answering_an_absurd_last_activity_holds_only_its_own_session(hub, api, webhook):

@@ -21,7 +21,7 @@ from kubernetes_validate.utils import latest_version
 from gpu_reclaim_sim import z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
-from ..conftest import module_api_fixture, start_test_hub
+from ..conftest import api_fixture, start_test_hub
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "helm-values" / "rbac.yaml"
@@ -87,7 +87,7 @@ def hub(sim, tmp_path_factory):
     child.stop(grace=60)
 
 
-api = module_api_fixture()
+api = api_fixture("module")
 
 
 def pod_annotations(sim, name: str) -> dict:

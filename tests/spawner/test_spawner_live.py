@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..conftest import hub_fixture, module_api_fixture
+from ..conftest import hub_fixture, api_fixture
 from ..hubapi import HubAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -33,7 +33,7 @@ PASSWORD = "test-password"
 hub = hub_fixture(HERE / "jupyterhub_config_spawner.py")
 
 
-api = module_api_fixture()
+api = api_fixture("module")
 
 
 def kubectl_json(sim, *args: str) -> dict:

@@ -24,7 +24,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..conftest import module_api_fixture
+from ..conftest import api_fixture
 from ..service.common import until
 from .common import PASSWORD, PREFIX, Client, user_token
 
@@ -40,7 +40,7 @@ IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS") or tempfile.mkdtemp(prefix=
 UTC = dt.timezone.utc
 
 
-api = module_api_fixture()
+api = api_fixture("module")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -16,7 +16,8 @@ Run it as `.venv/bin/python benchmarks/sim_scale.py` (or `make benchmarks`). It
    come from KubeSpawner's own `make_pod`), paced at a fixed rate with a bounded number of
    requests in flight, so that the latencies measure the server and not a client queue;
    each pod carries the wall-clock time at which its request was sent in an annotation;
-4. measures create / get / list (all pods) / delete latency, the lag from "request sent"
+4. measures create / get / list (all pods) / delete latency (lists after untimed warm-up
+   lists, in a client that keeps the memory it frees: see `keep_freed_memory`), the lag from "request sent"
    to "the reflector has the pod" (and to "the reflector sees it Running", and to "the
    reflector has dropped it" after a delete), and the simulator's memory (VmRSS, VmHWM)
    and CPU time;
@@ -39,6 +40,7 @@ import multiprocessing
 import os
 import platform
 import random
+import resource
 import shlex
 import shutil
 import sys
@@ -70,6 +72,29 @@ GPU_PLAN = [4] * 4 + [2] * 8 + [1] * 48
 TARGET_P99_MS = 50.0
 TARGET_RSS_MB = 500.0
 KUBESPAWNER_DELETE_GRACE = 1  # KubeSpawner.delete_grace_period's default
+
+
+def keep_freed_memory() -> bool:
+    """Make this process's allocator (glibc's malloc) keep the memory it frees instead of
+    handing it back to the kernel, so that a timed list measures the server and the
+    transfer and not the client's page faults. With glibc's defaults, a 16 MiB list body
+    (and aiohttp's pieces of it) is mapped afresh and returned again, and a list that
+    touches new memory costs 4,000-10,000 minor faults (16-40 MiB): measured, those lists
+    took 45-65 ms where lists without faults took 22-35 ms, with the simulator's CPU time
+    0-10 ms either way. Returns whether it could (False on a C library without mallopt)."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # malloc.h
+    return bool(mallopt(M_TRIM_THRESHOLD, 1 << 30) and mallopt(M_MMAP_THRESHOLD, 64 << 20))
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (memory touched for the first time)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 # --- statistics --------------------------------------------------------------------------
@@ -383,8 +408,9 @@ def _static_server(conn: Any, body: bytes, encoding: str | None, tls_dir: str) -
     asyncio.run(main())
 
 
-async def transfer_floor(body: bytes, n: int, pause: float, encoding: str | None = None) -> list[float]:
-    """Seconds to fetch `body` n times over HTTPS from a static aiohttp server in another
+async def transfer_floor(body: bytes, n: int, pause: float, encoding: str | None = None,
+                         warmup: int = 0) -> list[float]:
+    """Seconds to fetch `body` n times (after `warmup` untimed fetches) over HTTPS from a static aiohttp server in another
     process, with the benchmark's client library (which decodes a gzipped body as it reads
     it): what a list costs with no simulator work at all (TLS, moving the bytes between two
     processes, and decompressing them)."""
@@ -402,11 +428,12 @@ async def transfer_floor(body: bytes, n: int, pause: float, encoding: str | None
         ca = ssl.create_default_context(cafile=str(Path(tls_dir) / "apiserver.crt"))
         times = []
         async with aiohttp.ClientSession() as session:
-            for _ in range(n):
+            for i in range(warmup + n):
                 started = time.perf_counter()
                 async with session.get(f"https://127.0.0.1:{port}/", ssl=ca) as resp:
                     await resp.read()
-                times.append(time.perf_counter() - started)
+                if i >= warmup:
+                    times.append(time.perf_counter() - started)
                 await asyncio.sleep(pause)
         return times
     finally:
@@ -598,14 +625,22 @@ async def run_benchmark(args: argparse.Namespace, sim: Child) -> dict[str, Any]:
     # --- list ---------------------------------------------------------------------------
     # as KubeSpawner's client asks (aiohttp: `Accept-Encoding: gzip, deflate`), alternating
     # with lists that ask for no compression (as the official `kubernetes` client does)
-    print(f"{args.lists} full lists, and {args.lists} asking for no compression ...", flush=True)
+    # The first lists are warm-up, not timed: the client's heap grows to hold a list's body.
+    print(f"{args.lists} full lists, and {args.lists} asking for no compression "
+          f"(after {args.warmup_lists} of each not timed) ...", flush=True)
     list_counts, list_bytes, wire = [], [], []
+    res["list_faults"] = faults = []  # the client's minor page faults during each timed list
     last_list = b""
-    for i in range(2 * args.lists):
+    for i in range(2 * (args.warmup_lists + args.lists)):
         plain = i % 2 == 1
-        body = await timed(rec, "list_plain" if plain else "list", lambda plain=plain: api.list_namespaced_pod(
-            NAMESPACE, label_selector=LABEL_SELECTOR, _preload_content=False,
-            _headers={"Accept-Encoding": "identity"} if plain else {}), wire=wire)
+        warm = i >= 2 * args.warmup_lists
+        faults0 = minor_faults()
+        body = await timed(rec if warm else Recorder(), "list_plain" if plain else "list",
+                           lambda plain=plain: api.list_namespaced_pod(
+                               NAMESPACE, label_selector=LABEL_SELECTOR, _preload_content=False,
+                               _headers={"Accept-Encoding": "identity"} if plain else {}), wire=wire)
+        if warm:
+            faults.append(minor_faults() - faults0)
         if body is not None:
             list_bytes.append(len(body))
             last_list = body
@@ -614,10 +649,12 @@ async def run_benchmark(args: argparse.Namespace, sim: Child) -> dict[str, Any]:
         list_counts.append(len(json.loads(last_list)["items"]))
     res["list_wire"] = sorted(set(wire))
     if last_list:
-        res["list_floor"] = await transfer_floor(last_list, args.lists, args.list_pause)
+        res["list_floor"] = await transfer_floor(last_list, args.lists, args.list_pause,
+                                                 warmup=args.warmup_lists)
         gzipped = await raw_list(sim, LABEL_SELECTOR)
         res["list_gzip_mb"] = len(gzipped) / 2**20
-        res["list_floor_gzip"] = await transfer_floor(gzipped, args.lists, args.list_pause, "gzip")
+        res["list_floor_gzip"] = await transfer_floor(gzipped, args.lists, args.list_pause, "gzip",
+                                                      warmup=args.warmup_lists)
     res["list_items"] = sorted(set(list_counts))
     res["list_mb"] = (sum(list_bytes) / len(list_bytes) / 2**20) if list_bytes else math.nan
     res["rss_after_lists"] = proc_status(pid)
@@ -755,6 +792,11 @@ def tables(res: dict[str, Any]) -> tuple[str, dict[str, bool]]:
         f"| full list response | {res['list_mb']:.1f} MiB of JSON, items {res['list_items']}; gzipped "
         f"{res.get('list_gzip_mb', math.nan):.2f} MiB (on the wire: "
         + ", ".join(f"{enc} {size / 2**20:.2f} MiB" for enc, size in res.get("list_wire", [])) + ") |",
+        f"| the benchmark client's lists | after {res.get('warmup_lists', 0)} untimed of each kind; the client "
+        f"keeps the memory it frees (glibc `mallopt`, see `keep_freed_memory`): "
+        f"{'yes' if res.get('client_keeps_freed_memory') else '**no**'}; its minor page faults per timed list "
+        + (f"p50 {summary(res['list_faults'])['p50']:,.0f}, max {max(res['list_faults']):,}"
+           if res.get("list_faults") else "–") + " |",
         f"| reflector (re)lists during the run | {len(relists)} (the longest "
         f"{max((r['seconds'] for r in relists), default=0) * 1000:.0f} ms"
         + (f"; {len(big)} with ≥ {res['pods'] // 2:,} pods" if big else "") + ") |",
@@ -812,7 +854,7 @@ def interpretation(res: dict[str, Any], met: dict[str, bool]) -> str:
             "apiserver does, and the time includes the client's decompression. "
             + ("That is within the target." if met.get("p99 list") else
                f"**The {TARGET_P99_MS:.0f} ms target is not met for lists.**")
-            + _slowest_list(res["latency"]["list"])
+            + _slowest_list(res["latency"]["list"], res.get("warmup_lists", 0))
         )
     if "list_plain" in s and res.get("list_floor") and res.get("list_floor_gzip"):
         f, g = summary(res["list_floor"]), summary(res["list_floor_gzip"])
@@ -856,11 +898,11 @@ def interpretation(res: dict[str, Any], met: dict[str, bool]) -> str:
     return "\n".join(lines)
 
 
-def _slowest_list(latencies: list[float]) -> str:
+def _slowest_list(latencies: list[float], warmup: int) -> str:
     worst = latencies.index(max(latencies))
     return (f" The slowest ({max(latencies) * 1000:.0f} ms) was list {worst + 1} of {len(latencies)}"
             + (", the first after the pods last changed, which compresses again the runs of items that changed "
-               "since the last list; the others reuse what it compressed." if worst == 0 else "."))
+               "since the last list; the others reuse what it compressed." if worst == 0 and not warmup else "."))
 
 
 def _git_revision() -> str:
@@ -910,7 +952,12 @@ authorized by RBAC through a Role with the z2jh chart's hub rules.
   response (with `_preload_content=False`: no model deserialisation), decompressed where
   the server gzipped it (aiohttp asks for gzip and decodes as it reads). Requests are started at
   a fixed rate with a bounded number in flight and timed only once they hold a slot, so the
-  figures measure the server, not a client-side queue.
+  figures measure the server, not a client-side queue. Lists are timed after
+  {res.get('warmup_lists', 0)} untimed lists of each kind, in a client that keeps the memory it frees
+  (glibc's `mallopt`): with glibc's defaults, a client's first lists, and some later ones,
+  map fresh memory for the 16 MiB body and fault it in (4,000-10,000 minor faults, 45-65 ms
+  against 22-35 ms without; the simulator's CPU time is 0-10 ms either way), which measures
+  the client's allocator, not the server. The static server's "floor" lists are timed the same way.
 - **Watch lag** runs from a wall-clock timestamp put in an annotation just before the create
   is sent to the moment the reflector's `resources` dict holds the pod (measured in the
   reflector process by wrapping that dict; the reflector's code is KubeSpawner's).
@@ -1001,6 +1048,17 @@ simulator now does:
 - **Stored objects are copied as JSON** (a plain recursive copy, three times as fast as
   `copy.deepcopy`, which the store's writes spent a tenth of the simulator's time in).
 
+The full list then met its 50 ms (p99) in some runs (49 ms) and not in others (64-84 ms),
+the slowest always among the first lists after the get phase. Counting the benchmark
+client's page faults found the cause on the client's side: a list that took 45-65 ms had
+the client fault in 4,000-10,000 fresh pages (16-40 MiB: glibc maps a 16 MiB body afresh
+and hands it back after), one that took 22-35 ms had none, and the simulator spent 0-10 ms
+of CPU on either. The same happened to a fresh client process listing a warm simulator. The
+benchmark's client now keeps the memory it frees and times its lists after two untimed ones
+(`keep_freed_memory`, `--warmup-lists`), and counts its page faults per timed list (the
+table's "the benchmark client's lists" row); it also decodes one list after the timed ones
+instead of each between them (16 MiB of `json.loads`, which added ~20 ms to the next list).
+
 Left: the scheduler scores every node for every pod (a third of the simulator's CPU while
 pods are created), TLS costs both ends CPU in proportion to the bytes, and the simulator
 answers on one thread, so whatever holds it makes the requests that arrive meanwhile wait.
@@ -1060,6 +1118,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gets", type=int, default=2000, help="get requests (random pods)")
     p.add_argument("--get-rate", type=float, default=200.0, help="gets started per second")
     p.add_argument("--lists", type=int, default=20, help="full lists of all pods")
+    p.add_argument("--warmup-lists", type=int, default=2,
+                   help="untimed lists of each kind before the timed ones (and before the floor's)")
     p.add_argument("--list-pause", type=float, default=0.2, help="seconds between lists")
     p.add_argument("--settle-timeout", type=float, default=120.0,
                    help="seconds to wait for the reflector to see all pods Running / all gone")
@@ -1073,6 +1133,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    kept = keep_freed_memory()
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-bench-"))
     print(f"starting the simulated cluster ({SCENARIO.relative_to(REPO)}) in {workdir} ...", flush=True)
     steal0 = cpu_steal_seconds()
@@ -1090,6 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     res["get_rate"] = args.get_rate
     res["sim_start_seconds"] = sim_start_seconds
+    res["warmup_lists"], res["client_keeps_freed_memory"] = args.warmup_lists, kept
     res["total_seconds"] = time.monotonic() - started
     res["steal_seconds"] = cpu_steal_seconds() - steal0
     table, met = tables(res)

@@ -2,6 +2,11 @@
 VENV ?= .venv
 VENV_JH5 ?= .venv-jh5
 PYTEST_ARGS ?=
+# pytest-xdist workers, each taking a module at a time: for the tests that start no hub, and
+# for those with a real hub (marked integration), which mostly wait on the service's timers
+# but start hubs, clusters and browsers: two at a time on CI's two cores; 0 runs in one process
+UNIT_WORKERS ?= auto
+HUB_WORKERS ?= 2
 # the hub-facing live tests, run a second time with the z2jh chart's hub image (JupyterHub 5.5)
 JH5_TESTS ?= tests/service tests/web tests/lab tests/spawner/test_spawner_live.py tests/release \
 	tests/deploy/test_hub_image.py
@@ -17,9 +22,10 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
-	$(VENV)/bin/python -m pytest --hub-python=$(VENV_JH5)/bin/python -m "integration or jupyterhub" \
-		$(PYTEST_ARGS) $(JH5_TESTS)
+	$(VENV)/bin/python -m pytest -n $(UNIT_WORKERS) --dist loadfile -m "not integration" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(HUB_WORKERS) --dist loadfile -m integration $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(HUB_WORKERS) --dist loadfile --hub-python=$(VENV_JH5)/bin/python \
+		-m "integration or jupyterhub" $(PYTEST_ARGS) $(JH5_TESTS)
 
 benchmarks: setup
 	$(VENV)/bin/python benchmarks/sim_scale.py

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,8 @@ from .hubapi import HubAPI
 HUB_PYTHON = sys.executable
 LAB = REPO / "lab"  # the JupyterLab extension's distribution, jupyterhub-gpu-reclaim-lab
 HUB_VERSION = ""  # the hub environment's JupyterHub (pytest_configure)
+SLOWEST_MODULES = 15
+_module_seconds: Counter[str] = Counter()  # setup + call + teardown of each module's tests
 
 
 def pytest_addoption(parser):
@@ -46,6 +49,19 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     return f"tests' JupyterHub: {HUB_VERSION} ({HUB_PYTHON})"
+
+
+def pytest_runtest_logreport(report):
+    _module_seconds[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The modules that take the suite's time (`--durations` lists single tests; a module's
+    shared fixtures, and a session's first cluster, count in the module that set them up)."""
+    if _module_seconds:
+        terminalreporter.write_sep("=", f"slowest {SLOWEST_MODULES} modules")
+        for path, seconds in _module_seconds.most_common(SLOWEST_MODULES):
+            terminalreporter.write_line(f"{seconds:8.1f}s {path}")
 
 
 def hub_major() -> int:

@@ -77,11 +77,8 @@ KUBESPAWNER_DELETE_GRACE = 1  # KubeSpawner.delete_grace_period's default
 def keep_freed_memory() -> bool:
     """Make this process's allocator (glibc's malloc) keep the memory it frees instead of
     handing it back to the kernel, so that a timed list measures the server and the
-    transfer and not the client's page faults. With glibc's defaults, a 16 MiB list body
-    (and aiohttp's pieces of it) is mapped afresh and returned again, and a list that
-    touches new memory costs 4,000-10,000 minor faults (16-40 MiB): measured, those lists
-    took 45-65 ms where lists without faults took 22-35 ms, with the simulator's CPU time
-    0-10 ms either way. Returns whether it could (False on a C library without mallopt)."""
+    transfer, not the client's page faults in a 16 MiB body mapped afresh (what they cost:
+    docs/benchmarks.md). Returns whether it could (False on a C library without mallopt)."""
     import ctypes
 
     try:
@@ -952,12 +949,9 @@ authorized by RBAC through a Role with the z2jh chart's hub rules.
   response (with `_preload_content=False`: no model deserialisation), decompressed where
   the server gzipped it (aiohttp asks for gzip and decodes as it reads). Requests are started at
   a fixed rate with a bounded number in flight and timed only once they hold a slot, so the
-  figures measure the server, not a client-side queue. Lists are timed after
-  {res.get('warmup_lists', 0)} untimed lists of each kind, in a client that keeps the memory it frees
-  (glibc's `mallopt`): with glibc's defaults, a client's first lists, and some later ones,
-  map fresh memory for the 16 MiB body and fault it in (4,000-10,000 minor faults, 45-65 ms
-  against 22-35 ms without; the simulator's CPU time is 0-10 ms either way), which measures
-  the client's allocator, not the server. The static server's "floor" lists are timed the same way.
+  figures measure the server, not a client-side queue. Lists, and the static server's
+  "floor" lists, are timed after {res.get('warmup_lists', 0)} untimed ones of each kind, in a client that
+  keeps the memory it frees (glibc's `mallopt`; why: "What made it faster" below).
 - **Watch lag** runs from a wall-clock timestamp put in an annotation just before the create
   is sent to the moment the reflector's `resources` dict holds the pod (measured in the
   reflector process by wrapping that dict; the reflector's code is KubeSpawner's).

@@ -1102,20 +1102,35 @@ def service_account_kubeconfig(sim: Child, workdir: Path) -> Path:
 
 # --- main ----------------------------------------------------------------------------------
 
+def _at_least(low: float, kind: type = int):
+    """An argparse type: a number of `kind` no smaller than `low` (a count, a rate, a pause),
+    so that a negative one is refused before a cluster starts, not silently clipped."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text}: not a{'n integer' if kind is int else ' number'}") from None
+        if not value >= low:  # NaN too
+            raise argparse.ArgumentTypeError(f"{text}: must be {low:g} or more")
+        return value
+    return parse
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    count, one_or_more, non_negative = _at_least(0), _at_least(1), _at_least(0.0, float)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--pods", type=int, default=5000, help="pods to create")
-    p.add_argument("--rate", type=float, default=100.0,
+    p.add_argument("--pods", type=count, default=5000, help="pods to create")
+    p.add_argument("--rate", type=non_negative, default=100.0,
                    help="creates (and deletes) started per second; 0 = as fast as the slots allow")
-    p.add_argument("--concurrency", type=int, default=4, help="requests in flight at most")
-    p.add_argument("--gets", type=int, default=2000, help="get requests (random pods)")
-    p.add_argument("--get-rate", type=float, default=200.0, help="gets started per second")
-    p.add_argument("--lists", type=int, default=20, help="full lists of all pods")
-    p.add_argument("--warmup-lists", type=int, default=2,
+    p.add_argument("--concurrency", type=one_or_more, default=4, help="requests in flight at most")
+    p.add_argument("--gets", type=count, default=2000, help="get requests (random pods)")
+    p.add_argument("--get-rate", type=non_negative, default=200.0, help="gets started per second")
+    p.add_argument("--lists", type=count, default=20, help="full lists of all pods")
+    p.add_argument("--warmup-lists", type=count, default=2,
                    help="untimed lists of each kind before the timed ones (and before the floor's)")
-    p.add_argument("--list-pause", type=float, default=0.2, help="seconds between lists")
-    p.add_argument("--settle-timeout", type=float, default=120.0,
+    p.add_argument("--list-pause", type=non_negative, default=0.2, help="seconds between lists")
+    p.add_argument("--settle-timeout", type=non_negative, default=120.0,
                    help="seconds to wait for the reflector to see all pods Running / all gone")
     p.add_argument("--keep-pods", action="store_true", help="skip the delete phase")
     p.add_argument("--workdir", help="where the simulator's files go (default: a temporary directory)")

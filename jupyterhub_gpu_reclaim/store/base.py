@@ -129,12 +129,12 @@ class StoreBase:
         try:
             with self._session.begin() as db:
                 _insert(db, [row for group in todo.values() for row in group])
-        except (sa_exc.SQLAlchemyError, ValueError, UnicodeError):
+        except (sa_exc.SQLAlchemyError, ValueError):  # ValueError: a bind the driver refuses
             for sid, group in todo.items():
                 try:
                     with self._session.begin() as db:
                         _insert(db, group)
-                except (sa_exc.SQLAlchemyError, ValueError, UnicodeError) as e:
+                except (sa_exc.SQLAlchemyError, ValueError) as e:
                     first = (str(getattr(e, "orig", None) or e).splitlines() or [type(e).__name__])[0]
                     refused[sid or "(no session)"] = one_line(first)[:200]
             if len(refused) == len(rows):  # nothing written: the database, not one session's rows

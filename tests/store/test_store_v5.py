@@ -19,7 +19,7 @@ from jupyterhub_gpu_reclaim.store.base import RowsRefused
 from ..clock import START, at
 from ..postgres import postgres, postgres_url  # noqa: F401 - fixtures
 
-LONG = "x" * 250  # the finding's server name
+LONG = "x" * 250  # the finding's server name: student42/LONG is 260 characters, past a VARCHAR(255)
 LONG_USER = "u" * 300  # a hub on SQLite does not enforce its own Unicode(255) either
 NUL = "mallory/a\x00b"  # JupyterHub 5 on a SQLite hub database keeps a NUL in a server name
 
@@ -43,7 +43,7 @@ def session(sid: str, gpus: int = 1) -> Session:
 
 
 def test_names_of_any_length_are_stored_and_read_back(store):
-    sids = [f"bob/{LONG}", f"{LONG_USER}/{LONG}", "alice/"]
+    sids = [f"student42/{LONG}", f"{LONG_USER}/{LONG}", "alice/"]
     store.record_decisions([Decision(sid, "warn", "gpu-idle", "idle", reclaim_at=at(90)) for sid in sids], at(30))
     assert store.record_observations(at(30), [(sid, Sample(t=at(30), gpu_util=(0.0,))) for sid in sids], 0,
                                      [session(sid) for sid in sids]) == 4
@@ -131,9 +131,9 @@ def test_a_v4_store_is_upgraded_to_unbounded_names(url):
     with Store.open(url) as s:
         assert s.schema_version() == store_mod.current_version() == 5
         assert [d.session for _, d in s.decisions()] == ["alice/"] and set(s.intents()) == {"alice/"}
-        s.record_decisions([Decision(f"bob/{LONG}", "keep", "gpu-active", "busy")], at(2))
-        s.set_intent(f"bob/{LONG}", at(60), at(2), by=LONG_USER)
-        assert set(s.intents()) == {"alice/", f"bob/{LONG}"}
+        s.record_decisions([Decision(f"student42/{LONG}", "keep", "gpu-active", "busy")], at(2))
+        s.set_intent(f"student42/{LONG}", at(60), at(2), by=LONG_USER)
+        assert set(s.intents()) == {"alice/", f"student42/{LONG}"}
         with s.engine.connect() as conn:
             columns = {c["name"]: c["type"] for c in sa.inspect(conn).get_columns("intents")}
             if conn.dialect.name == "postgresql":

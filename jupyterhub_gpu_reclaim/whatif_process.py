@@ -22,9 +22,9 @@ from .policy_rules import PolicyRules
 from .store import Store
 from .whatif import WhatIf, WhatIfError, what_if
 
-#: seconds a what-if may run (both replays): a month of a big hub's history replays within
-#: it; longer, the admin is asked for a shorter period
-BUDGET_S = 120.0
+#: seconds a what-if may run (both replays): the longest period (whatif.MAX_PERIOD, a month)
+#: of a big hub takes minutes; past this, the admin is asked for a shorter one
+BUDGET_S = 300.0
 #: the child's niceness above the service's: the service's cycles go first on a busy CPU
 NICENESS = 10
 #: spawn, not fork: a fork of the service would copy its event loop, threads and connections

@@ -57,6 +57,7 @@ from .signals.probe_tokens import NoProbeCredential
 from .status import CycleStatus, expect_free, freeing, session_status, waiting_servers
 from .stops import Stops
 from .store import Store
+from .store.base import RowsRefused
 from .timestamps import format_time, parse_time, utcnow
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
@@ -406,13 +407,17 @@ class Reclaimer:
     # ------------------------------------------------------------------ act
 
     async def _act(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
-        self.store.record_decisions(decided.changed, now)
+        # a record that fails (the database, or rows of one session it refuses) is logged,
+        # and the warnings and stops go all the same
+        self._record(report, "decisions", self.store.record_decisions, decided.changed, now)
         self._publish(seen, decided, now, report)
         await asyncio.gather(*(self._warn(session, d, now, report) for session, d in decided.warns))
         self._set_state_metrics(seen, report, now)
         if self.options.record_observations and decided.samples:
-            self.store.record_observations(now, decided.samples, seen.pods.pending_gpus, decided.new_sessions)
-            self.history.recorded.update((s.id, s.started) for s in decided.new_sessions)
+            refused = self._record(report, "observations", self.store.record_observations, now,
+                                   decided.samples, seen.pods.pending_gpus, decided.new_sessions)
+            if refused is not None:
+                self.history.recorded.update((s.id, s.started) for s in decided.new_sessions if s.id not in refused)
         self._prune(now)
 
         for user, reclaims in decided.reclaims.items():
@@ -425,6 +430,21 @@ class Reclaimer:
                 report.would_reclaim += would
         if self.options.cull_users and not self.options.dry_run:
             await self._cull_inactive_users(now, report)
+
+    def _record(self, report: CycleReport, what: str, write: Callable[..., object], *args: object) -> set[str] | None:
+        """One of the cycle's records: the sessions whose rows the store refused (logged, in
+        the report's errors), or None when it failed as a whole (logged, the cycle's error)."""
+        try:
+            write(*args)
+        except RowsRefused as e:
+            log.error("%s", e)
+            report.errors.update({f"store:{sid}": why for sid, why in e.refused.items()})
+            return set(e.refused)
+        except Exception as e:
+            log.exception("recording the cycle's %s failed", what)
+            report.error = f"{type(e).__name__}: {str(e)[:200]}"
+            return None
+        return set()
 
     def _publish(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
         """The pages' status of this cycle (`status.py`)."""

@@ -38,11 +38,14 @@ from .timestamps import format_time
 from .trace import Record, TraceConfig, TraceSample, TraceSession
 from .trace_export import export_records
 
-__all__ = ["MAX_PERIOD", "MAX_DIFFERENCES", "WhatIfError", "ArmSummary", "Treatment",
+__all__ = ["MAX_PERIOD", "MAX_SETTING", "MAX_DIFFERENCES", "WhatIfError", "ArmSummary", "Treatment",
            "SessionDifference", "Bucket", "WhatIf", "override_policy", "what_if"]
 
 #: the longest period replayed: a month of a big hub's cycles, twice, takes minutes
 MAX_PERIOD = dt.timedelta(days=31)
+#: the longest duration an override may set: beyond any session's life and the store's
+#: retention, and within the dates the policy's arithmetic can reach (9999999d overflowed)
+MAX_SETTING = dt.timedelta(days=366)
 #: the sessions treated differently that a result lists (the count says how many in all)
 MAX_DIFFERENCES = 500
 #: bucket sizes of the chart's series: the smallest that makes at most MAX_BUCKETS
@@ -141,6 +144,11 @@ def override_policy(live: PolicyConfig | PolicyRules, values: Mapping[str, Any])
         base = from_settings(values, rules.base)
     except (TypeError, ValueError) as e:
         raise WhatIfError(_known(str(e))) from None
+    for name in values:
+        value = getattr(base, name)
+        if isinstance(value, dt.timedelta) and value > MAX_SETTING:
+            raise WhatIfError(f"{name}: {value.days:,} days is longer than a what-if replays: "
+                              f"at most {_days(MAX_SETTING)}")
     remade = []
     for rule in rules.rules:
         try:

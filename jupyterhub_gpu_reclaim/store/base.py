@@ -4,7 +4,7 @@ upgrade. `StoreBase` is the part of `Store` the others stand on (`self._session`
 from __future__ import annotations
 
 import os
-from typing import Any, Self
+from typing import Any, Mapping, Self, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -12,7 +12,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
 from . import schema
-from .schema import OUR_TABLES, Base, SchemaVersion, current_version
+from ..oneline import brief, one_line
+from .schema import OUR_TABLES, Base, SchemaVersion, current_version, unstorable
 
 DEFAULT_URL = "sqlite:///gpu_reclaim.sqlite"
 
@@ -23,6 +24,20 @@ class StoreError(RuntimeError):
 
 class StoreVersionError(StoreError):
     """The database's schema version is not one this release can read."""
+
+
+class RowsRefused(StoreError):
+    """Some sessions' rows could not be written; all the others' were. ``refused``: {session:
+    why}."""
+
+    def __init__(self, what: str, refused: dict[str, str]):
+        self.refused = refused
+        super().__init__(f"the {what} of {len(refused)} session(s) could not be written: "
+                         + "; ".join(f"{brief(sid)}: {why}" for sid, why in list(refused.items())[:5]))
+
+
+# (the model, the row) of each row a session's insert writes
+Rows = Sequence[tuple[type[Base], dict[str, Any]]]
 
 
 def make_url(url: str | os.PathLike) -> sa.URL:
@@ -104,6 +119,29 @@ class StoreBase:
                 version += 1
                 conn.execute(sa.update(SchemaVersion).where(SchemaVersion.id == 1).values(version=version))
 
+    def _insert_by_session(self, what: str, rows: Mapping[str | None, Rows]) -> None:
+        """Insert each session's rows (under None: rows of no session): all in one
+        transaction, or when that fails each session's in its own, so that no session's
+        rows (a user's server name) can keep the others' out. Raises :class:`RowsRefused`
+        naming the sessions whose rows were not written."""
+        refused = {sid: why for sid in rows if sid is not None and (why := unstorable(sid)) is not None}
+        todo = {sid: group for sid, group in rows.items() if sid not in refused and group}
+        try:
+            with self._session.begin() as db:
+                _insert(db, [row for group in todo.values() for row in group])
+        except (sa_exc.SQLAlchemyError, ValueError):  # ValueError: a bind the driver refuses
+            for sid, group in todo.items():
+                try:
+                    with self._session.begin() as db:
+                        _insert(db, group)
+                except (sa_exc.SQLAlchemyError, ValueError) as e:
+                    first = (str(getattr(e, "orig", None) or e).splitlines() or [type(e).__name__])[0]
+                    refused[sid or "(no session)"] = one_line(first)[:200]
+            if len(refused) == len(rows):  # nothing written: the database, not one session's rows
+                raise
+        if refused:
+            raise RowsRefused(what, refused)
+
     def schema_version(self) -> int:
         with self.engine.connect() as conn:
             return conn.execute(sa.select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar_one()
@@ -128,6 +166,15 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()
+
+
+def _insert(db: Any, rows: Rows) -> None:
+    """One executemany per model, in the order of their first rows."""
+    by_model: dict[type[Base], list[dict[str, Any]]] = {}
+    for model, row in rows:
+        by_model.setdefault(model, []).append(row)
+    for model, values in by_model.items():
+        db.execute(sa.insert(model), values)
 
 
 def rowcount(result: sa.Result[Any]) -> int:

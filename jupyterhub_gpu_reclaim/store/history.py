@@ -87,15 +87,18 @@ class HistoryStore(StoreBase):
                     for model, where in ended.items()}
 
     def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:
-        """Record the decisions of one cycle in one transaction; returns how many."""
+        """Record the decisions of one cycle (in one transaction unless a session's row
+        fails: `_insert_by_session`); returns how many."""
         t = aware(t, "t")
-        rows = [{"t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
-                 "reclaim_at": aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
-                 "evidence": dumps(d.evidence)} for d in decisions]
+        rows: dict[str | None, list] = {}
+        for d in decisions:
+            rows.setdefault(d.session, []).append((DecisionRow, {
+                "t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
+                "reclaim_at": aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
+                "evidence": dumps(d.evidence)}))
         if rows:
-            with self._session.begin() as db:
-                db.execute(sa.insert(DecisionRow), rows)
-        return len(rows)
+            self._insert_by_session("decisions", rows)
+        return sum(map(len, rows.values()))
 
     def rules_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, str, str]]:
         """(t, session, rule) of each recorded change of decision in [since, until], and for

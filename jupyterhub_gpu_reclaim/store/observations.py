@@ -15,7 +15,7 @@ from ..observations import Sample, Session
 from ..timestamps import utcnow
 from ..trace import Pressure, TraceSample, TraceSession, dump_record
 from .base import StoreBase, rowcount
-from .schema import DecisionRow, IntentRow, ObservationRow, TraceSessionRow, aware
+from .schema import DecisionRow, IntentRow, ObservationRow, TraceSessionRow, aware, unstorable
 
 
 @dataclass(frozen=True)
@@ -44,35 +44,41 @@ class ObservationStore(StoreBase):
                             pending_gpus: int | None, sessions: Iterable[Session] = ()) -> int:
         """Store one cycle: a ``sample`` line per (session id, sample), a ``pressure`` line
         (unless ``pending_gpus`` is None: unknown) and the ``session`` line of each session
-        not yet recorded (pass the cycle's sessions; known ones cost one lookup). Returns the
-        number of observation rows written."""
+        not yet recorded (pass the cycle's sessions; known ones cost one lookup). In one
+        transaction unless a session's rows fail (`_insert_by_session`). Returns the number
+        of observation rows written."""
         t = aware(t, "t")
-        rows = [{"t": aware(s.t, "sample.t"), "kind": "sample", "session": sid,
-                 "line": dump_record(TraceSample(session=sid, sample=s))}
-                for sid, s in samples]
+        rows: dict[str | None, list] = {}
+        for sid, s in samples:
+            rows.setdefault(sid, []).append((ObservationRow, {
+                "t": aware(s.t, "sample.t"), "kind": "sample", "session": sid,
+                "line": dump_record(TraceSample(session=sid, sample=s))}))
         if pending_gpus is not None:
-            rows.append({"t": t, "kind": "pressure", "session": None,
-                         "line": dump_record(Pressure(t=t, pending_gpus=pending_gpus))})
-        by_key = {(s.id, aware(s.started, "started")): s for s in sessions}
-        with self._session.begin() as db:
-            if by_key:  # one query for which are known, not one per session
-                ids = sorted({sid for sid, _ in by_key})
-                known: set[tuple[str, dt.datetime]] = set()
+            rows.setdefault(None, []).append((ObservationRow, {
+                "t": t, "kind": "pressure", "session": None,
+                "line": dump_record(Pressure(t=t, pending_gpus=pending_gpus))}))
+        by_key = {(s.id, aware(s.started, "started")): s for s in sessions if unstorable(s.id) is None}
+        if by_key:  # one query for which are known, not one per session
+            ids = sorted({sid for sid, _ in by_key})
+            known: set[tuple[str, dt.datetime]] = set()
+            with self._session() as db:
                 for chunk in range(0, len(ids), 500):
                     known.update(db.execute(sa.select(TraceSessionRow.session, TraceSessionRow.started)
                                             .where(TraceSessionRow.session.in_(ids[chunk:chunk + 500]))).all())
-                new = [{"session": sid, "started": started, "stopped": None,
-                        "line": dump_record(TraceSession(session=session))}
-                       for (sid, started), session in by_key.items() if (sid, started) not in known]
-                if new:
-                    db.execute(sa.insert(TraceSessionRow), new)
-            if rows:
-                db.execute(sa.insert(ObservationRow), rows)  # one executemany
-        return len(rows)
+            for (sid, started), session in by_key.items():
+                if (sid, started) not in known:
+                    rows.setdefault(sid, []).append((TraceSessionRow, {
+                        "session": sid, "started": started, "stopped": None,
+                        "line": dump_record(TraceSession(session=session))}))
+        if rows:
+            self._insert_by_session("observations", rows)
+        return sum(model is ObservationRow for group in rows.values() for model, _ in group)
 
     def session_stopped(self, session: str, t: dt.datetime) -> bool:
         """Note that the session's latest recorded instance stopped at ``t`` (trace ``stopped``)."""
         t = aware(t, "t")
+        if unstorable(session) is not None:
+            return False  # never recorded
         with self._session.begin() as db:
             row = db.scalars(sa.select(TraceSessionRow)
                              .where(TraceSessionRow.session == session, TraceSessionRow.stopped.is_(None))

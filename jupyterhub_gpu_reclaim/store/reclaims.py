@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from ..observations import Outcome, Warning
 from ..timestamps import format_time, utcnow
 from .base import StoreBase, rowcount
-from .schema import ReclaimRow, WarningRow, aware, dumps
+from .schema import ReclaimRow, WarningRow, aware, dumps, unstorable
 
 OUTCOMES = get_args(Outcome)
 
@@ -40,6 +40,13 @@ def reclaim_record(row: ReclaimRow) -> ReclaimRecord:
                          gpus=row.gpus, evidence=json.loads(row.evidence), finished_at=row.finished_at,
                          outcome=row.outcome, detail=row.detail, seen_at=row.seen_at)
 
+
+
+def _of_user(user: str) -> sa.ColumnElement[bool]:
+    """The reclaims of `user`'s servers (sessions `user/…`), the name matched exactly: a LIKE
+    (startswith) ignores case on SQLite, and "Ann" read ann's reclaims."""
+    prefix = user + "/"
+    return sa.func.substr(ReclaimRow.session, 1, len(prefix)) == prefix
 
 
 class ReclaimStore(StoreBase):
@@ -79,6 +86,8 @@ class ReclaimStore(StoreBase):
         cleared at ``t`` (default now). Returns how many were cleared. A cleared episode
         stays recorded: the same (session, rule, episode) is still never warned again."""
         t = aware(t, "t") if t is not None else utcnow()
+        if unstorable(session) is not None:
+            return 0  # never warned: its warning could not be recorded
         query = sa.update(WarningRow).where(WarningRow.session == session, WarningRow.cleared_at.is_(None))
         if warned_ats is not None:
             ats = [aware(a, "warned_ats") for a in warned_ats]
@@ -142,8 +151,8 @@ class ReclaimStore(StoreBase):
     def reclaims(self, since: dt.datetime | None = None, user: str | None = None) -> list[ReclaimRecord]:
         """The reclaims begun since ``since`` (of ``user``'s servers only, if given), oldest first."""
         where = [ReclaimRow.t >= aware(since, "since")] if since is not None else []
-        if user is not None:  # autoescape: a user name may hold % or _
-            where.append(ReclaimRow.session.startswith(user + "/", autoescape=True))
+        if user is not None:
+            where.append(_of_user(user))
         return self._reclaims(sa.and_(sa.true(), *where))
 
     def unseen_reclaims(self, user: str, since: dt.datetime) -> list[ReclaimRecord]:
@@ -151,14 +160,14 @@ class ReclaimStore(StoreBase):
         not seen (`mark_seen`), oldest first."""
         return self._reclaims(sa.and_(ReclaimRow.t >= aware(since, "since"), ReclaimRow.outcome == "stopped",
                                       ReclaimRow.gpus > 0, ReclaimRow.seen_at.is_(None),
-                                      ReclaimRow.session.startswith(user + "/", autoescape=True)))
+                                      _of_user(user)))
 
     def mark_seen(self, user: str, reclaim_id: int, t: dt.datetime) -> str | None:
         """`user` saw the notice of their reclaim `reclaim_id`: its session; None when it is
         not theirs, not there or seen before, and nothing changes."""
         with self._session.begin() as db:
             return db.scalar(sa.update(ReclaimRow).where(
-                ReclaimRow.id == reclaim_id, ReclaimRow.session.startswith(user + "/", autoescape=True),
+                ReclaimRow.id == reclaim_id, _of_user(user),
                 ReclaimRow.seen_at.is_(None)).values(seen_at=aware(t, "t")).returning(ReclaimRow.session))
 
     def _reclaims(self, where: Any) -> list[ReclaimRecord]:

@@ -5,7 +5,8 @@ column types, and the migrations from each older version.
 ``i + 1`` to ``i + 2``; the current version is ``len(MIGRATIONS) + 1``. Version 1 is the
 first; version 2 added the web pages' exemptions and audit log; version 3 keeps one intent
 row per session (a new intent replaces it, a clear marks it); version 4 notes when a user
-saw the notice of a reclaim.
+saw the notice of a reclaim; version 5 holds what users choose (user and server names, so
+session ids) in unbounded text columns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ..oneline import brief
 from ..timestamps import format_time
 
 UTC = dt.timezone.utc
@@ -55,6 +57,32 @@ class UTCDateTime(sa.types.TypeDecorator):
         return value.astimezone(UTC)
 
 
+def unstorable(text: str) -> str | None:
+    """Why ``text`` cannot be stored in every database the store runs on; None when it can."""
+    if "\x00" in text:
+        return "it holds a NUL character, which PostgreSQL's text cannot"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid Unicode (a lone surrogate)"
+    return None
+
+
+class UserText(sa.types.TypeDecorator):
+    """Text a user chooses: user and server names (session ids), who set something. Unbounded:
+    with a length, one user's long server name made the batch writes of every cycle fail
+    (issue 27). What no database can hold (`unstorable`) is refused with ValueError before it
+    reaches one, the same on SQLite as on PostgreSQL."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect) -> str | None:
+        if value is not None and (why := unstorable(value)) is not None:
+            raise ValueError(f"{brief(value)} cannot be stored: {why}")
+        return value
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return format_time(value) if value.tzinfo else value.isoformat()
@@ -86,10 +114,10 @@ class _UntilRow:
     """A session kept until a time, set by someone, until cleared: intents and exemptions."""
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    session: Mapped[str] = mapped_column(UserText, index=True)
     until: Mapped[dt.datetime] = mapped_column(UTCDateTime)
     set_at: Mapped[dt.datetime] = mapped_column(UTCDateTime)
-    by: Mapped[str] = mapped_column(sa.String(255), default="")
+    by: Mapped[str] = mapped_column(UserText, default="")
     cleared_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
 
 
@@ -99,14 +127,14 @@ class IntentRow(_UntilRow, Base):
 
     __tablename__ = "intents"
     __table_args__ = (sa.Index("uq_intents_session", "session", unique=True),)
-    session: Mapped[str] = mapped_column(sa.String(255))
+    session: Mapped[str] = mapped_column(UserText)
 
 
 class WarningRow(Base):
     __tablename__ = "warnings"
     __table_args__ = (sa.UniqueConstraint("session", "rule", "episode", name="uq_warning_episode"),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    session: Mapped[str] = mapped_column(UserText, index=True)
     rule: Mapped[str] = mapped_column(sa.String(64))
     episode: Mapped[str] = mapped_column(sa.String(255))
     t: Mapped[dt.datetime] = mapped_column(UTCDateTime)
@@ -119,7 +147,7 @@ class ReclaimRow(Base):
     __tablename__ = "reclaims"
     __table_args__ = (sa.UniqueConstraint("session", "episode", name="uq_reclaim_episode"),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    session: Mapped[str] = mapped_column(UserText, index=True)
     episode: Mapped[str] = mapped_column(sa.String(255))
     rule: Mapped[str] = mapped_column(sa.String(64))
     t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
@@ -133,7 +161,7 @@ class ReclaimRow(Base):
 
 class TraceSessionRow(Base):
     __tablename__ = "trace_sessions"
-    session: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    session: Mapped[str] = mapped_column(UserText, primary_key=True)
     started: Mapped[dt.datetime] = mapped_column(UTCDateTime, primary_key=True)
     stopped: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     line: Mapped[str] = mapped_column(sa.Text)  # the session line, stopped left null
@@ -144,7 +172,7 @@ class ObservationRow(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
     kind: Mapped[str] = mapped_column(sa.String(16))  # "sample" | "pressure"
-    session: Mapped[str | None] = mapped_column(sa.String(255))
+    session: Mapped[str | None] = mapped_column(UserText)
     line: Mapped[str] = mapped_column(sa.Text)  # one trace line
 
 
@@ -152,7 +180,7 @@ class DecisionRow(Base):
     __tablename__ = "decisions"
     id: Mapped[int] = mapped_column(primary_key=True)
     t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
-    session: Mapped[str] = mapped_column(sa.String(255), index=True)
+    session: Mapped[str] = mapped_column(UserText, index=True)
     action: Mapped[str] = mapped_column(sa.String(16))
     rule: Mapped[str] = mapped_column(sa.String(64))
     reason: Mapped[str] = mapped_column(sa.Text)
@@ -172,9 +200,9 @@ class AuditRow(Base):
     __tablename__ = "audit"
     id: Mapped[int] = mapped_column(primary_key=True)
     t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
-    actor: Mapped[str] = mapped_column(sa.String(255))
+    actor: Mapped[str] = mapped_column(UserText)
     action: Mapped[str] = mapped_column(sa.String(64))
-    session: Mapped[str] = mapped_column(sa.String(255), default="")
+    session: Mapped[str] = mapped_column(UserText, default="")
     detail: Mapped[str] = mapped_column(sa.Text, default="{}")  # JSON object
 
 
@@ -208,6 +236,24 @@ def _v3_to_v4(conn: Connection) -> None:
 
 
 MIGRATIONS.append(_v3_to_v4)
+
+
+def _v4_to_v5(conn: Connection) -> None:
+    """v4 → v5: the columns of what users choose become unbounded text (`UserText`). SQLite
+    never enforced their VARCHAR(255): nothing to do there. PostgreSQL changes VARCHAR to
+    TEXT in place (binary-compatible: no table rewrite, indexes kept)."""
+    if conn.dialect.name == "sqlite":
+        return
+    present = set(sa.inspect(conn).get_table_names())
+    for table in Base.metadata.sorted_tables:
+        if table.name not in present:
+            continue
+        for column in table.columns:
+            if isinstance(column.type, UserText):
+                conn.execute(sa.text(f'ALTER TABLE {table.name} ALTER COLUMN "{column.name}" TYPE TEXT'))
+
+
+MIGRATIONS.append(_v4_to_v5)
 
 OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 

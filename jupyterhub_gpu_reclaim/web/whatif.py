@@ -1,11 +1,11 @@
 """Running a what-if for the admin page and the API: the period as admins write it, one
-what-if at a time (a second is answered 429), the replay in a thread so the service's
-cycles go on meanwhile. Bad input is `BadInput` (400), before anything is read."""
+what-if at a time (a second is answered 429), the replay in a process of its own within a
+time budget (`whatif_process`), so that the service's cycles go on at their pace meanwhile.
+Bad input is `BadInput` (400), before anything is read; so is a replay past its budget."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from typing import Any, Mapping
 
 from tornado import web
@@ -13,7 +13,8 @@ from tornado import web
 from ..policy_config import PolicyConfig
 from ..policy_rules import PolicyRules
 from ..timestamps import utcnow
-from ..whatif import WhatIf, WhatIfError, check_period, override_policy, what_if
+from ..whatif import WhatIf, WhatIfError, check_period, override_policy
+from ..whatif_process import replay_in_process
 from .inputs import BadInput, parse_since
 
 #: the period the form offers first
@@ -50,8 +51,7 @@ async def run_what_if(handler: Any, since_text: Any, until_text: Any, values: An
         handler.retry_after = RETRY_AFTER_S
         raise web.HTTPError(429, "another what-if is running; try again in a moment")
     async with _running:
-        job = functools.partial(what_if, ctx.store, since, until, values, live=live, now=now)
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, job)
-        except WhatIfError as e:
+            return await replay_in_process(ctx.store, since, until, values, live=live, now=now)
+        except WhatIfError as e:  # OverBudget too
             raise BadInput(str(e)) from None

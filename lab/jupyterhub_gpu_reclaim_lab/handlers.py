@@ -4,8 +4,12 @@ The browser talks only to its own server (the hub's login, the server's XSRF che
 server asks the service with $JUPYTERHUB_API_TOKEN, whose scopes must include
 `access:services!service=gpu-reclaim` (`c.Spawner.server_token_scopes`, docs/lab.md). The
 service then sees the server's user and lets it act on that user's sessions only. The hub
-records no user activity for a server's token, and these handlers do not count as the
-server's activity either: polling them never keeps a GPU from being reclaimed.
+records no user activity for a server's token, and these handlers are not the server's
+activity (jupyter-server's last_activity, which jupyterhub-singleuser reports to the hub).
+The proxy in front of the server, though, counts every successful request it passes as the
+hub's last_activity of the server, whatever the handler (configurable-http-proxy): so the
+frontend polls only while its tab is shown, when JupyterLab's own polls of kernels and
+sessions count as much, and a tab in the background polls nothing (docs/lab.md).
 
 Where the service is not configured, not reachable or refuses the token, `status` answers
 {"available": false} and the frontend shows nothing."""
@@ -92,8 +96,8 @@ class ServiceClient:
 
 
 class Handler(APIHandler):
-    #: a poll of the state is not the user's activity (jupyter-server's last_activity, which
-    #: jupyterhub-singleuser reports to the hub)
+    #: a poll of the state is not the server's activity (jupyter-server's last_activity, which
+    #: jupyterhub-singleuser reports to the hub; the proxy's count: the module's docstring)
     _track_activity = False
 
     def initialize(self, client: ServiceClient) -> None:

@@ -15,7 +15,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-/** How often the state is read (the service answers from memory; one cycle is ~30 s). */
+/** How often the state is read while the tab is shown (the service answers from memory; one cycle is ~30 s). */
 const POLL_MS = 10_000;
 const KEEP_HOURS = 2;
 /** How the status bar and the notification write an idleness shorter than a minute. */
@@ -226,8 +226,23 @@ class GpuReclaim {
   }
 
   start(): void {
+    document.addEventListener('visibilitychange', () => this.poll());
+    this.poll();
+  }
+
+  /**
+   * Read the state now and every POLL_MS while the tab is shown; a hidden tab asks nothing
+   * (Page Visibility API), as JupyterLab's own polls stand by there: every request the proxy
+   * passes to the server is the hub's `last_activity` (docs/lab.md).
+   */
+  private poll(): void {
+    window.clearInterval(this.timer);
+    this.timer = undefined;
+    if (document.visibilityState === 'hidden') {
+      return;
+    }
     void this.refresh();
-    window.setInterval(() => void this.refresh(), POLL_MS);
+    this.timer = window.setInterval(() => void this.refresh(), POLL_MS);
   }
 
   async refresh(): Promise<void> {
@@ -351,6 +366,7 @@ class GpuReclaim {
   private status: IStatus = { available: false };
   private warningId: string | null = null;
   private warningFor: string | null = null;
+  private timer: number | undefined = undefined;
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {

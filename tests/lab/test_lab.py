@@ -10,7 +10,8 @@ her warning goes away by itself once her GPU is used again. bob's warned server 
 notification's Stop and free the GPU, through the hub; frank keeps his until a time, which
 must be within the service's cap. dave's server is not told where the
 service is: no status, no notification. The extension's polling is not the server's activity,
-and a server's token reaches only its own user's sessions."""
+a tab in the background polls nothing, and a server's token reaches only its own user's
+sessions."""
 
 from __future__ import annotations
 
@@ -135,6 +136,60 @@ async def test_polling_the_state_is_not_the_servers_activity(hub, api):
         assert (await server_get(hub, api, "erin", "gpu-reclaim/status"))["available"] is True
     assert (await server_get(hub, api, "erin", "api/status"))["last_activity"] == before
     await api.stop("erin")
+
+
+COUNT_POLLS = """
+window.__gpuReclaimPolls = 0;
+const fetch = window.fetch;
+window.fetch = (input, init) => {
+  if (String(input.url ?? input).split('?')[0].endsWith('/gpu-reclaim/status')) window.__gpuReclaimPolls++;
+  return fetch(input, init);
+};
+"""
+
+
+async def show(page: Page, state: str) -> None:
+    """The tab put in the background ("hidden") or in front ("visible"), as the Page
+    Visibility API tells a page: its visibilityState, then a visibilitychange event."""
+    await page.evaluate("""state => {
+        Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => state});
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => state === 'hidden'});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""", state)
+
+
+async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alice, browser):  # noqa: F811
+    """Every request the proxy passes to the server moves the hub's last_activity: in a tab
+    left in the background the extension asks nothing (two minutes on the page's clock), and
+    asks at once when the tab is shown again."""
+    page = await new_page(browser)
+    try:
+        await page.add_init_script(COUNT_POLLS)
+        await page.clock.install()  # time flows, and the test moves it on as well
+        await log_in(page, hub.info["url"], "alice")
+        await page.goto(f"{hub.info['url']}/user/alice/lab")
+        await expect(page.locator(STATUS)).to_be_visible(timeout=60_000)
+
+        async def polls() -> int:
+            return await page.evaluate("window.__gpuReclaimPolls")
+
+        async def reached(n: int) -> bool:
+            return await polls() >= n
+
+        before = await polls()
+        await page.clock.run_for(25_000)
+        await until(lambda: reached(before + 2), 10, "shown: a poll every 10 s")
+        await show(page, "hidden")
+        hidden = await polls()
+        await page.clock.run_for(120_000)
+        assert await polls() == hidden
+        await show(page, "visible")
+        await until(lambda: reached(hidden + 1), 10, "a poll as the tab is shown")
+        await page.clock.run_for(10_000)
+        await until(lambda: reached(hidden + 2), 10, "the next poll 10 s later")
+        assert await polls() == hidden + 2
+    finally:
+        await page.context.close()
 
 
 async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice, browser):  # noqa: F811

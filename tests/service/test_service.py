@@ -123,14 +123,15 @@ class FakeStopper:
 
 class Harness(CycleRecorder):
     def __init__(self, tmp_path, *, policy: PolicyConfig | None = None, rules: PolicyRules | None = None,
-                 gpu: bool = True, kernels: bool = True, step: dt.timedelta = STEP, **options) -> None:
+                 gpu: bool = True, kernels: bool = True, step: dt.timedelta = STEP, store_url: str | None = None,
+                 **options) -> None:
         self.now = [START]
         self.step = step
         self.hub, self.pods = FakeHub(), FakePods()
         self.gpu = FakeGpu(self.clock) if gpu else None
         self.kernels = FakeKernels() if kernels else None
         self.stopper = FakeStopper(self.hub, self.pods)
-        self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
+        self.store = Store.open(store_url or f"sqlite:///{tmp_path}/store.sqlite")
         self.policy = policy or PolicyConfig()
         self.rules = rules
         self.options = options

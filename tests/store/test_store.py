@@ -51,18 +51,18 @@ def warning(session="alice/", t=at(60), rule="gpu-idle"):  # noqa: B008 - a date
 
 def test_new_store_is_current_version_and_reopens(path):
     with Store.open(path) as s:  # a plain path means a SQLite file
-        assert s.schema_version() == store_mod.current_version() == 4
+        assert s.schema_version() == store_mod.current_version() == 5
     with Store.open(f"sqlite:///{path}") as s:
-        assert s.schema_version() == 4
+        assert s.schema_version() == 5
     with sqlite3.connect(path) as conn:
-        assert conn.execute("select version from schema_version").fetchall() == [(4,)]
+        assert conn.execute("select version from schema_version").fetchall() == [(5,)]
 
 
 def test_newer_unknown_version_is_refused(path):
     Store.open(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute("update schema_version set version = 7")
-    with pytest.raises(StoreVersionError, match=r"schema version 7.*up to 4"):
+    with pytest.raises(StoreVersionError, match=r"schema version 7.*up to 5"):
         Store.open(path)
 
 

@@ -103,6 +103,8 @@ async def test_the_api_gives_the_same(scene):
     ({"since": "3h", "override": ""}, "no setting to change"),
     ({"since": "1h", "until": "3h", "override": "gpu_idle_threshold: 9"}, "the period is empty"),
     ({"since": "40d", "override": "gpu_idle_threshold: 9"}, "at most 31 days"),
+    ({"since": "3h", "override": "idle_reclaim_after: 9999999d"},  # once a 500 (OverflowError)
+     "idle_reclaim_after: 9,999,999 days is longer than a what-if replays: at most 366 days"),
     ({"since": "last week", "override": "gpu_idle_threshold: 9"}, "since: not a time or a duration"),
 ])
 async def test_bad_input_is_refused_with_a_clear_error(hub, scene, form, message):
@@ -120,7 +122,9 @@ async def test_the_api_refuses_bad_input(scene):
     for body, message in (({"since": "3h", "override": "gpu_idle_threshold: 9"}, "must be an object"),
                           ({"since": "3h", "override": {"gpu_idle_threshold": "high"}}, "gpu_idle_threshold: "),
                           ({"since": "3h", "override": {"x": 1}, "policy": {}}, "unknown field 'policy'"),
-                          ({"since": 7, "override": {"gpu_idle_threshold": 9}}, "since: ")):
+                          ({"since": 7, "override": {"gpu_idle_threshold": 9}}, "since: "),
+                          ({"since": "3h", "override": {"warning_lead": "9999999d"}}, "warning_lead: 9,999,999 days"),
+                          ({"since": "3h", "override": {"max_age": "9999999d"}}, "max_age: 9,999,999 days")):
         status, answer = await admin.json("POST", "api/admin/whatif", body)
         assert status == 400 and message in answer["message"], (body, answer)
 

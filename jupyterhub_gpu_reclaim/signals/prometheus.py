@@ -36,8 +36,17 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")
 BY = ("namespace, pod, exported_namespace, exported_pod, pod_uid, gpu, GPU_I_ID, Hostname, hostname, "
       "UUID, vgpu")
 FIELDS = {"util": GPU_UTIL, "engine": ENGINE_ACTIVE, "fb_used": FB_USED, "": GPU_UTIL}
-DEFAULT_QUERY = " or ".join(f'label_replace(max by ({BY}) ({name}), "field", "{field}", "", "")'
-                            for field, name in FIELDS.items() if field)
+
+
+def default_query(matchers: str = "") -> str:
+    """The default query; `matchers` (PromQL label matchers, e.g. `job="dcgm-exporter"`)
+    select the series of one scrape job where several scrape the exporter."""
+    selector = f"{{{matchers}}}" if matchers else ""
+    return " or ".join(f'label_replace(max by ({BY}) ({name}{selector}), "field", "{field}", "", "")'
+                       for field, name in FIELDS.items() if field)
+
+
+DEFAULT_QUERY = default_query()
 
 
 def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"

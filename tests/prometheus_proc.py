@@ -51,3 +51,17 @@ def running_prometheus(config: dict, workdir: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
+
+
+def without_kubernetes_sd(config: dict, targets: Path) -> dict:
+    """`config` (a prometheus.yml as a dict) with each job's Kubernetes service discovery,
+    which Debian's Prometheus is built without, replaced by the file `targets` (targets
+    labelled as discovery labels them, `__meta_kubernetes_*`): the jobs' own relabelling
+    then decides what is scraped, as it would on a cluster."""
+    jobs = []
+    for job in config.get("scrape_configs", []):
+        job = dict(job)
+        if job.pop("kubernetes_sd_configs", None) is not None:
+            job["file_sd_configs"] = [{"files": [str(targets)], "refresh_interval": "1s"}]
+        jobs.append(job)
+    return {**config, "scrape_configs": jobs}

@@ -25,7 +25,7 @@ from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.gpu_readings import NO_HOSTPID, GpuReading
 from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal, default_query
 
-from ..prometheus_proc import running_prometheus
+from ..prometheus_proc import running_prometheus, without_kubernetes_sd
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -90,19 +90,19 @@ DISCOVERED = {
 
 
 def _example_job(address: str, workdir: Path) -> dict:
-    """examples/prometheus/prometheus.yml's dcgm-exporter job, its Kubernetes discovery
-    (which Debian's Prometheus is built without) replaced by a file listing the pods as
-    discovery labels them; its own relabelling decides what is scraped."""
+    """examples/prometheus/prometheus.yml's dcgm-exporter job, finding the pods of DISCOVERED
+    as Kubernetes discovery labels them (without_kubernetes_sd); its own relabelling decides
+    what is scraped."""
     config = yaml.safe_load((REPO / "examples" / "prometheus" / "prometheus.yml").read_text())
-    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == EXAMPLE_JOB]
     targets = [{"targets": [address], "labels": {
         "__metrics_path__": f"/{name}/metrics", "__meta_kubernetes_namespace": EXPORTER_NS,
         "__meta_kubernetes_pod_name": f"exporter-{i}", "__meta_kubernetes_pod_node_name": f"node-{i}",
         "__meta_kubernetes_pod_container_port_number": "9400", **meta}}
         for i, (name, meta) in enumerate(DISCOVERED.items())]
     (workdir / "pods.json").write_text(json.dumps(targets))
-    del job["kubernetes_sd_configs"]
-    return {**job, "file_sd_configs": [{"files": [str(workdir / "pods.json")], "refresh_interval": "1s"}]}
+    (job,) = [j for j in without_kubernetes_sd(config, workdir / "pods.json")["scrape_configs"]
+              if j["job_name"] == EXAMPLE_JOB]
+    return job
 
 
 def _api(url: str, path: str) -> dict:

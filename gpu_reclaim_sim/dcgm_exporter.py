@@ -16,8 +16,8 @@ scenario names writes them (`gpu.exporterVersion`, default the current one, 4.5.
   series, labelled with one pod of those sharing it (the exporter's device-to-pod map keeps
   the last pod it saw; here the holder of the highest replica): the other pods have no
   series (dcgm-exporter issue 307).
-- KUBERNETES_VIRTUAL_GPUS (`gpu.kubernetesVirtualGpus`): each series once per pod holding
-  the device, a replica's with `vgpu`, all with pod_uid. From 4.5.3-4.8.2, GPU_UTIL and
+- KUBERNETES_VIRTUAL_GPUS (`gpu.kubernetesVirtualGpus`, from 4.1.1-4.0.3): each series once
+  per pod holding the device, a replica's with `vgpu`, with pod_uid from 4.4.0-4.5.0. From 4.5.3-4.8.2, GPU_UTIL and
   FB_USED instead keep the device's own series (no pod labels) and add one per pod with its
   own processes' values and pod_uid, which are 0 without hostPID (`gpu.hostPid: false`); a
   device no pod holds keeps its own series (before, it had none).
@@ -62,12 +62,14 @@ class Release:
 
     empty_pod_labels: bool  # a free GPU's pod labels are "" (up to 3.3.3-3.3.1)
     pci_bus_id: bool  # from 3.3.7-3.5.0
+    virtual_pod_uid: bool  # KUBERNETES_VIRTUAL_GPUS writes pod_uid on every copy (from 4.4.0-4.5.0)
     per_process: bool  # KUBERNETES_VIRTUAL_GPUS writes device-level and per-process series (4.8.2)
 
     @classmethod
     def of(cls, tag: str) -> Release:
         v = exporter_release(tag)
-        return cls(empty_pod_labels=v < (3, 4, 0), pci_bus_id=v >= (3, 5, 0), per_process=v >= (4, 8, 2))
+        return cls(empty_pod_labels=v < (3, 4, 0), pci_bus_id=v >= (3, 5, 0), virtual_pod_uid=v >= (4, 5, 0),
+                   per_process=v >= (4, 8, 2))
 
 
 def _pod_labels(d: Device | None, *, uid: bool, empty: bool) -> dict[str, str]:
@@ -131,7 +133,7 @@ class DcgmCollector:
         for d in holders:
             replica = {"vgpu": str(d.replica)} if d.replica is not None else {}
             if not release.per_process:
-                yield {**labels, **_pod_labels(d, uid=True, empty=False), **replica}, values
+                yield {**labels, **_pod_labels(d, uid=release.virtual_pod_uid, empty=False), **replica}, values
                 continue
             own = {GPU_UTIL: d.util, FB_USED: float(d.fb_used)} if sc.gpu_host_pid else {GPU_UTIL: 0.0, FB_USED: 0.0}
             yield ({**labels, **_pod_labels(d, uid=True, empty=False), **replica},

@@ -50,8 +50,8 @@ NO_HOSTPID = ("dcgm-exporter writes 0 for every pod on this GPU while the GPU it
 class GpuReading:
     """One pod's GPUs at time `t`, ordered by the `gpu` label (then the MIG instance).
 
-    `util` is percent (DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100 where
-    GPU_UTIL is missing, as on MIG); `None` for a GPU means no value for it.
+    `util` is percent (DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100 on a MIG
+    instance and where GPU_UTIL is missing); `None` for a GPU means no value for it.
 
     `shared`: a GPU of the pod is time-sliced, so its values are the whole device's, not
     the pod's alone (see `shared_devices`).

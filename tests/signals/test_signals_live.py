@@ -120,12 +120,12 @@ async def test_prometheus_one_query_sees_the_loaded_gpu(prometheus, servers):
         alice = readings[("jhub", "jupyter-alice")]
         assert alice.util == (75.0,) and alice.fb_used_mib[0] > 0
         assert set(readings) == {("jhub", "jupyter-alice")}  # not the exporter's own pod
-    # the `or` keeps one utilization series per GPU (GPU_UTIL wins over ENGINE_ACTIVE)
+    # each metric once per GPU, in its own field (gpu_readings decides which is the utilization)
     async with aiohttp.ClientSession() as s:
         async with s.get(prometheus + "/api/v1/query", params={"query": DEFAULT_QUERY}) as r:
             result = (await r.json())["data"]["result"]
     mine = [x["metric"] for x in result if x["metric"].get("exported_pod") == "jupyter-alice"]
-    assert sorted(m["field"] for m in mine) == ["fb_used", "util"]
+    assert sorted(m["field"] for m in mine) == ["engine", "fb_used", "util"]
     assert all(m["pod"] == "dcgm-exporter-sim" for m in mine)
 
 

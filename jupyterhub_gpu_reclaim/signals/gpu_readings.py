@@ -43,7 +43,7 @@ MIG_INSTANCE = "GPU_I_ID"
 HOSTNAME = ("Hostname", "hostname")  # the exporter's main renames Hostname (its #655)
 NO_HOSTPID = ("dcgm-exporter writes 0 for every pod on this GPU while the GPU itself is busy: "
               "with KUBERNETES_VIRTUAL_GPUS it needs hostPID: true to tell pods' processes apart "
-              "(docs/policy.md, exporter table); the GPU's values are missing until it has it")
+              "(docs/troubleshooting.md); the GPU's values are missing until it has it")
 
 
 @dataclass(frozen=True)

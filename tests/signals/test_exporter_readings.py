@@ -240,3 +240,13 @@ async def test_the_self_check_says_what_the_exporter_writes(prometheus, job, cod
     assert findings["no-hostpid"].warning and not findings["mig"].warning
     logged = [r.getMessage() for r in caplog.records if "self-check" in r.getMessage()]
     assert len(logged) == len(findings)  # once, at the first answer
+
+
+async def test_the_self_check_of_a_direct_scrape_names_every_exporter_label(exporters):
+    async with DcgmScrapeSignal([f"http://{exporters}/{name}/metrics" for name in TEXTS], timeout=5) as dcgm:
+        await dcgm.utilization()
+    findings = {f.code: f for f in dcgm.findings or []}
+    assert set(findings) == {"fields", "labels", "mig", "mig-gpu-util", "virtual-gpus", "device-level-series",
+                             "no-hostpid"}
+    assert findings["labels"].line == ("exporter labels: gpu, UUID, pci_bus_id, device, modelName, Hostname, "
+                                       "GPU_I_ID, GPU_I_PROFILE, pod, namespace, container, pod_uid, vgpu")

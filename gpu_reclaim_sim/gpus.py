@@ -61,6 +61,7 @@ class Device:
     profile: str = ""  # MIG: GPU_I_PROFILE
     replica: int | None = None  # time-slicing: which replica of its GPU
     pod: tuple[str, str, str] | None = None  # (namespace, name, container)
+    pod_uid: str = ""  # the holder's metadata.uid (dcgm-exporter's pod_uid)
     # a MIG instance's own last sample (a whole GPU or a replica reads its GPU's)
     util: float = 0.0
     engine_active: float = 0.0
@@ -101,7 +102,8 @@ class GpuFleet:
         self.devices.pop(node, None)
         self.resources.pop(node, None)
 
-    def allocate(self, node: str, namespace: str, pod: str, container: str, count: int) -> list[Device]:
+    def allocate(self, node: str, namespace: str, pod: str, container: str, count: int,
+                 uid: str = "") -> list[Device]:
         """Give the pod `count` free devices of the node (the scheduler made sure they exist).
         Replicas are spread over the GPUs with the fewest held, as the plugin's distributed
         allocation does; so two pods share a GPU only once every GPU has a holder."""
@@ -120,7 +122,7 @@ class GpuFleet:
                 held[d.gpu.index] += 1
                 chosen.append(d)
         for d in chosen:
-            d.pod = (namespace, pod, container)
+            d.pod, d.pod_uid = (namespace, pod, container), uid
         self.loads.setdefault((namespace, pod), Load())
         return chosen
 
@@ -131,7 +133,7 @@ class GpuFleet:
         for devices in self.devices.values():
             for d in devices:
                 if d.pod and d.pod[:2] == (namespace, pod):
-                    d.pod = None
+                    d.pod, d.pod_uid = None, ""
         self.loads.pop((namespace, pod), None)
 
     def pod_gpus(self, namespace: str, pod: str) -> list[Device]:

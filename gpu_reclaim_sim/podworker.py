@@ -165,7 +165,8 @@ class PodWorker:
             if not count:
                 continue
             try:
-                gpus = self.cluster.gpus.allocate(self.kubelet.name, self.ns, self.name, c["name"], count)
+                gpus = self.cluster.gpus.allocate(self.kubelet.name, self.ns, self.name, c["name"], count,
+                                                  uid=self.uid)
             except RuntimeError:  # the device plugin's admission failure, in the kubelet's words
                 message = (f"Allocate failed due to requested number of devices unavailable for {resource}. "
                            f"Requested: {count}, Available: {len(self.cluster.gpus.free(self.kubelet.name))}, which is unexpected")

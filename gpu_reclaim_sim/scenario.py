@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from .dcgm_exporter import exporter_release
 from .network import on_loopback
 from .scenario_schema import SCHEMA
 
@@ -180,6 +181,11 @@ class Scenario:
     # dcgm-exporter's KUBERNETES_VIRTUAL_GPUS: a time-sliced GPU's series once per pod
     # sharing it (label vgpu), instead of once, labelled with one of them
     gpu_virtual_gpus: bool = False
+    # the dcgm-exporter release whose series the simulated exporter writes (dcgm_exporter.Release)
+    gpu_exporter_version: str = "4.5.3-4.8.2"
+    gpu_host_pid: bool = True  # the exporter runs with hostPID: per-process values (virtual GPUs)
+    gpu_pod_uid: bool = False  # its --kubernetes-enable-pod-uid
+    gpu_mig_gpu_util: bool = False  # MIG instances also carry GPU_UTIL = 0 (dcgm-exporter issue 216)
     scoring_strategy: str = "LeastAllocated"
     scheduler_retry_interval: float = 10.0
     scheduler_weights: dict[str, float] = field(default_factory=dict)
@@ -204,6 +210,14 @@ def _loopback_network(data: dict[str, Any], key: str, source: str, min_size: int
         raise ScenarioError(f"{source}: {key}: {value} must be a network inside 127.0.0.0/8 "
                             f"of at least {min_size} addresses")
     return value
+
+
+def _exporter_version(tag: str) -> str:
+    try:
+        exporter_release(tag)
+    except ValueError as e:
+        raise ScenarioError(f"gpu.exporterVersion: {e}") from None
+    return tag
 
 
 def load(path: str | Path) -> Scenario:
@@ -331,6 +345,10 @@ def _from_dict(data: Any, source: str) -> Scenario:
         gpu_idle_engine_active=gpu.get("idleEngineActive", 0.002),
         gpu_driver_version=gpu.get("driverVersion", "550.90.07"),
         gpu_virtual_gpus=bool(gpu.get("kubernetesVirtualGpus", False)),
+        gpu_exporter_version=_exporter_version(gpu.get("exporterVersion", "4.5.3-4.8.2")),
+        gpu_host_pid=bool(gpu.get("hostPid", True)),
+        gpu_pod_uid=bool(gpu.get("podUid", False)),
+        gpu_mig_gpu_util=bool(gpu.get("migGpuUtil", False)),
         scoring_strategy=sch.get("scoringStrategy", "LeastAllocated"),
         scheduler_retry_interval=parse_duration(sch.get("retryInterval", 10), "scheduler.retryInterval"),
         scheduler_weights=dict(sch.get("weights", {})),

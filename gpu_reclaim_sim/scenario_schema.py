@@ -88,6 +88,10 @@ SCHEMA: dict[str, Any] = {
                 "idleEngineActive": {"type": "number", "minimum": 0, "maximum": 1},
                 "driverVersion": {"type": "string"},
                 "kubernetesVirtualGpus": {"type": "boolean"},
+                "exporterVersion": {"type": "string"},
+                "hostPid": {"type": "boolean"},
+                "podUid": {"type": "boolean"},
+                "migGpuUtil": {"type": "boolean"},
             },
         },
         "scheduler": {

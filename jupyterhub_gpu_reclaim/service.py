@@ -199,6 +199,8 @@ class Reclaimer:
             try:
                 session, sample = self._observe_server(srv, pod, readings, now)
                 hold = self._unusable(srv, pod, report)
+                if pod and readings and (r := readings.get((pod.namespace, pod.name))) and r.problem:
+                    report.errors[f"gpu:{sid}"] = r.problem  # why its GPU has no value (evidence)
             except Exception as e:
                 session = Session(id=sid, user=srv.user, server=srv.name, gpus=0, started=now)
                 sample, hold = Sample(t=now, gpu_util=None), self._session_error(sid, e, report)
@@ -381,6 +383,8 @@ class Reclaimer:
         d = _exempted(d, decided.exemptions.get(sid))
         if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
             d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
+        if d.rule == "gpu-data-missing" and f"gpu:{sid}" in report.errors:
+            d = replace(d, evidence={**d.evidence, "gpu_problem": report.errors[f"gpu:{sid}"]})
         if d.evidence.get("episode_cleared"):
             cleared = [parse_time(t) for t in d.evidence.get("cleared_warnings", [])]
             self.store.close_episode(sid, [t for t in cleared if t is not None], t=now)

@@ -214,14 +214,16 @@ class ServiceSettings:
 
     prometheus_query: str = _option(Unicode, DEFAULT_QUERY, help="""
         The PromQL instant query for per-GPU utilization (and framebuffer use). The
-        default reads DCGM_FI_DEV_GPU_UTIL, falls back to DCGM_FI_PROF_GR_ENGINE_ACTIVE
-        where it is missing (MIG), and DCGM_FI_DEV_FB_USED.
+        default returns DCGM_FI_DEV_GPU_UTIL, DCGM_FI_PROF_GR_ENGINE_ACTIVE and
+        DCGM_FI_DEV_FB_USED, each in its own `field`; engine activity is the utilization
+        of a MIG instance and of a GPU without GPU_UTIL.
         """)
 
     prometheus_pod_label: PodLabel = _option(Enum, ["auto", "pod", "exported_pod"], "auto", help="""
         Which label names the pod holding a GPU: "exported_pod" when Prometheus scrapes
         dcgm-exporter with honor_labels: false (the default), "pod" with honor_labels:
-        true; "auto" picks per answer.
+        true; "auto" picks per answer, for pod and namespace apart (a job that labels its
+        target with namespace but not pod renames only namespace).
         """)
 
     dcgm_exporter_urls: tuple[str, ...] = _option(List, Unicode(), secret=True, help="""

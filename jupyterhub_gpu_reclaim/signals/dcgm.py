@@ -19,18 +19,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..oneline import brief
 from ..timestamps import utcnow
 from .base import HttpSource, SignalError, get_text
+from .exporter_check import SelfChecked
 from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, Series, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.dcgm")
 
 _NAMES = (GPU_UTIL, ENGINE_ACTIVE, FB_USED)
 
-__all__ = ["DcgmScrapeSignal", "parse_dcgm_text"]
+__all__ = ["DcgmScrapeSignal", "parse_dcgm_text", "series_from_text"]
 
 
 def parse_dcgm_text(text: str, scraped_at: dt.datetime) -> dict[tuple[str, str], GpuReading]:
     """Readings from one exposition text, at the newest sample timestamp of each pod if
-    the exporter wrote any, else `scraped_at`.
+    the exporter wrote any, else `scraped_at` (see series_from_text)."""
+    return readings_from_series(series_from_text(text), scraped_at)
+
+
+def series_from_text(text: str) -> list[Series]:
+    """The series of one exposition text.
 
     Only the lines of the three metrics read are parsed, each on its own: a malformed
     line is logged and left out (its GPU then has no value, so its session is held),
@@ -51,10 +57,10 @@ def parse_dcgm_text(text: str, scraped_at: dt.datetime) -> dict[tuple[str, str],
                 series.append(Series(name, sample.labels, sample.value, sample.timestamp))
     if not series:
         raise SignalError("dcgm", f"no {GPU_UTIL}, {ENGINE_ACTIVE} or {FB_USED} series in {brief(text)}")
-    return readings_from_series(series, scraped_at)
+    return series
 
 
-class DcgmScrapeSignal(HttpSource):
+class DcgmScrapeSignal(SelfChecked, HttpSource):
     """Scrapes each dcgm-exporter URL (one per GPU node, usually) once per call."""
 
     source = "dcgm"  # the label of its errors
@@ -66,14 +72,14 @@ class DcgmScrapeSignal(HttpSource):
         self.timeout = timeout
         self.last_errors: list[SignalError] = []
 
-    async def _scrape(self, url: str) -> dict[tuple[str, str], GpuReading]:
-        text = await get_text(self._client(), url, source="dcgm", timeout=self.timeout)
-        return parse_dcgm_text(text, utcnow())
+    async def _scrape(self, url: str) -> list[Series]:
+        return series_from_text(await get_text(self._client(), url, source="dcgm", timeout=self.timeout))
 
     async def utilization(self) -> dict[tuple[str, str], GpuReading]:
         results = await asyncio.gather(*(self._scrape(u) for u in self.urls), return_exceptions=True)
         readings: dict[tuple[str, str], GpuReading] = {}
         errors: list[SignalError] = []
+        scraped = []
         for url, result in zip(self.urls, results, strict=True):
             if isinstance(result, SignalError):
                 log.warning("dcgm-exporter %s: %s", url, result.message)
@@ -81,7 +87,9 @@ class DcgmScrapeSignal(HttpSource):
             elif isinstance(result, BaseException):
                 raise result
             else:
-                readings.update(result)
+                scraped += result
+                readings.update(readings_from_series(result, utcnow()))
+        self._self_check(scraped)
         self.last_errors = errors
         if errors and len(errors) == len(self.urls):
             raise SignalError("dcgm", "; ".join(e.message for e in errors))

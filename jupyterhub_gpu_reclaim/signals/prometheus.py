@@ -1,13 +1,13 @@
 """GPU utilization from the Prometheus HTTP API: ONE instant query per cycle for all pods.
 
-The default query returns three kinds of series, told apart by a `field` label:
-`field="util"` is DCGM_FI_DEV_GPU_UTIL, or DCGM_FI_PROF_GR_ENGINE_ACTIVE × 100 for the GPUs
-(MIG instances) where GPU_UTIL is missing — PromQL's `or` keeps a right-hand series only
-when no left-hand series has the same labels — and `field="fb_used"` is DCGM_FI_DEV_FB_USED.
-Grouping keeps both `pod`/`namespace` and `exported_pod`/`exported_namespace`, so the label
-rename of `honor_labels: false` is handled when the answer is read: `pod_label="auto"`
-uses `exported_pod` whenever the answer carries it (then a series without it — Prometheus
-drops empty labels — is an unallocated GPU, and its `pod` is the exporter's own pod).
+The default query returns the three metrics read, each as it is, told apart by a `field`
+label (`util`: DCGM_FI_DEV_GPU_UTIL, `engine`: DCGM_FI_PROF_GR_ENGINE_ACTIVE, `fb_used`:
+DCGM_FI_DEV_FB_USED), so which one a GPU's utilization comes from (engine activity on a
+MIG instance, whatever GPU_UTIL says there) is decided where every source's series are
+read, gpu_readings. Grouping keeps `pod`/`namespace`, `exported_pod`/`exported_namespace`
+and `pod_uid`, so the label renames of `honor_labels: false` and the device-level series of
+KUBERNETES_VIRTUAL_GPUS are told apart when the answer is read (gpu_readings.holder_labels,
+device_level).
 
 A custom `query` may return plain utilization series (no `field` label): each is then read
 as the utilization of one GPU, identified by its `gpu` (and `GPU_I_ID`) label.
@@ -26,23 +26,37 @@ from typing import Any
 from ..oneline import brief
 from ..timestamps import utcnow
 from .base import HttpSource, SignalError, get_json
-from .gpu_readings import FB_USED, GPU_UTIL, GpuReading, PodLabel, Series, readings_from_series
+from .exporter_check import SelfChecked
+from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, PodLabel, Series, readings_from_series
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.prometheus")
 
-# Hostname, UUID and vgpu tell a time-sliced GPU (gpu_readings.shared_devices)
-BY = "namespace, pod, exported_namespace, exported_pod, gpu, GPU_I_ID, Hostname, UUID, vgpu"
-DEFAULT_QUERY = (
-    f'label_replace(max by ({BY}) (DCGM_FI_DEV_GPU_UTIL), "field", "util", "", "")'
-    f' or label_replace(max by ({BY}) (DCGM_FI_PROF_GR_ENGINE_ACTIVE) * 100, "field", "util", "", "")'
-    f' or label_replace(max by ({BY}) (DCGM_FI_DEV_FB_USED), "field", "fb_used", "", "")'
-)
-FIELDS = {"util": GPU_UTIL, "fb_used": FB_USED, "": GPU_UTIL}
+# Hostname (hostname on the exporter's main), UUID and vgpu tell a time-sliced GPU
+# (gpu_readings.shared_devices); pod_uid a per-pod series from the device's own
+BY = ("namespace, pod, exported_namespace, exported_pod, pod_uid, gpu, GPU_I_ID, Hostname, hostname, "
+      "UUID, vgpu")
+FIELDS = {"util": GPU_UTIL, "engine": ENGINE_ACTIVE, "fb_used": FB_USED, "": GPU_UTIL}
+
+
+def default_query(matchers: str = "") -> str:
+    """The default query; `matchers` (PromQL label matchers, e.g. `job="dcgm-exporter"`)
+    select the series of one scrape job where several scrape the exporter."""
+    selector = f"{{{matchers}}}" if matchers else ""
+    return " or ".join(f'label_replace(max by ({BY}) ({name}{selector}), "field", "{field}", "", "")'
+                       for field, name in FIELDS.items() if field)
+
+
+DEFAULT_QUERY = default_query()
 
 
 def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
                                ) -> dict[tuple[str, str], GpuReading]:
-    """GpuReadings from the JSON of `/api/v1/query` (an instant vector). An answer that
+    """GpuReadings from the JSON of `/api/v1/query` (see series_from_query_result)."""
+    return readings_from_series(series_from_query_result(body), utcnow(), pod_label)
+
+
+def series_from_query_result(body: Any) -> list[Series]:
+    """The series of the JSON of `/api/v1/query` (an instant vector). An answer that
     is not one is a SignalError; a malformed series in it concerns only its own GPU: one
     whose labels cannot be read is left out, one whose time or value cannot be read
     leaves its GPU without that value (see readings_from_series)."""
@@ -72,10 +86,10 @@ def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
         pair = item.get("value")
         ts, value = pair if isinstance(pair, list) and len(pair) == 2 else (math.nan, pair)
         series.append(Series(name, labels, value, ts))
-    return readings_from_series(series, utcnow(), pod_label)
+    return series
 
 
-class PrometheusSignal(HttpSource):
+class PrometheusSignal(SelfChecked, HttpSource):
     source = "prometheus"  # the label of its errors
 
     def __init__(self, url: str, query: str = DEFAULT_QUERY, timeout: float = 10.0,
@@ -99,4 +113,6 @@ class PrometheusSignal(HttpSource):
             if e.status in (400, 422):  # a bad query: Prometheus explains it in JSON
                 log.error("Prometheus rejected the query %r: %s", self.query, e.message)
             raise
-        return readings_from_query_result(body, self.pod_label)
+        series = series_from_query_result(body)
+        self._self_check(series, self.pod_label)
+        return readings_from_series(series, utcnow(), self.pod_label)

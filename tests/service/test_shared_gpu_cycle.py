@@ -31,15 +31,17 @@ class SimExporter:
         return parse_dcgm_text(self.fleet.metrics().decode(), self.clock())
 
 
-def fleet(virtual: bool) -> GpuFleet:
-    s = sc.from_dict({"mode": "stub", "gpu": {"kubernetesVirtualGpus": virtual}, "nodeGroups": [
+def fleet(virtual: bool, **gpu) -> GpuFleet:
+    s = sc.from_dict({"mode": "stub", "gpu": {"kubernetesVirtualGpus": virtual, **gpu}, "nodeGroups": [
         {"name": "sliced", "gpus": 1, "gpuModel": "Tesla T4", "timeSlicing": {"replicas": 4}},
         {"name": "mig", "gpus": 1, "gpuModel": "NVIDIA A100-SXM4-80GB", "gpuMemory": "80GiB",
          "mig": {"profile": "1g.10gb"}},
+        {"name": "whole", "gpus": 1, "gpuModel": "NVIDIA L40S"},
     ]})
     f = GpuFleet(s)
     f.add_node("sliced-1", 1, "Tesla T4", 16384, s.node_groups[0].sharing)
     f.add_node("mig-1", 1, "NVIDIA A100-SXM4-80GB", 81920, s.node_groups[1].sharing)
+    f.add_node("whole-1", 1, "NVIDIA L40S", 46068)
     return f
 
 
@@ -47,10 +49,10 @@ def fleet(virtual: bool) -> GpuFleet:
 def make(tmp_path):
     made: list[Harness] = []
 
-    def build(virtual: bool) -> tuple[Harness, GpuFleet]:
+    def build(virtual: bool, **gpu) -> tuple[Harness, GpuFleet]:
         h = Harness(tmp_path, gpu=False)
         made.append(h)
-        f = fleet(virtual)
+        f = fleet(virtual, **gpu)
         h.reclaimer.gpu = SimExporter(f, h.clock)
         return h, f
 
@@ -63,7 +65,7 @@ def add(h: Harness, f: GpuFleet, user: str, node: str, *, shared_resource: bool 
     sid = h.add(user, util=None)
     pod = h.pods.pods[sid]
     h.pods.pods[sid] = dataclasses.replace(pod, node=node, gpu_shared=shared_resource, gpu_type=gpu_type)
-    f.allocate(node, NS, pod.name, "notebook", 1)
+    f.allocate(node, NS, pod.name, "notebook", 1, uid=f"uid-{user}")
     return sid
 
 
@@ -80,8 +82,8 @@ async def test_time_sliced_sessions_are_decided_by_their_kernels_not_the_shared_
 
     first = h.reports[0].decisions[alice]
     assert first.evidence["gpu_shared"] is True
-    if virtual:  # alice's series shows bob's work, which is not hers
-        assert first.evidence["shared_gpu_util"] == [90.0]
+    if virtual:  # the exporter (4.5.3-4.8.2) gives alice's own processes' use, not bob's
+        assert first.evidence["shared_gpu_util"] == [0.0]
     assert h.warned(alice) == [at(60)] and h.stopped(alice) == [at(120)]
     assert {rule for _, _, rule in h.decisions(alice)} == {"shared-gpu-idle-kernels"}
     assert "not this server's alone" in h.reports[12].decisions[alice].reason
@@ -117,3 +119,20 @@ async def test_mig_sessions_follow_the_normal_rules_on_their_own_instance(make):
     assert h.reports[0].decisions[carol].evidence["latest_util"] == [pytest.approx(50.0)]
     shown = h.reclaimer.status.sessions[carol]
     assert (shown.gpu_type, shown.gpu_shared) == ("NVIDIA-A100-SXM4-80GB", False)
+
+
+async def test_without_host_pid_a_busy_gpu_of_its_own_is_held_with_the_reason(make):
+    """KUBERNETES_VIRTUAL_GPUS without hostPID: the exporter writes 0 for every pod, so the
+    busy GPU is missing data (held, the reason in the evidence), never read as idle; a
+    time-sliced session is still decided by its kernels."""
+    h, f = make(True, hostPid=False)
+    h.kernels.states["/user/bob/"] = ["busy"]
+    erin = add(h, f, "erin", "whole-1")
+    bob = add(h, f, "bob", "sliced-1")
+    f.set_load(NS, "jupyter-erin", 80, seconds=LONG)
+    f.set_load(NS, "jupyter-bob", 90, seconds=LONG)
+    await h.run_until(at(150))
+    assert {(a, r) for _, a, r in h.decisions(erin)} == {("hold", "gpu-data-missing")}
+    assert not h.warned(erin) and not h.stopped(erin)
+    assert "hostPID: true" in h.reports[0].decisions[erin].evidence["gpu_problem"]
+    assert {(a, r) for _, a, r in h.decisions(bob)} == {("keep", "kernel-busy")}

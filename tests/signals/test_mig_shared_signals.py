@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
+from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text, series_from_text
+from jupyterhub_gpu_reclaim.signals.exporter_check import exporter_self_check
 from jupyterhub_gpu_reclaim.signals.gpu_readings import Series, readings_from_series
 from jupyterhub_gpu_reclaim.signals.pods import pod_info
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, readings_from_query_result
@@ -97,3 +98,15 @@ def test_the_default_query_keeps_what_tells_a_shared_gpu():
                     ({**common, "exported_pod": "c", "Hostname": "gpu-2", "UUID": "GPU-2"}, 3))
     r = readings_from_query_result(answer)
     assert r[("jhub", "a")].shared and r[("jhub", "b")].shared and not r[("jhub", "c")].shared
+
+
+def test_a_mig_instance_without_engine_activity_has_no_value_and_the_self_check_says_so():
+    """GPU_UTIL on a MIG instance is never its utilization (0 in some exporters: issue 216);
+    without DCGM_FI_PROF_GR_ENGINE_ACTIVE the instance has no value, and the check warns."""
+    mig = ',GPU_I_ID="3",GPU_I_PROFILE="1g.10gb"'
+    text = (series("DCGM_FI_DEV_GPU_UTIL", 0, 0, "jupyter-m", "jhub", extra=mig)
+            + series("DCGM_FI_DEV_FB_USED", 0, 900, "jupyter-m", "jhub", extra=mig))
+    assert parse_dcgm_text(text, T0)[("jhub", "jupyter-m")].util == (None,)
+    findings = {f.code: f for f in exporter_self_check(series_from_text(text))}
+    assert {"mig", "mig-gpu-util", "mig-without-engine"} <= set(findings)
+    assert findings["mig-without-engine"].warning and not findings["mig-gpu-util"].warning

@@ -19,9 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import pytest_asyncio
-import yaml
 
-from gpu_reclaim_sim.launch import free_port
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -29,6 +27,7 @@ from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusS
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..conftest import hub_fixture
+from ..prometheus_proc import running_prometheus
 from ..hubapi import HubAPI, StaticProbeToken
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -94,49 +93,18 @@ async def test_dcgm_scrape_shows_the_gpu_pod_idle_then_loaded(sim, servers):
         assert after.util == (75.0,) and after.fb_used_mib[0] > 0 and after.t > before.t
 
 
-PROMETHEUS = Path("/usr/bin/prometheus")
-
-
 @pytest.fixture(scope="module")
 def prometheus(sim, tmp_path_factory):
     """Debian's Prometheus scraping the simulated dcgm-exporter every second, with the
     exporter's address labelled as Kubernetes service discovery would (pod, namespace), so
     the default honor_labels: false renames the exporter's labels to exported_*."""
-    assert PROMETHEUS.exists(), "Prometheus is missing: `make test` installs it (scripts/setup.sh)"
-    workdir = tmp_path_factory.mktemp("prometheus")
     target = urllib.parse.urlsplit(sim.info["metrics"])
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
               "scrape_configs": [{"job_name": "dcgm", "metrics_path": target.path,
                                   "static_configs": [{"targets": [target.netloc], "labels": {
                                       "pod": "dcgm-exporter-sim", "namespace": "gpu-operator"}}]}]}
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    log = open(workdir / "prometheus.log", "wb")
-    proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={workdir / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("Prometheus did not start:\n" + (workdir / "prometheus.log").read_text()[-2000:])
-            time.sleep(0.2)
+    with running_prometheus(config, tmp_path_factory.mktemp("prometheus")) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
 
 
 async def test_prometheus_one_query_sees_the_loaded_gpu(prometheus, servers):
@@ -152,12 +120,12 @@ async def test_prometheus_one_query_sees_the_loaded_gpu(prometheus, servers):
         alice = readings[("jhub", "jupyter-alice")]
         assert alice.util == (75.0,) and alice.fb_used_mib[0] > 0
         assert set(readings) == {("jhub", "jupyter-alice")}  # not the exporter's own pod
-    # the `or` keeps one utilization series per GPU (GPU_UTIL wins over ENGINE_ACTIVE)
+    # each metric once per GPU, in its own field (gpu_readings decides which is the utilization)
     async with aiohttp.ClientSession() as s:
         async with s.get(prometheus + "/api/v1/query", params={"query": DEFAULT_QUERY}) as r:
             result = (await r.json())["data"]["result"]
     mine = [x["metric"] for x in result if x["metric"].get("exported_pod") == "jupyter-alice"]
-    assert sorted(m["field"] for m in mine) == ["fb_used", "util"]
+    assert sorted(m["field"] for m in mine) == ["engine", "fb_used", "util"]
     assert all(m["pod"] == "dcgm-exporter-sim" for m in mine)
 
 

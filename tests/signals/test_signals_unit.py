@@ -419,8 +419,10 @@ async def test_prometheus_one_query_per_cycle(server):
 
 
 def test_default_query_shape():
-    assert DEFAULT_QUERY.count("DCGM_FI_DEV_GPU_UTIL") == 1 and "DCGM_FI_PROF_GR_ENGINE_ACTIVE) * 100" in DEFAULT_QUERY
-    assert "exported_pod" in DEFAULT_QUERY and DEFAULT_QUERY.count(" or ") == 2
+    # each metric in its own field: which one a GPU's utilization comes from is gpu_readings'
+    # rule (engine activity on MIG even where GPU_UTIL exists), not the query's `or`
+    assert DEFAULT_QUERY.count("DCGM_FI_DEV_GPU_UTIL") == 1 and '"field", "engine"' in DEFAULT_QUERY
+    assert "exported_pod" in DEFAULT_QUERY and "pod_uid" in DEFAULT_QUERY and DEFAULT_QUERY.count(" or ") == 2
 
 
 async def test_prometheus_custom_query_without_field_label(server):

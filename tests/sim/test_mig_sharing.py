@@ -155,26 +155,79 @@ def test_a_time_sliced_gpu_reports_the_device_labelled_with_one_of_its_pods_by_d
     assert parse_dcgm_text(fleet.metrics().decode(), NOW)[(NS, "jupyter-b")].util == (100.0,)  # capped
 
 
-def test_with_virtual_gpus_every_pod_sharing_a_gpu_gets_the_device_series_marked_vgpu():
-    s = scenario(SLICED, {"name": "whole", "gpus": 1}, kubernetesVirtualGpus=True)
+def _virtual_fleet(**gpu: Any) -> GpuFleet:
+    """Pods a and b share a time-sliced T4 (a busy at 90 %), c holds an A100 alone."""
+    s = scenario(SLICED, {"name": "whole", "gpus": 1}, kubernetesVirtualGpus=True, **gpu)
     fleet = GpuFleet(s)
     fleet.add_node("sliced-1", 1, "Tesla T4", 16384, s.node_groups[0].sharing)
     fleet.add_node("whole-1", 1, "NVIDIA A100-SXM4-40GB", 40960)
-    fleet.allocate("sliced-1", NS, "jupyter-a", "notebook", 1)
-    fleet.allocate("sliced-1", NS, "jupyter-b", "notebook", 1)
-    fleet.allocate("whole-1", NS, "jupyter-c", "notebook", 1)
+    for pod, node in (("jupyter-a", "sliced-1"), ("jupyter-b", "sliced-1"), ("jupyter-c", "whole-1")):
+        fleet.allocate(node, NS, pod, "notebook", 1, uid=f"uid-{pod}")
     fleet.set_load(NS, "jupyter-a", 90, seconds=60)
-    util = {lab["pod"]: (lab.get("vgpu"), v) for name, lab, v in series(fleet.metrics()) if name == "DCGM_FI_DEV_GPU_UTIL"}
-    assert util == {"jupyter-a": ("0", 90), "jupyter-b": ("1", 90), "jupyter-c": (None, 0)}
+    return fleet
+
+
+def _by_pod(fleet: GpuFleet, metric: str) -> dict:
+    return {(lab.get("pod"), lab["Hostname"]): (lab.get("vgpu"), lab.get("pod_uid"), v)
+            for name, lab, v in series(fleet.metrics()) if name == metric}
+
+
+def test_with_virtual_gpus_the_current_exporter_writes_device_and_per_process_series():
+    """4.5.3-4.8.2: GPU_UTIL and FB_USED once for the device (no pod labels) and once per pod
+    with its own processes' values and pod_uid; engine activity copied per pod; a free
+    device keeps its series. The product reads each pod's own use, marked shared by vgpu."""
+    fleet = _virtual_fleet()
+    assert _by_pod(fleet, "DCGM_FI_DEV_GPU_UTIL") == {
+        (None, "sliced-1"): (None, None, 90), (None, "whole-1"): (None, None, 0),
+        ("jupyter-a", "sliced-1"): ("0", "uid-jupyter-a", 90), ("jupyter-b", "sliced-1"): ("1", "uid-jupyter-b", 0),
+        ("jupyter-c", "whole-1"): (None, "uid-jupyter-c", 0)}
+    assert _by_pod(fleet, "DCGM_FI_PROF_GR_ENGINE_ACTIVE") == {
+        ("jupyter-a", "sliced-1"): ("0", None, 0.9), ("jupyter-b", "sliced-1"): ("1", None, 0.9),
+        ("jupyter-c", "whole-1"): (None, None, pytest.approx(fleet.scenario.gpu_idle_engine_active))}
     readings = parse_dcgm_text(fleet.metrics().decode(), NOW)
     assert readings[(NS, "jupyter-a")].shared and readings[(NS, "jupyter-b")].shared
-    assert readings[(NS, "jupyter-b")].util == (90.0,)  # a's work, which b's series cannot tell apart
-    assert not readings[(NS, "jupyter-c")].shared
+    assert readings[(NS, "jupyter-a")].util == (90.0,) and readings[(NS, "jupyter-b")].util == (0.0,)
+    assert not readings[(NS, "jupyter-c")].shared and readings[(NS, "jupyter-c")].util == (0.0,)
     fleet.release(NS, "jupyter-a")
     fleet.release(NS, "jupyter-b")
     fleet.sample()
-    # in this mode a device no pod holds has no series
+    assert {k[0] for k in _by_pod(fleet, "DCGM_FI_DEV_GPU_UTIL")} == {None, "jupyter-c"}
+
+
+def test_without_host_pid_every_pod_reads_0_and_the_product_reads_no_value():
+    fleet = _virtual_fleet(hostPid=False)
+    util = _by_pod(fleet, "DCGM_FI_DEV_GPU_UTIL")
+    assert util[(None, "sliced-1")][2] == 90 and util[("jupyter-a", "sliced-1")][2] == 0
+    readings = parse_dcgm_text(fleet.metrics().decode(), NOW)
+    assert readings[(NS, "jupyter-a")].util == (None,) and readings[(NS, "jupyter-a")].problem
+    assert readings[(NS, "jupyter-c")].util == (0.0,)  # an idle GPU reads idle either way
+
+
+def test_with_virtual_gpus_an_older_exporter_copies_each_series_per_pod():
+    """Up to 4.4.1-4.5.2: each series copied per pod (pod_uid on every one), the device's
+    own value in every copy; a device no pod holds has no series."""
+    fleet = _virtual_fleet(exporterVersion="4.4.1-4.5.2")
+    assert _by_pod(fleet, "DCGM_FI_DEV_GPU_UTIL") == {
+        ("jupyter-a", "sliced-1"): ("0", "uid-jupyter-a", 90), ("jupyter-b", "sliced-1"): ("1", "uid-jupyter-b", 90),
+        ("jupyter-c", "whole-1"): (None, "uid-jupyter-c", 0)}
+    readings = parse_dcgm_text(fleet.metrics().decode(), NOW)
+    assert readings[(NS, "jupyter-b")].util == (90.0,)  # a's work, which b's series cannot tell apart
+    assert readings[(NS, "jupyter-a")].shared and not readings[(NS, "jupyter-c")].shared
+    fleet.release(NS, "jupyter-a")
+    fleet.release(NS, "jupyter-b")
+    fleet.sample()
     assert {lab["pod"] for _, lab, _ in series(fleet.metrics())} == {"jupyter-c"}
+
+
+def test_mig_instances_can_carry_gpu_util_0_as_some_exporters_write_it():
+    """dcgm-exporter issue 216: GPU_UTIL 0 on every MIG instance; the product reads engine activity."""
+    s = scenario(MIG, migGpuUtil=True)
+    fleet = GpuFleet(s)
+    fleet.add_node("mig-1", 1, "NVIDIA A100-SXM4-80GB", 81920, s.node_groups[0].sharing)
+    fleet.allocate("mig-1", NS, "jupyter-a", "notebook", 1)
+    fleet.set_load(NS, "jupyter-a", 80, seconds=60)
+    assert {v for name, _, v in series(fleet.metrics()) if name == "DCGM_FI_DEV_GPU_UTIL"} == {0}
+    assert parse_dcgm_text(fleet.metrics().decode(), NOW)[(NS, "jupyter-a")].util == (pytest.approx(80.0),)
 
 
 def test_replicas_spread_over_the_gpus_before_two_pods_share_one():

@@ -50,6 +50,8 @@ def test_scenarios_and_the_demo_config_are_package_data():
     # an IPv6 network is refused with the same sentence (it was a TypeError comparing versions)
     ({"nodeGroups": [{"name": "a"}], "podNetwork": "::1/128"}, "must be a network inside 127.0.0.0/8"),
     ({"nodeGroups": [{"name": "a"}], "serviceNetwork": "fd00::/112"}, "must be a network inside 127.0.0.0/8"),
+    ({"nodeGroups": [{"name": "a"}], "gpu": {"exporterVersion": "4.8.2"}},
+     "gpu.exporterVersion: '4.8.2' is not a dcgm-exporter release tag such as 4.5.3-4.8.2"),
 ])
 def test_bad_scenarios_get_clear_errors(data, message):
     with pytest.raises(sc.ScenarioError) as e:
@@ -123,7 +125,9 @@ def test_dcgm_metrics_follow_allocation_and_load():
     assert util.labels["Hostname"] == "gpu-1" and util.labels["modelName"] == "NVIDIA A100-SXM4-40GB"
     # the idle noise floor of the profiling metric: never exactly 0
     assert s[("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0")].value == pytest.approx(0.003)
-    assert s[("DCGM_FI_DEV_GPU_UTIL", "1")].labels["pod"] == ""
+    free = s[("DCGM_FI_DEV_GPU_UTIL", "1")].labels
+    assert "pod" not in free and "pod_uid" not in util.labels  # the current exporter (4.5.3-4.8.2)
+    assert util.labels["pci_bus_id"] == "00000000:18:00.0" and free["pci_bus_id"] == "00000000:28:00.0"
 
     fleet.set_load("jhub", "jupyter-alice", 95, seconds=0.2, memory_mib=8000)
     s = _samples(fleet)
@@ -138,7 +142,22 @@ def test_dcgm_metrics_follow_allocation_and_load():
 
     fleet.release("jhub", "jupyter-alice")
     fleet.sample()
-    assert _samples(fleet)[("DCGM_FI_DEV_GPU_UTIL", "0")].labels["pod"] == ""
+    assert "pod" not in _samples(fleet)[("DCGM_FI_DEV_GPU_UTIL", "0")].labels
+
+
+@pytest.mark.parametrize("version,empty_pods,bus_id", [
+    ("3.3.3-3.3.1", True, False), ("3.3.5-3.4.0", False, False), ("3.3.7-3.5.0", False, True)])
+def test_dcgm_metrics_of_older_exporters(version, empty_pods, bus_id):
+    """A scenario's gpu.exporterVersion: free GPUs carry empty pod labels up to 3.3.3-3.3.1;
+    pci_bus_id from 3.3.7-3.5.0; pod_uid with gpu.podUid (--kubernetes-enable-pod-uid)."""
+    s = sc.from_dict({"nodeGroups": [{"name": "gpu", "gpus": 2}], "gpu": {"exporterVersion": version, "podUid": True}})
+    fleet = GpuFleet(s)
+    fleet.add_node("gpu-1", 2, "NVIDIA A100-SXM4-40GB", 40960)
+    fleet.allocate("gpu-1", "jhub", "jupyter-alice", "notebook", 1, uid="u-1")
+    held, free = (_samples(fleet)[("DCGM_FI_DEV_GPU_UTIL", g)].labels for g in ("0", "1"))
+    assert held["pod_uid"] == "u-1"
+    assert (free.get("pod") == "" and free.get("namespace") == "") == empty_pods and ("pod" in free) == empty_pods
+    assert ("pci_bus_id" in held) == bus_id
 
 
 def test_gpu_load_refuses_bad_values():

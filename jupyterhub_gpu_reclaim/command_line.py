@@ -138,7 +138,7 @@ def load_config_files(app: Application, config_files: Sequence[str], *, explicit
         app.update_config(new)
     except (TraitError, ValueError) as e:
         trait = _trait_of(app, e)
-        *_, (where, _, written) = [f for f in loaded if trait in f[1].get(own, {})] or loaded
+        *_, (where, _, written) = [f for f in loaded if trait and trait in f[1].get(own, {})] or loaded
         message = trait_message(app, e)
         if trait in written:
             message = message.replace(f"--{trait.replace('_', '-')}", written[trait], 1)
@@ -146,10 +146,11 @@ def load_config_files(app: Application, config_files: Sequence[str], *, explicit
 
 
 def _trait_of(app: Application, e: Exception) -> str | None:
-    """The option traitlets' message names, if any."""
+    """The option the message names (traitlets' or a validator's "--name ..."), if any."""
     text = str(e)
     return next((name for name in app.class_trait_names(config=True)
-                 if f"The '{name}' trait of a {type(app).__name__} instance" in text), None)
+                 if f"The '{name}' trait of a {type(app).__name__} instance" in text
+                 or text.startswith(f"--{name.replace('_', '-')} ")), None)
 
 
 def trait_message(app: Application, e: Exception) -> str:

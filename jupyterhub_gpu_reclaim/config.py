@@ -54,15 +54,15 @@ CONFIG_FILE = "gpu_reclaim_config.py"
 # the service's options, in command-line order: the fields of ServiceSettings that are options
 _SERVICE_FIELDS = tuple(f for f in dataclasses.fields(ServiceSettings) if "trait" in f.metadata)
 
-# The options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
-IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"])
+# The command-line options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
+IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"] and f.metadata["command_line"])
 
 # jupyterhub-idle-culler 2.0's Application: its settings (c.IdleCuller.* in a config file,
 # --IdleCuller.name=value) are ours of the same name, with the same meaning: its options,
 # config_file, generate_config and Application's logging settings
 IDLE_CULLER = "IdleCuller"
-IDLE_CULLER_SETTINGS = frozenset(IDLE_CULLER_OPTIONS) | {"config_file", "generate_config"} | frozenset(
-    Application.class_trait_names(config=True))
+IDLE_CULLER_SETTINGS = frozenset(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"]) | {
+    "config_file", "generate_config"} | frozenset(Application.class_trait_names(config=True))
 # its default config file, read from the working directory as 2.0 reads it (before ours)
 IDLE_CULLER_CONFIG_FILE = "idle_culler_config.py"
 

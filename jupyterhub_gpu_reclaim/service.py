@@ -172,7 +172,7 @@ class Reclaimer:
                 if self.options.dry_run else "",
                 f", skipped: {report.skipped} unavailable" if report.skipped else
                 f", failed: {report.error}" if report.error else
-                f", {report.degraded} unavailable: decided with the last list read" if report.degraded else "",
+                f", {report.degraded} unavailable (decided with the last list read)" if report.degraded else "",
                 report.seconds)
         return report
 

@@ -223,7 +223,7 @@ async def test_pods_failure_culls_the_servers_without_gpus_it_saw_and_holds_the_
     assert w.metric(P + "cycles_total", result="degraded-pods") == 12
     assert w.metric(P + "signal_errors_total", source="pods") == 12
     assert w.metric(P + "holds", reason="pods-unavailable") == 2
-    assert "pods unavailable: decided with the last list read" in caplog.text
+    assert "pods unavailable (decided with the last list read)" in caplog.text
 
     await w.run_until(at(90), each)  # the list back: alice, never used, is warned at once
     assert w.warned(gpu) == [at(75)] and w.stopped(gpu) == [at(90)]

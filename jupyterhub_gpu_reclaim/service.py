@@ -69,7 +69,7 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 T = TypeVar("T")
 
 
-# a hub without Kubernetes: no pods (no pod source), none waiting
+# no pods: a hub without Kubernetes (no pod source), or no pod list read yet
 _NO_PODS = PodSnapshot(by_session={}, pending_gpus=0)
 
 

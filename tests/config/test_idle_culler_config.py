@@ -13,6 +13,9 @@ from jupyterhub_gpu_reclaim import cli
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_CONFIG_FILE, IDLE_CULLER_SETTINGS, GpuReclaim
 from jupyterhub_gpu_reclaim.launcher import run_app, service_settings
 
+from .test_config import culler
+from .test_config import parse as ours
+
 # idle-culler's documented hook (the help of its cull_arbiter_hook)
 DOCUMENTED = '''
 def my_cull_arbiter(inactive, inactive_limit, server):
@@ -35,16 +38,9 @@ def workdir(monkeypatch, tmp_path):
     return tmp_path
 
 
-def ours(argv: list[str]) -> GpuReclaim:
-    app = GpuReclaim()
-    app.initialize(argv)
-    return app
-
-
 def theirs(argv: list[str]) -> IdleCuller:
     """What idle-culler 2.0's start() has read before it runs its first cull."""
-    app = IdleCuller()
-    app.parse_command_line(argv)
+    app = culler(argv)
     app.load_config_file(app.config_file)
     return app
 

@@ -26,6 +26,8 @@ def decisions(hub, session: str) -> list:
         return [d for _, d in store.decisions(session=session)]
 
 
+@pytest.mark.jupyterhub(6, reason="what the service does with the API down does not depend on the hub's "
+                                   "major; once is enough for the suite's time")
 async def test_with_the_api_stopped_idle_cpu_servers_are_culled_and_gpu_sessions_held(sim, tmp_path):
     hub = start_service_hub(tmp_path / "hub", sim, timeout=TIMEOUT,
                             never_used_warn_after=900, never_used_reclaim_after=1800)

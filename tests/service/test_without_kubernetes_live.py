@@ -136,6 +136,8 @@ def run_culler(module: str, workdir: Path, hub, token: str) -> subprocess.Popen:
         log.close()
 
 
+@pytest.mark.jupyterhub(6, reason="both cullers read the same hub API on either major; once is enough for "
+                                   "the suite's time (the README's registration runs on both)")
 async def test_side_by_side_with_idle_culler_2_0_the_same_servers_are_culled(tmp_path):
     tokens = {"idle-culler": secrets.token_hex(16), "gpu-reclaim": secrets.token_hex(16)}
     hub = start_local_hub(tmp_path / "hub", GPU_RECLAIM_EXTERNAL=json.dumps(tokens))

@@ -146,3 +146,35 @@ async def test_a_hook_that_raises_holds_that_server_only_logged_once(harness, ca
     assert "the cull_arbiter_hook raised KeyError: 'state'" in d.reason
     assert h.stopped(stateless) == [] and h.stopped(other) == [START]
     assert caplog.text.count("session bob/ held") == 1 and "Traceback" in caplog.text
+
+
+@pytest.mark.parametrize("argv, env, kube_file, reads_pods", [
+    ([], {}, False, False),  # a hub without Kubernetes
+    ([], {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False, True),  # in a pod
+    ([], {"KUBECONFIG": "/etc/kube/config"}, False, True),
+    ([], {}, True, True),  # ~/.kube/config
+    (["--kubeconfig=/etc/kube/config"], {}, False, True),
+    (["--kubernetes=false"], {"KUBECONFIG": "/etc/kube/config"}, False, False),
+    (["--kubernetes=true"], {}, False, True),
+])
+def test_pods_are_read_where_kubernetes_is(tmp_path, monkeypatch, argv, env, kube_file, reads_pods):
+    from jupyterhub_gpu_reclaim.config import GpuReclaim
+    from jupyterhub_gpu_reclaim.launcher import build, service_settings
+    from jupyterhub_gpu_reclaim.metrics import Metrics
+    from jupyterhub_gpu_reclaim.signals.pods import PodSignal
+    from jupyterhub_gpu_reclaim.store import Store
+
+    for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"JUPYTERHUB_API_TOKEN": "t0ken", "HOME": str(tmp_path), **env}.items():
+        monkeypatch.setenv(name, value)
+    if kube_file:
+        (tmp_path / ".kube").mkdir()
+        (tmp_path / ".kube" / "config").write_text("{}")
+    app = GpuReclaim()
+    app.parse_command_line(["--url=http://hub:8081/hub/api", "--prometheus-url=http://prometheus", *argv])
+    with Store.open(f"sqlite:///{tmp_path}/store.sqlite") as store:
+        r = build(service_settings(app), store, Metrics())
+    assert isinstance(r.pods, PodSignal) is reads_pods and (r.pods is None) is not reads_pods
+    # without pods no server has GPUs: no GPU source, no kernel probes, no pod to wait for
+    assert (r.gpu is None, r.kernels is None, r.stopper.pod_gone is None) == (not reads_pods,) * 3

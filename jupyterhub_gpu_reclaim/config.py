@@ -54,8 +54,17 @@ CONFIG_FILE = "gpu_reclaim_config.py"
 # the service's options, in command-line order: the fields of ServiceSettings that are options
 _SERVICE_FIELDS = tuple(f for f in dataclasses.fields(ServiceSettings) if "trait" in f.metadata)
 
-# The options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
-IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"])
+# The command-line options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
+IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"] and f.metadata["command_line"])
+
+# jupyterhub-idle-culler 2.0's Application: its settings (c.IdleCuller.* in a config file,
+# --IdleCuller.name=value) are ours of the same name, with the same meaning: its options,
+# config_file, generate_config and Application's logging settings
+IDLE_CULLER = "IdleCuller"
+IDLE_CULLER_SETTINGS = frozenset(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"]) | {
+    "config_file", "generate_config"} | frozenset(Application.class_trait_names(config=True))
+# its default config file, read from the working directory as 2.0 reads it (before ours)
+IDLE_CULLER_CONFIG_FILE = "idle_culler_config.py"
 
 # option → PolicyConfig field, for every field: the GPU policy's options are made from
 # the fields (`_policy_option`), the others are idle-culler's options of those names
@@ -133,8 +142,11 @@ class GpuReclaim(Application):
         help=_help(f"""
             Config file to load.
 
-            Default: {CONFIG_FILE} in the current directory, if it exists. A file named
-            with --config must exist. Command-line options win over the file.
+            Default: {IDLE_CULLER_CONFIG_FILE} (jupyterhub-idle-culler 2.0's) and
+            {CONFIG_FILE} in the current directory, those that exist, the second winning.
+            A file named with --config must exist. In any of them, idle-culler's
+            c.IdleCuller.* settings are read as c.GpuReclaim.* ones of the same name.
+            Command-line options win over the files.
             """),
     ).tag(config=True)
 
@@ -248,11 +260,15 @@ class GpuReclaim(Application):
 
     def parse_command_line(self, argv: Sequence[str] | None = None) -> None:
         """Parse `argv`; raise ConfigError (not SystemExit) for unknown or bad options."""
-        command_line.parse_command_line(self, argv)
+        command_line.parse_command_line(self, argv, {IDLE_CULLER: IDLE_CULLER_SETTINGS})
 
     def load_config(self) -> None:
-        """Load the config file (--config, else gpu_reclaim_config.py if present)."""
-        command_line.load_config_file(self, self.config_file)
+        """Load the config file: --config, else idle_culler_config.py (as idle-culler 2.0
+        does) and gpu_reclaim_config.py, those present, ours winning."""
+        explicit = "config_file" in self.cli_config.get(type(self).__name__, {})
+        command_line.load_config_files(
+            self, [self.config_file] if explicit else [IDLE_CULLER_CONFIG_FILE, self.config_file],
+            explicit=explicit, foreign={IDLE_CULLER: IDLE_CULLER_SETTINGS})
 
     def initialize(self, argv: Sequence[str] | None = None) -> None:
         self.parse_command_line(argv)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 from .observations import Decision, Intent, Sample, Session
 from .policy_config import PolicyConfig
@@ -35,6 +35,7 @@ class Options:
     record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
     history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
     cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
+    cull_arbiter: Callable[..., Any] | None = None  # idle-culler 2.0's cull_arbiter_hook
 
 
 @dataclass
@@ -43,6 +44,7 @@ class CycleReport:
 
     t: dt.datetime
     skipped: str | None = None  # the signal whose failure skipped the cycle
+    degraded: str | None = None  # the signal whose failure the cycle decided without ("pods")
     servers: int = 0
     gpu_sessions: int = 0
     probes: int = 0
@@ -66,18 +68,21 @@ class Observed:
     pod: PodInfo | None
     policy_rule: str | None = None  # the policy rule that matched the session (None: the base policy)
     policy: PolicyConfig | None = None  # the session's policy: the rule's, else the base policy
+    cull_arbiter: bool | None = None  # a server without GPUs: what the cull_arbiter_hook answered
 
 
 @dataclass
 class Observation:
-    """The observe step's result: the ready servers and the pods, each server's session
-    (those being stopped left out) and the sessions held without asking the policy (data
-    that cannot be used, an unexpected error)."""
+    """The observe step's result: the ready servers and the pods (the last list read, while
+    the pod list cannot be read), each server's session (those being stopped left out) and
+    the sessions held without asking the policy (data that cannot be used, an unexpected
+    error)."""
 
     servers: list[HubServer]
     pods: PodSnapshot
     sessions: dict[str, Observed]
     held: dict[str, Decision]
+    pods_as_of: dt.datetime | None = None  # the pod list cannot be read: when `pods` was
 
 
 @dataclass

@@ -103,6 +103,7 @@ def service_settings(app: GpuReclaim) -> ServiceSettings:
         raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
     options = Options(dry_run=s.dry_run, cull_users=s.cull_users, keepalive_url=s.keepalive_url,
                       hub_name=s.hub_name, cycle_interval=dt.timedelta(seconds=s.cull_every),
+                      cull_arbiter=s.cull_arbiter_hook,
                       observation_retention=dt.timedelta(seconds=s.observation_retention),
                       record_retention=dt.timedelta(seconds=s.record_retention))
     return dataclasses.replace(s, options=options,
@@ -143,7 +144,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     from .signals.dcgm import DcgmScrapeSignal
     from .signals.hub import HubSignal
     from .signals.kernels import KernelSignal
-    from .signals.pods import PodSignal
+    from .signals.pods import PodSignal, kubernetes_configuration
     from .signals.probe_tokens import ProbeTokens
     from .signals.prometheus import PrometheusSignal
 
@@ -151,9 +152,20 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     context = s.ssl_context
     hub = HubSignal(s.url, s.api_token, page_size=s.api_page_size,
                     concurrency=s.concurrency or 1_000_000, ssl_context=context)
-    pods = PodSignal(s.namespace, s.kubeconfig or None, label_selector=s.pod_label_selector)
+    found = kubernetes_configuration(s.kubeconfig)
+    pods = None
+    if s.kubernetes == "true" or s.kubernetes == "auto" and found:
+        pods = PodSignal(s.namespace, s.kubeconfig or None, label_selector=s.pod_label_selector)
+        log.info("servers are pods in namespace %s (Kubernetes: %s)", s.namespace,
+                 found or "none found; --kubernetes=true")
+    else:
+        log.warning("no Kubernetes (%s): every server is culled by idle-culler's rule as a server without "
+                    "GPUs; no pods, GPU utilization or kernels are read", "--kubernetes=false"
+                    if s.kubernetes == "false" else "not in a pod, no --kubeconfig, $KUBECONFIG or ~/.kube/config")
     gpu: GpuSource | None = None
-    if s.prometheus_url:
+    if pods is None:
+        pass
+    elif s.prometheus_url:
         gpu = PrometheusSignal(s.prometheus_url, s.prometheus_query, timeout=s.gpu_request_timeout,
                                pod_label=s.prometheus_pod_label)
     elif s.dcgm_exporter_urls:
@@ -162,7 +174,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
         log.warning("no GPU source (--prometheus-url or --dcgm-exporter-urls): GPU sessions are "
                     "held, never reclaimed; servers without GPUs are culled as idle-culler does")
     kernels = None
-    if s.probe_kernels:
+    if s.probe_kernels and pods is not None:
         credentials = None
         if s.kernel_probe_credential == "user-token":
             credentials = ProbeTokens(s.url, s.api_token, lifetime=int(s.kernel_probe_token_lifetime),
@@ -175,10 +187,11 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
         kernels.ssl_context = context
 
     async def pod_gone(user: str, server: str) -> bool:
+        assert pods is not None
         return f"{user}/{server}" not in pods.snapshot(s.policy.stale_after.total_seconds()).by_session
 
-    stopper = HubStopper(s.url, s.api_token, remove_named_servers=s.remove_named_servers,
-                         stop_timeout=s.stop_timeout, pod_gone=pod_gone if s.verify_pod_gone else None)
+    stopper = HubStopper(s.url, s.api_token, remove_named_servers=s.remove_named_servers, stop_timeout=s.stop_timeout,
+                         pod_gone=pod_gone if s.verify_pod_gone and pods is not None else None)
     stopper.ssl_context = context
     dispatcher = Dispatcher(make_notifiers(s.notifiers), admin_recipients=list(s.admin_recipients),
                             copy_admins=s.copy_admins, users_in_dry_run=s.notify_users_in_dry_run,
@@ -219,7 +232,8 @@ async def serve(settings: ServiceSettings) -> None:
         log.info("no web server (no url in the service's entry in c.JupyterHub.services, no "
                  "--bind-url): the cycles run; the pages, the JSON API and /metrics are unavailable")
     try:  # connect and list before the first cycle, so that cycle is like the others
-        await reclaimer.pods.start()
+        if reclaimer.pods is not None:
+            await reclaimer.pods.start()
     except SignalError as e:
         log.warning("%s (the cycles will try again)", e)
     interval = s.options.cycle_interval.total_seconds()
@@ -246,7 +260,8 @@ async def serve(settings: ServiceSettings) -> None:
             close = getattr(part, "close", None)
             if close is not None:
                 await close()
-        await reclaimer.pods.stop()  # type: ignore[attr-defined]
+        if reclaimer.pods is not None:
+            await reclaimer.pods.stop()  # type: ignore[attr-defined]
         store.close()
 
 

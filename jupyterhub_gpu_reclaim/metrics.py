@@ -51,8 +51,9 @@ class Metrics:
             f"{PREFIX}_session_errors",
             "Unexpected errors while observing or deciding one session (the session is held)", registry=r)
         self.cycles = Counter(
-            f"{PREFIX}_cycles", "Cycles run, by result: ok, skipped-hub or skipped-pods (that signal "
-            "failed: nothing decided), error (the cycle raised)", ["result"], registry=r)
+            f"{PREFIX}_cycles", "Cycles run, by result: ok, skipped-hub (the hub's listing "
+            "failed: nothing decided), degraded-pods (the pod list failed: decided with the last one read, "
+            "GPU sessions held), error (the cycle raised)", ["result"], registry=r)
         self.last_cycle = Gauge(
             f"{PREFIX}_last_cycle_timestamp_seconds",
             "When the last cycle ended, whatever its result (Unix time)", registry=r)

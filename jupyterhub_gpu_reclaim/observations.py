@@ -84,6 +84,9 @@ class SessionView:
     samples: tuple[Sample, ...]  # oldest first, the retained window
     intent: Intent | None = None
     warnings: tuple[Warning, ...] = ()  # of the current episode, oldest first
+    # a server without GPUs: what idle-culler 2.0's cull_arbiter_hook answered for it this
+    # cycle (truthy: inactive enough to cull); None: no hook, the timeout rule decides
+    cull_arbiter: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ def decide_without_gpu(
     """jupyterhub-idle-culler 2.0's `handle_server`, for one ready server.
 
     inactive = now - last_activity (the latest sample's hub_last_activity; `started` when
-    there is none); cull when inactive >= timeout (idle-culler compares with >=) and the
+    there is none); cull when inactive >= timeout (idle-culler compares with >=) — or,
+    where a cull_arbiter_hook answered (`view.cull_arbiter`), when it said so — and the
     server kind (default / named) is culled. Otherwise, when max-age is set (non-zero),
     cull when now - started >= max_age, whatever the server kind. Admin servers are culled
     like others (--cull-admin-users only concerns deleting users)."""
@@ -32,16 +33,23 @@ def decide_without_gpu(
         "admin": session.admin,
     }
     kind_culled = config.cull_named_servers if session.server else config.cull_default_servers
-    if inactive.total_seconds() >= config.cpu_timeout.total_seconds() and kind_culled:
-        return Decision(session.id, "reclaim", "idle-culler-timeout",
-                        f"inactive for {minutes(inactive)} (timeout {minutes(config.cpu_timeout)})",
+    timed_out = (inactive.total_seconds() >= config.cpu_timeout.total_seconds() if view.cull_arbiter is None
+                 else view.cull_arbiter)
+    if view.cull_arbiter is not None:
+        evidence["cull_arbiter"] = view.cull_arbiter
+    if timed_out and kind_culled:
+        why = (f"timeout {minutes(config.cpu_timeout)}" if view.cull_arbiter is None
+               else "the cull_arbiter_hook says cull")
+        return Decision(session.id, "reclaim", "idle-culler-timeout", f"inactive for {minutes(inactive)} ({why})",
                         None, evidence)
     if config.cpu_max_age and age.total_seconds() >= config.cpu_max_age.total_seconds():
         return Decision(session.id, "reclaim", "idle-culler-max-age",
                         f"age {minutes(age)} (max age {minutes(config.cpu_max_age)})",
                         None, evidence)
     return Decision(session.id, "keep", "idle-culler",
-                    f"inactive for {minutes(inactive)}, under the timeout", None, evidence)
+                    f"inactive for {minutes(inactive)}, " + ("under the timeout" if view.cull_arbiter is None
+                                                            else "the cull_arbiter_hook says keep"),
+                    None, evidence)
 
 
 def decide_user(

@@ -14,9 +14,12 @@
 
 What it never does:
 
-* decide on a cycle whose hub or pod listing failed (it cannot tell GPU servers from
-  others then: the cycle is skipped and counted);
-* treat a server whose pod it cannot see as a server without GPUs (it is held);
+* decide on a cycle whose hub listing failed (the cycle is skipped and counted);
+* treat a server whose pod it cannot see as a server without GPUs (it is held). While the
+  pod list cannot be read, the servers the last list read showed as running without GPUs
+  (since before that list) are decided with it, as servers without GPUs; every other one
+  is held ("pods-unavailable"), and the cycle is counted as degraded. On a hub without
+  Kubernetes (no pod source) every server is a server without GPUs;
 * let one session's data stop the cycle: a malformed entry (a server's model, its pod, a
   GPU series, its kernels) holds only its own session, and an unexpected error while
   observing or deciding one session holds that session (logged once with its traceback,
@@ -32,7 +35,9 @@ kept across cycles, reloaded after a restart, a gap in them unknown time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import datetime as dt
+import inspect
 import logging
 import time
 from dataclasses import replace
@@ -65,6 +70,14 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 T = TypeVar("T")
 
 
+# no pods: a hub without Kubernetes (no pod source), or no pod list read yet
+_NO_PODS = PodSnapshot(by_session={}, pending_gpus=0)
+
+
+class CullArbiterError(Exception):
+    """The cull_arbiter_hook raised (what it raised, in one line)."""
+
+
 def _exempted(d: Decision, exemption: dict | None) -> Decision:
     """An admin's exemption (web admin page) turns a warn or reclaim into a keep."""
     if exemption is None or d.action == "keep" and d.rule == "exempt":
@@ -84,7 +97,7 @@ def _episode(decision: Decision, session: Session) -> str:
 
 
 class Reclaimer:
-    def __init__(self, *, hub: HubSource, pods: PodSource, gpu: GpuSource | None,
+    def __init__(self, *, hub: HubSource, pods: PodSource | None, gpu: GpuSource | None,
                  kernels: KernelSource | None, stopper: HubStopper, dispatcher: Dispatcher,
                  store: Store, policy: PolicyConfig, options: Options | None = None,
                  metrics: Metrics | None = None, rules: PolicyRules | None = None,
@@ -110,6 +123,7 @@ class Reclaimer:
         self._last_prune = 0.0
         self.status = CycleStatus()  # what the web pages show: the latest cycle
         self._stopped_since_observed: set[str] = set()  # stops completed during the cycle under way
+        self._last_pods: tuple[dt.datetime, PodSnapshot] | None = None  # the last pod list read, and when
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -144,7 +158,8 @@ class Reclaimer:
             log.exception("the cycle failed")
         report.seconds = time.monotonic() - t0
         self.metrics.cycle_duration.observe(report.seconds)
-        result = "error" if report.error else f"skipped-{report.skipped}" if report.skipped else "ok"
+        result = ("error" if report.error else f"skipped-{report.skipped}" if report.skipped
+                  else f"degraded-{report.degraded}" if report.degraded else "ok")
         self.metrics.cycles.labels(result).inc()
         self.metrics.last_cycle.set(time.time())
         if result == "ok":
@@ -157,7 +172,9 @@ class Reclaimer:
                 len(report.stops), f", {len(report.would_reclaim)} would be reclaimed (dry run)"
                 if self.options.dry_run else "",
                 f", skipped: {report.skipped} unavailable" if report.skipped else
-                f", failed: {report.error}" if report.error else "", report.seconds)
+                f", failed: {report.error}" if report.error else
+                f", {report.degraded} unavailable (decided with the last list read)" if report.degraded else "",
+                report.seconds)
         return report
 
     async def _cycle(self, now: dt.datetime, report: CycleReport) -> None:
@@ -172,24 +189,30 @@ class Reclaimer:
     # ------------------------------------------------------------------ observe
 
     async def _observe(self, now: dt.datetime, report: CycleReport) -> Observation | None:
-        """Read the signals and observe each ready server; None when the hub or the pods
-        could not be read (the cycle is skipped)."""
+        """Read the signals and observe each ready server; None when the hub could not be
+        read (the cycle is skipped)."""
         stale_s = self.policy.stale_after.total_seconds()
         # the three reads are independent: run them together
         gpu_source = getattr(self.gpu, "source", "gpu")
         servers, pods, readings = await asyncio.gather(
             self._read("hub", self.hub.ready_servers(), report),
-            self._read("pods", self._pods(stale_s), report),
+            self._read("pods", self._pods(stale_s), report) if self.pods else asyncio.sleep(0, _NO_PODS),
             self._read(gpu_source, self.gpu.utilization(), report) if self.gpu else asyncio.sleep(0))
-        if servers is None or pods is None:
-            # without both we cannot tell GPU sessions from others: decide nothing
-            report.skipped = "hub" if servers is None else "pods"
+        if servers is None:  # which servers? decide nothing
+            report.skipped = "hub"
             self.status = replace(self.status, skipped=report.skipped)
             return None
         report.servers = len(servers)
-        self.metrics.pending_gpus.set(pods.pending_gpus)
+        if pods is None:  # the pod list cannot be read: the last one read, if any
+            report.degraded = "pods"
+            pods_as_of, pods = self._last_pods or (None, _NO_PODS)
+        else:
+            if self.pods is not None:
+                self._last_pods = (now, pods)
+            pods_as_of = None
+            self.metrics.pending_gpus.set(pods.pending_gpus)
 
-        seen = Observation(servers, pods, {}, {})
+        seen = Observation(servers, pods, {}, {}, pods_as_of)
         probe: list[str] = []
         for srv in servers:
             sid = srv.session_id
@@ -198,7 +221,8 @@ class Reclaimer:
             pod = pods.by_session.get(sid)
             try:
                 session, sample = self._observe_server(srv, pod, readings, now)
-                hold = self._unusable(srv, pod, report)
+                hold = (self._unseen(srv, pod, pods_as_of, report.errors.get("pods", ""))
+                        if report.degraded and not srv.invalid else self._unusable(srv, pod, report))
                 if pod and readings and (r := readings.get((pod.namespace, pod.name))) and r.problem:
                     report.errors[f"gpu:{sid}"] = r.problem  # why its GPU has no value (evidence)
             except Exception as e:
@@ -218,6 +242,8 @@ class Reclaimer:
 
         if probe:
             await self._probe(probe, seen, report)
+        if self.options.cull_arbiter is not None:
+            await self._arbitrate(seen, now, report)
         self._sessions_gone(set(seen.sessions), now)
         return seen
 
@@ -239,6 +265,7 @@ class Reclaimer:
         report.errors[e.source] = e.message
 
     async def _pods(self, stale_s: float) -> PodSnapshot:
+        assert self.pods is not None
         await self.pods.start()
         return self.pods.snapshot(stale_s)
 
@@ -265,6 +292,8 @@ class Reclaimer:
         sid = srv.session_id
         if srv.invalid:
             source, rule, problem = "hub", "hub-data-invalid", srv.invalid
+        elif pod is None and self.pods is None:
+            return None  # a hub without Kubernetes: a server without GPUs
         elif pod is None:
             return Decision(sid, "hold", "pod-missing",
                             "the server's pod is not in the pod list; never reclaimed unseen")
@@ -276,6 +305,47 @@ class Reclaimer:
         report.errors[f"{source}:{sid}"] = problem
         return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
                         evidence={"problem": problem})
+
+    def _unseen(self, srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None,
+                problem: str) -> Decision | None:
+        """While the pod list cannot be read: None for a server the last list read (at
+        `as_of`) showed running without GPUs, since before that list (it is decided as a
+        server without GPUs); the hold of any other."""
+        if (pod is not None and not pod.invalid and not pod.gpus and pod.ready and as_of is not None
+                and srv.started is not None and srv.started <= as_of):
+            return None
+        why = ("its GPUs cannot be seen" if pod is not None and pod.gpus else
+               f"the last pod list read ({format_time(as_of)}) does not show it as a running server "
+               "without GPUs" if as_of else "no pod list has been read since the service started")
+        return Decision(srv.session_id, "hold", "pods-unavailable",
+                        f"the pod list cannot be read ({problem}): {why}; never reclaimed unseen",
+                        evidence={"problem": problem, "pods_as_of": format_time(as_of) if as_of else None})
+
+    async def _arbitrate(self, seen: Observation, now: dt.datetime, report: CycleReport) -> None:
+        """Ask idle-culler 2.0's cull_arbiter_hook about each server without GPUs not held, as
+        2.0's handle_server does: keyword arguments inactive (since last_activity, else since
+        the start; None without either), inactive_limit (the timeout, seconds) and server (the
+        hub's model); its answer may be awaitable. A hook that raises holds that server."""
+        hook = self.options.cull_arbiter
+        assert hook is not None
+        for sid, o in seen.sessions.items():
+            if o.session.gpus or sid in seen.held:
+                continue
+            srv = o.server
+            since = srv.last_activity or srv.started
+            limit = int((o.policy or self.policy).cpu_timeout.total_seconds())
+            try:
+                answer = hook(inactive=now - since if since else None, inactive_limit=limit, server=srv.model)
+                if inspect.isawaitable(answer):
+                    answer = await answer
+                elif isinstance(answer, concurrent.futures.Future):
+                    answer = await asyncio.wrap_future(answer)
+            except Exception as e:
+                error = CullArbiterError(f"the cull_arbiter_hook raised {type(e).__name__}: {e}")
+                error.__cause__ = e  # its traceback in the log
+                seen.held[sid] = self._session_error(sid, error, report)
+            else:
+                o.cull_arbiter = bool(answer)
 
     def _session_error(self, sid: str, e: Exception, report: CycleReport) -> Decision:
         """An unexpected error while observing or deciding one session: it is held, the
@@ -360,6 +430,8 @@ class Reclaimer:
                         out.samples.append((sid, o.sample))
                         if (sid, o.session.started) not in self.history.recorded:
                             out.new_sessions.append(o.session)
+            if seen.pods_as_of is not None and sid not in seen.held:  # decided with the last pod list
+                d = replace(d, evidence={**d.evidence, "pods_as_of": format_time(seen.pods_as_of)})
             report.decisions[sid] = d
             if self._last.get(sid) != (d.action, d.rule):
                 self._last[sid] = (d.action, d.rule)
@@ -376,7 +448,8 @@ class Reclaimer:
         admin's exemption applied; a finished idle episode's warnings are closed."""
         sid, session, policy = o.session.id, o.session, o.policy or self.policy
         samples = self.history.add(session, o.sample, now, policy)
-        view = SessionView(session=session, samples=samples, intent=decided.intents.get(sid), warnings=warnings)
+        view = SessionView(session=session, samples=samples, intent=decided.intents.get(sid), warnings=warnings,
+                           cull_arbiter=o.cull_arbiter)
         d = decide(view, now=now, pending_gpus=pending_gpus, config=policy)
         if self.rules.rules:  # which rule's settings decided (None: the base policy); no rules, no key
             d = replace(d, evidence={**d.evidence, "policy_rule": o.policy_rule})

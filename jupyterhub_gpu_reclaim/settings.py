@@ -16,8 +16,9 @@ import ssl
 from dataclasses import dataclass, field
 from textwrap import dedent
 from typing import TYPE_CHECKING, Any
+from typing import Callable as CallableType
 
-from traitlets import Bool, Dict, Enum, Float, Int, List, TraitType, Unicode
+from traitlets import Bool, Callable, Dict, Enum, Float, Int, List, TraitType, Unicode
 
 from .durations import parse_duration
 from .policy_config import PolicyConfig
@@ -99,6 +100,24 @@ class ServiceSettings:
         Whether default servers should be culled (only if --cull-default-servers=true).
 
         Applies to idle-culler's timeout rule for servers without GPUs.
+        """)
+
+    cull_arbiter_hook: CallableType[..., Any] | None = _option(
+        Callable, None, allow_none=True, command_line=False, idle_culler=True, help="""
+        Custom culling logic for servers without GPUs, as in jupyterhub-idle-culler 2.0
+        (config file only; c.IdleCuller.cull_arbiter_hook in its idle_culler_config.py
+        is read too).
+
+        A callable called each cycle for each ready server without GPUs with the
+        keyword arguments inactive (a timedelta: the time since the server's
+        last_activity, else since it started), inactive_limit (--timeout, in seconds)
+        and server (the server's model from the hub's API, a dict: "state" is in it
+        when the service's role has admin:server_state). It returns true to cull the
+        server (if --cull-default-servers / --cull-named-servers allow), false to keep
+        it; it may be async. --max-age still applies. A hook that raises holds that
+        server (logged, never culled on it). Default (None): cull when inactive >=
+        --timeout, idle-culler's default_cull_arbiter. GPU sessions follow the GPU
+        policy and are never passed to it.
         """)
 
     # the launcher puts the effective value here: half of --timeout when 0
@@ -195,6 +214,18 @@ class ServiceSettings:
 
         Default: the POD_NAMESPACE environment variable, else the namespace of the
         service account the service runs under, else "default".
+        """)
+
+    kubernetes: str = _option(Enum, ["auto", "true", "false"], "auto", help="""
+        Whether the hub's servers are Kubernetes pods (KubeSpawner), whose GPUs the
+        service reads from the pod list.
+
+        "auto" (default): when the service has a Kubernetes configuration: --kubeconfig,
+        a pod's service account (KUBERNETES_SERVICE_HOST), $KUBECONFIG or
+        ~/.kube/config. "false" (and "auto" without one): a hub without Kubernetes
+        (LocalProcessSpawner, SystemdSpawner, DockerSpawner, ...): no pod is read, every
+        server is a server without GPUs, culled by idle-culler's rule. "true": pods are
+        read; a server whose pod cannot be seen is held, never culled unseen.
         """)
 
     kubeconfig: str = _option(Unicode, "", help="""

@@ -44,6 +44,8 @@ class HubServer:
     user_last_activity: dt.datetime | None = None
     user_created: dt.datetime | None = None
     invalid: str | None = None  # why the models could not be read: the session is held
+    # the server model as the hub gave it: what idle-culler 2.0 hands its cull_arbiter_hook
+    model: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def session_id(self) -> str:
@@ -71,6 +73,7 @@ class HubServer:
                 user_options=user_options,
                 user_last_activity=entry_time(user, "last_activity"),
                 user_created=entry_time(user, "created"),
+                model=server,
             )
         except ValueError as e:
             return cls(user=user["name"], name=name, invalid=f"the hub's model of this server: {e}")

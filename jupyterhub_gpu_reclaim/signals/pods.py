@@ -21,6 +21,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -186,6 +187,20 @@ def _time_or_none(value: Any) -> dt.datetime | None:
     except ValueError as e:
         log.warning("ignoring a malformed %s annotation: %s", KEEPALIVE_ANNOTATION, e)
         return None
+
+
+def kubernetes_configuration(kubeconfig: str = "") -> str | None:
+    """Where PodSignal takes its Kubernetes configuration from, as it looks for one
+    (`_connect`), or None where there is none: a hub without Kubernetes."""
+    if kubeconfig:
+        return f"--kubeconfig={kubeconfig}"
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "the pod's service account"
+    if os.environ.get("KUBECONFIG"):  # kubernetes_asyncio's default location, then its fallback
+        return f"KUBECONFIG={os.environ['KUBECONFIG']}"
+    if os.path.exists(os.path.expanduser("~/.kube/config")):
+        return "~/.kube/config"
+    return None
 
 
 @dataclass(frozen=True)

@@ -151,8 +151,8 @@ async def world(tmp_path):
 # ---------------------------------------------------------------------------- cycle skipped
 
 
-@pytest.mark.parametrize("fault", ["hub-500", "hub-timeout", "pods-410"])
-async def test_hub_or_pods_failure_skips_the_cycle_then_recovers(world, caplog, fault):
+@pytest.mark.parametrize("fault", ["hub-500", "hub-timeout"])
+async def test_hub_failure_skips_the_cycle_then_recovers(world, caplog, fault):
     caplog.set_level(logging.INFO)
     w = world
     gpu = w.add("alice")  # never used: would be warned at 30, reclaimed at 60
@@ -160,14 +160,11 @@ async def test_hub_or_pods_failure_skips_the_cycle_then_recovers(world, caplog, 
 
     def each(t):
         down = at(15) <= t <= at(40)
-        if fault == "pods-410":
-            w.pods.fail = "the pod watch has been down for over 300 s: watch: HTTP 410 Gone" if down else None
-        else:
-            w.hub.mode = ("500" if fault == "hub-500" else "hang") if down else "ok"
+        w.hub.mode = ("500" if fault == "hub-500" else "hang") if down else "ok"
 
     await w.run_until(at(40), each)
     skipped = [r for r in w.reports if r.skipped]
-    source = "pods" if fault == "pods-410" else "hub"
+    source = "hub"
     assert [r.t for r in skipped] == [at(m) for m in range(15, 45, 5)]
     assert all(r.skipped == source and r.decisions == {} and r.stops == [] for r in skipped)
     assert w.hub.deletes == [] and w.warning_rows() == 0
@@ -187,6 +184,50 @@ async def test_hub_or_pods_failure_skips_the_cycle_then_recovers(world, caplog, 
     assert {r.outcome for r in w.store.reclaims()} == {"stopped"}
     assert w.metric(P + "cycles_total", result="ok") == len(w.reports) - 6
     assert w.hub.auth == {f"token {TOKEN}"}
+
+
+async def test_pods_failure_culls_the_servers_without_gpus_it_saw_and_holds_the_others(world, caplog):
+    """The pod list cannot be read from 15 to 70 min: the servers the last list showed
+    running without GPUs are still culled by idle-culler's rule; GPU sessions, and servers
+    the last list did not show (started since), are held with the reason, never reclaimed;
+    every such cycle is degraded, not a success. Back, the GPU session is decided again."""
+    caplog.set_level(logging.INFO)
+    w = world
+    down = "the pod watch has been down for over 300 s: watch: HTTP 410 Gone"
+    gpu = w.add("alice")  # never used: would be warned at 30, reclaimed at 60
+    cpu = w.add("bob", gpus=0, last_activity=START)  # idle-culler: due at 60
+    busy = w.add("carol", gpus=0, last_activity=START)  # active all along: kept
+    await w.run_until(at(10))
+    late = w.add("dan", gpus=0, last_activity=START)  # started at 0, first listed at 15: never seen
+    del w.pods.pods[late]  # (its pod is not in the last list read)
+
+    def each(t):
+        w.pods.fail = down if at(15) <= t <= at(70) else None
+        w.hub.users["carol"]["servers"][""]["last_activity"] = t.isoformat()
+
+    await w.run_until(at(70), each)
+    degraded = [r for r in w.reports if r.degraded]
+    assert [r.t for r in degraded] == [at(m) for m in range(15, 75, 5)]
+    assert all(r.skipped is None and r.degraded == "pods" for r in degraded)
+    assert w.stopped(cpu) == [at(60)]  # culled as it would have been
+    d = next(r.decisions[cpu] for r in w.reports if r.t == at(60))
+    assert (d.action, d.rule) == ("reclaim", "idle-culler-timeout") and d.evidence["pods_as_of"] == "2026-11-02T08:10:00Z"
+    assert w.decisions(busy, since=at(15), until=at(70)) == {("keep", "idle-culler")}
+    assert w.decisions(gpu, since=at(15), until=at(70)) == {("hold", "pods-unavailable")}
+    assert w.decisions(late, since=at(15), until=at(70)) == {("hold", "pods-unavailable")}
+    held = next(r.decisions[gpu] for r in w.reports if r.t == at(60))
+    assert held.evidence == {"problem": down, "pods_as_of": "2026-11-02T08:10:00Z"}
+    assert "the pod list cannot be read" in held.reason and "its GPUs cannot be seen" in held.reason
+    assert w.warned(gpu) == [] and w.stopped(gpu) == [] and w.stopped(late) == []
+    assert w.hub.deletes == ["/hub/api/users/bob/server"]
+    assert w.metric(P + "cycles_total", result="degraded-pods") == 12
+    assert w.metric(P + "signal_errors_total", source="pods") == 12
+    assert w.metric(P + "holds", reason="pods-unavailable") == 2
+    assert "pods unavailable (decided with the last list read)" in caplog.text
+
+    await w.run_until(at(90), each)  # the list back: alice, never used, is warned at once
+    assert w.warned(gpu) == [at(75)] and w.stopped(gpu) == [at(90)]
+    assert w.metric(P + "cycles_total", result="ok") == len(w.reports) - 12
 
 
 # ---------------------------------------------------------------------------- GPU data

@@ -143,7 +143,8 @@ class Hostile(World):
         assert shown.action == "hold" and shown.rule == rule and problem in shown.evidence["problem"]
 
     def assert_cycle_metrics_truthful(self) -> None:
-        results = ["error" if r.error else f"skipped-{r.skipped}" if r.skipped else "ok" for r in self.reports]
+        results = ["error" if r.error else f"skipped-{r.skipped}" if r.skipped else
+                   f"degraded-{r.degraded}" if r.degraded else "ok" for r in self.reports]
         for result in set(results):
             assert self.metric(P + "cycles_total", result=result) == results.count(result), result
         assert self.metric(P + "cycle_interval_seconds") == 300
@@ -537,15 +538,17 @@ async def test_malformed_watch_events_relist_and_hold_nobody_else(make, caplog):
     (b'{"kind": "PodList", "items": []}' + b" " * MAX_BODY["pods"], "larger than"),
     (b'{"kind": "PodList", "items": {"a": 1}}', "items: dict"),
 ], ids=["not-json", "deep", "huge-body", "items-not-a-list"])
-async def test_unusable_pod_list_skips_the_cycle_and_is_not_a_success(make, body, problem):
+async def test_unusable_pod_list_holds_whom_it_cannot_see_and_is_not_a_success(make, body, problem):
     w = await make(kube=True)
     w.kube.raw_list = body
     await w.run_until(at(5))
-    assert [r.skipped for r in w.reports] == ["pods", "pods"]
+    # no pod list read yet: nobody can be told from a GPU session
+    assert [r.degraded for r in w.reports] == ["pods", "pods"]
     assert problem in w.reports[-1].errors["pods"]
+    assert {(d.action, d.rule) for r in w.reports for d in r.decisions.values()} == {("hold", "pods-unavailable")}
     w.kube.raw_list = None
     await w.run_until(at(30))
-    assert [r.skipped for r in w.reports[2:]] == [None] * 5
+    assert [r.degraded for r in w.reports[2:]] == [None] * 5
     assert w.warned(w.bob) == [at(10)] and w.stopped(w.bob) == [at(20)]
     w.assert_cycle_metrics_truthful()
 

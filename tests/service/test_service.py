@@ -379,7 +379,7 @@ def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
     for argv, credentials in (([], ProbeTokens), (["--kernel-probe-credential=none"], type(None))):
         app = GpuReclaim()
         app.parse_command_line(["--url=http://hub:8081/hub/api", "--kernel-probe-token-lifetime=30m",
-                                *argv])
+                                "--kubernetes=true", *argv])
         with Store.open(f"sqlite:///{tmp_path}/store.sqlite") as store:
             kernels = build(service_settings(app), store, Metrics()).kernels
         assert type(kernels.credentials) is credentials
@@ -536,11 +536,15 @@ async def test_metrics_text(harness):
     assert report.skipped == "hub" and report.decisions == {}
     assert m(P + "cycles_total", result="skipped-hub") == 1
     assert m(P + "signal_errors_total", source="hub") == 1
+    # a failing pod list: decided with the last one read, not a success
     h.hub.fail, h.pods.fail = None, "the pod watch has been down for over 300 s: watch: HTTP 410 Gone"
     report = await h.cycle()
-    assert report.skipped == "pods"
-    assert m(P + "cycles_total", result="skipped-pods") == 1
+    assert report.skipped is None and report.degraded == "pods"
+    assert m(P + "cycles_total", result="degraded-pods") == 1
     assert m(P + "signal_errors_total", source="pods") == 1
+    assert m(P + "sessions", gpu="true", action="hold", rule="pods-unavailable") == 2  # carol, erin
+    assert m(P + "sessions", gpu="false", action="hold", rule="pods-unavailable") == 1  # dan: never seen
+    assert m(P + "sessions", gpu="false", action="keep", rule="idle-culler") == 1  # bob
     assert h.stopper.calls == [("alice", "")]
 
 

@@ -110,7 +110,7 @@ async def test_readmes_example_serves_metrics_and_pages(readme_hub):
             return e.code, "", e.url
 
     status, metrics, _ = await until(lambda: (r := get("metrics"))[0] == 200 and r, 60, "/metrics served")
-    assert "jupyterhub_gpu_reclaim_dry_run 1.0" in metrics  # the README's --dry-run
+    assert "jupyterhub_gpu_reclaim_dry_run 0.0" in metrics  # the README registers it culling (--dry-run: advice)
     # the pages: through the hub's OAuth login, which lands on the hub's login page
     status, _, landed = await asyncio.to_thread(get, "")
     assert status == 200 and "/hub/login" in landed, landed

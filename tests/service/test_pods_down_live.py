@@ -1,0 +1,64 @@
+"""The simulated cluster's Kubernetes API stopped mid-run (its process frozen: requests hang,
+as to an API server that is unreachable; the pods' processes run on): the service, a managed
+service of a real hub over KubeSpawner, goes on culling the idle server without a GPU that
+its last pod list showed, and holds the GPU session with the reason; once the API is back,
+it decides the GPU session again. The rules themselves: tests/faults/test_faults.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..hubapi import HubAPI
+from .common import latest_rule, metric, metrics, start_service_hub, until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+TIMEOUT = 60  # bob's idle server is due after the API is stopped and the service has noticed
+
+
+def decisions(hub, session: str) -> list:
+    with Store.open(hub.info["store"]) as store:
+        return [d for _, d in store.decisions(session=session)]
+
+
+@pytest.mark.jupyterhub(6, reason="what the service does with the API down does not depend on the hub's "
+                                   "major; once is enough for the suite's time")
+async def test_with_the_api_stopped_idle_cpu_servers_are_culled_and_gpu_sessions_held(sim, tmp_path):
+    hub = start_service_hub(tmp_path / "hub", sim, timeout=TIMEOUT,
+                            never_used_warn_after=900, never_used_reclaim_after=1800)
+    frozen = False
+    try:
+        async with HubAPI.of(hub) as api:
+            await api.start("bob", "cpu")
+            await api.start("alice", "gpu-1")
+            await api.wait_ready("bob")
+            await api.wait_ready("alice")
+            await until(lambda: latest_rule(hub, "alice/") and latest_rule(hub, "bob/"), 60, "both seen")
+            assert latest_rule(hub, "bob/") == ("keep", "idle-culler")
+            os.kill(sim.proc.pid, signal.SIGSTOP)
+            frozen = True
+            await until(lambda: latest_rule(hub, "alice/") == ("hold", "pods-unavailable"), 120, "alice held")
+            await until(lambda: latest_rule(hub, "bob/") == ("reclaim", "idle-culler-timeout"), TIMEOUT + 60,
+                        "bob culled")
+            bob = decisions(hub, "bob/")[-1]
+            assert bob.evidence["pods_as_of"]  # decided with the last pod list read
+            alice = decisions(hub, "alice/")[-1]
+            assert "the pod list cannot be read" in alice.reason and alice.evidence["problem"]
+            values = metrics(hub)
+            assert metric(values, "jupyterhub_gpu_reclaim_cycles_total", result="degraded-pods") >= 1
+            assert metric(values, "jupyterhub_gpu_reclaim_reclaims_total", rule="gpu-never-used",
+                          outcome="stopped") == 0
+            os.kill(sim.proc.pid, signal.SIGCONT)
+            frozen = False
+            await until(lambda: latest_rule(hub, "alice/") != ("hold", "pods-unavailable"), 120,
+                        "alice decided again with the API back")
+            assert latest_rule(hub, "alice/")[1] in ("gpu-never-used", "gpu-data-missing")
+    finally:
+        if frozen:
+            os.kill(sim.proc.pid, signal.SIGCONT)
+        hub.stop(grace=60)

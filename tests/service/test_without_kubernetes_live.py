@@ -1,0 +1,180 @@
+"""On a real JupyterHub without Kubernetes (SimpleLocalProcessSpawner: each server a local
+jupyterhub-singleuser process, no cluster anywhere):
+
+- the service registered exactly as this repository's README registers it (short
+  --timeout/--cull-every for the test) culls an idle server within timeout + cull-every
+  and keeps an active one;
+- side by side on one hub, the real jupyterhub-idle-culler 2.0 and the service, each
+  started as 2.0 is started (`--config=idle_culler_config.py`, a 2.0 config file with
+  c.IdleCuller.timeout, cull_every and idle-culler's documented cull_arbiter_hook), cull
+  the same servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_reclaim_sim.launch import free_port, start_hub
+from gpu_reclaim_sim.paths import REPO
+from jupyterhub_gpu_reclaim.store import Store
+
+from .. import conftest
+from ..hubapi import HubAPI
+from .common import until
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+HERE = Path(__file__).parent
+UTC = dt.timezone.utc
+TIMEOUT, CULL_EVERY = 20, 5
+# idle-culler 2.0's config file: its settings and the hook its cull_arbiter_hook help documents
+CULLER_CONFIG = """
+c.IdleCuller.timeout = 12
+c.IdleCuller.cull_every = 3
+
+def my_cull_arbiter(inactive, inactive_limit, server):
+    if server['state']['profile_name'] == 'unlimited':
+        return False
+    return inactive.total_seconds() >= inactive_limit
+c.IdleCuller.cull_arbiter_hook = my_cull_arbiter
+"""
+
+
+def start_local_hub(workdir: Path, **env: str):
+    """The hub without Kubernetes (jupyterhub_config_local.py), and the tests' token."""
+    token = secrets.token_hex(16)
+    child = start_hub(workdir, HERE / "jupyterhub_config_local.py", "", python=conftest.HUB_PYTHON,
+                      port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token, "GPU_RECLAIM_REPO": str(REPO),
+                                             "GPU_RECLAIM_DEMO_PASSWORD": "test-password",
+                                             "GPU_RECLAIM_SINGLEUSER": str(Path(sys.executable).with_name(
+                                                 "jupyterhub-singleuser")), **env})
+    child.info["token"] = token
+    return child
+
+
+async def start(api: HubAPI, user: str, name: str = "", profile: str = "small") -> None:
+    await api.ensure_user(user)
+    path = f"/users/{user}/servers/{name}" if name else f"/users/{user}/server"
+    await api.request("POST", path, {"profile": profile})
+
+
+async def running(api: HubAPI) -> set[str]:
+    """The ready servers, "user/name"."""
+    users = await api.request("GET", "/users?state=ready")
+    return {f"{u['name']}/{name}" for u in users for name, s in u["servers"].items() if s["ready"]}
+
+
+async def keep_active(api: HubAPI, user: str, stop: asyncio.Event) -> None:
+    """What a busy server reports: its activity, every 2 s (as jupyterhub-singleuser posts it)."""
+    while not stop.is_set():
+        now = dt.datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        await api.request("POST", f"/users/{user}/activity", {"servers": {"": {"last_activity": now}}})
+        try:
+            await asyncio.wait_for(stop.wait(), 2)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def test_the_readmes_registration_culls_an_idle_server_and_keeps_an_active_one(tmp_path):
+    flags = json.dumps([f"--timeout={TIMEOUT}", f"--cull-every={CULL_EVERY}"])
+    hub = start_local_hub(tmp_path / "hub", GPU_RECLAIM_REGISTRATION="ours", GPU_RECLAIM_SERVICE_FLAGS=flags,
+                          GPU_RECLAIM_SERVICE_PORT=str(free_port()))
+    stop = asyncio.Event()
+    try:
+        async with HubAPI.of(hub) as api:
+            await start(api, "alice")
+            await start(api, "bob")
+            await until(lambda: _ready(api, {"alice/", "bob/"}), 120, "both servers ready")
+            active = asyncio.create_task(keep_active(api, "bob", stop))
+            await until(lambda: _gone(api, "alice/"), TIMEOUT + CULL_EVERY + 60, "alice's idle server culled")
+            await asyncio.sleep(TIMEOUT + 2 * CULL_EVERY)  # bob's server had every chance to be culled
+            assert "bob/" in await running(api)
+            stop.set()
+            await active
+        log = hub.log_path.read_text(errors="replace")
+        assert "no Kubernetes (not in a pod, no --kubeconfig" in log, log[-3000:]
+        assert "reclaim alice/ (idle-culler-timeout)" in log and "reclaim bob/" not in log
+        assert "signal pods failed" not in log and "pod-missing" not in log
+        with Store.open(f"sqlite:///{tmp_path / 'hub' / 'gpu_reclaim.sqlite'}") as store:
+            (t, culled), = [(t, d) for t, d in store.decisions(session="alice/") if d.action == "reclaim"]
+            kept = {(d.action, d.rule) for _, d in store.decisions(session="bob/")}
+        # culled at the first cycle after it was due: within timeout + cull-every of its last activity
+        assert TIMEOUT <= culled.evidence["inactive_s"] < TIMEOUT + CULL_EVERY + 2, culled.evidence  # 2: the cycle's own time
+        assert kept == {("keep", "idle-culler")}
+    finally:
+        stop.set()
+        hub.stop(grace=60)
+
+
+async def _ready(api: HubAPI, servers: set[str]) -> bool:
+    return servers <= await running(api)
+
+
+async def _gone(api: HubAPI, server: str) -> bool:
+    return server not in await running(api)
+
+
+def run_culler(module: str, workdir: Path, hub, token: str) -> subprocess.Popen:
+    """A culler as 2.0 is started (`python -m MODULE --config=idle_culler_config.py`), from
+    this environment, with only what a hub-managed service gets: no Kubernetes anywhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "KUBE"))}
+    env.update(JUPYTERHUB_API_TOKEN=token, JUPYTERHUB_API_URL=f"{hub.info['url']}/hub/api", PYTHONUNBUFFERED="1")
+    log = open(workdir / f"{module}.log", "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", module, "--config=idle_culler_config.py"], cwd=workdir,
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        log.close()
+
+
+@pytest.mark.jupyterhub(6, reason="both cullers read the same hub API on either major; once is enough for "
+                                   "the suite's time (the README's registration runs on both)")
+async def test_side_by_side_with_idle_culler_2_0_the_same_servers_are_culled(tmp_path):
+    tokens = {"idle-culler": secrets.token_hex(16), "gpu-reclaim": secrets.token_hex(16)}
+    hub = start_local_hub(tmp_path / "hub", GPU_RECLAIM_EXTERNAL=json.dumps(tokens))
+    workdir = tmp_path / "culler"
+    workdir.mkdir()
+    (workdir / "idle_culler_config.py").write_text(CULLER_CONFIG)
+    servers = {"alice/": ("alice", "", "small"), "alice/lab": ("alice", "lab", "small"),
+               "bob/": ("bob", "", "unlimited"), "carol/": ("carol", "", "small")}
+    culled: dict[str, set[str]] = {}
+    stop = asyncio.Event()
+    try:
+        async with HubAPI.of(hub) as api:
+            active = asyncio.create_task(keep_active(api, "carol", stop))  # carol works; the others are idle
+            for module, service in (("jupyterhub_idle_culler", "idle-culler"), ("jupyterhub_gpu_reclaim", "gpu-reclaim")):
+                for sid, (user, name, profile) in servers.items():
+                    if sid not in await running(api):
+                        await start(api, user, name, profile)
+                await until(lambda: _ready(api, set(servers)), 120, "every server ready")
+                proc = run_culler(module, workdir, hub, tokens[service])
+                try:
+                    await until(lambda: _none_of(api, {"alice/", "alice/lab"}), 120, f"{module}: the idle servers culled")
+                    await asyncio.sleep(12 + 2 * 3)  # the others had every chance: timeout + two cycles
+                    assert proc.poll() is None, (workdir / f"{module}.log").read_text()[-3000:]
+                finally:
+                    proc.terminate()
+                    proc.wait(30)
+                culled[module] = set(servers) - await running(api)
+            stop.set()
+            await active
+        assert culled["jupyterhub_gpu_reclaim"] == culled["jupyterhub_idle_culler"] == {"alice/", "alice/lab"}, culled
+        ours = (workdir / "jupyterhub_gpu_reclaim.log").read_text(errors="replace")
+        assert "no Kubernetes" in ours and "Traceback" not in ours, ours[-3000:]
+        assert "timeout = 12" in ours and "cull_every = 3" in ours  # its settings, as the file gives them
+    finally:
+        stop.set()
+        hub.stop(grace=60)
+
+
+async def _none_of(api: HubAPI, gone: set[str]) -> bool:
+    return not gone & await running(api)

@@ -1,6 +1,7 @@
 # The service tests' hub (the documented role), for the kernel-probe credential tests:
 # - the service's token is known to the tests (to show it never reaches a user's server);
-# - a second reclaim service whose role lacks `tokens` (so it cannot mint probe tokens);
+# - a second reclaim service whose role lacks `tokens` and the probe-token scope (so it
+#   cannot mint probe tokens);
 # - the tests' own service may read and delete users' tokens (to check what was minted);
 # - the hub caps API tokens at 2 h (token_expires_in_max_seconds);
 # - a service (no process) that may mint tokens for the group gpu-users only (bob).
@@ -17,7 +18,7 @@ c.JupyterHub.services.append({"name": "gpu-reclaim-notokens", "api_token": os.en
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim-notokens",
     "services": ["gpu-reclaim-notokens"],
-    "scopes": [s for s in role["scopes"] if s != "tokens"],
+    "scopes": [s for s in role["scopes"] if s not in ("tokens", "custom:gpu-reclaim:probe-tokens")],
 })
 c.JupyterHub.load_roles.append({"name": "tests-tokens", "services": ["tests"], "scopes": ["tokens"]})
 c.JupyterHub.token_expires_in_max_seconds = 7200

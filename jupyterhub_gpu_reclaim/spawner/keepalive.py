@@ -71,6 +71,16 @@ def form_html(choices: Sequence[str], max_keepalive: dt.timedelta) -> str:
 """
 
 
+def refuse_from_link(query: Mapping[str, Any]) -> None:
+    """A spawn link (`/hub/spawn?opt-keepalive=4h`) asks for a keep-alive: KeepaliveError, so
+    that JupyterHub shows the form instead of starting. Anyone can send a user a link, and
+    a click must not hold a GPU for hours: a keep-alive comes from the form, the REST API
+    (the user's token) or the service's pages, never from a link alone."""
+    if any(_one(query, key) for key in ("keepalive", OPTION)):
+        raise KeepaliveError("A link cannot keep a session alive: choose “Keep this session until” "
+                             "here, then start.")
+
+
 def _one(form: Mapping[str, Any], key: str) -> str:
     value = form.get(key, "")
     if isinstance(value, (list, tuple)):

@@ -29,7 +29,7 @@ from ..store import Store
 from ..durations import format_duration
 from ..timestamps import parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
-from .ratelimit import WriteLimiter
+from .ratelimit import READS_PER_MINUTE, WriteLimiter
 from ..usage import daily_usage
 from .chart import usage_chart
 from .render import _jinja, iso, reclaim_json, session_json, sparkline, state_of
@@ -61,6 +61,7 @@ class Context:
     dry_run: bool = False
     hub_prefix: str = "/hub/"
     limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(0))  # make_app: the setting
+    read_limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(READS_PER_MINUTE))
 
     @property
     def max_keepalive(self) -> dt.timedelta:
@@ -142,6 +143,20 @@ class Base(HubOAuthenticated, RedactedLogs):
             raise web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
         # runs before the handler's method: the body's future got this callback first
         self.request._body_future.add_done_callback(self._body_received)
+        if self.request.method in ("GET", "HEAD"):
+            self._limit_reads()
+
+    def _limit_reads(self) -> None:
+        """A user's reads beyond READS_PER_MINUTE: 429 with Retry-After. Only users: hub
+        services (the spawner's asks) and the unauthenticated (refused anyway) are not counted."""
+        caller = self.current_user
+        if not caller or caller.get("kind") != "user":
+            return
+        wait = self.ctx.read_limiter.take(caller["name"])
+        if wait:
+            self.retry_after = max(1, math.ceil(wait))
+            raise web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
+                                     f"reads a minute; try again in {self.retry_after} s")
 
     def data_received(self, chunk: bytes) -> None:
         self._chunks.append(chunk)

@@ -143,20 +143,26 @@ class Base(HubOAuthenticated, RedactedLogs):
             raise web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
         # runs before the handler's method: the body's future got this callback first
         self.request._body_future.add_done_callback(self._body_received)
-        if self.request.method in ("GET", "HEAD"):
-            self._limit_reads()
+        if self.request.method in ("GET", "HEAD") and self._read_wait():
+            # refused in the method's place, once the (empty) body is read: a refusal from
+            # prepare() closes the connection unread, and the proxy's next request on it,
+            # anyone's, would get a 503
+            setattr(self, self.request.method.lower(), self._too_many_reads)
 
-    def _limit_reads(self) -> None:
-        """A user's reads beyond READS_PER_MINUTE: 429 with Retry-After. Only users: hub
-        services (the spawner's asks) and the unauthenticated (refused anyway) are not counted."""
+    def _read_wait(self) -> float:
+        """A user's reads beyond READS_PER_MINUTE: the seconds until the next is allowed.
+        Only users count: hub services (the spawner's asks) and the unauthenticated
+        (refused anyway) are not limited."""
         caller = self.current_user
         if not caller or caller.get("kind") != "user":
-            return
+            return 0.0
         wait = self.ctx.read_limiter.take(caller["name"])
-        if wait:
-            self.retry_after = max(1, math.ceil(wait))
-            raise web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
-                                     f"reads a minute; try again in {self.retry_after} s")
+        self.retry_after = max(1, math.ceil(wait)) if wait else 0
+        return wait
+
+    def _too_many_reads(self, *args: Any) -> None:
+        raise web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
+                                 f"reads a minute; try again in {self.retry_after} s")
 
     def data_received(self, chunk: bytes) -> None:
         self._chunks.append(chunk)

@@ -450,8 +450,10 @@ async def test_a_user_flooding_reads_is_rate_limited_and_others_are_not(hub, sce
     assert r.headers["Content-Type"] == "application/json" and "too many requests" in body
     assert r.headers["Retry-After"].isdigit() and 1 <= int(r.headers["Retry-After"]) <= 60
     status, page, r = await c["mallory"].call("GET", "")
-    assert status == 429 and r.headers["Content-Type"].startswith("text/html") and "Retry-After" in r.headers
-    # others are not held back by mallory: gina's page and API, the admin's page
+    assert status == 429 and r.headers["Content-Type"].startswith("text/html") and "Retry-After" in r.headers, \
+        (status, page[-3000:])
+    # others are not held back by mallory (nor cut off: a refusal keeps the proxy's
+    # connection usable): gina's page and API, the admin's page
     assert (await c["gina"].call("GET", ""))[0] == 200
-    assert (await c["gina"].call("GET", "api/sessions"))[0] == 200
+    assert [(await c["gina"].call("GET", "api/sessions"))[0] for _ in range(30)] == [200] * 30
     assert (await c["admin"].call("GET", "admin"))[0] == 200

@@ -51,7 +51,8 @@ class ProbeTokensAPIHandler(APIHandler):
         servers = {probe_scope(user.name, name) for name, spawner in user.orm_spawners.items()
                    if spawner.server is not None}  # running: the only servers probed
         scopes, expires_in = body.get("scopes"), body.get("expires_in")
-        if not (isinstance(scopes, list) and len(scopes) == 1 and scopes[0] in servers):
+        if not (isinstance(scopes, list) and len(scopes) == 1 and isinstance(scopes[0], str)
+                and scopes[0] in servers):
             raise web.HTTPError(400, f"a probe token has exactly one scope, access:servers!server="
                                      f"{user.name}/NAME of one of the user's running servers, not {scopes!r}")
         if not (type(expires_in) is int and expires_in > 0):
@@ -61,7 +62,7 @@ class ProbeTokensAPIHandler(APIHandler):
             raise web.HTTPError(400, f"token expires_in: {expires_in} must not exceed {expires_max}")
         token = user.new_api_token(note=PROBE_NOTE, expires_in=expires_in, scopes=scopes)
         orm_token = orm.APIToken.find(self.db, token)
-        self.log.info("Service %s minted a kernel-probe token for %s", self.current_user.name, scopes[0])
+        self.log.info("%s minted a kernel-probe token for %s", self.current_user.name, scopes[0])
         self.set_status(201)
         self.write(json.dumps({**self.token_model(orm_token), "token": token}))
 
@@ -69,7 +70,7 @@ class ProbeTokensAPIHandler(APIHandler):
         user = self._user(user_name)
         prefix, number = token_id[:1], token_id[1:]
         orm_token = (self.db.query(orm.APIToken).filter_by(id=int(number)).first()
-                     if prefix == "a" and number.isdigit() else None)
+                     if prefix == "a" and number.isascii() and number.isdigit() and len(number) < 19 else None)
         if orm_token is None or orm_token.user is not user.orm_user or orm_token.note != PROBE_NOTE:
             raise web.HTTPError(404, f"No such probe token {token_id} for user {user.name}")
         self.db.delete(orm_token)

@@ -160,7 +160,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         self.retry_after = max(1, math.ceil(wait)) if wait else 0
         return wait
 
-    def _too_many_reads(self, *args: Any) -> None:
+    def _too_many_reads(self, *args: Any, **kwargs: Any) -> None:
         raise web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
                                  f"reads a minute; try again in {self.retry_after} s")
 

@@ -17,7 +17,7 @@ READS_PER_MINUTE = 300
 
 @dataclass
 class WriteLimiter:
-    """`per_minute` changes a minute per key, in bursts of as many; 0: no limit."""
+    """`per_minute` requests (changes, or reads) a minute per key, in bursts of as many; 0: no limit."""
 
     per_minute: int
     clock: Callable[[], float] = time.monotonic

@@ -11,6 +11,7 @@ c.JupyterHub.spawner_class = "kubespawner.KubeSpawner"
 c.JupyterHub.template_paths = []
 c.JupyterHub.pop("extra_user_scopes", None)  # the demo's, on JupyterHub 6 (on 5: in load_roles)
 c.JupyterHub.custom_scopes = {}
+c.JupyterHub.extra_handlers = []  # the demo's probe-token API (configure_hub)
 c.Spawner.pop("server_token_scopes", None)  # the demo's JupyterLab extension wiring
 c.Spawner.pop("environment", None)
 c.JupyterHub.services = [{"name": "tests", "api_token": os.environ["GPU_RECLAIM_TEST_TOKEN"]}]

@@ -87,6 +87,7 @@ c.KubeSpawner.profile_list = [
 import sys  # noqa: E402
 
 from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes, lab_server_token_scopes  # noqa: E402
+from jupyterhub_gpu_reclaim.spawner.probe_tokens import configure_hub  # noqa: E402
 from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES  # noqa: E402
 
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
@@ -109,15 +110,16 @@ c.JupyterHub.custom_scopes = {
 c.JupyterHub.load_roles = [{
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
-    # idle-culler's scopes, plus groups (--exempt-groups) and tokens (kernel-probe tokens)
+    # idle-culler's scopes, plus groups (--exempt-groups) and kernel-probe tokens
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "tokens"],
+               "read:users:groups", "custom:gpu-reclaim:probe-tokens"],
 }, {
     # the admin page and API: the scope decides, not the hub's admin flag (docs/security.md)
     "name": "gpu-reclaim-admins",
     "users": sorted(c.Authenticator.admin_users),
     "scopes": ["custom:gpu-reclaim:admin"],
 }]
+configure_hub(c)  # the probe-token API in the hub and its scope (not `tokens`: docs/security.md)
 # users may open its pages (JupyterHub 6: extra_user_scopes; 5: the "user" role)
 grant_user_scopes(c, ["access:services!service=gpu-reclaim"])
 c.JupyterHub.template_paths = [HUB_TEMPLATES]  # the reclaim state and banner on the hub's pages

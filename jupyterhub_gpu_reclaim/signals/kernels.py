@@ -7,9 +7,11 @@ No cookie is ever sent and no redirect followed (a server could send the probe e
 `no_track_activity=1` keeps the single-user server from reporting the probe as activity
 to the hub.
 
-Where the probe goes matters: configurable-http-proxy records activity for *every*
-successful request it proxies, whatever the query string, and the hub copies the proxy's
-route activity into the server's `last_activity` every `last_activity_interval`. So a probe
+Where the probe goes matters: configurable-http-proxy records activity for every request
+it proxies that is answered below 300, whatever the query string, and for every request
+body whatever the answer (an anonymous POST the server refuses counts:
+docs/security.md, "`last_activity` is not a person"); the hub copies the proxy's route
+activity into the server's `last_activity` every `last_activity_interval`. So a probe
 through the public proxy URL does move `last_activity` (tests/signals/test_signals_live.py
 shows it); give `direct_url` — the server's own address, `http://{podIP}:{notebook-port}`,
 what KubeSpawner itself uses and the pods signal knows — to leave it untouched.

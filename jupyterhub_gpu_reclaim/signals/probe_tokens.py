@@ -6,14 +6,18 @@ it receives (a hook in ~/.jupyter/jupyter_server_config.py), and the service's t
 every user and stops anyone. A token minted here is worth no more than what its owner can
 already do on their own server.
 
-Minting: `POST {api}/users/{user}/tokens` with `{"scopes": ["access:servers!server=USER/NAME"],
-"expires_in": N, "note": PROBE_NOTE}` (NAME is "" for the default server: `server=alice/`,
-as JupyterHub writes a server's own access scope). The service's role needs the scope
-`tokens` (optionally filtered: `tokens!group=G` mints only for members of G); the hub
-checks the new token's scopes against its *owner's* permissions. The answer's scopes must
-be exactly the ones asked for (plus the identify scopes every token carries); a token with
-any other scope is deleted unused. A hub with `token_expires_in_max_seconds` below N
-refuses N: the lifetime drops to its maximum.
+Minting: `POST {api}/gpu-reclaim/users/{user}/tokens` with `{"scopes":
+["access:servers!server=USER/NAME"], "expires_in": N, "note": PROBE_NOTE}` (NAME is "" for
+the default server: `server=alice/`, as JupyterHub writes a server's own access scope): the
+hub-side API of spawner/probe_tokens.py, for a service holding `PROBE_TOKENS_SCOPE`, which
+mints nothing but such tokens. A service without it falls back to the hub's own
+`POST {api}/users/{user}/tokens` (the same body), which needs the scope `tokens` — and
+`tokens` checks a new token's scopes against its *owner's* rights, so it mints a hub admin's
+token as readily: the first mint reads the service's own scopes (`GET {api}/user`) and warns
+when it holds `tokens` unfiltered. Either way the answer's scopes must be exactly the ones
+asked for (plus the identify scopes every token carries); a token with any other scope is
+deleted unused. A hub with `token_expires_in_max_seconds` below N refuses N: the lifetime
+drops to its maximum.
 
 Reuse: a token serves its server until a quarter of its lifetime is left, then a new one
 is minted and the old one deleted. A server that answers 401/403 gets the token deleted
@@ -21,7 +25,7 @@ and one new one (`rejected`). `release(sid)` deletes a session's token when it l
 ready list; `close()` deletes every token left (shutdown). Deletions are best effort: an
 undeleted token still expires.
 
-Failing to mint (the role lacks `tokens`, the hub refuses or is down) raises
+Failing to mint (the role lacks the scope, the hub refuses or is down) raises
 NoProbeCredential: the probe is not made, the session's kernels are unknown and the policy
 holds it. The cause is logged once (again only after minting worked in between).
 """
@@ -45,6 +49,8 @@ from .base import HttpSource, SignalError, hub_message
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.probe_tokens")
 
 PROBE_NOTE = "gpu-reclaim kernel probe"
+PROBE_TOKENS_SCOPE = "custom:gpu-reclaim:probe-tokens"  # mint probe tokens only (spawner/probe_tokens.py)
+HUB_ROUTE, PROBE_ROUTE = "users", "gpu-reclaim/users"  # the hub's token API; the probe-token API
 RENEW_FRACTION = 0.75  # a token is replaced once this fraction of its lifetime has passed
 _MAX_LIFETIME = re.compile(r"expires_in: \d+ must not exceed (\d+)")  # JupyterHub's 400 message
 
@@ -103,15 +109,45 @@ class ProbeTokens(HttpSource):
         self._locks: dict[str, asyncio.Lock] = {}  # one mint at a time per session
         self._deleting: set[asyncio.Task] = set()
         self._causes_logged: set[str] = set()
+        self._route: str | None = None  # which token API mints, read from the service's scopes
+        self._route_lock = asyncio.Lock()
 
     def __repr__(self) -> str:  # no token
         return f"ProbeTokens({self.api_url!r})"
 
     def _tokens_url(self, user: str) -> str:
-        return f"{self.api_url}/users/{quote(user, safe='')}/tokens"
+        return f"{self.api_url}/{self._route or PROBE_ROUTE}/{quote(user, safe='')}/tokens"
+
+    async def check_scopes(self) -> None:
+        """Read the service's own scopes once (`GET {api}/user`): mint through the probe-token
+        API where the service holds its scope, else through the hub's token API, warning when
+        the service holds an unfiltered `tokens` (worth any user's token, an admin's too)."""
+        async with self._route_lock:
+            if self._route is not None:
+                return
+            try:
+                status, text = await self._request("GET", f"{self.api_url}/user")
+                scopes = json.loads(text)["scopes"] if status == 200 else None
+                if not (isinstance(scopes, list) and all(isinstance(x, str) for x in scopes)):
+                    raise ValueError(f"HTTP {status}: {hub_message(text)}")
+            except SignalError as e:
+                self._fail("unreachable", f"kernel-probe tokens: the service's scopes could not be read: {e.message}")
+            except (ValueError, KeyError, TypeError) as e:
+                self._fail("whoami", f"kernel-probe tokens: the service's scopes could not be read ({e})")
+            if any(x.partition("!")[0] == PROBE_TOKENS_SCOPE for x in scopes):
+                self._route = PROBE_ROUTE
+                return
+            self._route = HUB_ROUTE
+            if "tokens" in scopes:
+                log.warning("the service's role holds the scope `tokens` without a filter: its token "
+                            "can mint a token with any user's rights, a hub admin's included. Grant "
+                            "%s (and install its hub-side API) instead: docs/security.md",
+                            PROBE_TOKENS_SCOPE)
 
     async def token(self, user: str, server: str) -> str:
         sid = f"{user}/{server}"
+        if self._route is None:
+            await self.check_scopes()
         async with self._locks.setdefault(sid, asyncio.Lock()):
             current = self._tokens.get(sid)
             if current is not None and self.clock() < current.renew_at:
@@ -160,8 +196,11 @@ class ProbeTokens(HttpSource):
         except SignalError as e:
             self._fail("unreachable", f"kernel-probe token request failed: {e.message}")
         if status != 201:
-            why = {403: "the service's role needs the scope `tokens` (or `tokens!group=...` "
-                        "covering this user)"}.get(status, "")
+            if self._route == PROBE_ROUTE:
+                why = f"the service's {PROBE_TOKENS_SCOPE} must cover this user" if status in (403, 404) else ""
+            else:
+                why = (f"the service's role needs the scope {PROBE_TOKENS_SCOPE} (or `tokens`, or "
+                       "`tokens!group=...` covering this user)") if status == 403 else ""
             self._fail(str(status), f"the hub refused a kernel-probe token for {user!r}: HTTP {status}: "
                                     f"{hub_message(text)}" + (f"; {why}" if why else ""))
         try:

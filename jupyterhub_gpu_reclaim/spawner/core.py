@@ -177,8 +177,10 @@ class GPUReclaimSpawner(KubeSpawner):
         return options
 
     def options_from_query(self, query_data: dict) -> dict:
-        # a spawn link's `opt-` options, on JupyterHub 5 as on 6
-        return super().options_from_query(user_options_from_query(query_data))
+        # a spawn link's `opt-` options, on JupyterHub 5 as on 6; a keep-alive needs the form
+        query = user_options_from_query(query_data)
+        keepalive.refuse_from_link(query)
+        return super().options_from_query(query)
 
     async def load_user_options(self) -> None:
         await super().load_user_options()

@@ -37,6 +37,9 @@ class KeepaliveError(web.HTTPError, ValueError):
         return self.jupyterhub_message
 
 
+LEGEND = "Keep this session until"  # the form's control, which a refused link points to
+
+
 def _label(td: dt.timedelta) -> str:
     hours = td.total_seconds() / 3600
     if hours >= 1 and hours == int(hours):
@@ -55,7 +58,7 @@ def form_html(choices: Sequence[str], max_keepalive: dt.timedelta) -> str:
     cap = html.escape(_label(max_keepalive))
     return f"""
 <fieldset class="gpu-reclaim-keepalive" style="margin-top: 1em">
-  <legend style="font-size: 1em; font-weight: bold">Keep this session until</legend>
+  <legend style="font-size: 1em; font-weight: bold">{LEGEND}</legend>
   <p class="help-block">An idle GPU is given back to people waiting for one, after a warning.
     If you need this session to stay even while its GPU is idle, say for how long (at most {cap}).</p>
   <select name="keepalive" id="gpu-reclaim-keepalive" class="form-control"
@@ -69,6 +72,15 @@ def form_html(choices: Sequence[str], max_keepalive: dt.timedelta) -> str:
   <script>document.getElementById('gpu-reclaim-keepalive-tz').value = new Date().getTimezoneOffset();</script>
 </fieldset>
 """
+
+
+def refuse_from_link(query: Mapping[str, Any]) -> None:
+    """A spawn link (`/hub/spawn?opt-keepalive=4h`) asks for a keep-alive: KeepaliveError, so
+    that JupyterHub shows the form instead of starting. Anyone can send a user a link, and
+    a click must not hold a GPU for hours: a keep-alive comes from the form, the REST API
+    (the user's token) or the service's pages, never from a link alone."""
+    if any(_one(query, key) for key in ("keepalive", OPTION)):
+        raise KeepaliveError(f"A link cannot keep a session alive: choose “{LEGEND}” here, then start.")
 
 
 def _one(form: Mapping[str, Any], key: str) -> str:

@@ -29,7 +29,7 @@ from ..store import Store
 from ..durations import format_duration
 from ..timestamps import parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
-from .ratelimit import WriteLimiter
+from .ratelimit import READS_PER_MINUTE, WriteLimiter
 from ..usage import daily_usage
 from .chart import usage_chart
 from .render import _jinja, iso, reclaim_json, session_json, sparkline, state_of
@@ -61,6 +61,7 @@ class Context:
     dry_run: bool = False
     hub_prefix: str = "/hub/"
     limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(0))  # make_app: the setting
+    read_limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(READS_PER_MINUTE))
 
     @property
     def max_keepalive(self) -> dt.timedelta:
@@ -142,6 +143,26 @@ class Base(HubOAuthenticated, RedactedLogs):
             raise web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
         # runs before the handler's method: the body's future got this callback first
         self.request._body_future.add_done_callback(self._body_received)
+        if self.request.method in ("GET", "HEAD") and self._read_wait():
+            # refused in the method's place, once the (empty) body is read: a refusal from
+            # prepare() closes the connection unread, and the proxy's next request on it,
+            # anyone's, would get a 503
+            setattr(self, self.request.method.lower(), self._too_many_reads)
+
+    def _read_wait(self) -> float:
+        """A user's reads beyond READS_PER_MINUTE: the seconds until the next is allowed.
+        Only users count: hub services (the spawner's asks) and the unauthenticated
+        (refused anyway) are not limited."""
+        caller = self.current_user
+        if not caller or caller.get("kind") != "user":
+            return 0.0
+        wait = self.ctx.read_limiter.take(caller["name"])
+        self.retry_after = max(1, math.ceil(wait)) if wait else 0
+        return wait
+
+    def _too_many_reads(self, *args: Any, **kwargs: Any) -> None:
+        raise web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
+                                 f"reads a minute; try again in {self.retry_after} s")
 
     def data_received(self, chunk: bytes) -> None:
         self._chunks.append(chunk)

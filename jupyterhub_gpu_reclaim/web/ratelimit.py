@@ -1,6 +1,6 @@
-"""Each user's budget of changes through the pages and API (--user-writes-per-minute): a
-token bucket per user, in memory. (The `limits` package's in-memory storage wakes a timer
-thread every 10 ms; a bucket is a few lines.)"""
+"""Each user's budgets through the pages and API: changes (--user-writes-per-minute) and
+reads (READS_PER_MINUTE), a token bucket per user each, in memory. (The `limits` package's
+in-memory storage wakes a timer thread every 10 ms; a bucket is a few lines.)"""
 
 from __future__ import annotations
 
@@ -9,9 +9,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 
+#: reads (pages, API GETs) a minute per user, in bursts of as many: a page and its calls are
+#: a handful, the lab extension's poll 6 a minute per tab; one user's loop (762 a second,
+#: issue 27) is held to 5 a second, so that it cannot slow the pages for everyone
+READS_PER_MINUTE = 300
+
+
 @dataclass
 class WriteLimiter:
-    """`per_minute` changes a minute per key, in bursts of as many; 0: no limit."""
+    """`per_minute` requests (changes, or reads) a minute per key, in bursts of as many; 0: no limit."""
 
     per_minute: int
     clock: Callable[[], float] = time.monotonic

@@ -16,7 +16,7 @@ from gpu_reclaim_sim.z2jh import BASE, HELM_VALUES, RBAC
 NOT_VALUES = {RBAC.name}   # Kubernetes manifests, applied with kubectl
 VARIANTS = sorted(p for p in HELM_VALUES.glob("*.yaml") if p.name not in NOT_VALUES and p != BASE)
 SERVICE_SCOPES = {"list:users", "read:users:activity", "read:servers", "delete:servers",
-                  "read:users:groups", "tokens"}
+                  "read:users:groups", "custom:gpu-reclaim:probe-tokens"}
 
 needs_chart = pytest.mark.skipif(z2jh.missing() is not None, reason=z2jh.missing() or "")
 

@@ -309,7 +309,8 @@ async def test_the_hub_runs_the_charts_config_on_the_rendered_values(cluster, ba
 
 async def test_the_services_token_has_the_documented_scopes(base):
     """The chart generated the service's token (the hub Secret); the hub gives it the
-    gpu-reclaim role's scopes, and none that would let it act as an admin."""
+    gpu-reclaim role's scopes, and none that would let it act as an admin: no `tokens`
+    (worth an admin's token, issue 27), whose work the probe-token API in the hub does."""
     secret = json.loads(base.kubectl("get", "secret", "hub", "-o", "json"))
     token = base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()
     status, body = _status(f"{base.url}/hub/api/user", token)
@@ -317,7 +318,19 @@ async def test_the_services_token_has_the_documented_scopes(base):
     assert status == 200 and me["kind"] == "service" and me["name"] == "gpu-reclaim"
     scopes = set(me["scopes"])
     assert SERVICE_SCOPES <= scopes
-    assert not {"admin:users", "admin:servers", "servers", "users", "access:servers"} & scopes
+    assert not {"admin:users", "admin:servers", "servers", "users", "access:servers", "tokens"} & scopes
+    request = urllib.request.Request(f"{base.url}/hub/api/users/admin/tokens", data=b"{}", method="POST",
+                                     headers={"Authorization": f"token {token}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 403
+    # the probe-token API is installed (extraConfig's configure_hub): it refuses a body
+    # without a probe scope (400), where a hub without it would answer 404
+    request = urllib.request.Request(f"{base.url}/hub/api/gpu-reclaim/users/admin/tokens", data=b"{}",
+                                     method="POST", headers={"Authorization": f"token {token}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400
 
 
 async def test_a_never_used_gpu_is_warned_then_reclaimed(cluster, base, base_settings):

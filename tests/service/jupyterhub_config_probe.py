@@ -1,9 +1,11 @@
 # The service tests' hub (the documented role), for the kernel-probe credential tests:
 # - the service's token is known to the tests (to show it never reaches a user's server);
-# - a second reclaim service whose role lacks `tokens` (so it cannot mint probe tokens);
+# - a second reclaim service whose role lacks `tokens` and the probe-token scope (so it
+#   cannot mint probe tokens);
 # - the tests' own service may read and delete users' tokens (to check what was minted);
 # - the hub caps API tokens at 2 h (token_expires_in_max_seconds);
-# - a service (no process) that may mint tokens for the group gpu-users only (bob).
+# - a service (no process) that may mint tokens for the group gpu-users only (bob), and one
+#   that may mint probe tokens for that group only.
 import os
 
 load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "service", "jupyterhub_config_service.py"))  # noqa: F821
@@ -17,7 +19,7 @@ c.JupyterHub.services.append({"name": "gpu-reclaim-notokens", "api_token": os.en
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim-notokens",
     "services": ["gpu-reclaim-notokens"],
-    "scopes": [s for s in role["scopes"] if s != "tokens"],
+    "scopes": [s for s in role["scopes"] if s not in ("tokens", "custom:gpu-reclaim:probe-tokens")],
 })
 c.JupyterHub.load_roles.append({"name": "tests-tokens", "services": ["tests"], "scopes": ["tokens"]})
 c.JupyterHub.token_expires_in_max_seconds = 7200
@@ -25,3 +27,6 @@ c.JupyterHub.load_groups = {"gpu-users": {"users": ["bob"]}}
 c.JupyterHub.services.append({"name": "group-minter", "api_token": os.environ["GPU_RECLAIM_GROUP_MINTER_TOKEN"]})
 c.JupyterHub.load_roles.append({"name": "group-minter", "services": ["group-minter"],
                                 "scopes": ["tokens!group=gpu-users"]})
+c.JupyterHub.services.append({"name": "group-prober", "api_token": os.environ["GPU_RECLAIM_GROUP_PROBER_TOKEN"]})
+c.JupyterHub.load_roles.append({"name": "group-prober", "services": ["group-prober"],
+                                "scopes": ["custom:gpu-reclaim:probe-tokens!group=gpu-users"]})

@@ -1,7 +1,8 @@
 # The tests' hub (5 s activity intervals) with jupyterhub-gpu-reclaim registered by a
 # README's own words: GPU_RECLAIM_REGISTRATION names the README ("idle-culler": the culler's
 # README as installed, its module swapped for ours; "ours": this repository's README). Its
-# `c.JupyterHub.services` and `c.JupyterHub.load_roles` blocks run as written, with the
+# `c.JupyterHub.services` and `c.JupyterHub.load_roles` blocks run as written (and what
+# their configure_hub(c) declares reaches this hub), with the
 # options in GPU_RECLAIM_SERVICE_FLAGS (JSON) set on the command line for the loopback test
 # cluster (replacing the README's value of the same option) and 127.0.0.1:10101 replaced by
 # GPU_RECLAIM_SERVICE_PORT.
@@ -35,3 +36,6 @@ names = {flag.split("=", 1)[0] for flag in flags}
 services[0]["command"] = [arg for arg in services[0]["command"] if arg.split("=", 1)[0] not in names] + flags
 c.JupyterHub.services.extend(services)
 c.JupyterHub.load_roles.extend(registered.JupyterHub.load_roles)
+for key in ("custom_scopes", "extra_handlers"):  # the README's configure_hub(c), on this hub
+    if key in registered.JupyterHub:
+        c.JupyterHub[key] = registered.JupyterHub[key].get_value(c.JupyterHub[key])

@@ -11,7 +11,6 @@ _course = copy.deepcopy(next(p for p in c.KubeSpawner.profile_list if p["slug"] 
 _course.update(slug="gpu-course", display_name="1 × GPU (course)")
 c.KubeSpawner.profile_list = [*c.KubeSpawner.profile_list, _course]
 c.JupyterHub.load_groups = {"lab": {"users": ["ben"]}}
-c.JupyterHub.custom_scopes = {
-    "custom:gpu-reclaim:admin": {"description": "See and act on every GPU session on the GPU reclaim admin page"},
-}
+c.JupyterHub.custom_scopes["custom:gpu-reclaim:admin"] = {
+    "description": "See and act on every GPU session on the GPU reclaim admin page"}
 next(r for r in c.JupyterHub.load_roles if r["name"] == "tests")["scopes"].append("custom:gpu-reclaim:admin")

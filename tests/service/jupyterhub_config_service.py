@@ -3,6 +3,8 @@
 import os
 import sys
 
+from jupyterhub_gpu_reclaim.spawner.probe_tokens import configure_hub
+
 load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "signals", "jupyterhub_config_activity.py"))  # noqa: F821
 
 c = get_config()  # noqa: F821
@@ -20,10 +22,12 @@ c.GPUReclaimSpawner.reclaim_service_url = f"http://127.0.0.1:{os.environ['GPU_RE
 c.GPUReclaimSpawner.reclaim_service_token = os.environ["GPU_RECLAIM_TEST_TOKEN"]
 c.GPUReclaimSpawner.gpu_wait_message_interval = 2  # and asks the service when a GPU is expected
 
+# the probe-token API in the hub: the service mints kernel-probe tokens only (no `tokens`)
+configure_hub(c)
 c.JupyterHub.load_roles.append({
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
-    # idle-culler's role, plus groups (for --exempt-groups) and tokens (kernel-probe tokens)
+    # idle-culler's role, plus groups (for --exempt-groups) and kernel-probe tokens
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "tokens"],
+               "read:users:groups", "custom:gpu-reclaim:probe-tokens"],
 })

@@ -20,7 +20,6 @@ c.KubeSpawner.profile_list = [
     _profile("mig", "1 × A100 MIG 1g.10gb", "nvidia.com/mig-1g.10gb", "NVIDIA-A100-SXM4-80GB"),
     _profile("sliced", "1 × T4, time-sliced", "nvidia.com/gpu", "Tesla-T4-SHARED"),
 ]
-c.JupyterHub.custom_scopes = {
-    "custom:gpu-reclaim:admin": {"description": "See and act on every GPU session on the GPU reclaim admin page"},
-}
+c.JupyterHub.custom_scopes["custom:gpu-reclaim:admin"] = {
+    "description": "See and act on every GPU session on the GPU reclaim admin page"}
 next(r for r in c.JupyterHub.load_roles if r["name"] == "tests")["scopes"].append("custom:gpu-reclaim:admin")

@@ -49,6 +49,7 @@ HERE = Path(__file__).parent
 SERVICE_TOKEN = secrets.token_hex(16)  # the reclaim service's own token (the documented role)
 NOTOKENS_TOKEN = secrets.token_hex(16)  # the second service's (the role without `tokens`)
 GROUP_MINTER_TOKEN = secrets.token_hex(16)  # a service with `tokens!group=gpu-users` (bob)
+GROUP_PROBER_TOKEN = secrets.token_hex(16)  # one with `custom:gpu-reclaim:probe-tokens!group=gpu-users`
 HOSTILE_CONFIG = '''
 # records what every request to this server carries
 import json, os
@@ -74,7 +75,8 @@ def hub(sim, tmp_path_factory):
     child = start_service_hub(workdir, sim, hub_config=HERE / "jupyterhub_config_probe.py", timeout=3600,
                               env={"GPU_RECLAIM_SERVICE_TOKEN": SERVICE_TOKEN,
                                    "GPU_RECLAIM_NOTOKENS_TOKEN": NOTOKENS_TOKEN,
-                                   "GPU_RECLAIM_GROUP_MINTER_TOKEN": GROUP_MINTER_TOKEN})
+                                   "GPU_RECLAIM_GROUP_MINTER_TOKEN": GROUP_MINTER_TOKEN,
+                                   "GPU_RECLAIM_GROUP_PROBER_TOKEN": GROUP_PROBER_TOKEN})
     config, store = write_service_config(workdir / "notokens", sim, timeout=3600)
     log_path = workdir / "notokens" / "service.log"
     with open(log_path, "ab") as log:
@@ -309,6 +311,72 @@ async def test_on_jupyterhub5_a_group_filter_on_tokens_mints_for_no_one(hub, sce
                 with pytest.raises(NoProbeCredential) as err:
                     await ks.probe(user, "", f"/user/{user}/")
                 assert "HTTP 403" in err.value.message
+    finally:
+        await tokens.close()
+    assert await listed_probe_tokens(api, "bob") == []
+
+
+async def test_the_services_token_cannot_mint_an_admins_token(hub, scene):
+    """Issue 27, finding 2, attacked as found: whoever reads the service's environment posts
+    `/hub/api/users/admin/tokens` with no scopes, hoping for the admin's 45 scopes and then
+    making bob an admin. The role holds no `tokens`: refused. The probe-token API it holds
+    instead mints only a probe scope of one of the user's own servers, with a lifetime, and
+    deletes only probe tokens."""
+    api = scene
+    async with aiohttp.ClientSession(headers={"Authorization": f"token {SERVICE_TOKEN}"}) as stolen:
+        async def post(path: str, body: dict) -> tuple[int, dict]:
+            async with stolen.post(f"{api.api}{path}", json=body) as r:
+                return r.status, await r.json()
+
+        async with stolen.get(f"{api.api}/user") as r:
+            me = await r.json()
+        assert "tokens" not in me["scopes"] and "custom:gpu-reclaim:probe-tokens" in me["scopes"]
+        assert (await post("/users/admin/tokens", {}))[0] == 403
+        assert (await post("/users/admin/tokens", {"scopes": ["admin:users"]}))[0] == 403
+        refused = [{}, {"scopes": ["admin:users"], "expires_in": 300}, {"scopes": ["inherit"], "expires_in": 300},
+                   {"scopes": [probe_scope("admin", "")], "expires_in": 300},  # admin's server is not running
+                   {"scopes": [probe_scope("mallory", "")], "expires_in": 300},  # not admin's server
+                   {"scopes": [probe_scope("admin", ""), "admin:users"], "expires_in": 300}]
+        for body in refused:
+            status, answer = await post("/gpu-reclaim/users/admin/tokens", body)
+            assert status == 400, (body, answer)
+        for body in ({"scopes": [probe_scope("mallory", ""), "read:users"], "expires_in": 300},
+                     {"scopes": [probe_scope("mallory", "")]}, {"scopes": [probe_scope("mallory", "")], "expires_in": 0},
+                     {"scopes": [{"a": 1}], "expires_in": 300}, {"scopes": "access:servers", "expires_in": 300},
+                     {"scopes": [probe_scope("mallory", "")], "expires_in": True}):
+            assert (await post("/gpu-reclaim/users/mallory/tokens", body))[0] == 400, body
+        # what it does mint: mallory's probe token, nothing more
+        status, minted = await post("/gpu-reclaim/users/mallory/tokens",
+                                    {"scopes": [probe_scope("mallory", "")], "expires_in": 300, "note": "mine"})
+        assert status == 201 and minted["note"] == PROBE_NOTE
+        assert set(minted["scopes"]) == {probe_scope("mallory", "")} | identify_scopes("mallory")
+        async with aiohttp.ClientSession(headers={"Authorization": f"token {minted['token']}"}) as probe:
+            async with probe.patch(f"{api.api}/users/bob", json={"admin": True}) as r:
+                assert r.status == 403
+        # it deletes that token, and no other token of the user
+        users_own = await api.request("POST", "/users/mallory/tokens", {"note": "mallory's own", "expires_in": 300})
+        for token_id in (users_own["id"], "a²", "a" + "9" * 30, "b1", "a"):
+            async with stolen.delete(f"{api.api}/gpu-reclaim/users/mallory/tokens/{token_id}") as r:
+                assert r.status == 404, token_id
+        async with stolen.delete(f"{api.api}/gpu-reclaim/users/mallory/tokens/{minted['id']}") as r:
+            assert r.status == 204
+    left = {t["id"] for t in (await api.request("GET", "/users/mallory/tokens"))["api_tokens"]}
+    assert users_own["id"] in left and minted["id"] not in left
+    await api.request("DELETE", f"/users/mallory/tokens/{users_own['id']}")
+    assert not (await api.request("GET", "/users/bob"))["admin"]
+
+
+async def test_a_group_filter_on_the_probe_token_scope_limits_whose_servers_are_probed(hub, scene):
+    """`custom:gpu-reclaim:probe-tokens!group=gpu-users` mints for the group's members (bob)
+    only, on JupyterHub 5 as on 6 (the probe-token API checks the filter on the probed user)."""
+    api = scene
+    tokens = ProbeTokens(api.api, GROUP_PROBER_TOKEN)
+    try:
+        async with KernelSignal(api.url, tokens) as ks:
+            assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+            with pytest.raises(NoProbeCredential) as err:
+                await ks.probe("mallory", "", "/user/mallory/")
+        assert "HTTP 404" in err.value.message and "must cover this user" in err.value.message
     finally:
         await tokens.close()
     assert await listed_probe_tokens(api, "bob") == []

@@ -181,21 +181,32 @@ class TokenAPI:
     """JupyterHub's `POST /users/{name}/tokens` and `DELETE /users/{name}/tokens/{id}` as
     JupyterHub 6 answers them (apihandlers/users.py: 201 with the token model and `token`;
     204; 403 when the requester lacks `tokens`), with `scopes_extra` added to the model's
-    scopes to play a hub that gives more than asked."""
+    scopes to play a hub that gives more than asked; and `GET /user` with the service's
+    `own_scopes`. The probe-token API (`/gpu-reclaim/users/...`, spawner/probe_tokens.py)
+    answers the same; `paths` records which one was asked."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
         self.status = 201
         self.scopes_extra: list[str] = []
+        self.own_scopes = ["list:users", "custom:gpu-reclaim:probe-tokens"]
         self.posts: list[dict] = []
+        self.paths: list[str] = []
         self.deleted: list[str] = []
-        server.app.router.add_post("/hub/api/users/{name}/tokens", self.post)
-        server.app.router.add_delete("/hub/api/users/{name}/tokens/{id}", self.delete)
+        for api in ("/hub/api/users", "/hub/api/gpu-reclaim/users"):
+            server.app.router.add_post(api + "/{name}/tokens", self.post)
+            server.app.router.add_delete(api + "/{name}/tokens/{id}", self.delete)
+        server.app.router.add_get("/hub/api/user", self.whoami)
+
+    async def whoami(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == f"token {SERVICE_TOKEN}"
+        return web.json_response({"kind": "service", "name": "gpu-reclaim", "scopes": self.own_scopes})
 
     async def post(self, request: web.Request) -> web.Response:
         assert request.headers["Authorization"] == f"token {SERVICE_TOKEN}"
         body = await request.json()
         self.posts.append(body)
+        self.paths.append(request.path)
         name = request.match_info["name"]
         if self.status == 403:
             return web.json_response({"status": 403, "message": f"Service {name} not found or no "
@@ -237,7 +248,7 @@ async def test_a_token_with_other_scopes_than_asked_is_deleted_unused(hub, caplo
 
 
 async def test_a_role_without_tokens_means_no_probe_logged_once(hub, caplog):
-    hub.status = 403
+    hub.status, hub.own_scopes = 403, ["list:users"]
     caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_tokens")
     tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
     async with KernelSignal("http://127.0.0.1:9", tokens) as ks:  # never reached
@@ -254,3 +265,36 @@ async def test_a_role_without_tokens_means_no_probe_logged_once(hub, caplog):
     assert [r.levelname for r in caplog.records] == ["WARNING", "INFO", "WARNING"]
     assert SERVICE_TOKEN not in caplog.text
     assert hub.deleted == ["a4"]  # closing deleted the one token it had
+
+
+async def test_an_unfiltered_tokens_scope_is_warned_of_once(hub, caplog):
+    """A service whose role still holds plain `tokens` (worth an admin's token) mints through
+    the hub's token API, and says once what that role is worth; one with the probe-token
+    scope mints through its API and says nothing."""
+    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    hub.own_scopes = ["list:users", "tokens"]
+    tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+    for user in ("alice", "bob"):
+        await tokens.token(user, "")
+    await tokens.close()
+    assert hub.paths == ["/hub/api/users/alice/tokens", "/hub/api/users/bob/tokens"]
+    (warning,) = caplog.records
+    assert "`tokens` without a filter" in warning.getMessage() and "a hub admin's" in warning.getMessage()
+
+    caplog.clear()
+    hub.paths.clear()
+    for scopes in (["custom:gpu-reclaim:probe-tokens"], ["custom:gpu-reclaim:probe-tokens!group=gpu", "tokens!user=x"]):
+        hub.own_scopes = scopes
+        tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+        await tokens.token("alice", "")
+        await tokens.close()
+    assert hub.paths == ["/hub/api/gpu-reclaim/users/alice/tokens"] * 2 and not caplog.records
+
+
+async def test_unreadable_own_scopes_mean_no_probe(hub, caplog):
+    hub.own_scopes = "tokens"  # not a list
+    tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+    with pytest.raises(NoProbeCredential) as err:
+        await tokens.token("alice", "")
+    await tokens.close()
+    assert "scopes could not be read" in err.value.message and hub.posts == []

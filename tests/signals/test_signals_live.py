@@ -200,6 +200,25 @@ async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
         assert via_proxy > settled
 
 
+async def test_anonymous_requests_with_a_body_move_last_activity(servers):
+    """What docs/security.md says of the network (issue 27, finding 8), checked against the
+    real proxy: configurable-http-proxy counts a request's body as activity whatever the
+    server answers, so an anonymous POST that carol's server refuses (403) moves her
+    server's last_activity in the hub; an anonymous GET, refused or redirected to the login,
+    does not (CHP counts a bodiless request only when answered below 300)."""
+    url = servers.url
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as anonymous:
+        before = await _settled(servers, "carol")
+        for path in ("/user/carol/api/contents", "/user/carol/lab"):
+            async with anonymous.get(url + path, allow_redirects=False) as r:
+                assert r.status in (302, 403), (path, r.status)
+        assert await _changed(servers, "carol", before, limit=12.0) == before
+        async with anonymous.post(url + "/user/carol/api/contents", data=b"x" * 64, allow_redirects=False) as r:
+            assert r.status == 403
+        moved = await _changed(servers, "carol", before)
+    assert moved > before, "an anonymous POST answered 403 no longer moves last_activity: correct docs/security.md"
+
+
 async def _until(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -104,3 +104,13 @@ def test_form_offers_the_durations_under_the_cap():
     assert 'value="1h"' in html and 'value="4h"' in html and 'value="24h"' not in html
     assert 'value="until"' in html and "at most 12 hours" in html
     assert 'name="keepalive_until"' in html and 'name="keepalive_tz_offset"' in html
+
+
+def test_a_link_never_sets_a_keepalive():
+    for query in ({"keepalive": ["4h"]}, {"keepalive": ["until"], "keepalive_until": ["2030-01-01T00:00"]},
+                  {"keepalive_until": ["2030-01-01T00:00:00Z"]}, {"profile": ["gpu-1"], "keepalive": ["1e308"]}):
+        with pytest.raises(KeepaliveError) as err:
+            keepalive.refuse_from_link(query)
+        assert err.value.status_code == 400 and "A link cannot keep a session alive" in str(err.value)
+    for query in ({}, {"profile": ["gpu-1"]}, {"profile": ["gpu-1"], "keepalive": [""]}):
+        assert keepalive.refuse_from_link(query) is None

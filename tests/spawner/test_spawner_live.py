@@ -158,20 +158,36 @@ async def _assert_kept_for(sim, api, user: str, duration: dt.timedelta, since: d
     assert options["profile"] == "cpu" and parse_time(options["keepalive_until"]) == until
 
 
-async def test_keepalive_from_a_spawn_link(hub, sim, api):
-    """A link that starts a server straight away (options as `opt-` query arguments, e.g. in
-    a course page; on JupyterHub 5 too, which passes the query as it is to the spawner): a bad
-    keep-alive shows the form with the reason and starts nothing; a good one reaches the pod
-    like the form's."""
+LINK_REFUSED = "A link cannot keep a session alive"
+
+
+async def test_a_spawn_link_never_keeps_a_server_alive(hub, sim, api):
+    """Issue 27, finding 4, attacked as found: anyone can send grace
+    `/hub/spawn/grace?opt-keepalive=4h` (on JupyterHub 5 too, which passes the query as it is
+    to the spawner). A link with a keep-alive, new style or old, shows the form with the reason
+    and starts nothing; a link without one starts the server, with no keep-alive; the form
+    then sets one, as a person chose it."""
     await api.ensure_user("grace")
     session = await _login(hub, "grace")
     try:
-        async with session.get(f"{hub.info['url']}/hub/spawn/grace?opt-profile=cpu&opt-keepalive=24h") as r:
-            text = await r.text()
-        assert r.status == 400 and "at most 12 hours from now" in text and "Keep this session until" in text
-        assert await api.server("grace") is None
+        for query in ("opt-profile=cpu&opt-keepalive=4h", "opt-keepalive=until&opt-keepalive_until=2030-01-01T00:00",
+                      "opt-profile=cpu&opt-keepalive_until=2030-01-01T00:00:00Z", "profile=cpu&keepalive=4h"):
+            async with session.get(f"{hub.info['url']}/hub/spawn/grace?{query}") as r:
+                text = await r.text()
+            assert r.status == 400 and LINK_REFUSED in text and "Keep this session until" in text, query
+            assert await api.server("grace") is None
+        async with session.get(f"{hub.info['url']}/hub/spawn/grace?opt-profile=cpu&opt-keepalive=") as r:
+            assert r.status == 200, await r.text()
+        await api.wait_ready("grace")
+        pod = kubectl_json(sim, "get", "pod", "jupyter-grace")
+        assert "jupyterhub-gpu-reclaim/keepalive-until" not in (pod["metadata"].get("annotations") or {})
+        options = (await api.server("grace"))["user_options"]
+        assert options["profile"] == "cpu" and "keepalive_until" not in options, options
+        await api.stop("grace")
+        _, xsrf = await _spawn_form(session, hub, "grace")
         before = dt.datetime.now(UTC)
-        async with session.get(f"{hub.info['url']}/hub/spawn/grace?opt-profile=cpu&opt-keepalive=2h") as r:
+        async with session.post(f"{hub.info['url']}/hub/spawn/grace",
+                                data={"_xsrf": xsrf, "profile": "cpu", "keepalive": "2h"}) as r:
             assert r.status == 200, await r.text()
         await api.wait_ready("grace")
     finally:
@@ -213,11 +229,11 @@ async def test_absurd_keepalive_values_are_refused_and_start_nothing(hub, sim, a
                 text = await r.text()
             assert r.status == 400 and message in text and "Keep this session until" in text, (form, text[-2000:])
             assert await api.server(user) is None
-            # the same values in a spawn link (opt- query options)
+            # the same values in a spawn link (opt- query options): no link sets a keep-alive
             query = urlencode({"opt-profile": "cpu", **{f"opt-{k}": v for k, v in form.items()}})
             async with session.get(f"{hub.info['url']}/hub/spawn/{user}?{query}") as r:
                 text = await r.text()
-            assert r.status == 400 and message in text and "Keep this session until" in text, (query, text[-2000:])
+            assert r.status == 400 and LINK_REFUSED in text and "Keep this session until" in text, (query, text[-2000:])
             assert await api.server(user) is None
     finally:
         await session.close()

@@ -17,9 +17,8 @@ service = next(s for s in c.JupyterHub.services if s["name"] == "gpu-reclaim")
 service["oauth_no_confirm"] = True
 service["oauth_client_allowed_scopes"] = ["custom:gpu-reclaim:admin"]
 grant_user_scopes(c, ["access:services!service=gpu-reclaim"])  # JupyterHub 5 and 6
-c.JupyterHub.custom_scopes = {
-    "custom:gpu-reclaim:admin": {"description": "See and act on every GPU session on the GPU reclaim admin page"},
-}
+c.JupyterHub.custom_scopes["custom:gpu-reclaim:admin"] = {
+    "description": "See and act on every GPU session on the GPU reclaim admin page"}
 c.JupyterHub.load_roles.append({"name": "gpu-reclaim-admins", "users": ["admin", "carol"],
                                 "scopes": ["custom:gpu-reclaim:admin"]})
 _tokens = json.loads(os.environ["GPU_RECLAIM_SERVICE_TOKENS"])

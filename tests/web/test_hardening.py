@@ -431,3 +431,29 @@ async def test_odd_names_stay_inert_in_urls_and_pages(hub, scene):
         assert status == 200 and "<b>x" not in page and "zoë%2f&lt;b&gt;x&amp;" in page
     finally:
         await odd.close()
+
+
+# ------------------------------------------------------------------ issue 27, 7: bounded reads
+
+async def test_a_user_flooding_reads_is_rate_limited_and_others_are_not(hub, scene):
+    """Issue 27, finding 7, attacked as found: one user's token loops `api/sessions` (762 a
+    second then). Past READS_PER_MINUTE in a burst: 429 with Retry-After, JSON on the API and
+    a page on the pages; another user's page load and the admin's page still answer 200."""
+    from jupyterhub_gpu_reclaim.web.ratelimit import READS_PER_MINUTE
+
+    _, c = scene
+    results = await asyncio.gather(*(c["mallory"].call("GET", "api/sessions") for _ in range(READS_PER_MINUTE + 40)))
+    statuses = [status for status, _, _ in results]
+    assert statuses.count(200) <= READS_PER_MINUTE + 5 and statuses.count(429) >= 35, sorted(set(statuses))
+    assert set(statuses) == {200, 429}
+    _, body, r = next(x for x in results if x[0] == 429)
+    assert r.headers["Content-Type"] == "application/json" and "too many requests" in body
+    assert r.headers["Retry-After"].isdigit() and 1 <= int(r.headers["Retry-After"]) <= 60
+    status, page, r = await c["mallory"].call("GET", "")
+    assert status == 429 and r.headers["Content-Type"].startswith("text/html") and "Retry-After" in r.headers, \
+        (status, page[-3000:])
+    # others are not held back by mallory (nor cut off: a refusal keeps the proxy's
+    # connection usable): gina's page and API, the admin's page
+    assert (await c["gina"].call("GET", ""))[0] == 200
+    assert [(await c["gina"].call("GET", "api/sessions"))[0] for _ in range(30)] == [200] * 30
+    assert (await c["admin"].call("GET", "admin"))[0] == 200

@@ -236,6 +236,13 @@ async def serve(settings: ServiceSettings) -> None:
             await reclaimer.pods.start()
     except SignalError as e:
         log.warning("%s (the cycles will try again)", e)
+    # the probe credential's scopes now, so that an unfiltered `tokens` is warned of at start
+    check_scopes = getattr(getattr(reclaimer.kernels, "credentials", None), "check_scopes", None)
+    if check_scopes is not None:
+        try:
+            await check_scopes()
+        except SignalError:
+            pass  # check_scopes logged why; the first mint tries again
     interval = s.options.cycle_interval.total_seconds()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

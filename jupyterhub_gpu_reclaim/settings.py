@@ -281,7 +281,9 @@ class ServiceSettings:
         user's server (the user can record every request to it). "user-token": per
         probed server, a token owned by that server's user and good for that server only
         (scope access:servers!server=USER/NAME), minted from the hub and deleted when the
-        server stops; the service's role needs the scope tokens. "none": no credential,
+        server stops; the service's role needs the scope custom:gpu-reclaim:probe-tokens
+        (the hub-side API that configure_hub(c) installs; docs/security.md), or tokens,
+        which is worth any user's token and is warned of at start. "none": no credential,
         so no probe: a session whose GPUs look idle is held, never reclaimed (no kernel
         data), and a busy kernel cannot be told from an idle one.
         """)

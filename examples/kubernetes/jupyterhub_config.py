@@ -9,6 +9,7 @@ import os
 import sys
 
 from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes
+from jupyterhub_gpu_reclaim.spawner.probe_tokens import configure_hub
 
 c = get_config()  # noqa: F821 (provided by JupyterHub)
 
@@ -27,6 +28,7 @@ c.JupyterHub.services = [{
         # on the hub's persistent volume, next to jupyterhub.sqlite
         "--store-url=sqlite:////srv/jupyterhub/gpu_reclaim.sqlite",
         "--prometheus-url=http://prometheus-server.monitoring.svc",
+        "--kubernetes=true",  # a pod list that cannot be read holds GPU sessions
         "--admin-recipients=admin",
         "--dry-run",   # the first week: decide and record, stop nothing (docs/rollout.md)
     ],
@@ -39,8 +41,11 @@ c.JupyterHub.load_roles = [{
     "name": "gpu-reclaim",
     "services": ["gpu-reclaim"],
     "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers",
-               "read:users:groups", "tokens"],
+               "read:users:groups", "custom:gpu-reclaim:probe-tokens"],
 }]
+# the hub-side API that mints kernel-probe tokens (one server's access, expiring) and its
+# scope, in place of `tokens`, which mints any user's rights (docs/security.md)
+configure_hub(c)
 # users may open the service's pages (JupyterHub 6: extra_user_scopes; 5: the "user" role)
 grant_user_scopes(c, ["access:services!service=gpu-reclaim"])
 

@@ -16,18 +16,19 @@ Precedence (first match wins):
    A **shared GPU** (`gpu_shared`, time-sliced) has no utilization of its own: the
    kernels are its data, and missing kernel data holds ("kernel-data-missing").
 4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress. Not
-   while no GPU ever read `TOUCHED` (1 %) or more (unless `cpu_work_keeps_unused_gpu`):
-   Yale's never-used rule applies whatever the CPU does ("cpu-work-on-gpu" when a kernel
-   ran in the episode).
+   while CPU work goes on with the GPU never used (`policy_readings`): its own clock.
 5. **max_age** (optional hard lifetime of GPU sessions): warn `warning_lead` before
    `started + max_age`, reclaim at it ("max-age"). It also caps intents.
 6. **Intent** ("keep alive until T", T capped at `set_at + max_keepalive` and at the
    max-age deadline): keep ("intent") while T > now. It does not restart the idle clock
    (only setting it does): when the rule below would have warned before T, the warning
    comes `warning_lead` before T and the reclaim `intent_grace` after it ("intent-ended").
-7. **Idleness**: "gpu-never-used" (Yale: warn 30 min, reclaim 60 min) or "gpu-idle"
-   (Princeton/Yale: warn 60 min, reclaim 120 min), measured from the start of the idle
-   episode (see below); on a shared GPU "shared-gpu-idle-kernels", with the idle timings.
+7. **Idleness**: "gpu-never-used" (never-used timings from the start; the idle timings
+   from a cell) or "gpu-idle" (Princeton/Yale: warn 60 min, reclaim 120 min), measured from
+   the start of the idle episode (see below); on a shared GPU "shared-gpu-idle-kernels",
+   with the idle timings. "cpu-work-on-gpu" (the wrong profile): the GPU never used and
+   cells with no pause of `idle_warn_after`, for `cpu_work_warn_after` (warn) and
+   `cpu_work_reclaim_after` (reclaim) from the first of them.
    "job-ended-unattended" (one warning shared with "gpu-idle"): an episode that began as
    GPU work ended, when the last sign of a person in the work's last sample (the hub's,
    a kernel's or a terminal's `last_activity`, or the intent's setting) came
@@ -48,7 +49,8 @@ What counts, and what does not:
 * The hub's `last_activity` alone never keeps a GPU session: an open browser tab moves it.
 * Terminal activity does not keep a GPU session either (a terminal can be an idle shell
   left open, and a process running in it that uses the GPU shows up as GPU use). It is
-  reported in the evidence only. Only GPU use and busy kernels are work.
+  reported in the evidence only. GPU use and cells (a busy kernel, a kernel's
+  `last_activity`: a person running cells is present whatever the GPU does) are work.
 * A sample whose GPU data is missing (`gpu_util` null, or one GPU null, or the wrong number
   of GPUs) in the middle of the history is treated as *possible* use for the clocks: the
   idle episode restarts after it (we cannot say the GPU was idle then). It does not turn a
@@ -60,10 +62,9 @@ What counts, and what does not:
   would otherwise happen becomes "hold" ("kernel-data-missing"). Warnings still go out.
 
 Idle episodes and warnings. The episode of a session starts at the latest of: the session
-start, the last GPU-use sample, the last busy-kernel sample (not for an untouched GPU, see
-4.), the last sample of an unbridged gap in the GPU data, and the moment the intent was set.
-Warnings of "cpu-work-on-gpu" count as "gpu-never-used" ones and the other way round
-(one family: a kernel turning busy after the warning changes the rule's name, not its clock). Warnings in
+start, the last GPU-use sample, the last cell, the last sample of an unbridged gap in the
+GPU data, and the moment the intent was set. "cpu-work-on-gpu" warnings are the CPU
+work's: cleared when the GPU is used or the work pauses (a new run starts). Warnings in
 `view.warnings` of the idle rules sent at or before the episode start belong to a finished
 episode: they are ignored and the decision's evidence has `"episode_cleared": True` and
 `"cleared_warnings"` (their times, ISO 8601); callers drop those warnings. "max-age"
@@ -73,9 +74,11 @@ reclaim time gets "keep" with the rule of the episode and evidence `warned_at`,
 `reclaim_at`.
 
 Samples the caller must pass (window). Decisions depend on: the latest sample; for each GPU
-the latest sample where it was in use; the latest busy-kernel sample; the latest unbridged
-and the latest bridged gap in the GPU data with the samples on either side; and (for the
-evidence only) the samples of the last `idle_reclaim_after`. Passing all samples since the session started is always correct;
+the latest sample where it was in use; the latest busy-kernel sample and latest cell; the
+latest sample that showed the GPU touched; the latest unbridged and the latest bridged gap
+in the GPU data with the samples on either side; the samples of the last
+`cpu_work_reclaim_after` (the CPU work's run) and (for the evidence) of the last
+`idle_reclaim_after`. Passing all samples since the session started is always correct;
 `retained_samples()` returns the minimal subset, so a caller that keeps
 `retained_samples(kept + new, now=now, config=config)` each cycle gives the same decisions
 with O(window) work per decision instead of O(session length).
@@ -314,8 +317,9 @@ def retained_samples(
 ) -> tuple[Sample, ...]:
     """The subset of `samples` (oldest first) that `decide` needs at `now` and later.
 
-    Keeps the samples of the last `idle_reclaim_after`, the latest sample, and the landmark
-    samples: per GPU the latest one where it was in use, the latest with a busy kernel, the
+    Keeps the samples of the last `idle_reclaim_after` or `cpu_work_reclaim_after`, whichever
+    is longer, the latest sample, and the landmark samples: per GPU the latest one where it
+    was in use, the latest with a busy kernel, the latest cell, the latest touching the GPU, the
     last sample of the latest unbridged gap in the GPU data and the first of the latest
     bridged one, with the known samples on either side of every gap a kept sample belongs
     to (bridging is judged on them). Deciding on the result gives the same decision as

@@ -50,6 +50,12 @@ How the replay works (choices the format leaves open):
   read 0% in every sample for 2 h (a sample without GPU data breaks the run); no warnings,
   no kernel check, no intents. Both are evaluated at every sample, like the policy; neither
   warns, so each of their reclaims is unwarned.
+- Users interrupted (`interruptions`): each reclaim's ``user_returned`` is the first later
+  sample of the same server (this session or a later one of its id) with a busy kernel, or
+  null, and ``returned`` its bucket (``under_30m``, ``under_2h``, ``under_8h``, ``later``,
+  ``never``); ``by_rule`` gives per rule the reclaims, GPU-hours freed, ``users_interrupted``
+  (reclaims the user came back after) and the buckets; ``summary`` and each baseline the
+  same totals.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ import os
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable
 
+from . import interruptions
 from .errors import ConfigError
 from .observations import Intent, Sample, Session, SessionView, Warning
 from .timestamps import format_time
@@ -141,6 +148,7 @@ class _Live:
     trim_at: int = 32  # trim the kept samples (policy.retained_samples) past this many
     # reference rules: name → reclaim time
     baseline_reclaimed: dict[str, dt.datetime] = field(default_factory=dict)
+    baseline_returns: dict[str, list[Any]] = field(default_factory=dict)  # interruptions.Watch entries
     zero: ZeroRun = field(default_factory=ZeroRun)
 
 
@@ -178,6 +186,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
     labels: list[Label] = []
     warnings: list[dict[str, Any]] = []
     reclaims: list[tuple[_Live, dt.datetime, bool, dict[str, Any]]] = []
+    returns = interruptions.Watch()
+    policy_returns: list[list[Any]] = []  # per reclaim, its Watch entry
     holds: list[dict[str, Any]] = []
     pending = 0
     batch: list[tuple[_Live, Sample]] = []
@@ -190,15 +200,19 @@ def replay(records: Iterable[Record], *, config: Any = None,
 
     def _decide(inst: _Live, sample: Sample) -> None:
         now = sample.t
+        session = inst.rec.session
+        returns.sample(session.id, sample)
         if now >= inst.natural_end:
             return
-        session = inst.rec.session
         # reference rules see every sample of the recorded session
         if "idle-culler" not in inst.baseline_reclaimed and idle_culler_rule(session, sample, now):
             inst.baseline_reclaimed["idle-culler"] = now
         if session.gpus > 0 and "zero-gpu-2h" not in inst.baseline_reclaimed \
                 and zero_gpu_rule(inst.zero, sample, now):
             inst.baseline_reclaimed["zero-gpu-2h"] = now
+        for name, t in inst.baseline_reclaimed.items():
+            if name not in inst.baseline_returns:
+                inst.baseline_returns[name] = returns.reclaimed(session.id, t)
         if inst.reclaimed:
             return
         samples = inst.samples
@@ -242,6 +256,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
             inst.samples = []
             freed = session.gpus * _hours(now, inst.natural_end)
             warned = any(w.t < now for w in inst.warnings)  # a warning of this episode came first
+            policy_returns.append(returns.reclaimed(session.id, now))
             reclaims.append((inst, now, warned, {
                 "session": session.id, "t": format_time(now), "rule": d.rule, "gpus": session.gpus,
                 "gpu_hours_freed": round(freed, 6), **named}))
@@ -283,6 +298,10 @@ def replay(records: Iterable[Record], *, config: Any = None,
     held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
                for i in instances)
     freed = sum(r["gpu_hours_freed"] for *_, r in reclaims)
+    for (_, t, _, r), (_, back) in zip(reclaims, policy_returns, strict=True):
+        r.update(user_returned=format_time(back) if back else None, returned=interruptions.bucket(t, back))
+    by_rule = interruptions.by_rule((r["rule"], r["gpu_hours_freed"], r["returned"]) for *_, r in reclaims)
+    returned = interruptions.counts(r["returned"] for *_, r in reclaims)
     report: dict[str, Any] = {
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
@@ -291,7 +310,9 @@ def replay(records: Iterable[Record], *, config: Any = None,
         "reclaims": [r for *_, r in reclaims],
         "holds": holds,
         "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
-                    "reclaims": len(reclaims), "warnings": len(warnings)},
+                    "reclaims": len(reclaims), "warnings": len(warnings),
+                    "users_interrupted": interruptions.interrupted(returned), "returned": returned},
+        "by_rule": by_rule,
     }
     scored: dict[str, list[_Reclaim]] = {"policy": [(inst, t, warned) for inst, t, warned, _ in reclaims]}
     if labels:
@@ -301,10 +322,12 @@ def replay(records: Iterable[Record], *, config: Any = None,
         # neither reference rule warns
         done = [(i, i.baseline_reclaimed[name], False) for i in instances if name in i.baseline_reclaimed]
         scored[name] = done
+        back = interruptions.counts(interruptions.bucket(t, i.baseline_returns[name][1]) for i, t, _ in done)
         b: dict[str, Any] = {
             "reclaims": len(done),
             "gpu_hours_freed": round(sum(i.rec.session.gpus * _hours(t, i.natural_end)
                                          for i, t, _ in done), 6),
+            "users_interrupted": interruptions.interrupted(back), "returned": back,
         }
         if labels:
             s = _score(done, instances, labels, start)

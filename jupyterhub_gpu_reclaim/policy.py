@@ -16,18 +16,19 @@ Precedence (first match wins):
    A **shared GPU** (`gpu_shared`, time-sliced) has no utilization of its own: the
    kernels are its data, and missing kernel data holds ("kernel-data-missing").
 4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress. Not
-   while no GPU ever read `TOUCHED` (1 %) or more (unless `cpu_work_keeps_unused_gpu`):
-   Yale's never-used rule applies whatever the CPU does ("cpu-work-on-gpu" when a kernel
-   ran in the episode).
+   while CPU work goes on with the GPU never used (`policy_readings`): its own clock.
 5. **max_age** (optional hard lifetime of GPU sessions): warn `warning_lead` before
    `started + max_age`, reclaim at it ("max-age"). It also caps intents.
 6. **Intent** ("keep alive until T", T capped at `set_at + max_keepalive` and at the
    max-age deadline): keep ("intent") while T > now. It does not restart the idle clock
    (only setting it does): when the rule below would have warned before T, the warning
    comes `warning_lead` before T and the reclaim `intent_grace` after it ("intent-ended").
-7. **Idleness**: "gpu-never-used" (Yale: warn 30 min, reclaim 60 min) or "gpu-idle"
-   (Princeton/Yale: warn 60 min, reclaim 120 min), measured from the start of the idle
-   episode (see below); on a shared GPU "shared-gpu-idle-kernels", with the idle timings.
+7. **Idleness**: "gpu-never-used" (never-used timings from the start; the idle timings
+   from a cell) or "gpu-idle" (Princeton/Yale: warn 60 min, reclaim 120 min), measured from
+   the start of the idle episode (see below); on a shared GPU "shared-gpu-idle-kernels",
+   with the idle timings. "cpu-work-on-gpu" (the wrong profile): the GPU never used and
+   cells with no pause of `idle_warn_after`, for `cpu_work_warn_after` (warn) and
+   `cpu_work_reclaim_after` (reclaim) from the first of them.
    "job-ended-unattended" (one warning shared with "gpu-idle"): an episode that began as
    GPU work ended, when the last sign of a person in the work's last sample (the hub's,
    a kernel's or a terminal's `last_activity`, or the intent's setting) came
@@ -48,7 +49,8 @@ What counts, and what does not:
 * The hub's `last_activity` alone never keeps a GPU session: an open browser tab moves it.
 * Terminal activity does not keep a GPU session either (a terminal can be an idle shell
   left open, and a process running in it that uses the GPU shows up as GPU use). It is
-  reported in the evidence only. Only GPU use and busy kernels are work.
+  reported in the evidence only. GPU use and cells (a busy kernel, a kernel's
+  `last_activity`: a person running cells is present whatever the GPU does) are work.
 * A sample whose GPU data is missing (`gpu_util` null, or one GPU null, or the wrong number
   of GPUs) in the middle of the history is treated as *possible* use for the clocks: the
   idle episode restarts after it (we cannot say the GPU was idle then). It does not turn a
@@ -60,10 +62,9 @@ What counts, and what does not:
   would otherwise happen becomes "hold" ("kernel-data-missing"). Warnings still go out.
 
 Idle episodes and warnings. The episode of a session starts at the latest of: the session
-start, the last GPU-use sample, the last busy-kernel sample (not for an untouched GPU, see
-4.), the last sample of an unbridged gap in the GPU data, and the moment the intent was set.
-Warnings of "cpu-work-on-gpu" count as "gpu-never-used" ones and the other way round
-(one family: a kernel turning busy after the warning changes the rule's name, not its clock). Warnings in
+start, the last GPU-use sample, the last cell, the last sample of an unbridged gap in the
+GPU data, and the moment the intent was set. "cpu-work-on-gpu" warnings are the CPU
+work's: cleared when the GPU is used or the work pauses (a new run starts). Warnings in
 `view.warnings` of the idle rules sent at or before the episode start belong to a finished
 episode: they are ignored and the decision's evidence has `"episode_cleared": True` and
 `"cleared_warnings"` (their times, ISO 8601); callers drop those warnings. "max-age"
@@ -73,9 +74,11 @@ reclaim time gets "keep" with the rule of the episode and evidence `warned_at`,
 `reclaim_at`.
 
 Samples the caller must pass (window). Decisions depend on: the latest sample; for each GPU
-the latest sample where it was in use; the latest busy-kernel sample; the latest unbridged
-and the latest bridged gap in the GPU data with the samples on either side; and (for the
-evidence only) the samples of the last `idle_reclaim_after`. Passing all samples since the session started is always correct;
+the latest sample where it was in use; the latest busy-kernel sample and latest cell; the
+latest sample that showed the GPU touched; the latest unbridged and the latest bridged gap
+in the GPU data with the samples on either side; the samples of the last
+`cpu_work_reclaim_after` (the CPU work's run) and (for the evidence) of the last
+`idle_reclaim_after`. Passing all samples since the session started is always correct;
 `retained_samples()` returns the minimal subset, so a caller that keeps
 `retained_samples(kept + new, now=now, config=config)` each cycle gives the same decisions
 with O(window) work per decision instead of O(session length).
@@ -94,20 +97,20 @@ from .policy_config import PolicyConfig
 from .policy_culler import decide_user, decide_without_gpu
 from .policy_culler import iso as _iso
 from .policy_culler import minutes as _minutes
+from .policy_readings import TOUCHED, cell_at, cpu_work_since, gpu_touched, kernel_busy
 
 __all__ = ["IDLE_RULES", "TOUCHED", "decide", "decide_user", "retained_samples"]
 
 MINUTE = dt.timedelta(minutes=1)
-# Percent at which a GPU counts as touched whatever `gpu_idle_threshold` says: DCGM's
-# utilization is a whole percent, so below 1 nothing ran on it. A kernel keeps a session
-# whose GPU was touched, even one at 3-8 % under a 9 % threshold (a slow data loader).
-TOUCHED = 1.0
 
 # Rules whose warnings belong to an idle episode (cleared by activity or an intent).
-IDLE_RULES = frozenset({"gpu-never-used", "cpu-work-on-gpu", "gpu-idle", "intent-ended",
+IDLE_RULES = frozenset({"gpu-never-used", "gpu-idle", "intent-ended",
                         "shared-gpu-idle-kernels", "job-ended-unattended"})
+# The wrong-profile rule's clock is the CPU work's, which cells do not restart: its warning
+# is cleared when the GPU is used, when the work pauses, or by a new run of work.
+CPU_WORK = "cpu-work-on-gpu"
 # rules that share one warning: the same clock under another name
-_FAMILY = {"cpu-work-on-gpu": "gpu-never-used", "job-ended-unattended": "gpu-idle"}
+_FAMILY = {"job-ended-unattended": "gpu-idle"}
 # A finished cell sends its last messages as it ends, which moves the kernel's (and through
 # jupyterhub-singleuser's activity report, every 300 s, the hub's) last_activity: activity
 # this soon after the work ended is the job's own end, not someone there.
@@ -136,10 +139,6 @@ def _gpu_util(sample: Sample, gpus: int) -> tuple[float, ...] | str:
     return known
 
 
-def _kernel_busy(sample: Sample) -> bool:
-    return any(k.execution_state == "busy" for k in sample.kernels or ())
-
-
 def _last_seen(sample: Sample, *, hub: bool = True) -> dt.datetime | None:
     """The latest sign of a person the sample shows — the hub's last_activity (a browser; with
     `hub`), a kernel's or a terminal's — none later than the sample; None when the server did
@@ -160,28 +159,17 @@ def _utils(samples: list[Sample], gpus: int, shared: bool) -> list[_Util]:
     return [_gpu_util(s, gpus) for s in samples]
 
 
-def _worked_at(sample: Sample, shared: bool) -> dt.datetime | None:
-    """The latest work the sample shows: its time when a kernel is busy; on a shared GPU
-    (no utilization of its own to see a process by) also a kernel's or a terminal's
-    `last_activity`: a cell run between samples, a training started from a terminal."""
-    if _kernel_busy(sample):
-        return sample.t
-    if not shared:
-        return None
-    activity = [k.last_activity for k in sample.kernels or ()] + list(sample.terminals or ())
-    return _latest(*(t for t in activity if t is not None and t <= sample.t))
-
-
-def _seen_before(h: _History, latest: Sample, episode_start: dt.datetime, cpu_counts: bool,
+def _seen_before(h: _History, latest: Sample, episode_start: dt.datetime,
                  intent: Intent | None) -> tuple[dt.datetime, dt.datetime] | None:
     """For an idle episode that began as work ended (a job in a cell or a terminal, the GPU
-    busy): when a person was last seen — the signs of a person in the work's last sample, an
-    intent set, a kernel or terminal active since — and when the job ended: its own last
-    kernel or terminal activity (a cell's last messages), when that came after its last busy
-    sample. None when the episode began otherwise or nobody can say."""
-    ends = [x for x in (h.used_sample, h.busy_sample if cpu_counts else None) if x is not None]
+    busy; the episode starts at its last busy sample or at its own last messages, up to
+    `JOB_END_SLACK` later): when a person was last seen — the signs of a person in the
+    work's last sample, an intent set, a terminal active since — and when the job ended: its
+    own last kernel or terminal activity (a cell's last messages), when that came after its
+    last busy sample. None when the episode began otherwise or nobody can say."""
+    ends = [x for x in (h.used_sample, h.busy_sample) if x is not None]
     end = max(ends, key=lambda x: x.t) if ends else None
-    if end is None or end.t != episode_start:
+    if end is None or not end.t <= episode_start <= end.t + JOB_END_SLACK:
         return None
     seen, since = _last_seen(end), _last_seen(latest, hub=False)  # an open tab moves the hub's
     if seen is None or since is None:
@@ -218,7 +206,7 @@ _Util = tuple[float, ...] | str  # what _gpu_util says of one sample
 
 def _idle_and_quiet(sample: Sample, util: _Util, threshold: float) -> bool:
     return (not isinstance(util, str) and all(u < threshold for u in util)
-            and sample.kernels is not None and not _kernel_busy(sample))
+            and sample.kernels is not None and not kernel_busy(sample))
 
 
 def _bridges(before: Sample, after: Sample, utils: tuple[_Util, _Util], config: PolicyConfig) -> bool:
@@ -272,35 +260,42 @@ class _History:
     used_sample: Sample | None = None  # the sample of `last_used`
     busy_sample: Sample | None = None  # the latest sample with a busy kernel
     last_used_per_gpu: list[dt.datetime | None] = field(default_factory=list)
-    last_touched: dt.datetime | None = None  # any GPU >= min(threshold, TOUCHED)
-    last_busy: dt.datetime | None = None  # a busy kernel
+    last_touched: dt.datetime | None = None  # the GPU touched (policy_readings.gpu_touched)
+    last_busy: dt.datetime | None = None  # the latest cell (policy_readings.cell_at)
+    cells: list[dt.datetime] = field(default_factory=list)  # busy samples of the CPU-work window
     last_unknown: dt.datetime | None = None  # the last sample of the latest unbridged gap
     bridged: tuple[dt.datetime, dt.datetime] | None = None  # the latest bridged gap's sides
     window_max: list[float | None] = field(default_factory=list)
     window_samples: int = 0
 
 
+def _cpu_window(config: PolicyConfig) -> dt.timedelta:
+    """How far back the wrong-profile rule reads the cells (see `_scan`)."""
+    return config.cpu_work_reclaim_after
+
+
 def _scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConfig,
           shared: bool = False) -> _History:
     h = _History(last_used_per_gpu=[None] * gpus, window_max=[None] * gpus)
     window_start = now - config.idle_reclaim_after
+    cpu_start = now - _cpu_window(config)
     threshold = config.gpu_idle_threshold
-    touched = min(threshold, TOUCHED)
     utils = _utils(samples, gpus, shared)
     for s, util in zip(samples, utils, strict=True):
         in_window = s.t > window_start
         if in_window:
             h.window_samples += 1
-        if _kernel_busy(s):
-            h.last_busy = s.t  # later than any activity an earlier sample reported
+        if kernel_busy(s):
             h.busy_sample = s
-        elif shared and (worked := _worked_at(s, shared)) is not None:
-            h.last_busy = _latest(h.last_busy, worked)
+        if (cell := cell_at(s, terminals=shared)) is not None:
+            h.last_busy = _latest(h.last_busy, cell)
+        if s.t >= cpu_start and kernel_busy(s):  # work, not a notebook just opened
+            h.cells.append(s.t)
         if isinstance(util, str):
             continue
+        if gpu_touched(s, util, threshold):
+            h.last_touched = s.t
         for i, u in enumerate(util):
-            if u >= touched:
-                h.last_touched = s.t
             if u >= threshold:
                 h.last_used, h.used_sample = s.t, s
                 h.last_used_per_gpu[i] = s.t
@@ -322,8 +317,9 @@ def retained_samples(
 ) -> tuple[Sample, ...]:
     """The subset of `samples` (oldest first) that `decide` needs at `now` and later.
 
-    Keeps the samples of the last `idle_reclaim_after`, the latest sample, and the landmark
-    samples: per GPU the latest one where it was in use, the latest with a busy kernel, the
+    Keeps the samples of the last `idle_reclaim_after` or `cpu_work_reclaim_after`, whichever
+    is longer, the latest sample, and the landmark samples: per GPU the latest one where it
+    was in use, the latest with a busy kernel, the latest cell, the latest touching the GPU, the
     last sample of the latest unbridged gap in the GPU data and the first of the latest
     bridged one, with the known samples on either side of every gap a kept sample belongs
     to (bridging is judged on them). Deciding on the result gives the same decision as
@@ -332,30 +328,31 @@ def retained_samples(
     samples = list(samples)
     if gpus <= 0:
         return tuple(samples[-1:])
-    window_start = now - config.idle_reclaim_after
+    window_start = now - max(config.idle_reclaim_after, _cpu_window(config))
     keep: set[int] = set()
     last_used: list[int | None] = [None] * gpus
-    last_busy = last_touched = None
+    last_busy = last_touched = busy_sample = None
     busy_at: dt.datetime | None = None
-    touched = min(config.gpu_idle_threshold, TOUCHED)
     utils = _utils(samples, gpus, shared)
     for k, (s, util) in enumerate(zip(samples, utils, strict=True)):
-        if s.t > window_start:
+        if s.t >= window_start:
             keep.add(k)
             continue
-        worked = _worked_at(s, shared)
+        worked = cell_at(s, terminals=shared)
         if worked is not None and (busy_at is None or worked >= busy_at):
             last_busy, busy_at = k, worked
+        if kernel_busy(s):
+            busy_sample = k
         if isinstance(util, str):
             continue
+        if gpu_touched(s, util, config.gpu_idle_threshold):
+            last_touched = k
         for i, u in enumerate(util):
-            if u >= touched:
-                last_touched = k
             if u >= config.gpu_idle_threshold:
                 last_used[i] = k
     gaps = _gaps(samples, utils, config)
     unbridged, bridged = _last_gaps(gaps)
-    keep.update(k for k in (*last_used, last_busy, last_touched, unbridged.last if unbridged else None,
+    keep.update(k for k in (*last_used, last_busy, busy_sample, last_touched, unbridged.last if unbridged else None,
                             bridged.first if bridged else None) if k is not None)
     if samples:
         keep.add(len(samples) - 1)
@@ -413,13 +410,19 @@ def decide(
     intent = view.intent if view.intent is not None and view.intent.set_at <= now else None
     intent_end = _intent_end(intent, config, max_age_at) if intent else None
 
-    never_used = h.last_used is None
-    # a busy kernel is work only once something ran on the GPU (Yale's never-used rule)
-    cpu_counts = h.last_touched is not None or config.cpu_work_keeps_unused_gpu or shared
-    episode_start = _latest(session.started, h.last_used, h.last_busy if cpu_counts else None,
+    never_used = h.last_touched is None and not shared
+    # a person running cells is present whatever the GPU does: the idle clock runs from their
+    # last cell; CPU cells going on with the GPU untouched have a clock of their own
+    episode_start = _latest(session.started, h.last_used, h.last_busy,
                             h.last_unknown, intent.set_at if intent else None)
+    cpu_since = None
+    if never_used and not config.cpu_work_keeps_unused_gpu:
+        cpu_since = cpu_work_since(h.cells, now=now, pause=config.idle_warn_after,
+                                   since=_latest(session.started, now - _cpu_window(config),
+                                                 intent.set_at if intent else None))
     warnings = [w for w in view.warnings if w.t <= now]
-    cleared = [w for w in warnings if w.rule in IDLE_RULES and w.t <= episode_start]
+    cleared = [w for w in warnings if (w.rule in IDLE_RULES and w.t <= episode_start) or (
+        w.rule == CPU_WORK and (cpu_since is None or w.t < cpu_since))]
     current = [w for w in warnings if w not in cleared]
 
     idle_gpus = [
@@ -438,7 +441,7 @@ def decide(
         "last_busy_kernel": _iso(h.last_busy),
         "last_gpu_data_missing": _iso(h.last_unknown),
         "idle_since": _iso(episode_start),
-        "kernels_count_as_work": cpu_counts,
+        "cpu_work_since": _iso(cpu_since),
         "hub_last_activity": _iso(latest.hub_last_activity),
         "terminal_last_activity": _iso(_latest(*(latest.terminals or ()))),
     }
@@ -454,8 +457,8 @@ def decide(
         evidence["intent_end"] = _iso(intent_end)
         evidence["intent_capped"] = intent_end != intent.until
 
-    # 4. a busy kernel is work in progress
-    if _kernel_busy(latest) and cpu_counts:
+    # 4. a busy kernel is work in progress (CPU work on an untouched GPU has its own clock)
+    if kernel_busy(latest) and cpu_since is None:
         return decision("keep", "kernel-busy", "a kernel is busy: work in progress", **evidence)
 
     def timed(rule: str, warn_at: dt.datetime, reclaim_at: dt.datetime, what: str) -> Decision | None:
@@ -504,25 +507,29 @@ def decide(
             "shared-gpu-idle-kernels", config.idle_warn_after, config.idle_reclaim_after)
         what = (f"no kernel or terminal of this server has worked since {since}{gap}; its GPU is "
                 "shared, so the GPU's utilization is not this server's alone and does not count")
-    elif not cpu_counts and h.last_busy is not None and h.last_busy >= episode_start:
-        rule, warn_after, reclaim_after = (
-            "cpu-work-on-gpu", config.never_used_warn_after, config.never_used_reclaim_after)
-        what = (f"this server has not used its GPU since {since}{gap}: its kernels do CPU work, "
-                "which a CPU profile would do; keep it alive if you are about to use the GPU")
+    elif cpu_since is not None:
+        # a server on the wrong profile: CPU cells going on and on, the GPU untouched
+        rule, warn_after, reclaim_after = CPU_WORK, config.cpu_work_warn_after, config.cpu_work_reclaim_after
+        what = (f"this server has run only CPU work since {cpu_since.isoformat()}, its GPU unused since "
+                "it started: a CPU profile would do; keep it alive if you are about to use the GPU")
     elif never_used:
-        rule, warn_after, reclaim_after = (
-            "gpu-never-used", config.never_used_warn_after, config.never_used_reclaim_after)
-        what = f"GPU not used since {since}{gap}"
+        # a cell is a person there: from it the idle window, as after any use
+        after_cell = h.last_busy is not None and h.last_busy >= episode_start > session.started
+        rule, warn_after, reclaim_after = ("gpu-never-used", *(
+            (config.idle_warn_after, config.idle_reclaim_after) if after_cell
+            else (config.never_used_warn_after, config.never_used_reclaim_after)))
+        what = f"GPU not used since {since}{gap}" + (", no cell run since" if after_cell else "")
     else:
         rule, warn_after, reclaim_after = (
             "gpu-idle", config.idle_warn_after, config.idle_reclaim_after)
         what = f"GPU idle since {since}{gap}"
-    warn_at, reclaim_at = episode_start + warn_after, episode_start + reclaim_after
-    if rule == "gpu-idle" and (job := _seen_before(h, latest, episode_start, cpu_counts, intent)) is not None:
+    start = cpu_since if cpu_since is not None else episode_start
+    warn_at, reclaim_at = start + warn_after, start + reclaim_after
+    if rule == "gpu-idle" and (job := _seen_before(h, latest, episode_start, intent)) is not None:
         seen, ended = job
         evidence["last_seen"] = _iso(seen)
         if (seen <= episode_start - config.idle_reclaim_after
-                and ended + config.unattended_reclaim_after < reclaim_at):
+                and ended + config.unattended_reclaim_after <= reclaim_at):
             # the work ran with nobody there for the whole idle window: whoever started it
             # left longer ago than any lunch break, and nobody came since; the clock runs
             # from the job's own end (its last messages), not from its last busy sample
@@ -533,8 +540,8 @@ def decide(
                     f"{seen.isoformat()}; keep it alive if you will come back to its results")
 
     # 6. intent: it holds the reclaim, not the idle clock; the user named the time
-    if intent_end is not None and intent_end > episode_start:
-        if intent_end - config.warning_lead > warn_at:
+    if intent_end is not None and intent_end > start:
+        if intent_end - config.warning_lead > warn_at and rule != CPU_WORK:
             rule = "intent-ended"
             what = f"the keep-alive ends at {intent_end.isoformat()} and the GPU is unused since {since}{gap}"
         warn_at = max(warn_at, intent_end - config.warning_lead)

@@ -42,14 +42,17 @@ class PolicyConfig:
         (Princeton raised its cut from 0% to 9% and withdrew it after a backlash).
         """)
 
-    never_used_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=30), """
-        Warn a session whose GPU was never used this long after it started (seconds or
-        "30m"). Yale's rule: 30 min.
+    never_used_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=60), """
+        Warn a session whose GPU nothing ran on and whose kernels ran no cell this long
+        after it started (seconds or "1h"). Default 1 h: the idle rule's warning point, an
+        hour before the reclaim.
         """)
 
-    never_used_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=60), """
-        Reclaim a session whose GPU was never used this long after it started (seconds
-        or "1h"). Yale's rule: 60 min.
+    never_used_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=120), """
+        Reclaim a session whose GPU nothing ran on and whose kernels ran no cell this long
+        after it started (seconds or "2h"). Default 2 h: a server's start is its user's
+        first action, given the idle rule's window as a cell is (Yale's 1 h is for batch
+        jobs; real notebook users often run their first cell 1-2 h after the start).
         """)
 
     idle_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=60), """
@@ -62,20 +65,19 @@ class PolicyConfig:
         Princeton and Yale: 120 min.
         """)
 
-    unattended_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=45), """
+    unattended_warn_after: dt.timedelta = _setting(dt.timedelta(minutes=60), """
         Warn a session this long after its GPU work (a cell, a job in a terminal) ended
-        with nobody there (seconds or "45m"; rule "job-ended-unattended"): when the last
+        with nobody there (seconds or "1h"; rule "job-ended-unattended"): when the last
         sign of a person (the browser, a cell, a terminal, a keep-alive) came
-        --idle-reclaim-after or more before the work ended, and none since. Default 45 min:
-        30 min before the reclaim, as for a GPU never used.
+        --idle-reclaim-after or more before the work ended, and none since. Default 1 h,
+        as --idle-warn-after: the owner's absence during a job says nothing about when
+        they come back after it (real users came back 139 and 149 min after day-long jobs).
         """)
 
-    unattended_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=75), """
+    unattended_reclaim_after: dt.timedelta = _setting(dt.timedelta(minutes=120), """
         Reclaim a session this long after its GPU work ended with nobody there (seconds or
-        "75m"; see --unattended-warn-after). Whoever started the work left longer ago than
-        --idle-reclaim-after, past any lunch break. Default 75 min: the hour after a run
-        ends belongs to whoever checks on its results (the trace format's sample keeps it),
-        and 15 min more for reading the end (a sample, the next activity report).
+        "2h"; see --unattended-warn-after). Default 2 h, as --idle-reclaim-after; shorter
+        suits a hub whose GPU work is batch jobs nobody comes back to.
         """)
 
     warning_lead: dt.timedelta = _setting(dt.timedelta(minutes=15), """
@@ -84,11 +86,25 @@ class PolicyConfig:
         """)
 
     cpu_work_keeps_unused_gpu: bool = _setting(False, """
-        Let a busy kernel keep a GPU session whose GPU was never used since it started.
-        Off by default: Yale's rule for jobs that never used their GPU applies whatever
-        the CPU does, and a user doing CPU work on a GPU server is warned that a CPU
-        profile would do (rule "cpu-work-on-gpu"). Once the GPU was used, a busy kernel
-        always keeps the session.
+        Let CPU work keep a GPU session whose GPU nothing ran on for as long as it goes on
+        (rule "cpu-work-on-gpu" off). Off by default: CPU cells that go on for
+        --cpu-work-reclaim-after with the GPU untouched are a server on the wrong profile,
+        warned --cpu-work-warn-after into the work (the warning says a CPU profile would do
+        and offers the keep-alive). Either way a person who runs cells is present: the
+        idle timings count from their last cell.
+        """)
+
+    cpu_work_warn_after: dt.timedelta = _setting(dt.timedelta(hours=2), """
+        Warn a session whose kernels have run CPU cells, with no pause of --idle-warn-after,
+        for this long while its GPU was never used since it started (seconds or "2h"; rule
+        "cpu-work-on-gpu"). Default 2 h: Princeton's 2 h of a GPU at 0 %.
+        """)
+
+    cpu_work_reclaim_after: dt.timedelta = _setting(dt.timedelta(hours=3), """
+        Reclaim a session whose kernels have run CPU cells this long with its GPU never used
+        (seconds or "3h"; see --cpu-work-warn-after). Default 3 h: an hour after the warning,
+        Yale's hour between the warning and the cancel of an idle GPU, for the user at work
+        to answer it (keep alive, or start again on a CPU profile).
         """)
 
     intent_grace: dt.timedelta = _setting(dt.timedelta(minutes=15), """
@@ -175,6 +191,7 @@ class PolicyConfig:
             "never_used_warn_after", "never_used_reclaim_after", "idle_warn_after",
             "idle_reclaim_after", "warning_lead", "max_keepalive", "cpu_timeout",
             "intent_grace", "bridge_gaps_up_to", "unattended_warn_after", "unattended_reclaim_after",
+            "cpu_work_warn_after", "cpu_work_reclaim_after",
         ):
             positive(name)
         positive("stale_after", allow_zero=False)
@@ -187,6 +204,8 @@ class PolicyConfig:
             raise ValueError("idle_warn_after must not exceed idle_reclaim_after")
         if self.unattended_warn_after > self.unattended_reclaim_after:
             raise ValueError("unattended_warn_after must not exceed unattended_reclaim_after")
+        if self.cpu_work_warn_after > self.cpu_work_reclaim_after:
+            raise ValueError("cpu_work_warn_after must not exceed cpu_work_reclaim_after")
         for name in ("exempt_users", "exempt_groups", "exempt_profiles"):
             value = getattr(self, name)
             if isinstance(value, str) or not all(isinstance(v, str) for v in value):

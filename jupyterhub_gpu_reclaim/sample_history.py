@@ -37,7 +37,8 @@ class SampleHistory:
     def restore(self, store: Store, now: dt.datetime, lookback: dt.timedelta | None = None) -> None:
         """Reload the samples the store recorded in the last `lookback` (by default as far
         back as any rule of the policy looks, under the base settings or any policy rule's)."""
-        lookback = lookback or max(2 * max(p.idle_reclaim_after, p.never_used_reclaim_after) + p.warning_lead
+        lookback = lookback or max(2 * max(p.idle_reclaim_after, p.never_used_reclaim_after, p.cpu_work_reclaim_after)
+                                   + p.warning_lead
                                    + p.stale_after for p in self.all_policies)
         n = 0
         for rec in export_records(store, since=now - lookback, until=now, intents=False):

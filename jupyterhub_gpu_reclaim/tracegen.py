@@ -251,6 +251,47 @@ def multi_gpu_partial(s: _Script) -> None:
     s.job_ended()
 
 
+def cpu_first(s: _Script) -> None:
+    """Data preparation first: CPU cells for 10-150 min (the GPU untouched), then GPU work
+    (as all 5 real sessions whose first hour ran only CPU cells went on to their GPU). Must
+    keep throughout (a person running cells); then `leave`."""
+    s.phase("cpu", s.minutes(10, 150))
+    s.phase("work", s.minutes(20, 120))
+    s.label("must_keep", s.started, s.t)
+    s.leave()
+
+
+def late_start(s: _Script) -> None:
+    """Nothing runs after the start for 60-115 min (30 %) or 2.5-8 h (70 %), then work (real
+    sessions: 6 of 51 ran a first cell 60-120 min after the start, 17 after 2 h or more).
+    Must keep to the first cell when it comes within 2 h of the start, else for the first
+    hour, gray from then to the first cell; must keep through the work; then `leave`."""
+    late = s.rng.random() < 0.7
+    start, first = s.phase("away", s.minutes(150, 480) if late else s.minutes(60, 115), tab=s.rng.random() < 0.5)
+    if late:
+        s.label("must_keep", start, start + NEVER_USED_CLEAR)
+        s.label("gray", start + NEVER_USED_CLEAR, first)
+    s.phase("work", s.minutes(20, 120))
+    s.label("must_keep", start if not late else first, s.t)
+    s.leave()
+
+
+def long_job_return(s: _Script) -> None:
+    """A long job (6-24 h, silent, no browser), and its owner back 125-160 min after it ended
+    (real users came back 139 and 149 min after day-long jobs), to work on its results. Must
+    keep while it runs and 2 h after it, gray from then to the return (a pause of 2 h or more,
+    as the real sessions are labelled); must keep through the work; then `leave`."""
+    s.phase("work", s.minutes(5, 20))
+    s.phase("train", s.minutes(360, 1440), tab=False)
+    ended = s.t - MINUTE  # its last busy minute, as the real sessions count a cell's end
+    s.label("must_keep", s.started, ended + 2 * RESULTS_HOUR)
+    _, back = s.phase("away", s.minutes(125, 160), tab=False)
+    s.label("gray", ended + 2 * RESULTS_HOUR, back)
+    s.phase("work", s.minutes(20, 90))
+    s.label("must_keep", back, s.t)
+    s.leave()
+
+
 # kind → (play, weight in the mix, GPUs: None for 1 or sometimes 2)
 SCENARIOS: dict[str, tuple[Callable[[_Script], None], int, tuple[int, int] | None]] = {
     "interactive": (interactive, 3, None),
@@ -264,6 +305,9 @@ SCENARIOS: dict[str, tuple[Callable[[_Script], None], int, tuple[int, int] | Non
     "metrics-outage": (metrics_outage, 1, None),
     "slow-loader": (slow_loader, 1, None),
     "multi-gpu-partial": (multi_gpu_partial, 1, (2, 4)),
+    "cpu-first": (cpu_first, 1, None),
+    "late-start": (late_start, 2, None),
+    "long-job-return": (long_job_return, 1, None),
 }
 
 
@@ -279,6 +323,7 @@ def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list
     kernel_last = hub = s.started
     terminal_last: dt.datetime | None = None
     cell_end = next_cell = s.started
+    level = _cell_util(rng)
     out: list[TraceSample] = []
     phases = iter(s.phases)
     phase = next(phases)
@@ -298,13 +343,14 @@ def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list
             # a cell of 1-5 min (GPU) or 1-3 min (CPU) every 2-10 min; the last sample of a
             # work phase is always in a cell (the labels' "last use")
             if t >= next_cell:
+                level = _cell_util(rng)
                 cell_end = t + MINUTE * rng.randint(1, 5 if phase.mode == "work" else 3)
                 next_cell = t + MINUTE * rng.randint(2 if phase.mode == "work" else 3, 10)
             last_of_phase = t + step >= phase.end
             if t < cell_end or (phase.mode == "work" and last_of_phase):
                 state, kernel_last = "busy", t
                 if phase.mode == "work":
-                    util = [round(rng.uniform(20, 95), 1) for _ in range(gpus)]
+                    util = [round(min(100.0, level * rng.uniform(0.9, 1.1)), 2) for _ in range(gpus)]
             hub = t
         elif phase.mode == "train":
             busy = phase.busy_gpus if phase.busy_gpus is not None else range(gpus)
@@ -329,6 +375,19 @@ def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list
         )))
         t += step
     return out
+
+
+def _cell_util(rng: random.Random) -> float:
+    """The DCGM utilization one interactive cell reaches, as real notebook cells do (median
+    8.5 %, a tenth below 3.4 %, 4 % below 1 %; docs/policy.md, "Tuning traces")."""
+    r = rng.random()
+    if r < 0.04:
+        return rng.uniform(0.1, 0.95)
+    if r < 0.10:
+        return rng.uniform(1.0, 3.4)
+    if r < 0.80:
+        return rng.uniform(3.4, 13.0)
+    return rng.uniform(13.0, 95.0)
 
 
 # --------------------------------------------------------------------------- the trace

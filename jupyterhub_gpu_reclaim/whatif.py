@@ -13,6 +13,10 @@ still wins for its sessions.
 What the history cannot tell: after a real reclaim a session has no more samples, so an
 override cannot keep such a session longer than it ran.
 
+Users interrupted: a reclaim after which the same server's kernels were busy again, in this
+session's later samples (an override that reclaims earlier than the live policy did) or in
+a later session of the same server (the user started it again), by how soon.
+
 Idle GPU-hours: each decision that reads the session's GPUs as idle (its rule one of
 `policy.IDLE_RULES`, as the admin page counts idle GPUs) counts the session's GPUs until its
 next decision (at most ``stale_after``; the last one as long as the one before). Freed
@@ -69,6 +73,11 @@ class ArmSummary:
     gpu_hours_freed: float  # recovered: GPUs freed by its reclaims until the sessions' recorded end
     gpu_hours_idle: float  # GPUs held while that policy read them as idle
     gpu_hours_held: float  # the recorded GPU-hours less those freed
+    # reclaims after which the user came back to that server (a later busy kernel), and per
+    # rule: reclaims, GPU-hours freed, users interrupted, by how soon (`interruptions`)
+    users_interrupted: int = 0
+    returned: dict[str, int] = field(default_factory=dict)
+    by_rule: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -280,7 +289,9 @@ def _summary(arm: _Arm) -> ArmSummary:
     return ArmSummary(reclaims=s["reclaims"], warnings=s["warnings"],
                       gpu_hours_freed=round(s["gpu_hours_freed"], 2),
                       gpu_hours_idle=round(sum(arm.idle), 2),
-                      gpu_hours_held=round(s["gpu_hours_held"] - s["gpu_hours_freed"], 2))
+                      gpu_hours_held=round(s["gpu_hours_held"] - s["gpu_hours_freed"], 2),
+                      users_interrupted=s["users_interrupted"], returned=s["returned"],
+                      by_rule=arm.report["by_rule"])
 
 
 def _differences(live: _Arm, other: _Arm) -> list[SessionDifference]:

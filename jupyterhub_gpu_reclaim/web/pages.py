@@ -9,6 +9,7 @@ from urllib.parse import quote, urlencode
 
 from tornado import web
 
+from .. import interruptions
 from ..backtest import policy_to_dict
 from ..durations import format_duration
 from ..timestamps import parse_time_lenient, utcnow
@@ -200,4 +201,5 @@ class AdminWhatIfForm(Base):
         self.set_status(status)
         self.finish(self.render_page("whatif.html", form=form, result=result, error=error,
                                      chart=whatif_chart(result) if result is not None else "",
-                                     settings=policy_to_dict(live.base), rules=live.names))
+                                     settings=policy_to_dict(live.base), rules=live.names,
+                                     returned_labels=interruptions.LABELS))

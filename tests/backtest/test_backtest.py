@@ -119,9 +119,11 @@ def test_never_used_session_warned_then_reclaimed(tmp_path):
     assert report["warnings"][0] == {"session": "alice/", "t": ts(START + warn_at), "rule": "gpu-never-used",
                                      "reclaim_at": ts(START + reclaim_at)}
     assert report["reclaims"] == [{"session": "alice/", "t": ts(START + reclaim_at), "rule": "gpu-never-used",
-                                   "gpus": 1, "gpu_hours_freed": 6 - reclaim_at.total_seconds() / 3600}]
+                                   "gpus": 1, "gpu_hours_freed": 6 - reclaim_at.total_seconds() / 3600,
+                                   "user_returned": None, "returned": "never"}]
     assert report["summary"] == {"gpu_hours_held": 6.0, "gpu_hours_freed": 6 - reclaim_at.total_seconds() / 3600,
-                                 "reclaims": 1, "warnings": len(report["warnings"])}
+                                 "reclaims": 1, "warnings": len(report["warnings"]), "users_interrupted": 0,
+                                 "returned": {"under_30m": 0, "under_2h": 0, "under_8h": 0, "later": 0, "never": 1}}
     # every reclaim comes at least warning_lead after the first warning
     assert reclaim_at - warn_at >= CFG.warning_lead
     assert report["holds"] == []
@@ -314,7 +316,7 @@ def test_whole_trace_invariants(tmp_path):
     for path in whole_traces(tmp_path):
         report = backtest(path)
         assert set(report) == {"trace", "policy", "warnings", "reclaims", "holds", "summary", "score",
-                               "baselines"}
+                               "baselines", "by_rule"}
         assert report["summary"]["reclaims"] == len(report["reclaims"])
         assert report["summary"]["warnings"] == len(report["warnings"])
         for r in report["reclaims"]:

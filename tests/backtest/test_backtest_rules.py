@@ -56,10 +56,10 @@ def test_rules_in_the_policy_file_time_each_session_and_are_named(tmp_path, poli
     assert report["policy"]["warning_lead"] == 600  # the base policy, as before
     warned = {w["session"]: (w["t"], w["policy_rule"]) for w in report["warnings"]}
     assert warned == {"alice/": (ts(at(10)), "gpu-short"), "carol/": (ts(at(20)), "a100-course"),
-                      "bob/": (ts(at(30)), None)}  # bob: no rule matches, the defaults
+                      "bob/": (ts(at(60)), None)}  # bob: no rule matches, the defaults
     reclaimed = {r["session"]: (r["t"], r["policy_rule"]) for r in report["reclaims"]}
     assert reclaimed == {"alice/": (ts(at(25)), "gpu-short"), "carol/": (ts(at(40)), "a100-course"),
-                         "bob/": (ts(at(60)), None)}
+                         "bob/": (ts(at(120)), None)}
     assert "[policy rule gpu-short]" in format_report(report)
 
 

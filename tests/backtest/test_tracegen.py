@@ -132,7 +132,8 @@ def test_work_is_must_keep_and_reclaimable_means_nothing_runs(sessions):
                 assert not works(m), (s.line.id, kind, m)
             if m.gpu_util is None:  # the data needed to judge was missing
                 assert truth == "must_keep" and kind == "metrics-outage", (s.line.id, m)
-        assert ("gray" in {label.truth for label in s.labels}) == (kind == "training-return"), s.line.id
+        if "gray" in {label.truth for label in s.labels}:  # a pause of 2 h or more, the user back
+            assert kind in ("training-return", "late-start", "long-job-return"), s.line.id
 
 
 def test_cpu_only_never_touches_the_gpu_and_is_reclaimable_after_an_hour(sessions):
@@ -171,6 +172,8 @@ def test_lunch_breaks_are_kept_up_to_the_return(sessions):
 def test_training_return_is_gray_while_away_for_over_two_hours(sessions):
     for s in (s for s in sessions.values() if s.line.scenario == "training-return"):
         gray = [label for label in s.labels if label.truth == "gray"]
+        if not gray and s.cut:  # the trace ends before the user is away
+            continue
         assert len(gray) == 1
         if gray[0].to == s.end and s.cut:  # the trace ends before the user is back
             continue

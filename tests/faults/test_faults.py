@@ -33,7 +33,7 @@ from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..clock import START, at
+from ..clock import START, YALE_NEVER_USED, at
 from ..cycles import CycleRecorder
 from ..hubapi import StaticProbeToken
 from .fakes import FakeHubAPI, FakePrometheus, FakeServers
@@ -80,7 +80,7 @@ class World(CycleRecorder):
         self.servers = FakeServers()
         self.pods = FakePods()
         self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
-        self.policy = PolicyConfig()
+        self.policy = PolicyConfig(**YALE_NEVER_USED)
         self.reports: list = []
         self.parts: list = []
         self.reclaimer: Reclaimer | None = None

@@ -18,11 +18,15 @@ from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
 from ..clock import START, at
 
-CFG = PolicyConfig()
-
-
 def mins(n: float) -> dt.timedelta:
     return dt.timedelta(minutes=n)
+
+
+# The mechanisms below are written in Yale's timings for a GPU never used (30 / 60 min) and
+# a short unattended rule (45 / 75 min); the defaults, and what they read, are tested in
+# test_policy_readings.py.
+CFG = PolicyConfig(never_used_warn_after=mins(30), never_used_reclaim_after=mins(60),
+                   unattended_warn_after=mins(45), unattended_reclaim_after=mins(75))
 
 
 IDLE = (Kernel("idle"),)
@@ -122,7 +126,9 @@ def test_slow_data_loader_at_5_percent_is_not_idle():
 def test_threshold_is_configurable():
     cfg = PolicyConfig(gpu_idle_threshold=9.0)
     d = run(SessionView(session(), samples(lambda k: 5.0, 60)), at(60), config=cfg)
-    assert (d.action, d.rule) == ("warn", "gpu-never-used")
+    # idle under a 9 % threshold, but something ran on it: the idle rule, not the never-used one
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(120))
+    assert d.evidence["never_used"] is False
 
 
 def test_open_tab_hub_activity_does_not_keep():
@@ -191,8 +197,8 @@ def test_work_that_ended_with_someone_near_keeps_the_idle_rule(case):
         s, end, expect = silent_job(115, 300), 115, ("gpu-idle", at(115 + 120))
     elif case == "open tab":  # a browser on the session throughout: nobody can say
         s, end, expect = silent_job(245, 400, hub=at), 245, ("gpu-idle", at(245 + 120))
-    elif case == "came back":  # a cell run 30 min after the job: someone is there
-        s, end, expect = silent_job(245, 400, after=275), 245, ("gpu-idle", at(245 + 120))
+    elif case == "came back":  # a cell run 30 min after the job: someone is there, from then
+        s, end, expect = silent_job(245, 400, after=275), 245, ("gpu-idle", at(275 + 120))
     else:  # the server did not report its kernels when the work ended
         s, end = silent_job(245, 400), 245
         s = tuple(dataclasses.replace(x, kernels=None) if x.t == at(end) else x for x in s)
@@ -204,26 +210,41 @@ def test_work_that_ended_with_someone_near_keeps_the_idle_rule(case):
 
 
 def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
-    # a cell every few minutes, the GPU never touched: Yale's never-used rule applies anyway
+    # a cell every few minutes, the GPU never touched: a person is there, so the never-used
+    # clock does not run; the CPU work's own does (warned at 2 h of it, reclaimed at 3 h)
     def kernels(k):
         return BUSY if k % 7 < 2 else IDLE
-    s = tuple(dataclasses.replace(x, kernels=kernels(k)) for k, x in enumerate(samples(lambda k: 0, 70)))
-    d = run(SessionView(session(), s[:31]), at(30))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "cpu-work-on-gpu", at(60))
+    s = tuple(dataclasses.replace(x, kernels=kernels(k)) for k, x in enumerate(samples(lambda k: 0, 200)))
+    assert run(SessionView(session(), s[:71]), at(70)).action == "keep"  # Yale's hour: no matter
+    d = run(SessionView(session(), s[:121]), at(120))
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "cpu-work-on-gpu", at(180))
     assert "a CPU profile would do" in d.reason and "keep it alive" in d.reason
-    assert d.evidence["kernels_count_as_work"] is False
-    # the warning is answered by the keep-alive, not by more CPU work
-    view = SessionView(session(), s[:61], warnings=(warned("cpu-work-on-gpu", 30, 60),))
-    assert (run(view, at(60)).action, run(view, at(60)).rule) == ("reclaim", "cpu-work-on-gpu")
-    intent = Intent("alice/", until=at(300), set_at=at(40))
-    assert run(dataclasses.replace(view, intent=intent), at(60)).rule == "intent"
-    # a kernel turning busy after a gpu-never-used warning keeps that warning's clock
-    view = SessionView(session(), s[:61], warnings=(warned("gpu-never-used", 30, 60),))
-    assert run(view, at(60)).action == "reclaim"
-    # the old reading, by setting
+    assert d.evidence["cpu_work_since"] == START.isoformat()
+    # the warning is answered by the keep-alive or the GPU, not by more CPU work
+    view = SessionView(session(), s[:181], warnings=(warned("cpu-work-on-gpu", 120, 180),))
+    assert (run(view, at(180)).action, run(view, at(180)).rule) == ("reclaim", "cpu-work-on-gpu")
+    intent = Intent("alice/", until=at(300), set_at=at(130))
+    assert run(dataclasses.replace(view, intent=intent), at(180)).rule == "intent"
+    used = view.samples[:170] + tuple(dataclasses.replace(x, gpu_util=(40.0,)) for x in view.samples[170:172]) \
+        + view.samples[172:]
+    d = run(dataclasses.replace(view, samples=used), at(180))
+    assert d.action == "keep" and d.evidence["cleared_warnings"] == [at(120).isoformat()]
+    # by setting, CPU work keeps the server for as long as it goes on
     old = PolicyConfig(cpu_work_keeps_unused_gpu=True)
-    assert run(SessionView(session(), s[:58]), at(57), config=old).rule == "kernel-busy"
-    assert run(SessionView(session(), s[:61]), at(60), config=old).rule == "gpu-never-used"
+    assert run(SessionView(session(), s[:176]), at(175), config=old).rule == "kernel-busy"
+    assert run(view, at(180), config=old).action == "keep"
+
+
+def test_cpu_work_that_pauses_leaves_the_idle_window_from_its_last_cell():
+    # CPU cells for 20 min, then nothing for 3 h: a person who ran a cell is present for the
+    # idle window after it, whatever the GPU does; the CPU-work warning is not sent
+    def kernels(k):
+        return BUSY if k < 20 and k % 7 < 2 else (Kernel("idle", last_activity=at(min(k, 15))),)
+    s = tuple(dataclasses.replace(x, kernels=kernels(k)) for k, x in enumerate(samples(lambda k: 0, 300)))
+    decisions = {k: run(SessionView(session(), s[:k + 1]), at(k)) for k in range(0, 300)}
+    warn = next(k for k, d in decisions.items() if d.action == "warn")
+    assert (warn, decisions[warn].rule, decisions[warn].reclaim_at) == (75, "gpu-never-used", at(135))
+    assert not any(d.rule == "cpu-work-on-gpu" and d.action == "warn" for d in decisions.values())
 
 
 def test_a_busy_kernel_keeps_a_gpu_touched_below_the_threshold():
@@ -233,11 +254,11 @@ def test_a_busy_kernel_keeps_a_gpu_touched_below_the_threshold():
     s = samples(lambda k: 3 + k % 6, 300, kernels=BUSY)
     d = run(SessionView(session(), s), at(300), config=nine)
     assert (d.action, d.rule) == ("keep", "kernel-busy")
-    assert d.evidence["kernels_count_as_work"] is True
-    # once the kernel stops, the never-used rule counts from its last busy sample
+    assert d.evidence["never_used"] is False
+    # once the kernel stops, the idle rule counts from its last busy sample
     s = s[:100] + samples(lambda k: 0, 300, kernels=IDLE)[100:]
-    d = run(SessionView(session(), s[:131]), at(130), config=nine)
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(159))
+    d = run(SessionView(session(), s[:160]), at(159), config=nine)
+    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(219))
 
 
 def test_cpu_work_after_the_gpu_was_used_is_work():
@@ -421,7 +442,7 @@ def test_warned_session_is_not_warned_again():
 # ---------------------------------------------------------------- pressure, exemptions, max-age
 
 def test_pressure_only_defers_reclaim_but_warns():
-    cfg = PolicyConfig(pressure_only=True)
+    cfg = dataclasses.replace(CFG, pressure_only=True)
     assert run(SessionView(session(), samples(lambda k: 0, 30)), at(30), 0, cfg).action == "warn"
     view = SessionView(session(), samples(lambda k: 0, 60),
                        warnings=(warned("gpu-never-used", 30, 60),))
@@ -521,7 +542,8 @@ def test_cpu_server_ignores_exemptions_and_gpu_data():
 
 @pytest.mark.parametrize("kw", [
     {"gpu_idle_threshold": 0}, {"gpu_idle_threshold": 101}, {"warning_lead": mins(-1)},
-    {"idle_warn_after": mins(200)}, {"never_used_warn_after": mins(90)},
+    {"idle_warn_after": mins(200)}, {"never_used_warn_after": mins(150)},
+        {"cpu_work_warn_after": mins(200)},
     {"stale_after": mins(0)}, {"exempt_users": "alice"}, {"max_age": 3600},
 ])
 def test_bad_config_is_rejected(kw):

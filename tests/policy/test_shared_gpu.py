@@ -11,7 +11,7 @@ from hypothesis import given
 from jupyterhub_gpu_reclaim.observations import Kernel, Sample, SessionView
 from jupyterhub_gpu_reclaim.policy import IDLE_RULES, retained_samples
 
-from ..clock import at
+from ..clock import START, at
 from .test_policy import BUSY, CFG, IDLE, PROP, configs, nows, run, samples, session, views, warned
 
 RULE = "shared-gpu-idle-kernels"
@@ -55,8 +55,12 @@ def test_kernel_and_terminal_activity_between_samples_restart_the_clock_on_a_sha
     # a training started from a terminal shows no kernel work: the terminal counts
     view = SessionView(shared(), samples(lambda k: 0, 100, terminals=(at(80),)))
     assert run(view, at(100)).evidence["idle_since"] == at(80).isoformat()
-    # on a GPU of its own, neither would (the GPU's use would show the work)
-    assert run(SessionView(session(), samples(lambda k: 0, 100, kernels=kernels)), at(100)).rule == "gpu-never-used"
+    # on a GPU of its own the kernel's activity is someone running a cell too; the
+    # terminal's is not (a job started there would show as GPU use)
+    d = run(SessionView(session(), samples(lambda k: 0, 100, kernels=kernels)), at(100))
+    assert d.evidence["idle_since"] == at(50).isoformat()
+    d = run(SessionView(session(), samples(lambda k: 0, 100, terminals=(at(80),))), at(100))
+    assert (d.rule, d.evidence["idle_since"]) == ("gpu-never-used", START.isoformat())
 
 
 def test_missing_kernel_data_holds_a_shared_gpu_server_and_missing_gpu_data_does_not():

@@ -27,7 +27,7 @@ from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import format_time
 
-from ..clock import START, at
+from ..clock import START, YALE_NEVER_USED, at
 from ..cycles import CycleRecorder
 
 STEP = dt.timedelta(minutes=5)
@@ -132,7 +132,7 @@ class Harness(CycleRecorder):
         self.kernels = FakeKernels() if kernels else None
         self.stopper = FakeStopper(self.hub, self.pods)
         self.store = Store.open(store_url or f"sqlite:///{tmp_path}/store.sqlite")
-        self.policy = policy or PolicyConfig()
+        self.policy = policy or PolicyConfig(**YALE_NEVER_USED)
         self.rules = rules
         self.options = options
         self.reports: list = []
@@ -445,7 +445,8 @@ async def test_restart_keeps_warnings_and_the_idle_clock(harness, kind):
 
 @pytest.mark.parametrize("gap_minutes,bridge", [(10, True), (15, True), (15, False)])
 async def test_gap_longer_than_interval_plus_stale_after_restarts_idle_clock(harness, gap_minutes, bridge):
-    h = harness(policy=PolicyConfig() if bridge else PolicyConfig(bridge_gaps_up_to=dt.timedelta(0)))
+    h = harness(policy=PolicyConfig(**YALE_NEVER_USED) if bridge else
+                PolicyConfig(**YALE_NEVER_USED, bridge_gaps_up_to=dt.timedelta(0)))
     sid = h.add("alice")
     await h.run_until(at(20))
     h.now[0] = at(20 + gap_minutes)  # the service was away
@@ -554,7 +555,7 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     h = harness()
     sid = h.add("alice", util=(0.0,))
     h.add("bob", gpus=0, last_activity=START)
-    h.kernels.states["/user/alice/"] = ["idle", "busy"]
+    h.kernels.states["/user/alice/"] = ["idle", "idle"]
     h.pods.pods["carol/"] = PodInfo(namespace=NS, name="jupyter-carol", user="carol", server="", gpus=2,
                                     node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
                                     created=at(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
@@ -563,13 +564,13 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     assert status.t == at(20) and status.skipped is None
     alice = status.sessions[sid]
     assert (alice.user, alice.gpus, alice.node, alice.url) == ("alice", 1, "gpu-node-1", "/user/alice/")
-    # CPU work on a GPU nothing ran on: the never-used clock runs (warning due at 30)
-    assert (alice.action, alice.rule) == ("keep", "cpu-work-on-gpu") and alice.util_now == [0.0]
+    # two kernels open, no cell run, the GPU unused: the never-used clock runs (warning due at 30)
+    assert (alice.action, alice.rule) == ("keep", "gpu-never-used") and alice.util_now == [0.0]
     assert alice.util_mean == [0.0] and alice.util_max == [0.0]
     # the sparkline: the last 2 h in 2-min slices up to the latest sample; a sample every 5 min
     assert len(alice.spark) == 60 and alice.spark[-1] == 0.0 and alice.idle_threshold == h.policy.gpu_idle_threshold
     assert [i for i, v in enumerate(alice.spark) if v is not None] == [49, 52, 54, 57, 59]
-    assert (alice.kernels.busy, alice.kernels.idle) == (1, 1) and not alice.stopping
+    assert (alice.kernels.busy, alice.kernels.idle) == (0, 2) and not alice.stopping
     assert status.sessions["bob/"].gpus == 0 and status.sessions["bob/"].kernels is None
     [waiting] = status.queue
     assert (waiting.session, waiting.gpus, waiting.since, waiting.waited_s) == ("carol/", 2, at(10), 600)

@@ -152,7 +152,12 @@ def whatif_result(series_hours: int = 3):
                                               gpu_hours_freed=2.5))
     return WhatIf(since=since, until=NOW, settings={"idle_reclaim_after": 5400}, sessions=2, samples=100,
                   gpu_hours_recorded=12.0, live=ArmSummary(1, 2, 1.5, 6.0, 10.5),
-                  override=ArmSummary(2, 3, 9.0, 1.5, 3.0), differences_total=1, differences=[diff],
+                  override=ArmSummary(2, 3, 9.0, 1.5, 3.0, users_interrupted=1,
+                                      returned={"under_30m": 1, "under_2h": 0, "under_8h": 0, "later": 0, "never": 1},
+                                      by_rule={"gpu-idle": {"reclaims": 2, "gpu_hours_freed": 9.0, "users_interrupted": 1,
+                                                            "returned": {"under_30m": 1, "under_2h": 0, "under_8h": 0,
+                                                                         "later": 0, "never": 1}}}),
+                  differences_total=1, differences=[diff],
                   bucket=dt.timedelta(hours=1), series=series)
 
 
@@ -174,18 +179,26 @@ def test_whatif_chart_is_inline_svg_with_title_desc_and_a_bar_per_policy_and_hou
 
 def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
     result = whatif_result()
+    from jupyterhub_gpu_reclaim.interruptions import LABELS
     from jupyterhub_gpu_reclaim.web.chart import whatif_chart
 
     page = render._jinja.get_template("whatif.html").render(
         prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
         dry_run=False, xsrf="tok", now=NOW, form={"since": "3h", "until": "", "override": "idle_reclaim_after: 90m"},
-        result=result, error="", chart=whatif_chart(result), settings={"idle_reclaim_after": 7200}, rules=[])
+        result=result, error="", chart=whatif_chart(result), settings={"idle_reclaim_after": 7200}, rules=[],
+        returned_labels=LABELS)
     assert '<tr data-row="reclaims"><th scope="row">Reclaims</th><td class="live">1</td><td class="override">2</td><td>+1</td>' in page
     assert '<td class="live">1.5</td><td class="override">9.0</td><td>+7.5</td>' in page
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
     assert ('<td>kept</td><td>reclaimed <time datetime="2026-11-02T14:00:00Z" title="2026-11-02 14:00:00 UTC">'
             '2026-11-02 14:00 UTC</time> (gpu-idle)</td><td>0.00 → 2.50</td>') in page
     assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page
+    # per rule, the users interrupted by how soon they came back; the live arm reclaimed by no rule here
+    assert ('<tr data-arm="override" data-rule="gpu-idle"><td>Override</td><td>gpu-idle</td><td>2</td><td>9.00</td>'
+            '<td>1</td><td>1</td><td>0</td><td>0</td><td>0</td><td>1</td></tr>') in page
+    assert '<tr data-arm="live"><td>Live policy</td><td colspan="9">no reclaim</td></tr>' in page
+    assert "<th>back &lt; 30 min</th>" in page and "<th>never back</th>" in page
+    assert '<tr data-row="users_interrupted">' in page
 
 
 def test_one_whatif_at_a_time_and_bad_input_never_waits():

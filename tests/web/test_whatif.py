@@ -66,14 +66,17 @@ async def test_the_admin_page_replays_an_override(hub, scene):
                                          data={"_xsrf": xsrf, "since": "3h", "until": "", "override": OVERRIDE})
     assert status == 200, page
     # live: dave reclaimed 15 min after his last use, erin kept (5 % is use); the override:
-    # dave 5 min later, erin as never used (below 9 %) after 15 min
+    # dave 5 min later, erin idle (below 9 %, but her loader ran on the GPU) after 20 min
     assert cell(page, "reclaims") == ("1", "2") and cell(page, "warnings") == ("1", "2")
     live, other = (float(v) for v in cell(page, "gpu_hours_freed"))
-    assert live == pytest.approx(0.25, abs=0.01) and other == pytest.approx(0.17 + 0.75, abs=0.01)
+    assert live == pytest.approx(0.25, abs=0.01) and other == pytest.approx(0.17 + 0.66, abs=0.01)
     assert "Sessions treated differently (2)" in page
     rows = dict(re.findall(r'<tr data-session="([^"]+)">(.*?)</tr>', page))
     assert set(rows) == {"dave/", "erin/"}
-    assert "(gpu-idle)" in rows["dave/"] and "(gpu-never-used)" in rows["erin/"] and "<td>kept</td>" in rows["erin/"]
+    assert "(gpu-idle)" in rows["dave/"] and "(gpu-idle)" in rows["erin/"] and "<td>kept</td>" in rows["erin/"]
+    # per rule: the reclaims, GPU-hours freed and users interrupted (none came back)
+    assert re.search(r'<tr data-arm="override" data-rule="gpu-idle"><td>Override</td><td>gpu-idle</td><td>2</td>'
+                     r'<td>0\.8\d</td><td>0</td>', page)
     # the chart, inline, and its numbers in a table
     assert '<svg class="whatif-chart"' in page and '<title id="whatif-chart-title">' in page
     assert '<table id="whatif-series" ' in page
@@ -89,8 +92,9 @@ async def test_the_api_gives_the_same(scene):
     assert (body["live"]["reclaims"], body["override"]["reclaims"]) == (1, 2)
     assert body["differences_total"] == 2 and body["bucket_seconds"] == 3600
     erin, = (d for d in body["differences"] if d["session"] == "erin/")
-    assert erin["live"]["reclaimed_at"] is None and erin["override"]["rule"] == "gpu-never-used"
+    assert erin["live"]["reclaimed_at"] is None and erin["override"]["rule"] == "gpu-idle"
     assert erin["override"]["reclaimed_at"].endswith("Z")
+    assert body["override"]["by_rule"]["gpu-idle"]["reclaims"] == 2 and body["override"]["users_interrupted"] == 0
     assert sum(b["override_freed"] for b in body["series"]) == pytest.approx(body["override"]["gpu_hours_freed"],
                                                                              abs=0.01)
 

@@ -279,9 +279,13 @@ class Reclaimer:
             if reading is not None and now - reading.t <= self.policy.stale_after:
                 util, mem = reading.util, reading.fb_used_mib
                 shared = shared or reading.shared  # or by the exporter's series
+        # the profile the spawner applied (a spawn naming none gets the default one); a pod
+        # without the annotation (a plain KubeSpawner's) has the one the user named
+        profile = pod.profile if pod is not None and pod.profile is not None else \
+            str(srv.user_options.get("profile") or "")
         session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
                           started=srv.started or (pod.created if pod else None) or now,
-                          admin=srv.admin, profile=str(srv.user_options.get("profile") or ""),
+                          admin=srv.admin, profile=profile,
                           groups=frozenset(srv.groups), gpu_type=pod.gpu_type if pod else "",
                           gpu_shared=shared)
         return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,

@@ -7,7 +7,8 @@ For each pod: GPUs (container limits `nvidia.com/gpu`, a MIG instance `nvidia.co
 or a time-sliced replica `nvidia.com/gpu.shared` each count as one), whether its GPU is
 time-sliced (`nvidia.com/gpu.shared`, or `nvidia.com/gpu` on nodes it selects by a
 `-SHARED` product), its GPU type (the product it selects), node, phase, readiness,
-address, user and server (KubeSpawner's annotations, else its labels); and the pending GPU
+address, user and server (KubeSpawner's annotations, else its labels), the profile
+GPUReclaimSpawner applied (its annotation); and the pending GPU
 demand: GPUs of pods the scheduler cannot place for lack of one of those resources.
 
 `KUBECONFIG` must be set before kubernetes_asyncio is imported, so it is imported inside
@@ -42,6 +43,9 @@ USER_KEY = "hub.jupyter.org/username"
 SERVER_KEY = "hub.jupyter.org/servername"
 # "keep alive until" from the spawn form (GPUReclaimSpawner writes it; ISO 8601 UTC)
 KEEPALIVE_ANNOTATION = "jupyterhub-gpu-reclaim/keepalive-until"
+# the profile KubeSpawner applied (its slug; "" without a profile_list), which GPUReclaimSpawner
+# writes: a spawn that names none gets the default one, whatever user_options say
+PROFILE_ANNOTATION = "jupyterhub-gpu-reclaim/profile"
 # GPU feature discovery's node label; a profile that picks a GPU type selects on it
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # its value's suffix on a node whose GPUs are time-sliced without renameByDefault (the
@@ -68,6 +72,7 @@ class PodInfo:
     # a time-sliced GPU: it holds SHARED_GPU_RESOURCE, or nvidia.com/gpu on a node its
     # nodeSelector picks by a product ending in SHARED_PRODUCT_SUFFIX
     gpu_shared: bool = False
+    profile: str | None = None  # PROFILE_ANNOTATION; None without one (a plain KubeSpawner's pod)
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
@@ -174,6 +179,7 @@ def pod_info(pod: Any) -> PodInfo:
             unschedulable=unschedulable,
             keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
             gpu_type=gpu_type,
+            profile=entry_field(annotations, PROFILE_ANNOTATION, str, max_length=253),
         )
     except ValueError as e:  # ipaddress' errors are ValueErrors too
         return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,

@@ -16,7 +16,7 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
 from ..images import normalize
-from ..signals.pods import KEEPALIVE_ANNOTATION
+from ..signals.pods import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
 from ..timestamps import parse_time_lenient, utcnow
 from ..wording import expected_free
 from . import affinity, keepalive, messages
@@ -123,6 +123,7 @@ class GPUReclaimSpawner(KubeSpawner):
         self._requested: dt.datetime | None = None
         self._expected_free_failed = False  # the service could not be asked: said once
         self.keepalive_until: dt.datetime | None = None
+        self.applied_profile = ""  # the slug of the profile KubeSpawner applied ("" without one)
 
     def get_state(self) -> dict:
         state = super().get_state()
@@ -142,10 +143,6 @@ class GPUReclaimSpawner(KubeSpawner):
     @property
     def _max_keepalive(self) -> dt.timedelta:
         return parse_duration(self.max_keepalive)
-
-    @property
-    def _profile(self) -> str:
-        return str((self.user_options or {}).get("profile") or "")
 
     # ------------------------------------------------------------------ the form
 
@@ -183,15 +180,23 @@ class GPUReclaimSpawner(KubeSpawner):
         return super().options_from_query(query)
 
     async def load_user_options(self) -> None:
+        self.applied_profile = ""
         await super().load_user_options()
         self.keepalive_until = keepalive.from_user_options(
             self.user_options or {}, now=utcnow(), max_keepalive=self._max_keepalive)
+
+    def _load_profile(self, slug: str | None, profile_list: list) -> None:
+        # KubeSpawner's own choice (for no slug: the default profile, else the first one),
+        # kept for the pod's annotation: the reclaim service's rules match what was applied
+        super()._load_profile(slug, profile_list)
+        self.applied_profile = self._get_profile(slug, profile_list)["slug"]
 
     # ------------------------------------------------------------------ the pod
 
     async def get_pod_manifest(self) -> Any:
         pod = await super().get_pod_manifest()
         annotations = dict(pod.metadata.annotations or {})
+        annotations[PROFILE_ANNOTATION] = self.applied_profile
         if self.keepalive_until is not None:
             annotations[KEEPALIVE_ANNOTATION] = keepalive.iso(self.keepalive_until)
         pod.metadata.annotations = annotations
@@ -376,7 +381,7 @@ class GPUReclaimSpawner(KubeSpawner):
             self.log.exception("could not extract the spawn timings of %s", self._log_name)
             return
         self.spawn_timings = timings
-        profile = self._profile
+        profile = self.applied_profile
         for phase, seconds in timings.phases().items():
             SPAWN_PHASE_SECONDS.labels(phase, profile).observe(seconds)
         if timings.image_pulled:

@@ -23,7 +23,7 @@ from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
+from jupyterhub_gpu_reclaim.signals.pods import PROFILE_ANNOTATION, PodInfo, PodSnapshot, pod_info
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import format_time
 
@@ -645,6 +645,49 @@ async def test_policy_rules_by_profile_and_group_time_each_session_apart(harness
     reclaims = {r.session: r for r in h.store.reclaims()}
     assert reclaims[short].rule == "gpu-idle" and reclaims[short].evidence["policy_rule"] == "gpu-short"
     assert reclaims[default].evidence["policy_rule"] is None
+
+
+def spawned_pod(user: str, annotations: dict[str, str]) -> PodInfo:
+    """`user`'s 1-GPU pod as the API serves it, with the spawner's `annotations`, read as the
+    pods signal reads it."""
+    keys = {"hub.jupyter.org/username": user, "hub.jupyter.org/servername": ""}
+    return pod_info({
+        "metadata": {"name": f"jupyter-{user}", "namespace": NS, "creationTimestamp": format_time(START),
+                     "annotations": {**keys, **annotations}, "labels": keys},
+        "spec": {"nodeName": "gpu-node-1", "containers": [{
+            "name": "notebook", "ports": [{"name": "notebook-port", "containerPort": 8888}],
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+        "status": {"phase": "Running", "podIP": "10.0.0.7",
+                   "containerStatuses": [{"name": "notebook", "ready": True}]}})
+
+
+async def test_a_profile_rule_matches_the_profile_the_spawner_applied_not_the_one_named(harness):
+    """The finding: "course" targets gpu-course, the default profile. A spawn that names no
+    profile (`{}` through the API, a link, the form's `profile=` empty) gets that profile's
+    pod; the rule follows the pod's annotation, not the empty user_options. A pod without
+    the annotation (a plain KubeSpawner's, one from before) keeps the named profile."""
+    rules = load_rules([{"name": "course", "match": {"profiles": ["gpu-course"]},
+                         "set": {"never_used_warn_after": "10m", "never_used_reclaim_after": "25m"}}],
+                       PolicyConfig(**YALE_NEVER_USED))
+    h = harness(rules=rules)
+    cases = {  # user: (user_options, the spawner's annotations, the rule that must apply)
+        "ann": ({}, {PROFILE_ANNOTATION: "gpu-course"}, "course"),  # the finding's spawn
+        "bob": ({"profile": ""}, {PROFILE_ANNOTATION: "gpu-course"}, "course"),
+        "cat": ({"profile": "gpu-1"}, {PROFILE_ANNOTATION: "gpu-1"}, None),
+        "dan": ({}, {}, None),  # no annotation: today's behaviour, the named profile
+        "eve": ({"profile": "gpu-course"}, {}, "course"),
+    }
+    for user, (options, written, _) in cases.items():
+        sid = h.add(user, user_options=options)
+        h.pods.pods[sid] = spawned_pod(user, written)
+    await h.run_until(at(5))
+    status = h.reclaimer.status.sessions
+    assert {user: status[f"{user}/"].policy_rule for user in cases} == {u: c[2] for u, c in cases.items()}
+    assert (status["ann/"].profile, status["cat/"].profile, status["dan/"].profile) == ("gpu-course", "gpu-1", "")
+    await h.run_until(at(25))
+    # the course rule's timings for ann, bob and eve, the options' (30 / 60 min) for the others
+    assert all(h.warned(f"{u}/") == [at(10)] and h.stopped(f"{u}/") == [at(25)] for u in ("ann", "bob", "eve"))
+    assert all(h.warned(f"{u}/") == [] and h.stopped(f"{u}/") == [] for u in ("cat", "dan"))
 
 
 async def test_without_policy_rules_the_evidence_has_no_rule_key(harness):

@@ -154,7 +154,9 @@ class PolicyConfig:
         """)
 
     exempt_profiles: frozenset[str] = _setting(frozenset(), """
-        KubeSpawner profile slugs whose sessions are never reclaimed.
+        KubeSpawner profile slugs whose sessions are never reclaimed: the profile the
+        spawner applied (its pod's jupyterhub-gpu-reclaim/profile annotation), else the one
+        the spawn named.
         """)
 
     # Servers without GPUs, with jupyterhub-idle-culler's options: --timeout on the hub's

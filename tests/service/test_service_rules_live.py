@@ -2,8 +2,10 @@
 jupyterhub-gpu-reclaim as a managed service with `--policy-rules` over KubeSpawner on the
 simulated cluster. Three users start a 1-GPU server at the same time and never use it:
 
-- ann, on profile gpu-course: the rule "course" (never used: warned after 3 s, reclaimed
-  after 6 s, 3 s after the warning at the earliest) reclaims her first;
+- ann, spawned with `{}` (no profile named: the hub's default, gpu-course, applies): the
+  rule "course" on gpu-course (never used: warned after 3 s, reclaimed after 6 s, 3 s after
+  the warning at the earliest) reclaims her first, as the pod's profile, not her empty
+  user_options, decides;
 - ben, on profile gpu-1 and in the group "lab": the rule "lab" (warned after 25 s,
   reclaimed after 10 min) keeps him past ann's reclaim, then warns him;
 - cat, on profile gpu-1 in no group: no rule matches (the group decides), so the service's
@@ -38,9 +40,10 @@ RULES = """\
   match: {profiles: [gpu-1], groups: [lab]}
   set: {never_used_warn_after: 25s, never_used_reclaim_after: 10m}
 """
-# (profile, the rule that should apply, its never-used warning and reclaim in seconds)
+# (profile named at the spawn, the rule that should apply, its never-used warning and
+# reclaim in seconds)
 USERS = {
-    "ann": ("gpu-course", "course", 3, 6),
+    "ann": (None, "course", 3, 6),  # {}: the default profile, gpu-course
     "ben": ("gpu-1", "lab", 25, 600),
     "cat": ("gpu-1", None, 15, 60),
 }
@@ -73,12 +76,13 @@ async def scene(hub, webhook):
     once all are warned; then stops every server."""
     async with HubAPI.of(hub) as api:
         await asyncio.gather(*(api.start(user, profile) for user, (profile, *_) in USERS.items()))
-        await asyncio.gather(*(api.wait_ready(user) for user in USERS))
+        ready = await asyncio.gather(*(api.wait_ready(user) for user in USERS))
+        ann_options = ready[list(USERS).index("ann")]["user_options"]
         await until(lambda: webhook.events("ann/", "reclaim"), 60, "ann's reclaim notice")
         ben_at_ann_reclaim = await api.server("ben")
         await until(lambda: webhook.events("cat/", "warning"), 60, "cat's warning")
         await until(lambda: webhook.events("ben/", "warning"), 60, "ben's warning")
-        yield api, {"ben_at_ann_reclaim": ben_at_ann_reclaim}
+        yield api, {"ben_at_ann_reclaim": ben_at_ann_reclaim, "ann_options": ann_options}
 
 
 async def test_each_session_is_warned_on_its_rules_timings(hub, scene, webhook):
@@ -99,6 +103,7 @@ async def test_the_course_rule_reclaims_while_the_lab_rule_keeps(hub, scene, web
     api, seen = scene
     reclaim, = webhook.events("ann/", "reclaim")
     assert reclaim["rule"] == "gpu-never-used" and reclaim["evidence"]["policy_rule"] == "course"
+    assert seen["ann_options"] == {}  # she named no profile: the one applied decided
     assert await api.server("ann") is None
     with Store.open(hub.info["store"]) as store:
         record, = [r for r in store.reclaims() if r.session == "ann/"]

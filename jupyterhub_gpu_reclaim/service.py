@@ -281,8 +281,8 @@ class Reclaimer:
                 shared = shared or reading.shared  # or by the exporter's series
         # the profile the spawner applied (a spawn naming none gets the default one); a pod
         # without the annotation (a plain KubeSpawner's) has the one the user named
-        profile = pod.profile if pod is not None and pod.profile is not None else \
-            str(srv.user_options.get("profile") or "")
+        profile = (pod.profile if pod is not None and pod.profile is not None
+                   else str(srv.user_options.get("profile") or ""))
         session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
                           started=srv.started or (pod.created if pod else None) or now,
                           admin=srv.admin, profile=profile,

@@ -186,8 +186,9 @@ class GPUReclaimSpawner(KubeSpawner):
             self.user_options or {}, now=utcnow(), max_keepalive=self._max_keepalive)
 
     def _load_profile(self, slug: str | None, profile_list: list) -> None:
-        # KubeSpawner's own choice (for no slug: the default profile, else the first one),
-        # kept for the pod's annotation: the reclaim service's rules match what was applied
+        # KubeSpawner's hook (private: tests/spawner/test_profile.py notices a change) with
+        # its own choice (for no slug: the default profile, else the first one), kept for
+        # the pod's annotation: the reclaim service's rules match what was applied
         super()._load_profile(slug, profile_list)
         self.applied_profile = self._get_profile(slug, profile_list)["slug"]
 

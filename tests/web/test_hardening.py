@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import math
 import socket
 import time
 from urllib.parse import quote, urlsplit
@@ -442,9 +443,14 @@ async def test_a_user_flooding_reads_is_rate_limited_and_others_are_not(hub, sce
     from jupyterhub_gpu_reclaim.web.ratelimit import READS_PER_MINUTE
 
     _, c = scene
+    started = time.monotonic()
     results = await asyncio.gather(*(c["mallory"].call("GET", "api/sessions") for _ in range(READS_PER_MINUTE + 40)))
+    # the bucket refills while the flood runs (seconds on a busy machine): the exact counts
+    # are proven on a virtual clock (tests/web/test_ratelimit.py); here, the wiring
+    refilled = math.ceil((time.monotonic() - started) * READS_PER_MINUTE / 60)
     statuses = [status for status, _, _ in results]
-    assert statuses.count(200) <= READS_PER_MINUTE + 5 and statuses.count(429) >= 35, sorted(set(statuses))
+    assert statuses.count(200) <= READS_PER_MINUTE + refilled and statuses.count(429) >= 40 - refilled, \
+        (statuses.count(200), refilled)
     assert set(statuses) == {200, 429}
     _, body, r = next(x for x in results if x[0] == 429)
     assert r.headers["Content-Type"] == "application/json" and "too many requests" in body

@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from ..observations import Outcome, Warning
 from ..timestamps import format_time, utcnow
 from .base import StoreBase, rowcount
-from .schema import ReclaimRow, WarningRow, aware, dumps, unstorable
+from .schema import ReclaimRow, WarningRow, aware, dumps, stored, unstorable
 
 OUTCOMES = get_args(Outcome)
 
@@ -45,7 +45,7 @@ def reclaim_record(row: ReclaimRow) -> ReclaimRecord:
 def _of_user(user: str) -> sa.ColumnElement[bool]:
     """The reclaims of `user`'s servers (sessions `user/…`), the name matched exactly: a LIKE
     (startswith) ignores case on SQLite, and "Ann" read ann's reclaims."""
-    prefix = user + "/"
+    prefix = stored(user + "/")  # compared as stored: the function's bind is plain text
     return sa.func.substr(ReclaimRow.session, 1, len(prefix)) == prefix
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any, Callable
 
 import sqlalchemy as sa
@@ -57,10 +58,25 @@ class UTCDateTime(sa.types.TypeDecorator):
         return value.astimezone(UTC)
 
 
+# A NUL, which PostgreSQL's text cannot hold and JupyterHub 5 on a SQLite hub database keeps
+# in a server name, is stored escaped: ESCAPE (a Unicode noncharacter, never in a name a
+# person types) doubles itself and stands before "0" for a NUL, so that every name has one
+# stored form and comes back as it was, and a prefix stays a prefix (`stored`).
+ESCAPE = "\uffff"
+_ESCAPED = re.compile(ESCAPE + "([" + ESCAPE + "0])")
+
+
+def stored(text: str) -> str:
+    """`text` as the store holds it (see ESCAPE): itself unless it holds a NUL or ESCAPE."""
+    return text.replace(ESCAPE, ESCAPE * 2).replace("\x00", ESCAPE + "0")
+
+
+def unstored(text: str) -> str:
+    return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else ESCAPE, text)
+
+
 def unstorable(text: str) -> str | None:
     """Why ``text`` cannot be stored in every database the store runs on; None when it can."""
-    if "\x00" in text:
-        return "it holds a NUL character, which PostgreSQL's text cannot"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -71,16 +87,23 @@ def unstorable(text: str) -> str | None:
 class UserText(sa.types.TypeDecorator):
     """Text a user chooses: user and server names (session ids), who set something. Unbounded:
     with a length, one user's long server name made the batch writes of every cycle fail
-    (issue 27). What no database can hold (`unstorable`) is refused with ValueError before it
-    reaches one, the same on SQLite as on PostgreSQL."""
+    (issue 27). A NUL is stored escaped (`stored`): refused, a server named with one was never
+    warned or reclaimed. What no database can hold (`unstorable`, a name the hub cannot hold
+    either) is refused with ValueError before it reaches one, the same on SQLite as on
+    PostgreSQL."""
 
     impl = sa.Text
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect) -> str | None:
-        if value is not None and (why := unstorable(value)) is not None:
+        if value is None:
+            return None
+        if (why := unstorable(value)) is not None:
             raise ValueError(f"{brief(value)} cannot be stored: {why}")
-        return value
+        return stored(value)
+
+    def process_result_value(self, value: str | None, dialect) -> str | None:
+        return None if value is None else unstored(value)
 
 
 def _json_default(value: Any) -> Any:

@@ -28,17 +28,20 @@ async def test_a_long_or_unstorable_server_name_holds_no_other_users_reclaim(har
     alice = h.add("alice")
     long = h.add(USER, name=LONG)
     mallory = h.add("mallory", name="a\x00b")  # a NUL: PostgreSQL's text cannot hold it
+    moe = h.add("moe", name="a\uffff0b")  # what the NUL's stored form looks like, chosen
     await h.run_until(at(90))
 
     assert [r.error for r in h.reports] == [None] * len(h.reports)  # every cycle ok
-    assert h.warned(alice) == h.warned(long) == [at(30)]
-    assert h.stopped(alice) == h.stopped(long) == [at(60)]
-    assert {r.session for r in h.store.reclaims()} == {alice, long}
-    recorded = {d.session for _, d in h.store.decisions()}
-    assert {alice, long} <= recorded and mallory not in recorded
-    # mallory's rows are refused (said in each cycle's errors), never stored, and she is not stopped
-    assert "NUL" in h.reports[0].errors[f"store:{mallory}"]
-    assert ("mallory", "a\x00b") not in h.stopper.calls
+    # the NUL is stored escaped (a refused name was never warned, so never reclaimed: one
+    # server name kept its GPU for good), and no name takes another's records
+    for sid in (alice, long, mallory, moe):
+        assert h.warned(sid) == [at(30)], sid
+        assert h.stopped(sid) == [at(60)], sid
+    assert sorted(r.session for r in h.store.reclaims()) == sorted([alice, long, mallory, moe])
+    assert {alice, long, mallory, moe} <= {d.session for _, d in h.store.decisions()}
+    assert [r.session for r in h.store.reclaims(user="mallory")] == [mallory]
+    assert ("mallory", "a\x00b") in h.stopper.calls
+    assert not any(k.startswith("store:") for r in h.reports for k in r.errors)
     assert h.metric("jupyterhub_gpu_reclaim_cycles_total", result="ok") == len(h.reports)
 
 

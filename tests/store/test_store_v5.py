@@ -15,6 +15,7 @@ from jupyterhub_gpu_reclaim.observations import Warning as Warned
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import RowsRefused
+from jupyterhub_gpu_reclaim.store.schema import ESCAPE
 
 from ..clock import START, at
 from ..postgres import postgres, postgres_url  # noqa: F401 - fixtures
@@ -62,26 +63,45 @@ def test_names_of_any_length_are_stored_and_read_back(store):
     assert {a["session"] for a in store.audit_log()} == set(sids)
 
 
+def test_a_nul_is_stored_escaped_and_every_name_comes_back_as_it_was(store):
+    """A NUL cannot go into PostgreSQL's text, and JupyterHub 5 on a SQLite hub database keeps
+    one in a server name: refused, that server was never warned, so never reclaimed. It is
+    stored escaped; a name spelled like the escape stays apart from it."""
+    lookalike = NUL.replace("\x00", ESCAPE + "0")
+    sids = ["alice/", NUL, lookalike, f"mallory/{ESCAPE}", "bob/x"]
+    store.record_decisions([Decision(sid, "keep", "gpu-active", "busy") for sid in sids], at(1))
+    assert [d.session for _, d in store.decisions()] == sids
+    store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
+                              [session(sid) for sid in sids])
+    assert [sid for sid, *_ in store.observations_between(START, at(2)).sessions] == sids
+    assert store.record_warning(Warned(session=NUL, t=at(1), rule="gpu-idle", reclaim_at=at(9)), "e")
+    assert list(store.open_warnings()) == [NUL]
+    rid = store.begin_reclaim(NUL, "gpu-idle", at(9), {}, 1, episode="e")
+    store.finish_reclaim(rid, at(10), "stopped")
+    assert [r.session for r in store.reclaims(user=NUL.partition("/")[0])] == [NUL]
+    assert store.session_stopped(NUL, at(10)) and store.close_episode(NUL, t=at(10)) == 1
+
+
 def test_rows_the_store_refuses_keep_only_their_own_session_out(store):
-    """A NUL cannot go into PostgreSQL's text: that session's rows are refused (on SQLite as
-    well, so that a store behaves the same on both) and every other session's are written."""
-    sids = ["alice/", NUL, "bob/x"]
+    """What no database (nor the hub) can hold, a lone surrogate, is refused alike on SQLite
+    and PostgreSQL: that session's rows only; every other session's are written."""
+    odd = "mallory/\ud800"
+    sids = ["alice/", odd, "bob/x"]
     with pytest.raises(RowsRefused) as refused:
         store.record_decisions([Decision(sid, "keep", "gpu-active", "busy") for sid in sids], at(1))
-    assert set(refused.value.refused) == {NUL} and "NUL" in str(refused.value)
+    assert set(refused.value.refused) == {odd} and "surrogate" in str(refused.value)
     assert [d.session for _, d in store.decisions()] == ["alice/", "bob/x"]
     with pytest.raises(RowsRefused) as refused:
         store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
                                   [session(sid) for sid in sids])
-    assert set(refused.value.refused) == {NUL}
+    assert set(refused.value.refused) == {odd}
     stored = store.observations_between(START, at(2))
     assert [(kind, sid) for _, kind, sid, _ in stored.lines] == [
         ("sample", "alice/"), ("sample", "bob/x"), ("pressure", None)]
-    assert [sid for sid, *_ in stored.sessions] == ["alice/", "bob/x"]
     # what the cycle does when the session goes: nothing of it is stored, nothing fails
-    assert store.session_stopped(NUL, at(2)) is False and store.close_episode(NUL, t=at(2)) == 0
-    with pytest.raises(sa.exc.StatementError, match="cannot be stored: it holds a NUL"):  # its own writes
-        store.set_intent(NUL, at(60), at(1))
+    assert store.session_stopped(odd, at(2)) is False and store.close_episode(odd, t=at(2)) == 0
+    with pytest.raises(sa.exc.StatementError, match="cannot be stored: it is not valid Unicode"):
+        store.set_intent(odd, at(60), at(1))
 
 
 def test_a_row_the_database_refuses_keeps_only_its_own_session_out(store):

@@ -25,7 +25,7 @@ from jupyterhub_gpu_reclaim.observations import Sample, Session
 from jupyterhub_gpu_reclaim.policy import decide
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
-from ..clock import START, at
+from ..support.clock import START, at
 from .test_trace import EXAMPLE, generate_trace, ts
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy_rules import PolicyRules
 
-from ..clock import at
+from ..support.clock import at
 from .test_backtest import Trace, cli, idle_open_tab
 from .test_trace import ts
 

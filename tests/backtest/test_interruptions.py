@@ -10,7 +10,7 @@ from jupyterhub_gpu_reclaim.backtest import backtest
 from jupyterhub_gpu_reclaim.backtest_report import format_report
 from jupyterhub_gpu_reclaim.interruptions import bucket
 
-from ..clock import START, at
+from ..support.clock import START, at
 from .test_backtest import Trace, ts
 
 # the default policy reclaims a server nothing ran on at 2 h; each user is back this long after

@@ -23,7 +23,7 @@ from jupyterhub_gpu_reclaim.trace import (
     write_trace,
 )
 
-from ..clock import START
+from ..support.clock import START
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 EXAMPLE = SHARED / "traces" / "example.jsonl"

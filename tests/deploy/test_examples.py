@@ -19,7 +19,7 @@ from gpu_reclaim_sim.z2jh import CHART, chart_missing
 from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 
-from ..prometheus_proc import without_kubernetes_sd
+from ..support.prometheus import without_kubernetes_sd
 from .test_docs import table_rows
 from .test_values import SERVICE_SCOPES
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpu_reclaim_sim.paths import REPO
 
-from .. import conftest
+from ..support import live
 
 REQUIREMENTS = REPO / "scripts" / "z2jh-hub-image-requirements.txt"
 
@@ -23,7 +23,7 @@ def _name(name: str) -> str:
 
 
 def _hub_python(code: str) -> str:
-    return subprocess.run([conftest.HUB_PYTHON, "-c", code], capture_output=True, text=True,
+    return subprocess.run([live.HUB_PYTHON, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60).stdout
 
 

@@ -33,10 +33,10 @@ from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..clock import START, YALE_NEVER_USED, at
-from ..cycles import CycleRecorder
-from ..hubapi import StaticProbeToken
-from .fakes import FakeHubAPI, FakePrometheus, FakeServers
+from ..support.clock import START, YALE_NEVER_USED, at
+from ..support.cycles import CycleRecorder
+from ..support.hubapi import StaticProbeToken
+from ..support.fakes import FakeHubAPI, FakePrometheus, FakeServers
 
 UTC = dt.timezone.utc
 STEP = dt.timedelta(minutes=5)

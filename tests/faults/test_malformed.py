@@ -25,8 +25,8 @@ from jupyterhub_gpu_reclaim.signals.base import MAX_BODY
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.pods import PodSignal
 
-from ..clock import START, at
-from .fakes import FakeDcgmExporter, FakeKubeAPI, iso
+from ..support.clock import START, at
+from ..support.fakes import FakeDcgmExporter, FakeKubeAPI, iso
 from .test_faults import NS, P, World
 
 # never-used GPUs warned at 10 min, reclaimed at 20; servers without GPUs culled at 20

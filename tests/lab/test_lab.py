@@ -27,9 +27,9 @@ from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
-from ..conftest import LAB, lab_paths, api_fixture
-from ..service.common import until
-from ..web.common import PREFIX, Client, start_web_hub, user_token
+from ..support.live import LAB, lab_paths, api_fixture
+from ..support.service_hub import until
+from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (browser: a fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]

@@ -19,7 +19,7 @@ from jupyterhub_gpu_reclaim.notify import (
 )
 from jupyterhub_gpu_reclaim.observations import Decision, Session
 
-from ..clock import at
+from ..support.clock import at
 
 pytestmark = pytest.mark.timeout(15)
 

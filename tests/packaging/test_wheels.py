@@ -26,7 +26,7 @@ import jupyterhub_gpu_reclaim
 import jupyterhub_gpu_reclaim_lab
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
-from ..conftest import LAB, REPO
+from ..support.live import LAB, REPO
 
 BUILD = LAB / "jupyterhub_gpu_reclaim_lab" / "labextensions" / LABEXTENSION  # scripts/setup.sh
 LAB_DATA = f"data/share/jupyter/labextensions/{LABEXTENSION}/"

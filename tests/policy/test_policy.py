@@ -16,7 +16,7 @@ from jupyterhub_gpu_reclaim.observations import (
 from jupyterhub_gpu_reclaim.policy import decide, retained_samples
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
-from ..clock import START, at
+from ..support.clock import START, at
 
 def mins(n: float) -> dt.timedelta:
     return dt.timedelta(minutes=n)

@@ -12,7 +12,7 @@ from jupyterhub_gpu_reclaim.observations import Kernel, Sample, SessionView, War
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy_readings import MEMORY_HELD_MIB, cpu_work_since, gpu_touched
 
-from ..clock import START, at
+from ..support.clock import START, at
 from .test_policy import IDLE, mins, run, samples, session
 
 DEFAULTS = PolicyConfig()

@@ -13,7 +13,7 @@ from jupyterhub_gpu_reclaim.observations import Session
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy_rules import Match, PolicyRules, load_rules
 
-from ..clock import START
+from ..support.clock import START
 
 BASE = PolicyConfig()
 MIN = dt.timedelta(minutes=1)

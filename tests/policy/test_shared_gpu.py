@@ -11,7 +11,7 @@ from hypothesis import given
 from jupyterhub_gpu_reclaim.observations import Kernel, Sample, SessionView
 from jupyterhub_gpu_reclaim.policy import IDLE_RULES, retained_samples
 
-from ..clock import START, at
+from ..support.clock import START, at
 from .test_policy import BUSY, CFG, IDLE, PROP, configs, nows, run, samples, session, views, warned
 
 RULE = "shared-gpu-idle-kernels"

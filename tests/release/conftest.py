@@ -16,7 +16,7 @@ import pytest
 
 from gpu_reclaim_sim import z2jh
 
-from .. import conftest
+from ..support import live
 
 PASSWORD = "release-password"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
@@ -38,7 +38,7 @@ def cluster(tmp_path_factory):
     if reason := z2jh.unavailable():
         pytest.skip(reason)
     docs = z2jh.render(z2jh.BASE, extra=sim_values())
-    sim = z2jh.start_cluster(tmp_path_factory.mktemp("release"), docs, hub_python=conftest.HUB_PYTHON,
+    sim = z2jh.start_cluster(tmp_path_factory.mktemp("release"), docs, hub_python=live.HUB_PYTHON,
                              extra_images=[_postgres_image()] if POSTGRES_BIN.is_dir() else [],
                              overrides={"bandwidth": "10GB/s", "gpu": {"collectionInterval": "1s"}})
     yield sim
@@ -49,6 +49,6 @@ def sim_values(**options) -> dict:
     values = z2jh.sim_values(password=PASSWORD, users=USERS, admins=ADMINS, options=options)
     # the hub and user images with the package: the worktree's (an editable install's own
     # path lookup may not reach a pod)
-    values["hub"]["extraEnv"] = {"PYTHONPATH": str(conftest.REPO)}
-    values["singleuser"]["extraEnv"] = conftest.lab_paths()
+    values["hub"]["extraEnv"] = {"PYTHONPATH": str(live.REPO)}
+    values["singleuser"]["extraEnv"] = live.lab_paths()
     return values

@@ -36,12 +36,12 @@ from gpu_reclaim_sim.z2jh import BASE, CHART, HELM_VALUES, NAMESPACE
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
-from .. import conftest
-from ..conftest import hub_major
+from ..support import live
+from ..support.live import hub_major
 from ..deploy.test_values import SERVICE_SCOPES, VARIANTS
-from ..hubapi import HubAPI
-from ..service.common import metric, parse_metrics, until
-from ..web.common import PREFIX, Client
+from ..support.hubapi import HubAPI
+from ..support.service_hub import metric, parse_metrics, until
+from ..support.web_client import PREFIX, Client
 from .conftest import ADMINS, PASSWORD, POSTGRES_BIN, POSTGRES_IMAGE, sim_values
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -292,7 +292,7 @@ async def test_the_hub_runs_the_charts_config_on_the_rendered_values(cluster, ba
     assert "Loading extra config: gpu-reclaim" in log
     assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in log
     status, body = _status(f"{base.url}/hub/api/")
-    assert status == 200 and json.loads(body)["version"] == conftest.HUB_VERSION  # the hub environment's
+    assert status == 200 and json.loads(body)["version"] == live.HUB_VERSION  # the hub environment's
     got = base_settings
     # the service reaches the hub's API in its own pod, as the chart's idle culler does
     assert got["url"] == "http://localhost:8081/hub/api"

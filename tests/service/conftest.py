@@ -1,6 +1,6 @@
 import pytest
 
-from .common import Webhook
+from ..support.service_hub import Webhook
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 
-from ..clock import START, at
+from ..support.clock import START, at
 from .test_service import P, Harness
 
 

@@ -8,7 +8,7 @@ from jupyterhub_gpu_reclaim.observations import Session
 from jupyterhub_gpu_reclaim.status import Freeing, SessionStatus, WaitingServer, expect_free, freeing
 from jupyterhub_gpu_reclaim.wording import expected_free
 
-from ..clock import START, at
+from ..support.clock import START, at
 
 
 def waiting(user: str, gpus: int = 1, gpu_type: str = "", shared: bool = False) -> WaitingServer:

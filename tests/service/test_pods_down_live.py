@@ -13,8 +13,8 @@ import pytest
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..hubapi import HubAPI
-from .common import latest_rule, metric, metrics, start_service_hub, until
+from ..support.hubapi import HubAPI
+from ..support.service_hub import latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -40,8 +40,8 @@ from jupyterhub_gpu_reclaim.signals.probe_tokens import (
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..hubapi import HubAPI
-from .common import TIMINGS, latest_rule, start_service_hub, until, write_service_config
+from ..support.hubapi import HubAPI
+from ..support.service_hub import TIMINGS, latest_rule, start_service_hub, until, write_service_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -27,8 +27,8 @@ from jupyterhub_gpu_reclaim.signals.pods import PROFILE_ANNOTATION, PodInfo, Pod
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import format_time
 
-from ..clock import START, YALE_NEVER_USED, at
-from ..cycles import CycleRecorder
+from ..support.clock import START, YALE_NEVER_USED, at
+from ..support.cycles import CycleRecorder
 
 STEP = dt.timedelta(minutes=5)
 NS = "jhub"

@@ -9,8 +9,8 @@ import pytest
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..conftest import api_fixture
-from .common import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
+from ..support.live import api_fixture
+from ..support.service_hub import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

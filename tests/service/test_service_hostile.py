@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from ..conftest import api_fixture
-from .common import latest_rule, metric, metrics, start_service_hub, until
+from ..support.live import api_fixture
+from ..support.service_hub import latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

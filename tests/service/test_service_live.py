@@ -26,8 +26,8 @@ import pytest_asyncio
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..hubapi import HubAPI
-from .common import CPU_TIMEOUT, TIMINGS, latest_rule, metric, metrics, start_service_hub, until
+from ..support.hubapi import HubAPI
+from ..support.service_hub import CPU_TIMEOUT, TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -21,9 +21,9 @@ import pytest_asyncio
 
 from gpu_reclaim_sim.launch import free_port
 
-from ..conftest import start_test_hub
-from ..hubapi import HubAPI
-from .common import CPU_TIMEOUT, until
+from ..support.live import start_test_hub
+from ..support.hubapi import HubAPI
+from ..support.service_hub import CPU_TIMEOUT, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -26,9 +26,9 @@ import pytest_asyncio
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..hubapi import HubAPI
-from ..web.common import PREFIX
-from .common import HERE, start_service_hub, until
+from ..support.hubapi import HubAPI
+from ..support.web_client import PREFIX
+from ..support.service_hub import HERE, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

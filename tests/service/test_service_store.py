@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from ..clock import at
-from ..postgres import postgres, postgres_url  # noqa: F401 - fixtures
+from ..support.clock import at
+from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
 from .test_service import harness  # noqa: F401 - fixture
 
 LONG = "x" * 250  # JupyterHub 5 takes any server name without `/` (the hub answers 202)

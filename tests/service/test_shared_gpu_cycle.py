@@ -14,7 +14,7 @@ from gpu_reclaim_sim.gpus import GpuFleet
 from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 
-from ..clock import at
+from ..support.clock import at
 from .test_service import NS, Harness
 
 LONG = 10**6  # seconds of simulated work: longer than any test

@@ -29,9 +29,9 @@ from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..hubapi import HubAPI
-from ..web.common import PREFIX
-from .common import HERE, start_service_hub, until
+from ..support.hubapi import HubAPI
+from ..support.web_client import PREFIX
+from ..support.service_hub import HERE, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -27,9 +27,9 @@ from gpu_reclaim_sim.launch import free_port, start_hub
 from gpu_reclaim_sim.paths import REPO
 from jupyterhub_gpu_reclaim.store import Store
 
-from .. import conftest
-from ..hubapi import HubAPI
-from .common import until
+from ..support import live
+from ..support.hubapi import HubAPI
+from ..support.service_hub import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -52,7 +52,7 @@ c.IdleCuller.cull_arbiter_hook = my_cull_arbiter
 def start_local_hub(workdir: Path, **env: str):
     """The hub without Kubernetes (jupyterhub_config_local.py), and the tests' token."""
     token = secrets.token_hex(16)
-    child = start_hub(workdir, HERE / "jupyterhub_config_local.py", "", python=conftest.HUB_PYTHON,
+    child = start_hub(workdir, HERE / "jupyterhub_config_local.py", "", python=live.HUB_PYTHON,
                       port=free_port(), env={"GPU_RECLAIM_TEST_TOKEN": token, "GPU_RECLAIM_REPO": str(REPO),
                                              "GPU_RECLAIM_DEMO_PASSWORD": "test-password",
                                              "GPU_RECLAIM_SINGLEUSER": str(Path(sys.executable).with_name(

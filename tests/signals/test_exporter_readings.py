@@ -25,7 +25,7 @@ from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.gpu_readings import NO_HOSTPID, GpuReading
 from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal, default_query
 
-from ..prometheus_proc import running_prometheus, without_kubernetes_sd
+from ..support.prometheus import running_prometheus, without_kubernetes_sd
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -26,9 +26,9 @@ from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..conftest import hub_fixture
-from ..prometheus_proc import running_prometheus
-from ..hubapi import HubAPI, StaticProbeToken
+from ..support.live import hub_fixture
+from ..support.prometheus import running_prometheus
+from ..support.hubapi import HubAPI, StaticProbeToken
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

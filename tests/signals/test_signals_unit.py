@@ -16,7 +16,7 @@ from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_tex
 from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 
-from ..hubapi import StaticProbeToken
+from ..support.hubapi import StaticProbeToken
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)

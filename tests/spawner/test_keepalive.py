@@ -10,7 +10,7 @@ import pytest
 from jupyterhub_gpu_reclaim.spawner import keepalive
 from jupyterhub_gpu_reclaim.spawner.keepalive import KeepaliveError
 
-from ..clock import at
+from ..support.clock import at
 
 UTC = dt.timezone.utc
 NOW = at(hours=1)  # 09:00 UTC

@@ -21,7 +21,7 @@ from kubernetes_validate.utils import latest_version
 from gpu_reclaim_sim import z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
-from ..conftest import api_fixture, start_test_hub
+from ..support.live import api_fixture, start_test_hub
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "helm-values" / "rbac.yaml"

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..conftest import hub_fixture, api_fixture
-from ..hubapi import HubAPI
+from ..support.live import hub_fixture, api_fixture
+from ..support.hubapi import HubAPI
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -17,7 +17,7 @@ from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
 from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.trace_export import export_records, export_trace
 
-from ..clock import at
+from ..support.clock import at
 
 UTC = dt.timezone.utc
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..clock import START, at
+from ..support.clock import START, at
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.observations import Warning
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..clock import START, at
+from ..support.clock import START, at
 
 
 @pytest.fixture

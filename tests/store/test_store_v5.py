@@ -17,8 +17,8 @@ from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import RowsRefused
 from jupyterhub_gpu_reclaim.store.schema import ESCAPE
 
-from ..clock import START, at
-from ..postgres import postgres, postgres_url  # noqa: F401 - fixtures
+from ..support.clock import START, at
+from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
 
 LONG = "x" * 250  # the finding's server name: student42/LONG is 260 characters, past a VARCHAR(255)
 LONG_USER = "u" * 300  # a hub on SQLite does not enforce its own Unicode(255) either

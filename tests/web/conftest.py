@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from ..conftest import sim_fixture
-from ..hubapi import HubAPI
-from ..service.common import cycles
-from .common import start_web_hub
+from ..support.live import sim_fixture
+from ..support.hubapi import HubAPI
+from ..support.service_hub import cycles
+from ..support.web_client import start_web_hub
 
 
 sim = sim_fixture("package")

@@ -24,9 +24,9 @@ from playwright.async_api import Page, async_playwright, expect
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..conftest import api_fixture
-from ..service.common import until
-from .common import PASSWORD, PREFIX, Client, user_token
+from ..support.live import api_fixture
+from ..support.service_hub import until
+from ..support.web_client import PASSWORD, PREFIX, Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

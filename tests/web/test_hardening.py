@@ -30,9 +30,9 @@ import pytest_asyncio
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..hubapi import HubAPI
-from ..service.common import cycles, until
-from .common import PREFIX, Client, user_token
+from ..support.hubapi import HubAPI
+from ..support.service_hub import cycles, until
+from ..support.web_client import PREFIX, Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

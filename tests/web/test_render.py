@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.web import app, inputs, render
 from jupyterhub_gpu_reclaim.web.inputs import BadInput, local_time_to_utc, parse_until
 from jupyterhub_gpu_reclaim.web.render import csv_cell, session_json, sparkline, state_of
 
-from ..clock import at
+from ..support.clock import at
 
 UTC = dt.timezone.utc
 NOW = at(hours=6)  # 14:00 UTC, the time the texts below are read at

@@ -15,8 +15,8 @@ import pytest_asyncio
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..backtest.test_backtest_store import record, slow_loader, used_then_idle
-from ..hubapi import HubAPI
-from .common import Client, user_token
+from ..support.hubapi import HubAPI
+from ..support.web_client import Client, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

@@ -10,7 +10,7 @@ from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
 from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util
 
-from ..clock import at
+from ..support.clock import at
 
 NOW = at(hours=6)  # 14:00 UTC
 

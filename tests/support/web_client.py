@@ -11,9 +11,9 @@ from pathlib import Path
 
 import aiohttp
 
-from ..service.common import start_service_hub
+from .service_hub import start_service_hub
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1] / "web"  # the hub configs of tests/web
 PREFIX = "/services/gpu-reclaim/"
 PASSWORD = "test-password"
 #: hub services (jupyterhub_config_web.py) that carry a user's name and may use the service

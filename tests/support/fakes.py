@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from ..clock import START
+from .clock import START
 
 PAGINATION = "application/jupyterhub-pagination+json"
 

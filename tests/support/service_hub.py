@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_reclaim_sim.launch import free_port
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..conftest import start_test_hub
+from .live import start_test_hub
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1] / "service"  # the hub configs of tests/service
 
 # seconds; the defaults are 30 min / 60 min / 15 min
 TIMINGS = {

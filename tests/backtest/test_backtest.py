@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,68 +24,9 @@ from jupyterhub_gpu_reclaim.policy import decide
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 
 from ..support.clock import START, at
-from .test_trace import EXAMPLE, generate_trace, ts
+from ..support.traces import EXAMPLE, Trace, cli, generate_trace, idle_open_tab, ts
 
-REPO = Path(__file__).resolve().parents[2]
 MIN = dt.timedelta(minutes=1)
-
-
-class Trace:
-    """A small hand-written trace: sessions with a sample every `step` minutes."""
-
-    def __init__(self, hours: float = 6, step: int = 5):
-        self.end = at(hours * 60)
-        self.step = step
-        self.events: list[tuple[dt.datetime, int, dict]] = []
-
-    def session(self, sid, *, start=0, stop=None, gpus=1, sample=None, admin=False, profile="a100", **fields):
-        """`sample(minute) -> dict` of sample fields (gpu_util, kernels, hub_last_activity);
-        `fields`: more of the session line's (groups, gpu_type)."""
-        started = at(start)
-        stopped = at(stop) if stop is not None else None
-        self.events.append((started, 0, {
-            "kind": "session", "id": sid, "user": sid.split("/")[0], "server": sid.split("/")[1],
-            "admin": admin, "gpus": gpus, "profile": profile, "started": ts(started),
-            "stopped": ts(stopped) if stopped else None, **fields}))
-        last = stopped or self.end
-        m = start
-        while at(m) < last:
-            fields = sample(m)
-            self.events.append((at(m), 2, {"kind": "sample", "t": ts(at(m)), "session": sid,
-                                           "gpu_mem_used_mib": [900] * gpus, "terminals": [], **fields}))
-            m += self.step
-        return self
-
-    def add(self, minute, obj):
-        self.events.append((at(minute), 1, obj))
-        return self
-
-    def pressure(self, minute, n):
-        return self.add(minute, {"kind": "pressure", "t": ts(at(minute)), "pending_gpus": n})
-
-    def intent(self, minute, sid, until_minute):
-        return self.add(minute, {"kind": "intent", "t": ts(at(minute)), "session": sid,
-                                 "until": ts(at(until_minute)) if until_minute is not None else None})
-
-    def label(self, sid, frm, to, truth):
-        return self.add(frm, {"kind": "label", "session": sid, "from": ts(at(frm)), "to": ts(at(to)),
-                              "truth": truth})
-
-    def write(self, path: Path) -> Path:
-        self.events.sort(key=lambda e: (e[0], e[1]))
-        with open(path, "w") as f:
-            f.write(json.dumps({"kind": "config", "version": 1, "start": ts(START), "end": ts(self.end),
-                                "sample_interval_s": self.step * 60, "gpus_total": 8}) + "\n")
-            for _, _, obj in self.events:
-                f.write(json.dumps(obj) + "\n")
-        return path
-
-
-def idle_open_tab(gpus=1, util=0.0):
-    """GPU idle, kernel idle since the start, browser tab open (hub activity fresh)."""
-    return lambda m: {"gpu_util": [util] * gpus,
-                      "kernels": [{"execution_state": "idle", "last_activity": ts(START)}],
-                      "hub_last_activity": ts(at(m))}
 
 
 def training_silent(gpus=1):
@@ -361,11 +300,6 @@ def test_policy_overrides(tmp_path):
     assert parse_duration("30m") == dt.timedelta(minutes=30)
     assert parse_duration(90) == dt.timedelta(seconds=90)
     assert parse_duration("1d") == dt.timedelta(days=1)
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "jupyterhub_gpu_reclaim", "backtest", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 def test_cli_json(tmp_path):

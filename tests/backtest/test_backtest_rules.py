@@ -16,8 +16,7 @@ from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy_rules import PolicyRules
 
 from ..support.clock import at
-from .test_backtest import Trace, cli, idle_open_tab
-from .test_trace import ts
+from ..support.traces import Trace, cli, idle_open_tab, ts
 
 POLICY = """\
 warning_lead: 10m

@@ -11,7 +11,7 @@ from jupyterhub_gpu_reclaim.backtest_report import format_report
 from jupyterhub_gpu_reclaim.interruptions import bucket
 
 from ..support.clock import START, at
-from .test_backtest import Trace, ts
+from ..support.traces import Trace, ts
 
 # the default policy reclaims a server nothing ran on at 2 h; each user is back this long after
 BACK = {"a/": 20, "b/": 90, "c/": 5 * 60, "d/": 10 * 60, "e/": None}

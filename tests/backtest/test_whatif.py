@@ -12,7 +12,7 @@ from jupyterhub_gpu_reclaim.policy_rules import load_rules
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.whatif import MAX_BUCKETS, WhatIfError, what_if
 
-from .test_backtest_store import NOW, record, slow_loader, training, used_then_idle
+from ..support.records import NOW, record, slow_loader, training, used_then_idle
 
 DAY = dt.timedelta(days=1)
 H = dt.timedelta(hours=1)

@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..backtest.test_backtest_store import record, slow_loader, used_then_idle
+from ..support.records import record, slow_loader, used_then_idle
 from ..support.hubapi import HubAPI
 from ..support.web_client import Client, user_token
 

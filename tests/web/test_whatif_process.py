@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.whatif import WhatIfError, what_if
 from jupyterhub_gpu_reclaim.whatif_process import OverBudget, replay_in_process
 
-from ..backtest.test_backtest_store import NOW, record, slow_loader, used_then_idle
+from ..support.records import NOW, record, slow_loader, used_then_idle
 
 H = dt.timedelta(hours=1)
 SINCE = NOW - 4 * H

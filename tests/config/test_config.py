@@ -19,6 +19,8 @@ from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_
 from jupyterhub_gpu_reclaim.oneline import LogFormatter
 from jupyterhub_gpu_reclaim.policy_config import PolicyConfig, from_settings, option_of
 
+from ..support.apps import culler, parse
+
 TOKEN = "s3cr3t-token-value"
 URL = "http://localhost:8081/hub/api"
 BOOL_OPTIONS = ["cull_users", "cull_admin_users", "remove_named_servers",
@@ -33,18 +35,6 @@ Z2JH_ARGV = ["--url=http://localhost:8081/hub/api", "--timeout=3600", "--cull-ev
 
 def opt(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def parse(argv: list[str]) -> GpuReclaim:
-    app = GpuReclaim()
-    app.initialize(argv)
-    return app
-
-
-def culler(argv: list[str]) -> IdleCuller:
-    app = IdleCuller()
-    app.parse_command_line(argv)
-    return app
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ from jupyterhub_gpu_reclaim import cli
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_CONFIG_FILE, IDLE_CULLER_SETTINGS, GpuReclaim
 from jupyterhub_gpu_reclaim.launcher import run_app, service_settings
 
-from .test_config import culler
-from .test_config import parse as ours
+from ..support.apps import culler
+from ..support.apps import parse as ours
 
 # idle-culler's documented hook (the help of its cull_arbiter_hook)
 DOCUMENTED = '''

@@ -14,19 +14,9 @@ from gpu_reclaim_sim.paths import REPO
 from gpu_reclaim_sim.z2jh import CHART, chart_missing
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 
+from ..support.docs import table_rows
+
 DOCS = REPO / "docs"
-
-
-def table_rows(page: Path, header_start: str) -> list[list[str]]:
-    """The rows of the first Markdown table whose header starts with `header_start`."""
-    lines = page.read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header_start}"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    return rows
 
 
 def test_mkdocs_build_strict(tmp_path):

@@ -20,8 +20,8 @@ from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 
 from ..support.prometheus import without_kubernetes_sd
-from .test_docs import table_rows
-from .test_values import SERVICE_SCOPES
+from ..support.docs import table_rows
+from ..support.chart_values import SERVICE_SCOPES
 
 EXAMPLES = REPO / "examples"
 TRACE = EXAMPLES / "traces" / "example.jsonl"  # the sample trace of ../shared/traces

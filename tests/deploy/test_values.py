@@ -11,12 +11,9 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from gpu_reclaim_sim import z2jh
-from gpu_reclaim_sim.z2jh import BASE, HELM_VALUES, RBAC
+from gpu_reclaim_sim.z2jh import BASE, RBAC
 
-NOT_VALUES = {RBAC.name}   # Kubernetes manifests, applied with kubectl
-VARIANTS = sorted(p for p in HELM_VALUES.glob("*.yaml") if p.name not in NOT_VALUES and p != BASE)
-SERVICE_SCOPES = {"list:users", "read:users:activity", "read:servers", "delete:servers",
-                  "read:users:groups", "custom:gpu-reclaim:probe-tokens"}
+from ..support.chart_values import VARIANTS
 
 needs_chart = pytest.mark.skipif(z2jh.missing() is not None, reason=z2jh.missing() or "")
 

@@ -1,5 +1,5 @@
 """Faults: the real signal classes (HubSignal, PrometheusSignal, KernelSignal) and the real
-HubStopper against real HTTP fakes on 127.0.0.1 (tests/faults/fakes.py), wired into a
+HubStopper against real HTTP fakes on 127.0.0.1 (tests/support/fakes.py), wired into a
 Reclaimer with a fake pod source, a real Store and a controllable clock.
 
 For each fault: nothing is reclaimed on missing data, the fault is logged and counted, and
@@ -17,128 +17,19 @@ import sys
 
 import aiohttp
 import pytest
-import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from jupyterhub_gpu_reclaim.actions import HubStopper
-from jupyterhub_gpu_reclaim.cycle import Options
-from jupyterhub_gpu_reclaim.metrics import Metrics
-from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.service import Reclaimer
-from jupyterhub_gpu_reclaim.signals.base import SignalError
-from jupyterhub_gpu_reclaim.signals.hub import HubSignal
-from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
-from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
-from jupyterhub_gpu_reclaim.store import Store
-
-from ..support.clock import START, YALE_NEVER_USED, at
-from ..support.cycles import CycleRecorder
-from ..support.hubapi import StaticProbeToken
-from ..support.fakes import FakeHubAPI, FakePrometheus, FakeServers
+from ..support.clock import START, at
+from ..support.fakes import FakeHubAPI
+from ..support.fault_world import P, TOKEN, World
 
 UTC = dt.timezone.utc
-STEP = dt.timedelta(minutes=5)
-NS = "jhub"
-TOKEN = "fault-test-token-7c1d9e"
-P = "jupyterhub_gpu_reclaim_"
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-class FakePods:
-    """In-process pod source; `fail` makes `snapshot` raise as PodSignal does when its
-    watch has been down too long (e.g. re-lists after 410 Gone keep failing)."""
-
-    def __init__(self) -> None:
-        self.pods: dict[str, PodInfo] = {}
-        self.fail: str | None = None
-
-    async def start(self) -> None:
-        pass
-
-    def snapshot(self, max_age: float) -> PodSnapshot:
-        if self.fail:
-            raise SignalError("pods", self.fail)
-        return PodSnapshot(by_session=dict(self.pods), pending_gpus=0)
-
-
-class World(CycleRecorder):
-    """The fakes, the real signals and a Reclaimer on a real store."""
-
-    step = STEP
-
-    def __init__(self, tmp_path) -> None:
-        self.now = [START]
-        self.hub = FakeHubAPI()
-        self.prom = FakePrometheus(self.clock)
-        self.servers = FakeServers()
-        self.pods = FakePods()
-        self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
-        self.policy = PolicyConfig(**YALE_NEVER_USED)
-        self.reports: list = []
-        self.parts: list = []
-        self.reclaimer: Reclaimer | None = None
-        self.metrics: Metrics | None = None
-
-    def clock(self) -> dt.datetime:
-        return self.now[0]
-
-    async def start(self) -> "World":
-        for fake in (self.hub, self.prom, self.servers):
-            await fake.start()
-        self.new_reclaimer()
-        return self
-
-    def new_reclaimer(self, stop_timeout: float = 0.3) -> Reclaimer:
-        """The service (re)started: fresh signals, metrics and memory; the same store."""
-        self.hub_signal = HubSignal(self.hub.api, TOKEN, timeout=0.3)
-        self.prom_signal = PrometheusSignal(self.prom.url, timeout=0.3)
-        self.kernel_signal = KernelSignal("", StaticProbeToken(TOKEN), timeout=0.2)
-        self.stopper = HubStopper(self.hub.api, TOKEN, stop_timeout=stop_timeout, poll_interval=0.05,
-                                  retries=1, backoff=0.01, request_timeout=1.0)
-        self.parts += [self.hub_signal, self.prom_signal, self.kernel_signal, self.stopper]
-        self.metrics = Metrics()
-        self.reclaimer = Reclaimer(
-            hub=self.hub_signal, pods=self.pods, gpu=self.prom_signal, kernels=self.kernel_signal,
-            stopper=self.stopper, dispatcher=Dispatcher([LogNotifier()]), store=self.store,
-            policy=self.policy, options=Options(cycle_interval=STEP), metrics=self.metrics,
-            clock=self.clock)
-        return self.reclaimer
-
-    async def close(self) -> None:
-        if self.reclaimer is not None:
-            await self.reclaimer.cancel()
-        for part in self.parts:
-            await part.close()
-        for fake in (self.hub, self.prom, self.servers):
-            await fake.close()
-        self.store.close()
-
-    def add(self, user: str, *, gpus: int = 1, util: float | None = 0.0,
-            last_activity: dt.datetime | None = None) -> str:
-        sid = self.hub.add_server(user, started=START, last_activity=last_activity)
-        port = int(self.servers.url.rsplit(":", 1)[1])
-        pod = f"jupyter-{user}"
-        self.pods.pods[sid] = PodInfo(namespace=NS, name=pod, user=user, server="", gpus=gpus,
-                                      node="gpu-node-1", phase="Running", ready=True,
-                                      pod_ip="127.0.0.1", port=port, created=START, unschedulable=None)
-        if gpus and util is not None:
-            self.prom.util[(NS, pod)] = util
-        return sid
-
-    def decisions(self, sid: str, since: dt.datetime = START, until: dt.datetime | None = None) -> set:
-        return {(r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
-                if sid in r.decisions and since <= r.t and (until is None or r.t <= until)}
-
-    def warning_rows(self) -> int:
-        with self.store.engine.connect() as c:
-            return c.execute(sa.text("SELECT count(*) FROM warnings")).scalar_one()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from jupyterhub_gpu_reclaim.signals.pods import PodSignal
 
 from ..support.clock import START, at
 from ..support.fakes import FakeDcgmExporter, FakeKubeAPI, iso
-from .test_faults import NS, P, World
+from ..support.fault_world import NS, P, World
 
 # never-used GPUs warned at 10 min, reclaimed at 20; servers without GPUs culled at 20
 POLICY = PolicyConfig(never_used_warn_after=dt.timedelta(minutes=10),

@@ -38,7 +38,7 @@ from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from ..support import live
 from ..support.live import hub_major
-from ..deploy.test_values import SERVICE_SCOPES, VARIANTS
+from ..support.chart_values import SERVICE_SCOPES, VARIANTS
 from ..support.hubapi import HubAPI
 from ..support.service_hub import metric, parse_metrics, until
 from ..support.web_client import PREFIX, Client

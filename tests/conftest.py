@@ -8,16 +8,19 @@ marked `@pytest.mark.jupyterhub(MAJOR, reason=...)`."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 
 from gpu_reclaim_sim.paths import REPO
 
 from .support import live
+from .support.browser import CHROMIUM, CHROMIUM_ARGS
 from .support.live import api_fixture, hub_fixture, hub_major, sim_fixture
 
 SLOWEST_MODULES = 15
@@ -73,6 +76,21 @@ def pytest_runtest_setup(item):
 sim = sim_fixture("module")
 hub = hub_fixture(REPO / "tests" / "jupyterhub_config.py")
 api = api_fixture("function")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser():
+    """Debian's Chromium, for the modules that drive pages (tests/web, tests/lab)."""
+    from playwright.async_api import async_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (apt-get install chromium)")
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            await b.close()
 
 
 @pytest.fixture

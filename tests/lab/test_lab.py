@@ -30,7 +30,7 @@ from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 from ..support.live import LAB, lab_paths, api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
-from ..web.test_browser import IMG, browser, log_in, new_page  # noqa: F401 (browser: a fixture)
+from ..support.browser import IMG, log_in, new_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -80,7 +80,7 @@ async def server_get(hub, api, user: str, path: str) -> dict:
             return await r.json()
 
 
-async def open_lab(hub, api, browser, user: str) -> Page:  # noqa: F811
+async def open_lab(hub, api, browser, user: str) -> Page:
     await api.start(user, GPU)
     await api.wait_ready(user)
     page = await new_page(browser)
@@ -91,7 +91,7 @@ async def open_lab(hub, api, browser, user: str) -> Page:  # noqa: F811
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def alice(hub, api, browser):  # noqa: F811
+async def alice(hub, api, browser):
     page = await open_lab(hub, api, browser, "alice")
     yield page
     await page.context.close()
@@ -158,7 +158,7 @@ async def show(page: Page, state: str) -> None:
     }""", state)
 
 
-async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alice, browser):  # noqa: F811
+async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alice, browser):
     """Every request the proxy passes to the server moves the hub's last_activity: in a tab
     left in the background the extension asks nothing (two minutes on the page's clock), and
     asks at once when the tab is shown again."""
@@ -192,7 +192,7 @@ async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alic
         await page.context.close()
 
 
-async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice, browser):  # noqa: F811
+async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice, browser):
     await until(lambda: warned(hub, api, "alice"), 60, "alice's GPU session is warned")
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at \d\d:\d\d unless used"),
                                                      timeout=30_000)
@@ -215,7 +215,7 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     await admin_page_shows_the_intent(hub, browser, "alice/", session["intent_until"])
 
 
-async def admin_page_shows_the_intent(hub, browser, session: str, intent_until: str) -> None:  # noqa: F811
+async def admin_page_shows_the_intent(hub, browser, session: str, intent_until: str) -> None:
     """The service's admin page, opened by the hub's admin in the browser: the session's row
     is kept, its Intent column holds the kept time, and it offers Clear intent."""
     page = await new_page(browser)
@@ -232,7 +232,7 @@ async def admin_page_shows_the_intent(hub, browser, session: str, intent_until: 
         await page.context.close()
 
 
-async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser):  # noqa: F811
+async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser):
     page = await open_lab(hub, api, browser, "bob")
     try:
         await until(lambda: warned(hub, api, "bob"), 60, "bob's GPU session is warned")
@@ -243,7 +243,7 @@ async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, 
         await page.context.close()
 
 
-async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):  # noqa: F811
+async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):
     """The dialog's time is the browser's (UTC here); beyond the service's max-keepalive (4 h
     in these tests) the service says no and the warning stays; within it, it is kept."""
     page = await open_lab(hub, api, browser, "frank")
@@ -271,7 +271,7 @@ async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):  # noq
         await page.context.close()
 
 
-async def lab_page(hub, browser, user: str) -> Page:  # noqa: F811
+async def lab_page(hub, browser, user: str) -> Page:
     """A new browser's JupyterLab on the user's running server."""
     page = await new_page(browser)
     await log_in(page, hub.info["url"], user)
@@ -280,7 +280,7 @@ async def lab_page(hub, browser, user: str) -> Page:  # noqa: F811
     return page
 
 
-async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, browser):  # noqa: F811
+async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, browser):
     """Not "idle 0 min": the browser's clock is set to 20 s after the service's idle_since,
     then to 5 min after it (the status bar counts from the browser's clock)."""
     page = await open_lab(hub, api, browser, "carol")
@@ -299,7 +299,7 @@ async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, brows
         await page.context.close()
 
 
-async def test_the_notification_goes_away_when_the_gpu_is_used_again(hub, api, browser):  # noqa: F811
+async def test_the_notification_goes_away_when_the_gpu_is_used_again(hub, api, browser):
     """carol's warned server (the test before) uses its GPU from a kernel: the service clears
     the warning and the notification closes by itself, seen by polling the page."""
     page = await lab_page(hub, browser, "carol")
@@ -322,7 +322,7 @@ async def _gone(api, user: str) -> bool:
     return await api.server(user) is None
 
 
-async def test_no_status_and_no_notification_where_the_service_is_absent(hub, api, browser):  # noqa: F811
+async def test_no_status_and_no_notification_where_the_service_is_absent(hub, api, browser):
     page = await open_lab(hub, api, browser, "dave")
     try:
         assert await server_get(hub, api, "dave", "gpu-reclaim/status") == {"available": False}

@@ -17,7 +17,7 @@ from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 
 from ..support.clock import START, at
-from .test_service import P, Harness
+from ..support.harness import P, Harness
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import sqlalchemy as sa
 
 from ..support.clock import at
 from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
-from .test_service import harness  # noqa: F401 - fixture
 
 LONG = "x" * 250  # JupyterHub 5 takes any server name without `/` (the hub answers 202)
 USER = "student42"  # the session id, USER/LONG, is 260 characters: past a VARCHAR(255)
@@ -23,7 +22,7 @@ def store_url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
-async def test_a_long_or_unstorable_server_name_holds_no_other_users_reclaim(harness, store_url):  # noqa: F811
+async def test_a_long_or_unstorable_server_name_holds_no_other_users_reclaim(harness, store_url):
     h = harness(store_url=store_url)
     alice = h.add("alice")
     long = h.add(USER, name=LONG)
@@ -45,7 +44,7 @@ async def test_a_long_or_unstorable_server_name_holds_no_other_users_reclaim(har
     assert h.metric("jupyterhub_gpu_reclaim_cycles_total", result="ok") == len(h.reports)
 
 
-async def test_a_record_that_fails_never_skips_the_stops(harness, monkeypatch):  # noqa: F811
+async def test_a_record_that_fails_never_skips_the_stops(harness, monkeypatch):
     h = harness()
     alice = h.add("alice")
 

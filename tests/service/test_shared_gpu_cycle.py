@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 
 from ..support.clock import at
-from .test_service import NS, Harness
+from ..support.harness import NS, Harness
 
 LONG = 10**6  # seconds of simulated work: longer than any test
 

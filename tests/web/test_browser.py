@@ -13,59 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import re
-import tempfile
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Page, async_playwright, expect
+from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.live import api_fixture
 from ..support.service_hub import until
-from ..support.web_client import PASSWORD, PREFIX, Client, user_token
+from ..support.web_client import PREFIX, Client, user_token
+from ..support.browser import IMG, log_in, new_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's; `playwright install` must never run here
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update"]
 GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"
-# the README's screenshots: GPU_RECLAIM_SCREENSHOTS=docs/img make test refreshes them;
-# otherwise they go to a temporary folder and the working tree stays as it is
-IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS") or tempfile.mkdtemp(prefix="gpu-reclaim-screenshots-"))
 UTC = dt.timezone.utc
 
 
 api = api_fixture("module")
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: run scripts/setup.sh (apt-get install chromium)")
-    async with async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield b
-        finally:
-            await b.close()
-
-
-async def new_page(browser) -> Page:
-    context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
-    context.set_default_timeout(30_000)
-    return await context.new_page()
-
-
-async def log_in(page: Page, url: str, user: str) -> None:
-    await page.goto(f"{url}/hub/login")
-    await page.get_by_label("Username").fill(user)
-    await page.get_by_label("Password").fill(PASSWORD)
-    await page.get_by_role("button", name="Sign in").click()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

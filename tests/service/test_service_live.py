@@ -28,6 +28,7 @@ from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import CPU_TIMEOUT, TIMINGS, latest_rule, metric, metrics, start_service_hub, until
+from ..support.pods import pod_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -39,20 +40,6 @@ def hub(sim, tmp_path_factory, webhook):
     child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook)
     yield child
     child.stop(grace=60)
-
-
-def pod_phase(sim, name: str) -> str | None:
-    kubectl = Path(sys.executable).with_name("kubectl")
-    out = subprocess.run([str(kubectl), "--kubeconfig", sim.info["kubeconfig"], "get", "pod", "-n", "jhub",
-                          name, "-o", "json"], capture_output=True, text=True, timeout=30)
-    if out.returncode != 0:
-        assert "NotFound" in out.stderr, out.stderr
-        return None
-    pod = json.loads(out.stdout)
-    conds = {c["type"]: c for c in pod["status"].get("conditions", [])}
-    if conds.get("PodScheduled", {}).get("status") == "False":
-        return "Unschedulable"
-    return pod["status"]["phase"]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -11,7 +11,7 @@ from jupyterhub_gpu_reclaim.signals.gpu_readings import Series, readings_from_se
 from jupyterhub_gpu_reclaim.signals.pods import pod_info
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, readings_from_query_result
 
-from .test_signals_unit import k8s_pod, series, vector
+from ..support.signal_inputs import k8s_pod, series, vector
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -16,7 +16,7 @@ from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
                                                          identify_scopes, probe_scope)
 
-from .test_signals_unit import Server
+from ..support.signal_inputs import Server
 
 SERVICE_TOKEN = "service-token-must-stay-at-the-hub"
 

@@ -17,30 +17,11 @@ from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 
 from ..support.hubapi import StaticProbeToken
+from ..support.signal_inputs import Server, k8s_pod, series, vector
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 1, 1, tzinfo=UTC)
 TOKEN = "secret-token-123"
-
-
-class Server:
-    """An aiohttp app on a free loopback port; `routes` maps path -> handler."""
-
-    def __init__(self) -> None:
-        self.app = web.Application()
-        self.requests: list[web.Request] = []
-        self.url = ""
-
-    async def start(self) -> None:
-        self.runner = web.AppRunner(self.app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def stop(self) -> None:
-        await self.runner.cleanup()
 
 
 @pytest.fixture
@@ -214,17 +195,6 @@ def test_hub_server_from_malformed_models_is_marked_invalid():
 
 # --- dcgm -------------------------------------------------------------------------
 
-LABELS = 'gpu="{gpu}",UUID="GPU-{uuid}",device="nvidia{gpu}",modelName="NVIDIA A100",Hostname="{host}"'
-
-def series(metric, gpu, value, pod="", ns="", host="gpu-1", uuid=None, exported=False, extra=""):
-    base = LABELS.format(gpu=gpu, uuid=uuid or f"{host}-{gpu}", host=host)
-    if exported:
-        who = f'pod="dcgm-exporter-abc",namespace="gpu-operator",exported_pod="{pod}",exported_namespace="{ns}"'
-    else:
-        who = f'container="notebook",pod="{pod}",namespace="{ns}"'
-    return f"{metric}{{{base},{who}{extra}}} {value}\n"
-
-
 DCGM_TEXT = (
     "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
     + series("DCGM_FI_DEV_GPU_UTIL", 1, 75, "jupyter-bob", "jhub")
@@ -382,11 +352,6 @@ async def test_kernels_errors(server, kernels, terminals, delay, needle):
 from jupyterhub_gpu_reclaim.signals.prometheus import DEFAULT_QUERY, PrometheusSignal  # noqa: E402
 
 
-def vector(*items):
-    return {"status": "success", "data": {"resultType": "vector", "result": [
-        {"metric": labels, "value": [1767225600.5, str(value)]} for labels, value in items]}}
-
-
 EXPORTER = {"pod": "dcgm-exporter-xyz", "namespace": "gpu-operator"}
 PROM_ANSWER = vector(
     ({**EXPORTER, "exported_pod": "jupyter-bob", "exported_namespace": "jhub", "gpu": "1", "field": "util"}, 80),
@@ -490,24 +455,6 @@ def test_pod_label_modes():
 # --- pods -------------------------------------------------------------------------
 
 from jupyterhub_gpu_reclaim.signals.pods import PodSignal, pod_info  # noqa: E402
-
-
-def k8s_pod(name, user, gpus=1, phase="Running", ready=True, unschedulable=None, server=""):
-    limits = {"cpu": "4"} | ({"nvidia.com/gpu": str(gpus)} if gpus else {})
-    conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                   "message": unschedulable}] if unschedulable else [{"type": "PodScheduled", "status": "True"}]
-    return {
-        "metadata": {"name": name, "namespace": "jhub", "resourceVersion": "7",
-                     "creationTimestamp": "2026-01-01T00:00:00Z",
-                     "labels": {"component": "singleuser-server", "hub.jupyter.org/username": user.replace("@", "-40"),
-                                "hub.jupyter.org/servername": server},
-                     "annotations": {"hub.jupyter.org/username": user}},
-        "spec": {"nodeName": None if unschedulable else "gpu-1",
-                 "containers": [{"name": "notebook", "resources": {"limits": limits},
-                                 "ports": [{"name": "notebook-port", "containerPort": 8888}]}]},
-        "status": {"phase": phase, "podIP": None if unschedulable else "127.5.0.3", "conditions": conditions,
-                   "containerStatuses": [] if unschedulable else [{"name": "notebook", "ready": ready}]},
-    }
 
 
 def test_pod_info_reads_kubespawner_pods():

@@ -23,7 +23,7 @@ from gpu_reclaim_sim.rbac.authorizer import Rule, request_attributes
 from gpu_reclaim_sim.resources import BY_KIND
 from gpu_reclaim_sim.runtime import sandbox_available
 
-from .test_apiserver import KUBECTL, Sim, make_namespace, pod_manifest
+from ..support.apiserver_sim import KUBECTL, Sim, make_namespace, pod_manifest
 
 POD, SA = BY_KIND["Pod"], BY_KIND["ServiceAccount"]
 HUB = "system:serviceaccount:jhub:hub"

@@ -25,6 +25,7 @@ from ..support.live import api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, user_token
 from ..support.browser import IMG, log_in, new_page
+from ..support.pods import pod_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -221,8 +222,6 @@ async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme)
 
 
 async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub, api, browser, sim):
-    from ..service.test_service_live import pod_phase
-
     await api.start("bob", "gpu-2")
     await api.start("carol", "gpu-1")
     await asyncio.gather(api.wait_ready("bob"), api.wait_ready("carol"))

@@ -13,7 +13,7 @@ from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy_readings import MEMORY_HELD_MIB, cpu_work_since, gpu_touched
 
 from ..support.clock import START, at
-from .test_policy import IDLE, mins, run, samples, session
+from ..support.policy_inputs import IDLE, mins, run, samples, session
 
 DEFAULTS = PolicyConfig()
 

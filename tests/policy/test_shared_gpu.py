@@ -12,7 +12,7 @@ from jupyterhub_gpu_reclaim.observations import Kernel, Sample, SessionView
 from jupyterhub_gpu_reclaim.policy import IDLE_RULES, retained_samples
 
 from ..support.clock import START, at
-from .test_policy import BUSY, CFG, IDLE, PROP, configs, nows, run, samples, session, views, warned
+from ..support.policy_inputs import BUSY, CFG, IDLE, PROP, configs, nows, run, samples, session, views, warned
 
 RULE = "shared-gpu-idle-kernels"
 

@@ -10,18 +10,13 @@ this Python's environment, as the other tests' single-user servers do."""
 from __future__ import annotations
 
 import pwd
-from pathlib import Path
 
 import pytest
 
 from gpu_reclaim_sim import z2jh
 
 from ..support import live
-
-PASSWORD = "release-password"
-USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
-POSTGRES_IMAGE = "docker.io/library/postgres:15"  # Debian's PostgreSQL 15 stands in for it
-POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+from ..support.release import POSTGRES_BIN, POSTGRES_IMAGE, sim_values
 
 
 def _postgres_image() -> dict:
@@ -45,10 +40,3 @@ def cluster(tmp_path_factory):
     sim.stop()
 
 
-def sim_values(**options) -> dict:
-    values = z2jh.sim_values(password=PASSWORD, users=USERS, admins=ADMINS, options=options)
-    # the hub and user images with the package: the worktree's (an editable install's own
-    # path lookup may not reach a pod)
-    values["hub"]["extraEnv"] = {"PYTHONPATH": str(live.REPO)}
-    values["singleuser"]["extraEnv"] = live.lab_paths()
-    return values

@@ -42,7 +42,7 @@ from ..support.chart_values import SERVICE_SCOPES, VARIANTS
 from ..support.hubapi import HubAPI
 from ..support.service_hub import metric, parse_metrics, until
 from ..support.web_client import PREFIX, Client
-from .conftest import ADMINS, PASSWORD, POSTGRES_BIN, POSTGRES_IMAGE, sim_values
+from ..support.release import ADMINS, PASSWORD, POSTGRES_BIN, POSTGRES_IMAGE, sim_values
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

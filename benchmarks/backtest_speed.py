@@ -2,7 +2,7 @@
 """Benchmark: replaying a 30,000-line session trace through the real policy.
 
 Run it as `.venv/bin/python benchmarks/backtest_speed.py [--lines N] [--seed S]`. It writes a
-realistic trace with the test suite's generator (`tests/backtest/test_trace.py:generate_trace`:
+realistic trace with the test suite's generator (`tests/support/traces.py:generate_trace`:
 training sessions, open-tab idlers, never-used GPUs, slow data loaders, exporter gaps,
 multi-GPU sessions, intents, pressure, labels) into a temporary directory, then times
 (a) reading and validating it and (b) the whole backtest with the default policy config,
@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from jupyterhub_gpu_reclaim.backtest import backtest  # noqa: E402
 from jupyterhub_gpu_reclaim.trace import read_trace  # noqa: E402
-from tests.backtest.test_trace import generate_trace  # noqa: E402
+from tests.support.traces import generate_trace  # noqa: E402
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 log in, pick the GPU profile, watch the spawn page report the pod's events, get JupyterLab,
 create a notebook from the Launcher, run a cell, stop the server from the hub's home page.
 
-The stack is the demo's (tests/conftest.py: the demo's cluster with fast image pulls and a
+The stack is the demo's (tests/support/live.py: the demo's cluster with fast image pulls and a
 JupyterHub on gpu_reclaim_sim/demo_config/jupyterhub_config.py). All waits are on events, with generous
 timeouts; nothing sleeps for a fixed time."""
 

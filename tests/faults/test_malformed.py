@@ -3,7 +3,7 @@
 (pods in the list and in the watch). Wrong types, absurd dates, NaN and infinities, huge
 numbers, missing keys, deep nesting, text that is not JSON, bodies over the size limit.
 
-The real signal classes read real HTTP fakes (fakes.py), wired into a Reclaimer as in
+The real signal classes read real HTTP fakes (tests/support/fakes.py), wired into a Reclaimer as in
 test_faults.py. In every test, bystanders are warned and reclaimed on schedule in the very
 cycles they would be without the fault, each concerned session is held with the reason,
 `cycles_total` says what each cycle was, and the last-successful-cycle time moves only

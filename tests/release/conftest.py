@@ -2,7 +2,7 @@
 serves the module, and each release is installed afresh in namespace jhub
 (helm-values/postgresql.yaml names it), one after another.
 
-The hub image runs from the tests' hub environment (tests/conftest.py): this Python's
+The hub image runs from the tests' hub environment (tests/support/live.py): this Python's
 (JupyterHub 6), or --hub-python's: `make test` runs the module again with .venv-jh5, the
 chart's own hub requirements (JupyterHub 5.5, KubeSpawner 7.1). The user image runs from
 this Python's environment, as the other tests' single-user servers do."""

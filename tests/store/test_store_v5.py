@@ -1,4 +1,4 @@
-"""Schema v5 and what users choose, on SQLite and on a real PostgreSQL (tests/postgres.py):
+"""Schema v5 and what users choose, on SQLite and on a real PostgreSQL (tests/support/postgres.py):
 server and user names of any length (JupyterHub 5 takes any server name without `/`; a
 250-character one made every cycle fail on PostgreSQL's VARCHAR(255), issue 27), rows one
 session's name keeps out of the database without keeping the others' out, a v4 store

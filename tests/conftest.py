@@ -23,6 +23,15 @@ from .support import live
 from .support.browser import CHROMIUM, CHROMIUM_ARGS
 from .support.live import api_fixture, hub_fixture, hub_major, sim_fixture
 
+# the suite's kinds (docs/architecture.md#the-tests), from a test's folder and its
+# `integration` mark; `-m unit`, `-m hub`, `-m release` or `-m sim` selects one
+KINDS = {
+    "unit": "no hub and no cluster: the code in process, on a virtual clock where time matters "
+            "(a few start one real program: Prometheus, PostgreSQL, mkdocs, the CLI)",
+    "hub": "a real JupyterHub on the simulated cluster (marked integration)",
+    "release": "the z2jh release installed on the simulated cluster (tests/release, marked integration)",
+    "sim": "the simulator's own Kubernetes (tests/sim)",
+}
 SLOWEST_MODULES = 15
 _module_seconds: Counter[str] = Counter()  # setup + call + teardown of each module's tests
 
@@ -37,6 +46,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "jupyterhub(major, reason): the test makes sense only on "
                                        "this JupyterHub major (of the hub the tests start)")
+    for kind, meaning in KINDS.items():
+        config.addinivalue_line("markers", f"{kind}: {meaning} (set by tests/conftest.py)")
     # absolute, not resolved: a virtualenv's python is a link out of it
     live.HUB_PYTHON = str(Path(config.getoption("--hub-python") or sys.executable).absolute())
     live.HUB_VERSION = subprocess.run([live.HUB_PYTHON, "-c", "import jupyterhub; print(jupyterhub.__version__)"],
@@ -60,7 +71,16 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{seconds:8.1f}s {path}")
 
 
+def kind_of(item) -> str:
+    folder = Path(item.path).relative_to(Path(__file__).parent).parts[0]
+    if folder in ("release", "sim"):
+        return folder
+    return "hub" if item.get_closest_marker("integration") else "unit"
+
+
 def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(kind_of(item))
     # the slow integration tests last, so a quick failure shows first
     items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
 

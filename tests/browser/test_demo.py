@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
+from ..support.browser import CHROMIUM, CHROMIUM_ARGS
+
 pytestmark = pytest.mark.integration
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's; `playwright install` must never run here
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update"]
 PASSWORD = "test-password"  # GPU_RECLAIM_DEMO_PASSWORD of the hub fixture
 USER = "bob"  # one of the demo's allowed users; this module has its own hub and cluster
 GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"

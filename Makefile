@@ -11,7 +11,7 @@ HUB_WORKERS ?= 2
 JH5_TESTS ?= tests/service tests/web tests/lab tests/spawner/test_spawner_live.py tests/release \
 	tests/deploy/test_hub_image.py
 
-.PHONY: setup demo test benchmarks
+.PHONY: setup demo test benchmarks kubespawner-suite
 
 setup:
 	@bash scripts/setup.sh
@@ -33,3 +33,7 @@ benchmarks: setup
 	$(VENV)/bin/python benchmarks/service_cycle.py
 	$(VENV)/bin/python benchmarks/store_queries.py
 	$(VENV)/bin/python benchmarks/spawn_latency.py
+
+# KubeSpawner's own test suite, unmodified, on the simulator (docs/sim.md)
+kubespawner-suite: setup
+	@bash scripts/kubespawner_suite.sh $(PYTEST_ARGS)

@@ -4,13 +4,13 @@ Unmodified kubectl, the official `kubernetes` client, kubernetes_asyncio and Kub
 talk to it through an ordinary kubeconfig (server URL + bearer token). It serves
 discovery, CRUD with the apiserver's status codes and `Status` errors, list paging and
 selectors, watches (see `watch.py`), PATCH in the three JSON flavours (see `patch.py`),
-server-side Table printing for `kubectl get` (see `tables.py`), pod logs, binding and
-eviction, and gzip of large responses for clients that ask (see `compression.py`).
+server-side Table printing for `kubectl get` (see `tables.py`), pod logs, exec and attach,
+binding and eviction, and gzip of large responses for clients that ask (see `compression.py`).
 This module authenticates, authorizes and routes a request, and answers reads, watches
 and reviews. Validation, defaulting and admission live in `admission/`; what a path names
 and the discovery documents in `discovery.py`, reading requests and writing responses in
 `httpio.py`, the lists kept between requests in `listings.py`, the writes in `writes.py`,
-pod logs in `podlogs.py`.
+pod logs in `podlogs.py`, exec and attach in `podexec.py`.
 
 Not served: protobuf (clients fall back to JSON), aggregated discovery (clients fall back
 to the legacy discovery documents), OpenAPI v2 and the schemas in OpenAPI v3 (v3 carries
@@ -46,6 +46,7 @@ from .discovery import (
 from .errors import ApiError
 from .httpio import USER, _body, _compress, _filter, _int_param, _json, _paginate, _status_response
 from .listings import Listings
+from .podexec import PodExec
 from .podlogs import PodLogs
 from .rbac.authorizer import TRUE, Attributes, Authorizer, request_attributes
 from .rbac.defaults import RoleAggregator, bootstrap
@@ -95,6 +96,7 @@ class ApiServer:
         self.listings = Listings(self.store)
         self.writes = Writes(cluster, self.authorizer)
         self.logs = PodLogs(cluster, self._stopping)
+        self.exec = PodExec(cluster, self.authorizer, self.logs)
         self.app = web.Application(middlewares=[self._middleware], client_max_size=16 * 2**20)
         self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
 
@@ -285,6 +287,10 @@ class ApiServer:
             return _only(method, "POST", self._token_request)
         if t.subresource == "log":
             return _only(method, "GET", self.logs.serve)
+        if t.subresource in ("exec", "attach"):  # websocket clients GET, kubectl's SPDY POSTed
+            if method not in ("GET", "POST"):
+                raise ApiError(405, "the server does not allow this method on the requested resource")
+            return self.exec.serve
         if t.subresource == "binding":
             return _only(method, "POST", self.writes.bind)
         if t.subresource == "eviction":

@@ -40,6 +40,7 @@ Log in at {url}/hub/login as alice, bob or carol (admin: admin), password: {pass
 The service's decisions and warnings are in {log}; its metrics at
 {url}/services/gpu-reclaim/metrics; dcgm-exporter's at {metrics}.
 The cluster with kubectl:  KUBECONFIG={kubeconfig} {kubectl} get pods -A
+A shell in alice's server: KUBECONFIG={kubeconfig} {kubectl} -n jhub exec -it jupyter-alice -- bash
 Press Ctrl-C to stop."""
 DEMO_VALUES = DEMO_CONFIG / "values.yaml"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]

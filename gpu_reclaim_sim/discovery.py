@@ -60,7 +60,7 @@ def _subresources(rtype: ResourceType) -> tuple[str, ...]:
     if rtype.scale_subresource:
         subs += ("scale",)
     if rtype.kind == "Pod":
-        subs += ("log", "binding", "eviction")
+        subs += ("log", "binding", "eviction", "exec", "attach")
     if rtype.kind == "ServiceAccount":
         subs += ("token",)
     return subs
@@ -131,6 +131,10 @@ def discovery_resources(group: str) -> dict[str, Any]:
                 {"name": "pods/eviction", "singularName": "", "namespaced": True, "group": "policy",
                  "version": "v1", "kind": "Eviction", "verbs": ["create"]},
                 {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
+                {"name": "pods/exec", "singularName": "", "namespaced": True, "kind": "PodExecOptions",
+                 "verbs": ["create", "get"]},
+                {"name": "pods/attach", "singularName": "", "namespaced": True, "kind": "PodAttachOptions",
+                 "verbs": ["create", "get"]},
             ]
         if r.kind == "ServiceAccount":
             resources.append({"name": "serviceaccounts/token", "singularName": "", "namespaced": True,

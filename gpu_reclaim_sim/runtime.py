@@ -118,11 +118,16 @@ class Sandbox:
 
 
 class ContainerProcess:
-    """One run of a container: the sandbox's outer process, and the container's cgroup."""
+    """One run of a container: the sandbox's outer process, the container's cgroup, and
+    what it runs with (its sandbox, environment, working directory: what an exec joins)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, cgroup: Path | None) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, cgroup: Path | None, box: Sandbox | None = None,
+                 env: dict[str, str] | None = None, cwd: str = "/") -> None:
         self.proc = proc
         self.cgroup = cgroup
+        self.box = box
+        self.env = env or {}
+        self.cwd = cwd
 
     @property
     def returncode(self) -> int | None:
@@ -189,7 +194,7 @@ async def start(box: Sandbox, env: dict[str, str], log_path: Path, pod_uid: str,
                     stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
             except OSError as e:
                 raise StartError(f'exec: "{box.argv[0]}": {e.strerror}') from None
-        return ContainerProcess(proc, None)
+        return ContainerProcess(proc, None, box, env, cwd or str(box.directory))
     shutil.rmtree(box.directory, ignore_errors=True)  # a fresh writable layer for each run
     box.directory.mkdir(parents=True)
     cgroup = cgroups.create(pod_uid, container_id) if cgroups.available() else None
@@ -213,7 +218,7 @@ async def start(box: Sandbox, env: dict[str, str], log_path: Path, pod_uid: str,
                 start_new_session=True, pass_fds=(write_fd,))
     finally:
         os.close(write_fd)
-    container = ContainerProcess(proc, cgroup)
+    container = ContainerProcess(proc, cgroup, box, env, box.workdir)
     try:
         failure = await _read_all(read_fd)
     except BaseException:  # the pod went while its container started: nothing of it stays

@@ -1,4 +1,4 @@
-"""The z2jh release on the simulated cluster (gpu_reclaim_sim.z2jh): one cluster
+"""The z2jh release on the simulated cluster (gpu_reclaim_sim.z2jh.release): one cluster
 serves the module, and each release is installed afresh in namespace jhub
 (helm-values/postgresql.yaml names it), one after another.
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import release as z2jh
 
 from .. import conftest
 

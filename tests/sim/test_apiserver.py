@@ -30,11 +30,11 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from gpu_reclaim_sim import scenario
-from gpu_reclaim_sim.apiserver import ApiServer
+from gpu_reclaim_sim.apiserver.server import ApiServer
 from gpu_reclaim_sim.cluster import Cluster
 from gpu_reclaim_sim.events import EventRecorder
 from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.serviceaccounts import ServiceAccountController
+from gpu_reclaim_sim.rbac.serviceaccounts import ServiceAccountController
 from gpu_reclaim_sim.store import Store
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
@@ -774,7 +774,7 @@ def test_small_responses_watches_and_other_encodings_are_not_compressed(sim: Sim
 
 def counted_compressions(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """What the simulator compresses from now on (each `Deflated.of`'s input), in order."""
-    from gpu_reclaim_sim import compression
+    from gpu_reclaim_sim.apiserver import compression
 
     compressed: list[bytes] = []
     original = compression.Deflated.of.__func__  # type: ignore[attr-defined]

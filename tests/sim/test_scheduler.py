@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from gpu_reclaim_sim import scenario as sc
-from gpu_reclaim_sim import scheduler as s
-from gpu_reclaim_sim.autoscaler import Autoscaler, is_unschedulable
+from gpu_reclaim_sim.scheduler import scheduler as s
+from gpu_reclaim_sim.controllers.autoscaler import Autoscaler, is_unschedulable
 from gpu_reclaim_sim.events import EventRecorder
-from gpu_reclaim_sim.nodes import node_manifest
-from gpu_reclaim_sim.placeholders import OWNER_LABEL, PlaceholderController
+from gpu_reclaim_sim.kubelet.nodes import node_manifest
+from gpu_reclaim_sim.controllers.placeholders import OWNER_LABEL, PlaceholderController
 from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.scheduling import facts as sfacts
-from gpu_reclaim_sim.scheduling import filters as sfilters
-from gpu_reclaim_sim.scheduling import preemption as spreemption
-from gpu_reclaim_sim.scheduling import scores as sscores
+from gpu_reclaim_sim.scheduler import facts as sfacts
+from gpu_reclaim_sim.scheduler import filters as sfilters
+from gpu_reclaim_sim.scheduler import preemption as spreemption
+from gpu_reclaim_sim.scheduler import scores as sscores
 from gpu_reclaim_sim.store import Store
 from jupyterhub_gpu_reclaim import kube
 

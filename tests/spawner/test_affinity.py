@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from gpu_reclaim_sim import images as sim_images
+from gpu_reclaim_sim.kubelet import images as sim_images
 from jupyterhub_gpu_reclaim.images import normalize
 from jupyterhub_gpu_reclaim.kube import match_node_selector_term, parse_quantity
 from jupyterhub_gpu_reclaim.spawner import affinity as a

@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .gpu.dcgm_exporter import exporter_release
+from .gpu.releases import exporter_release
 from .network.addresses import on_loopback
 from .scenario_schema import SCHEMA
 

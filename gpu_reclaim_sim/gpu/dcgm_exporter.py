@@ -26,12 +26,14 @@ scenario names writes them (`gpu.exporterVersion`, default the current one, 4.5.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 from prometheus_client.core import Metric
 
+from .devices import Device, Gpu
+from .releases import exporter_release
+
 if TYPE_CHECKING:
-    from .gpus import Device, Gpu, GpuFleet
     from ..scenario import Scenario
 
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -43,17 +45,6 @@ _HELP = {
     ENGINE_ACTIVE: "Ratio of time the graphics engine is active.",
 }
 PER_PROCESS = (GPU_UTIL, FB_USED)  # the exporter's isPerProcessMetric
-CURRENT = "4.5.3-4.8.2"  # the exporter's latest release (its tags: <DCGM>-<exporter>)
-
-
-def exporter_release(tag: str) -> tuple[int, ...]:
-    """The exporter's own version of a release tag ("4.5.3-4.8.2" -> (4, 8, 2)); ValueError
-    for anything but <DCGM version>-<exporter version>."""
-    parts = tag.split("-")
-    numbers = [p.split(".") for p in parts]
-    if len(parts) != 2 or not all(len(n) == 3 and all(x.isdigit() for x in n) for n in numbers):
-        raise ValueError(f"{tag!r} is not a dcgm-exporter release tag such as {CURRENT}")
-    return tuple(int(x) for x in numbers[1])
 
 
 @dataclass(frozen=True)
@@ -86,8 +77,19 @@ def _pci_bus_id(g: Gpu) -> str:
     return f"00000000:{0x18 + 0x10 * g.index:02X}:00.0"
 
 
+class Fleet(Protocol):
+    """What the exporter reads of the GPUs (gpus.GpuFleet, which imports this module)."""
+
+    @property
+    def scenario(self) -> Scenario: ...
+    @property
+    def gpus(self) -> dict[str, list[Gpu]]: ...
+    @property
+    def devices(self) -> dict[str, list[Device]]: ...
+
+
 class DcgmCollector:
-    def __init__(self, fleet: GpuFleet, node: str | None) -> None:
+    def __init__(self, fleet: Fleet, node: str | None) -> None:
         self.fleet, self.node = fleet, node
 
     def _series(self) -> Iterator[tuple[dict[str, str], dict[str, float]]]:

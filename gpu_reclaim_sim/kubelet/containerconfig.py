@@ -12,18 +12,42 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import hosts, names, runtime, volumes
 from ..paths import REPO
 from ..resources import BY_KIND
 from ..store import Obj
 
-if TYPE_CHECKING:
-    from .podworker import PodWorker
-
 NODE = BY_KIND["Node"]
 READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
+
+
+class Node(Protocol):
+    """What a container's configuration reads of its node's kubelet."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+
+
+class PodWorker(Protocol):
+    """What a container's configuration reads of its pod's worker (podworker.PodWorker, which
+    imports this module: a protocol, so the two do not import each other)."""
+
+    pod: Obj
+    ns: str
+    name: str
+    uid: str
+    ip: str | None
+    dir: Path
+    volume_paths: dict[str, Path]
+    cluster: Any
+
+    @property
+    def kubelet(self) -> Node: ...
+    def lookup(self, kind: str, name: str) -> Obj | None: ...
 
 
 class ContainerError(Exception):

@@ -12,7 +12,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import cgroups, containerconfig, hosts, runtime, volumes
 from .. import errors
@@ -24,9 +24,6 @@ from ..resources import BY_KIND
 from ..store import Obj
 from ..api.timestamps import go_duration, rfc3339
 
-if TYPE_CHECKING:
-    from .kubelet import Kubelet
-
 log = logging.getLogger("gpu_reclaim_sim.kubelet.kubelet")
 
 POD = BY_KIND["Pod"]
@@ -34,6 +31,18 @@ MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePer
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
 CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
 CLAIM_TIMEOUT = 10.0  # then a FailedMount event says what the pod waits for (a real kubelet: 2m3s)
+
+
+class Kubelet(Protocol):
+    """What a pod's worker needs of its node's kubelet (kubelet.Kubelet, which imports this
+    module: a protocol, so the two do not import each other)."""
+
+    cluster: Any
+    name: str
+    address: str
+    workers: dict[str, PodWorker]
+
+    async def pull(self, worker: PodWorker, container: Obj) -> None: ...
 
 
 class PodWorker:

@@ -11,8 +11,8 @@ import datetime as dt
 import time
 from typing import Any
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from .api.timestamps import parse_time, utcnow
 from .resources import BY_KIND
 from .store import Obj, Store
 from .api.timestamps import rfc3339

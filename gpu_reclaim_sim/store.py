@@ -21,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from .api.timestamps import parse_time, utcnow
 from . import errors, namespaces
 from .resources import ResourceType
 from .selectors import label_matcher, parse_field_selector

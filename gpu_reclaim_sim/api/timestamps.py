@@ -1,18 +1,42 @@
-"""The time format the Kubernetes API uses, `metav1.Time`: the product's timestamps
-(`jupyterhub_gpu_reclaim.timestamps`, which the simulator's modules also read and take the
-clock from) to the second."""
+"""Time as the Kubernetes API writes it: `metav1.Time`, RFC 3339 in UTC to the second
+("2006-01-02T15:04:05Z"), and the simulator's clock.
+
+Kubernetes objects carry times as RFC 3339 strings (https://kubernetes.io/docs/reference/
+kubernetes-api/common-definitions/object-meta/: "It is represented in RFC3339 form and is
+in UTC"); `MicroTime` fields (an Event's `eventTime`) add microseconds."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 
-from jupyterhub_gpu_reclaim.timestamps import format_time, utcnow
+UTC = dt.timezone.utc
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})?")
+
+
+def utcnow() -> dt.datetime:
+    """Now, in UTC (aware)."""
+    return dt.datetime.now(UTC)
 
 
 def rfc3339(t: dt.datetime | None = None) -> str:
-    """`metav1.Time`: RFC 3339 in UTC with second precision."""
-    return format_time((t or utcnow()).replace(microsecond=0))
+    """`metav1.Time`: RFC 3339 in UTC with second precision (now, if no time is given)."""
+    t = t or utcnow()
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+
+def parse_time(value: object) -> dt.datetime | None:
+    """An RFC 3339 time (`Time` or `MicroTime`) as an aware datetime in UTC; None for a
+    missing one (None or ""); ValueError for anything else. A time without an offset is
+    read as UTC, the zone the API writes every time in."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError(f"{value!r} is not an RFC 3339 time")
+    t = dt.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def go_duration(seconds: float) -> str:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from ..api.timestamps import parse_time, utcnow
 from ..selectors import selector_string
 
 Obj = dict[str, Any]

@@ -18,8 +18,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
 
+from ..api.nodeaffinity import match_node_selector_term
+from ..api.taints import tolerates
 from ..resources import BY_KIND
 from ..store import Change, Obj
 from .workloads import (REVISION_LABEL, WorkloadController, compute_hash, drop_zeros, int_or_percent,

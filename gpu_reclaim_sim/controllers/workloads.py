@@ -12,8 +12,8 @@ import logging
 import math
 from typing import Any, Hashable
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from ..api.timestamps import parse_time, utcnow
 from .controller import Controller, controller_of, owner_reference
 from ..errors import ApiError
 from ..resources import BY_KIND, ResourceType

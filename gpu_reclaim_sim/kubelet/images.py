@@ -1,17 +1,13 @@
-"""Container images: the names runtimes report (`normalize` lives in the shared
-`jupyterhub_gpu_reclaim.images` and is re-exported here), and what the scenario says of
-each image (size, entrypoint, env, user)."""
+"""Container images on a node: the names the runtime reports for a pulled image (its
+fully qualified name, `api.imagerefs.normalize`, and a repo digest), and what the scenario
+says of each image (size, entrypoint, env, user)."""
 
 from __future__ import annotations
 
 import hashlib
 
-from jupyterhub_gpu_reclaim.images import normalize
-
+from ..api.imagerefs import normalize
 from ..scenario import Image, Scenario
-
-__all__ = ["ImageRegistry", "normalize", "repo_digest"]
-
 
 def repo_digest(ref: str) -> str:
     """A stable `repo@sha256:…` name, the second name runtimes report for a pulled image."""

@@ -17,12 +17,12 @@ import time
 from typing import Any
 
 from .containerconfig import ContainerError
-from .images import normalize
 from .nodes import MAX_IMAGES, node_manifest
 from .podworker import PodWorker, _remove_pod
 from ..resources import BY_KIND
 from ..scenario import NodeGroup
 from ..store import Filter, Obj
+from ..api.imagerefs import normalize
 from ..api.timestamps import go_duration
 
 log = logging.getLogger("gpu_reclaim_sim.kubelet.kubelet")

@@ -33,8 +33,8 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from ..api.timestamps import parse_time, utcnow
 from .. import errors
 from .authn import AUTHENTICATED, UserInfo, service_account_groups, service_account_username
 from ..errors import ApiError

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Mapping
 
-from jupyterhub_gpu_reclaim.kube import parse_quantity, pod_requests
-from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..kubelet.images import normalize
+from ..api.imagerefs import normalize
+from ..api.quantity import parse as parse_quantity
+from ..api.requests import pod_requests
+from ..api.timestamps import parse_time
 from ..store import Obj
 
 DEFAULT_SCHEDULER = "default-scheduler"

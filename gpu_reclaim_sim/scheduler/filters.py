@@ -9,8 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from jupyterhub_gpu_reclaim.kube import TAINT_UNSCHEDULABLE, match_node_selector_term, tolerates
 
+from ..api.nodeaffinity import match_node_selector_term
+from ..api.taints import TAINT_UNSCHEDULABLE, tolerates
 from ..store import Obj
 from .facts import BASIC_RESOURCES, NodeFacts, PodView, Usage
 

@@ -9,8 +9,9 @@ import math
 from collections import Counter
 from typing import Iterable, Mapping
 
-from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
 
+from ..api.nodeaffinity import match_node_selector_term
+from ..api.taints import tolerates
 from .facts import BASIC_RESOURCES, NodeFacts, PodView, Usage
 
 GPU = "nvidia.com/gpu"

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim import scenario as sc
+from gpu_reclaim_sim.api.imagerefs import normalize
 from gpu_reclaim_sim.gpu.gpus import GpuFleet
 from gpu_reclaim_sim.kubelet.images import ImageRegistry, repo_digest
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, DEMO_CONFIG, PACKAGE, REPO, SCENARIOS
-from jupyterhub_gpu_reclaim.images import normalize
 
 
 def test_example_scenarios_load():

@@ -1,4 +1,4 @@
-"""The simulated kube-scheduler's loop (the imperative shell around `scheduling/`'s pure
+"""The simulated kube-scheduler's loop (the imperative shell around its package's pure
 plugins): it follows pods and nodes through store watches, keeps per-node usage
 incrementally (the scheduler cache), schedules pending pods one pass at a time in
 priority order, binds them, preempts, and writes the PodScheduled condition and the

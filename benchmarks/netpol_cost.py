@@ -44,10 +44,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from gpu_reclaim_sim import cgroups, netpol, nftables  # noqa: E402
-from gpu_reclaim_sim.endpoints import SERVICE_NAME_LABEL  # noqa: E402
-from gpu_reclaim_sim.network import free_pod_cidr  # noqa: E402
-from gpu_reclaim_sim.proxy import SLICE, SVC, ServiceProxy  # noqa: E402
+from gpu_reclaim_sim.kubelet import cgroups  # noqa: E402
+from gpu_reclaim_sim.network import netpol, nftables  # noqa: E402
+from gpu_reclaim_sim.controllers.endpoints import SERVICE_NAME_LABEL  # noqa: E402
+from gpu_reclaim_sim.network.addresses import free_pod_cidr  # noqa: E402
+from gpu_reclaim_sim.network.proxy import SLICE, SVC, ServiceProxy  # noqa: E402
 from gpu_reclaim_sim.resources import BY_KIND  # noqa: E402
 from gpu_reclaim_sim.store import Store  # noqa: E402
 

@@ -375,7 +375,7 @@ def _static_server(conn: Any, body: bytes, encoding: str | None, tls_dir: str) -
     written as the simulator writes a list body, and with `Content-Encoding: encoding`."""
     from aiohttp import web
 
-    from gpu_reclaim_sim import certificates
+    from gpu_reclaim_sim.rbac import certificates
 
     async def main() -> None:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -1022,7 +1022,7 @@ The full list still took 84 ms (p99) after that, against a floor of 51 ms for mo
 15.7 MiB over HTTPS between two Python processes, and creates were at 45–47 ms (p99); the
 simulator now does:
 
-- **Lists are gzipped, as a real apiserver gzips them** (`gpu_reclaim_sim/compression.py`): the
+- **Lists are gzipped, as a real apiserver gzips them** (`gpu_reclaim_sim/apiserver/compression.py`): the
   apiserver's `APIResponseCompression` (beta and on by default since 1.16) gzips a response
   over 128 KiB for a client whose `Accept-Encoding` has `gzip`, as KubeSpawner's aiohttp
   client's does. The 5,000-pod list is 0.9 MiB on the wire; the client's decompression

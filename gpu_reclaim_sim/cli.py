@@ -10,7 +10,7 @@ PROG = "jupyterhub-gpu-reclaim-sim"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import demo
+    from .z2jh import demo
     from .main import add_arguments, run_cluster
 
     parser = argparse.ArgumentParser(

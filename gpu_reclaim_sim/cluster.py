@@ -4,11 +4,11 @@ placeholders, GPUs and the control endpoint, wired together and started in one l
 Every component gets this object and reads what it needs from it:
 - `store` (sim.store.Store) and `events` (sim.events.EventRecorder);
 - `scenario` (sim.scenario.Scenario), `data_dir` (Path; PVCs, pod logs);
-- `images` (sim.images.ImageRegistry), `network` (sim.network.PodNetwork),
-  `gpus` (sim.gpus.GpuFleet);
-- `gc` (sim.gc.GarbageCollector: also the index of who owns what), the workload,
-  endpoints, load-balancer and volume controllers, `dataplane` (sim.dataplane.DataPlane:
-  kube-proxy and NetworkPolicy) and `hosts` (sim.names.HostsFiles, the pods' /etc/hosts);
+- `images` (sim.kubelet.images.ImageRegistry), `network` (sim.network.addresses.PodNetwork),
+  `gpus` (sim.gpu.gpus.GpuFleet);
+- `gc` (sim.controllers.gc.GarbageCollector: also the index of who owns what), the workload,
+  endpoints, load-balancer and volume controllers, `dataplane` (sim.network.dataplane.DataPlane:
+  kube-proxy and NetworkPolicy) and `hosts` (sim.kubelet.names.HostsFiles, the pods' /etc/hosts);
 - `create(rtype, obj, namespace)`: the one create path, validation, defaulting and
   admission, for API requests and for what the controllers make;
 - `service_account_token(...)`: the TokenRequest the kubelet makes for a pod's token.
@@ -25,32 +25,32 @@ from typing import Any
 
 import yaml
 
-from . import authn, serviceaccounts
+from .rbac import authn, serviceaccounts
 from .admission.pipeline import admit_create
-from .apiserver import ApiServer
-from .autoscaler import Autoscaler
+from .apiserver.server import ApiServer
+from .controllers.autoscaler import Autoscaler
 from .control import ControlServer
-from .daemonsets import DaemonSetController
-from .dataplane import DataPlane
-from .deployments import DeploymentController, ReplicaSetController
-from .endpoints import EndpointsController
+from .controllers.daemonsets import DaemonSetController
+from .network.dataplane import DataPlane
+from .controllers.deployments import DeploymentController, ReplicaSetController
+from .controllers.endpoints import EndpointsController
 from .events import EventRecorder
-from .gc import GarbageCollector
-from .gpus import GpuFleet
-from .images import ImageRegistry
-from .kubelet import Kubelet
-from .loadbalancers import LoadBalancerController
-from .names import HostsFiles
-from .network import PodNetwork
-from .persistentvolumes import VolumeController, default_storage_class
-from .placeholders import PlaceholderController
+from .controllers.gc import GarbageCollector
+from .gpu.gpus import GpuFleet
+from .kubelet.images import ImageRegistry
+from .kubelet.kubelet import Kubelet
+from .network.loadbalancers import LoadBalancerController
+from .kubelet.names import HostsFiles
+from .network.addresses import PodNetwork
+from .controllers.persistentvolumes import VolumeController, default_storage_class
+from .controllers.placeholders import PlaceholderController
 from .rbac.authorizer import RBAC_KINDS
 from .rbac.escalation import confirm_no_escalation
 from .resources import BY_KIND, ResourceType
 from .scenario import NodeGroup, Scenario
-from .scheduler import Scheduler
-from .serviceaccounts import ServiceAccountController
-from .statefulsets import StatefulSetController
+from .scheduler.scheduler import Scheduler
+from .rbac.serviceaccounts import ServiceAccountController
+from .controllers.statefulsets import StatefulSetController
 from .store import Filter, Obj, Store
 
 log = logging.getLogger("gpu_reclaim_sim")

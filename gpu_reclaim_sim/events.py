@@ -11,11 +11,11 @@ import datetime as dt
 import time
 from typing import Any
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from .api.timestamps import parse_time, utcnow
 from .resources import BY_KIND
 from .store import Obj, Store
-from .timestamps import rfc3339
+from .api.timestamps import rfc3339
 
 EVENT = BY_KIND["Event"]
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from . import errors
 from .resources import ALL, BY_KIND, ResourceType
-from .timestamps import rfc3339
+from .api.timestamps import rfc3339
 
 
 class Objects(Protocol):

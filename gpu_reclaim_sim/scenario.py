@@ -15,8 +15,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .dcgm_exporter import exporter_release
-from .network import on_loopback
+from .gpu.releases import exporter_release
+from .network.addresses import on_loopback
 from .scenario_schema import SCHEMA
 
 _SIZE_UNITS = {
@@ -193,7 +193,7 @@ class Scenario:
     # (z2jh's user-scheduler); pods naming any other scheduler wait, as on a real cluster
     scheduler_names: tuple[str, ...] = ("default-scheduler",)
     service_network: str = "auto"
-    network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.nftables)
+    network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.network.nftables)
     source: str = "<scenario>"
 
 

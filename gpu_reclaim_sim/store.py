@@ -21,12 +21,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from jupyterhub_gpu_reclaim.timestamps import parse_time, utcnow
 
+from .api.timestamps import parse_time, utcnow
 from . import errors, namespaces
 from .resources import ResourceType
 from .selectors import label_matcher, parse_field_selector
-from .timestamps import rfc3339
+from .api.timestamps import rfc3339
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace or "", name)
@@ -319,7 +319,7 @@ class Store:
 
         `propagation_policy` Orphan or Foreground puts the `orphan` or
         `foregroundDeletion` finalizer on the object, for the garbage collector
-        (sim.gc) to act on; Background (the default) deletes the object now and leaves
+        (sim.controllers.gc) to act on; Background (the default) deletes the object now and leaves
         its dependents to the collector."""
         current = self.get(rtype, namespace, name)
         meta = current["metadata"]

@@ -1,6 +1,6 @@
 """NetworkPolicies as the API server admits them: defaulting (SetDefaults_NetworkPolicy)
 and validation (ValidateNetworkPolicySpec), in its words. What a policy allows is
-sim.netpol's."""
+sim.network.netpol's."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from .. import serviceaccounts
+from ..rbac import serviceaccounts
 from ..errors import ApiError
 from ..resources import BY_KIND
 from ..store import Obj, Store

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from .. import errors, openapi
+from .. import errors
+from ..apiserver import openapi
 from ..resources import ResourceType
 from ..store import Obj, copy_json
 from .validation import Cause, _cause, _dedupe, _dotted, _field, _raise_invalid, _show

@@ -74,7 +74,7 @@ def used_service_ips(store: Store) -> set[str]:
 
 def load_balancer_range(store: Store) -> ipaddress.IPv4Network:
     """The service network's last /24: load-balancer addresses, as a
-    MetalLB pool carved from it (sim.loadbalancers); cluster IPs come from the rest."""
+    MetalLB pool carved from it (sim.network.loadbalancers); cluster IPs come from the rest."""
     return ipaddress.IPv4Network(f"{store.service_cidr.broadcast_address - 255}/24")
 
 

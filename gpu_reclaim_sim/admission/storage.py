@@ -27,7 +27,7 @@ def _default_pvc(store: Store, pvc: Obj, old: Obj | None = None) -> None:
 
 def _admit_pvc(store: Store, pvc: Obj) -> None:
     """DefaultStorageClass (a claim that names no class gets the default one, if any) and
-    the StorageObjectInUseProtection finalizer; the volume binder (sim.persistentvolumes) binds it."""
+    the StorageObjectInUseProtection finalizer; the volume binder (sim.controllers.persistentvolumes) binds it."""
     spec = pvc["spec"]
     if spec.get("storageClassName") is None:
         default = default_storage_class(store)

@@ -8,7 +8,8 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from .. import errors, quantity
+from .. import errors
+from ..api import quantity
 from ..rbac.authorizer import RBAC_KINDS
 from ..rbac.validation import path_segment_problems
 from ..resources import ResourceType

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .. import errors
-from ..authn import MASTERS, UserInfo
+from .authn import MASTERS, UserInfo
 from ..resources import BY_KIND, RBAC_GROUP
 from ..store import Change, Obj, Store
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..authn import MASTERS
+from .authn import MASTERS
 from ..resources import RBAC_GROUP
 from ..selectors import object_label_matcher
 from ..store import Change, Obj, Store

@@ -8,7 +8,7 @@ import json
 from typing import Any, Mapping
 
 from .. import errors
-from ..authn import MASTERS, UserInfo
+from .authn import MASTERS, UserInfo
 from ..resources import BY_KIND, RBAC_GROUP
 from ..store import Obj
 from .authorizer import CLUSTER_ROLE, ROLE, Attributes, Authorizer

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .. import errors
-from ..authn import UserInfo
+from .authn import UserInfo
 from ..store import Obj
 from .authorizer import Attributes, Authorizer
 from .validation import _cause

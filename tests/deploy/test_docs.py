@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gpu_reclaim_sim.paths import REPO
-from gpu_reclaim_sim.z2jh import CHART, chart_missing
+from gpu_reclaim_sim.z2jh.release import CHART, chart_missing
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 
 from ..support.docs import table_rows

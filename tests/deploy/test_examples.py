@@ -15,7 +15,7 @@ import yaml
 from traitlets.config import Config
 
 from gpu_reclaim_sim.paths import REPO, SHARED
-from gpu_reclaim_sim.z2jh import CHART, chart_missing
+from gpu_reclaim_sim.z2jh.release import CHART, chart_missing
 from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from traitlets.config import Config
 
-from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.paths import REPO
-from gpu_reclaim_sim.z2jh import BASE, CHART
+from gpu_reclaim_sim.z2jh.release import BASE, CHART
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 
 pytestmark = pytest.mark.skipif(z2jh.missing() is not None, reason=z2jh.missing() or "")

@@ -1,5 +1,5 @@
 """The values files under helm-values/ render with the z2jh chart users install them into
-(gpu_reclaim_sim.z2jh: the chart itself, rendered by Helm's Go SDK with the
+(gpu_reclaim_sim.z2jh.release: the chart itself, rendered by Helm's Go SDK with the
 chart's schema enforced), and what Helm makes of them is what the files mean. What the hub
 and the service then do with them, on the simulated cluster: tests/release."""
 
@@ -10,8 +10,8 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from gpu_reclaim_sim import z2jh
-from gpu_reclaim_sim.z2jh import BASE, RBAC
+from gpu_reclaim_sim.z2jh import release as z2jh
+from gpu_reclaim_sim.z2jh.release import BASE, RBAC
 
 from ..support.chart_values import VARIANTS
 

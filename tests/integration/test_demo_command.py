@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import free_port
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The z2jh release on the simulated cluster (gpu_reclaim_sim.z2jh): one cluster
+"""The z2jh release on the simulated cluster (gpu_reclaim_sim.z2jh.release): one cluster
 serves the module, and each release is installed afresh in namespace jhub
 (helm-values/postgresql.yaml names it), one after another.
 
@@ -13,7 +13,7 @@ import pwd
 
 import pytest
 
-from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import release as z2jh
 
 from ..support import live
 from ..support.release import POSTGRES_BIN, POSTGRES_IMAGE, sim_values

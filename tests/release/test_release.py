@@ -1,7 +1,7 @@
 """The z2jh release on the simulated cluster, RBAC and NetworkPolicies enforced: the real
 chart rendered with helm-values/gpu-reclaim.yaml (and each variant), applied with
 helm-values/rbac.yaml; the hub's pod runs the chart's own jupyterhub_config.py on the
-rendered values, the proxy's configurable-http-proxy (gpu_reclaim_sim.z2jh).
+rendered values, the proxy's configurable-http-proxy (gpu_reclaim_sim.z2jh.release).
 
 The base release runs the whole story through proxy-public, as a user and the admin see
 it (`gpu_story`): the service's pages answer (the proxy reaches the hub pod's port 10101),
@@ -31,8 +31,8 @@ import pytest
 import pytest_asyncio
 import yaml
 
-from gpu_reclaim_sim import z2jh
-from gpu_reclaim_sim.z2jh import BASE, CHART, HELM_VALUES, NAMESPACE
+from gpu_reclaim_sim.z2jh import release as z2jh
+from gpu_reclaim_sim.z2jh.release import BASE, CHART, HELM_VALUES, NAMESPACE
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from gpu_reclaim_sim import scenario as sc
-from gpu_reclaim_sim.gpus import GpuFleet
+from gpu_reclaim_sim.gpu.gpus import GpuFleet
 from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 

@@ -640,7 +640,7 @@ def test_small_responses_watches_and_other_encodings_are_not_compressed(sim: Sim
 
 def counted_compressions(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """What the simulator compresses from now on (each `Deflated.of`'s input), in order."""
-    from gpu_reclaim_sim import compression
+    from gpu_reclaim_sim.apiserver import compression
 
     compressed: list[bytes] = []
     original = compression.Deflated.of.__func__  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 
 from gpu_reclaim_sim.launch import start_sim
-from gpu_reclaim_sim.runtime import sandbox_available
+from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NS = "jhub"

@@ -25,10 +25,10 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from gpu_reclaim_sim import cgroups, hosts, volumes
-from gpu_reclaim_sim.backoff import RestartBackoff
+from gpu_reclaim_sim.api.timestamps import parse_time
+from gpu_reclaim_sim.kubelet import cgroups, hosts, volumes
+from gpu_reclaim_sim.kubelet.backoff import RestartBackoff
 from gpu_reclaim_sim.launch import start_sim
-from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NS = "jhub"

@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpu_reclaim_sim import scenario as sc
 from gpu_reclaim_sim.cluster import Cluster
 from gpu_reclaim_sim.gpu import use_gpu
-from gpu_reclaim_sim.gpus import GpuFleet
-from gpu_reclaim_sim.nodes import node_manifest
+from gpu_reclaim_sim.gpu.gpus import GpuFleet
+from gpu_reclaim_sim.kubelet.nodes import node_manifest
 from gpu_reclaim_sim.paths import SCENARIOS
 from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.scheduling.filters import fit_failures
+from gpu_reclaim_sim.scheduler.filters import fit_failures
 from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.pods import pod_info
 

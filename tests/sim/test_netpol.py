@@ -35,7 +35,9 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpu_reclaim_sim import cgroups, netpol, nftables, z2jh
+from gpu_reclaim_sim.kubelet import cgroups
+from gpu_reclaim_sim.network import netpol, nftables
+from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
 
 KUBECTL = Path(sys.executable).parent / "kubectl"

@@ -17,11 +17,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
-from gpu_reclaim_sim.authn import UserInfo
+from gpu_reclaim_sim.rbac.authn import UserInfo
 from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.rbac.authorizer import Rule, request_attributes
 from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.runtime import sandbox_available
+from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
 from ..support.apiserver_sim import KUBECTL, Sim, make_namespace, pod_manifest
 
@@ -396,7 +396,8 @@ def test_creating_in_a_terminating_namespace_is_forbidden(sim: Sim) -> None:
 
 
 def test_the_cluster_claims_one_kubernetes_version(sim: Sim) -> None:
-    from gpu_reclaim_sim import nodes, scenario
+    from gpu_reclaim_sim.kubelet import nodes
+    from gpu_reclaim_sim import scenario
 
     version = sim.http("GET", "/version", token=None)[1]["gitVersion"]
     group = scenario.from_dict({"nodeGroups": [{"name": "cpu"}]}).node_groups[0]

@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 
 from gpu_reclaim_sim import scenario as sc
-from gpu_reclaim_sim import scheduler as s
-from gpu_reclaim_sim.autoscaler import Autoscaler, is_unschedulable
+from gpu_reclaim_sim.scheduler import scheduler as s
+from gpu_reclaim_sim.controllers.autoscaler import Autoscaler, is_unschedulable
 from gpu_reclaim_sim.events import EventRecorder
-from gpu_reclaim_sim.nodes import node_manifest
-from gpu_reclaim_sim.placeholders import OWNER_LABEL, PlaceholderController
+from gpu_reclaim_sim.kubelet.nodes import node_manifest
+from gpu_reclaim_sim.controllers.placeholders import OWNER_LABEL, PlaceholderController
 from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.scheduling import facts as sfacts
-from gpu_reclaim_sim.scheduling import filters as sfilters
-from gpu_reclaim_sim.scheduling import preemption as spreemption
-from gpu_reclaim_sim.scheduling import scores as sscores
+from gpu_reclaim_sim.scheduler import facts as sfacts
+from gpu_reclaim_sim.scheduler import filters as sfilters
+from gpu_reclaim_sim.scheduler import preemption as spreemption
+from gpu_reclaim_sim.scheduler import scores as sscores
 from gpu_reclaim_sim.store import Store
-from jupyterhub_gpu_reclaim import kube
+from gpu_reclaim_sim.api.requests import pod_requests
 
 POD, NODE, EVENT = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["Event"]
 GPU = "nvidia.com/gpu"
@@ -104,7 +104,7 @@ def test_effective_requests_take_the_larger_of_containers_and_init_containers():
         {"name": "fetch", "image": "busybox", "resources": {"requests": {"cpu": "2", "memory": "512Mi"}}},
         {"name": "gpu-check", "image": "busybox", "resources": {"requests": {GPU: "1"}}},
     ]
-    req = kube.pod_requests(p)
+    req = pod_requests(p)
     assert req["cpu"] == Fraction(2)  # the init container's 2 > 750m of the containers
     assert req["memory"] == 2 * 2**30  # the containers' 2Gi > 512Mi
     assert req[GPU] == 1  # held while the init container runs
@@ -119,7 +119,7 @@ def test_sidecars_add_to_containers_and_to_later_init_containers_and_overhead_co
     ]
     p["spec"]["overhead"] = {"cpu": "100m"}
     # containers 1 + sidecar 0.5 = 1.5; init phase 1.2 + 0.5 = 1.7 wins; + overhead 0.1
-    assert kube.pod_requests(p)["cpu"] == Fraction(18, 10)
+    assert pod_requests(p)["cpu"] == Fraction(18, 10)
 
 
 def test_scoring_counts_missing_cpu_and_memory_requests_as_the_upstream_defaults():

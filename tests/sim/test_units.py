@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim import scenario as sc
-from gpu_reclaim_sim.gpus import GpuFleet
-from gpu_reclaim_sim.images import ImageRegistry, repo_digest
+from gpu_reclaim_sim.api.imagerefs import normalize
+from gpu_reclaim_sim.gpu.gpus import GpuFleet
+from gpu_reclaim_sim.kubelet.images import ImageRegistry, repo_digest
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, DEMO_CONFIG, PACKAGE, REPO, SCENARIOS
-from jupyterhub_gpu_reclaim.images import normalize
 
 
 def test_example_scenarios_load():
@@ -198,7 +198,7 @@ def test_crc32_of_concatenated_pieces():
     import random
     import zlib
 
-    from gpu_reclaim_sim.compression import crc32_combine, crc32_shift
+    from gpu_reclaim_sim.apiserver.compression import crc32_combine, crc32_shift
 
     rng = random.Random(1)
     for a, b in [(b"", b""), (b"abc", b""), (b"", b"xyz"), (rng.randbytes(70_001), rng.randbytes(123_457))]:
@@ -213,7 +213,7 @@ async def test_a_list_after_a_change_recompresses_only_the_runs_that_hold_it(mon
     import json
     import random
 
-    from gpu_reclaim_sim import compression
+    from gpu_reclaim_sim.apiserver import compression
 
     head = b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":['
     compressed = []  # the runs of items compressed
@@ -255,7 +255,7 @@ async def test_a_list_after_a_change_recompresses_only_the_runs_that_hold_it(mon
 
 
 def test_which_requests_ask_for_gzip():
-    from gpu_reclaim_sim.compression import accepts_gzip
+    from gpu_reclaim_sim.apiserver.compression import accepts_gzip
 
     # as the apiserver's ContentEncodingSupported: a comma-separated token exactly "gzip"
     assert accepts_gzip("gzip") and accepts_gzip("gzip, deflate") and accepts_gzip("br , gzip ")
@@ -269,7 +269,7 @@ def test_the_fast_schema_check_agrees_with_jsonschema():
     import copy
     import random
 
-    from gpu_reclaim_sim import openapi
+    from gpu_reclaim_sim.apiserver import openapi
 
     def agree(obj):
         fast = openapi.valid("v1", "Pod", obj)

@@ -28,9 +28,9 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
-from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
-from gpu_reclaim_sim.runtime import sandbox_available
+from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 PYTHON_IMAGE = "python:3.11"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from gpu_reclaim_sim import z2jh
+from gpu_reclaim_sim.z2jh import release as z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from ..support.live import api_fixture, start_test_hub

@@ -19,11 +19,11 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim import scenario
-from gpu_reclaim_sim.apiserver import ApiServer
+from gpu_reclaim_sim.apiserver.server import ApiServer
 from gpu_reclaim_sim.cluster import Cluster
 from gpu_reclaim_sim.events import EventRecorder
 from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.serviceaccounts import ServiceAccountController
+from gpu_reclaim_sim.rbac.serviceaccounts import ServiceAccountController
 from gpu_reclaim_sim.store import Store
 
 KUBECTL = Path(sys.executable).parent / "kubectl"

@@ -3,7 +3,7 @@ service's role there grants it."""
 
 from __future__ import annotations
 
-from gpu_reclaim_sim.z2jh import BASE, HELM_VALUES, RBAC
+from gpu_reclaim_sim.z2jh.release import BASE, HELM_VALUES, RBAC
 
 NOT_VALUES = {RBAC.name}   # Kubernetes manifests, applied with kubectl
 VARIANTS = sorted(p for p in HELM_VALUES.glob("*.yaml") if p.name not in NOT_VALUES and p != BASE)

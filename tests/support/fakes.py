@@ -244,7 +244,7 @@ class FakeServers(Fake):
 
 class FakeDcgmExporter(Fake):
     """dcgm-exporter's `/metrics` in Kubernetes mode: one GPU per pod of `util`, with the
-    labels the real exporter writes (and the simulated one: gpu_reclaim_sim/gpus.py).
+    labels the real exporter writes (and the simulated one: gpu_reclaim_sim/gpu/gpus.py).
     `lines[(namespace, pod)]` replaces that pod's lines; `raw` the whole text."""
 
     def __init__(self, node: str) -> None:

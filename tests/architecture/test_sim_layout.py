@@ -1,0 +1,90 @@
+"""The simulator's layout (gpu_reclaim_sim/): folders as a real cluster's components, no
+import circle (imports inside functions and under TYPE_CHECKING count), at most 20 modules
+at the package's root, none over 500 lines, and no Kubernetes semantics taken from the
+product it runs: it imports jupyterhub_gpu_reclaim only in the demo hub's config, which
+configures the product under test. Read from the source (ast).
+
+    python -m pytest tests/architecture/test_sim_layout.py
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import gpu_reclaim_sim
+import jupyterhub_gpu_reclaim
+
+from ..support.imports import circles, import_graph, imported_modules
+
+SIM = Path(gpu_reclaim_sim.__file__).parent
+PRODUCT = jupyterhub_gpu_reclaim.__name__
+MAX_ROOT_MODULES = 20
+MAX_LINES = 500
+# the one file that may import the product: the demo hub's JupyterHub config, which sets up
+# the product under test (its spawner, its service, its templates); never Kubernetes semantics
+MAY_IMPORT_THE_PRODUCT = {SIM / "demo_config" / "jupyterhub_config.py"}
+
+
+def root_modules(package: Path) -> list[str]:
+    return sorted(p.name for p in package.glob("*.py"))
+
+
+def long_modules(package: Path, limit: int) -> dict[str, int]:
+    lengths = {str(p.relative_to(package)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    return {name: n for name, n in lengths.items() if n > limit}
+
+
+def product_references(path: Path) -> set[str]:
+    """The product's modules `path` imports, or names in a string (`importlib`, `-m`)."""
+    names = {n for n in imported_modules(path) if n.partition(".")[0] == PRODUCT}
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(PRODUCT):
+            names.add(node.value)
+    return names
+
+
+def test_no_import_circle_in_the_simulator():
+    graph = import_graph(SIM)
+    assert "gpu_reclaim_sim.kubelet.podworker" in graph and "gpu_reclaim_sim.gpu.dcgm_exporter" in graph
+    assert circles(graph) == []
+
+
+def test_circles_are_found_in_a_package(tmp_path):
+    # the check itself: a circle through a TYPE_CHECKING import and one inside a function are circles
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .sub.b import B\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
+    (pkg / "c.py").write_text("from . import a\n")
+    assert circles(import_graph(pkg)) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_at_most_twenty_modules_at_the_simulators_root():
+    modules = root_modules(SIM)
+    # the check itself: the listing sees the root's modules and not those in its folders
+    assert {"__init__.py", "cli.py", "cluster.py"} <= set(modules) and "scheduler.py" not in modules
+    assert len(modules) <= MAX_ROOT_MODULES, modules
+
+
+def test_no_simulator_module_over_500_lines(tmp_path):
+    assert long_modules(SIM, MAX_LINES) == {}
+    # the check itself: a long module in a folder is found
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert long_modules(tmp_path, MAX_LINES) == {"deep/long.py": MAX_LINES + 1}
+
+
+def test_the_simulator_takes_no_kubernetes_semantics_from_the_product():
+    """Its quantities, taints, node affinity, requests, image names and times are its own
+    (gpu_reclaim_sim/api/, tested against Kubernetes' documentation in
+    tests/sim/test_kubernetes_semantics.py): the product is tested against them."""
+    offenders = {str(p.relative_to(SIM)): sorted(names) for p in SIM.rglob("*.py")
+                 if p not in MAY_IMPORT_THE_PRODUCT and (names := product_references(p))}
+    assert offenders == {}
+    # the check itself: the demo hub's config does import the product, and is found to
+    for path in MAY_IMPORT_THE_PRODUCT:
+        assert f"{PRODUCT}.spawner.probe_tokens" in product_references(path)

@@ -20,9 +20,10 @@ from .common import latest_rule, metric, metrics, start_service_hub, until
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 # bob's idle clock starts as the API stops (his activity posted then); he is due once the
-# service has noticed: the watch's request times out (at most 15 s), then the pod list is
-# stale (STALE s)
-TIMEOUT, STALE = 30, 5
+# service has noticed: the watch's request times out (at most 15 s after its last answer,
+# so the list is over STALE s old by then). The stopped process serves the GPU metrics too:
+# a GPU_TIMEOUT s wait for them, not 10 s, keeps the cycles short meanwhile.
+TIMEOUT, STALE, GPU_TIMEOUT = 25, 5, 2
 
 
 def decisions(hub, session: str) -> list:
@@ -33,7 +34,7 @@ def decisions(hub, session: str) -> list:
 @pytest.mark.jupyterhub(6, reason="what the service does with the API down does not depend on the hub's "
                                    "major; once is enough for the suite's time")
 async def test_with_the_api_stopped_idle_cpu_servers_are_culled_and_gpu_sessions_held(sim, tmp_path):
-    hub = start_service_hub(tmp_path / "hub", sim, timeout=TIMEOUT, stale_after=STALE,
+    hub = start_service_hub(tmp_path / "hub", sim, timeout=TIMEOUT, stale_after=STALE, gpu_request_timeout=GPU_TIMEOUT,
                             never_used_warn_after=900, never_used_reclaim_after=1800)
     frozen = False
     try:

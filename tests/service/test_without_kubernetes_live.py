@@ -62,7 +62,7 @@ def start_local_hub(workdir: Path, **env: str):
     return child
 
 
-def cycles(hub, service: str) -> int:
+def cycles_begun(hub, service: str) -> int:
     """How many cycles `service` has begun, as the hub logged them: each begins with a
     `GET /hub/api/users?...` (one page: these hubs have four users at most)."""
     log = hub.log_path.read_text(errors="replace")
@@ -71,8 +71,8 @@ def cycles(hub, service: str) -> int:
 
 async def more_cycles(hub, service: str, n: int = 2) -> None:
     """Until `service` has begun `n` more cycles than now."""
-    start = cycles(hub, service)
-    await until(lambda: cycles(hub, service) >= start + n, 60, f"{n} more cycles of {service}")
+    start = cycles_begun(hub, service)
+    await until(lambda: cycles_begun(hub, service) >= start + n, 60, f"{n} more cycles of {service}")
 
 
 async def start(api: HubAPI, user: str, name: str = "", profile: str = "small") -> None:

@@ -6,6 +6,7 @@ it decides the GPU session again. The rules themselves: tests/faults/test_faults
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import signal
 
@@ -18,7 +19,11 @@ from ..support.service_hub import latest_rule, metric, metrics, start_service_hu
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-TIMEOUT = 60  # bob's idle server is due after the API is stopped and the service has noticed
+# bob's idle clock starts as the API stops (his activity posted then); he is due once the
+# service has noticed: the watch's request times out (at most 15 s after its last answer,
+# so the list is over STALE s old by then). The stopped process serves the GPU metrics too:
+# a GPU_TIMEOUT s wait for them, not 10 s, keeps the cycles short meanwhile.
+TIMEOUT, STALE, GPU_TIMEOUT = 25, 5, 2
 
 
 def decisions(hub, session: str) -> list:
@@ -29,7 +34,7 @@ def decisions(hub, session: str) -> list:
 @pytest.mark.jupyterhub(6, reason="what the service does with the API down does not depend on the hub's "
                                    "major; once is enough for the suite's time")
 async def test_with_the_api_stopped_idle_cpu_servers_are_culled_and_gpu_sessions_held(sim, tmp_path):
-    hub = start_service_hub(tmp_path / "hub", sim, timeout=TIMEOUT,
+    hub = start_service_hub(tmp_path / "hub", sim, timeout=TIMEOUT, stale_after=STALE, gpu_request_timeout=GPU_TIMEOUT,
                             never_used_warn_after=900, never_used_reclaim_after=1800)
     frozen = False
     try:
@@ -40,9 +45,11 @@ async def test_with_the_api_stopped_idle_cpu_servers_are_culled_and_gpu_sessions
             await api.wait_ready("alice")
             await until(lambda: latest_rule(hub, "alice/") and latest_rule(hub, "bob/"), 60, "both seen")
             assert latest_rule(hub, "bob/") == ("keep", "idle-culler")
+            now = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+            await api.request("POST", "/users/bob/activity", {"servers": {"": {"last_activity": now}}})
             os.kill(sim.proc.pid, signal.SIGSTOP)
             frozen = True
-            await until(lambda: latest_rule(hub, "alice/") == ("hold", "pods-unavailable"), 120, "alice held")
+            await until(lambda: latest_rule(hub, "alice/") == ("hold", "pods-unavailable"), 60, "alice held")
             await until(lambda: latest_rule(hub, "bob/") == ("reclaim", "idle-culler-timeout"), TIMEOUT + 60,
                         "bob culled")
             bob = decisions(hub, "bob/")[-1]

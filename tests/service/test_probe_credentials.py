@@ -41,7 +41,7 @@ from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..support.hubapi import HubAPI
-from ..support.service_hub import TIMINGS, latest_rule, start_service_hub, until, write_service_config
+from ..support.service_hub import QUICK, latest_rule, start_service_hub, until, write_service_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -77,7 +77,8 @@ def hub(sim, tmp_path_factory):
                                    "GPU_RECLAIM_NOTOKENS_TOKEN": NOTOKENS_TOKEN,
                                    "GPU_RECLAIM_GROUP_MINTER_TOKEN": GROUP_MINTER_TOKEN,
                                    "GPU_RECLAIM_GROUP_PROBER_TOKEN": GROUP_PROBER_TOKEN})
-    config, store = write_service_config(workdir / "notokens", sim, timeout=3600)
+    # its hold comes when a reclaim would be due: QUICK timings
+    config, store = write_service_config(workdir / "notokens", sim, **{**QUICK, "timeout": 3600})
     log_path = workdir / "notokens" / "service.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub_gpu_reclaim", f"--config={config}",
@@ -208,7 +209,7 @@ async def test_a_role_without_tokens_sends_nothing_and_holds(hub, scene):
                     return d.evidence
         return None
 
-    limit = TIMINGS["never_used_reclaim_after"] + TIMINGS["warning_lead"] + 60
+    limit = QUICK["idle_reclaim_after"] + QUICK["warning_lead"] + 60
     evidence = await until(held, limit, "the second service holds mallory's session")
     assert "HTTP 403" in evidence["problem"] and "`tokens`" in evidence["problem"]
     records = await captured(api)

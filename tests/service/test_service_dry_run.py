@@ -10,14 +10,14 @@ import pytest
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.live import api_fixture
-from ..support.service_hub import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
+from ..support.service_hub import QUICK, cycles, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 
 @pytest.fixture(scope="module")
 def hub(sim, tmp_path_factory, webhook):
-    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook, dry_run=True)
+    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook, dry_run=True, **QUICK)
     yield child
     child.stop(grace=60)
 
@@ -30,12 +30,14 @@ async def test_dry_run_decides_and_reports_but_stops_nothing(hub, api, webhook):
     await api.start("bob", "cpu")  # idle, no GPU: would be culled
     await asyncio.gather(api.wait_ready("alice"), api.wait_ready("bob"))
 
-    limit = TIMINGS["never_used_reclaim_after"] + 60
+    limit = QUICK["never_used_reclaim_after"] + 60
     await until(lambda: latest_rule(hub, "alice/") == ("reclaim", "gpu-never-used"), limit,
                 "alice would be reclaimed")
     await until(lambda: latest_rule(hub, "bob/") == ("reclaim", "idle-culler-timeout"), 60,
                 "bob would be culled")
-    await asyncio.sleep(5)  # a few more cycles in which a real run would have stopped them
+    # a few more cycles in which a real run would have stopped them
+    after = cycles(hub)
+    await until(lambda: cycles(hub) >= after + 3, 60, "three more cycles")
 
     # nothing stopped, nothing begun
     assert (await api.server("alice"))["ready"] and (await api.server("bob"))["ready"]

@@ -27,19 +27,24 @@ from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..support.hubapi import HubAPI
-from ..support.service_hub import CPU_TIMEOUT, TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 from ..support.pods import pod_phase
+from ..support.service_hub import TIMINGS, latest_rule, metric, metrics, start_service_hub, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 UTC = dt.timezone.utc
+# shorter than TIMINGS: alice's reclaim ends the scene; carol and dave start their work once
+# the four are ready, well before 20 s (the timings themselves: tests/service/test_service.py)
+OPTIONS = {**TIMINGS, "never_used_warn_after": 20, "never_used_reclaim_after": 30, "timeout": 20}
 
 
 @pytest.fixture(scope="module")
 def hub(sim, tmp_path_factory, webhook):
-    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook)
+    child = start_service_hub(tmp_path_factory.mktemp("hub"), sim, webhook, **OPTIONS)
     yield child
     child.stop(grace=60)
+
+
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -81,7 +86,7 @@ async def scene(hub, sim, webhook):
             frank_waited_at = dt.datetime.now(UTC)
 
             # alice: warned, then reclaimed; frank's spawn proceeds on her GPU
-            limit = TIMINGS["never_used_reclaim_after"] + 60
+            limit = OPTIONS["never_used_reclaim_after"] + 60
             await until(lambda: webhook.events("alice/", "reclaim"), limit, "alice's reclaim notice")
             tasks[-1].cancel()
             frank = await api.wait_ready("frank", timeout=120)
@@ -110,7 +115,7 @@ async def test_idle_gpu_with_an_open_tab_is_warned_then_reclaimed(hub, sim, scen
         record, = [r for r in store.reclaims() if r.session == "alice/"]
     assert record.outcome == "stopped" and record.rule == "gpu-never-used" and record.gpus == 1
     warned_at = parse_time(warning["evidence"]["idle_since"])
-    assert record.t >= warned_at + dt.timedelta(seconds=TIMINGS["never_used_reclaim_after"])
+    assert record.t >= warned_at + dt.timedelta(seconds=OPTIONS["never_used_reclaim_after"])
     # the open tab kept the hub's last_activity fresh the whole time: it did not save her
     hub_activity = parse_time(record.evidence["hub_last_activity"])
     assert record.t - hub_activity < dt.timedelta(seconds=15)
@@ -131,7 +136,7 @@ async def test_busy_gpu_with_stale_hub_activity_is_kept(hub, scene):
     server = await api.server("carol")
     assert server and server["ready"]
     inactive = dt.datetime.now(UTC) - parse_time(server["last_activity"])
-    assert inactive > dt.timedelta(seconds=CPU_TIMEOUT), "idle-culler would have culled carol"
+    assert inactive > dt.timedelta(seconds=OPTIONS["timeout"]), "idle-culler would have culled carol"
     assert latest_rule(hub, "carol/") == ("keep", "gpu-active")
 
 
@@ -146,7 +151,7 @@ async def test_intent_is_honoured(hub, scene):
     assert (await api.server("erin"))["ready"]
     assert latest_rule(hub, "erin/") == ("keep", "intent")
     started = parse_time((await api.server("erin"))["started"])
-    assert dt.datetime.now(UTC) - started > dt.timedelta(seconds=TIMINGS["never_used_reclaim_after"])
+    assert dt.datetime.now(UTC) - started > dt.timedelta(seconds=OPTIONS["never_used_reclaim_after"])
 
 
 async def test_server_without_gpu_is_culled_like_idle_culler(hub, scene, webhook):
@@ -155,7 +160,7 @@ async def test_server_without_gpu_is_culled_like_idle_culler(hub, scene, webhook
     with Store.open(hub.info["store"]) as store:
         record, = [r for r in store.reclaims() if r.session == "bob/"]
     assert record.rule == "idle-culler-timeout" and record.outcome == "stopped" and record.gpus == 0
-    assert record.evidence["inactive_s"] >= CPU_TIMEOUT
+    assert record.evidence["inactive_s"] >= OPTIONS["timeout"]
     assert not webhook.events("bob/")  # idle-culler sends no notices; neither do we for CPU servers
 
 

@@ -23,7 +23,7 @@ from gpu_reclaim_sim.launch import free_port
 
 from ..support.live import start_test_hub
 from ..support.hubapi import HubAPI
-from ..support.service_hub import CPU_TIMEOUT, until
+from ..support.service_hub import QUICK, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -35,7 +35,7 @@ FORGED = "x\r\nINFO forged"
 def start_registered_hub(workdir: Path, sim, which: str, **env: str):
     """The hub with the service registered by README `which`, on the loopback cluster."""
     workdir.mkdir(parents=True, exist_ok=True)
-    flags = [f"--timeout={CPU_TIMEOUT}", "--cull-every=2", "--namespace=jhub",
+    flags = [f"--timeout={QUICK['timeout']}", "--cull-every=2", "--namespace=jhub",
              f"--kubeconfig={sim.info['kubeconfig']}", "--prometheus-url=",
              f"--dcgm-exporter-urls={sim.info['metrics']}",
              f"--store-url=sqlite:///{workdir / 'gpu_reclaim.sqlite'}"]
@@ -66,7 +66,8 @@ async def test_registered_as_idle_cullers_readme_it_stays_up_and_culls(culler_sh
     for user in ("bob", FORGED):
         await until(lambda user=user: _ready(api, user), 120, f"{user!r}'s server ready")
     for user in ("bob", FORGED):
-        await until(lambda user=user: _gone(api, user), CPU_TIMEOUT + 60, f"{user!r}'s idle server culled")
+        await until(lambda user=user: _gone(api, user), QUICK["timeout"] + 60,
+                    f"{user!r}'s idle server culled")
     log = hub.log_path.read_text(errors="replace")
     # one process all along: never exited, never restarted by the hub; said once why it serves nothing
     assert "Service jupyterhub-idle-culler-service exited" not in log, log[-3000:]

@@ -47,8 +47,8 @@ NODE_GROUPS = [
 ]
 A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4-SHARED"  # the profiles' nvidia.com/gpu.product
 # seconds: long enough for a kernel to start its work after its server is ready
-OPTIONS = {"never_used_warn_after": 25, "never_used_reclaim_after": 40,
-           "idle_warn_after": 25, "idle_reclaim_after": 40, "warning_lead": 10, "stale_after": 10}
+OPTIONS = {"never_used_warn_after": 18, "never_used_reclaim_after": 28,
+           "idle_warn_after": 18, "idle_reclaim_after": 28, "warning_lead": 10, "stale_after": 10}
 TRAIN = "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=90, seconds=900, block={block})"
 
 

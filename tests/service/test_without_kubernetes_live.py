@@ -16,6 +16,7 @@ import asyncio
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 HERE = Path(__file__).parent
 UTC = dt.timezone.utc
-TIMEOUT, CULL_EVERY = 20, 5
+TIMEOUT, CULL_EVERY = 20, 3
 # idle-culler 2.0's config file: its settings and the hook its cull_arbiter_hook help documents
 CULLER_CONFIG = """
 c.IdleCuller.timeout = 12
@@ -59,6 +60,19 @@ def start_local_hub(workdir: Path, **env: str):
                                                  "jupyterhub-singleuser")), **env})
     child.info["token"] = token
     return child
+
+
+def cycles_begun(hub, service: str) -> int:
+    """How many cycles `service` has begun, as the hub logged them: each begins with a
+    `GET /hub/api/users?...` (one page: these hubs have four users at most)."""
+    log = hub.log_path.read_text(errors="replace")
+    return len(re.findall(rf" GET /hub/api/users\?\S* \({re.escape(service)}@", log))
+
+
+async def more_cycles(hub, service: str, n: int = 2) -> None:
+    """Until `service` has begun `n` more cycles than now."""
+    start = cycles_begun(hub, service)
+    await until(lambda: cycles_begun(hub, service) >= start + n, 60, f"{n} more cycles of {service}")
 
 
 async def start(api: HubAPI, user: str, name: str = "", profile: str = "small") -> None:
@@ -96,7 +110,8 @@ async def test_the_readmes_registration_culls_an_idle_server_and_keeps_an_active
             await until(lambda: _ready(api, {"alice/", "bob/"}), 120, "both servers ready")
             active = asyncio.create_task(keep_active(api, "bob", stop))
             await until(lambda: _gone(api, "alice/"), TIMEOUT + CULL_EVERY + 60, "alice's idle server culled")
-            await asyncio.sleep(TIMEOUT + 2 * CULL_EVERY)  # bob's server had every chance to be culled
+            # bob's server started with alice's: two more cycles, and it had every chance to be culled
+            await more_cycles(hub, "gpu-reclaim")
             assert "bob/" in await running(api)
             stop.set()
             await active
@@ -159,7 +174,9 @@ async def test_side_by_side_with_idle_culler_2_0_the_same_servers_are_culled(tmp
                 proc = run_culler(module, workdir, hub, tokens[service])
                 try:
                     await until(lambda: _none_of(api, {"alice/", "alice/lab"}), 120, f"{module}: the idle servers culled")
-                    await asyncio.sleep(12 + 2 * 3)  # the others had every chance: timeout + two cycles
+                    # the others are as old as alice's (started with them, or in the round
+                    # before): two more cycles, and they had every chance
+                    await more_cycles(hub, service)
                     assert proc.poll() is None, (workdir / f"{module}.log").read_text()[-3000:]
                 finally:
                     proc.terminate()

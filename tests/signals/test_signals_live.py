@@ -1,7 +1,7 @@
 """The signals against the real things: JupyterHub + KubeSpawner on the simulated
 cluster, its dcgm-exporter endpoint, and real single-user servers and kernels.
 
-One hub for the whole module, with activity intervals of 5 s (jupyterhub_config_activity.py),
+One hub for the whole module, with activity intervals of 2 s (jupyterhub_config_activity.py),
 and three servers started once: alice (1 GPU), bob and carol (CPU)."""
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ HERE = Path(__file__).parent
 USERS = {"alice": "gpu-1", "bob": "cpu", "carol": "cpu"}
 
 
-# conftest's hub with 5 s activity intervals
-hub = hub_fixture(HERE / "jupyterhub_config_activity.py")
+INTERVAL = 2  # s: the hub's and the servers' activity intervals (JupyterHub's defaults: 300/60)
+
+
+# conftest's hub with INTERVAL activity intervals
+hub = hub_fixture(HERE / "jupyterhub_config_activity.py", {"GPU_RECLAIM_ACTIVITY_INTERVAL": str(INTERVAL)})
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -61,19 +64,21 @@ def pod_url(sim, name: str) -> str:
 
 
 async def test_hub_lists_ready_servers_page_by_page(hub, servers):
+    before = {name: await _last_activity(servers, name) for name in USERS}
     async with HubSignal(hub.info["url"] + "/hub/api", hub.info["token"], page_size=1) as signal:
         listed = await signal.ready_servers()
         assert signal.requests == 1 + 3  # the version, then one page per user
     by_user = {s.user: s for s in listed}
     assert set(by_user) == set(USERS)
     for name, s in by_user.items():
-        model = (await servers.user(name))["servers"][""]
+        model = (await servers.user(name))["servers"][""]  # after: last_activity may have moved
         assert s.name == "" and s.session_id == f"{name}/"
         assert s.ready and s.pending is None and s.url == f"/user/{name}/"
         assert s.user_options == {"profile": USERS[name]}
         assert s.started is not None and s.started.tzinfo is not None
         assert s.last_activity is not None and s.user_last_activity is not None
-        assert s.last_activity == parse_time(model["last_activity"]) >= s.started
+        assert before[name] <= s.last_activity <= parse_time(model["last_activity"])
+        assert s.last_activity >= s.started
         assert not s.admin and s.groups == ()
 
 
@@ -149,8 +154,8 @@ async def _last_activity(api: HubAPI, user: str):
     return parse_time((await api.user(user))["servers"][""]["last_activity"])
 
 
-async def _settled(api: HubAPI, user: str, quiet: float = 6.0, limit: float = 30.0) -> object:
-    """The user's last_activity once it has stopped moving for more than one 5 s interval."""
+async def _settled(api: HubAPI, user: str, quiet: float = INTERVAL + 1, limit: float = 30.0) -> object:
+    """The user's last_activity once it has stopped moving for more than one interval."""
     deadline = time.monotonic() + limit
     last = await _last_activity(api, user)
     while time.monotonic() < deadline:
@@ -162,7 +167,13 @@ async def _settled(api: HubAPI, user: str, quiet: float = 6.0, limit: float = 30
     raise AssertionError(f"{user}'s last_activity kept moving: {last}")
 
 
+# long enough for the server's push and the hub's pull of the proxy's, with time to spare
+UNCHANGED = 2 * INTERVAL + 2
+
+
 async def _changed(api: HubAPI, user: str, since, limit: float = 12.0):
+    """The user's last_activity once it differs from `since`; `since` if it did not within
+    `limit`."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         now = await _last_activity(api, user)
@@ -181,7 +192,7 @@ async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
     before = await _settled(servers, "bob")
     async with KernelSignal(hub.info["url"], StaticProbeToken(token), timeout=5) as ks:
         # 1. flagged probes, direct: several over more than two activity intervals
-        for _ in range(11):
+        for _ in range(2 * INTERVAL + 1):
             assert await ks.probe("bob", "", "/user/bob/", direct_url=direct) == ([], [])
             await asyncio.sleep(1)
         assert await _last_activity(servers, "bob") == before
@@ -212,7 +223,7 @@ async def test_anonymous_requests_with_a_body_move_last_activity(servers):
         for path in ("/user/carol/api/contents", "/user/carol/lab"):
             async with anonymous.get(url + path, allow_redirects=False) as r:
                 assert r.status in (302, 403), (path, r.status)
-        assert await _changed(servers, "carol", before, limit=12.0) == before
+        assert await _changed(servers, "carol", before, limit=UNCHANGED) == before
         async with anonymous.post(url + "/user/carol/api/contents", data=b"x" * 64, allow_redirects=False) as r:
             assert r.status == 403
         moved = await _changed(servers, "carol", before)

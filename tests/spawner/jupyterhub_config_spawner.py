@@ -6,6 +6,6 @@ load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "jupyterhub
 
 c = get_config()  # noqa: F821
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
-c.GPUReclaimSpawner.gpu_queue_timeout = float(os.environ.get("GPU_RECLAIM_QUEUE_TIMEOUT", "20"))
+c.GPUReclaimSpawner.gpu_queue_timeout = float(os.environ.get("GPU_RECLAIM_QUEUE_TIMEOUT", "8"))  # a few wait messages (every 2 s), then withdrawn
 c.GPUReclaimSpawner.gpu_wait_message_interval = 2
 c.JupyterHub.authenticate_prometheus = False  # the tests read the hub's /metrics

@@ -70,12 +70,12 @@ def start_test_hub(workdir, config, sim, env=None):
     return child
 
 
-def hub_fixture(config):
-    """A module-scoped `hub` fixture running `config` (a module assigns it to `hub`)."""
+def hub_fixture(config, env=None):
+    """A module-scoped `hub` fixture running `config` with `env` (a module assigns it to `hub`)."""
 
     @pytest.fixture(scope="module")
     def hub(sim, tmp_path_factory):
-        child = start_test_hub(tmp_path_factory.mktemp("hub"), config, sim)
+        child = start_test_hub(tmp_path_factory.mktemp("hub"), config, sim, env)
         yield child
         child.stop(grace=60)
 

@@ -28,6 +28,11 @@ TIMINGS = {
     "warning_lead": 10, "stale_after": 10,
 }
 CPU_TIMEOUT = 30
+# shorter still, for a scene where nothing has to start working before its first warning:
+# the live test proves the wiring, the timings themselves are proven on the virtual clock
+# (tests/service/test_service.py, tests/faults, tests/policy)
+QUICK = {**TIMINGS, "never_used_warn_after": 10, "never_used_reclaim_after": 15,
+         "idle_warn_after": 10, "idle_reclaim_after": 15, "warning_lead": 5, "timeout": 15}
 
 
 class Webhook:

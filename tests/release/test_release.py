@@ -51,7 +51,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 HUB_SA = f"system:serviceaccount:{NAMESPACE}:hub"
 USER_ROLE = "jupyterhub5-user-role.yaml"
 ACCESS = "access:services!service=gpu-reclaim"
-SERVICE_TOKEN = "hub.services.gpu-reclaim.apiToken"  # the hub Secret's key of the service's token
 # the base release's story in seconds instead of hours
 TIMINGS = {"cull-every": 2, "never-used-warn-after": "12s", "never-used-reclaim-after": "24s",
            "idle-warn-after": "12s", "idle-reclaim-after": "24s", "warning-lead": "8s"}
@@ -80,7 +79,9 @@ def upgrade(sim, *variants: str, extra: dict | None = None, objects: list[dict] 
     from the hub Secret (the proxy's token, the cookie secret, the CryptKeeper keys, the
     services' tokens), applied over the release, and what the new render lacks deleted. The
     hub's pod restarts on its changed Secret (the chart's checksum annotations)."""
-    kept = hub_secret(sim.info["kubeconfig"])
+    data = json.loads(z2jh.kubectl(sim.info["kubeconfig"], "-n", NAMESPACE, "get", "secret", "hub", "-o",
+                                   "json"))["data"]
+    kept = {k: base64.b64decode(v).decode() for k, v in data.items()}
     looked_up = {"hub": {
         "config": {"ConfigurableHTTPProxy": {"auth_token": kept["hub.config.ConfigurableHTTPProxy.auth_token"]},
                    "JupyterHub": {"cookie_secret": kept["hub.config.JupyterHub.cookie_secret"]},
@@ -88,12 +89,6 @@ def upgrade(sim, *variants: str, extra: dict | None = None, objects: list[dict] 
         "services": {key.split(".")[2]: {"apiToken": value} for key, value in kept.items()
                      if key.startswith("hub.services.") and key.endswith(".apiToken")}}}
     return _apply(sim, variants, z2jh.merge_values_files(looked_up, extra or {}), objects, None)
-
-
-def hub_secret(kubeconfig: str) -> dict[str, str]:
-    """The hub Secret's values, decoded: what the chart generated (tokens, keys)."""
-    data = json.loads(z2jh.kubectl(kubeconfig, "-n", NAMESPACE, "get", "secret", "hub", "-o", "json"))["data"]
-    return {key: base64.b64decode(value).decode() for key, value in data.items()}
 
 
 def _apply(sim, variants, extra: dict | None, objects: list[dict] | None, rbac: list[dict] | None) -> z2jh.Release:
@@ -350,7 +345,8 @@ async def test_the_services_token_has_the_documented_scopes(base):
     """The chart generated the service's token (the hub Secret); the hub gives it the
     gpu-reclaim role's scopes, and none that would let it act as an admin: no `tokens`
     (worth an admin's token, issue 27), whose work the probe-token API in the hub does."""
-    token = hub_secret(base.kubeconfig)[SERVICE_TOKEN]
+    secret = json.loads(base.kubectl("get", "secret", "hub", "-o", "json"))
+    token = base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()
     status, body = _status(f"{base.url}/hub/api/user", token)
     me = json.loads(body)
     assert status == 200 and me["kind"] == "service" and me["name"] == "gpu-reclaim"
@@ -429,7 +425,8 @@ async def test_the_hubs_stop_answers_are_the_ones_the_stopper_knows(base, base_s
     """The service's stops with its own token against the release's hub: a server that is not
     running (204) and a user the hub does not have (404) are already stopped; the story's
     reclaim is the running server's stop (202 while KubeSpawner deletes the pod, or 204)."""
-    token = hub_secret(base.kubeconfig)[SERVICE_TOKEN]
+    secret = json.loads(base.kubectl("get", "secret", "hub", "-o", "json"))
+    token = base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()
     stopper = HubStopper(f"{base.url}/hub/api", token, stop_timeout=30, retries=0)
     stopped = await stopper.stop("bob")  # a user of the hub without a running server
     assert stopped.outcome == "stopped" and stopped.attempts == 1 and not stopped.detail, stopped

@@ -1,11 +1,10 @@
 """The z2jh release on the simulated cluster (gpu_reclaim_sim.z2jh): one cluster
-serves the module, and its releases go in namespace jhub (helm-values/postgresql.yaml
-names it), one after another: the base release installed once, the variants upgrades of it,
-and the two that must fail installed afresh.
+serves the module, and each release is installed afresh in namespace jhub
+(helm-values/postgresql.yaml names it), one after another.
 
 The hub image runs from the tests' hub environment (tests/conftest.py): this Python's
-(JupyterHub 6), or --hub-python's: `make test` runs the module's hub contract again with
-.venv-jh5, the chart's own hub requirements (JupyterHub 5.5, KubeSpawner 7.1). The user image runs from
+(JupyterHub 6), or --hub-python's: `make test` runs the module again with .venv-jh5, the
+chart's own hub requirements (JupyterHub 5.5, KubeSpawner 7.1). The user image runs from
 this Python's environment, as the other tests' single-user servers do."""
 
 from __future__ import annotations

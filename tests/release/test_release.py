@@ -8,10 +8,10 @@ it (`gpu_story`): the service's pages answer (the proxy reaches the hub pod's po
 alice logs in (and into the service's pages), starts a GPU server from the spawn page, the
 spawner annotates her pod, the service warns her and reclaims the never-used GPU; every
 Kubernetes call of the hub's ServiceAccount (the spawner, the service) is one the chart's
-Role and rbac.yaml allow. Each variant, an upgrade of the installed release as an admin
-would run it, must load in the hub and run the service with the settings it says, and no
-others. And the checks bite: installed afresh without `patch` in rbac.yaml's Role, or
-without gpu-reclaim.yaml's 10101 ingress rule, the same story fails, where it should.
+Role and rbac.yaml allow. Each variant is installed afresh and must load in the hub and run
+the service with the settings it says, and no others. And the checks bite: without `patch`
+in rbac.yaml's Role, or without gpu-reclaim.yaml's 10101 ingress rule, the same story
+fails, where it should.
 
 On JupyterHub 5 (make test's --hub-python pass) the base release adds
 helm-values/jupyterhub5-user-role.yaml, as docs/install-z2jh.md tells its admins to."""
@@ -70,42 +70,12 @@ def install(sim, *variants: str, extra: dict | None = None, objects: list[dict] 
     z2jh.kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true",
                  "--timeout=120s", timeout=130)
     z2jh.kubectl(kubeconfig, "create", "namespace", NAMESPACE)
-    return _apply(sim, variants, extra, objects, rbac)
-
-
-def upgrade(sim, *variants: str, extra: dict | None = None, objects: list[dict] | None = None) -> z2jh.Release:
-    """`helm upgrade` of the release in jhub to gpu-reclaim.yaml, `variants`, the place's
-    values (and `extra`): the chart rendered again with the values its `lookup` reads back
-    from the hub Secret (the proxy's token, the cookie secret, the CryptKeeper keys, the
-    services' tokens), applied over the release, and what the new render lacks deleted. The
-    hub's pod restarts on its changed Secret (the chart's checksum annotations)."""
-    data = json.loads(z2jh.kubectl(sim.info["kubeconfig"], "-n", NAMESPACE, "get", "secret", "hub", "-o",
-                                   "json"))["data"]
-    kept = {k: base64.b64decode(v).decode() for k, v in data.items()}
-    looked_up = {"hub": {
-        "config": {"ConfigurableHTTPProxy": {"auth_token": kept["hub.config.ConfigurableHTTPProxy.auth_token"]},
-                   "JupyterHub": {"cookie_secret": kept["hub.config.JupyterHub.cookie_secret"]},
-                   "CryptKeeper": {"keys": kept["hub.config.CryptKeeper.keys"].split(";")}},
-        "services": {key.split(".")[2]: {"apiToken": value} for key, value in kept.items()
-                     if key.startswith("hub.services.") and key.endswith(".apiToken")}}}
-    return _apply(sim, variants, z2jh.merge_values_files(looked_up, extra or {}), objects, None)
-
-
-def _apply(sim, variants, extra: dict | None, objects: list[dict] | None, rbac: list[dict] | None) -> z2jh.Release:
-    kubeconfig = sim.info["kubeconfig"]
     sim.info["release_log_from"] = sim.log_path.stat().st_size
     if objects:
         z2jh.apply(kubeconfig, objects, "-n", NAMESPACE)
     values = z2jh.merge_values_files(sim_values(), extra or {})
     docs = z2jh.render(BASE, *(HELM_VALUES / v for v in variants), extra=values)
-    release = z2jh.install(kubeconfig, docs, with_rbac=rbac)
-    # then, as Helm does, what the release had and this render has not (postgresql.yaml:
-    # the hub's sqlite PVC, freed by the hub's new pod)
-    rendered = {(d["kind"], d["metadata"]["name"]) for d in docs}
-    for kind, name in set(sim.info.get("release_objects", ())) - rendered:
-        z2jh.kubectl(kubeconfig, "-n", NAMESPACE, "delete", kind, name, "--ignore-not-found", "--wait=false")
-    sim.info["release_objects"] = sorted(rendered)
-    return release
+    return z2jh.install(kubeconfig, docs, with_rbac=rbac)
 
 
 def forbidden(sim, user: str = HUB_SA) -> list[str]:
@@ -508,16 +478,14 @@ def _hub_side(variant: str) -> bool:
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.hub_contract) if v == "postgresql.yaml"
                                      else v for v in sorted(SAYS)])
 async def test_each_variant_loads_in_the_hub_and_runs_the_service_as_it_says(cluster, base_settings, variant):
-    """The base release upgraded to gpu-reclaim.yaml and the variant alone, as an admin
-    changes an installed release (`helm upgrade`): the hub loads them, the service runs with
+    """gpu-reclaim.yaml and the variant alone: the hub loads them, the service runs with
     the variant's settings and otherwise the base release's (which adds TIMINGS), and
     users reach the service's pages where the hub grants them access: JupyterHub 6 by
     gpu-reclaim.yaml's extra_user_scopes, JupyterHub 5 by the user role override only.
 
     A variant of the service's options alone runs on JupyterHub 6 only: the options reach
     the service the same way on both (a command line), and each install costs half a
-    minute of hub and service start. One that changes the hub's values runs on both
-    (postgresql.yaml: on JupyterHub 5, the release without jupyterhub5-user-role.yaml)."""
+    minute of hub and service start. One that changes the hub's values runs on both."""
     if hub_major() == 5 and not _hub_side(variant):
         pytest.skip("the service's options reach it as on JupyterHub 6, where this variant runs")
     if hub_major() == 5 and variant == USER_ROLE:
@@ -528,7 +496,7 @@ async def test_each_variant_loads_in_the_hub_and_runs_the_service_as_it_says(clu
             pytest.fail(f"{POSTGRES_BIN} is missing: scripts/setup.sh installs Debian's postgresql")
         password = secrets.token_hex(12)
         extra, objects = {"hub": {"db": {"password": password}}}, postgres(password)
-    release = upgrade(cluster, variant, extra=extra, objects=objects)
+    release = install(cluster, variant, extra=extra, objects=objects)
     values = await first_cycle(release)
     got = settings(release)
     options = _variant_options(variant)

@@ -27,6 +27,7 @@ def _hub_python(code: str) -> str:
                           check=True, timeout=60).stdout
 
 
+@pytest.mark.hub_contract
 @pytest.mark.jupyterhub(5, reason="the JupyterHub 5 pass runs the hub from the chart's hub image")
 def test_installing_the_package_changed_nothing_of_the_charts_hub_image():
     pins = dict(line.split("==") for line in REQUIREMENTS.read_text().split("\n")

@@ -11,10 +11,15 @@ notification's Stop and free the GPU, through the hub; frank keeps his until a t
 must be within the service's cap. dave's server is not told where the
 service is: no status, no notification. The extension's polling is not the server's activity,
 a tab in the background polls nothing, and a server's token reaches only its own user's
-sessions."""
+sessions.
+
+The servers start together, so that the service's 15 s before a warning run side by side
+rather than one test after another: the cluster's four GPUs are alice's, bob's, frank's and
+carol's, and dave's server takes bob's once he has freed it."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import re
@@ -42,6 +47,8 @@ STATUS = ".jp-GpuReclaim-status"
 SPARK = f"{STATUS} svg.jp-GpuReclaim-spark"
 SPARK_HEIGHT = 16  # labextension/src/index.ts
 WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
+# the servers the tests open, started together (`servers`); dave's takes bob's GPU
+SERVERS = {"alice": GPU, "bob": GPU, "frank": GPU, "carol": GPU, "erin": "cpu"}
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +87,15 @@ async def server_get(hub, api, user: str, path: str) -> dict:
             return await r.json()
 
 
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def servers(api):
+    """Every server of SERVERS, started at once and ready."""
+    await asyncio.gather(*(api.start(user, profile) for user, profile in SERVERS.items()))
+    await asyncio.gather(*(api.wait_ready(user) for user in SERVERS))
+
+
 async def open_lab(hub, api, browser, user: str) -> Page:
-    await api.start(user, GPU)
+    """A new browser's JupyterLab on the user's server, once it is ready."""
     await api.wait_ready(user)
     page = await new_page(browser)
     await log_in(page, hub.info["url"], user)
@@ -91,7 +105,7 @@ async def open_lab(hub, api, browser, user: str) -> Page:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def alice(hub, api, browser):
+async def alice(hub, api, browser, servers):
     page = await open_lab(hub, api, browser, "alice")
     yield page
     await page.context.close()
@@ -125,12 +139,10 @@ async def test_status_bar_draws_the_last_two_hours_with_the_idle_threshold(hub, 
     await alice.locator("#jp-main-statusbar").screenshot(path=str(IMG / "lab-sparkline.png"))
 
 
-async def test_polling_the_state_is_not_the_servers_activity(hub, api):
+async def test_polling_the_state_is_not_the_servers_activity(hub, api, servers):
     """What jupyterhub-singleuser reports to the hub as the server's activity (jupyter-server's
     last_activity) stays as it was; erin's server has no browser open, whose JupyterLab
     would poll kernels and sessions."""
-    await api.start("erin", "cpu")
-    await api.wait_ready("erin")
     before = (await server_get(hub, api, "erin", "api/status"))["last_activity"]
     for _ in range(3):
         assert (await server_get(hub, api, "erin", "gpu-reclaim/status"))["available"] is True
@@ -232,7 +244,7 @@ async def admin_page_shows_the_intent(hub, browser, session: str, intent_until: 
         await page.context.close()
 
 
-async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser):
+async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser, servers):
     page = await open_lab(hub, api, browser, "bob")
     try:
         await until(lambda: warned(hub, api, "bob"), 60, "bob's GPU session is warned")
@@ -241,9 +253,10 @@ async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, 
         await until(lambda: _gone(api, "bob"), 60, "bob's server stopped by the hub")
     finally:
         await page.context.close()
+    await api.start("dave", GPU)  # on bob's GPU (test_no_status_and_no_notification_...)
 
 
-async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):
+async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser, servers):
     """The dialog's time is the browser's (UTC here); beyond the service's max-keepalive (4 h
     in these tests) the service says no and the warning stays; within it, it is kept."""
     page = await open_lab(hub, api, browser, "frank")
@@ -271,16 +284,7 @@ async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser):
         await page.context.close()
 
 
-async def lab_page(hub, browser, user: str) -> Page:
-    """A new browser's JupyterLab on the user's running server."""
-    page = await new_page(browser)
-    await log_in(page, hub.info["url"], user)
-    await page.goto(f"{hub.info['url']}/user/{user}/lab")
-    await expect(page.locator("#jp-main-statusbar")).to_be_visible(timeout=60_000)
-    return page
-
-
-async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, browser):
+async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, browser, servers):
     """Not "idle 0 min": the browser's clock is set to 20 s after the service's idle_since,
     then to 5 min after it (the status bar counts from the browser's clock)."""
     page = await open_lab(hub, api, browser, "carol")
@@ -299,10 +303,10 @@ async def test_the_first_minute_of_idleness_reads_under_a_minute(hub, api, brows
         await page.context.close()
 
 
-async def test_the_notification_goes_away_when_the_gpu_is_used_again(hub, api, browser):
+async def test_the_notification_goes_away_when_the_gpu_is_used_again(hub, api, browser, servers):
     """carol's warned server (the test before) uses its GPU from a kernel: the service clears
     the warning and the notification closes by itself, seen by polling the page."""
-    page = await lab_page(hub, browser, "carol")
+    page = await open_lab(hub, api, browser, "carol")
     try:
         assert await warned(hub, api, "carol")
         toast = page.locator(".Toastify__toast", has_text=WARNING)
@@ -323,6 +327,8 @@ async def _gone(api, user: str) -> bool:
 
 
 async def test_no_status_and_no_notification_where_the_service_is_absent(hub, api, browser):
+    if await api.server("dave") is None:  # started as bob freed his GPU, unless run alone
+        await api.start("dave", GPU)
     page = await open_lab(hub, api, browser, "dave")
     try:
         assert await server_get(hub, api, "dave", "gpu-reclaim/status") == {"available": False}

@@ -26,6 +26,7 @@ import re
 import secrets
 import urllib.error
 import urllib.request
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import pytest_asyncio
@@ -33,6 +34,7 @@ import yaml
 
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.z2jh.release import BASE, CHART, HELM_VALUES, NAMESPACE
+from jupyterhub_gpu_reclaim.actions import HubStopper
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
@@ -285,6 +287,7 @@ async def base_settings(base) -> dict:
     return settings(base)
 
 
+@pytest.mark.hub_contract
 async def test_the_hub_runs_the_charts_config_on_the_rendered_values(cluster, base, base_settings):
     log = base.hub_log()
     # the chart's jupyterhub_config.py read the rendered Secret and ran gpu-reclaim.yaml's extraConfig
@@ -307,6 +310,7 @@ async def test_the_hub_runs_the_charts_config_on_the_rendered_values(cluster, ba
             assert got[option] == cull[key], option
 
 
+@pytest.mark.hub_contract
 async def test_the_services_token_has_the_documented_scopes(base):
     """The chart generated the service's token (the hub Secret); the hub gives it the
     gpu-reclaim role's scopes, and none that would let it act as an admin: no `tokens`
@@ -333,10 +337,12 @@ async def test_the_services_token_has_the_documented_scopes(base):
     assert refused.value.code == 400
 
 
+@pytest.mark.hub_contract
 async def test_a_never_used_gpu_is_warned_then_reclaimed(cluster, base, base_settings):
     await gpu_story(cluster, base)
 
 
+@pytest.mark.hub_contract
 async def test_the_admin_page_is_the_admins_and_the_roles_members(base, base_settings):
     """The hub's admins and the role's other members hold the admin scope (the hub's admin
     flag alone gives nothing); alice does not. Only gpu-reclaim runs: no idle culler."""
@@ -360,6 +366,42 @@ async def test_the_admin_page_is_the_admins_and_the_roles_members(base, base_set
         assert status == 403
     finally:
         await alice.close()
+
+
+@pytest.mark.hub_contract
+async def test_the_pages_log_in_through_the_hubs_oauth(base, base_settings):
+    """A browser without the service's cookie is sent to the hub's OAuth authorize with a
+    `state` (tied to the browser by the login's state cookie); JupyterHub 6 adds a PKCE
+    challenge, JupyterHub 5 has none (docs/install-z2jh.md, JupyterHub 5 and 6). The login
+    itself is the story's (alice, and the admins above)."""
+    nobody = Client(base.url)
+    try:
+        status, _, r = await nobody.call("GET", "")
+    finally:
+        await nobody.close()
+    location = r.headers["Location"]
+    assert status == 302 and "/hub/api/oauth2/authorize" in location, (status, location)
+    assert "token" not in location.split("?", 1)[0]
+    query = parse_qs(urlsplit(location).query)
+    assert query["state"][0] and query["client_id"] == ["service-gpu-reclaim"]
+    if hub_major() >= 6:
+        assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) >= 43
+    else:
+        assert "code_challenge" not in query
+
+
+@pytest.mark.hub_contract
+async def test_the_hubs_stop_answers_are_the_ones_the_stopper_knows(base, base_settings):
+    """The service's stops with its own token against the release's hub: a server that is not
+    running (204) and a user the hub does not have (404) are already stopped; the story's
+    reclaim is the running server's stop (202 while KubeSpawner deletes the pod, or 204)."""
+    secret = json.loads(base.kubectl("get", "secret", "hub", "-o", "json"))
+    token = base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()
+    stopper = HubStopper(f"{base.url}/hub/api", token, stop_timeout=30, retries=0)
+    stopped = await stopper.stop("bob")  # a user of the hub without a running server
+    assert stopped.outcome == "stopped" and stopped.attempts == 1 and not stopped.detail, stopped
+    missing = await stopper.stop("nobody-" + secrets.token_hex(4))
+    assert missing.outcome == "already-stopped" and "HTTP 404" in missing.detail, missing
 
 
 # --- every variant -------------------------------------------------------------------------------
@@ -432,7 +474,9 @@ def _hub_side(variant: str) -> bool:
     return "hub" in (yaml.safe_load((HELM_VALUES / variant).read_text()) or {})
 
 
-@pytest.mark.parametrize("variant", sorted(SAYS))
+# postgresql.yaml is JupyterHub 5's release without jupyterhub5-user-role.yaml (hub_contract)
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.hub_contract) if v == "postgresql.yaml"
+                                     else v for v in sorted(SAYS)])
 async def test_each_variant_loads_in_the_hub_and_runs_the_service_as_it_says(cluster, base_settings, variant):
     """gpu-reclaim.yaml and the variant alone: the hub loads them, the service runs with
     the variant's settings and otherwise the base release's (which adds TIMINGS), and

@@ -144,6 +144,7 @@ async def scene(hub):
                 await asyncio.gather(cell, return_exceptions=True)
 
 
+@pytest.mark.hub_contract
 async def test_probes_carry_only_a_token_for_the_probed_server(hub, scene):
     api = scene
     records = await captured(api)
@@ -299,6 +300,7 @@ async def test_a_group_filter_on_tokens_limits_whose_servers_are_probed(hub, sce
     assert await listed_probe_tokens(api, "bob") == []
 
 
+@pytest.mark.hub_contract
 @pytest.mark.jupyterhub(5, reason="JupyterHub 6 mints for the group's members (the test above)")
 async def test_on_jupyterhub5_a_group_filter_on_tokens_mints_for_no_one(hub, scene):
     """What docs/security.md says of JupyterHub 5: its token handler applies the filter of
@@ -317,6 +319,7 @@ async def test_on_jupyterhub5_a_group_filter_on_tokens_mints_for_no_one(hub, sce
     assert await listed_probe_tokens(api, "bob") == []
 
 
+@pytest.mark.hub_contract
 async def test_the_services_token_cannot_mint_an_admins_token(hub, scene):
     """Issue 27, finding 2, attacked as found: whoever reads the service's environment posts
     `/hub/api/users/admin/tokens` with no scopes, hoping for the admin's 45 scopes and then
@@ -367,6 +370,7 @@ async def test_the_services_token_cannot_mint_an_admins_token(hub, scene):
     assert not (await api.request("GET", "/users/bob"))["admin"]
 
 
+@pytest.mark.hub_contract
 async def test_a_group_filter_on_the_probe_token_scope_limits_whose_servers_are_probed(hub, scene):
     """`custom:gpu-reclaim:probe-tokens!group=gpu-users` mints for the group's members (bob)
     only, on JupyterHub 5 as on 6 (the probe-token API checks the filter on the probed user)."""

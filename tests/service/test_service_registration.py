@@ -100,6 +100,7 @@ def readme_hub(sim, tmp_path_factory):
     child.stop(grace=60)
 
 
+@pytest.mark.hub_contract
 async def test_readmes_example_serves_metrics_and_pages(readme_hub):
     url = f"{readme_hub.info['url']}/services/gpu-reclaim/"
 

@@ -63,6 +63,7 @@ def pod_url(sim, name: str) -> str:
     return f"http://{pod['status']['podIP']}:{port}"
 
 
+@pytest.mark.hub_contract
 async def test_hub_lists_ready_servers_page_by_page(hub, servers):
     before = {name: await _last_activity(servers, name) for name in USERS}
     async with HubSignal(hub.info["url"] + "/hub/api", hub.info["token"], page_size=1) as signal:

@@ -161,6 +161,7 @@ async def _assert_kept_for(sim, api, user: str, duration: dt.timedelta, since: d
 LINK_REFUSED = "A link cannot keep a session alive"
 
 
+@pytest.mark.hub_contract
 async def test_a_spawn_link_never_keeps_a_server_alive(hub, sim, api):
     """Issue 27, finding 4, attacked as found: anyone can send grace
     `/hub/spawn/grace?opt-keepalive=4h` (on JupyterHub 5 too, which passes the query as it is

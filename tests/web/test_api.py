@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import html
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import pytest_asyncio
@@ -129,27 +128,6 @@ async def test_without_credentials_api_is_403_and_pages_go_to_the_hub_login(scen
     status, _, r = await c["nobody"].call("GET", "")
     assert status == 302 and "/hub/api/oauth2/authorize" in r.headers["Location"]
     assert "token" not in r.headers["Location"].split("?", 1)[0]
-
-
-def _login_query(response) -> dict[str, list[str]]:
-    return parse_qs(urlsplit(response.headers["Location"]).query)
-
-
-@pytest.mark.jupyterhub(6, reason="PKCE came with JupyterHub 6")
-async def test_the_pages_login_carries_a_pkce_challenge(scene):
-    _, c = scene
-    _, _, r = await c["nobody"].call("GET", "")
-    query = _login_query(r)
-    assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) >= 43
-
-
-@pytest.mark.jupyterhub(5, reason="JupyterHub 6 sends a PKCE challenge (the test above)")
-async def test_on_jupyterhub5_the_pages_login_has_no_pkce(scene):
-    """What docs/install-z2jh.md says: JupyterHub 5's OAuth has no PKCE; the state remains."""
-    _, c = scene
-    _, _, r = await c["nobody"].call("GET", "")
-    query = _login_query(r)
-    assert "code_challenge" not in query and query["state"][0]
 
 
 @pytest.mark.parametrize("method, path", [

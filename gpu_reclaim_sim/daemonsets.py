@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
+from jupyterhub_gpu_reclaim.spawner.kube import match_node_selector_term, tolerates
 
 from .resources import BY_KIND
 from .store import Change, Obj

@@ -1,12 +1,12 @@
 """Container images: the names runtimes report (`normalize` lives in the shared
-`jupyterhub_gpu_reclaim.images` and is re-exported here), and what the scenario says of
+`jupyterhub_gpu_reclaim.spawner.images` and is re-exported here), and what the scenario says of
 each image (size, entrypoint, env, user)."""
 
 from __future__ import annotations
 
 import hashlib
 
-from jupyterhub_gpu_reclaim.images import normalize
+from jupyterhub_gpu_reclaim.spawner.images import normalize
 
 from .scenario import Image, Scenario
 

@@ -45,8 +45,8 @@ from . import command_line
 from .datafile import read_data_file
 from .errors import ConfigError
 from .oneline import LogFormatter
-from .policy_config import SETTING_TYPES, PolicyConfig, from_settings, option_of
-from .policy_rules import PolicyRules, load_rules
+from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
+from .policy.rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings
 
 CONFIG_FILE = "gpu_reclaim_config.py"

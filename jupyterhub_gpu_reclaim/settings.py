@@ -21,14 +21,14 @@ from typing import Callable as CallableType
 from traitlets import Bool, Callable, Dict, Enum, Float, Int, List, TraitType, Unicode
 
 from .durations import parse_duration
-from .policy_config import PolicyConfig
-from .policy_rules import PolicyRules
+from .policy.config import PolicyConfig
+from .policy.rules import PolicyRules
 from .signals.gpu_readings import PodLabel
 from .signals.prometheus import DEFAULT_QUERY
 from .store.base import DEFAULT_URL as DEFAULT_STORE_URL
 
 if TYPE_CHECKING:
-    from .cycle import Options
+    from .service.cycle_types import Options
 
 
 class Duration(TraitType):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Iterable, Mapping
 
-from jupyterhub_gpu_reclaim.kube import parse_quantity, pod_requests
+from jupyterhub_gpu_reclaim.spawner.kube import parse_quantity, pod_requests
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..images import normalize

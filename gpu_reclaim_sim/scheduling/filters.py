@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-from jupyterhub_gpu_reclaim.kube import TAINT_UNSCHEDULABLE, match_node_selector_term, tolerates
+from jupyterhub_gpu_reclaim.spawner.kube import TAINT_UNSCHEDULABLE, match_node_selector_term, tolerates
 
 from ..store import Obj
 from .facts import BASIC_RESOURCES, NodeFacts, PodView, Usage

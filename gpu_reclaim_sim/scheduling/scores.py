@@ -9,7 +9,7 @@ import math
 from collections import Counter
 from typing import Iterable, Mapping
 
-from jupyterhub_gpu_reclaim.kube import match_node_selector_term, tolerates
+from jupyterhub_gpu_reclaim.spawner.kube import match_node_selector_term, tolerates
 
 from .facts import BASIC_RESOURCES, NodeFacts, PodView, Usage
 

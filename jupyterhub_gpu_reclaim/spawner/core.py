@@ -15,7 +15,7 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
-from ..images import normalize
+from .images import normalize
 from ..signals.pods import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
 from ..timestamps import parse_time_lenient, utcnow
 from ..wording import expected_free

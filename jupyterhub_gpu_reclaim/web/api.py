@@ -12,9 +12,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tornado import web
 
-from ..status import SPARK_WINDOW
+from ..service.status import SPARK_WINDOW
 from ..timestamps import format_time, utcnow
-from ..usage import daily_usage
+from ..service.usage import daily_usage
 from ..wording import KEEPS, LOSES
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until

@@ -20,17 +20,17 @@ from jupyterhub.services.auth import HubAuth, HubOAuthCallbackHandler, HubOAuthe
 from tornado import httputil, web
 from tornado.log import app_log, gen_log
 
-from ..metrics import Metrics
-from ..policy import IDLE_RULES
-from ..policy_config import PolicyConfig
-from ..policy_rules import PolicyRules
-from ..status import SessionStatus, WaitingServer
+from ..service.metrics import Metrics
+from ..policy.decider import IDLE_RULES
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
+from ..service.status import SessionStatus, WaitingServer
 from ..store import Store
 from ..durations import format_duration
 from ..timestamps import parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import READS_PER_MINUTE, WriteLimiter
-from ..usage import daily_usage
+from ..service.usage import daily_usage
 from .chart import usage_chart
 from .render import _jinja, iso, reclaim_json, session_json, sparkline, state_of
 

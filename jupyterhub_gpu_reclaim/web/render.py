@@ -10,11 +10,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from ..policy import IDLE_RULES
-from ..status import SPARK_WINDOW, SessionStatus
+from ..policy.decider import IDLE_RULES
+from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..durations import format_duration
-from ..usage import freed_gpu_hours
+from ..service.usage import freed_gpu_hours
 from ..wording import KEEPS, LOSES, expected_free, format_util, spark_label
 from .paths import TEMPLATES
 

@@ -11,7 +11,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim import cli
 from jupyterhub_gpu_reclaim.store import base as store_mod
-from jupyterhub_gpu_reclaim.observations import Kernel, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, Session
 from jupyterhub_gpu_reclaim.store import Store
 
 UTC = dt.timezone.utc

@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from jupyterhub_gpu_reclaim import kube
+from jupyterhub_gpu_reclaim.spawner import kube
 
 
 @pytest.mark.parametrize("text, value", [

@@ -10,11 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpu_reclaim.observations import (
-    Decision, Intent, Kernel, Sample, Session, SessionView, Warning,
+from jupyterhub_gpu_reclaim.policy.observations import (
+    Decision,
+    Intent,
+    Kernel,
+    Sample,
+    Session,
+    SessionView,
+    Warning,
 )
-from jupyterhub_gpu_reclaim.policy import decide, retained_samples
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.decider import decide, retained_samples
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 
 from ..clock import START, at
 

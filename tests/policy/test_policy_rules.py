@@ -9,9 +9,9 @@ import datetime as dt
 import pytest
 
 from jupyterhub_gpu_reclaim.errors import ConfigError
-from jupyterhub_gpu_reclaim.observations import Session
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_rules import Match, PolicyRules, load_rules
+from jupyterhub_gpu_reclaim.policy.observations import Session
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import Match, PolicyRules, load_rules
 
 from ..clock import START
 

@@ -26,7 +26,7 @@ from gpu_reclaim_sim.scheduling import filters as sfilters
 from gpu_reclaim_sim.scheduling import preemption as spreemption
 from gpu_reclaim_sim.scheduling import scores as sscores
 from gpu_reclaim_sim.store import Store
-from jupyterhub_gpu_reclaim import kube
+from jupyterhub_gpu_reclaim.spawner import kube
 
 POD, NODE, EVENT = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["Event"]
 GPU = "nvidia.com/gpu"

@@ -12,7 +12,7 @@ from gpu_reclaim_sim import scenario as sc
 from gpu_reclaim_sim.gpus import GpuFleet
 from gpu_reclaim_sim.images import ImageRegistry, repo_digest
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, DEMO_CONFIG, PACKAGE, REPO, SCENARIOS
-from jupyterhub_gpu_reclaim.images import normalize
+from jupyterhub_gpu_reclaim.spawner.images import normalize
 
 
 def test_example_scenarios_load():

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from .backtest import policy_to_dict, replay
-from .observations import Decision, SessionView
-from .policy import IDLE_RULES, decide
-from .policy_config import PolicyConfig, from_settings
-from .policy_rules import PolicyRules
-from .store import Store
-from .timestamps import format_time
+from ..policy.observations import Decision, SessionView
+from ..policy.decider import IDLE_RULES, decide
+from ..policy.config import PolicyConfig, from_settings
+from ..policy.rules import PolicyRules
+from ..store import Store
+from ..timestamps import format_time
 from .trace import Record, TraceConfig, TraceSample, TraceSession
 from .trace_export import export_records
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from .observations import Decision, Sample, SessionView
-from .policy_config import PolicyConfig
+from .config import PolicyConfig
 
 
 def decide_without_gpu(

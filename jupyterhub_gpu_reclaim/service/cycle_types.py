@@ -7,10 +7,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from .observations import Decision, Intent, Sample, Session
-from .policy_config import PolicyConfig
-from .signals.hub import HubServer
-from .signals.pods import PodInfo, PodSnapshot
+from ..policy.observations import Decision, Intent, Sample, Session
+from ..policy.config import PolicyConfig
+from ..signals.hub import HubServer
+from ..signals.pods import PodInfo, PodSnapshot
 
 #: a reclaim to begin: the session, the policy's decision, the episode it ends
 Reclaim = tuple[Session, Decision, str]

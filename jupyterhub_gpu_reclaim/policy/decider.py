@@ -93,11 +93,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, overload
 
 from .observations import Decision, Intent, Sample, SessionView
-from .policy_config import PolicyConfig
-from .policy_culler import decide_user, decide_without_gpu
-from .policy_culler import iso as _iso
-from .policy_culler import minutes as _minutes
-from .policy_readings import TOUCHED, cell_at, cpu_work_since, gpu_touched, kernel_busy
+from .config import PolicyConfig
+from .culler import decide_user, decide_without_gpu
+from .culler import iso as _iso
+from .culler import minutes as _minutes
+from .readings import TOUCHED, cell_at, cpu_work_since, gpu_touched, kernel_busy
 
 __all__ = ["IDLE_RULES", "TOUCHED", "decide", "decide_user", "retained_samples"]
 

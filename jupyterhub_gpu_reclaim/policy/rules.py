@@ -20,9 +20,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .observations import Session
-from .policy_config import SETTING_TYPES, PolicyConfig, from_settings
+from .config import SETTING_TYPES, PolicyConfig, from_settings
 
 ServerKind = Literal["default", "named"]
 

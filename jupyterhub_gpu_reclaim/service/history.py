@@ -13,12 +13,12 @@ import datetime as dt
 import logging
 from typing import Sequence
 
-from .observations import Sample, Session
-from .policy import retained_samples
-from .policy_config import PolicyConfig
-from .store import Store
-from .trace import TraceSample, TraceSession
-from .trace_export import export_records
+from ..policy.observations import Sample, Session
+from ..policy.decider import retained_samples
+from ..policy.config import PolicyConfig
+from ..store import Store
+from ..replay.trace import TraceSample, TraceSession
+from ..replay.trace_export import export_records
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")  # the reclaimer's log: this is part of its cycle
 

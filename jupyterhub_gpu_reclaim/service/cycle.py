@@ -44,26 +44,26 @@ from dataclasses import replace
 from typing import Awaitable, Callable, TypeVar
 from urllib.parse import urlencode
 
-from .actions import HubStopper
-from .cycle import CycleReport, Decisions, Observation, Observed, Options, PodSource
+from .hub_stopper import HubStopper
+from .cycle_types import CycleReport, Decisions, Observation, Observed, Options, PodSource
 from .metrics import Metrics
 from .notify import Dispatcher
-from .observations import Decision, Sample, Session, SessionView, Warning
-from .oneline import brief
-from .policy import IDLE_RULES, decide
-from .policy_config import PolicyConfig
-from .policy_rules import PolicyRules
-from .sample_history import SampleHistory
-from .signals.base import SignalError
-from .signals.hub import HubServer
-from .signals.interfaces import GpuSource, HubSource, KernelSource
-from .signals.pods import PodInfo, PodSnapshot
-from .signals.probe_tokens import NoProbeCredential
+from ..policy.observations import Decision, Sample, Session, SessionView, Warning
+from ..oneline import brief
+from ..policy.decider import IDLE_RULES, decide
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
+from .history import SampleHistory
+from ..signals.base import SignalError
+from ..signals.hub import HubServer
+from ..signals.interfaces import GpuSource, HubSource, KernelSource
+from ..signals.pods import PodInfo, PodSnapshot
+from ..signals.probe_tokens import NoProbeCredential
 from .status import CycleStatus, expect_free, freeing, session_status, waiting_servers
 from .stops import Stops
-from .store import Store
-from .store.base import RowsRefused
-from .timestamps import format_time, parse_time, utcnow
+from ..store import Store
+from ..store.base import RowsRefused
+from ..timestamps import format_time, parse_time, utcnow
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 

@@ -14,7 +14,7 @@ import logging
 from typing import Sequence
 
 from ..policy.observations import Sample, Session
-from ..policy.decider import retained_samples
+from ..policy.scan import retained_samples
 from ..policy.config import PolicyConfig
 from ..store import Store
 from ..replay.trace import TraceSample, TraceSession

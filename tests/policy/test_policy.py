@@ -19,7 +19,8 @@ from jupyterhub_gpu_reclaim.policy.observations import (
     SessionView,
     Warning,
 )
-from jupyterhub_gpu_reclaim.policy.decider import decide, retained_samples
+from jupyterhub_gpu_reclaim.policy.decider import decide
+from jupyterhub_gpu_reclaim.policy.scan import retained_samples
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 
 from ..clock import START, at

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable
 
 from . import interruptions
+from ..durations import HOUR
 from ..errors import ConfigError
 from ..policy.observations import Intent, Sample, Session, SessionView, Warning
 from ..timestamps import format_time
@@ -92,7 +93,6 @@ __all__ = [
     "load_policy_config",
 ]
 
-HOUR = 3600.0
 IDLE_CULLER_TIMEOUT = dt.timedelta(hours=1)
 ZERO_GPU_AFTER = dt.timedelta(hours=2)
 
@@ -157,7 +157,7 @@ BASELINES = ("idle-culler", "zero-gpu-2h")  # the rules every report compares th
 
 
 def _hours(a: dt.datetime, b: dt.datetime) -> float:
-    return max(0.0, (b - a).total_seconds() / HOUR)
+    return max(0.0, (b - a).total_seconds() / HOUR.total_seconds())
 
 
 def replay(records: Iterable[Record], *, config: Any = None,

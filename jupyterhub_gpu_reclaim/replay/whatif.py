@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from .backtest import policy_to_dict, replay
+from ..durations import HOUR
 from ..policy.observations import Decision, SessionView
 from ..policy.decider import IDLE_RULES, decide
 from ..policy.config import PolicyConfig, from_settings
@@ -55,7 +56,6 @@ MAX_DIFFERENCES = 500
 #: bucket sizes of the chart's series: the smallest that makes at most MAX_BUCKETS
 BUCKET_SIZES = tuple(dt.timedelta(hours=h) for h in (1, 3, 6, 12, 24))
 MAX_BUCKETS = 48
-HOUR = 3600.0
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -209,7 +209,7 @@ class _Arm:
             return Treatment()
         freed = 0.0
         if inst.reclaimed_at is not None:
-            freed = round(inst.gpus * max(0.0, (inst.end - inst.reclaimed_at).total_seconds()) / HOUR, 4)
+            freed = round(inst.gpus * max(0.0, (inst.end - inst.reclaimed_at).total_seconds()) / HOUR.total_seconds(), 4)
         return Treatment(warnings=inst.warnings, first_warning=inst.first_warning,
                        reclaimed_at=inst.reclaimed_at, rule=inst.rule or inst.warn_rule,
                        gpu_hours_freed=freed)
@@ -234,7 +234,7 @@ class _Grid:
         i = int((a - self.origin) / self.size)
         while a < b and i < self.count:
             edge = min(b, self.origin + (i + 1) * self.size)
-            into[i] += gpus * (edge - a).total_seconds() / HOUR
+            into[i] += gpus * (edge - a).total_seconds() / HOUR.total_seconds()
             a, i = edge, i + 1
 
     def bounds(self, i: int) -> tuple[dt.datetime, dt.datetime]:

@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from tornado import web
 
 from ..service.status import SPARK_WINDOW
+from ..signals.hub import PAGINATION_MEDIA_TYPE
 from ..timestamps import format_time, utcnow
 from ..service.usage import daily_usage
 from ..wording import KEEPS, LOSES
@@ -21,8 +22,7 @@ from .inputs import BadInput, parse_since, parse_until
 from .render import csv_cell, iso, reclaim_json, session_json
 from .whatif import DEFAULT_SINCE, run_what_if
 
-#: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
-PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+#: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
 PAGE_DEFAULT, PAGE_MAX = 50, 200
 USAGE_DAYS_DEFAULT, USAGE_DAYS_MAX = 7, 31
 

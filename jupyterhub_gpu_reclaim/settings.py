@@ -2,7 +2,7 @@
 
 Each field of `ServiceSettings` that carries an option (`_option`) declares that option's
 kind of value, default and help text; `config.GpuReclaim` makes its traitlets options from
-these fields (and the GPU policy's from `policy_config.PolicyConfig`'s), in this order on
+these fields (and the GPU policy's from `policy.config.PolicyConfig`'s), in this order on
 the command line. The launcher fills a frozen `ServiceSettings` from the options and hands
 it to the service, which never sees the traitlets Application.
 

@@ -8,7 +8,7 @@ JSON-serialisable evidence. It does no I/O and never reads the clock: the live s
 Precedence (first match wins):
 
 1. **Servers without GPUs** (`gpus == 0`) follow jupyterhub-idle-culler 2.0 exactly
-   (rules "idle-culler-timeout", "idle-culler-max-age"; see `policy_culler`). No
+   (rules "idle-culler-timeout", "idle-culler-max-age"; see `culler`). No
    warnings, no exemptions: idle-culler has neither, and one service replaces it.
 2. **Exempt** user, group or profile: keep ("exempt").
 3. **Missing or stale GPU data**: hold ("gpu-data-missing"); never warn, never reclaim
@@ -16,7 +16,7 @@ Precedence (first match wins):
    A **shared GPU** (`gpu_shared`, time-sliced) has no utilization of its own: the
    kernels are its data, and missing kernel data holds ("kernel-data-missing").
 4. **A busy kernel** in the latest sample: keep ("kernel-busy"). Work in progress. Not
-   while CPU work goes on with the GPU never used (`policy_readings`): its own clock.
+   while CPU work goes on with the GPU never used (`readings`): its own clock.
 5. **max_age** (optional hard lifetime of GPU sessions): warn `warning_lead` before
    `started + max_age`, reclaim at it ("max-age"). It also caps intents.
 6. **Intent** ("keep alive until T", T capped at `set_at + max_keepalive` and at the

@@ -196,8 +196,8 @@ class History:
     used_sample: Sample | None = None  # the sample of `last_used`
     busy_sample: Sample | None = None  # the latest sample with a busy kernel
     last_used_per_gpu: list[dt.datetime | None] = field(default_factory=list)
-    last_touched: dt.datetime | None = None  # the GPU touched (policy_readings.gpu_touched)
-    last_busy: dt.datetime | None = None  # the latest cell (policy_readings.cell_at)
+    last_touched: dt.datetime | None = None  # the GPU touched (readings.gpu_touched)
+    last_busy: dt.datetime | None = None  # the latest cell (readings.cell_at)
     cells: list[dt.datetime] = field(default_factory=list)  # busy samples of the CPU-work window
     last_unknown: dt.datetime | None = None  # the last sample of the latest unbridged gap
     bridged: tuple[dt.datetime, dt.datetime] | None = None  # the latest bridged gap's sides

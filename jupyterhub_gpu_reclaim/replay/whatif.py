@@ -6,7 +6,7 @@ Both arms are the backtest's replay (`backtest.replay`) of the same trace
 (`trace_export.export_records`), so they are compared like with like: the live arm is what
 the live policy makes of the recorded samples, not what the service did (admins' exemptions
 are not in the history). The override is read by the settings' one converter
-(`policy_config.from_settings`) and changes the base policy as the service's option of that
+(`policy.config.from_settings`) and changes the base policy as the service's option of that
 name would: the policy rules are made again over it, so a rule that sets the same setting
 still wins for its sessions.
 

@@ -7,7 +7,7 @@
   sessions whose GPUs look idle;
 * decide (`_decide`): take a keep-alive from the spawn form as the first intent, ask the
   policy about each session (with its history, intent and warnings, under the settings
-  of the first policy rule that matches it, `policy_rules.py`), apply admins' exemptions;
+  of the first policy rule that matches it, `policy/rules.py`), apply admins' exemptions;
 * act (`_act`): record the changed decisions, publish the pages' status (`status.py`),
   warn, set the state metrics, record the observations, and begin the stops
   (`stops.py`, through the hub API only).
@@ -28,7 +28,7 @@ What it never does:
 * reclaim on missing GPU or kernel data (the policy holds);
 * stop a server twice (see `stops.py`).
 
-The samples each session's decisions rest on are its `SampleHistory` (`sample_history.py`):
+The samples each session's decisions rest on are its `SampleHistory` (`history.py`):
 kept across cycles, reloaded after a restart, a gap in them unknown time.
 """
 

@@ -54,7 +54,7 @@ MAX_AFFINITY_NODES = 100
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-# --- quantities and requests (kube.py) ----------------------------------------------------
+# --- quantities and requests (spawner/kube.py) ----------------------------------------------------
 
 
 def pod_requests(pod: Obj) -> dict[str, Fraction]:

@@ -30,7 +30,7 @@ METRIC = re.compile(r"\bjupyterhub_gpu_reclaim[a-z0-9_:]*")
 
 
 def exported_families() -> dict[str, str]:
-    """{name: type} of the metrics the service (metrics.py) and the spawner (spawner/core.py)
+    """{name: type} of the metrics the service (service/metrics.py) and the spawner (spawner/core.py)
     export, named as in their /metrics (counters with _total)."""
     from prometheus_client import REGISTRY
 

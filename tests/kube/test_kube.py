@@ -1,4 +1,4 @@
-"""Kubernetes API semantics shared by the simulated cluster and the spawner (kube.py)."""
+"""Kubernetes API semantics shared by the simulated cluster and the spawner (spawner/kube.py)."""
 
 from fractions import Fraction
 

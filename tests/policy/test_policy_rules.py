@@ -1,4 +1,4 @@
-"""Policy rules (policy_rules.py): matching, first match wins, and the checks at load time,
+"""Policy rules (policy/rules.py): matching, first match wins, and the checks at load time,
 each error naming its rule."""
 
 from __future__ import annotations

@@ -63,10 +63,10 @@ from typing import Any
 
 from .config import PolicyConfig
 from .culler import decide_user, decide_without_gpu
-from .culler import iso as _iso
 from .culler import minutes as _minutes
 from .observations import Decision, SessionView
 from .readings import TOUCHED, cpu_work_since, kernel_busy
+from ..timestamps import evidence_time
 from .scan import cpu_window, gpu_utils, intent_ends_at, latest_of, scan, seen_before
 
 __all__ = ["IDLE_RULES", "TOUCHED", "decide", "decide_user"]
@@ -115,12 +115,12 @@ def decide(
     if isinstance(util, str) and shared:
         return decision("hold", "kernel-data-missing",
                         f"kernel data missing ({util}); the GPU is shared, so only the kernels "
-                        "tell whether this server works", latest_sample=_iso(latest.t if latest else None),
+                        "tell whether this server works", latest_sample=evidence_time(latest.t if latest else None),
                         problem=util, gpu_shared=True)
     if isinstance(util, str):
         return decision("hold", "gpu-data-missing",
                         f"GPU data missing ({util}); never reclaimed on missing data",
-                        latest_sample=_iso(latest.t if latest else None), problem=util)
+                        latest_sample=evidence_time(latest.t if latest else None), problem=util)
     assert latest is not None
 
     h = scan(samples, session.gpus, now, config, shared)
@@ -149,30 +149,30 @@ def decide(
     ]
     evidence: dict[str, Any] = {
         "gpus": session.gpus,
-        "latest_sample": _iso(latest.t),
+        "latest_sample": evidence_time(latest.t),
         "samples_considered": h.window_samples,
         "window_minutes": config.idle_reclaim_after.total_seconds() / 60,
         "window_max_util": h.window_max,
         "latest_util": [float(u) for u in util],
         "never_used": never_used,
-        "last_used": _iso(h.last_used),
-        "last_busy_kernel": _iso(h.last_busy),
-        "last_gpu_data_missing": _iso(h.last_unknown),
-        "idle_since": _iso(episode_start),
-        "cpu_work_since": _iso(cpu_since),
-        "hub_last_activity": _iso(latest.hub_last_activity),
-        "terminal_last_activity": _iso(latest_of(*(latest.terminals or ()))),
+        "last_used": evidence_time(h.last_used),
+        "last_busy_kernel": evidence_time(h.last_busy),
+        "last_gpu_data_missing": evidence_time(h.last_unknown),
+        "idle_since": evidence_time(episode_start),
+        "cpu_work_since": evidence_time(cpu_since),
+        "hub_last_activity": evidence_time(latest.hub_last_activity),
+        "terminal_last_activity": evidence_time(latest_of(*(latest.terminals or ()))),
     }
     if shared:  # reported, never counted: the device's use is not this server's alone
         evidence.update(gpu_shared=True, shared_gpu_util=list(latest.gpu_util or ()))
     if cleared:
         evidence["episode_cleared"] = True
-        evidence["cleared_warnings"] = [_iso(w.t) for w in cleared]
+        evidence["cleared_warnings"] = [evidence_time(w.t) for w in cleared]
     if h.bridged is not None and h.bridged[0] >= episode_start:
-        evidence["bridged_gap"] = [_iso(t) for t in h.bridged]
+        evidence["bridged_gap"] = [evidence_time(t) for t in h.bridged]
     if intent is not None:
-        evidence["intent_until"] = _iso(intent.until)
-        evidence["intent_end"] = _iso(intent_end)
+        evidence["intent_until"] = evidence_time(intent.until)
+        evidence["intent_end"] = evidence_time(intent_end)
         evidence["intent_capped"] = intent_end != intent.until
 
     # 4. a busy kernel is work in progress (CPU work on an untouched GPU has its own clock)
@@ -184,14 +184,14 @@ def decide(
         if now < warn_at:
             return None
         mine = [w for w in current if _FAMILY.get(w.rule, w.rule) == _FAMILY.get(rule, rule)]
-        ev = dict(evidence, rule_warn_at=_iso(warn_at), rule_reclaim_at=_iso(reclaim_at))
+        ev = dict(evidence, rule_warn_at=evidence_time(warn_at), rule_reclaim_at=evidence_time(reclaim_at))
         if not mine:
             at = max(reclaim_at, now + config.warning_lead)
             return decision("warn", rule, f"{what}; reclaim at {at.isoformat()} unless used",
                             at, **ev)
         first = mine[0]
         due = max(reclaim_at, first.reclaim_at, first.t + config.warning_lead)
-        ev.update(warned_at=_iso(first.t), reclaim_at=_iso(due))
+        ev.update(warned_at=evidence_time(first.t), reclaim_at=evidence_time(due))
         if now < due:
             return decision("keep", rule, f"warned; reclaim at {due.isoformat()}", **ev)
         if config.pressure_only and pending_gpus <= 0:
@@ -205,7 +205,7 @@ def decide(
 
     # 5. hard lifetime
     if max_age_at is not None:
-        evidence["max_age_at"] = _iso(max_age_at)
+        evidence["max_age_at"] = evidence_time(max_age_at)
         d = timed("max-age", max_age_at - config.warning_lead, max_age_at,
                   f"the session reaches its maximum age {_minutes(config.max_age)}")
         if d is not None:
@@ -245,7 +245,7 @@ def decide(
     warn_at, reclaim_at = start + warn_after, start + reclaim_after
     if rule == "gpu-idle" and (job := seen_before(h, latest, episode_start, intent)) is not None:
         seen, ended = job
-        evidence["last_seen"] = _iso(seen)
+        evidence["last_seen"] = evidence_time(seen)
         if (seen <= episode_start - config.idle_reclaim_after
                 and ended + config.unattended_reclaim_after <= reclaim_at):
             # the work ran with nobody there for the whole idle window: whoever started it

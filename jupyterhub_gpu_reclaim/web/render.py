@@ -56,17 +56,6 @@ def reclaim_notice(r: Any) -> str:
     return f"{server} was stopped at {format_time(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
 
 
-def iso(value: Any) -> Any:
-    """JSON-able: datetimes as RFC 3339 (UTC, Z)."""
-    if isinstance(value, dt.datetime):
-        return format_time(value)
-    if isinstance(value, dict):
-        return {k: iso(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [iso(v) for v in value]
-    return value
-
-
 def hhmm(value: Any) -> str:
     """A time as "HH:MM UTC"; a string that is not a time as written, never an error."""
     t = parse_time_lenient(value)
@@ -172,5 +161,5 @@ def csv_cell(value: Any) -> str:
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, util=lambda values: format_util(values, missing="–"), iso=iso)
+_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, util=lambda values: format_util(values, missing="–"))
 _jinja.globals.update(expected_free=expected_free)

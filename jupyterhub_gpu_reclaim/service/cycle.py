@@ -120,9 +120,7 @@ class Reclaimer:
     def restore(self) -> None:
         """Reload recent samples from the store (after a restart)."""
         self._restored = True
-        if not self.options.record_observations:
-            return
-        self.history.restore(self.store, self.clock(), self.options.history_lookback)
+        self.history.restore(self.store, self.clock())
 
     async def drain(self) -> None:
         """Wait for the stops under way."""
@@ -380,7 +378,7 @@ class Reclaimer:
         self._publish(seen, decided, now, report)
         await asyncio.gather(*(self._warn(session, d, now, report) for session, d in decided.warns))
         self._set_state_metrics(seen, report, now)
-        if self.options.record_observations and decided.samples:
+        if decided.samples:
             refused = self._record(report, "observations", self.store.record_observations, now,
                                    decided.samples, seen.pods.pending_gpus, decided.new_sessions)
             if refused is not None:

@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jupyterhub_gpu_reclaim.backtest import backtest  # noqa: E402
-from jupyterhub_gpu_reclaim.trace import read_trace  # noqa: E402
+from jupyterhub_gpu_reclaim.replay.backtest import backtest  # noqa: E402
+from jupyterhub_gpu_reclaim.replay.trace import read_trace  # noqa: E402
 from tests.support.traces import generate_trace  # noqa: E402
 
 

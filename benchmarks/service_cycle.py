@@ -371,11 +371,11 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
                    pods_mode: str = "watch") -> dict[str, Any]:
     import tracemalloc
 
-    from jupyterhub_gpu_reclaim.actions import HubStopper
-    from jupyterhub_gpu_reclaim.cycle import Options
-    from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
-    from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-    from jupyterhub_gpu_reclaim.service import Reclaimer
+    from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
+    from jupyterhub_gpu_reclaim.service.cycle_types import Options
+    from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
+    from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+    from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
     from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu_reclaim.observations import Decision, Sample, Session  # noqa: E402
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session  # noqa: E402
 from jupyterhub_gpu_reclaim.store import Store  # noqa: E402
 from jupyterhub_gpu_reclaim.store.schema import (AuditRow, IntentRow, ObservationRow,  # noqa: E402
                                                   ReclaimRow, WarningRow)

@@ -15,10 +15,10 @@ DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
 def _backtest(args: argparse.Namespace) -> int:
     import json
 
-    from .backtest import backtest, load_policy_config, replay
-    from .backtest_report import format_report
+    from .replay.backtest import backtest, load_policy_config, replay
+    from .replay.backtest_report import format_report
     from .errors import ConfigError
-    from .trace import TraceError
+    from .replay.trace import TraceError
 
     def fail(message: str) -> int:
         print(f"jupyterhub-gpu-reclaim backtest: {message}", file=sys.stderr)
@@ -113,8 +113,8 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     from .store import Store
     from .store.base import StoreError
     from .timestamps import format_time, utcnow
-    from .trace import TraceError, TraceSample
-    from .trace_export import export_records
+    from .replay.trace import TraceError, TraceSample
+    from .replay.trace_export import export_records
 
     now = utcnow().replace(microsecond=0)
     since = _parse_when(args.since if args.since is not None else "7d", "--since", now)
@@ -164,8 +164,8 @@ def _generate_trace(args: argparse.Namespace) -> int:
     import tempfile
 
     from .timestamps import format_time, parse_time
-    from .trace import write_trace
-    from .tracegen import generate
+    from .replay.trace import write_trace
+    from .replay.tracegen import generate
 
     def fail(message: str) -> int:
         print(f"jupyterhub-gpu-reclaim generate-trace: {message}", file=sys.stderr)
@@ -214,7 +214,7 @@ def _generate_trace(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .timestamps import format_time
-    from .tracegen import DEFAULT_START
+    from .replay.tracegen import DEFAULT_START
 
     parser = argparse.ArgumentParser(
         prog="jupyterhub-gpu-reclaim",

@@ -10,7 +10,7 @@ chart writes them::
         --max-age=0 --cull-admin-users=false
 
 Boolean options take ``--name`` (sets True), ``--name=true`` or ``--name=false``. The GPU
-policy settings (`policy_config.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
+policy settings (`policy.config.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
 Every option can also be set in the config file ``gpu_reclaim_config.py``
 (``c.GpuReclaim.timeout = 3600``); the command line wins over the file.
 ``--generate-config`` prints a config file with every option and its help, like the culler.
@@ -19,7 +19,7 @@ Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the de
 ``--url``, ``JUPYTERHUB_API_URL``.
 
 Each option is declared once, as a field: the service's in `settings.ServiceSettings`,
-the GPU policy's in `policy_config.PolicyConfig`; this module makes the traitlets options
+the GPU policy's in `policy.config.PolicyConfig`; this module makes the traitlets options
 of those fields and adds what only the Application knows (defaults read from the
 environment, checks, the command-line aliases and flags). A bad setting raises
 :class:`~.errors.ConfigError` (`command_line` reads the command line and the file).
@@ -45,8 +45,8 @@ from . import command_line
 from .datafile import read_data_file
 from .errors import ConfigError
 from .oneline import LogFormatter
-from .policy_config import SETTING_TYPES, PolicyConfig, from_settings, option_of
-from .policy_rules import PolicyRules, load_rules
+from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
+from .policy.rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings
 
 CONFIG_FILE = "gpu_reclaim_config.py"

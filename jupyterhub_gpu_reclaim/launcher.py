@@ -26,14 +26,14 @@ from urllib.parse import urlsplit
 
 from traitlets.config import Application
 
-from .actions import HubStopper
+from .service.hub_stopper import HubStopper
 from .config import GpuReclaim
-from .cycle import Options
+from .service.cycle_types import Options
 from .errors import ConfigError, ServiceError
-from .metrics import Metrics
-from .notify import Dispatcher, make_notifiers, redact_url
-from .policy_rules import Match
-from .service import Reclaimer
+from .service.metrics import Metrics
+from .service.notify import Dispatcher, make_notifiers, redact_url
+from .policy.rules import Match
+from .service.cycle import Reclaimer
 from .settings import ServiceSettings
 from .signals.base import SignalError, hide_password
 from .signals.interfaces import GpuSource

@@ -2,7 +2,7 @@
 
 Each field of `ServiceSettings` that carries an option (`_option`) declares that option's
 kind of value, default and help text; `config.GpuReclaim` makes its traitlets options from
-these fields (and the GPU policy's from `policy_config.PolicyConfig`'s), in this order on
+these fields (and the GPU policy's from `policy.config.PolicyConfig`'s), in this order on
 the command line. The launcher fills a frozen `ServiceSettings` from the options and hands
 it to the service, which never sees the traitlets Application.
 
@@ -21,14 +21,14 @@ from typing import Callable as CallableType
 from traitlets import Bool, Callable, Dict, Enum, Float, Int, List, TraitType, Unicode
 
 from .durations import parse_duration
-from .policy_config import PolicyConfig
-from .policy_rules import PolicyRules
+from .policy.config import PolicyConfig
+from .policy.rules import PolicyRules
 from .signals.gpu_readings import PodLabel
 from .signals.prometheus import DEFAULT_QUERY
 from .store.base import DEFAULT_URL as DEFAULT_STORE_URL
 
 if TYPE_CHECKING:
-    from .cycle import Options
+    from .service.cycle_types import Options
 
 
 class Duration(TraitType):

@@ -2,7 +2,12 @@
 
 Inside the package every time is an aware datetime in UTC (`utcnow`). Outside it is
 RFC 3339 in UTC: `format_time` writes ``2026-11-02T08:00:00Z``, with microseconds only
-when there are some (traces, the store's records, the JSON API, pod annotations).
+when there are some (traces, the store's records, the JSON API, pod annotations);
+`jsonable` makes every datetime in a JSON value so. One exception, kept on purpose:
+`evidence_time`, the times in a policy decision's evidence, are `datetime.isoformat`'s
+(``...+00:00``), because the store's warning and reclaim episodes are keyed by them
+(``gpu-idle@2026-11-02T08:00:00+00:00``): written another way, a restarted service would
+not recognise the episodes it already warned.
 
 Reading has two contracts, named apart:
 
@@ -23,6 +28,7 @@ now ("7d", "36h", "1h30m") or a time.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from .durations import parse_duration
 from .oneline import brief
@@ -47,6 +53,22 @@ def format_time(value: dt.datetime) -> str:
     if value.microsecond:
         return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON value with each datetime in it (in dicts, lists, tuples) written by `format_time`."""
+    if isinstance(value, dt.datetime):
+        return format_time(value)
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def evidence_time(t: dt.datetime | None) -> str | None:
+    """A time in a decision's evidence (see above: `isoformat`, never changed); None stays None."""
+    return None if t is None else t.isoformat()
 
 
 def parse_time(value: object, *, require_offset: bool = False) -> dt.datetime | None:

@@ -1,8 +1,8 @@
 """Words users read in more than one place, written once: what a reclaim keeps and loses
 (the warnings and reclaim notices, the user page and the API's reclaim records), when a
 waiting user can expect a GPU, and how GPU utilization is written (the notices' evidence, the pages' tables and sparklines).
-KEEPS, LOSES and format_util are also the JupyterLab extension's, whose distribution (lab/)
-carries a copy: change lab/jupyterhub_gpu_reclaim_lab/wording.py with them (a test checks)."""
+The JupyterLab extension shows KEEPS and LOSES as the user API sends them (web/api.py): it
+keeps no copy."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from .base import HttpSource, SignalError, entry_field, entry_time, get_json
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 
+# JupyterHub's paginated form of a list (its REST API's Accept header; web/api.py serves it too)
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 STATE_FILTER_MIN_VERSION = (1, 3, 0)
 

@@ -7,7 +7,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..observations import Kernel
+    from ..policy.observations import Kernel
     from .gpu_readings import GpuReading
     from .hub import HubServer
 

@@ -24,7 +24,7 @@ import datetime as dt
 import logging
 from typing import Any, Callable, TypeVar
 
-from ..observations import Kernel
+from ..policy.observations import Kernel
 from ..oneline import brief
 from .base import HttpSource, SignalError, entry_field, entry_time, get_json
 from .probe_tokens import NoProbeCredential, ProbeCredentials

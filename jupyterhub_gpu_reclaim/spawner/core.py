@@ -15,7 +15,7 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
-from ..images import normalize
+from .images import normalize
 from ..signals.pods import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
 from ..timestamps import parse_time_lenient, utcnow
 from ..wording import expected_free
@@ -170,7 +170,7 @@ class GPUReclaimSpawner(KubeSpawner):
         options = self._options_from_form(data) if self.profile_list else {}
         until = keepalive.from_form(formdata, now=utcnow(), max_keepalive=self._max_keepalive)
         if until is not None:
-            options[keepalive.OPTION] = keepalive.iso(until)
+            options[keepalive.OPTION] = keepalive.format_keepalive(until)
         return options
 
     def options_from_query(self, query_data: dict) -> dict:
@@ -199,7 +199,7 @@ class GPUReclaimSpawner(KubeSpawner):
         annotations = dict(pod.metadata.annotations or {})
         annotations[PROFILE_ANNOTATION] = self.applied_profile
         if self.keepalive_until is not None:
-            annotations[KEEPALIVE_ANNOTATION] = keepalive.iso(self.keepalive_until)
+            annotations[KEEPALIVE_ANNOTATION] = keepalive.format_keepalive(self.keepalive_until)
         pod.metadata.annotations = annotations
         if self.image_locality != "off":
             await self._apply_image_locality(pod)

@@ -174,6 +174,6 @@ def from_user_options(options: Mapping[str, Any], *, now: dt.datetime,
     return check(until, now=now, max_keepalive=max_keepalive)
 
 
-def iso(t: dt.datetime) -> str:
+def format_keepalive(t: dt.datetime) -> str:
     """The keep-alive time as user_options and the pod annotation carry it: to the second."""
     return format_time(t.replace(microsecond=0))

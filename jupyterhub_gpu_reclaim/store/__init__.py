@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .history import HistoryStore
 from .intents import IntentStore
-from .observations import ObservationStore
+from .trace_lines import ObservationStore
 from .reclaims import ReclaimStore
 
 

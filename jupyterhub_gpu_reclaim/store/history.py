@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from ..observations import Decision
+from ..policy.observations import Decision
 from ..timestamps import utcnow
 from .base import StoreBase, rowcount
 from .reclaims import ReclaimRecord, reclaim_record

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from ..observations import Intent
+from ..policy.observations import Intent
 from .base import StoreBase, rowcount
 from .schema import ExemptionRow, IntentRow, aware
 

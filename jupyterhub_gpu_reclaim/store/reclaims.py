@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence, get_args
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from ..observations import Outcome, Warning
+from ..policy.observations import Outcome, Warning
 from ..timestamps import format_time, utcnow
 from .base import StoreBase, rowcount
 from .schema import ReclaimRow, WarningRow, aware, dumps, stored, unstorable

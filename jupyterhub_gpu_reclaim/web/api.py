@@ -12,17 +12,17 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tornado import web
 
-from ..status import SPARK_WINDOW
-from ..timestamps import format_time, utcnow
-from ..usage import daily_usage
+from ..service.status import SPARK_WINDOW
+from ..signals.hub import PAGINATION_MEDIA_TYPE
+from ..timestamps import format_time, jsonable, utcnow
+from ..service.usage import daily_usage
 from ..wording import KEEPS, LOSES
 from .base import Base, writes
 from .inputs import BadInput, parse_since, parse_until
-from .render import csv_cell, iso, reclaim_json, session_json
+from .render import csv_cell, reclaim_json, session_json
 from .whatif import DEFAULT_SINCE, run_what_if
 
-#: JupyterHub's paginated form of a list (its REST API's Accept header), and its page sizes
-PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
+#: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
 PAGE_DEFAULT, PAGE_MAX = 50, 200
 USAGE_DAYS_DEFAULT, USAGE_DAYS_MAX = 7, 31
 
@@ -165,7 +165,7 @@ class AdminCandidatesApi(ApiBase):
             row = {**s, "kernels_busy": k.get("busy"), "kernels_idle": k.get("idle"),
                    "kernel_last_activity": k.get("last_activity"), "state": s["state_text"]}
             w.writerow([csv_cell(" ".join(f"{x:.1f}" if isinstance(x, float) else str(x) for x in v)
-                                 if isinstance(v, list) else iso(v)) for v in (row.get(c) for c in self.COLUMNS)])
+                                 if isinstance(v, list) else jsonable(v)) for v in (row.get(c) for c in self.COLUMNS)])
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", 'attachment; filename="gpu-reclaim-candidates.csv"')
         self.finish(out.getvalue())
@@ -190,7 +190,7 @@ class AdminUsageApi(ApiBase):
         if not text.isdigit() or not 1 <= int(text) <= USAGE_DAYS_MAX:
             raise web.HTTPError(400, f"days: a whole number from 1 to {USAGE_DAYS_MAX}, not {text!r}")
         days = daily_usage(self.ctx.store, utcnow(), int(text)) if self.ctx.store is not None else []
-        self.write_json({"days": [iso(dataclasses.asdict(d)) for d in days]})
+        self.write_json({"days": [jsonable(dataclasses.asdict(d)) for d in days]})
 
 
 class AdminHistoryApi(ApiBase):

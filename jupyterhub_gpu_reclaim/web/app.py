@@ -13,9 +13,9 @@ from jupyterhub.services.auth import HubAuth
 from tornado import web
 from tornado.httpserver import HTTPServer
 
-from ..metrics import Metrics
-from ..policy_config import PolicyConfig
-from ..policy_rules import PolicyRules
+from ..service.metrics import Metrics
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
 from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, AdminUsageApi, AdminWhatIfApi,
                   IntentApi, QueueApi, ReclaimsApi, SessionsApi, StopApi)

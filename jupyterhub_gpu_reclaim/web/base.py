@@ -20,19 +20,19 @@ from jupyterhub.services.auth import HubAuth, HubOAuthCallbackHandler, HubOAuthe
 from tornado import httputil, web
 from tornado.log import app_log, gen_log
 
-from ..metrics import Metrics
-from ..policy import IDLE_RULES
-from ..policy_config import PolicyConfig
-from ..policy_rules import PolicyRules
-from ..status import SessionStatus, WaitingServer
+from ..service.metrics import Metrics
+from ..policy.decider import IDLE_RULES
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
+from ..service.status import SessionStatus, WaitingServer
 from ..store import Store
 from ..durations import format_duration
-from ..timestamps import parse_time_lenient, utcnow
+from ..timestamps import jsonable, parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import READS_PER_MINUTE, WriteLimiter
-from ..usage import daily_usage
+from ..service.usage import daily_usage
 from .chart import usage_chart
-from .render import _jinja, iso, reclaim_json, session_json, sparkline, state_of
+from .render import _jinja, reclaim_json, session_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -256,7 +256,7 @@ class Base(HubOAuthenticated, RedactedLogs):
     def write_json(self, value: Any, status: int = 200) -> None:
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(iso(value)))
+        self.finish(json.dumps(jsonable(value)))
 
     def json_body(self) -> dict[str, Any]:
         if not self.request.body:

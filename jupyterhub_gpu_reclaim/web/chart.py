@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
-from ..usage import DayUsage
-from ..whatif import WhatIf
+from ..service.usage import DayUsage
+from ..replay.whatif import WhatIf
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 40, 30, 40  # room for the last time label

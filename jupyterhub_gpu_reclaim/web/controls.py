@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 from tornado import web
 
-from ..status import CycleStatus, SessionStatus, WaitingServer
-from ..stops import Stops
+from ..service.status import CycleStatus, SessionStatus, WaitingServer
+from ..service.stops import Stops
 from ..store import Store
 from ..store.reclaims import ReclaimRecord
 from ..durations import format_duration

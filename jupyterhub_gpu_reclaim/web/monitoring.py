@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tornado import web
 
-from ..metrics import Metrics
+from ..service.metrics import Metrics
 
 
 class MetricsHandler(web.RequestHandler):

@@ -9,8 +9,8 @@ from urllib.parse import quote, urlencode
 
 from tornado import web
 
-from .. import interruptions
-from ..backtest import policy_to_dict
+from ..replay import interruptions
+from ..replay.backtest import policy_to_dict
 from ..durations import format_duration
 from ..timestamps import parse_time_lenient, utcnow
 from .base import Base, writes

@@ -10,11 +10,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from ..policy import IDLE_RULES
-from ..status import SPARK_WINDOW, SessionStatus
+from ..policy.decider import IDLE_RULES
+from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..durations import format_duration
-from ..usage import freed_gpu_hours
+from ..service.usage import freed_gpu_hours
 from ..wording import KEEPS, LOSES, expected_free, format_util, spark_label
 from .paths import TEMPLATES
 
@@ -54,17 +54,6 @@ def reclaim_notice(r: Any) -> str:
     why = (f"its GPU was unused for {format_duration((r.t - since).total_seconds())}" if since is not None
            else f"{by} reclaimed it" if by else f"rule {r.rule}")
     return f"{server} was stopped at {format_time(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
-
-
-def iso(value: Any) -> Any:
-    """JSON-able: datetimes as RFC 3339 (UTC, Z)."""
-    if isinstance(value, dt.datetime):
-        return format_time(value)
-    if isinstance(value, dict):
-        return {k: iso(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [iso(v) for v in value]
-    return value
 
 
 def hhmm(value: Any) -> str:
@@ -172,5 +161,5 @@ def csv_cell(value: Any) -> str:
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, util=lambda values: format_util(values, missing="–"), iso=iso)
+_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, util=lambda values: format_util(values, missing="–"))
 _jinja.globals.update(expected_free=expected_free)

@@ -10,11 +10,11 @@ from typing import Any, Mapping
 
 from tornado import web
 
-from ..policy_config import PolicyConfig
-from ..policy_rules import PolicyRules
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
 from ..timestamps import utcnow
-from ..whatif import WhatIf, WhatIfError, check_period, override_policy
-from ..whatif_process import replay_in_process
+from ..replay.whatif import WhatIf, WhatIfError, check_period, override_policy
+from ..replay.whatif_process import replay_in_process
 from .inputs import BadInput, parse_since
 
 #: the period the form offers first

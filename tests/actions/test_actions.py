@@ -9,7 +9,7 @@ import logging
 import pytest
 from aiohttp import web
 
-from jupyterhub_gpu_reclaim.actions import HubStopper
+from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
 
 TOKEN = "s3cr3t-token-value"
 FAST = dict(stop_timeout=0.5, poll_interval=0.02, retries=3, backoff=0.01, request_timeout=1.0)
@@ -237,6 +237,6 @@ async def test_token_in_header_never_logged(hub, caplog):
     r = await _stop(hub)
     assert r.outcome == "stopped"
     assert {q["auth"] for q in hub.requests} == {f"token {TOKEN}"}
-    assert any(rec.name == "jupyterhub_gpu_reclaim.actions" for rec in caplog.records)
+    assert any(rec.name == "jupyterhub_gpu_reclaim.service.hub_stopper" for rec in caplog.records)
     assert TOKEN not in caplog.text
     assert TOKEN not in repr(HubStopper(hub.api, TOKEN))

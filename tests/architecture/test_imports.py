@@ -1,6 +1,8 @@
-"""The package's imports run one way. Read from the source (ast), so that imports inside
-functions count as well as those at the top of a module: no import circle anywhere in the
-package, nothing that runs the service sees the traitlets Application of the settings,
+"""The package's imports run one way. Read from the source (ast.walk over the whole module), so
+that imports inside functions and under `if TYPE_CHECKING:` count as well as those at the top
+of a module: no import circle anywhere in the package; the layers (folders) import downwards
+only: policy/ only the shared leaves; signals/, store/, replay/ never the service, web/ or
+the spawner; nothing that runs the service sees the traitlets Application of the settings;
 and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/architecture/test_imports.py
@@ -114,10 +116,23 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
+def modules_under(graph: dict[str, set[str]], *folders: str) -> set[str]:
+    """The package's modules in these folders (subpackages), their __init__ included."""
+    return {m for m in graph for f in folders if m == f"{NAME}.{f}" or m.startswith(f"{NAME}.{f}.")}
+
+
 def test_no_import_circle():
     graph = import_graph()
-    assert f"{NAME}.service" in graph and f"{NAME}.config" in graph
+    assert f"{NAME}.service.cycle" in graph and f"{NAME}.config" in graph
     assert circles(graph) == []
+
+
+def test_imports_under_type_checking_and_in_functions_count():
+    # the check itself: settings imports the cycle's Options only under TYPE_CHECKING, and
+    # replay.backtest imports the policy only inside a function; both are edges
+    graph = import_graph()
+    assert f"{NAME}.service.cycle_types" in graph[f"{NAME}.settings"]
+    assert f"{NAME}.policy.decider" in graph[f"{NAME}.replay.backtest"]
 
 
 def test_circles_are_found():
@@ -132,21 +147,42 @@ def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     launcher hands them plain values."""
     graph = import_graph()
     settings = {f"{NAME}.config", f"{NAME}.launcher"}
-    assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service", f"{NAME}.web"})
-    for worker in ("service", "actions", "store", "notify", "web", "web.app", "signals.hub", "backtest",
-                   "policy", "policy_config", "timestamps"):
-        assert not reachable(graph, f"{NAME}.{worker}") & settings, worker
+    # (the settings build the cycle's Options, service/cycle_types.py: a type, not the cycle)
+    assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))
+    workers = modules_under(graph, "service", "signals", "store", "web", "replay", "policy") | {f"{NAME}.timestamps"}
+    assert {f"{NAME}.service.cycle", f"{NAME}.service.hub_stopper", f"{NAME}.web.app"} <= workers
+    for worker in sorted(workers):
+        assert not reachable(graph, worker) & settings, worker
+
+
+def test_the_layers_import_downwards():
+    """policy/ (pure: no I/O) imports only the shared leaves at the package's root; the
+    signals, the store and the replays never import the service, the web pages or the
+    spawner; the service never imports web/ or the spawner."""
+    graph = import_graph()
+    leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
+    policy = modules_under(graph, "policy")
+    assert f"{NAME}.policy.decider" in policy
+    for module in sorted(policy):
+        assert reachable(graph, module) <= policy | leaves, module
+    upper = modules_under(graph, "service", "web", "spawner") | {f"{NAME}.launcher", f"{NAME}.cli"}
+    for module in sorted(modules_under(graph, "signals", "store", "replay")):
+        assert not reachable(graph, module) & upper, module
+    for module in sorted(modules_under(graph, "service")):
+        assert not reachable(graph, module) & modules_under(graph, "web", "spawner"), module
+    # the check itself: the service does import the policy, the signals and the store
+    assert {f"{NAME}.policy.decider", f"{NAME}.signals.hub", f"{NAME}.store"} <= reachable(graph, f"{NAME}.service.cycle")
 
 
 def test_the_cycle_never_imports_the_web_pages():
-    """The status the pages show is published by the cycle (status.py) and read by web/; the
-    changes users make go through web/controls into the store and the stops: the cycle
-    itself never imports web/."""
+    """The status the pages show is published by the cycle (service/status.py) and read by
+    web/; the changes users make go through web/controls into the store and the stops: the
+    cycle itself never imports web/."""
     graph = import_graph()
-    web = {m for m in graph if m == f"{NAME}.web" or m.startswith(f"{NAME}.web.")}
+    web = modules_under(graph, "web")
     assert f"{NAME}.web.controls" in web
-    for module in ("service", "cycle", "stops", "status", "trace_export", "wording"):
-        assert not reachable(graph, f"{NAME}.{module}") & web, module
+    for module in sorted(modules_under(graph, "service") | {f"{NAME}.replay.trace_export", f"{NAME}.wording"}):
+        assert not reachable(graph, module) & web, module
 
 
 def test_the_product_never_imports_the_simulator():

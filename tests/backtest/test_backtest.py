@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu_reclaim.backtest import (
+from jupyterhub_gpu_reclaim.replay.backtest import (
     ZeroRun,
     backtest,
     idle_culler_rule,
     load_policy_config,
     zero_gpu_rule,
 )
-from jupyterhub_gpu_reclaim.backtest_report import format_report
+from jupyterhub_gpu_reclaim.replay.backtest_report import format_report
 from jupyterhub_gpu_reclaim.durations import parse_duration
 from jupyterhub_gpu_reclaim.errors import ConfigError
-from jupyterhub_gpu_reclaim.observations import Sample, Session
-from jupyterhub_gpu_reclaim.policy import decide
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.observations import Sample, Session
+from jupyterhub_gpu_reclaim.policy.decider import decide
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 
 from ..support.clock import START, at
 from ..support.traces import EXAMPLE, Trace, cli, generate_trace, idle_open_tab, ts

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
-from jupyterhub_gpu_reclaim.backtest_report import format_report
+from jupyterhub_gpu_reclaim.replay.backtest import backtest, load_policy_config
+from jupyterhub_gpu_reclaim.replay.backtest_report import format_report
 from jupyterhub_gpu_reclaim.errors import ConfigError
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_rules import PolicyRules
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 
 from ..support.clock import at
 from ..support.traces import Trace, cli, idle_open_tab, ts

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jupyterhub_gpu_reclaim.backtest import backtest
-from jupyterhub_gpu_reclaim.backtest_report import format_report
-from jupyterhub_gpu_reclaim.interruptions import bucket
+from jupyterhub_gpu_reclaim.replay.backtest import backtest
+from jupyterhub_gpu_reclaim.replay.backtest_report import format_report
+from jupyterhub_gpu_reclaim.replay.interruptions import bucket
 
 from ..support.clock import START, at
 from ..support.traces import Trace, ts

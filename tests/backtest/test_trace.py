@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu_reclaim.trace import (
+from jupyterhub_gpu_reclaim.replay.trace import (
     IntentEvent,
     Label,
     Pressure,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyterhub_gpu_reclaim.backtest import NO_SCENARIO, replay
-from jupyterhub_gpu_reclaim.backtest_report import format_report
-from jupyterhub_gpu_reclaim.trace import (
+from jupyterhub_gpu_reclaim.replay.backtest import NO_SCENARIO, replay
+from jupyterhub_gpu_reclaim.replay.backtest_report import format_report
+from jupyterhub_gpu_reclaim.replay.trace import (
     IntentEvent,
     Label,
     Pressure,
@@ -26,7 +26,7 @@ from jupyterhub_gpu_reclaim.trace import (
     read_trace,
     write_trace,
 )
-from jupyterhub_gpu_reclaim.tracegen import SCENARIOS, generate
+from jupyterhub_gpu_reclaim.replay.tracegen import SCENARIOS, generate
 
 REPO = Path(__file__).resolve().parents[2]
 MIN = dt.timedelta(minutes=1)

@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_rules import load_rules
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import load_rules
 from jupyterhub_gpu_reclaim.store import Store
-from jupyterhub_gpu_reclaim.whatif import MAX_BUCKETS, WhatIfError, what_if
+from jupyterhub_gpu_reclaim.replay.whatif import MAX_BUCKETS, WhatIfError, what_if
 
 from ..support.records import NOW, record, slow_loader, training, used_then_idle
 

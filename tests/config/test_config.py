@@ -17,7 +17,7 @@ from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, G
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
 from jupyterhub_gpu_reclaim.oneline import LogFormatter
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig, from_settings, option_of
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig, from_settings, option_of
 
 from ..support.apps import culler, parse
 
@@ -200,7 +200,7 @@ def test_each_policy_setting_is_declared_once_in_policyconfig():
 def test_the_service_and_the_backtest_read_policy_settings_alike(tmp_path):
     """One converter: the same settings as options and in a backtest policy file make the
     same PolicyConfig."""
-    from jupyterhub_gpu_reclaim.backtest import load_policy_config
+    from jupyterhub_gpu_reclaim.replay.backtest import load_policy_config
 
     settings = {"gpu_idle_threshold": 9, "idle_warn_after": "90m", "idle_reclaim_after": "3h",
                 "max_keepalive": 86400, "max_age": "7d", "pressure_only": True,

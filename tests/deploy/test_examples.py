@@ -16,7 +16,7 @@ from traitlets.config import Config
 
 from gpu_reclaim_sim.paths import REPO, SHARED
 from gpu_reclaim_sim.z2jh.release import CHART, chart_missing
-from jupyterhub_gpu_reclaim.backtest import backtest, load_policy_config
+from jupyterhub_gpu_reclaim.replay.backtest import backtest, load_policy_config
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 
 from ..support.prometheus import without_kubernetes_sd
@@ -30,11 +30,11 @@ METRIC = re.compile(r"\bjupyterhub_gpu_reclaim[a-z0-9_:]*")
 
 
 def exported_families() -> dict[str, str]:
-    """{name: type} of the metrics the service (metrics.py) and the spawner (spawner/core.py)
+    """{name: type} of the metrics the service (service/metrics.py) and the spawner (spawner/core.py)
     export, named as in their /metrics (counters with _total)."""
     from prometheus_client import REGISTRY
 
-    from jupyterhub_gpu_reclaim.metrics import Metrics
+    from jupyterhub_gpu_reclaim.service.metrics import Metrics
     from jupyterhub_gpu_reclaim.spawner import core  # noqa: F401 (registers the spawner's)
 
     families = {}

@@ -41,4 +41,4 @@ def test_installing_the_package_changed_nothing_of_the_charts_hub_image():
                if installed.get(_name(name)) != version}
     assert not changed
     assert "jupyterhub-gpu-reclaim" in installed
-    _hub_python("import jupyterhub_gpu_reclaim.service, jupyterhub_gpu_reclaim.spawner")
+    _hub_python("import jupyterhub_gpu_reclaim.service.cycle, jupyterhub_gpu_reclaim.spawner")

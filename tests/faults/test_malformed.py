@@ -19,8 +19,8 @@ import sqlite3
 
 import pytest
 
-from jupyterhub_gpu_reclaim import service
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.service import cycle as service
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.signals.base import MAX_BODY
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
 from jupyterhub_gpu_reclaim.signals.pods import PodSignal

@@ -14,10 +14,16 @@ from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 
-from jupyterhub_gpu_reclaim.notify import (
-    Dispatcher, EmailNotifier, LogNotifier, Message, WebhookNotifier, redact_url, single_address,
+from jupyterhub_gpu_reclaim.service.notify import (
+    Dispatcher,
+    EmailNotifier,
+    LogNotifier,
+    Message,
+    WebhookNotifier,
+    redact_url,
+    single_address,
 )
-from jupyterhub_gpu_reclaim.observations import Decision, Session
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 
 from ..support.clock import at
 

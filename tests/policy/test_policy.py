@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jupyterhub_gpu_reclaim.observations import (
-    Intent, Kernel, Sample, Session, SessionView, Warning,
-)
-from jupyterhub_gpu_reclaim.policy import decide, retained_samples
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.observations import Intent, Kernel, Sample, Session, SessionView, Warning
+from jupyterhub_gpu_reclaim.policy.decider import decide
+from jupyterhub_gpu_reclaim.policy.scan import retained_samples
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 
 from ..support.clock import START, at
 from ..support.policy_inputs import BUSY, CFG, IDLE, PROP, configs, mins, nows, run, samples, session, views, warned

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from jupyterhub_gpu_reclaim.observations import Kernel, Sample, SessionView, Warning
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_readings import MEMORY_HELD_MIB, cpu_work_since, gpu_touched
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, SessionView, Warning
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.readings import MEMORY_HELD_MIB, cpu_work_since, gpu_touched
 
 from ..support.clock import START, at
 from ..support.policy_inputs import IDLE, mins, run, samples, session

@@ -1,4 +1,4 @@
-"""Policy rules (policy_rules.py): matching, first match wins, and the checks at load time,
+"""Policy rules (policy/rules.py): matching, first match wins, and the checks at load time,
 each error naming its rule."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import datetime as dt
 import pytest
 
 from jupyterhub_gpu_reclaim.errors import ConfigError
-from jupyterhub_gpu_reclaim.observations import Session
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_rules import Match, PolicyRules, load_rules
+from jupyterhub_gpu_reclaim.policy.observations import Session
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import Match, PolicyRules, load_rules
 
 from ..support.clock import START
 

@@ -8,8 +8,9 @@ import dataclasses
 
 from hypothesis import given
 
-from jupyterhub_gpu_reclaim.observations import Kernel, Sample, SessionView
-from jupyterhub_gpu_reclaim.policy import IDLE_RULES, retained_samples
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, SessionView
+from jupyterhub_gpu_reclaim.policy.decider import IDLE_RULES
+from jupyterhub_gpu_reclaim.policy.scan import retained_samples
 
 from ..support.clock import START, at
 from ..support.policy_inputs import BUSY, CFG, IDLE, PROP, configs, nows, run, samples, session, views, warned

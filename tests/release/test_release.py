@@ -34,7 +34,7 @@ import yaml
 
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.z2jh.release import BASE, CHART, HELM_VALUES, NAMESPACE
-from jupyterhub_gpu_reclaim.actions import HubStopper
+from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
 from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 

@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 
 from ..support.clock import START, at
@@ -160,7 +160,7 @@ async def test_a_hook_that_raises_holds_that_server_only_logged_once(harness, ca
 def test_pods_are_read_where_kubernetes_is(tmp_path, monkeypatch, argv, env, kube_file, reads_pods):
     from jupyterhub_gpu_reclaim.config import GpuReclaim
     from jupyterhub_gpu_reclaim.launcher import build, service_settings
-    from jupyterhub_gpu_reclaim.metrics import Metrics
+    from jupyterhub_gpu_reclaim.service.metrics import Metrics
     from jupyterhub_gpu_reclaim.signals.pods import PodSignal
     from jupyterhub_gpu_reclaim.store import Store
 

@@ -4,8 +4,8 @@ reclaims the service has scheduled, in queue order, for GPUs the waiting pod can
 from __future__ import annotations
 
 
-from jupyterhub_gpu_reclaim.observations import Session
-from jupyterhub_gpu_reclaim.status import Freeing, SessionStatus, WaitingServer, expect_free, freeing
+from jupyterhub_gpu_reclaim.policy.observations import Session
+from jupyterhub_gpu_reclaim.service.status import Freeing, SessionStatus, WaitingServer, expect_free, freeing
 from jupyterhub_gpu_reclaim.wording import expected_free
 
 from ..support.clock import START, at

@@ -12,9 +12,9 @@ import logging
 
 import pytest
 
-from jupyterhub_gpu_reclaim.metrics import Metrics
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_rules import load_rules
+from jupyterhub_gpu_reclaim.service.metrics import Metrics
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import load_rules
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.pods import PROFILE_ANNOTATION, PodInfo, pod_info

@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 from aiohttp import web
 
-from jupyterhub_gpu_reclaim.observations import Kernel
+from jupyterhub_gpu_reclaim.policy.observations import Kernel
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.interfaces import GpuSource, HubSource, KernelSource
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_text

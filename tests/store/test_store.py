@@ -10,12 +10,19 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim.observations import Decision, Kernel, Sample, Session, Warning
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Kernel, Sample, Session, Warning
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
-from jupyterhub_gpu_reclaim.trace import IntentEvent, Pressure, TraceConfig, TraceSample, TraceSession, read_trace
-from jupyterhub_gpu_reclaim.trace_export import export_records, export_trace
+from jupyterhub_gpu_reclaim.replay.trace import (
+    IntentEvent,
+    Pressure,
+    TraceConfig,
+    TraceSample,
+    TraceSession,
+    read_trace,
+)
+from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 
 from ..support.clock import at
 

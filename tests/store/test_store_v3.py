@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from jupyterhub_gpu_reclaim.store import schema as store_mod
-from jupyterhub_gpu_reclaim.observations import Warning
+from jupyterhub_gpu_reclaim.policy.observations import Warning
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.clock import START, at

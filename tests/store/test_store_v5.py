@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim.observations import Decision, Sample, Session
-from jupyterhub_gpu_reclaim.observations import Warning as Warned
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Warning as Warned
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import RowsRefused

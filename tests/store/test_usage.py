@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
-from jupyterhub_gpu_reclaim.observations import Decision, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session
 from jupyterhub_gpu_reclaim.store import Store
-from jupyterhub_gpu_reclaim.usage import FREED_HORIZON, daily_usage, freed_gpu_hours
+from jupyterhub_gpu_reclaim.service.usage import FREED_HORIZON, daily_usage, freed_gpu_hours
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

@@ -7,12 +7,12 @@ import datetime as dt
 
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim.actions import HubStopper
-from jupyterhub_gpu_reclaim.cycle import Options
-from jupyterhub_gpu_reclaim.metrics import Metrics
-from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.service import Reclaimer
+from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
+from jupyterhub_gpu_reclaim.service.cycle_types import Options
+from jupyterhub_gpu_reclaim.service.metrics import Metrics
+from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jupyterhub_gpu_reclaim.actions import StopResult
-from jupyterhub_gpu_reclaim.cycle import Options
-from jupyterhub_gpu_reclaim.metrics import Metrics
-from jupyterhub_gpu_reclaim.notify import Dispatcher, LogNotifier
-from jupyterhub_gpu_reclaim.observations import Kernel
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy_rules import PolicyRules
-from jupyterhub_gpu_reclaim.service import Reclaimer
+from jupyterhub_gpu_reclaim.service.hub_stopper import StopResult
+from jupyterhub_gpu_reclaim.service.cycle_types import Options
+from jupyterhub_gpu_reclaim.service.metrics import Metrics
+from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
+from jupyterhub_gpu_reclaim.policy.observations import Kernel
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
+from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer

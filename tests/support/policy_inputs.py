@@ -9,11 +9,17 @@ import json
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from jupyterhub_gpu_reclaim.observations import (
-    Decision, Intent, Kernel, Sample, Session, SessionView, Warning,
+from jupyterhub_gpu_reclaim.policy.observations import (
+    Decision,
+    Intent,
+    Kernel,
+    Sample,
+    Session,
+    SessionView,
+    Warning,
 )
-from jupyterhub_gpu_reclaim.policy import decide
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.decider import decide
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 
 from .clock import START, at
 

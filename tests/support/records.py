@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jupyterhub_gpu_reclaim.observations import Kernel, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, Session
 from jupyterhub_gpu_reclaim.store import Store
 
 UTC = dt.timezone.utc

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
-from jupyterhub_gpu_reclaim.status import SessionStatus
+from jupyterhub_gpu_reclaim.service.status import SessionStatus
 from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import app, inputs, render
 from jupyterhub_gpu_reclaim.web.inputs import BadInput, local_time_to_utc, parse_until
@@ -128,8 +128,8 @@ def test_access_log_hides_secret_query_values(caplog):
 
 
 def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
-    from jupyterhub_gpu_reclaim.observations import Decision
-    from jupyterhub_gpu_reclaim.service import _exempted
+    from jupyterhub_gpu_reclaim.policy.observations import Decision
+    from jupyterhub_gpu_reclaim.service.cycle import _exempted
 
     ex = {"until": NOW + dt.timedelta(hours=2), "by": "admin", "set_at": NOW}
     for action in ("warn", "reclaim", "keep", "hold"):
@@ -141,7 +141,7 @@ def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
 
 
 def whatif_result(series_hours: int = 3):
-    from jupyterhub_gpu_reclaim.whatif import ArmSummary, Bucket, Treatment, SessionDifference, WhatIf
+    from jupyterhub_gpu_reclaim.replay.whatif import ArmSummary, Bucket, Treatment, SessionDifference, WhatIf
 
     since = NOW - dt.timedelta(hours=series_hours)
     series = [Bucket(since + dt.timedelta(hours=i), since + dt.timedelta(hours=i + 1), live_idle=1.0 + i,
@@ -179,7 +179,7 @@ def test_whatif_chart_is_inline_svg_with_title_desc_and_a_bar_per_policy_and_hou
 
 def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
     result = whatif_result()
-    from jupyterhub_gpu_reclaim.interruptions import LABELS
+    from jupyterhub_gpu_reclaim.replay.interruptions import LABELS
     from jupyterhub_gpu_reclaim.web.chart import whatif_chart
 
     page = render._jinja.get_template("whatif.html").render(
@@ -207,7 +207,7 @@ def test_one_whatif_at_a_time_and_bad_input_never_waits():
 
     from tornado.web import HTTPError
 
-    from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+    from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
     from jupyterhub_gpu_reclaim.web import whatif
 
     handler = SimpleNamespace(ctx=SimpleNamespace(policy=PolicyConfig(), rules=None, store=None), retry_after=0)
@@ -267,7 +267,7 @@ def test_times_in_free_text_are_shown_as_times_and_the_rest_is_escaped():
 
 
 def test_usage_chart_stacks_in_use_idle_and_freed_beside_the_queue():
-    from jupyterhub_gpu_reclaim.usage import DayUsage
+    from jupyterhub_gpu_reclaim.service.usage import DayUsage
     from jupyterhub_gpu_reclaim.web.chart import usage_chart
 
     day = dt.timedelta(days=1)

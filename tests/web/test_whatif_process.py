@@ -10,10 +10,10 @@ import multiprocessing
 
 import pytest
 
-from jupyterhub_gpu_reclaim.policy_config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.store import Store
-from jupyterhub_gpu_reclaim.whatif import WhatIfError, what_if
-from jupyterhub_gpu_reclaim.whatif_process import OverBudget, replay_in_process
+from jupyterhub_gpu_reclaim.replay.whatif import WhatIfError, what_if
+from jupyterhub_gpu_reclaim.replay.whatif_process import OverBudget, replay_in_process
 
 from ..support.records import NOW, record, slow_loader, used_then_idle
 

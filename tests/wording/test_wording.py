@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jupyterhub_gpu_reclaim.notify import Message
-from jupyterhub_gpu_reclaim.observations import Decision, Session
+from jupyterhub_gpu_reclaim.service.notify import Message
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
 from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util

@@ -11,7 +11,7 @@ a rules file (the service's --policy-rules, the backtest's ``rules:``)::
 
 `load_rules` checks everything when the rules are loaded (ConfigError naming the rule)
 and builds each rule's PolicyConfig once, through the settings' one converter
-(`policy_config.from_settings`); `PolicyRules.resolve` only picks one. Pure: no I/O.
+(`config.from_settings`); `PolicyRules.resolve` only picks one. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .observations import Session
-from .policy_config import SETTING_TYPES, PolicyConfig, from_settings
+from .config import SETTING_TYPES, PolicyConfig, from_settings
 
 ServerKind = Literal["default", "named"]
 

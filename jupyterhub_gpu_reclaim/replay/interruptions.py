@@ -11,8 +11,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .observations import Sample
-from .policy_readings import kernel_busy
+from ..policy.observations import Sample
+from ..policy.readings import kernel_busy
 
 #: how soon the user came back after a reclaim: the first bucket whose bound is above it
 BUCKETS: tuple[tuple[str, dt.timedelta | None], ...] = (

@@ -17,9 +17,9 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
-from .policy_config import PolicyConfig
-from .policy_rules import PolicyRules
-from .store import Store
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
+from ..store import Store
 from .whatif import WhatIf, WhatIfError, what_if
 
 #: seconds a what-if may run (both replays): the longest period (whatif.MAX_PERIOD, a month)

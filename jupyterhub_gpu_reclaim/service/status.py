@@ -15,10 +15,10 @@ import logging
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
-from .observations import Decision, Intent, Sample, Session, Warning
+from ..policy.observations import Decision, Intent, Sample, Session, Warning
 
 if TYPE_CHECKING:
-    from .signals.pods import PodInfo
+    from ..signals.pods import PodInfo
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 

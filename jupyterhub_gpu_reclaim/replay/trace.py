@@ -36,8 +36,8 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, Union
 
-from .observations import Sample, Session
-from .timestamps import format_time
+from ..policy.observations import Sample, Session
+from ..timestamps import format_time
 from .trace_fields import (
     MISSING, FieldError, bool_field, get_field, int_field, is_number, kernels_field, per_gpu_field, str_field,
     terminals_field, time_field,

@@ -20,12 +20,12 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .policy import IDLE_RULES
-from .store import Store
+from ..durations import HOUR
+from ..policy.decider import IDLE_RULES
+from ..store import Store
 
 FREED_HORIZON = dt.timedelta(hours=24)  # how long a reclaim counts as freeing its GPUs
 MAX_STEP = dt.timedelta(minutes=10)  # a longer gap between two recorded cycles: no data
-HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
 T = TypeVar("T")
 

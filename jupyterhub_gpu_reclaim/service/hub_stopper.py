@@ -35,11 +35,11 @@ import aiohttp
 from jupyterhub.utils import exponential_backoff
 from yarl import URL
 
-from .observations import Outcome
-from .oneline import brief
-from .signals.base import HttpSource, SignalError, get_json, hub_message
+from ..policy.observations import Outcome
+from ..oneline import brief
+from ..signals.base import HttpSource, SignalError, get_json, hub_message
 
-log = logging.getLogger("jupyterhub_gpu_reclaim.actions")
+log = logging.getLogger("jupyterhub_gpu_reclaim.service.hub_stopper")
 
 PodGone = Callable[[str, str], Awaitable[bool]]
 

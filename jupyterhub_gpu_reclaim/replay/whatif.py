@@ -6,7 +6,7 @@ Both arms are the backtest's replay (`backtest.replay`) of the same trace
 (`trace_export.export_records`), so they are compared like with like: the live arm is what
 the live policy makes of the recorded samples, not what the service did (admins' exemptions
 are not in the history). The override is read by the settings' one converter
-(`policy_config.from_settings`) and changes the base policy as the service's option of that
+(`policy.config.from_settings`) and changes the base policy as the service's option of that
 name would: the policy rules are made again over it, so a rule that sets the same setting
 still wins for its sessions.
 
@@ -33,12 +33,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
 from .backtest import policy_to_dict, replay
-from .observations import Decision, SessionView
-from .policy import IDLE_RULES, decide
-from .policy_config import PolicyConfig, from_settings
-from .policy_rules import PolicyRules
-from .store import Store
-from .timestamps import format_time
+from ..durations import HOUR
+from ..policy.observations import Decision, SessionView
+from ..policy.decider import IDLE_RULES, decide
+from ..policy.config import PolicyConfig, from_settings
+from ..policy.rules import PolicyRules
+from ..store import Store
+from ..timestamps import format_time
 from .trace import Record, TraceConfig, TraceSample, TraceSession
 from .trace_export import export_records
 
@@ -55,7 +56,6 @@ MAX_DIFFERENCES = 500
 #: bucket sizes of the chart's series: the smallest that makes at most MAX_BUCKETS
 BUCKET_SIZES = tuple(dt.timedelta(hours=h) for h in (1, 3, 6, 12, 24))
 MAX_BUCKETS = 48
-HOUR = 3600.0
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
@@ -209,7 +209,7 @@ class _Arm:
             return Treatment()
         freed = 0.0
         if inst.reclaimed_at is not None:
-            freed = round(inst.gpus * max(0.0, (inst.end - inst.reclaimed_at).total_seconds()) / HOUR, 4)
+            freed = round(inst.gpus * max(0.0, (inst.end - inst.reclaimed_at).total_seconds()) / HOUR.total_seconds(), 4)
         return Treatment(warnings=inst.warnings, first_warning=inst.first_warning,
                        reclaimed_at=inst.reclaimed_at, rule=inst.rule or inst.warn_rule,
                        gpu_hours_freed=freed)
@@ -234,7 +234,7 @@ class _Grid:
         i = int((a - self.origin) / self.size)
         while a < b and i < self.count:
             edge = min(b, self.origin + (i + 1) * self.size)
-            into[i] += gpus * (edge - a).total_seconds() / HOUR
+            into[i] += gpus * (edge - a).total_seconds() / HOUR.total_seconds()
             a, i = edge, i + 1
 
     def bounds(self, i: int) -> tuple[dt.datetime, dt.datetime]:

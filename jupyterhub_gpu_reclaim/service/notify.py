@@ -32,10 +32,10 @@ from email.message import EmailMessage
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from .observations import Decision, Session
-from .oneline import one_line
-from .timestamps import format_time, utcnow
-from .wording import KEEPS, LOSES, format_util
+from ..policy.observations import Decision, Session
+from ..oneline import one_line
+from ..timestamps import format_time, utcnow
+from ..wording import KEEPS, LOSES, format_util
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 from .observations import Decision, Sample, SessionView
-from .policy_config import PolicyConfig
+from ..timestamps import evidence_time
+from .config import PolicyConfig
 
 
 def decide_without_gpu(
@@ -27,7 +28,7 @@ def decide_without_gpu(
     age = now - session.started
     evidence = {
         "gpus": session.gpus,
-        "hub_last_activity": iso(last_activity),
+        "hub_last_activity": evidence_time(last_activity),
         "inactive_s": inactive.total_seconds(),
         "age_s": age.total_seconds(),
         "admin": session.admin,
@@ -67,10 +68,6 @@ def decide_user(
     if config.cpu_max_age and age is not None and age >= config.cpu_max_age:
         return True, f"age {minutes(age)} (max age {minutes(config.cpu_max_age)})"
     return False, f"inactive for {minutes(inactive)}" if inactive is not None else "no activity recorded"
-
-
-def iso(t: dt.datetime | None) -> str | None:
-    return None if t is None else t.isoformat()
 
 
 def minutes(td: dt.timedelta | None) -> str:

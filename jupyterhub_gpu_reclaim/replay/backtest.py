@@ -1,6 +1,6 @@
 """Backtest: replay a session trace through the reclaim policy on a virtual clock.
 
-The same :func:`jupyterhub_gpu_reclaim.policy.decide` the service calls is called here, at
+The same :func:`jupyterhub_gpu_reclaim.policy.decider.decide` the service calls is called here, at
 every sample instant of every session, with the :class:`SessionView` the service would
 have built at that moment. The report is the JSON object of docs/trace-format.md ("Backtest output").
 
@@ -67,9 +67,10 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable
 
 from . import interruptions
-from .errors import ConfigError
-from .observations import Intent, Sample, Session, SessionView, Warning
-from .timestamps import format_time
+from ..durations import HOUR
+from ..errors import ConfigError
+from ..policy.observations import Intent, Sample, Session, SessionView, Warning
+from ..timestamps import format_time
 from .trace import (
     IntentEvent,
     Label,
@@ -92,7 +93,6 @@ __all__ = [
     "load_policy_config",
 ]
 
-HOUR = 3600.0
 IDLE_CULLER_TIMEOUT = dt.timedelta(hours=1)
 ZERO_GPU_AFTER = dt.timedelta(hours=2)
 
@@ -157,7 +157,7 @@ BASELINES = ("idle-culler", "zero-gpu-2h")  # the rules every report compares th
 
 
 def _hours(a: dt.datetime, b: dt.datetime) -> float:
-    return max(0.0, (b - a).total_seconds() / HOUR)
+    return max(0.0, (b - a).total_seconds() / HOUR.total_seconds())
 
 
 def replay(records: Iterable[Record], *, config: Any = None,
@@ -166,9 +166,9 @@ def replay(records: Iterable[Record], *, config: Any = None,
     (default: the policy's) under ``config`` (default: ``PolicyConfig()``; a
     `policy_rules.PolicyRules`: each session under its first matching rule's policy, its
     warnings and reclaims naming the rule); return the report."""
-    from . import policy
-    from .policy_config import PolicyConfig
-    from .policy_rules import PolicyRules
+    from ..policy import decider as policy
+    from ..policy.config import PolicyConfig
+    from ..policy.rules import PolicyRules
 
     decide = decide or policy.decide
     rules = config if isinstance(config, PolicyRules) else None
@@ -444,9 +444,9 @@ def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
     or "30m"/"2h"; ``null`` (or 0) where the field allows it (``max_age``). ``rules``: a list
     of policy rules as the service's --policy-rules file holds them (docs/policy.md).
     Unknown keys, bad values and bad rules raise :class:`ConfigError`."""
-    from .datafile import read_data_file
-    from .policy_config import PolicyConfig, from_settings
-    from .policy_rules import load_rules
+    from ..datafile import read_data_file
+    from ..policy.config import PolicyConfig, from_settings
+    from ..policy.rules import load_rules
 
     data = read_data_file(path)
     if data is None:

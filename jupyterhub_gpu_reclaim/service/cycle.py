@@ -7,7 +7,7 @@
   sessions whose GPUs look idle;
 * decide (`_decide`): take a keep-alive from the spawn form as the first intent, ask the
   policy about each session (with its history, intent and warnings, under the settings
-  of the first policy rule that matches it, `policy_rules.py`), apply admins' exemptions;
+  of the first policy rule that matches it, `policy/rules.py`), apply admins' exemptions;
 * act (`_act`): record the changed decisions, publish the pages' status (`status.py`),
   warn, set the state metrics, record the observations, and begin the stops
   (`stops.py`, through the hub API only).
@@ -28,54 +28,44 @@ What it never does:
 * reclaim on missing GPU or kernel data (the policy holds);
 * stop a server twice (see `stops.py`).
 
-The samples each session's decisions rest on are its `SampleHistory` (`sample_history.py`):
+The samples each session's decisions rest on are its `SampleHistory` (`history.py`):
 kept across cycles, reloaded after a restart, a gap in them unknown time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import datetime as dt
-import inspect
 import logging
 import time
 from dataclasses import replace
+from functools import partial
 from typing import Awaitable, Callable, TypeVar
 from urllib.parse import urlencode
 
-from .actions import HubStopper
-from .cycle import CycleReport, Decisions, Observation, Observed, Options, PodSource
+from .hub_stopper import HubStopper
+from .cycle_types import CycleReport, Decisions, Observation, Observed, Options, PodSource
 from .metrics import Metrics
 from .notify import Dispatcher
-from .observations import Decision, Sample, Session, SessionView, Warning
-from .oneline import brief
-from .policy import IDLE_RULES, decide
-from .policy_config import PolicyConfig
-from .policy_rules import PolicyRules
-from .sample_history import SampleHistory
-from .signals.base import SignalError
-from .signals.hub import HubServer
-from .signals.interfaces import GpuSource, HubSource, KernelSource
-from .signals.pods import PodInfo, PodSnapshot
-from .signals.probe_tokens import NoProbeCredential
+from ..policy.observations import Decision, Sample, Session, SessionView, Warning
+from ..oneline import brief
+from ..policy.decider import IDLE_RULES, decide
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
+from .history import SampleHistory
+from ..signals.base import SignalError
+from ..signals.interfaces import GpuSource, HubSource, KernelSource
+from ..signals.pods import PodInfo, PodSnapshot
 from .status import CycleStatus, expect_free, freeing, session_status, waiting_servers
+from .observe import NO_PODS, arbitrate, observe_server, probe_kernels, unseen, unusable
 from .stops import Stops
-from .store import Store
-from .store.base import RowsRefused
-from .timestamps import format_time, parse_time, utcnow
+from ..store import Store
+from ..store.base import RowsRefused
+from ..timestamps import format_time, parse_time, utcnow
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
 T = TypeVar("T")
-
-
-# no pods: a hub without Kubernetes (no pod source), or no pod list read yet
-_NO_PODS = PodSnapshot(by_session={}, pending_gpus=0)
-
-
-class CullArbiterError(Exception):
-    """The cull_arbiter_hook raised (what it raised, in one line)."""
 
 
 def _exempted(d: Decision, exemption: dict | None) -> Decision:
@@ -130,9 +120,7 @@ class Reclaimer:
     def restore(self) -> None:
         """Reload recent samples from the store (after a restart)."""
         self._restored = True
-        if not self.options.record_observations:
-            return
-        self.history.restore(self.store, self.clock(), self.options.history_lookback)
+        self.history.restore(self.store, self.clock())
 
     async def drain(self) -> None:
         """Wait for the stops under way."""
@@ -196,7 +184,7 @@ class Reclaimer:
         gpu_source = getattr(self.gpu, "source", "gpu")
         servers, pods, readings = await asyncio.gather(
             self._read("hub", self.hub.ready_servers(), report),
-            self._read("pods", self._pods(stale_s), report) if self.pods else asyncio.sleep(0, _NO_PODS),
+            self._read("pods", self._pods(stale_s), report) if self.pods else asyncio.sleep(0, NO_PODS),
             self._read(gpu_source, self.gpu.utilization(), report) if self.gpu else asyncio.sleep(0))
         if servers is None:  # which servers? decide nothing
             report.skipped = "hub"
@@ -205,7 +193,7 @@ class Reclaimer:
         report.servers = len(servers)
         if pods is None:  # the pod list cannot be read: the last one read, if any
             report.degraded = "pods"
-            pods_as_of, pods = self._last_pods or (None, _NO_PODS)
+            pods_as_of, pods = self._last_pods or (None, NO_PODS)
         else:
             if self.pods is not None:
                 self._last_pods = (now, pods)
@@ -220,9 +208,9 @@ class Reclaimer:
                 continue  # being stopped
             pod = pods.by_session.get(sid)
             try:
-                session, sample = self._observe_server(srv, pod, readings, now)
-                hold = (self._unseen(srv, pod, pods_as_of, report.errors.get("pods", ""))
-                        if report.degraded and not srv.invalid else self._unusable(srv, pod, report))
+                session, sample = observe_server(srv, pod, readings, now, self.policy.stale_after)
+                hold = (unseen(srv, pod, pods_as_of, report.errors.get("pods", "")) if report.degraded and not srv.invalid
+                        else unusable(srv, pod, kubernetes=self.pods is not None, report=report, metrics=self.metrics))
                 if pod and readings and (r := readings.get((pod.namespace, pod.name))) and r.problem:
                     report.errors[f"gpu:{sid}"] = r.problem  # why its GPU has no value (evidence)
             except Exception as e:
@@ -240,10 +228,12 @@ class Reclaimer:
                         and all(u is not None and u < policy.gpu_idle_threshold for u in util))):
                     probe.append(sid)  # GPU-idle (or shared: kernels decide): a busy kernel matters
 
+        on_error = partial(self._session_error, report=report)
         if probe:
-            await self._probe(probe, seen, report)
+            assert self.kernels is not None
+            await probe_kernels(self.kernels, probe, seen, report, self.metrics, on_error)
         if self.options.cull_arbiter is not None:
-            await self._arbitrate(seen, now, report)
+            await arbitrate(self.options.cull_arbiter, seen, now, self.policy, on_error)
         self._sessions_gone(set(seen.sessions), now)
         return seen
 
@@ -269,88 +259,6 @@ class Reclaimer:
         await self.pods.start()
         return self.pods.snapshot(stale_s)
 
-    def _observe_server(self, srv: HubServer, pod: PodInfo | None, readings: dict | None,
-                        now: dt.datetime) -> tuple[Session, Sample]:
-        gpus = pod.gpus if pod else 0
-        util = mem = None
-        shared = bool(pod and pod.gpu_shared)  # a time-sliced replica, by its resource name
-        if pod is not None and gpus and readings is not None:
-            reading = readings.get((pod.namespace, pod.name))
-            if reading is not None and now - reading.t <= self.policy.stale_after:
-                util, mem = reading.util, reading.fb_used_mib
-                shared = shared or reading.shared  # or by the exporter's series
-        # the profile the spawner applied (a spawn naming none gets the default one); a pod
-        # without the annotation (a plain KubeSpawner's) has the one the user named
-        profile = (pod.profile if pod is not None and pod.profile is not None
-                   else str(srv.user_options.get("profile") or ""))
-        session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
-                          started=srv.started or (pod.created if pod else None) or now,
-                          admin=srv.admin, profile=profile,
-                          groups=frozenset(srv.groups), gpu_type=pod.gpu_type if pod else "",
-                          gpu_shared=shared)
-        return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
-                               terminals=None, hub_last_activity=srv.last_activity)
-
-    def _unusable(self, srv: HubServer, pod: PodInfo | None, report: CycleReport) -> Decision | None:
-        """The hold of a session whose hub model or pod cannot be used, or None."""
-        sid = srv.session_id
-        if srv.invalid:
-            source, rule, problem = "hub", "hub-data-invalid", srv.invalid
-        elif pod is None and self.pods is None:
-            return None  # a hub without Kubernetes: a server without GPUs
-        elif pod is None:
-            return Decision(sid, "hold", "pod-missing",
-                            "the server's pod is not in the pod list; never reclaimed unseen")
-        elif pod.invalid:
-            source, rule, problem = "pods", "pod-data-invalid", pod.invalid
-        else:
-            return None
-        self.metrics.signal_errors.labels(source).inc()
-        report.errors[f"{source}:{sid}"] = problem
-        return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
-                        evidence={"problem": problem})
-
-    def _unseen(self, srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None,
-                problem: str) -> Decision | None:
-        """While the pod list cannot be read: None for a server the last list read (at
-        `as_of`) showed running without GPUs, since before that list (it is decided as a
-        server without GPUs); the hold of any other."""
-        if (pod is not None and not pod.invalid and not pod.gpus and pod.ready and as_of is not None
-                and srv.started is not None and srv.started <= as_of):
-            return None
-        why = ("its GPUs cannot be seen" if pod is not None and pod.gpus else
-               f"the last pod list read ({format_time(as_of)}) does not show it as a running server "
-               "without GPUs" if as_of else "no pod list has been read since the service started")
-        return Decision(srv.session_id, "hold", "pods-unavailable",
-                        f"the pod list cannot be read ({problem}): {why}; never reclaimed unseen",
-                        evidence={"problem": problem, "pods_as_of": format_time(as_of) if as_of else None})
-
-    async def _arbitrate(self, seen: Observation, now: dt.datetime, report: CycleReport) -> None:
-        """Ask idle-culler 2.0's cull_arbiter_hook about each server without GPUs not held, as
-        2.0's handle_server does: keyword arguments inactive (since last_activity, else since
-        the start; None without either), inactive_limit (the timeout, seconds) and server (the
-        hub's model); its answer may be awaitable. A hook that raises holds that server."""
-        hook = self.options.cull_arbiter
-        assert hook is not None
-        for sid, o in seen.sessions.items():
-            if o.session.gpus or sid in seen.held:
-                continue
-            srv = o.server
-            since = srv.last_activity or srv.started
-            limit = int((o.policy or self.policy).cpu_timeout.total_seconds())
-            try:
-                answer = hook(inactive=now - since if since else None, inactive_limit=limit, server=srv.model)
-                if inspect.isawaitable(answer):
-                    answer = await answer
-                elif isinstance(answer, concurrent.futures.Future):
-                    answer = await asyncio.wrap_future(answer)
-            except Exception as e:
-                error = CullArbiterError(f"the cull_arbiter_hook raised {type(e).__name__}: {e}")
-                error.__cause__ = e  # its traceback in the log
-                seen.held[sid] = self._session_error(sid, error, report)
-            else:
-                o.cull_arbiter = bool(answer)
-
     def _session_error(self, sid: str, e: Exception, report: CycleReport) -> Decision:
         """An unexpected error while observing or deciding one session: it is held, the
         error counted, and logged with its traceback once (until the session recovers)."""
@@ -363,30 +271,6 @@ class Reclaimer:
         return Decision(sid, "hold", "session-error",
                         f"an unexpected error while deciding ({what}); never reclaimed on it",
                         evidence={"problem": what})
-
-    async def _probe(self, sids: list[str], seen: Observation, report: CycleReport) -> None:
-        """Ask the kernels of these sessions (their samples get the answers)."""
-        assert self.kernels is not None
-        kernels_of = self.kernels
-
-        async def one(sid: str) -> None:
-            o = seen.sessions[sid]
-            try:
-                kernels, terminals = await kernels_of.probe(o.server.user, o.server.name, o.server.url,
-                                                            o.pod.direct_url if o.pod else None)
-            except SignalError as e:
-                if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
-                    self.metrics.signal_errors.labels(e.source).inc()
-                    log.warning("kernels of %s: %s", sid, e.message)
-                report.errors[f"kernels:{sid}"] = e.message
-                return  # kernels stay None: the policy holds a reclaim
-            except Exception as e:
-                seen.held[sid] = self._session_error(sid, e, report)
-                return
-            o.sample = replace(o.sample, kernels=tuple(kernels), terminals=tuple(terminals))
-
-        report.probes = len(sids)
-        await asyncio.gather(*(one(sid) for sid in sids))
 
     def _stopped(self, sid: str) -> None:
         """One of our stops completed: its history goes, and the pages stop showing it now,
@@ -494,7 +378,7 @@ class Reclaimer:
         self._publish(seen, decided, now, report)
         await asyncio.gather(*(self._warn(session, d, now, report) for session, d in decided.warns))
         self._set_state_metrics(seen, report, now)
-        if self.options.record_observations and decided.samples:
+        if decided.samples:
             refused = self._record(report, "observations", self.store.record_observations, now,
                                    decided.samples, seen.pods.pending_gpus, decided.new_sessions)
             if refused is not None:

@@ -11,9 +11,9 @@ from typing import Iterable
 
 import sqlalchemy as sa
 
-from ..observations import Sample, Session
+from ..policy.observations import Sample, Session
 from ..timestamps import utcnow
-from ..trace import Pressure, TraceSample, TraceSession, dump_record
+from ..replay.trace import Pressure, TraceSample, TraceSession, dump_record
 from .base import StoreBase, rowcount
 from .schema import DecisionRow, IntentRow, ObservationRow, TraceSessionRow, aware, unstorable
 

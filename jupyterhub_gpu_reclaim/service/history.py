@@ -13,12 +13,12 @@ import datetime as dt
 import logging
 from typing import Sequence
 
-from .observations import Sample, Session
-from .policy import retained_samples
-from .policy_config import PolicyConfig
-from .store import Store
-from .trace import TraceSample, TraceSession
-from .trace_export import export_records
+from ..policy.observations import Sample, Session
+from ..policy.scan import retained_samples
+from ..policy.config import PolicyConfig
+from ..store import Store
+from ..replay.trace import TraceSample, TraceSession
+from ..replay.trace_export import export_records
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")  # the reclaimer's log: this is part of its cycle
 
@@ -34,10 +34,10 @@ class SampleHistory:
         self._samples: dict[str, tuple[dt.datetime, list[Sample]]] = {}  # sid → (its start, its samples)
         self.recorded: set[tuple[str, dt.datetime]] = set()  # sessions (sid, start) the store has a line of
 
-    def restore(self, store: Store, now: dt.datetime, lookback: dt.timedelta | None = None) -> None:
-        """Reload the samples the store recorded in the last `lookback` (by default as far
-        back as any rule of the policy looks, under the base settings or any policy rule's)."""
-        lookback = lookback or max(2 * max(p.idle_reclaim_after, p.never_used_reclaim_after, p.cpu_work_reclaim_after)
+    def restore(self, store: Store, now: dt.datetime) -> None:
+        """Reload the samples the store recorded as far back as any rule of the policy looks,
+        under the base settings or any policy rule's."""
+        lookback = max(2 * max(p.idle_reclaim_after, p.never_used_reclaim_after, p.cpu_work_reclaim_after)
                                    + p.warning_lead
                                    + p.stale_after for p in self.all_policies)
         n = 0

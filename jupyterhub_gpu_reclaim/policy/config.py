@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from textwrap import dedent
 from typing import Any, Callable, Mapping
 
-from .durations import parse_duration
+from ..durations import parse_duration
 
 
 def _setting(default: Any, text: str = "", *, option: str | None = None) -> Any:

@@ -12,9 +12,9 @@ import datetime as dt
 import json
 from typing import Any, Iterable, Iterator
 
-from .observations import Session
-from .store import Store
-from .timestamps import format_time
+from ..policy.observations import Session
+from ..store import Store
+from ..timestamps import format_time
 from .trace import IntentEvent, Record, TraceConfig, TraceSession, dump_record, read_trace
 
 

@@ -1,6 +1,6 @@
 """The service's own Prometheus metrics, named like JupyterHub's (`jupyterhub_` prefix,
 base units, `_total` counters). One registry per service instance, so tests and the
-benchmark can run several side by side; `/metrics` (web.py) serves `Metrics.registry`."""
+benchmark can run several side by side; `/metrics` (web/monitoring.py) serves `Metrics.registry`."""
 
 from __future__ import annotations
 

@@ -13,16 +13,16 @@ import datetime as dt
 import logging
 from typing import Awaitable, Callable
 
-from .actions import HubStopper, StopResult
-from .cycle import Reclaim
+from .hub_stopper import HubStopper, StopResult
+from .cycle_types import Reclaim
 from .metrics import Metrics
-from .observations import Decision, Session
-from .policy import decide_user
-from .policy_config import PolicyConfig
-from .signals.base import entry_field, entry_time
-from .signals.hub import HubServer
-from .store import Store
-from .timestamps import format_time
+from ..policy.observations import Decision, Session
+from ..policy.decider import decide_user
+from ..policy.config import PolicyConfig
+from ..signals.base import entry_field, entry_time
+from ..signals.hub import HubServer
+from ..store import Store
+from ..timestamps import format_time
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 

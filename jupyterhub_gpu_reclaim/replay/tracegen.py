@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from .observations import Kernel, Sample, Session
+from ..policy.observations import Kernel, Sample, Session
 from .trace import IntentEvent, Label, Pressure, Record, TraceConfig, TraceSample, TraceSession, Truth
 
 __all__ = ["SCENARIOS", "DEFAULT_START", "generate"]

@@ -7,10 +7,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from .observations import Decision, Intent, Sample, Session
-from .policy_config import PolicyConfig
-from .signals.hub import HubServer
-from .signals.pods import PodInfo, PodSnapshot
+from ..policy.observations import Decision, Intent, Sample, Session
+from ..policy.config import PolicyConfig
+from ..signals.hub import HubServer
+from ..signals.pods import PodInfo, PodSnapshot
 
 #: a reclaim to begin: the session, the policy's decision, the episode it ends
 Reclaim = tuple[Session, Decision, str]
@@ -30,10 +30,8 @@ class Options:
     cull_users: bool = False
     keepalive_url: str = ""
     hub_name: str = "JupyterHub"
-    record_observations: bool = True
     observation_retention: dt.timedelta = dt.timedelta(days=14)
     record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
-    history_lookback: dt.timedelta | None = None  # reloaded after a restart; None: from the policy
     cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
     cull_arbiter: Callable[..., Any] | None = None  # idle-culler 2.0's cull_arbiter_hook
 

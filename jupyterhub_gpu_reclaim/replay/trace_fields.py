@@ -8,8 +8,8 @@ import datetime as dt
 import json
 from typing import Any
 
-from .observations import Kernel
-from .timestamps import parse_time
+from ..policy.observations import Kernel
+from ..timestamps import parse_time
 
 MISSING = object()
 _time_cache: dict[str, dt.datetime] = {}

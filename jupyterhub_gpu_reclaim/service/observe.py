@@ -1,0 +1,142 @@
+"""The observe step's parts (`cycle.Reclaimer._observe` runs them): one ready server's session
+and sample, the hold of a server whose data cannot be used or seen, the kernels' probe of
+GPU-idle sessions, and idle-culler 2.0's cull_arbiter_hook on servers without GPUs. Each
+works on what it is handed; what the cycle keeps between cycles stays in the cycle."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import inspect
+import logging
+from dataclasses import replace
+from typing import Any, Callable
+
+from ..policy.config import PolicyConfig
+from ..policy.observations import Decision, Sample, Session
+from ..signals.base import SignalError
+from ..signals.hub import HubServer
+from ..signals.interfaces import KernelSource
+from ..signals.pods import PodInfo, PodSnapshot
+from ..signals.probe_tokens import NoProbeCredential
+from ..timestamps import format_time
+from .cycle_types import CycleReport, Observation
+from .metrics import Metrics
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.service")
+
+# no pods: a hub without Kubernetes (no pod source), or no pod list read yet
+NO_PODS = PodSnapshot(by_session={}, pending_gpus=0)
+
+
+class CullArbiterError(Exception):
+    """The cull_arbiter_hook raised (what it raised, in one line)."""
+
+
+
+def observe_server(srv: HubServer, pod: PodInfo | None, readings: dict | None, now: dt.datetime,
+                   stale_after: dt.timedelta) -> tuple[Session, Sample]:
+    """The session and this cycle's sample of one ready server (kernels not probed yet)."""
+    gpus = pod.gpus if pod else 0
+    util = mem = None
+    shared = bool(pod and pod.gpu_shared)  # a time-sliced replica, by its resource name
+    if pod is not None and gpus and readings is not None:
+        reading = readings.get((pod.namespace, pod.name))
+        if reading is not None and now - reading.t <= stale_after:
+            util, mem = reading.util, reading.fb_used_mib
+            shared = shared or reading.shared  # or by the exporter's series
+    # the profile the spawner applied (a spawn naming none gets the default one); a pod
+    # without the annotation (a plain KubeSpawner's) has the one the user named
+    profile = (pod.profile if pod is not None and pod.profile is not None
+               else str(srv.user_options.get("profile") or ""))
+    session = Session(id=srv.session_id, user=srv.user, server=srv.name, gpus=gpus,
+                      started=srv.started or (pod.created if pod else None) or now,
+                      admin=srv.admin, profile=profile,
+                      groups=frozenset(srv.groups), gpu_type=pod.gpu_type if pod else "",
+                      gpu_shared=shared)
+    return session, Sample(t=now, gpu_util=util, gpu_mem_used_mib=mem, kernels=None,
+                           terminals=None, hub_last_activity=srv.last_activity)
+
+def unusable(srv: HubServer, pod: PodInfo | None, *, kubernetes: bool, report: CycleReport,
+             metrics: Metrics) -> Decision | None:
+    """The hold of a session whose hub model or pod cannot be used, or None."""
+    sid = srv.session_id
+    if srv.invalid:
+        source, rule, problem = "hub", "hub-data-invalid", srv.invalid
+    elif pod is None and not kubernetes:
+        return None  # a hub without Kubernetes: a server without GPUs
+    elif pod is None:
+        return Decision(sid, "hold", "pod-missing",
+                        "the server's pod is not in the pod list; never reclaimed unseen")
+    elif pod.invalid:
+        source, rule, problem = "pods", "pod-data-invalid", pod.invalid
+    else:
+        return None
+    metrics.signal_errors.labels(source).inc()
+    report.errors[f"{source}:{sid}"] = problem
+    return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
+                    evidence={"problem": problem})
+
+def unseen(srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None, problem: str) -> Decision | None:
+    """While the pod list cannot be read: None for a server the last list read (at
+    `as_of`) showed running without GPUs, since before that list (it is decided as a
+    server without GPUs); the hold of any other."""
+    if (pod is not None and not pod.invalid and not pod.gpus and pod.ready and as_of is not None
+            and srv.started is not None and srv.started <= as_of):
+        return None
+    why = ("its GPUs cannot be seen" if pod is not None and pod.gpus else
+           f"the last pod list read ({format_time(as_of)}) does not show it as a running server "
+           "without GPUs" if as_of else "no pod list has been read since the service started")
+    return Decision(srv.session_id, "hold", "pods-unavailable",
+                    f"the pod list cannot be read ({problem}): {why}; never reclaimed unseen",
+                    evidence={"problem": problem, "pods_as_of": format_time(as_of) if as_of else None})
+
+
+async def arbitrate(hook: Callable[..., Any], seen: Observation, now: dt.datetime, base: PolicyConfig,
+                    hold: Callable[[str, Exception], Decision]) -> None:
+    """Ask idle-culler 2.0's cull_arbiter_hook about each server without GPUs not held, as
+    2.0's handle_server does: keyword arguments inactive (since last_activity, else since
+    the start; None without either), inactive_limit (the timeout, seconds) and server (the
+    hub's model); its answer may be awaitable. A hook that raises holds that server."""
+    for sid, o in seen.sessions.items():
+        if o.session.gpus or sid in seen.held:
+            continue
+        srv = o.server
+        since = srv.last_activity or srv.started
+        limit = int((o.policy or base).cpu_timeout.total_seconds())
+        try:
+            answer = hook(inactive=now - since if since else None, inactive_limit=limit, server=srv.model)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            elif isinstance(answer, concurrent.futures.Future):
+                answer = await asyncio.wrap_future(answer)
+        except Exception as e:
+            error = CullArbiterError(f"the cull_arbiter_hook raised {type(e).__name__}: {e}")
+            error.__cause__ = e  # its traceback in the log
+            seen.held[sid] = hold(sid, error)
+        else:
+            o.cull_arbiter = bool(answer)
+
+
+async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observation, report: CycleReport,
+                        metrics: Metrics, hold: Callable[[str, Exception], Decision]) -> None:
+    """Ask the kernels of these sessions (their samples get the answers)."""
+    async def one(sid: str) -> None:
+        o = seen.sessions[sid]
+        try:
+            kernels, terminals = await kernels_of.probe(o.server.user, o.server.name, o.server.url,
+                                                        o.pod.direct_url if o.pod else None)
+        except SignalError as e:
+            if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
+                metrics.signal_errors.labels(e.source).inc()
+                log.warning("kernels of %s: %s", sid, e.message)
+            report.errors[f"kernels:{sid}"] = e.message
+            return  # kernels stay None: the policy holds a reclaim
+        except Exception as e:
+            seen.held[sid] = hold(sid, e)
+            return
+        o.sample = replace(o.sample, kernels=tuple(kernels), terminals=tuple(terminals))
+
+    report.probes = len(sids)
+    await asyncio.gather(*(one(sid) for sid in sids))

@@ -1,0 +1,50 @@
+"""The product package's layout: its layers are folders (policy/, service/, replay/, web/,
+spawner/, signals/, store/), with at most 15 modules left at its root (the entry points and
+the shared leaves), and no module longer than 500 lines (a longer one holds more than one
+responsibility: split it along them).
+
+    python -m pytest tests/architecture/test_layout.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jupyterhub_gpu_reclaim
+
+PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
+MAX_ROOT_MODULES = 15
+MAX_LINES = 500
+
+
+def root_modules(package: Path) -> list[str]:
+    """The modules (.py files, __init__ and __main__ included) at the package's root."""
+    return sorted(p.name for p in package.glob("*.py"))
+
+
+def long_modules(package: Path, limit: int) -> dict[str, int]:
+    """Each module anywhere in the package longer than `limit` lines, with its length."""
+    lengths = {str(p.relative_to(package)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
+    return {name: n for name, n in lengths.items() if n > limit}
+
+
+def test_at_most_15_modules_at_the_root():
+    modules = root_modules(PACKAGE)
+    assert {"__init__.py", "cli.py", "launcher.py"} <= set(modules)
+    assert len(modules) <= MAX_ROOT_MODULES, modules
+
+
+def test_no_module_over_500_lines():
+    assert long_modules(PACKAGE, MAX_LINES) == {}
+
+
+def test_the_layout_checks_can_fail(tmp_path):
+    # the checks themselves: a 16th module at the root is counted, one in a folder is not;
+    # a 501-line module anywhere is found, a 500-line one is not
+    for i in range(MAX_ROOT_MODULES + 1):
+        (tmp_path / f"m{i}.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "inner.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "sub" / "fits.py").write_text("x = 1\n" * MAX_LINES)
+    assert len(root_modules(tmp_path)) == MAX_ROOT_MODULES + 1
+    assert long_modules(tmp_path, MAX_LINES) == {"sub/inner.py": MAX_LINES + 1}

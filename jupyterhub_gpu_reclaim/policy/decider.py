@@ -1,8 +1,8 @@
 """The reclaim policy: a pure, deterministic function of what is known about a session.
 
 `decide(view, now=..., pending_gpus=..., config=...)` returns one `Decision`
-(keep / warn / reclaim / hold) with the rule that fired, a sentence a user can read and
-JSON-serialisable evidence. It does no I/O and never reads the clock: the live service and
+(keep / warn / reclaim / hold) with the rule that fired, a sentence a user can read, the
+idle episode's start and the warnings it cleared, and JSON-serialisable evidence. It does no I/O and never reads the clock: the live service and
 `backtest` call the same code with their own `now`.
 
 Precedence (first match wins):
@@ -44,8 +44,8 @@ start, the last GPU-use sample, the last cell, the last sample of an unbridged g
 GPU data, and the moment the intent was set. "cpu-work-on-gpu" warnings are the CPU
 work's: cleared when the GPU is used or the work pauses (a new run starts). Warnings in
 `view.warnings` of the idle rules sent at or before the episode start belong to a finished
-episode: they are ignored and the decision's evidence has `"episode_cleared": True` and
-`"cleared_warnings"` (their times, ISO 8601); callers drop those warnings. "max-age"
+episode: they are ignored and the decision's `cleared` lists them (`policy.step` drops them
+from the session's warnings); its `idle_since` is the episode's start. "max-age"
 warnings are never cleared (the lifetime does not restart). "warn" is emitted only when no
 warning of the same rule exists in the current episode; a warned session waiting for its
 reclaim time gets "keep" with the rule of the episode and evidence `warned_at`,
@@ -89,8 +89,10 @@ def decide(
     if session.gpus <= 0:
         return decide_without_gpu(view, samples, now=now, config=config)
 
+    episode: dict[str, Any] = {}  # the episode's start and the warnings cleared, once known
+
     def decision(_action, _rule, _reason, _reclaim_at=None, **evidence) -> Decision:
-        return Decision(session.id, _action, _rule, _reason, _reclaim_at, evidence)
+        return Decision(session.id, _action, _rule, _reason, _reclaim_at, evidence, **episode)
 
     # 2. exemptions
     if session.user in config.exempt_users:
@@ -142,6 +144,7 @@ def decide(
     cleared = [w for w in warnings if (w.rule in IDLE_RULES and w.t <= episode_start) or (
         w.rule == CPU_WORK and (cpu_since is None or w.t < cpu_since))]
     current = [w for w in warnings if w not in cleared]
+    episode.update(idle_since=episode_start, cleared=tuple(cleared))
 
     idle_gpus = [
         i for i, t in enumerate(h.last_used_per_gpu)
@@ -158,16 +161,12 @@ def decide(
         "last_used": evidence_time(h.last_used),
         "last_busy_kernel": evidence_time(h.last_busy),
         "last_gpu_data_missing": evidence_time(h.last_unknown),
-        "idle_since": evidence_time(episode_start),
         "cpu_work_since": evidence_time(cpu_since),
         "hub_last_activity": evidence_time(latest.hub_last_activity),
         "terminal_last_activity": evidence_time(latest_of(*(latest.terminals or ()))),
     }
     if shared:  # reported, never counted: the device's use is not this server's alone
         evidence.update(gpu_shared=True, shared_gpu_util=list(latest.gpu_util or ()))
-    if cleared:
-        evidence["episode_cleared"] = True
-        evidence["cleared_warnings"] = [evidence_time(w.t) for w in cleared]
     if h.bridged is not None and h.bridged[0] >= episode_start:
         evidence["bridged_gap"] = [evidence_time(t) for t in h.bridged]
     if intent is not None:

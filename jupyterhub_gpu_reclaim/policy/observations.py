@@ -11,6 +11,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..timestamps import evidence_time
+
 Action = Literal["keep", "warn", "reclaim", "hold"]
 #: how a stop through the hub ended (actions.HubStopper), as the store records it: "stuck"
 #: is accepted but unfinished (retried), "failed" refused or unanswered
@@ -67,6 +69,16 @@ class Intent:
 
 
 @dataclass(frozen=True)
+class Exemption:
+    """An admin's exemption (the admin page): the session is kept until `until`."""
+
+    session: str
+    until: dt.datetime
+    set_at: dt.datetime
+    by: str = ""
+
+
+@dataclass(frozen=True)
 class Warning:
     """A warning already sent for the current idle episode of a session."""
 
@@ -91,7 +103,11 @@ class SessionView:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the policy decided for one session, and why."""
+    """What the policy decided for one session, and why.
+
+    The facts its callers act on are fields; `evidence` holds only the facts shown to people
+    (JSON-serialisable), and `shown()` is the evidence as the pages, the API, the notices
+    and the store write it."""
 
     session: str
     action: Action
@@ -99,3 +115,24 @@ class Decision:
     reason: str  # one sentence a user or admin can read
     reclaim_at: dt.datetime | None = None  # with "warn": when the reclaim would come
     evidence: dict[str, Any] = field(default_factory=dict)
+    # when the session's idle episode began (a GPU session past the data checks), else None
+    idle_since: dt.datetime | None = None
+    # warnings of a finished episode (the session's, passed in its view): no longer its own
+    cleared: tuple[Warning, ...] = ()
+    # the policy rule whose settings decided (None: the base policy), named only where
+    # policy rules are in force (`under_rules`)
+    policy_rule: str | None = None
+    under_rules: bool = False
+
+    def shown(self) -> dict[str, Any]:
+        """The evidence with the decision's episode, the warnings it cleared and its policy
+        rule, written as people read them (times as `evidence_time`)."""
+        out = dict(self.evidence)
+        if self.idle_since is not None:
+            out["idle_since"] = evidence_time(self.idle_since)
+        if self.cleared:
+            out["episode_cleared"] = True
+            out["cleared_warnings"] = [evidence_time(w.t) for w in self.cleared]
+        if self.under_rules:
+            out["policy_rule"] = self.policy_rule
+        return out

@@ -66,6 +66,17 @@ class PolicyRule:
 
 
 @dataclass(frozen=True)
+class AppliedPolicy:
+    """The settings a session is decided under: its first matching policy rule's (`rule`;
+    None: the base policy); `under_rules` when policy rules are in force at all (only then
+    does a decision name its rule)."""
+
+    config: PolicyConfig
+    rule: str | None = None
+    under_rules: bool = False
+
+
+@dataclass(frozen=True)
 class PolicyRules:
     """The base policy and the rules, in order."""
 
@@ -78,6 +89,11 @@ class PolicyRules:
             if rule.match.matches(session):
                 return rule.name, rule.config
         return None, self.base
+
+    def applied(self, session: Session) -> AppliedPolicy:
+        """`resolve`'s answer as the settings `policy.step` decides `session` under."""
+        rule, config = self.resolve(session)
+        return AppliedPolicy(config, rule, bool(self.rules))
 
     @property
     def names(self) -> list[str]:

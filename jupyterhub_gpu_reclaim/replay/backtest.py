@@ -17,11 +17,9 @@ How the replay works (choices the format leaves open):
   Tests check that every decision equals the one made with all samples (``compact=False``).
 - An ``intent`` line sets ``Intent(until, set_at=t)`` (``until: null`` clears it). Capping at
   ``max_keepalive`` and expiry are the policy's business.
-- Every ``warn`` decision is a warning sent: it goes to the report and to the session's
-  warnings, which are passed back to the policy in later views. When a decision's evidence
-  says ``episode_cleared``, the warnings it lists in ``cleared_warnings`` (all of the
-  session's warnings if it lists none) are dropped, before the decision's own warning, if it
-  is one, is added.
+- Each session at each instant is one ``policy.step``, as in the service: its warnings after
+  the step (those the decision cleared dropped, its own added) are passed back to the policy
+  in later views. Every ``warn`` decision is a warning sent: it goes to the report.
 - A ``reclaim`` ends the session: later samples are ignored. ``gpu_hours_freed`` is
   ``gpus × (natural end − T)`` in hours, the natural end being the session's ``stopped``
   (at most the trace's ``end``) or the trace's ``end``. Samples at or after the natural
@@ -69,7 +67,7 @@ from typing import IO, Any, Callable, Iterable
 from . import interruptions
 from ..durations import HOUR
 from ..errors import ConfigError
-from ..policy.observations import Intent, Sample, Session, SessionView, Warning
+from ..policy.observations import Decision, Intent, Sample, Session, SessionView, Warning
 from ..timestamps import format_time
 from .trace import (
     IntentEvent,
@@ -138,8 +136,7 @@ class _Live:
 
     rec: TraceSession
     natural_end: dt.datetime
-    config: Any  # the session's policy: its policy rule's, else the base policy
-    policy_rule: str | None = None
+    policy: Any  # policy.rules.AppliedPolicy: its policy rule's settings, else the base policy's
     samples: list[Sample] = field(default_factory=list)
     intent: Intent | None = None
     warnings: list[Warning] = field(default_factory=list)
@@ -161,19 +158,20 @@ def _hours(a: dt.datetime, b: dt.datetime) -> float:
 
 
 def replay(records: Iterable[Record], *, config: Any = None,
-           decide: Callable[..., Any] | None = None, compact: bool = True) -> dict[str, Any]:
-    """Replay trace records (a :func:`read_trace` stream, config first) through ``decide``
-    (default: the policy's) under ``config`` (default: ``PolicyConfig()``; a
-    `policy_rules.PolicyRules`: each session under its first matching rule's policy, its
-    warnings and reclaims naming the rule); return the report."""
-    from ..policy import decider as policy
+           decide: Callable[..., Any] | None = None, compact: bool = True,
+           on_decision: Callable[[Session, dt.datetime, Decision], None] | None = None) -> dict[str, Any]:
+    """Replay trace records (a :func:`read_trace` stream, config first) through
+    ``policy.step`` with ``decide`` (default: the policy's) under ``config`` (default:
+    ``PolicyConfig()``; a `policy_rules.PolicyRules`: each session under its first matching
+    rule's policy, its warnings and reclaims naming the rule); ``on_decision`` sees each
+    decision; return the report."""
     from ..policy.config import PolicyConfig
-    from ..policy.rules import PolicyRules
+    from ..policy.rules import AppliedPolicy, PolicyRules
+    from ..policy.scan import retained_samples
+    from ..policy.step import step
 
-    decide = decide or policy.decide
     rules = config if isinstance(config, PolicyRules) else None
     config = rules.base if rules is not None else config if config is not None else PolicyConfig()
-    retain = getattr(policy, "retained_samples", None)
 
     it = iter(records)
     trace_config = next(it, None)
@@ -217,22 +215,18 @@ def replay(records: Iterable[Record], *, config: Any = None,
             return
         samples = inst.samples
         samples.append(sample)
-        if compact and retain is not None and len(samples) > inst.trim_at:
-            samples[:] = retain(samples, now=now, config=inst.config, gpus=session.gpus,
-                                shared=session.gpu_shared)
+        if compact and len(samples) > inst.trim_at:
+            samples[:] = retained_samples(samples, now=now, config=inst.policy.config, gpus=session.gpus,
+                                          shared=session.gpu_shared)
             inst.trim_at = 2 * len(samples) + 32
         view = SessionView(session=session, samples=tuple(samples), intent=inst.intent,
                            warnings=tuple(inst.warnings))
-        d = decide(view, now=now, pending_gpus=pending, config=inst.config)
-        named = {"policy_rule": inst.policy_rule} if rules is not None else {}  # no rules, no key
-        evidence = d.evidence
-        if evidence and evidence.get("episode_cleared"):
-            cleared = evidence.get("cleared_warnings")
-            if cleared is None:
-                inst.warnings.clear()
-            else:
-                gone = set(cleared)
-                inst.warnings = [w for w in inst.warnings if w.t.isoformat() not in gone]
+        done = step(view, now=now, pending_gpus=pending, policy=inst.policy, decide=decide)
+        d = done.decision
+        if on_decision is not None:
+            on_decision(session, now, d)
+        inst.warnings = list(done.warnings)
+        named = {"policy_rule": d.policy_rule} if d.under_rules else {}  # no rules, no key
         action = d.action
         if action == "hold":
             if inst.hold is not None and inst.hold["reason"] == d.rule:
@@ -245,12 +239,9 @@ def replay(records: Iterable[Record], *, config: Any = None,
             return
         inst.hold = None
         if action == "warn":
-            reclaim_at = d.reclaim_at
-            assert reclaim_at is not None  # a "warn" always says when
-            inst.warnings.append(Warning(session=session.id, t=now, rule=d.rule,
-                                         reclaim_at=reclaim_at))
+            assert d.reclaim_at is not None  # a "warn" always says when
             warnings.append({"session": session.id, "t": format_time(now), "rule": d.rule,
-                             "reclaim_at": format_time(reclaim_at), **named})
+                             "reclaim_at": format_time(d.reclaim_at), **named})
         elif action == "reclaim":
             inst.reclaimed = True
             inst.samples = []
@@ -280,8 +271,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
             flush()
         if isinstance(rec, TraceSession):
             natural_end = min(rec.stopped, end) if rec.stopped is not None else end
-            rule, session_config = rules.resolve(rec.session) if rules is not None else (None, config)
-            inst = _Live(rec=rec, natural_end=natural_end, config=session_config, policy_rule=rule)
+            applied = rules.applied(rec.session) if rules is not None else AppliedPolicy(config)
+            inst = _Live(rec=rec, natural_end=natural_end, policy=applied)
             live[rec.id] = inst
             instances.append(inst)
         elif isinstance(rec, Pressure):

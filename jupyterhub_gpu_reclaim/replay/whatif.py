@@ -34,8 +34,8 @@ from typing import Any, Iterator, Mapping
 
 from .backtest import policy_to_dict, replay
 from ..durations import HOUR
-from ..policy.observations import Decision, SessionView
-from ..policy.decider import IDLE_RULES, decide
+from ..policy.observations import Decision, Session
+from ..policy.decider import IDLE_RULES
 from ..policy.config import PolicyConfig, from_settings
 from ..policy.rules import PolicyRules
 from ..store import Store
@@ -259,9 +259,7 @@ def _run(store: Store, since: dt.datetime, until: dt.datetime, config: PolicyCon
                 arm.samples += 1
             yield rec
 
-    def recording(view: SessionView, *, now: dt.datetime, pending_gpus: int, config: PolicyConfig) -> Decision:
-        d = decide(view, now=now, pending_gpus=pending_gpus, config=config)
-        s = view.session
+    def recording(s: Session, now: dt.datetime, d: Decision) -> None:
         inst = arm.instances[(s.id, s.started)]
         if inst.last_t is not None:
             inst.last_step = now - inst.last_t
@@ -275,9 +273,8 @@ def _run(store: Store, since: dt.datetime, until: dt.datetime, config: PolicyCon
         elif d.action == "reclaim":
             inst.reclaimed_at, inst.rule = now, d.rule
             grid.add(arm.freed, now, inst.end, s.gpus)
-        return d
 
-    arm.report = replay(records(), config=config, decide=recording)
+    arm.report = replay(records(), config=config, on_decision=recording)
     for inst in arm.instances.values():  # the last decision of each session
         if inst.last_t is not None and inst.last_idle:
             grid.add(arm.idle, inst.last_t, min(inst.end, inst.last_t + min(inst.last_step, max_gap)), inst.gpus)

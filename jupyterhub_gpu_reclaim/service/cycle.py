@@ -49,9 +49,10 @@ from .metrics import Metrics
 from .notify import Dispatcher
 from ..policy.observations import Decision, Sample, Session, SessionView, Warning
 from ..oneline import brief
-from ..policy.decider import IDLE_RULES, decide
+from ..policy.decider import IDLE_RULES
 from ..policy.config import PolicyConfig
 from ..policy.rules import PolicyRules
+from ..policy.step import step
 from .history import SampleHistory
 from ..signals.base import SignalError
 from ..signals.interfaces import GpuSource, HubSource, KernelSource
@@ -61,28 +62,19 @@ from .observe import NO_PODS, arbitrate, observe_server, probe_kernels, unseen, 
 from .stops import Stops
 from ..store import Store
 from ..store.base import RowsRefused
-from ..timestamps import format_time, parse_time, utcnow
+from ..timestamps import evidence_time, format_time, utcnow
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
 T = TypeVar("T")
 
 
-def _exempted(d: Decision, exemption: dict | None) -> Decision:
-    """An admin's exemption (web admin page) turns a warn or reclaim into a keep."""
-    if exemption is None or d.action == "keep" and d.rule == "exempt":
-        return d
-    return Decision(d.session, "keep", "exempt",
-                    f"exempted by {exemption['by']} until {format_time(exemption['until'])}",
-                    evidence={**d.evidence, "exempt": "admin", "exempt_by": exemption["by"],
-                              "exempt_until": format_time(exemption["until"])})
-
-
 def _episode(decision: Decision, session: Session) -> str:
     """The idle episode a warning or reclaim belongs to: the rule and when the episode began."""
     if decision.rule == "max-age":
         return f"max-age@{format_time(session.started)}"
-    since = decision.evidence.get("idle_since")
+    # the episode's start as the evidence writes it: the store's episodes are keyed by it
+    since = evidence_time(decision.idle_since)
     return f"{decision.rule}@{since or format_time(session.started)}"
 
 
@@ -153,7 +145,7 @@ class Reclaimer:
         if result == "ok":
             self.metrics.last_successful_cycle.set(time.time())
         eventful = (report.warned or report.stops or report.would_reclaim or report.skipped or report.errors
-                    or report.error)
+                    or report.problems or report.error)
         log.log(logging.INFO if eventful else logging.DEBUG,
                 "cycle: %d servers (%d with GPUs), %d probes, %d warned, %d stops%s%s in %.2f s",
                 report.servers, report.gpu_sessions, report.probes, len(report.warned),
@@ -212,12 +204,11 @@ class Reclaimer:
                 hold = (unseen(srv, pod, pods_as_of, report.errors.get("pods", "")) if report.degraded and not srv.invalid
                         else unusable(srv, pod, kubernetes=self.pods is not None, report=report, metrics=self.metrics))
                 if pod and readings and (r := readings.get((pod.namespace, pod.name))) and r.problem:
-                    report.errors[f"gpu:{sid}"] = r.problem  # why its GPU has no value (evidence)
+                    report.problem(sid, "gpu", r.problem)  # why its GPU has no value (evidence)
             except Exception as e:
                 session = Session(id=sid, user=srv.user, server=srv.name, gpus=0, started=now)
                 sample, hold = Sample(t=now, gpu_util=None), self._session_error(sid, e, report)
-            rule, policy = self.rules.resolve(session)
-            seen.sessions[sid] = Observed(srv, session, sample, pod, rule, policy)
+            seen.sessions[sid] = Observed(srv, session, sample, pod, self.rules.applied(session))
             if hold is not None:
                 seen.held[sid] = hold
             if session.gpus:
@@ -225,7 +216,8 @@ class Reclaimer:
                 util = sample.gpu_util
                 if hold is None and self.kernels is not None and (session.gpu_shared or (
                         util is not None and len(util) == session.gpus
-                        and all(u is not None and u < policy.gpu_idle_threshold for u in util))):
+                        and all(u is not None and u < seen.sessions[sid].config.gpu_idle_threshold
+                                for u in util))):
                     probe.append(sid)  # GPU-idle (or shared: kernels decide): a busy kernel matters
 
         on_error = partial(self._session_error, report=report)
@@ -233,7 +225,7 @@ class Reclaimer:
             assert self.kernels is not None
             await probe_kernels(self.kernels, probe, seen, report, self.metrics, on_error)
         if self.options.cull_arbiter is not None:
-            await arbitrate(self.options.cull_arbiter, seen, now, self.policy, on_error)
+            await arbitrate(self.options.cull_arbiter, seen, now, on_error)
         self._sessions_gone(set(seen.sessions), now)
         return seen
 
@@ -267,7 +259,7 @@ class Reclaimer:
             self._failing[sid] = what
             log.error("session %s held: unexpected %s", sid, what, exc_info=e)
         self.metrics.session_errors.inc()
-        report.errors[f"session:{sid}"] = what
+        report.problem(sid, "session", what)
         return Decision(sid, "hold", "session-error",
                         f"an unexpected error while deciding ({what}); never reclaimed on it",
                         evidence={"problem": what})
@@ -332,23 +324,22 @@ class Reclaimer:
 
     def _decide_session(self, o: Observed, decided: Decisions, warnings: tuple[Warning, ...],
                         pending_gpus: int, now: dt.datetime, report: CycleReport) -> Decision:
-        """The policy's decision for one session, with its history, intent and warnings, an
-        admin's exemption applied; a finished idle episode's warnings are closed."""
-        sid, session, policy = o.session.id, o.session, o.policy or self.policy
-        samples = self.history.add(session, o.sample, now, policy)
+        """The policy's step for one session (`policy.step`), with its history, intent,
+        warnings and exemption; the warnings of a finished idle episode are closed in the
+        store (its own warning is recorded as it goes out, `_warn`)."""
+        sid, session = o.session.id, o.session
+        samples = self.history.add(session, o.sample, now, o.config)
         view = SessionView(session=session, samples=samples, intent=decided.intents.get(sid), warnings=warnings,
                            cull_arbiter=o.cull_arbiter)
-        d = decide(view, now=now, pending_gpus=pending_gpus, config=policy)
-        if self.rules.rules:  # which rule's settings decided (None: the base policy); no rules, no key
-            d = replace(d, evidence={**d.evidence, "policy_rule": o.policy_rule})
-        d = _exempted(d, decided.exemptions.get(sid))
-        if d.rule == "kernel-data-missing" and f"kernels:{sid}" in report.errors:
-            d = replace(d, evidence={**d.evidence, "problem": report.errors[f"kernels:{sid}"]})
-        if d.rule == "gpu-data-missing" and f"gpu:{sid}" in report.errors:
-            d = replace(d, evidence={**d.evidence, "gpu_problem": report.errors[f"gpu:{sid}"]})
-        if d.evidence.get("episode_cleared"):
-            cleared = [parse_time(t) for t in d.evidence.get("cleared_warnings", [])]
-            self.store.close_episode(sid, [t for t in cleared if t is not None], t=now)
+        d = step(view, now=now, pending_gpus=pending_gpus, policy=o.policy,
+                 exemption=decided.exemptions.get(sid)).decision
+        problems = report.problems.get(sid, {})
+        if d.rule == "kernel-data-missing" and "kernels" in problems:
+            d = replace(d, evidence={**d.evidence, "problem": problems["kernels"]})
+        if d.rule == "gpu-data-missing" and "gpu" in problems:
+            d = replace(d, evidence={**d.evidence, "gpu_problem": problems["gpu"]})
+        if d.cleared:
+            self.store.close_episode(sid, [w.t for w in d.cleared], t=now)
         self._failing.pop(sid, None)
         return d
 
@@ -403,7 +394,8 @@ class Reclaimer:
             write(*args)
         except RowsRefused as e:
             log.error("%s", e)
-            report.errors.update({f"store:{sid}": why for sid, why in e.refused.items()})
+            for sid, why in e.refused.items():
+                report.problem(sid, "store", why)
             return set(e.refused)
         except Exception as e:
             log.exception("recording the cycle's %s failed", what)
@@ -420,7 +412,7 @@ class Reclaimer:
             history=self.history.of(sid) if o.session.gpus else [],
             warnings=warnings.get(sid, ()), intent=decided.intents.get(sid),
             exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
-            stopping=sid in self.stops.tasks, idle_threshold=(o.policy or self.policy).gpu_idle_threshold)
+            stopping=sid in self.stops.tasks, idle_threshold=o.config.gpu_idle_threshold)
             for sid, o in seen.sessions.items()
             if sid not in self._stopped_since_observed})
         due = [f for sid, info in status.sessions.items()
@@ -442,9 +434,8 @@ class Reclaimer:
                 holds[d.rule] = holds.get(d.rule, 0) + 1
             if gpus and d.rule in IDLE_RULES:
                 idle_gpus += gpus
-                since = parse_time(d.evidence.get("idle_since"))
-                if since is not None:
-                    idle_hours += gpus * max(0.0, (now - since).total_seconds()) / 3600
+                if d.idle_since is not None:
+                    idle_hours += gpus * max(0.0, (now - d.idle_since).total_seconds()) / 3600
         m.sessions.clear()
         for (gpu, action, rule), n in counts.items():
             m.sessions.labels(gpu, action, rule).set(n)

@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
-from ..policy.observations import Decision, Intent, Sample, Session
+from ..policy.observations import Decision, Exemption, Intent, Sample, Session
 from ..policy.config import PolicyConfig
+from ..policy.rules import AppliedPolicy
 from ..signals.hub import HubServer
 from ..signals.pods import PodInfo, PodSnapshot
 
 #: a reclaim to begin: the session, the policy's decision, the episode it ends
 Reclaim = tuple[Session, Decision, str]
+#: where one session's problem came from: its hub model or pod ("hub", "pods": data that
+#: cannot be used), its GPU series ("gpu"), its kernels' probe ("kernels"), an unexpected
+#: error observing or deciding it ("session"), its rows the store refused ("store")
+ProblemSource = Literal["hub", "pods", "gpu", "kernels", "session", "store"]
 
 
 class PodSource(Protocol):
@@ -51,9 +56,14 @@ class CycleReport:
     stops: list[str] = field(default_factory=list)  # stops begun (not in dry run)
     would_reclaim: list[str] = field(default_factory=list)  # dry run
     users_deleted: list[str] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # signal → why it failed this cycle
+    problems: dict[str, dict[ProblemSource, str]] = field(default_factory=dict)  # session → source → why
     error: str | None = None  # why the cycle raised (cycles_total{result="error"})
     seconds: float = 0.0
+
+    def problem(self, sid: str, source: ProblemSource, why: str) -> None:
+        """A problem with one session's data or records (the session's own, not a signal's)."""
+        self.problems.setdefault(sid, {})[source] = why
 
 
 @dataclass
@@ -64,9 +74,12 @@ class Observed:
     session: Session
     sample: Sample
     pod: PodInfo | None
-    policy_rule: str | None = None  # the policy rule that matched the session (None: the base policy)
-    policy: PolicyConfig | None = None  # the session's policy: the rule's, else the base policy
+    policy: AppliedPolicy  # the settings it is decided under: its policy rule's, else the base policy's
     cull_arbiter: bool | None = None  # a server without GPUs: what the cull_arbiter_hook answered
+
+    @property
+    def config(self) -> PolicyConfig:
+        return self.policy.config
 
 
 @dataclass
@@ -89,7 +102,7 @@ class Decisions:
     step records, warns and stops."""
 
     intents: dict[str, Intent]
-    exemptions: dict[str, dict]
+    exemptions: dict[str, Exemption]
     changed: list[Decision] = field(default_factory=list)  # action or rule changed since the last cycle
     warns: list[tuple[Session, Decision]] = field(default_factory=list)
     reclaims: dict[str, list[Reclaim]] = field(default_factory=dict)  # by user

@@ -113,6 +113,7 @@ class Message:
             event = "reclaim"
         else:
             raise ValueError(f"no message for a {decision.action!r} decision")
+        evidence = decision.shown()
         now = _utc(now or utcnow())
         reclaim_at = _utc(decision.reclaim_at or now)
         # names are the user's choice: one line each, in the subject (a header) and the text
@@ -146,7 +147,7 @@ class Message:
             "",
             one_line(f"Rule: {decision.rule} - {decision.reason}"),
             "Evidence:",
-            *([one_line(line) for line in _evidence_lines(decision.evidence)] or ["  - (none recorded)"]),
+            *([one_line(line) for line in _evidence_lines(evidence)] or ["  - (none recorded)"]),
             "",
             *keep,
             "",
@@ -157,7 +158,7 @@ class Message:
         if dry_run:
             body += ["", "This hub runs the reclaimer in dry-run mode: nothing is stopped."]
         return cls(event, session.id, session.user, session.server, decision.rule,
-                   decision.reason, reclaim_at, now, dict(decision.evidence), keepalive_url,
+                   decision.reason, reclaim_at, now, evidence, keepalive_url,
                    hub_name, dry_run, subject, "\n".join(body) + "\n")
 
     def payload(self) -> dict[str, Any]:

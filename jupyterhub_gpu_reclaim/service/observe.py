@@ -11,9 +11,8 @@ import datetime as dt
 import inspect
 import logging
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
-from ..policy.config import PolicyConfig
 from ..policy.observations import Decision, Sample, Session
 from ..signals.base import SignalError
 from ..signals.hub import HubServer
@@ -62,6 +61,7 @@ def unusable(srv: HubServer, pod: PodInfo | None, *, kubernetes: bool, report: C
              metrics: Metrics) -> Decision | None:
     """The hold of a session whose hub model or pod cannot be used, or None."""
     sid = srv.session_id
+    source: Literal["hub", "pods"]
     if srv.invalid:
         source, rule, problem = "hub", "hub-data-invalid", srv.invalid
     elif pod is None and not kubernetes:
@@ -74,7 +74,7 @@ def unusable(srv: HubServer, pod: PodInfo | None, *, kubernetes: bool, report: C
     else:
         return None
     metrics.signal_errors.labels(source).inc()
-    report.errors[f"{source}:{sid}"] = problem
+    report.problem(sid, source, problem)
     return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
                     evidence={"problem": problem})
 
@@ -93,7 +93,7 @@ def unseen(srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None, probl
                     evidence={"problem": problem, "pods_as_of": format_time(as_of) if as_of else None})
 
 
-async def arbitrate(hook: Callable[..., Any], seen: Observation, now: dt.datetime, base: PolicyConfig,
+async def arbitrate(hook: Callable[..., Any], seen: Observation, now: dt.datetime,
                     hold: Callable[[str, Exception], Decision]) -> None:
     """Ask idle-culler 2.0's cull_arbiter_hook about each server without GPUs not held, as
     2.0's handle_server does: keyword arguments inactive (since last_activity, else since
@@ -104,7 +104,7 @@ async def arbitrate(hook: Callable[..., Any], seen: Observation, now: dt.datetim
             continue
         srv = o.server
         since = srv.last_activity or srv.started
-        limit = int((o.policy or base).cpu_timeout.total_seconds())
+        limit = int(o.config.cpu_timeout.total_seconds())
         try:
             answer = hook(inactive=now - since if since else None, inactive_limit=limit, server=srv.model)
             if inspect.isawaitable(answer):
@@ -131,7 +131,7 @@ async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observa
             if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
                 metrics.signal_errors.labels(e.source).inc()
                 log.warning("kernels of %s: %s", sid, e.message)
-            report.errors[f"kernels:{sid}"] = e.message
+            report.problem(sid, "kernels", e.message)
             return  # kernels stay None: the policy holds a reclaim
         except Exception as e:
             seen.held[sid] = hold(sid, e)

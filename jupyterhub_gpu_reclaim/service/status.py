@@ -15,7 +15,7 @@ import logging
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
-from ..policy.observations import Decision, Intent, Sample, Session, Warning
+from ..policy.observations import Decision, Exemption, Intent, Sample, Session, Warning
 
 if TYPE_CHECKING:
     from ..signals.pods import PodInfo
@@ -169,7 +169,7 @@ class CycleStatus:
 
 def session_status(session: Session, sample: Sample, decision: Decision | None, *, node: str | None,
                    url: str, hub_last_activity: dt.datetime | None, history: Sequence[Sample],
-                   warnings: Sequence[Warning], intent: Intent | None, exemption: dict[str, Any] | None,
+                   warnings: Sequence[Warning], intent: Intent | None, exemption: Exemption | None,
                    max_keepalive: dt.timedelta, stopping: bool, idle_threshold: float | None = None) -> SessionStatus:
     """The status of one session: `history` is its retained samples (the utilization),
     `warnings` its open warnings, oldest first."""
@@ -191,13 +191,13 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         spark=spark, idle_threshold=idle_threshold if session.gpus else None,
         kernels=kernels, hub_last_activity=hub_last_activity,
         action=d.action if d else None, rule=d.rule if d else None, reason=d.reason if d else None,
-        evidence=dict(d.evidence) if d else {}, policy_rule=d.evidence.get("policy_rule") if d else None,
+        evidence=d.shown() if d else {}, policy_rule=d.policy_rule if d else None,
         reclaim_at=warnings[-1].reclaim_at if warnings else (d.reclaim_at if d else None),
         warned_at=warnings[-1].t if warnings else None,
         intent_until=min(intent.until, intent.set_at + max_keepalive) if intent else None,
         intent_set_at=intent.set_at if intent else None,
-        exempt_until=exemption["until"] if exemption else None,
-        exempt_by=exemption["by"] if exemption else None,
+        exempt_until=exemption.until if exemption else None,
+        exempt_by=exemption.by if exemption else None,
         stopping=stopping)
 
 

@@ -74,7 +74,7 @@ class Stops:
                     log.info("[dry run] would reclaim %s (%s): %s", session.id, d.rule, d.reason)
                 continue
             # one record per attempt: after a failed stop the next cycle tries again
-            rid = self.store.begin_reclaim(session.id, d.rule, now, d.evidence, session.gpus,
+            rid = self.store.begin_reclaim(session.id, d.rule, now, d.shown(), session.gpus,
                                            episode=f"{episode} {format_time(now)}")
             if rid is None:
                 continue  # a stop of it is under way or stuck

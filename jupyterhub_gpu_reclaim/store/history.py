@@ -95,7 +95,7 @@ class HistoryStore(StoreBase):
             rows.setdefault(d.session, []).append((DecisionRow, {
                 "t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
                 "reclaim_at": aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
-                "evidence": dumps(d.evidence)}))
+                "evidence": dumps(d.shown())}))
         if rows:
             self._insert_by_session("decisions", rows)
         return sum(map(len, rows.values()))

@@ -4,12 +4,11 @@ exemptions."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from ..policy.observations import Intent
+from ..policy.observations import Exemption, Intent
 from .base import StoreBase, rowcount
 from .schema import ExemptionRow, IntentRow, aware
 
@@ -70,11 +69,11 @@ class IntentStore(StoreBase):
                        .values(cleared_at=set_at))
             db.add(ExemptionRow(session=session, until=until, set_at=set_at, by=by))
 
-    def exemptions(self, now: dt.datetime) -> dict[str, dict[str, Any]]:
-        """The exemptions in force at ``now``: {session: {"until", "set_at", "by"}}."""
+    def exemptions(self, now: dt.datetime) -> dict[str, Exemption]:
+        """The exemptions in force at ``now``, by session."""
         now = aware(now, "now")
         with self._session() as db:
             rows = db.scalars(sa.select(ExemptionRow).where(ExemptionRow.cleared_at.is_(None),
                                                             ExemptionRow.until > now)
                               .order_by(ExemptionRow.set_at, ExemptionRow.id))
-            return {r.session: {"until": r.until, "set_at": r.set_at, "by": r.by} for r in rows}
+            return {r.session: Exemption(r.session, r.until, r.set_at, r.by) for r in rows}

@@ -132,7 +132,7 @@ def test_imports_under_type_checking_and_in_functions_count():
     # replay.backtest imports the policy only inside a function; both are edges
     graph = import_graph()
     assert f"{NAME}.service.cycle_types" in graph[f"{NAME}.settings"]
-    assert f"{NAME}.policy.decider" in graph[f"{NAME}.replay.backtest"]
+    assert f"{NAME}.policy.step" in graph[f"{NAME}.replay.backtest"]
 
 
 def test_circles_are_found():
@@ -172,6 +172,34 @@ def test_the_layers_import_downwards():
         assert not reachable(graph, module) & modules_under(graph, "web", "spawner"), module
     # the check itself: the service does import the policy, the signals and the store
     assert {f"{NAME}.policy.decider", f"{NAME}.signals.hub", f"{NAME}.store"} <= reachable(graph, f"{NAME}.service.cycle")
+
+
+def importers_of(name: str, module: str) -> set[str]:
+    """The package's modules that import `name` from `module` (relatively or not), anywhere."""
+    found = set()
+    for importer, path in module_files().items():
+        package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                if source == module and any(a.name == name for a in node.names):
+                    found.add(importer)
+    return found
+
+
+def test_one_session_step_for_the_cycle_and_the_replays():
+    """The per-session loop (decide, drop the warnings the decision cleared, add its own) is
+    `policy.step`'s alone: nothing outside policy/ calls `decide` itself."""
+    policy = modules_under(import_graph(), "policy")
+    deciders = importers_of("decide", f"{NAME}.policy.decider")
+    assert f"{NAME}.policy.step" in deciders | importers_of("decider", f"{NAME}.policy")  # the check sees it
+    assert not deciders - policy, sorted(deciders - policy)
+    assert not importers_of("decider", f"{NAME}.policy") - policy
+    steppers = importers_of("step", f"{NAME}.policy.step")
+    assert {f"{NAME}.service.cycle", f"{NAME}.replay.backtest"} <= steppers, steppers
 
 
 def test_the_cycle_never_imports_the_web_pages():

@@ -13,6 +13,8 @@ from jupyterhub_gpu_reclaim.policy.observations import Intent, Kernel, Sample, S
 from jupyterhub_gpu_reclaim.policy.decider import decide
 from jupyterhub_gpu_reclaim.policy.scan import retained_samples
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.policy.rules import AppliedPolicy
+from jupyterhub_gpu_reclaim.policy.step import step
 
 from ..support.clock import START, at
 from ..support.policy_inputs import BUSY, CFG, IDLE, PROP, configs, mins, nows, run, samples, session, views, warned
@@ -66,7 +68,7 @@ def test_idle_warns_at_60_and_reclaims_at_120():
     assert (d.action, d.rule) == ("keep", "gpu-idle")
     d = run(SessionView(session(), used_then_idle(70)), at(70))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(130))
-    assert d.evidence["idle_since"] == at(10).isoformat()
+    assert d.idle_since == at(10)
     assert d.evidence["last_used"] == at(10).isoformat()
     view = SessionView(session(), used_then_idle(130), warnings=(warned("gpu-idle", 70, 130),))
     assert run(view, at(129)).action == "keep"
@@ -109,7 +111,7 @@ def test_busy_kernel_keeps_silent_training():
                        warnings=(warned("gpu-idle", 70, 130),))
     d = run(view, at(300))
     assert (d.action, d.rule) == ("keep", "kernel-busy")
-    assert d.evidence["episode_cleared"] is True
+    assert d.cleared == view.warnings
 
 
 def silent_job(end: float, until: float, *, seen: float = 5, hub=None, after=None):
@@ -131,7 +133,7 @@ def test_work_that_ended_with_nobody_there_is_reclaimed_75_min_after_it_ended():
     assert (d.action, d.rule) == ("keep", "job-ended-unattended")
     d = run(SessionView(session(), silent_job(245, 290)), at(290))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(320))
-    assert d.evidence["last_seen"] == at(5).isoformat() and d.evidence["idle_since"] == at(245).isoformat()
+    assert d.evidence["last_seen"] == at(5).isoformat() and d.idle_since == at(245)
     assert "with nobody there" in d.reason and "keep it alive" in d.reason
     view = SessionView(session(), silent_job(245, 320), warnings=(warned("job-ended-unattended", 290, 320),))
     assert (run(view, at(320)).action, run(view, at(320)).rule) == ("reclaim", "job-ended-unattended")
@@ -185,7 +187,7 @@ def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
     used = view.samples[:170] + tuple(dataclasses.replace(x, gpu_util=(40.0,)) for x in view.samples[170:172]) \
         + view.samples[172:]
     d = run(dataclasses.replace(view, samples=used), at(180))
-    assert d.action == "keep" and d.evidence["cleared_warnings"] == [at(120).isoformat()]
+    assert d.action == "keep" and [w.t for w in d.cleared] == [at(120)]
     # by setting, CPU work keeps the server for as long as it goes on
     old = PolicyConfig(cpu_work_keeps_unused_gpu=True)
     assert run(SessionView(session(), s[:176]), at(175), config=old).rule == "kernel-busy"
@@ -231,7 +233,7 @@ def test_busy_kernel_restarts_the_idle_clock():
     s = tuple(dataclasses.replace(x, kernels=BUSY) if x.t == at(50) else x for x in s)
     d = run(SessionView(session(), s[:110]), at(109))
     assert (d.action, d.rule) == ("keep", "gpu-idle")
-    assert d.evidence["idle_since"] == at(50).isoformat()
+    assert d.idle_since == at(50)
     d = run(SessionView(session(), s[:111]), at(110))
     assert (d.action, d.reclaim_at) == ("warn", at(170))
 
@@ -275,7 +277,7 @@ def test_missing_data_in_history_restarts_the_clock():
     s = samples(lambda k: None if k == 40 else 0, 60)
     d = run(SessionView(session(), s), at(60))
     assert (d.action, d.rule) == ("keep", "gpu-never-used")
-    assert d.evidence["idle_since"] == at(40).isoformat()
+    assert d.idle_since == at(40)
 
 
 def quiet(since: float, n: int = 1) -> tuple[Kernel, ...]:
@@ -301,7 +303,7 @@ def test_an_idle_gap_with_quiet_kernels_on_both_sides_is_bridged():
     d = run(SessionView(session(), s[:81]), at(80))
     # the idle clock ran across the gap: warned as soon as the data is back
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(130))
-    assert d.evidence["idle_since"] == at(10).isoformat()
+    assert d.idle_since == at(10)
     assert d.evidence["bridged_gap"] == [at(39).isoformat(), at(80).isoformat()]
     assert "across a gap in the GPU data" in d.reason
 
@@ -317,7 +319,7 @@ def test_a_gap_is_not_bridged_without_proof(case):
     end = round((s[-1].t - START) / mins(1))
     d = run(SessionView(session(), s), at(end))
     assert "bridged_gap" not in d.evidence
-    assert d.evidence["last_gpu_data_missing"] == d.evidence["idle_since"]
+    assert d.evidence["last_gpu_data_missing"] == d.idle_since.isoformat()
 
 
 def test_walk_trimmed_window_with_a_bridged_gap_gives_the_same_result():
@@ -350,7 +352,7 @@ def test_use_near_the_intents_end_cancels_the_early_reclaim():
     s = samples(lambda k: 70 if k == 290 else 0, 400)
     view = SessionView(session(), s, intent=intent, warnings=(warned("intent-ended", 285, 315),))
     d = run(view, at(320))
-    assert (d.action, d.rule, d.evidence["episode_cleared"]) == ("keep", "gpu-idle", True)
+    assert (d.action, d.rule, d.cleared) == ("keep", "gpu-idle", view.warnings)
     assert run(view, at(350)).action == "warn"
 
 
@@ -375,7 +377,7 @@ def test_warnings_before_an_intent_are_cleared():
     view = SessionView(session(), samples(lambda k: 0, 200), intent=intent,
                        warnings=(warned("gpu-never-used", 30, 60),))
     d = run(view, at(150))
-    assert d.action == "warn" and d.evidence["cleared_warnings"] == [at(30).isoformat()]
+    assert d.action == "warn" and [w.t for w in d.cleared] == [at(30)]
 
 
 # ---------------------------------------------------------------- episodes
@@ -385,7 +387,7 @@ def test_activity_after_warning_clears_the_episode():
     view = SessionView(session(), s, warnings=(warned("gpu-never-used", 30, 60),))
     d = run(view, at(60))
     assert d.action == "keep" and d.rule == "gpu-idle"
-    assert d.evidence["episode_cleared"] is True
+    assert d.cleared == view.warnings and d.shown()["cleared_warnings"] == [at(30).isoformat()]
 
 
 def test_warned_session_is_not_warned_again():
@@ -519,11 +521,12 @@ def test_decisions_are_deterministic():
 
 def walk(util_at, minutes, *, kernels_at=lambda k: IDLE, intent=None, config=CFG, gpus=1,
          pending=1, trim=False):
-    """Step minute by minute: a sample each minute, the warnings the policy asked for fed
-    back, cleared warnings dropped. Returns (reclaim minute or None, warnings sent)."""
+    """Step minute by minute (`policy.step`, as the service and the backtest do): a sample
+    each minute, the session's warnings after each step fed back. Returns (reclaim minute or
+    None, warnings sent)."""
     sess = session(gpus=gpus)
     kept: tuple[Sample, ...] = ()
-    warnings: list[Warning] = []
+    warnings: tuple[Warning, ...] = ()
     sent = []
     for k in range(minutes + 1):
         u = util_at(k)
@@ -531,13 +534,11 @@ def walk(util_at, minutes, *, kernels_at=lambda k: IDLE, intent=None, config=CFG
         kept = kept + (Sample(at(k), u, kernels=kernels_at(k)),)
         if trim:
             kept = retained_samples(kept, now=at(k), config=config, gpus=gpus)
-        d = run(SessionView(sess, kept, intent=intent, warnings=tuple(warnings)), at(k),
-                pending, config)
-        if d.evidence.get("episode_cleared"):
-            cleared = set(d.evidence["cleared_warnings"])
-            warnings = [w for w in warnings if w.t.isoformat() not in cleared]
+        done = step(SessionView(sess, kept, intent=intent, warnings=warnings), now=at(k),
+                    pending_gpus=pending, policy=AppliedPolicy(config))
+        d, warnings = done.decision, done.warnings
         if d.action == "warn":
-            warnings.append(Warning(sess.id, at(k), d.rule, d.reclaim_at))
+            assert warnings[-1] == Warning(sess.id, at(k), d.rule, d.reclaim_at)
             sent.append((k, d.rule, (d.reclaim_at - START) / mins(1)))
         if d.action == "reclaim":
             return k, sent

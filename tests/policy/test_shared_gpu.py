@@ -52,16 +52,16 @@ def test_kernel_and_terminal_activity_between_samples_restart_the_clock_on_a_sha
     kernels = (Kernel("idle", last_activity=at(50)),)
     view = SessionView(shared(), samples(lambda k: 0, 100, kernels=kernels))
     d = run(view, at(100))
-    assert (d.action, d.rule) == ("keep", RULE) and d.evidence["idle_since"] == at(50).isoformat()
+    assert (d.action, d.rule) == ("keep", RULE) and d.idle_since == at(50)
     # a training started from a terminal shows no kernel work: the terminal counts
     view = SessionView(shared(), samples(lambda k: 0, 100, terminals=(at(80),)))
-    assert run(view, at(100)).evidence["idle_since"] == at(80).isoformat()
+    assert run(view, at(100)).idle_since == at(80)
     # on a GPU of its own the kernel's activity is someone running a cell too; the
     # terminal's is not (a job started there would show as GPU use)
     d = run(SessionView(session(), samples(lambda k: 0, 100, kernels=kernels)), at(100))
-    assert d.evidence["idle_since"] == at(50).isoformat()
+    assert d.idle_since == at(50)
     d = run(SessionView(session(), samples(lambda k: 0, 100, terminals=(at(80),))), at(100))
-    assert (d.rule, d.evidence["idle_since"]) == ("gpu-never-used", START.isoformat())
+    assert (d.rule, d.idle_since) == ("gpu-never-used", START)
 
 
 def test_missing_kernel_data_holds_a_shared_gpu_server_and_missing_gpu_data_does_not():
@@ -83,11 +83,11 @@ def test_a_gap_in_the_kernel_data_restarts_the_clock_of_a_shared_gpu_server_unle
 
     # a kernel started in the gap: someone's action, unseen
     d = run(SessionView(shared(), before + gap + after(2)), at(100))
-    assert d.evidence["idle_since"] == at(59).isoformat() and d.action == "keep"
+    assert d.idle_since == at(59) and d.action == "keep"
     # the same kernel, idle on both sides and no activity since: the clock runs on from
     # its last activity, before the gap
     d = run(SessionView(shared(), before + gap + after(1)), at(100))
-    assert d.evidence["idle_since"] == at(39).isoformat() and d.evidence["bridged_gap"] == [
+    assert d.idle_since == at(39) and d.evidence["bridged_gap"] == [
         at(40).isoformat(), at(60).isoformat()]
     assert (d.action, d.rule) == ("warn", RULE)
 

@@ -469,7 +469,7 @@ async def test_policy_rules_by_profile_and_group_time_each_session_apart(harness
     assert (h.warned(default), h.stopped(default)) == ([at(70)], [at(130)])  # the options: 60 / 120 min
     assert (h.warned(long), h.stopped(long)) == ([at(100)], [at(160)])
     for sid, name in ((short, "gpu-short"), (long, "gpu-long"), (course, "course"), (default, None)):
-        assert {r.decisions[sid].evidence["policy_rule"] for r in h.reports if sid in r.decisions} == {name}
+        assert {r.decisions[sid].policy_rule for r in h.reports if sid in r.decisions} == {name}
     reclaims = {r.session: r for r in h.store.reclaims()}
     assert reclaims[short].rule == "gpu-idle" and reclaims[short].evidence["policy_rule"] == "gpu-short"
     assert reclaims[default].evidence["policy_rule"] is None
@@ -522,7 +522,7 @@ async def test_without_policy_rules_the_evidence_has_no_rule_key(harness):
     h = harness()
     sid = h.add("alice", user_options={"profile": "gpu-short"})
     await h.run_until(at(10))
-    assert all("policy_rule" not in r.decisions[sid].evidence for r in h.reports)
+    assert all("policy_rule" not in r.decisions[sid].shown() for r in h.reports)
     assert h.reclaimer.status.sessions[sid].policy_rule is None
 
 

@@ -57,7 +57,7 @@ def samples(util_at, until: float, gpus=1, kernels=IDLE, **kw) -> tuple[Sample, 
 
 def run(view: SessionView, now: dt.datetime, pending_gpus=1, config=CFG) -> Decision:
     d = decide(view, now=now, pending_gpus=pending_gpus, config=config)
-    json.dumps(d.evidence)  # always JSON-serialisable
+    json.dumps(d.shown())  # always JSON-serialisable, as shown and stored
     return d
 
 

@@ -128,16 +128,16 @@ def test_access_log_hides_secret_query_values(caplog):
 
 
 def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
-    from jupyterhub_gpu_reclaim.policy.observations import Decision
-    from jupyterhub_gpu_reclaim.service.cycle import _exempted
+    from jupyterhub_gpu_reclaim.policy.observations import Decision, Exemption
+    from jupyterhub_gpu_reclaim.policy.step import exempted
 
-    ex = {"until": NOW + dt.timedelta(hours=2), "by": "admin", "set_at": NOW}
+    ex = Exemption("alice/", until=NOW + dt.timedelta(hours=2), set_at=NOW, by="admin")
     for action in ("warn", "reclaim", "keep", "hold"):
-        d = _exempted(Decision("alice/", action, "gpu-idle", "idle", evidence={"idle_since": "x"}), ex)
+        d = exempted(Decision("alice/", action, "gpu-idle", "idle", evidence={"gpus": 1}, idle_since=NOW), ex)
         assert (d.action, d.rule) == ("keep", "exempt") and d.evidence["exempt_by"] == "admin"
-        assert d.evidence["idle_since"] == "x" and "16:00" in d.reason
+        assert d.idle_since == NOW and d.evidence["gpus"] == 1 and "16:00" in d.reason
     d = Decision("alice/", "reclaim", "gpu-idle", "idle")
-    assert _exempted(d, None) is d
+    assert exempted(d, None) is d
 
 
 def whatif_result(series_hours: int = 3):

@@ -62,6 +62,8 @@ class SessionStatus:
     reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     policy_rule: str | None = None  # the policy rule whose settings decided (None: the base policy)
+    # the decision's idle episode began (the pages' own; the API has it in the evidence)
+    idle_since: dt.datetime | None = None
     reclaim_at: dt.datetime | None = None
     warned_at: dt.datetime | None = None
     intent_until: dt.datetime | None = None  # capped at max_keepalive from when it was set
@@ -77,7 +79,7 @@ class SessionStatus:
         return out
 
 
-_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus))
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus) if f.name != "idle_since")
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,7 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         kernels=kernels, hub_last_activity=hub_last_activity,
         action=d.action if d else None, rule=d.rule if d else None, reason=d.reason if d else None,
         evidence=d.shown() if d else {}, policy_rule=d.policy_rule if d else None,
+        idle_since=d.idle_since if d else None,
         reclaim_at=warnings[-1].reclaim_at if warnings else (d.reclaim_at if d else None),
         warned_at=warnings[-1].t if warnings else None,
         intent_until=min(intent.until, intent.set_at + max_keepalive) if intent else None,

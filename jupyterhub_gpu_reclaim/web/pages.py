@@ -12,7 +12,7 @@ from tornado import web
 from ..replay import interruptions
 from ..replay.backtest import policy_to_dict
 from ..durations import format_duration
-from ..timestamps import parse_time_lenient, utcnow
+from ..timestamps import utcnow
 from .base import Base, writes
 from .chart import whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_override, parse_until
@@ -141,7 +141,7 @@ class EmbedBanner(Base):
         for s in self.my_sessions().values():
             kind, _ = state_of(s, t)
             if kind == "warned":
-                since = parse_time_lenient(s.evidence.get("idle_since")) or s.started
+                since = s.idle_since or s.started
                 warned.append({**s.to_dict(), "idle_for": format_duration((t - since).total_seconds()) if since else ""})
         self.finish(self.render_page("embed_banner.html", warned=warned))
 

@@ -104,7 +104,7 @@ def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, str]:
         return "held", f"held: data missing ({info.reason or info.rule})"
     if not info.gpus:
         return "cpu", "no GPU"
-    since = info.evidence.get("idle_since")
+    since = info.idle_since
     if info.rule in IDLE_RULES and since:
         return "idle", f"idle since {hhmm(since)}"
     return "active", "active"

@@ -27,7 +27,7 @@ def info(**kw):
 
 @pytest.mark.parametrize("kw, kind, text", [
     ({}, "active", "active"),
-    ({"rule": "gpu-idle", "evidence": {"idle_since": "2026-11-02T12:15:00Z"}}, "idle", "idle since 12:15 UTC"),
+    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105)}, "idle", "idle since 12:15 UTC"),
     ({"warned_at": NOW, "reclaim_at": NOW + dt.timedelta(minutes=5)}, "warned", "warned: reclaim at 14:05 UTC"),
     ({"warned_at": NOW, "reclaim_at": NOW, "intent_until": NOW + dt.timedelta(hours=2)}, "kept",
      "kept alive until 16:00 UTC"),

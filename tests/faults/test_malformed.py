@@ -560,14 +560,14 @@ async def test_unexpected_error_in_one_session_holds_it_logged_once(make, caplog
     caplog.set_level(logging.INFO)
     w = await make()
     eve = w.add("eve")
-    decide = service.decide
+    step = service.step
 
     def buggy(view, **kwargs):
         if view.session.user == "eve":
             raise ZeroDivisionError("a bug that only eve's data reaches")
-        return decide(view, **kwargs)
+        return step(view, **kwargs)
 
-    monkeypatch.setattr(service, "decide", buggy)
+    monkeypatch.setattr(service, "step", buggy)
     await w.run_until(at(25))
     w.assert_bystanders_on_schedule()
     w.assert_held(eve, "session-error", "ZeroDivisionError: \"a bug that only eve's data reaches\"")

@@ -202,11 +202,12 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
 
 
 def waiting_servers(pods: Iterable[PodInfo], now: dt.datetime) -> list[WaitingServer]:
-    """The servers whose pods wait for a GPU, longest waiting first."""
-    queue = [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=p.gpus, since=p.created,
-                           waited_s=(now - p.created).total_seconds() if p.created else None,
+    """The servers whose pods wait for a GPU (pod_facts.gpu_wait, as the spawner tells its
+    user), longest waiting first."""
+    queue = [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=w.gpus, since=w.since,
+                           waited_s=(now - w.since).total_seconds() if w.since else None,
                            reason=p.unschedulable, gpu_type=p.gpu_type, gpu_shared=p.gpu_shared)
-             for p in pods if p.waits_for_gpu]
+             for p in pods if (w := p.gpu_wait)]
     queue.sort(key=lambda q: q.since or now)
     return queue
 

@@ -13,7 +13,8 @@ API serves it and KubeSpawner's reflector holds it); no I/O.
   its PodScheduled condition False with reason Unschedulable (kube-scheduler could not place
   it) because a GPU resource is short; since the condition's last transition (kept across the
   scheduler's retries), else the pod's creation.
-- Its place in kube-scheduler's queue (PrioritySort: higher priority first, then the older).
+- Its place in the GPU queue (kube-scheduler's PrioritySort: higher priority first, then the
+  longer waiting).
 - Its GPU type and whether its GPU is time-sliced, and the annotations GPUReclaimSpawner
   writes (the profile applied, "keep alive until").
 
@@ -134,12 +135,23 @@ def unschedulable(pod: Any) -> str | None:
     return entry_field(cond, "message", str, max_length=4096) or entry_field(cond, "reason", str) or UNSCHEDULABLE
 
 
+_NEVER = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+
+
 @dataclass(frozen=True)
 class GpuWait:
-    """A pod waiting for a GPU: how many it asks for, and since when (None: no time given)."""
+    """A pod waiting for a GPU: how many it asks for, since when (None: no time given), and
+    its spec.priority (admission sets it from its PriorityClass)."""
 
     gpus: int
     since: dt.datetime | None
+    priority: int = 0
+
+    def queue_key(self, name: str) -> tuple[int, dt.datetime, str]:
+        """Its place in the GPU queue, a smaller key first, as kube-scheduler's PrioritySort
+        tries pods: the higher priority first, then the longer waiting (ties, common with
+        second-precision timestamps, broken by the pod's `name`)."""
+        return -self.priority, self.since or _NEVER, name
 
 
 def gpu_wait(pod: Any) -> GpuWait | None:
@@ -159,20 +171,8 @@ def gpu_wait(pod: Any) -> GpuWait | None:
     gpus = requested_gpus(pod)
     if gpus <= 0:
         return None
-    return GpuWait(gpus=gpus, since=entry_time(cond, "lastTransitionTime") or entry_time(meta, "creationTimestamp"))
-
-
-_NEVER = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
-
-
-def queue_order(pod: Any) -> tuple[int, dt.datetime, str]:
-    """The pod's key in kube-scheduler's queue (PrioritySort): a smaller one is tried first.
-    Higher spec.priority first, then the earlier created (ties, common with second-precision
-    timestamps, broken by name)."""
-    meta = entry_field(pod, "metadata", dict, {})
-    priority = entry_field(_spec(pod), "priority", int, 0)
-    return -priority, entry_time(meta, "creationTimestamp") or _NEVER, entry_field(meta, "name", str, "",
-                                                                                   max_length=253)
+    return GpuWait(gpus=gpus, since=entry_time(cond, "lastTransitionTime") or entry_time(meta, "creationTimestamp"),
+                   priority=entry_field(spec, "priority", int, 0))
 
 
 def profile(pod: Any) -> str | None:

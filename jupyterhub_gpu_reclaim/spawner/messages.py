@@ -56,26 +56,22 @@ def _identity(pod: dict) -> tuple[str | None, str | None, str | None]:
 
 
 def queue_position(pod: dict, pending_pods: Iterable[dict]) -> int:
-    """How many GPU-waiting pods (gpu_wait) kube-scheduler tries before this one
-    (pod_facts.queue_order): those of higher priority, and those of the same priority
-    created earlier. Lower-priority pods (e.g. placeholders) never block it."""
-    me = _identity(pod)
-    try:
-        mine = pod_facts.queue_order(pod)
-    except ValueError:
+    """How many GPU-waiting pods (gpu_wait) are ahead of this one in the GPU queue
+    (GpuWait.queue_key, the order the reclaim service's queue has too): those of higher
+    priority, and those of the same priority waiting longer. Lower-priority pods (e.g.
+    placeholders) never block it."""
+    me, mine = _identity(pod), gpu_wait(pod)
+    if mine is None:
         return 0
+    my_key = mine.queue_key(me[2] or "")
     ahead = 0
     for other in pending_pods:
         ident = _identity(other)
         if (me[0] and ident[0] == me[0]) or (ident[1:] == me[1:] and (not me[0] or not ident[0])):
             continue  # this pod itself
-        if gpu_wait(other) is None:
-            continue
-        try:
-            if pod_facts.queue_order(other) < mine:
-                ahead += 1
-        except ValueError:
-            continue
+        wait = gpu_wait(other)
+        if wait is not None and wait.queue_key(ident[2] or "") < my_key:
+            ahead += 1
     return ahead
 
 

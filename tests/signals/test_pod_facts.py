@@ -141,9 +141,21 @@ def test_the_service_and_the_spawner_see_the_same_gpu_queue():
     assert len(queue) == 1 + max(messages.queue_position(p, pods) for p in pods if spawner[p["metadata"]["name"]])
 
 
-def test_the_scheduler_queue_order():
-    """PrioritySort: a higher priority first, then the older pod, then the name."""
-    a, b, high = waiting("a"), waiting("b"), waiting("high")
-    high["spec"]["priority"] = 100
-    high["metadata"]["creationTimestamp"] = "2026-03-01T11:00:00Z"
-    assert sorted([b, a, high], key=pod_facts.queue_order) == [high, a, b]
+def test_the_service_and_the_spawner_order_the_queue_alike():
+    """The old disagreement: the admin page's queue (and whom the service expects a freed
+    GPU to go to) ran longest waiting first, while the spawner told a resumed session (a
+    higher-priority pod) that no request was ahead of it. Now both go by priority, then the
+    longest waiting, then the name."""
+    early, late, resumed, twin = waiting("early"), waiting("late"), waiting("resumed"), waiting("twin")
+    late["status"]["conditions"][0]["lastTransitionTime"] = "2026-03-01T10:02:00Z"
+    resumed["status"]["conditions"][0]["lastTransitionTime"] = "2026-03-01T10:05:00Z"
+    resumed["spec"]["priority"] = 1000
+    pods = [late, twin, resumed, early]  # early and twin: the same second, so the name decides
+    infos = [pod_info(copy.deepcopy(p)) for p in pods]
+    now = dt.datetime(2026, 3, 1, 10, 10, tzinfo=UTC)
+    service = [q.user for q in waiting_servers(infos, now)]
+    spawner = sorted((p["metadata"]["name"] for p in pods),
+                     key=lambda name: messages.queue_position(next(p for p in pods if p["metadata"]["name"] == name),
+                                                              pods))
+    assert service == spawner == ["resumed", "early", "twin", "late"]
+    assert [messages.queue_position(p, pods) for p in (resumed, early, twin, late)] == [0, 1, 2, 3]

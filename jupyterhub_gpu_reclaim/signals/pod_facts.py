@@ -93,8 +93,7 @@ def gpu_requests(pod: Any) -> dict[str, int]:
     out = {}
     for name, amount in sorted(total.items()):
         if amount.denominator != 1 or not 0 <= amount <= MAX_GPUS:
-            raise ValueError(f"{name}: {brief(float(amount) if amount.denominator != 1 else int(amount))} "
-                             "is not a GPU count")
+            raise ValueError(f"{name}: a request of {brief(str(amount))} is not a GPU count")
         if amount:
             out[name] = int(amount)
     return out

@@ -190,7 +190,8 @@ def test_the_pod_facts_have_one_home():
     for module in sorted(modules_under(graph, "spawner")):
         assert f"{NAME}.signals.pods" not in reachable(graph, module), module
     names = {"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-", "nvidia.com/gpu.product",
-             "jupyterhub-gpu-reclaim/keepalive-until", "jupyterhub-gpu-reclaim/profile", "Unschedulable"}
+             "jupyterhub-gpu-reclaim/keepalive-until", "jupyterhub-gpu-reclaim/profile", "Unschedulable",
+             "hub.jupyter.org/username", "hub.jupyter.org/servername"}
     written = {(module, node.value) for module, path in module_files().items()
                for node in ast.walk(ast.parse(path.read_text(), str(path)))
                if isinstance(node, ast.Constant) and node.value in names}

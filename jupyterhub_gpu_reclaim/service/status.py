@@ -128,7 +128,7 @@ def freeing(info: SessionStatus, session: Session, now: dt.datetime) -> Freeing 
 
 
 def expect_free(queue: list[WaitingServer], due: Iterable[Freeing]) -> list[WaitingServer]:
-    """The queue (longest waiting first) with each server's `expected_free_at`: the time by
+    """The queue (in its order: waiting_servers) with each server's `expected_free_at`: the time by
     which the scheduled reclaims, in time order, have freed all the GPUs it asks for, each
     freed GPU going to the first server in the queue that can use it (the same product, or
     any when it names none; time-sliced for time-sliced) and still lacks one. None when they
@@ -155,7 +155,7 @@ class CycleStatus:
     t: dt.datetime | None = None
     skipped: str | None = None
     sessions: dict[str, SessionStatus] = field(default_factory=dict)
-    queue: list[WaitingServer] = field(default_factory=list)  # longest waiting first
+    queue: list[WaitingServer] = field(default_factory=list)  # in the GPU queue's order (waiting_servers)
 
     def amend(self, sid: str, **changes: Any) -> None:
         """A change made between cycles (a new intent, an exemption, a stop begun), shown at
@@ -205,13 +205,13 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
 
 
 def waiting_servers(pods: Iterable[PodInfo], now: dt.datetime) -> list[WaitingServer]:
-    """The servers whose pods wait for a GPU, longest waiting first."""
-    queue = [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=p.gpus, since=p.created,
-                           waited_s=(now - p.created).total_seconds() if p.created else None,
-                           reason=p.unschedulable, gpu_type=p.gpu_type, gpu_shared=p.gpu_shared)
-             for p in pods if p.waits_for_gpu]
-    queue.sort(key=lambda q: q.since or now)
-    return queue
+    """The servers whose pods wait for a GPU, in the GPU queue's order: both as the spawner
+    tells its users (pod_facts.GpuWait: higher priority first, then the longest waiting)."""
+    waiting = sorted(((p, w) for p in pods if (w := p.gpu_wait)), key=lambda pw: pw[1].queue_key(pw[0].name))
+    return [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=w.gpus, since=w.since,
+                          waited_s=(now - w.since).total_seconds() if w.since else None,
+                          reason=p.unschedulable, gpu_type=p.gpu_type, gpu_shared=p.gpu_shared)
+            for p, w in waiting]
 
 
 def _utilization(history: Sequence[Sample], gpus: int,

@@ -83,6 +83,15 @@ def entry_field(model: object, key: str, kinds: type | tuple[type, ...], default
     return value
 
 
+def entry_objects(model: object, key: str) -> list[dict[str, Any]]:
+    """`model[key]` checked to be a list of objects (absent or null: []); ValueError otherwise."""
+    items = entry_field(model, key, list, [])
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValueError(f"{key}: an item is not an object: {brief(item)}")
+    return items
+
+
 def entry_time(model: object, key: str) -> dt.datetime | None:
     """`model[key]` as `timestamps.parse_time` reads it; ValueError naming the field otherwise."""
     value = entry_field(model, key, str)

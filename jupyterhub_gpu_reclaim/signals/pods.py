@@ -3,13 +3,11 @@ as KubeSpawner's reflector does (label `component=singleuser-server`, the hub na
 `timeoutSeconds` on each watch, resumed from the last resourceVersion). A watch that drops
 or answers 410 Gone re-lists.
 
-For each pod: GPUs (container limits `nvidia.com/gpu`, a MIG instance `nvidia.com/mig-<profile>`
-or a time-sliced replica `nvidia.com/gpu.shared` each count as one), whether its GPU is
-time-sliced (`nvidia.com/gpu.shared`, or `nvidia.com/gpu` on nodes it selects by a
-`-SHARED` product), its GPU type (the product it selects), node, phase, readiness,
-address, user and server (KubeSpawner's annotations, else its labels), the profile
-GPUReclaimSpawner applied (its annotation); and the pending GPU
-demand: GPUs of pods the scheduler cannot place for lack of one of those resources.
+For each pod a `PodInfo`: node, phase, readiness, address, user and server (KubeSpawner's
+annotations, else its labels), and what `pod_facts` reads from it, the facts the spawner
+reads too: its GPUs, whether it waits for one and since when, its GPU type and whether it
+is time-sliced, its profile and keep-alive. The snapshot's pending GPU demand is the GPUs
+of the pods that wait for one.
 
 `KUBECONFIG` must be set before kubernetes_asyncio is imported, so it is imported inside
 the functions that need it.
@@ -23,34 +21,16 @@ import ipaddress
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from . import pod_facts
 from ..oneline import brief
-from ..timestamps import parse_time
-from .base import MAX_BODY, SignalError, entry_field, entry_time, read_capped
+from .base import MAX_BODY, SignalError, entry_field, entry_objects, entry_time, read_capped
+from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
-
-GPU_RESOURCE = "nvidia.com/gpu"
-# the device plugin's time-slicing with renameByDefault: a replica of a GPU others share
-SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
-# its MIG "mixed" strategy: one resource per profile, nvidia.com/mig-1g.10gb, ...
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-USER_KEY = "hub.jupyter.org/username"
-SERVER_KEY = "hub.jupyter.org/servername"
-# "keep alive until" from the spawn form (GPUReclaimSpawner writes it; ISO 8601 UTC)
-KEEPALIVE_ANNOTATION = "jupyterhub-gpu-reclaim/keepalive-until"
-# the profile KubeSpawner applied (its slug; "" without a profile_list), which GPUReclaimSpawner
-# writes: a spawn that names none gets the default one, whatever user_options say
-PROFILE_ANNOTATION = "jupyterhub-gpu-reclaim/profile"
-# GPU feature discovery's node label; a profile that picks a GPU type selects on it
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-# its value's suffix on a node whose GPUs are time-sliced without renameByDefault (the
-# replicas keep the name nvidia.com/gpu): "Tesla-T4-SHARED"
-SHARED_PRODUCT_SUFFIX = "-SHARED"
 
 
 @dataclass(frozen=True)
@@ -68,11 +48,10 @@ class PodInfo:
     created: dt.datetime | None
     unschedulable: str | None  # the scheduler's message while PodScheduled is False
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
-    gpu_type: str = ""  # its nodeSelector's GPU_PRODUCT_LABEL: read from the pod, no node lookup
-    # a time-sliced GPU: it holds SHARED_GPU_RESOURCE, or nvidia.com/gpu on a node its
-    # nodeSelector picks by a product ending in SHARED_PRODUCT_SUFFIX
-    gpu_shared: bool = False
-    profile: str | None = None  # PROFILE_ANNOTATION; None without one (a plain KubeSpawner's pod)
+    gpu_type: str = ""  # pod_facts.gpu_type: read from the pod, no node lookup
+    gpu_shared: bool = False  # pod_facts.gpu_shared: a time-sliced GPU
+    profile: str | None = None  # pod_facts.profile; None without one (a plain KubeSpawner's pod)
+    gpu_wait: GpuWait | None = None  # pod_facts.gpu_wait: the GPUs it waits for, and since when
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
 
     @property
@@ -86,50 +65,7 @@ class PodInfo:
 
     @property
     def waits_for_gpu(self) -> bool:
-        return self.gpus > 0 and gpu_shortage(self.unschedulable or "")
-
-
-MAX_GPUS = 1024  # per container; more is a malformed pod (per-GPU lists are sized by it)
-
-
-def is_gpu_resource(name: str) -> bool:
-    """Whether an extended resource is a GPU a pod holds: whole, a MIG instance or a replica."""
-    return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
-
-
-# kube-scheduler's "3 Insufficient nvidia.com/mig-1g.10gb." (the resource, then a comma, a
-# period or the end). Only a shortage counts: "untolerated taint {nvidia.com/gpu: present}"
-# also names the resource, but that is a pod kept off GPU nodes, not one waiting for a GPU.
-_SHORTAGE = re.compile(r"Insufficient (nvidia\.com/\S+?)(?=[,.]?(?:\s|$))")
-
-
-def gpu_shortage(message: str) -> bool:
-    """Whether the scheduler's message says a GPU resource (is_gpu_resource) is short."""
-    return any(is_gpu_resource(m.group(1)) for m in _SHORTAGE.finditer(message))
-
-
-def _gpus(resources: dict[str, Any]) -> dict[str, int]:
-    """The GPU resources of one container (each its limit, else its request): integer quantities."""
-    limits, requests = entry_field(resources, "limits", dict, {}), entry_field(resources, "requests", dict, {})
-    out = {}
-    for name in sorted({*limits, *requests}):
-        if not (isinstance(name, str) and is_gpu_resource(name)):
-            continue
-        value = limits.get(name, requests.get(name, 0))
-        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 4:
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_GPUS:
-            raise ValueError(f"{name}: {brief(value)} is not a GPU count")
-        out[name] = value
-    return out
-
-
-def _objects(model: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    items = entry_field(model, key, list, [])
-    for item in items:
-        if not isinstance(item, dict):
-            raise ValueError(f"{key}: an item is not an object: {brief(item)}")
-    return items
+        return self.gpu_wait is not None
 
 
 def pod_info(pod: Any) -> PodInfo:
@@ -149,8 +85,8 @@ def pod_info(pod: Any) -> PodInfo:
                     server=entry_field(annotations, SERVER_KEY, str) or entry_field(labels, SERVER_KEY, str, ""))
     try:
         spec, status = entry_field(pod, "spec", dict, {}), entry_field(pod, "status", dict, {})
-        containers = _objects(spec, "containers")
-        ports = [p for c in containers for p in _objects(c, "ports") if entry_field(p, "name", str) == "notebook-port"]
+        containers = entry_objects(spec, "containers")
+        ports = [p for c in containers for p in entry_objects(c, "ports") if entry_field(p, "name", str) == "notebook-port"]
         port = entry_field(ports[0], "containerPort", int) if ports else None
         if port is not None and not 0 < port < 65536:
             raise ValueError(f"containerPort: {port}")
@@ -158,38 +94,26 @@ def pod_info(pod: Any) -> PodInfo:
         if pod_ip is not None:
             ipaddress.ip_address(pod_ip)  # probes go to it: an address, nothing else
         phase = entry_field(status, "phase", str, "", max_length=64) or "Unknown"
-        statuses = _objects(status, "containerStatuses")
+        statuses = entry_objects(status, "containerStatuses")
         ready = (phase == "Running" and bool(pod_ip) and not meta.get("deletionTimestamp")
                  and bool(statuses) and all(entry_field(s, "ready", bool, False) for s in statuses))
-        unschedulable = None
-        for cond in _objects(status, "conditions"):
-            if entry_field(cond, "type", str) == "PodScheduled" and entry_field(cond, "status", str) == "False":
-                unschedulable = (entry_field(cond, "message", str, max_length=4096)
-                                 or entry_field(cond, "reason", str) or "Unschedulable")
-        held = [_gpus(entry_field(c, "resources", dict, {})) for c in containers]
-        gpu_type = entry_field(entry_field(spec, "nodeSelector", dict, {}), GPU_PRODUCT_LABEL, str, "",
-                               max_length=253)
-        sliced = gpu_type.endswith(SHARED_PRODUCT_SUFFIX)
+        requests, gpu_type = pod_facts.gpu_requests(pod), pod_facts.gpu_type(pod)
         return PodInfo(
-            **identity, gpus=sum(n for c in held for n in c.values()),
-            gpu_shared=any(c.get(SHARED_GPU_RESOURCE, 0) > 0 or (sliced and c.get(GPU_RESOURCE, 0) > 0)
-                           for c in held),
+            **identity, gpus=sum(requests.values()), gpu_shared=pod_facts.gpu_shared(requests, gpu_type),
             node=entry_field(spec, "nodeName", str, max_length=253), phase=phase, ready=ready,
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
-            unschedulable=unschedulable,
-            keepalive_until=_time_or_none(annotations.get(KEEPALIVE_ANNOTATION)),
-            gpu_type=gpu_type,
-            profile=entry_field(annotations, PROFILE_ANNOTATION, str, max_length=253),
+            unschedulable=pod_facts.unschedulable(pod), keepalive_until=_keepalive(pod),
+            gpu_type=gpu_type, profile=pod_facts.profile(pod), gpu_wait=pod_facts.gpu_wait(pod),
         )
     except ValueError as e:  # ipaddress' errors are ValueErrors too
         return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,
                        created=None, unschedulable=None, invalid=f"the pod {name}: {e}")
 
 
-def _time_or_none(value: Any) -> dt.datetime | None:
+def _keepalive(pod: Any) -> dt.datetime | None:
     """The spawn form's keep-alive (the user typed it): a malformed one is ignored."""
     try:
-        return parse_time(value) if isinstance(value, str) else None
+        return pod_facts.keepalive_until(pod)
     except ValueError as e:
         log.warning("ignoring a malformed %s annotation: %s", KEEPALIVE_ANNOTATION, e)
         return None
@@ -339,7 +263,7 @@ class PodSignal:
         if self.failing and (self.last_ok is None or time.monotonic() - self.last_ok > max_age):
             raise SignalError("pods", f"the pod watch has been down for over {max_age:g} s: {self.failing}")
         return PodSnapshot(by_session={p.session_id: p for p in pods.values() if p.user},
-                           pending_gpus=sum(p.gpus for p in pods.values() if p.waits_for_gpu))
+                           pending_gpus=sum(p.gpu_wait.gpus for p in pods.values() if p.gpu_wait))
 
     async def _run(self) -> None:
         from kubernetes_asyncio import watch

@@ -7,7 +7,7 @@ merge of the resulting terms into KubeSpawner's `node_affinity_required` /
 `node_affinity_preferred` trait values (camelCase dicts, as KubeSpawner accepts them).
 
 Kubernetes semantics shared with the simulated cluster's scheduler (quantities, pod
-requests, taint toleration, node-selector matching) live in `jupyterhub_gpu_reclaim.spawner.kube`.
+requests, taint toleration, node-selector matching) live in `jupyterhub_gpu_reclaim.signals.kube`.
 Kubernetes rules this module relies on (checked against
 kubernetes/kubernetes pkg/apis/core/validation/validation.go):
 
@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from . import kube
-from .images import normalize
-from .kube import (
+from ..signals import kube
+from ..signals.kube import (
     NODE_NAME_FIELD,
     TAINT_UNSCHEDULABLE,
     match_field,
@@ -39,6 +38,7 @@ from .kube import (
     parse_quantity,
     tolerates,
 )
+from .images import normalize
 
 Obj = dict[str, Any]
 Mode = Literal["off", "prefer", "require", "auto"]
@@ -54,7 +54,7 @@ MAX_AFFINITY_NODES = 100
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-# --- quantities and requests (spawner/kube.py) ----------------------------------------------------
+# --- quantities and requests (signals/kube.py) ----------------------------------------------------
 
 
 def pod_requests(pod: Obj) -> dict[str, Fraction]:

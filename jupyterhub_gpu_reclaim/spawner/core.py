@@ -15,11 +15,11 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
-from .images import normalize
-from ..signals.pods import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
+from ..signals.pod_facts import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
 from ..timestamps import parse_time_lenient, utcnow
 from ..wording import expected_free
 from . import affinity, keepalive, messages
+from .images import normalize
 from .informer import Informer
 from .timings import SpawnTimings, extract
 
@@ -295,7 +295,7 @@ class GPUReclaimSpawner(KubeSpawner):
 
     def _pending_gpu_pods(self) -> list[dict]:
         reflector = self.pod_reflector
-        return [p for p in (reflector.pods.values() if reflector else []) if messages.is_waiting_for_gpu(p)]
+        return [p for p in (reflector.pods.values() if reflector else []) if messages.gpu_wait(p)]
 
     async def _start(self) -> str:
         self._requested = utcnow()
@@ -362,13 +362,13 @@ class GPUReclaimSpawner(KubeSpawner):
         while True:
             await asyncio.sleep(1)
             pod = self._pod()
-            if pod is None or not messages.is_waiting_for_gpu(pod):
+            wait = messages.gpu_wait(pod) if pod is not None else None
+            if wait is None:
                 continue
-            since = messages.waiting_since(pod) or self._requested or utcnow()
-            waited = utcnow() - since
+            waited = utcnow() - (wait.since or self._requested or utcnow())
             if waited.total_seconds() >= self.gpu_queue_timeout:
                 GPU_QUEUE_TIMEOUTS.inc()
-                message = messages.queue_timeout_message(waited, messages.requested_gpus(pod))
+                message = messages.queue_timeout_message(waited, wait.gpus)
                 self.log.warning("%s: %s", self._log_name, message)
                 raise GpuQueueTimeout(message)
 
@@ -423,7 +423,7 @@ class GPUReclaimSpawner(KubeSpawner):
                         event = await queue.get()
                 except TimeoutError:
                     pod = self._pod()
-                    if pod is not None and messages.is_waiting_for_gpu(pod):
+                    if pod is not None and messages.gpu_wait(pod):
                         yield {"message": self._gpu_wait_text(pod, await self._expected_free())}
                     continue
                 if event is done:
@@ -436,7 +436,7 @@ class GPUReclaimSpawner(KubeSpawner):
                                                         self._image_size)
                     else:  # KubeSpawner's patience message
                         text = (self._gpu_wait_text(pod, await self._expected_free())
-                                if messages.is_waiting_for_gpu(pod) else None)
+                                if messages.gpu_wait(pod) else None)
                     if text:
                         event = dict(event, message=text)
                 yield event
@@ -446,8 +446,9 @@ class GPUReclaimSpawner(KubeSpawner):
 
     def _gpu_wait_text(self, pod: dict, expected: dt.datetime | None = None) -> str:
         now = utcnow()
-        since = messages.waiting_since(pod) or self._requested or now
-        return messages.gpu_wait_message(messages.requested_gpus(pod),
+        wait = messages.gpu_wait(pod)
+        since = (wait.since if wait else None) or self._requested or now
+        return messages.gpu_wait_message(wait.gpus if wait else messages.requested_gpus(pod),
                                          messages.queue_position(pod, self._pending_gpu_pods()),
                                          now - since, expected_free(expected, now) if expected else "")
 

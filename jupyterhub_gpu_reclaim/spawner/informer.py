@@ -1,8 +1,14 @@
-"""A list + watch of a cluster-wide resource (nodes, every pod), shared by all spawners.
+"""A list + watch of a cluster-wide resource (nodes, every pod), shared by all spawners, for
+image locality: which nodes hold an image, and the room left on each.
 
-KubeSpawner's ResourceReflector keys what it holds by `namespace/name`, which cluster-scoped
-objects such as nodes do not have; this is the same loop for any list method: list, then
-watch from the list's resourceVersion, re-list after an error or 410 Gone.
+The spawner's own pod and the GPU queue it tells its user about are read from KubeSpawner's
+shared pod reflector (`pod_reflector`), never from a watch of its own. That reflector cannot
+serve image locality: it holds only the pods of KubeSpawner's label selector
+(`component=singleuser-server`) in the hub's namespace, while the room on a node depends on
+every pod bound to it (user placeholders, other namespaces, daemonsets); and it keys what it
+holds by `namespace/name`, which cluster-scoped objects such as nodes do not have. This is
+the same loop for any list method: list, then watch from the list's resourceVersion,
+re-list after an error or 410 Gone.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 The scheduler's own line ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.
 preemption: …") means nothing to most users; these say the same in their words. Pure
-functions over the camelCase pod/event dicts KubeSpawner's reflectors hold.
+functions over the camelCase pod/event dicts KubeSpawner's reflectors hold. What a pod waits
+for, since when and its place in the queue are `signals.pod_facts`, the facts the reclaim
+service counts its pending GPUs by: the two never disagree.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ import re
 from typing import Callable, Iterable
 
 from ..durations import format_duration
-from ..signals.pods import gpu_shortage, is_gpu_resource
-from ..timestamps import parse_time_lenient
+from ..signals import pod_facts
+from ..signals.pod_facts import GpuWait, gpu_shortage
 from .timings import event_first_time, event_last_time, event_message
 
 _IMAGE_IN_MESSAGE = re.compile(r'[Ii]mage "([^"]+)"')
@@ -31,62 +33,21 @@ def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, exp
             f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
 
 
-def _scheduled_condition(pod: dict) -> dict | None:
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled":
-            return c
-    return None
-
-
-def is_waiting_for_gpu(pod: dict) -> bool:
-    """Pending, not bound, and the scheduler said Unschedulable for lack of a GPU resource."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("spec") or {}).get("nodeName"):
-        return False
-    if (pod.get("status") or {}).get("phase") not in (None, "Pending"):
-        return False
-    c = _scheduled_condition(pod)
-    return bool(c and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-                and gpu_shortage(c.get("message") or ""))
-
-
-def waiting_since(pod: dict) -> dt.datetime | None:
-    """When the pod started waiting for a GPU: the PodScheduled=False condition's
-    transition time (the scheduler keeps it across retries, as the status does not
-    change), else its creation; None when it is not waiting."""
-    if not is_waiting_for_gpu(pod):
+def gpu_wait(pod: dict) -> GpuWait | None:
+    """pod_facts.gpu_wait; None too for a pod it cannot read (the progress stream never
+    breaks over one: KubeSpawner's own line is shown)."""
+    try:
+        return pod_facts.gpu_wait(pod)
+    except ValueError:
         return None
-    c = _scheduled_condition(pod) or {}
-    return parse_time_lenient(c.get("lastTransitionTime")) or parse_time_lenient(
-        (pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def requested_gpus(pod: dict) -> int:
-    """GPUs the pod asks for: the larger of its containers' sum and its largest init
-    container, limits first (extended resources need limit == request). Each GPU resource
-    counts (signals.pods.is_gpu_resource): a MIG instance or a replica is one GPU."""
-    spec = pod.get("spec") or {}
-
-    def count(value: object) -> int:
-        try:
-            return int(value)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return 0
-
-    def gpus(c: dict) -> int:
-        res = c.get("resources") or {}
-        limits, requests = res.get("limits") or {}, res.get("requests") or {}
-        return sum(count(limits.get(name, requests.get(name, 0)))
-                   for name in {*limits, *requests} if isinstance(name, str) and is_gpu_resource(name))
-
-    main = sum(gpus(c) for c in spec.get("containers") or [])
-    init = max((gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(main, init)
-
-
-def _queue_key(pod: dict) -> tuple[dt.datetime, str]:
-    meta = pod.get("metadata") or {}
-    created = parse_time_lenient(meta.get("creationTimestamp")) or dt.datetime.max.replace(tzinfo=dt.timezone.utc)
-    return created, meta.get("name") or ""
+    """pod_facts.requested_gpus; 0 for a pod it cannot read."""
+    try:
+        return pod_facts.requested_gpus(pod)
+    except ValueError:
+        return 0
 
 
 def _identity(pod: dict) -> tuple[str | None, str | None, str | None]:
@@ -95,22 +56,21 @@ def _identity(pod: dict) -> tuple[str | None, str | None, str | None]:
 
 
 def queue_position(pod: dict, pending_pods: Iterable[dict]) -> int:
-    """How many GPU-waiting pods are ahead of this one, in kube-scheduler's queue order
-    (PrioritySort): any of higher spec.priority, and those of the same priority created
-    earlier (ties, common with second-precision timestamps, broken by name).
-    Lower-priority pods (e.g. placeholders) never block it."""
-    me = _identity(pod)
-    my_key = _queue_key(pod)
-    my_priority = (pod.get("spec") or {}).get("priority") or 0
+    """How many GPU-waiting pods (gpu_wait) are ahead of this one in the GPU queue
+    (GpuWait.queue_key, the order the reclaim service's queue has too): those of higher
+    priority, and those of the same priority waiting longer. Lower-priority pods (e.g.
+    placeholders) never block it."""
+    me, mine = _identity(pod), gpu_wait(pod)
+    if mine is None:
+        return 0
+    my_key = mine.queue_key(me[2] or "")
     ahead = 0
     for other in pending_pods:
         ident = _identity(other)
         if (me[0] and ident[0] == me[0]) or (ident[1:] == me[1:] and (not me[0] or not ident[0])):
             continue  # this pod itself
-        if not is_waiting_for_gpu(other):
-            continue
-        priority = (other.get("spec") or {}).get("priority") or 0
-        if priority > my_priority or (priority == my_priority and _queue_key(other) < my_key):
+        wait = gpu_wait(other)
+        if wait is not None and wait.queue_key(ident[2] or "") < my_key:
             ahead += 1
     return ahead
 
@@ -151,14 +111,14 @@ def translate_event(
     reason = event.get("reason")
     message = event_message(event)
     if reason == "FailedScheduling" and gpu_shortage(message):
-        since = waiting_since(pod)
-        if since is not None:
-            waited = now - since
+        wait = gpu_wait(pod)
+        if wait is not None and wait.since is not None:
+            waited = now - wait.since
         else:  # replayed after the pod was bound: the event's own span
             first, last = event_first_time(event), event_last_time(event)
             waited = (last - first) if first and last else dt.timedelta(0)
-        ahead = queue_position(pod, pending_pods) if is_waiting_for_gpu(pod) else 0
-        return gpu_wait_message(requested_gpus(pod), ahead, waited)
+        ahead = queue_position(pod, pending_pods) if wait is not None else 0
+        return gpu_wait_message(wait.gpus if wait else requested_gpus(pod), ahead, waited)
     if reason == "Pulling":
         m = _IMAGE_IN_MESSAGE.search(message)
         image = m.group(1) if m else ""

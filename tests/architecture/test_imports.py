@@ -2,7 +2,8 @@
 that imports inside functions and under `if TYPE_CHECKING:` count as well as those at the top
 of a module: no import circle anywhere in the package; the layers (folders) import downwards
 only: policy/ only the shared leaves; signals/, store/, replay/ never the service, web/ or
-the spawner; nothing that runs the service sees the traitlets Application of the settings;
+the spawner; the pod facts have one home (signals/pod_facts.py); nothing that runs the
+service sees the traitlets Application of the settings;
 and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/architecture/test_imports.py
@@ -200,6 +201,29 @@ def test_one_session_step_for_the_cycle_and_the_replays():
     assert not importers_of("decider", f"{NAME}.policy") - policy
     steppers = importers_of("step", f"{NAME}.policy.step")
     assert {f"{NAME}.service.cycle", f"{NAME}.replay.backtest"} <= steppers, steppers
+
+
+def test_the_pod_facts_have_one_home():
+    """A pod's GPUs, whether it waits for one and since when, its profile and keep-alive are
+    read by signals/pod_facts.py alone, for the service's pods signal and the spawner alike:
+    pure, it imports only the Kubernetes semantics (signals/kube.py), the checks of an
+    untrusted entry (signals/base.py) and the shared leaves; the spawner never imports the
+    service's pod watch (signals/pods.py); and the names those facts are read by (the GPU
+    resources, the annotations, the scheduler's reason) are written nowhere else."""
+    graph = import_graph()
+    facts = f"{NAME}.signals.pod_facts"
+    leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
+    assert reachable(graph, facts) <= {f"{NAME}.signals.kube", f"{NAME}.signals.base"} | leaves
+    assert facts in graph[f"{NAME}.signals.pods"] and facts in graph[f"{NAME}.spawner.messages"]
+    for module in sorted(modules_under(graph, "spawner")):
+        assert f"{NAME}.signals.pods" not in reachable(graph, module), module
+    names = {"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-", "nvidia.com/gpu.product",
+             "jupyterhub-gpu-reclaim/keepalive-until", "jupyterhub-gpu-reclaim/profile", "Unschedulable",
+             "hub.jupyter.org/username", "hub.jupyter.org/servername"}
+    written = {(module, node.value) for module, path in module_files().items()
+               for node in ast.walk(ast.parse(path.read_text(), str(path)))
+               if isinstance(node, ast.Constant) and node.value in names}
+    assert written == {(facts, name) for name in names}
 
 
 def test_the_cycle_never_imports_the_web_pages():

@@ -1,10 +1,10 @@
-"""Kubernetes API semantics shared by the simulated cluster and the spawner (spawner/kube.py)."""
+"""Kubernetes API semantics the spawner and the pods signal share (signals/kube.py)."""
 
 from fractions import Fraction
 
 import pytest
 
-from jupyterhub_gpu_reclaim.spawner import kube
+from jupyterhub_gpu_reclaim.signals import kube
 
 
 @pytest.mark.parametrize("text, value", [

@@ -17,7 +17,8 @@ from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.rules import load_rules
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-from jupyterhub_gpu_reclaim.signals.pods import PROFILE_ANNOTATION, PodInfo, pod_info
+from jupyterhub_gpu_reclaim.signals.pod_facts import PROFILE_ANNOTATION, GpuWait
+from jupyterhub_gpu_reclaim.signals.pods import PodInfo, pod_info
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import format_time
 
@@ -386,7 +387,8 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     h.kernels.states["/user/alice/"] = ["idle", "idle"]
     h.pods.pods["carol/"] = PodInfo(namespace=NS, name="jupyter-carol", user="carol", server="", gpus=2,
                                     node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
-                                    created=at(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
+                                    created=at(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu",
+                                    gpu_wait=GpuWait(gpus=2, since=at(10)))
     await h.run_until(at(20))
     status = h.reclaimer.status
     assert status.t == at(20) and status.skipped is None
@@ -410,7 +412,8 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     # dave has waited longer than carol for one GPU: alice's, due at 60 (carol needs two: no guess)
     h.pods.pods["dave/"] = PodInfo(namespace=NS, name="jupyter-dave", user="dave", server="", gpus=1,
                                    node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
-                                   created=at(5), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu")
+                                   created=at(5), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu",
+                                   gpu_wait=GpuWait(gpus=1, since=at(5)))
     await h.run_until(at(35))
     alice = h.reclaimer.status.sessions[sid]
     assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", at(30), at(60))

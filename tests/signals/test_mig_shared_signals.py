@@ -52,6 +52,7 @@ def test_a_replica_named_nvidia_com_gpu_is_shared_by_the_product_it_selects():
 
 def test_a_pod_waiting_for_a_mig_instance_is_gpu_demand():
     pod = with_limits(**{"nvidia.com/mig-1g.10gb": "1"})
+    pod["spec"]["nodeName"], pod["status"]["phase"] = None, "Pending"  # not placed yet
     pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.10gb."}]
     assert pod_info(pod).waits_for_gpu

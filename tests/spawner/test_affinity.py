@@ -8,7 +8,7 @@ import pytest
 
 from gpu_reclaim_sim.api.imagerefs import normalize as sim_normalize
 from jupyterhub_gpu_reclaim.spawner.images import normalize
-from jupyterhub_gpu_reclaim.spawner.kube import match_node_selector_term, parse_quantity
+from jupyterhub_gpu_reclaim.signals.kube import match_node_selector_term, parse_quantity
 from jupyterhub_gpu_reclaim.spawner import affinity as a
 
 D = "sha256:" + "ab" * 32

@@ -17,14 +17,13 @@ import pytest
 from jupyterhub_gpu_reclaim.durations import format_duration
 from jupyterhub_gpu_reclaim.spawner.messages import (
     format_size,
+    gpu_wait,
     gpu_wait_message,
-    is_waiting_for_gpu,
     pull_message,
     queue_position,
     queue_timeout_message,
     requested_gpus,
     translate_event,
-    waiting_since,
 )
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -41,6 +40,15 @@ def load(name: str):
 @pytest.fixture
 def pods() -> list[dict]:
     return load("sim_pods_gpu_queue.json")["items"]
+
+
+def is_waiting_for_gpu(pod: dict) -> bool:
+    return gpu_wait(pod) is not None
+
+
+def waiting_since(pod: dict) -> dt.datetime | None:
+    wait = gpu_wait(pod)
+    return wait.since if wait else None
 
 
 def by_name(pods: list[dict], name: str) -> dict:
@@ -159,9 +167,12 @@ def test_requested_gpus():
     # MIG instances of two profiles and a replica each count; other resources do not
     pod["spec"]["containers"] = [{"name": "a", "resources": {"limits": {
         "nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-3g.40gb": 1, "cpu": "4", "example.com/gpu": "9"}}},
-        {"name": "b", "resources": {"requests": {"nvidia.com/gpu.shared": "1", "nvidia.com/gpu": "x"}}}]
+        {"name": "b", "resources": {"requests": {"nvidia.com/gpu.shared": "1"}}}]
     pod["spec"]["initContainers"] = []
     assert requested_gpus(pod) == 4
+    # a pod it cannot read asks for none here, and waits for nothing (the service holds it)
+    pod["spec"]["containers"][1]["resources"]["limits"] = {"nvidia.com/gpu": "x"}
+    assert requested_gpus(pod) == 0 and gpu_wait(pod) is None
 
 
 def test_pull_message():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyterhub_gpu_reclaim.signals.pods import PROFILE_ANNOTATION
+from jupyterhub_gpu_reclaim.signals.pod_facts import PROFILE_ANNOTATION
 
 COURSE_DEFAULT = [
     {"display_name": "CPU only", "slug": "cpu"},

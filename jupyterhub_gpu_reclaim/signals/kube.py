@@ -1,8 +1,9 @@
 """Kubernetes API semantics as small pure functions on JSON-form objects (camelCase dicts).
 
-Dependency-free (standard library only) and without I/O, so both the simulated cluster
-(`sim.scheduler`, `sim.admission`) and the spawner's image-locality affinity
-(`spawner.affinity`) use the one implementation. Each function mirrors an upstream one:
+Dependency-free (standard library only) and without I/O, so the pod facts the service and
+the spawner read (`signals.pod_facts`: a pod's GPUs) and the spawner's image-locality
+affinity (`spawner.affinity`) use the one implementation. (The simulated cluster has its
+own, `gpu_reclaim_sim.api`.) Each function mirrors an upstream one:
 
 * `parse_quantity`: k8s.io/apimachinery `resource.ParseQuantity` (scanner
   `parseQuantityString`, `quantitySuffixer.interpret`, round-up to 1n) with the
@@ -22,7 +23,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 Obj = dict[str, Any]
 
@@ -134,11 +135,15 @@ def is_valid_quantity(value: object) -> bool:
 # --- pod requests -------------------------------------------------------------------------
 
 
-def resource_list(raw: Mapping[str, Any] | None, *, skip_invalid: bool = False) -> dict[str, Fraction]:
+def resource_list(raw: Mapping[str, Any] | None, *, skip_invalid: bool = False,
+                  keep: Callable[[str], bool] | None = None) -> dict[str, Fraction]:
     """A ResourceList as exact numbers. `skip_invalid`: an unparseable entry counts as
-    absent (for specs not yet validated by an apiserver) instead of raising."""
+    absent (for specs not yet validated by an apiserver) instead of raising. `keep`: only
+    the resources it names (the others are neither read nor checked)."""
     out: dict[str, Fraction] = {}
     for k, v in (raw or {}).items():
+        if keep is not None and not keep(k):
+            continue
         try:
             out[k] = parse_quantity(v)
         except (ValueError, TypeError):
@@ -148,12 +153,13 @@ def resource_list(raw: Mapping[str, Any] | None, *, skip_invalid: bool = False) 
 
 
 def container_requests(c: Obj, non_missing: Mapping[str, Fraction] | None = None, *,
-                       skip_invalid: bool = False) -> dict[str, Fraction]:
+                       skip_invalid: bool = False,
+                       keep: Callable[[str], bool] | None = None) -> dict[str, Fraction]:
     """The container's requests, limits copied into missing ones (SetDefaults_Pod, a no-op
     on objects read back from an apiserver), then `applyNonMissing`."""
     res = c.get("resources") or {}
-    reqs = {**resource_list(res.get("limits"), skip_invalid=skip_invalid),
-            **resource_list(res.get("requests"), skip_invalid=skip_invalid)}
+    reqs = {**resource_list(res.get("limits"), skip_invalid=skip_invalid, keep=keep),
+            **resource_list(res.get("requests"), skip_invalid=skip_invalid, keep=keep)}
     for k, v in (non_missing or {}).items():
         reqs.setdefault(k, v)
     return reqs
@@ -171,15 +177,17 @@ def _max_into(into: dict[str, Fraction], other: Mapping[str, Fraction]) -> None:
 
 
 def pod_requests(pod: Obj, *, non_missing: Mapping[str, Fraction] | None = None,
-                 skip_invalid: bool = False) -> dict[str, Fraction]:
-    """resourcehelper.PodRequests: containers and restartable ("sidecar") init containers
-    summed; then the max with each ordinary init container plus the sidecars started before
-    it; plus spec.overhead. Takes a pod or just its spec. `non_missing` fills a container's
-    missing requests (the scheduler's scoring view: 100m cpu, 200Mi memory)."""
+                 skip_invalid: bool = False, keep: Callable[[str], bool] | None = None) -> dict[str, Fraction]:
+    """resourcehelper.PodRequests, the pod's effective request (what the scheduler places
+    it by and the node keeps reserved for it, even after its init containers have run):
+    containers and restartable ("sidecar") init containers summed; then the max with each
+    ordinary init container plus the sidecars started before it; plus spec.overhead. Takes
+    a pod or just its spec. `non_missing` fills a container's missing requests (the
+    scheduler's scoring view: 100m cpu, 200Mi memory); `keep`: only the resources it names."""
     spec = (pod.get("spec") or {}) if "spec" in pod or "containers" not in pod else pod
 
     def of(c: Obj) -> dict[str, Fraction]:
-        return container_requests(c, non_missing, skip_invalid=skip_invalid)
+        return container_requests(c, non_missing, skip_invalid=skip_invalid, keep=keep)
 
     reqs: dict[str, Fraction] = {}
     for c in spec.get("containers") or []:
@@ -197,7 +205,7 @@ def pod_requests(pod: Obj, *, non_missing: Mapping[str, Fraction] | None = None,
             _add(effective, sidecars)
         _max_into(init_max, effective)
     _max_into(reqs, init_max)
-    _add(reqs, resource_list(spec.get("overhead"), skip_invalid=skip_invalid))
+    _add(reqs, resource_list(spec.get("overhead"), skip_invalid=skip_invalid, keep=keep))
     return reqs
 
 

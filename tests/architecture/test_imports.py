@@ -2,7 +2,7 @@
 that imports inside functions and under `if TYPE_CHECKING:` count as well as those at the top
 of a module: no import circle anywhere in the package; the layers (folders) import downwards
 only: policy/ only the shared leaves; signals/, store/, replay/ never the service, web/ or
-the spawner; nothing that runs the service sees the traitlets Application of the settings;
+the spawner; store/ never replay/; nothing that runs the service sees the traitlets Application of the settings;
 and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/architecture/test_imports.py
@@ -172,6 +172,20 @@ def test_the_layers_import_downwards():
         assert not reachable(graph, module) & modules_under(graph, "web", "spawner"), module
     # the check itself: the service does import the policy, the signals and the store
     assert {f"{NAME}.policy.decider", f"{NAME}.signals.hub", f"{NAME}.store"} <= reachable(graph, f"{NAME}.service.cycle")
+
+
+def test_the_store_never_imports_the_replays():
+    """The store keeps typed rows, never the trace format: the replays (`backtest
+    --from-store`, the what-if, the trace export) read the store, and the service's memory
+    after a restart reads its rows directly, so the store sits below replay/."""
+    graph = import_graph()
+    replay = modules_under(graph, "replay")
+    assert f"{NAME}.replay.trace" in replay
+    for module in sorted(modules_under(graph, "store")):
+        assert not reachable(graph, module) & replay, module
+    assert not reachable(graph, f"{NAME}.service.history") & replay
+    # the check itself: the trace export does read the store
+    assert f"{NAME}.store" in reachable(graph, f"{NAME}.replay.trace_export")
 
 
 def test_the_cycle_never_imports_the_web_pages():

@@ -11,14 +11,14 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from typing import Any
+from typing import Any, Callable
 
 import sqlalchemy as sa
 
 from ..policy.observations import Kernel
 from ..timestamps import format_time, parse_time
 
-_dumps = functools.partial(json.dumps, separators=(",", ":"))
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps with options makes one per call
 
 
 @functools.lru_cache(maxsize=65536)  # a store repeats its instants (a kernel's last activity)
@@ -34,17 +34,37 @@ class _JsonArray(sa.types.TypeDecorator):
     impl = sa.Text
     cache_ok = True
 
-    def encode(self, value: Any) -> list:
+    @staticmethod
+    def encode(value: Any) -> list:
         raise NotImplementedError
 
-    def decode(self, items: list) -> Any:
+    @staticmethod
+    def decode(items: list) -> Any:
         raise NotImplementedError
 
     def process_bind_param(self, value: Any, dialect: Any) -> str | None:
-        return None if value is None else _dumps(self.encode(value))
+        if value is None:
+            return None
+        try:
+            return _encoded(self.encode, value)
+        except TypeError:  # unhashable (a list for a tuple): not worth a cache entry
+            return _dumps(self.encode(value))
 
     def process_result_value(self, value: str | None, dialect: Any) -> Any:
-        return None if value is None else self.decode(json.loads(value))
+        return None if value is None else _decoded(self.decode, value)
+
+
+# Each cycle writes mostly what it wrote the cycle before (an idle GPU's 0 %, an idle
+# kernel, a memory reading): a cache keeps the store's write cost per cycle below the
+# single JSON line per sample that schema 5 wrote. The values are immutable.
+@functools.lru_cache(maxsize=16384)
+def _encoded(encode: Callable[[Any], list], value: Any) -> str:
+    return _dumps(encode(value))
+
+
+@functools.lru_cache(maxsize=16384)
+def _decoded(decode: Callable[[list], Any], text: str) -> Any:
+    return decode(json.loads(text))
 
 
 class PerGpu(_JsonArray):
@@ -52,46 +72,54 @@ class PerGpu(_JsonArray):
 
     cache_ok = True  # SQLAlchemy asks each class
 
-    def encode(self, value: tuple[float | None, ...]) -> list:
+    @staticmethod
+    def encode(value: tuple[float | None, ...]) -> list:
         return list(value)
 
-    def decode(self, items: list) -> tuple[float | None, ...]:
+    @staticmethod
+    def decode(items: list) -> tuple[float | None, ...]:
         return tuple(float(x) if x is not None else None for x in items)
 
 
 class Kernels(_JsonArray):
     """A server's kernels: [[execution_state, last_activity or null], ...]; None: no answer."""
 
-    cache_ok = True  # SQLAlchemy asks each class
+    cache_ok = True
 
-    def encode(self, value: tuple[Kernel, ...]) -> list:
+    @staticmethod
+    def encode(value: tuple[Kernel, ...]) -> list:
         return [[k.execution_state, _text(k.last_activity)] for k in value]
 
-    def decode(self, items: list) -> tuple[Kernel, ...]:
+    @staticmethod
+    def decode(items: list) -> tuple[Kernel, ...]:
         return tuple(Kernel(execution_state=state, last_activity=_time(last)) for state, last in items)
 
 
 class Times(_JsonArray):
     """The last activity (or None) of each of a server's terminals; None: no answer."""
 
-    cache_ok = True  # SQLAlchemy asks each class
+    cache_ok = True
 
-    def encode(self, value: tuple[dt.datetime | None, ...]) -> list:
+    @staticmethod
+    def encode(value: tuple[dt.datetime | None, ...]) -> list:
         return [_text(t) for t in value]
 
-    def decode(self, items: list) -> tuple[dt.datetime | None, ...]:
+    @staticmethod
+    def decode(items: list) -> tuple[dt.datetime | None, ...]:
         return tuple(_time(t) for t in items)
 
 
 class StringSet(_JsonArray):
     """A set of strings (a session's groups), sorted."""
 
-    cache_ok = True  # SQLAlchemy asks each class
+    cache_ok = True
 
-    def encode(self, value: frozenset[str]) -> list:
+    @staticmethod
+    def encode(value: frozenset[str]) -> list:
         return sorted(value)
 
-    def decode(self, items: list) -> frozenset[str]:
+    @staticmethod
+    def decode(items: list) -> frozenset[str]:
         return frozenset(items)
 
 

@@ -37,12 +37,11 @@ NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 def fill(store: Store, sessions: int) -> None:
     cycles = 14 * 86400 // 600
-    line = '{"kind":"sample","session":"u/","t":"2026-11-30T12:00:00Z","gpu_util":[0.0]}'
     with store.engine.begin() as conn:
         for c in range(cycles):
             t = (NOW - dt.timedelta(seconds=600 * (cycles - c)))
             conn.execute(sa.insert(ObservationRow),
-                         [{"t": t, "kind": "sample", "session": f"user{i}/", "line": line}
+                         [{"t": t, "kind": "sample", "session": f"user{i}/", "gpu_util": (0.0,)}
                           for i in range(sessions)])
         old = [(NOW - dt.timedelta(minutes=7 * k)) for k in range(20_000)]
         conn.execute(sa.insert(AuditRow), [{"t": t, "actor": f"user{k % 500}", "action": "keepalive",

@@ -1,9 +1,9 @@
 """Each session's recent samples, the history the policy decides on (`SampleHistory`).
 
 The samples are kept in memory, trimmed by `policy.retained_samples`, and reloaded from
-the store's recorded observations after a restart. A gap in the observations longer
-than one cycle interval plus `stale_after` — the service was down, or met the session
-late — is unknown time: a missing-data marker restarts the session's idle clock instead
+the store's typed observations (`StoredObservations.timeline`) after a restart. A gap in
+the observations longer than one cycle interval plus `stale_after` — the service was
+down, or met the session late — is unknown time: a missing-data marker restarts the session's idle clock instead
 of counting the gap as idle.
 """
 
@@ -17,8 +17,7 @@ from ..policy.observations import Sample, Session
 from ..policy.scan import retained_samples
 from ..policy.config import PolicyConfig
 from ..store import Store
-from ..replay.trace import TraceSample, TraceSession
-from ..replay.trace_export import export_records
+from ..store.observations import StoredSample, StoredSession
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")  # the reclaimer's log: this is part of its cycle
 
@@ -41,12 +40,12 @@ class SampleHistory:
                                    + p.warning_lead
                                    + p.stale_after for p in self.all_policies)
         n = 0
-        for rec in export_records(store, since=now - lookback, until=now, intents=False):
-            if isinstance(rec, TraceSession):
-                self._samples[rec.id] = (rec.session.started, [])
-                self.recorded.add((rec.id, rec.session.started))
-            elif isinstance(rec, TraceSample) and rec.session in self._samples:
-                self._samples[rec.session][1].append(rec.sample)
+        for event in store.observations_between(now - lookback, now, intents=False).timeline():
+            if isinstance(event, StoredSession):
+                self._samples[event.session.id] = (event.session.started, [])
+                self.recorded.add((event.session.id, event.session.started))
+            elif isinstance(event, StoredSample) and event.session in self._samples:
+                self._samples[event.session][1].append(event.sample)
                 n += 1
         if n:
             log.info("restored %d samples of %d sessions from %s", n, len(self._samples), store.name)

@@ -1,5 +1,5 @@
 """The reclaimer's store: intents, warnings, reclaim records (with their evidence and stuck
-stops), the observations of each cycle (in the trace format) and, optionally, the
+stops), the observations of each cycle (typed rows: samples, pressure, session instances) and, optionally, the
 decisions log. A restart loses no intent or warning, and the store refuses a second warning
 or a second stop for the same episode.
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .history import HistoryStore
 from .intents import IntentStore
-from .trace_lines import ObservationStore
+from .observations import ObservationStore
 from .reclaims import ReclaimStore
 
 
@@ -39,4 +39,4 @@ class Store(IntentStore, ReclaimStore, ObservationStore, HistoryStore):
     """The store: open with :meth:`open`; close with :meth:`close` (or use it as a context
     manager). Its parts (modules of this package): `base` (opening, versions), `schema`
     (tables, migrations), `intents` (intents, exemptions), `reclaims` (warnings, reclaims),
-    `observations` (the trace of each cycle), `history` (audit log, decisions, pruning)."""
+    `observations` (each cycle's samples, pressure and sessions), `columns` (their column types), `history` (audit log, decisions, pruning)."""

@@ -6,7 +6,8 @@ column types, and the migrations from each older version.
 first; version 2 added the web pages' exemptions and audit log; version 3 keeps one intent
 row per session (a new intent replaces it, a clear marks it); version 4 notes when a user
 saw the notice of a reclaim; version 5 holds what users choose (user and server names, so
-session ids) in unbounded text columns.
+session ids) in unbounded text columns; version 6 holds the observations in typed columns
+(`ObservationRow`, `SessionRow`), no longer as trace lines.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..oneline import brief
+from ..policy.observations import Kernel
 from ..timestamps import format_time
+from .columns import Kernels, PerGpu, StringSet, Times, v6_sample
 
 UTC = dt.timezone.utc
 
@@ -182,21 +185,39 @@ class ReclaimRow(Base):
     seen_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # its user saw the notice of it
 
 
-class TraceSessionRow(Base):
-    __tablename__ = "trace_sessions"
+class SessionRow(Base):
+    """Schema v6: one row per session instance (an id and its start) the cycle met: the
+    observations' `Session`, and when it stopped (null while it runs)."""
+
+    __tablename__ = "sessions"
     session: Mapped[str] = mapped_column(UserText, primary_key=True)
     started: Mapped[dt.datetime] = mapped_column(UTCDateTime, primary_key=True)
     stopped: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
-    line: Mapped[str] = mapped_column(sa.Text)  # the session line, stopped left null
+    user: Mapped[str] = mapped_column(UserText)
+    server: Mapped[str] = mapped_column(UserText)
+    gpus: Mapped[int]
+    admin: Mapped[bool]
+    profile: Mapped[str] = mapped_column(UserText)
+    groups: Mapped[frozenset[str]] = mapped_column(StringSet)
+    gpu_type: Mapped[str] = mapped_column(UserText)
+    gpu_shared: Mapped[bool]
 
 
 class ObservationRow(Base):
+    """Schema v6: a sample of a session (the fields of the observations' `Sample`), or the
+    pressure of a cycle (the GPUs pods wait for), in columns."""
+
     __tablename__ = "observations"
     id: Mapped[int] = mapped_column(primary_key=True)
     t: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)
     kind: Mapped[str] = mapped_column(sa.String(16))  # "sample" | "pressure"
     session: Mapped[str | None] = mapped_column(UserText)
-    line: Mapped[str] = mapped_column(sa.Text)  # one trace line
+    gpu_util: Mapped[tuple[float | None, ...] | None] = mapped_column(PerGpu)
+    gpu_mem_used_mib: Mapped[tuple[float | None, ...] | None] = mapped_column(PerGpu)
+    kernels: Mapped[tuple[Kernel, ...] | None] = mapped_column(Kernels)
+    terminals: Mapped[tuple[dt.datetime | None, ...] | None] = mapped_column(Times)
+    hub_last_activity: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    pending_gpus: Mapped[int | None]  # a pressure row's
 
 
 class DecisionRow(Base):
@@ -277,6 +298,81 @@ def _v4_to_v5(conn: Connection) -> None:
 
 
 MIGRATIONS.append(_v4_to_v5)
+
+
+def _v5_to_v6(conn: Connection) -> None:
+    """v5 → v6: the observations in typed columns. v5 kept each sample and pressure as a
+    trace line (``observations.line``) and each session instance as a session line
+    (``trace_sessions.line``); their fields become columns of ``observations`` and of the new
+    ``sessions`` table, the same rows in the same order (ids kept). The v5 rows are copied
+    aside, the table made anew, and the copy converted a page at a time."""
+    present = set(sa.inspect(conn).get_table_names())
+    if "observations" in present and "line" in {c["name"] for c in sa.inspect(conn).get_columns("observations")}:
+        conn.execute(sa.text("DROP TABLE IF EXISTS observations_v5"))
+        conn.execute(sa.text("CREATE TABLE observations_v5 AS SELECT id, t, kind, session, line FROM observations"))
+        conn.execute(sa.text("CREATE UNIQUE INDEX ix_observations_v5_id ON observations_v5 (id)"))
+        conn.execute(sa.text("DROP TABLE observations"))
+        ObservationRow.__table__.create(conn)  # type: ignore[attr-defined]
+        old = sa.table("observations_v5", sa.column("id", sa.Integer), sa.column("t", UTCDateTime),
+                       sa.column("kind", sa.String), sa.column("session", UserText), sa.column("line", sa.Text))
+        new = sa.table("observations", sa.column("id", sa.Integer), sa.column("t", UTCDateTime),
+                       sa.column("kind", sa.String), sa.column("session", UserText),
+                       *(sa.column(name, sa.Text) for name in _ARRAYS),  # as `columns` writes them
+                       sa.column("hub_last_activity", UTCDateTime), sa.column("pending_gpus", sa.Integer))
+        last = -1
+        while rows := conn.execute(sa.select(old).where(old.c.id > last).order_by(old.c.id).limit(5000)).all():
+            last = rows[-1].id
+            values = [v for row in rows if (v := _v6_observation(row)) is not None]
+            if values:
+                conn.execute(sa.insert(new), values)
+        conn.execute(sa.text("DROP TABLE observations_v5"))
+        if conn.dialect.name == "postgresql":  # the ids were given: the sequence goes on after them
+            conn.execute(sa.text("SELECT setval(pg_get_serial_sequence('observations', 'id'), "
+                                 "COALESCE(MAX(id), 0) + 1, false) FROM observations"))
+    SessionRow.__table__.create(conn, checkfirst=True)  # type: ignore[attr-defined]
+    if "trace_sessions" in present:
+        old = sa.table("trace_sessions", sa.column("session", UserText), sa.column("started", UTCDateTime),
+                       sa.column("stopped", UTCDateTime), sa.column("line", sa.Text))
+        values = []
+        for row in conn.execute(sa.select(old)):
+            try:
+                line = json.loads(row.line)
+                texts = [line["user"], line["server"], line.get("profile") or "", line.get("gpu_type") or ""]
+                if not all(isinstance(x, str) and unstorable(x) is None for x in texts):
+                    continue  # a name this release refused to write in a v6 row: the session was not met
+                values.append({"session": row.session, "started": row.started, "stopped": row.stopped,
+                               "user": str(line["user"]), "server": str(line["server"]), "gpus": int(line["gpus"]),
+                               "admin": bool(line.get("admin")), "profile": str(line.get("profile") or ""),
+                               "groups": frozenset(line.get("groups") or ()),
+                               "gpu_type": str(line.get("gpu_type") or ""),
+                               "gpu_shared": bool(line.get("gpu_shared"))})
+            except (ValueError, TypeError, KeyError):
+                continue  # not a line this release wrote: a damaged row, not worth refusing to open
+        for chunk in range(0, len(values), 5000):
+            conn.execute(sa.insert(SessionRow), values[chunk:chunk + 5000])
+        conn.execute(sa.text("DROP TABLE trace_sessions"))
+
+
+_ARRAYS = ("gpu_util", "gpu_mem_used_mib", "kernels", "terminals")
+
+
+def _v6_observation(row: Any) -> dict[str, Any] | None:
+    """The v6 row of a v5 observation row; None for a line this release never wrote."""
+    base = {"id": row.id, "t": row._mapping["t"], "kind": row.kind, "session": row.session, "gpu_util": None,
+            "gpu_mem_used_mib": None, "kernels": None, "terminals": None, "hub_last_activity": None,
+            "pending_gpus": None}
+    try:
+        line = json.loads(row.line)
+        if row.kind == "pressure":
+            return {**base, "pending_gpus": int(line["pending_gpus"])}
+        if row.kind == "sample":
+            return {**base, **v6_sample(line)}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    return None
+
+
+MIGRATIONS.append(_v5_to_v6)
 
 OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 

@@ -4,6 +4,9 @@ of a module: no import circle anywhere in the package; the layers (folders) impo
 only: policy/ only the shared leaves; signals/, store/, replay/ never the service, web/ or
 the spawner; the pod facts have one home (signals/pod_facts.py); nothing that runs the
 service sees the traitlets Application of the settings;
+
+
+the spawner; store/ never replay/; nothing that runs the service sees the traitlets Application of the settings;
 and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/architecture/test_imports.py
@@ -224,6 +227,20 @@ def test_the_pod_facts_have_one_home():
                for node in ast.walk(ast.parse(path.read_text(), str(path)))
                if isinstance(node, ast.Constant) and node.value in names}
     assert written == {(facts, name) for name in names}
+
+
+def test_the_store_never_imports_the_replays():
+    """The store keeps typed rows, never the trace format: the replays (`backtest
+    --from-store`, the what-if, the trace export) read the store, and the service's memory
+    after a restart reads its rows directly, so the store sits below replay/."""
+    graph = import_graph()
+    replay = modules_under(graph, "replay")
+    assert f"{NAME}.replay.trace" in replay
+    for module in sorted(modules_under(graph, "store")):
+        assert not reachable(graph, module) & replay, module
+    assert not reachable(graph, f"{NAME}.service.history") & replay
+    # the check itself: the trace export does read the store
+    assert f"{NAME}.store" in reachable(graph, f"{NAME}.replay.trace_export")
 
 
 def test_the_cycle_never_imports_the_web_pages():

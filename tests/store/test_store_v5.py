@@ -59,7 +59,8 @@ def test_names_of_any_length_are_stored_and_read_back(store):
     assert [sid for _, d in store.decisions() for sid in [d.session]] == sids
     assert set(store.intents()) == set(store.exemptions(at(60))) == set(sids)
     assert [r.session for r in store.reclaims(user=LONG_USER)] == [f"{LONG_USER}/{LONG}"]
-    assert {s for _, _, s, _ in store.observations_between(START, at(60)).lines} == {*sids, None}
+    assert {getattr(o, "session", None) for o in store.observations_between(START, at(60)).observations} == {
+        *sids, None}
     assert {a["session"] for a in store.audit_log()} == set(sids)
 
 
@@ -73,7 +74,7 @@ def test_a_nul_is_stored_escaped_and_every_name_comes_back_as_it_was(store):
     assert [d.session for _, d in store.decisions()] == sids
     store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
                               [session(sid) for sid in sids])
-    assert [sid for sid, *_ in store.observations_between(START, at(2)).sessions] == sids
+    assert [s.session.id for s in store.observations_between(START, at(2)).sessions] == sids
     assert store.record_warning(Warned(session=NUL, t=at(1), rule="gpu-idle", reclaim_at=at(9)), "e")
     assert list(store.open_warnings()) == [NUL]
     rid = store.begin_reclaim(NUL, "gpu-idle", at(9), {}, 1, episode="e")
@@ -96,8 +97,8 @@ def test_rows_the_store_refuses_keep_only_their_own_session_out(store):
                                   [session(sid) for sid in sids])
     assert set(refused.value.refused) == {odd}
     stored = store.observations_between(START, at(2))
-    assert [(kind, sid) for _, kind, sid, _ in stored.lines] == [
-        ("sample", "alice/"), ("sample", "bob/x"), ("pressure", None)]
+    assert [(type(o).__name__, getattr(o, "session", None)) for o in stored.observations] == [
+        ("StoredSample", "alice/"), ("StoredSample", "bob/x"), ("StoredPressure", None)]
     # what the cycle does when the session goes: nothing of it is stored, nothing fails
     assert store.session_stopped(odd, at(2)) is False and store.close_episode(odd, t=at(2)) == 0
     with pytest.raises(sa.exc.StatementError, match="cannot be stored: it is not valid Unicode"):
@@ -149,7 +150,7 @@ def make_v4(url: str) -> None:
 def test_a_v4_store_is_upgraded_to_unbounded_names(url):
     make_v4(url)
     with Store.open(url) as s:
-        assert s.schema_version() == store_mod.current_version() == 5
+        assert s.schema_version() == store_mod.current_version() == 6
         assert [d.session for _, d in s.decisions()] == ["alice/"] and set(s.intents()) == {"alice/"}
         s.record_decisions([Decision(f"student42/{LONG}", "keep", "gpu-active", "busy")], at(2))
         s.set_intent(f"student42/{LONG}", at(60), at(2), by=LONG_USER)
@@ -161,7 +162,7 @@ def test_a_v4_store_is_upgraded_to_unbounded_names(url):
             indexes = {i["name"]: i["unique"] for i in sa.inspect(conn).get_indexes("intents")}
             assert indexes["uq_intents_session"]  # kept through the change of type
     with Store.open(url) as s:  # once
-        assert s.schema_version() == 5
+        assert s.schema_version() == 6
 
 
 def test_a_users_reclaims_are_matched_by_the_exact_name(store):

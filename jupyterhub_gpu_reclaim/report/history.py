@@ -1,0 +1,181 @@
+"""The GPU history as timelines: one byte a step for each GPU a pod held (ABSENT: not held or
+not seen, IDLE, USED: at or above the idle threshold, NO_VALUE: held but no reading the
+service would trust), read from the range answers by signals.gpu_readings, the one home of the
+exporters' label schemes and reading rules (exported_* labels, MIG instances read by engine
+activity, time-sliced and virtual GPUs, the no-hostPID case).
+
+gpu_readings reads one instant at a time; a month of 200 GPUs has millions of them. Its rules
+concern one physical device at a time (the holder labels aside, which are decided for the whole
+answer, as gpu_readings.holder_labels decides them), so each page is read per device and per
+distinct set of values at a step, each value first reduced to what the rules and the threshold
+tell apart (0, under the threshold, at or above it, no value, malformed): the same rules,
+applied once per pattern instead of once per step."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..signals.gpu_readings import (ENGINE_ACTIVE, HOSTNAME, PodLabel, Series, holder_labels,
+                                    pod_of, readings_from_series, series_value)
+from .prometheus_range import RangeSeries
+from .promql import READ_FIELDS
+
+ABSENT, IDLE, NO_VALUE, USED = 0, 1, 2, 3
+_T0 = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)  # the readings' time is not used
+_HOLDER = ("pod", "namespace", "exported_pod", "exported_namespace")
+Pod = tuple[str, str]  # (namespace, pod)
+
+
+@dataclass
+class GpuTimeline:
+    """The steps of one GPU (or MIG instance, or time-sliced replica) as one pod held it."""
+
+    pod: Pod
+    gpu: str  # the exporter's gpu label (gpu/instance on MIG), and its node
+    node: str
+    codes: bytearray
+    shared: bool = False  # time-sliced: its values are the whole device's (gpu_readings.shared_devices)
+
+
+@dataclass
+class Timelines:
+    """Every GPU timeline of the report's window: `steps` steps of `step` seconds from `start`."""
+
+    start: float
+    step: int
+    steps: int
+    threshold: float
+    pod_label: PodLabel = "auto"
+    gpus: dict[tuple, GpuTimeline] = field(default_factory=dict)
+
+    def add_page(self, first: float, series: Iterable[RangeSeries]) -> None:
+        """Read one page of the GPU query (promql.gpu_query) whose first step is `first`."""
+        series = [s for s in series if s.labels.get("field") in READ_FIELDS]
+        if not series:
+            return
+        keys = holder_labels((s.labels for s in series), self.pod_label)
+        base = round((first - self.start) / self.step)
+        groups: dict[tuple[str, str], list[tuple[str, dict[str, str], list[Any]]]] = {}
+        last = 0
+        for s in series:
+            name = READ_FIELDS[s.labels["field"]]
+            labels = {k: v for k, v in s.labels.items() if k not in _HOLDER}
+            labels["pod"], labels["namespace"] = s.labels.get(keys[0], ""), s.labels.get(keys[1], "")
+            host = next((s.labels[k] for k in HOSTNAME if s.labels.get(k)), "")
+            device = s.labels.get("UUID") or f"gpu {s.labels.get('gpu', '')}"
+            column: list[Any] = []
+            for t, raw in s.points:
+                i = round((t - first) / self.step)
+                if 0 <= i and base + i < self.steps:
+                    if i >= len(column):
+                        column.extend([None] * (i + 1 - len(column)))
+                    column[i] = self._reduced(name, raw)
+            last = max(last, len(column))
+            groups.setdefault((host, device), []).append((name, labels, column))
+        for (host, _), members in groups.items():
+            self._read_device(host, members, base, last)
+
+    def _reduced(self, name: str, raw: Any) -> Any:
+        """What the reading rules and the threshold tell apart of a value: 0, under the
+        threshold, at or above it, no value ("NaN"), malformed (kept as written)."""
+        if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+            return "malformed"
+        try:
+            x = series_value(name, raw)
+        except ValueError:
+            return raw if isinstance(raw, str) and len(raw) <= 40 else "malformed"
+        if x is None:
+            return "NaN"
+        scale = 100.0 if name == ENGINE_ACTIVE else 1.0
+        pct = x * scale
+        reduced = 0.0 if pct == 0 else (self.threshold / 2 if pct < self.threshold else 100.0)
+        return reduced / scale
+
+    def _read_device(self, host: str, members: list[tuple[str, dict[str, str], list[Any]]], base: int,
+                     length: int) -> None:
+        columns = [m[2] + [None] * (length - len(m[2])) for m in members]
+        memo: dict[tuple, list[tuple[bytearray, int]]] = {}
+        for i, values in enumerate(zip(*columns, strict=True)):
+            writes = memo.get(values)
+            if writes is None:
+                writes = memo[values] = self._codes(host, members, values)
+            for codes, code in writes:
+                codes[base + i] = code
+
+    def _codes(self, host: str, members: list[tuple[str, dict[str, str], list[Any]]],
+               values: tuple) -> list[tuple[bytearray, int]]:
+        present = [Series(name, labels, v) for (name, labels, _), v in zip(members, values, strict=True)
+                   if v is not None]
+        writes = []
+        for pod, reading in readings_from_series(present, _T0, "pod").items():
+            for gpu, util in zip(reading.gpus, reading.util, strict=True):
+                line = self._timeline(pod, host, gpu)
+                line.shared = line.shared or reading.shared
+                writes.append((line.codes, NO_VALUE if util is None else USED if util >= self.threshold else IDLE))
+        return writes
+
+    def _timeline(self, pod: Pod, host: str, gpu: str) -> GpuTimeline:
+        key = (pod, host, gpu)
+        line = self.gpus.get(key)
+        if line is None:
+            line = self.gpus[key] = GpuTimeline(pod, gpu, host, bytearray(self.steps))
+        return line
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """What kube-state-metrics says of a hub user's pod."""
+
+    user: str
+    server: str = ""
+    profile: str = ""
+
+
+def pods_of(answers: Iterable[Mapping[str, str]], user_label: str, server_label: str,
+            component_label: str, singleuser: str) -> dict[Pod, PodInfo]:
+    """The hub users' pods in kube_pod_labels answers (either label style: v1 writes the
+    component label too, and a pod whose component is not a single-user server is left out;
+    v2 writes only the allow-listed labels). The pod's own labels are renamed exported_* where
+    Prometheus renamed them (gpu_readings.holder_labels decides, as for the exporter)."""
+    answers = list(answers)
+    keys = holder_labels(answers, "auto")
+    pods = {}
+    for labels in answers:
+        pod = pod_of(labels, keys)
+        component = labels.get(component_label)
+        if pod is None or not labels.get(user_label) or (component and component != singleuser):
+            continue
+        pods[pod] = PodInfo(labels[user_label], labels.get(server_label, ""))
+    return pods
+
+
+def pod_values(answers: Iterable[tuple[Mapping[str, str], Any]]) -> dict[Pod, Any]:
+    """The value of each pod's series in an instant answer (labels renamed as in pods_of)."""
+    answers = list(answers)
+    keys = holder_labels((labels for labels, _ in answers), "auto")
+    out = {}
+    for labels, value in answers:
+        pod = pod_of(labels, keys)
+        if pod is not None:
+            out[pod] = value
+    return out
+
+
+def pending_steps(start: float, step: int, steps: int, first: float, series: Iterable[RangeSeries],
+                  into: dict[Pod, bytearray]) -> None:
+    """Mark the steps each pod was Pending (promql.pending_query's page from `first`)."""
+    series = list(series)
+    keys = holder_labels((s.labels for s in series), "auto")
+    base = round((first - start) / step)
+    for s in series:
+        pod = pod_of(s.labels, keys)
+        if pod is None:
+            continue
+        line = into.setdefault(pod, bytearray(steps))
+        for t, _ in s.points:
+            i = base + round((t - first) / step)
+            if 0 <= i < steps:
+                line[i] = 1

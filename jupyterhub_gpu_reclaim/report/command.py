@@ -53,12 +53,13 @@ def _fail(message: str, code: int) -> int:
 
 def _url(text: str, option: str) -> str:
     parts = urlsplit(text.strip())
+    shown = hide_password(text.strip().split("?", 1)[0].split("#", 1)[0])  # a query may hold a token
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise ValueError(f"{option} {hide_password(text)!r}: not an http(s) URL without a query")
+        raise ValueError(f"{option} {shown!r}: not an http(s) URL without a query")
     try:
         _ = parts.port  # ValueError for a port that is not a number
     except ValueError:
-        raise ValueError(f"{option} {hide_password(text)!r}: the port is not a number") from None
+        raise ValueError(f"{option} {shown!r}: the port is not a number") from None
     return text.strip()
 
 

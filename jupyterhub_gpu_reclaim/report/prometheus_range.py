@@ -37,11 +37,11 @@ class RangeSeries:
 def _result(body: Any, kind: str) -> list:
     try:
         if body.get("status") != "success":
-            raise ReportError(f"Prometheus answered an error: {brief(body.get('errorType'))}: "
+            raise ReportError(f"answered an error: {brief(body.get('errorType'))}: "
                               f"{brief(body.get('error'))}")
         data = body["data"]
         if data["resultType"] != kind:
-            raise ReportError(f"Prometheus answered a {brief(data['resultType'])}, not a {kind}")
+            raise ReportError(f"answered a {brief(data['resultType'])}, not a {kind}")
         result = data["result"]
         if not isinstance(result, list):
             raise TypeError("result is not a list")
@@ -49,7 +49,7 @@ def _result(body: Any, kind: str) -> list:
     except ReportError:
         raise
     except (AttributeError, KeyError, TypeError) as e:
-        raise ReportError(f"Prometheus answered something that is not a query answer "
+        raise ReportError(f"answered something that is not a query answer "
                           f"({type(e).__name__}: {e}): {brief(body)}") from None
 
 
@@ -111,13 +111,16 @@ class PrometheusHistory(HttpSource):
         self._headers = dict(headers or {})
         self.queries = 0
 
+    def _error(self, e: ReportError) -> ReportError:
+        return ReportError(f"Prometheus at {hide_password(self.url)}: {e}")
+
     async def _get(self, path: str, params: dict[str, str] | list[tuple[str, str]]) -> Any:
         self.queries += 1
         try:
             return await get_json(self._client(), f"{self.url}{path}", source="prometheus",
                                   timeout=self.timeout, limit=MAX_ANSWER, params=params)  # type: ignore[arg-type]
         except SignalError as e:
-            raise ReportError(f"Prometheus at {hide_password(self.url)}: {e.message}") from None
+            raise self._error(ReportError(e.message)) from None
 
     async def count_series(self, selectors: Sequence[str], start: float, end: float) -> int:
         """How many series the selectors match in [start, end] (from the index, no samples)."""
@@ -129,11 +132,17 @@ class PrometheusHistory(HttpSource):
         params = [("match[]", s) for s in selectors] + [("start", _num(start)), ("end", _num(end))]
         body = await self._get("/api/v1/series", params)
         try:
+            return self._series(body, selectors)
+        except ReportError as e:
+            raise self._error(e) from None
+
+    def _series(self, body: Any, selectors: Sequence[str]) -> list[dict[str, str]]:
+        try:
             if body.get("status") != "success" or not isinstance(body.get("data"), list):
-                raise ReportError(f"Prometheus answered an error listing series: "
+                raise ReportError(f"answered an error listing series: "
                                   f"{brief(body.get('error') or body)}")
         except AttributeError:
-            raise ReportError(f"Prometheus answered something that is not a series list: {brief(body)}") from None
+            raise ReportError(f"answered something that is not a series list: {brief(body)}") from None
         found = [labels for labels in body["data"] if isinstance(labels, dict)
                  and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())]
         if len(found) > self.max_series:
@@ -142,11 +151,19 @@ class PrometheusHistory(HttpSource):
         return found
 
     async def instant(self, query: str, t: float) -> list[tuple[dict[str, str], Any]]:
-        return vector(await self._get("/api/v1/query", {"query": query, "time": _num(t)}))
+        body = await self._get("/api/v1/query", {"query": query, "time": _num(t)})
+        try:
+            return vector(body)
+        except ReportError as e:
+            raise self._error(e) from None
 
     async def range(self, query: str, start: float, end: float, step: int) -> list[RangeSeries]:
-        return matrix(await self._get("/api/v1/query_range", {"query": query, "start": _num(start),
-                                                              "end": _num(end), "step": str(step)}))
+        body = await self._get("/api/v1/query_range", {"query": query, "start": _num(start), "end": _num(end),
+                                                       "step": str(step)})
+        try:
+            return matrix(body)
+        except ReportError as e:
+            raise self._error(e) from None
 
     def page_steps(self, series: int) -> int:
         """Steps per page for `series` series: at most max_samples points in an answer."""

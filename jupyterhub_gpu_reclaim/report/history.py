@@ -20,7 +20,7 @@ from typing import Any
 
 from ..signals.gpu_readings import (ENGINE_ACTIVE, HOSTNAME, PodLabel, Series, holder_labels,
                                     pod_of, readings_from_series, series_value)
-from .prometheus_range import RangeSeries
+from .prometheus_range import RangeSeries, points
 from .promql import READ_FIELDS
 
 ABSENT, IDLE, NO_VALUE, USED = 0, 1, 2, 3
@@ -50,33 +50,56 @@ class Timelines:
     threshold: float
     pod_label: PodLabel = "auto"
     gpus: dict[tuple, GpuTimeline] = field(default_factory=dict)
+    # each value as written -> what the rules tell apart of it (_reduced), per metric
+    _reduced_values: dict[str, dict[Any, Any]] = field(default_factory=dict, repr=False)
 
-    def add_page(self, first: float, series: Iterable[RangeSeries]) -> None:
-        """Read one page of the GPU query (promql.gpu_query) whose first step is `first`."""
+    def add_page(self, first: float, last: float, series: Iterable[RangeSeries]) -> None:
+        """Read one page of the GPU queries (promql.gpu_queries), its steps `first` to `last`."""
         series = [s for s in series if s.labels.get("field") in READ_FIELDS]
         if not series:
             return
         keys = holder_labels((s.labels for s in series), self.pod_label)
         base = round((first - self.start) / self.step)
+        length = min(round((last - first) / self.step) + 1, self.steps - base)
         groups: dict[tuple[str, str], list[tuple[str, dict[str, str], list[Any]]]] = {}
-        last = 0
         for s in series:
             name = READ_FIELDS[s.labels["field"]]
             labels = {k: v for k, v in s.labels.items() if k not in _HOLDER}
             labels["pod"], labels["namespace"] = s.labels.get(keys[0], ""), s.labels.get(keys[1], "")
             host = next((s.labels[k] for k in HOSTNAME if s.labels.get(k)), "")
             device = s.labels.get("UUID") or f"gpu {s.labels.get('gpu', '')}"
-            column: list[Any] = []
-            for t, raw in s.points:
-                i = round((t - first) / self.step)
-                if 0 <= i and base + i < self.steps:
-                    if i >= len(column):
-                        column.extend([None] * (i + 1 - len(column)))
-                    column[i] = self._reduced(name, raw)
-            last = max(last, len(column))
+            column: list[Any] = [None] * length
+            reduced = self._reduced_values.setdefault(name, {})
+            if not self._read_run(s.values, first, length, name, reduced, column):
+                for i, raw in points(s.values, first, self.step, length):
+                    try:
+                        column[i] = reduced[raw]
+                    except KeyError:
+                        column[i] = reduced[raw] = self._reduced(name, raw)
+                    except TypeError:  # not hashable: not a value
+                        column[i] = "malformed"
             groups.setdefault((host, device), []).append((name, labels, column))
         for (host, _), members in groups.items():
-            self._read_device(host, members, base, last)
+            self._read_device(host, members, base)
+
+    def _read_run(self, values: list[Any], first: float, length: int, name: str, reduced: dict[Any, Any],
+                  column: list[Any]) -> bool:
+        """The common case at C speed: a series' points one a step without a gap (Prometheus
+        writes a range's points in time order, on the grid), its values hashable. False when
+        the points are anything else (then read one by one)."""
+        try:
+            n = len(values)
+            i0 = round((values[0][0] - first) / self.step)
+            span = round((values[-1][0] - first) / self.step) - i0 + 1
+            raws = [pair[1] for pair in values]
+            for raw in set(raws) - reduced.keys():
+                reduced[raw] = self._reduced(name, raw)
+        except (TypeError, ValueError, OverflowError, IndexError):
+            return False
+        if span != n or i0 < 0 or i0 + n > length or any(len(pair) != 2 for pair in (values[0], values[-1])):
+            return False
+        column[i0:i0 + n] = [reduced[raw] for raw in raws]
+        return True
 
     def _reduced(self, name: str, raw: Any) -> Any:
         """What the reading rules and the threshold tell apart of a value: 0, under the
@@ -94,9 +117,8 @@ class Timelines:
         reduced = 0.0 if pct == 0 else (self.threshold / 2 if pct < self.threshold else 100.0)
         return reduced / scale
 
-    def _read_device(self, host: str, members: list[tuple[str, dict[str, str], list[Any]]], base: int,
-                     length: int) -> None:
-        columns = [m[2] + [None] * (length - len(m[2])) for m in members]
+    def _read_device(self, host: str, members: list[tuple[str, dict[str, str], list[Any]]], base: int) -> None:
+        columns = [m[2] for m in members]
         memo: dict[tuple, list[tuple[bytearray, int]]] = {}
         for i, values in enumerate(zip(*columns, strict=True)):
             writes = memo.get(values)
@@ -175,7 +197,5 @@ def pending_steps(start: float, step: int, steps: int, first: float, series: Ite
         if pod is None:
             continue
         line = into.setdefault(pod, bytearray(steps))
-        for t, _ in s.points:
-            i = base + round((t - first) / step)
-            if 0 <= i < steps:
-                line[i] = 1
+        for i, _ in points(s.values, first, step, steps - base):
+            line[base + i] = 1

@@ -7,9 +7,9 @@ too many series. No URL in an error carries its query string or a password."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +28,25 @@ class ReportError(Exception):
 
 @dataclass(frozen=True)
 class RangeSeries:
-    """One series of a range answer: its labels, and its points (Unix time, value as written)."""
+    """One series of a range answer: its labels, and its points as written ([Unix time,
+    value]; read with `points`)."""
 
     labels: dict[str, str]
-    points: list[tuple[float, Any]]
+    values: list[Any]
+
+
+def points(values: list[Any], first: float, step: int, steps: int) -> Iterator[tuple[int, Any]]:
+    """(step index from `first`, value as written) of each point on the grid of `steps` steps;
+    a point that is not [a finite time, value] or off the grid is left out (a million of them
+    are read a page: the checks are the arithmetic's own errors)."""
+    for pair in values:
+        try:
+            t, value = pair
+            i = round((t - first) / step)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if 0 <= i < steps and not isinstance(t, bool):
+            yield i, value
 
 
 def _result(body: Any, kind: str) -> list:
@@ -60,17 +75,10 @@ def _labels(item: Any) -> dict[str, str] | None:
     return None
 
 
-def _point(pair: Any) -> tuple[float, Any] | None:
-    if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], (int, float)) \
-            and not isinstance(pair[0], bool) and math.isfinite(pair[0]):
-        return float(pair[0]), pair[1]
-    return None
-
-
 def matrix(body: Any) -> list[RangeSeries]:
-    """The series of a range answer. A series whose labels cannot be read is left out, a
-    point whose time cannot be read too (each logged); values are checked where they are read
-    (signals.gpu_readings.series_value)."""
+    """The series of a range answer. A series whose labels cannot be read is left out
+    (logged); points are checked where they are read (`points`, and each value by
+    signals.gpu_readings.series_value)."""
     out = []
     for item in _result(body, "matrix"):
         labels = _labels(item)
@@ -78,10 +86,7 @@ def matrix(body: Any) -> list[RangeSeries]:
         if labels is None or not isinstance(values, list):
             log.warning("Prometheus: a series that cannot be read, left out: %s", brief(item))
             continue
-        points = [p for p in map(_point, values) if p is not None]
-        if len(points) < len(values):
-            log.warning("Prometheus: %d points without a time left out of %s", len(values) - len(points), brief(labels))
-        out.append(RangeSeries(labels, points))
+        out.append(RangeSeries(labels, values))
     return out
 
 
@@ -169,19 +174,33 @@ class PrometheusHistory(HttpSource):
         """Steps per page for `series` series: at most max_samples points in an answer."""
         return max(1, min(MAX_POINTS_PER_SERIES, self.max_samples // max(series, 1)))
 
-    async def pages(self, query: str, selectors: Sequence[str], start: float, end: float, step: int
-                    ) -> AsyncIterator[tuple[float, float, list[RangeSeries]]]:
-        """The query's answer from `start` to `end` (both on the step grid), page by page:
-        (first step, last step, series). Each page's series are counted first and bound its
-        length."""
-        t = start
-        while t <= end:
+    async def pages(self, queries: Mapping[str, str], selectors: Sequence[str], start: float, end: float,
+                    step: int) -> AsyncIterator[tuple[float, float, list[RangeSeries]]]:
+        """The queries' answers from `start` to `end` (both on the step grid), page by page:
+        (first step, last step, the series of every query, each labelled `field` with its
+        query's key). The series of each page's window are counted first (`selectors`) and
+        bound its length."""
+        async def page(t: float) -> tuple[float, float, list[RangeSeries]]:
             probe_end = min(end, t + MAX_POINTS_PER_SERIES * step)
             series = await self.count_series(selectors, t, probe_end) if selectors else 1
-            steps = self.page_steps(series)
-            last = min(end, t + (steps - 1) * step)
-            yield t, last, await self.range(query, t, last, step)
-            t = last + step
+            last = min(end, t + (self.page_steps(series) - 1) * step)
+            found = []
+            for key, query in queries.items():
+                for s in await self.range(query, t, last, step):
+                    s.labels["field"] = key
+                    found.append(s)
+            return t, last, found
+
+        # the next page is asked for while the caller reads this one
+        task: asyncio.Task | None = asyncio.create_task(page(start))
+        try:
+            while task is not None:
+                first, last, found = await task
+                task = asyncio.create_task(page(last + step)) if last + step <= end else None
+                yield first, last, found
+        finally:
+            if task is not None:
+                task.cancel()
 
 
 def _num(t: float) -> str:

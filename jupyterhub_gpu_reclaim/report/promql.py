@@ -1,9 +1,9 @@
 """The report's PromQL, each query at the report's step: range queries of `max_over_time` over
 one step (a step counts as used when any sample in it was: the report errs toward keeping).
 
-The GPU query is the service's own (signals.prometheus: the fields util and engine, grouped
-by the labels gpu_readings reads), each metric taken at the step; the memory field is left
-out, as the report counts no memory. kube-state-metrics' series are read in both of its label
+The GPU queries read the metrics of the service's own query (signals.prometheus: the fields
+util and engine), each taken at the step; the memory field is left out, as the report counts
+no memory. kube-state-metrics' series are read in both of its label
 styles: v1 writes every pod label as `label_<name>`, v2 only the allow-listed ones
 (`--metric-labels-allowlist=pods=[hub.jupyter.org/username,...]`), named the same way; the
 annotation of the profile only when allow-listed (`--metric-annotations-allowlist`)."""
@@ -14,7 +14,6 @@ import re
 
 from ..signals.gpu_readings import ENGINE_ACTIVE, GPU_UTIL
 from ..signals.pods import PROFILE_ANNOTATION
-from ..signals.prometheus import BY
 
 # z2jh's pod labels (KubeSpawner's), as kube-state-metrics names them
 USERNAME = "hub.jupyter.org/username"
@@ -42,12 +41,13 @@ def _step(step_s: int) -> str:
     return f"{int(step_s)}s"
 
 
-def gpu_query(step_s: int, matchers: str = "") -> str:
-    """The GPU readings at each step: signals.prometheus's query, each metric's
-    `max_over_time` over the step."""
+def gpu_queries(step_s: int, matchers: str = "") -> dict[str, str]:
+    """The GPU readings at each step, one query a metric (the field gpu_readings reads it
+    as: signals.prometheus's `field` label): the metric's `max_over_time` over the step, each
+    series with all its labels. Not the service's `max by (...)` query: an aggregation at
+    every step of a range costs Prometheus 2.42 some 30 times the selection itself."""
     selector = f"{{{matchers}}}" if matchers else ""
-    return " or ".join(f'label_replace(max by ({BY}) (max_over_time({name}{selector}[{_step(step_s)}])), '
-                       f'"field", "{field}", "", "")' for field, name in READ_FIELDS.items())
+    return {field: f"max_over_time({name}{selector}[{_step(step_s)}])" for field, name in READ_FIELDS.items()}
 
 
 def gpu_selector(matchers: str = "") -> list[str]:
@@ -76,5 +76,4 @@ def gpu_requests_query(window_s: int) -> str:
 
 def pending_query(step_s: int) -> str:
     """The pods Pending at each step (1 when Pending at any time in the step)."""
-    return (f'max by (namespace, pod, exported_namespace, exported_pod) (max_over_time('
-            f'kube_pod_status_phase{{phase="{PENDING}"}}[{_step(step_s)}])) == 1')
+    return f'max_over_time({PENDING_SELECTOR}[{_step(step_s)}]) == 1'

@@ -4,6 +4,7 @@ writes it as text or CSV)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 from dataclasses import dataclass
@@ -87,11 +88,12 @@ async def build_report(request: ReportRequest) -> dict:
                                    max_series=request.max_series, max_samples=request.max_samples)
     async with prometheus:
         timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label)
-        async for first, _, series in prometheus.pages(promql.gpu_query(step, request.gpu_matchers),
-                                                       promql.gpu_selector(request.gpu_matchers), start, end, step):
-            timelines.add_page(first, series)
+        async for first, last, series in prometheus.pages(promql.gpu_queries(step, request.gpu_matchers),
+                                                          promql.gpu_selector(request.gpu_matchers), start, end, step):
+            # read in a thread, so that the next page is asked for and computed meanwhile
+            await asyncio.to_thread(timelines.add_page, first, last, series)
         pending: dict[Pod, bytearray] = {}
-        async for first, _, series in prometheus.pages(promql.pending_query(step), [promql.PENDING_SELECTOR],
+        async for first, _, series in prometheus.pages({"pending": promql.pending_query(step)}, [promql.PENDING_SELECTOR],
                                                        start, end, step):
             pending_steps(start, step, steps, first, series, pending)
         labels = await prometheus.series([promql.user_pods_selector()], start - step, end)

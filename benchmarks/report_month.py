@@ -49,7 +49,7 @@ def sessions(gpus: int, days: int, seed: int) -> list[dict]:
         while t < days * DAY:
             length = rng.uniform(1, 12) * 3600
             pending = rng.uniform(60, 1800) if rng.random() < 0.2 else 0.0
-            user = f"user{rng.randrange(gpus * 2)}"
+            user = f"user{g}x{k % 2}"  # two users take turns on each GPU (a pod name is never on two GPUs at once)
             bursts = []
             if rng.random() > 0.15:  # 15 % never use the GPU
                 b = t + rng.uniform(0, 3600)
@@ -57,24 +57,29 @@ def sessions(gpus: int, days: int, seed: int) -> list[dict]:
                     d = rng.uniform(300, 7200)
                     bursts.append((b, b + d, rng.uniform(20, 95)))
                     b += d + rng.uniform(300, 4 * 3600)
-            out.append({"gpu": g, "pod": f"jupyter-{user}-{g}-{k}", "user": user, "start": t,
+            out.append({"gpu": g, "pod": f"jupyter-{user}", "user": user, "start": t,
                         "end": min(t + length, days * DAY), "pending": pending, "bursts": bursts})
             t += length + rng.uniform(0, 6) * 3600
             k += 1
     return out
 
 
-def write_history(path: Path, start: float, gpus: int, days: int, scrape: int, seed: int) -> int:
-    found = sessions(gpus, days, seed)
+def write_history(path: Path, start: float, found: list[dict], scrape: int, seed: int, day: int) -> int:
+    """The samples of UTC day `day` of the history (promtool reads its whole input once a block:
+    one day a file keeps a month's build linear)."""
     samples = 0
+    lo, hi = day * DAY, (day + 1) * DAY
 
     def ticks(a: float, b: float) -> range:
+        a, b = max(a, lo), min(b, hi)
         return range(int(a // scrape) * scrape + 7 + (scrape if a % scrape > 7 else 0), int(b), scrape)
 
     with open(path, "w") as out:
         for metric, scale in (("DCGM_FI_DEV_GPU_UTIL", 1.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01)):
             series = []
             for s in found:
+                if s["end"] <= lo or s["start"] >= hi:
+                    continue
                 g = s["gpu"]
                 labels = {"gpu": str(g % GPUS_PER_NODE), "UUID": f"GPU-{g:08d}-0000-0000-0000-000000000000",
                           "device": f"nvidia{g % GPUS_PER_NODE}", "modelName": "NVIDIA A100-SXM4-80GB",
@@ -103,6 +108,8 @@ def write_history(path: Path, start: float, gpus: int, days: int, scrape: int, s
         for metric in ("kube_pod_labels", "kube_pod_status_phase", "kube_pod_container_resource_requests"):
             series = []
             for s in found:
+                if s["end"] <= lo or s["start"] >= hi:
+                    continue
                 base = {"exported_namespace": "jhub", "exported_pod": s["pod"], "uid": f"uid-{s['pod']}", **ksm}
                 life = ticks(s["start"], s["end"])
                 run = start + s["start"] + s["pending"]
@@ -132,15 +139,20 @@ def main() -> None:
     start = (int(time.time()) // DAY - args.days - 1) * DAY
     with tempfile.TemporaryDirectory(prefix="report-bench-") as tmp:
         work = Path(tmp)
-        t0 = time.monotonic()
-        samples = write_history(work / "history.om", start, args.gpus, args.days, args.scrape, args.seed)
-        size = (work / "history.om").stat().st_size
-        t1 = time.monotonic()
-        create_blocks(work / "history.om", work / "data")
-        (work / "history.om").unlink()
-        t2 = time.monotonic()
-        print(f"history: {args.gpus} GPUs, {args.days} days, a sample every {args.scrape} s: {samples:,} samples "
-              f"({size / 1e6:.0f} MB of OpenMetrics) written in {t1 - t0:.0f} s; promtool's blocks in {t2 - t1:.0f} s")
+        found = sessions(args.gpus, args.days, args.seed)
+        samples = size = 0
+        writing = building = 0.0
+        for day in range(args.days):
+            t0 = time.monotonic()
+            samples += write_history(work / "history.om", start, found, args.scrape, args.seed, day)
+            size += (work / "history.om").stat().st_size
+            t1 = time.monotonic()
+            create_blocks(work / "history.om", work / "data")
+            (work / "history.om").unlink()
+            writing, building = writing + t1 - t0, building + time.monotonic() - t1
+        print(f"history: {args.gpus} GPUs, {args.days} days, a sample every {args.scrape} s, {len(found):,} sessions: "
+              f"{samples:,} samples ({size / 1e6:.0f} MB of OpenMetrics) written in {writing:.0f} s; promtool's "
+              f"blocks in {building:.0f} s", flush=True)
         with history_prometheus(work) as url:
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))
             until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + args.days * DAY))
@@ -157,9 +169,11 @@ def main() -> None:
             with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
                 text = r.read().decode()
             rss = float(re.search(r"^process_resident_memory_bytes (\S+)$", text, re.M)[1])
+            blocks = sum(f.stat().st_size for f in (work / "data").rglob("*") if f.is_file())
             report = json.loads((work / "report.json").read_text())
         print(f"report: {wall:.1f} s wall, peak RSS {usage.ru_maxrss / 1024:.0f} MiB, {usage.ru_utime + usage.ru_stime:.1f} s "
-              f"CPU; {report['source']['queries']} queries; Prometheus's RSS after it {rss / 2**20:.0f} MiB")
+              f"CPU; {report['source']['queries']} queries; Prometheus's RSS after it {rss / 2**20:.0f} MiB, its TSDB "
+              f"{blocks / 1e6:.0f} MB")
         print(f"totals: {json.dumps(report['totals'])}")
         print(f"queue: {json.dumps({k: v for k, v in report['queue'].items() if k != 'by_day'})}")
         print(f"estimate: {json.dumps({k: v for k, v in report['policy_estimate'].items() if k != 'assumed'})}")

@@ -11,6 +11,11 @@ HOURS = ("held", "used", "idle", "idle_long", "no_reading")
 HEADINGS = {"held": "held", "used": "used", "idle": "idle", "idle_long": "idle ≥ {long}", "no_reading": "no reading"}
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 pod", "2 pods"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def as_json(report: dict) -> str:
     return json.dumps(report, indent=1) + "\n"
 
@@ -53,14 +58,15 @@ def as_text(report: dict) -> str:
     lines += _table("group", "group", report["by_group"], long)
     lines += _table("profile", "profile", report["by_profile"], long)
     lines += _table("day", "day", report["by_day"], long)
-    lines += ["", f"GPU queue: {q['waits']} waits of {q['pods']} pods asking for GPUs, {q['hours_waited']:.2f} h "
+    lines += ["", f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} asking for GPUs, "
+                  f"{q['hours_waited']:.2f} h "
                   f"in all ({q['gpu_hours_waited']:.2f} GPU-hours asked for), median {q['median_wait_h']:.2f} h, "
                   f"longest {q['longest_wait_h']:.2f} h."]
     lines += ["", f"Estimate: the default policy would have freed about {e['gpu_hours_freed']:.2f} GPU-hours "
-                  f"({e['reclaims']} reclaims); {e['would_have_interrupted']} reclaims would have interrupted "
-                  f"someone who used the GPU again (not counted); {e['gpu_hours_idle_at_end_not_counted']:.2f} "
-                  f"GPU-hours still idle at the end are not counted; "
-                  f"{e['pods_on_time_sliced_gpus_left_out']} pods on time-sliced GPUs left out.",
+                  f"({counted(e['reclaims'], 'reclaim')}); {counted(e['would_have_interrupted'], 'reclaim')} would "
+                  f"have interrupted someone who used the GPU again (not counted); "
+                  f"{e['gpu_hours_idle_at_end_not_counted']:.2f} GPU-hours still idle at the end are not counted; "
+                  f"{counted(e['pods_on_time_sliced_gpus_left_out'], 'pod')} on time-sliced GPUs left out.",
               "Assumed:"]
     lines += [f"- {a}" for a in e["assumed"]]
     if report["notes"]:

@@ -19,6 +19,7 @@ from . import promql
 from .estimate import assumed, estimate
 from .history import Pod, Timelines, pending_steps, pod_values, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
+from .render import counted
 from .usage import NO_PROFILE, NO_USER, Hours, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DAY = 86400
@@ -114,9 +115,9 @@ async def build_report(request: ReportRequest) -> dict:
     report = assemble(request, timelines, pods, profiles, pending, requests, groups, queries, config)
     if dropped:
         report["notes"].append(
-            f"{len(dropped)} pods named by dcgm-exporter's series asked kube-state-metrics for no GPU and are "
-            "left out (a scrape with honor_labels: true gives a free GPU the exporter's own pod): "
-            + ", ".join("/".join(pod) for pod in sorted(dropped)[:5]) + ("…" if len(dropped) > 5 else ""))
+            f"Left out: {counted(len(dropped), 'pod')} named by dcgm-exporter's series that asked kube-state-metrics "
+            "for no GPU (a scrape with honor_labels: true gives a free GPU the exporter's own pod): "
+            + ", ".join("/".join(pod) for pod in sorted(dropped)[:5]) + (", …" if len(dropped) > 5 else "") + ".")
     elif not requests:
         report["notes"].append("kube-state-metrics shows no pod asking for a GPU (kube_pod_container_resource_requests): "
                                "every pod dcgm-exporter names counts as holding its GPU, and the queue is empty.")
@@ -189,13 +190,13 @@ def assemble(request: ReportRequest, timelines: Timelines, pods: dict, profiles:
     notes = []
     unknown_profile = sorted({line.pod for line in timelines.gpus.values() if line.pod in pods and not profiles.get(line.pod)})
     if unknown_profile:
-        notes.append(f"{len(unknown_profile)} hub users' pods have no profile known: kube-state-metrics writes "
+        notes.append(f"No profile is known for {counted(len(unknown_profile), 'hub user pod')}: kube-state-metrics writes "
                      "kube_pod_annotations only for allow-listed annotations (--metric-annotations-allowlist="
                      "pods=[jupyterhub-gpu-reclaim/profile]), and only the service's spawner writes that "
                      "annotation; their hours are under " + NO_PROFILE + ".")
     strangers = sorted({line.pod for line in timelines.gpus.values() if line.pod not in pods})
     if strangers:
-        notes.append(f"{len(strangers)} pods holding GPUs are no hub user's in kube_pod_labels (no "
+        notes.append(f"No hub user is known for {counted(len(strangers), 'pod')} holding GPUs in kube_pod_labels (no "
                      "hub.jupyter.org/username label: kube-state-metrics 2 writes only allow-listed labels, "
                      "--metric-labels-allowlist=pods=[hub.jupyter.org/username,hub.jupyter.org/servername]); "
                      "their hours are under " + NO_USER + ".")
@@ -206,8 +207,8 @@ def assemble(request: ReportRequest, timelines: Timelines, pods: dict, profiles:
         "source": {"prometheus": hide_password(request.prometheus_url), "queries": queries,
                    "groups": "the hub" if groups is not None else None},
         "window": {"since": format_time(dt.datetime.fromtimestamp(timelines.start, dt.timezone.utc)),
-                   "until": format_time(dt.datetime.fromtimestamp(timelines.start + timelines.steps * timelines.step,
-                                                                  dt.timezone.utc)),
+                   "until": format_time(dt.datetime.fromtimestamp(
+                       timelines.start + (timelines.steps - 1) * timelines.step, dt.timezone.utc)),
                    "step_s": timelines.step, "days": "UTC"},
         "idle_threshold_percent": config.gpu_idle_threshold,
         "long_idle_h": round(long_idle.total_seconds() / h, 2),

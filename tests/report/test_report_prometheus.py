@@ -135,7 +135,7 @@ def test_the_text_and_csv_reports(prometheus, capsys):
     assert "GPU-hours held" in text and "Estimate: the default policy would have freed about 12.00 GPU-hours" in text
     assert re.search(r"^alice\s+10\.00\s+2\.00\s+8\.00\s+8\.00\s+0\.00$", text, re.M), text
     if SCHEMES[scheme].ksm == "1.9":
-        assert "have no profile known" in text
+        assert "No profile is known for" in text
     code, csv_text, err = report(capsys, url, "--csv")
     assert code == 0, err
     lines = csv_text.splitlines()

@@ -57,19 +57,22 @@ class Estimate:
 
 
 def session_codes(lines: list[GpuTimeline]) -> bytes:
-    """One code a step for a pod: USED when any GPU was used, IDLE when every GPU held was
-    idle, NO_VALUE when one had no reading (or was not seen while another was), ABSENT when
-    none was seen."""
+    """One code a step for a pod: USED when any GPU it held was used, NO_VALUE when one had
+    no reading, IDLE when every one was idle, ABSENT when it held none (z2jh names a user's
+    pod alike each time, and it may hold another GPU the next time)."""
     if len(lines) == 1:
         return bytes(lines[0].codes)
     out = bytearray(len(lines[0].codes))
     for i, codes in enumerate(zip(*(line.codes for line in lines), strict=True)):
         present = [c for c in codes if c != ABSENT]
-        if not present:
-            continue
-        out[i] = (USED if USED in present else NO_VALUE if NO_VALUE in present or len(present) < len(codes)
-                  else IDLE)
+        if present:
+            out[i] = USED if USED in present else NO_VALUE if NO_VALUE in present else IDLE
     return bytes(out)
+
+
+def held_at(lines: list[GpuTimeline], i: int) -> int:
+    """How many GPUs the pod held at step `i` (a pod name comes back on other GPUs)."""
+    return sum(1 for line in lines if line.codes[i] != ABSENT)
 
 
 def estimate(gpus: Mapping[tuple, GpuTimeline], step: int, config: PolicyConfig | None = None) -> Estimate:
@@ -96,13 +99,14 @@ def estimate(gpus: Mapping[tuple, GpuTimeline], step: int, config: PolicyConfig 
             if past <= 0:
                 continue
             after = run.end()
+            held = held_at(lines, after - 1)
             if after == n:
-                result.gpu_hours_idle_at_end += past * h * len(lines)
+                result.gpu_hours_idle_at_end += past * h * held
             elif codes[after] == USED:
                 result.interruptions += 1
             elif codes[after] == ABSENT:
                 if ended.match(codes, after) is not None or codes.count(ABSENT, after) == n - after:
                     result.reclaims += 1
-                    result.gpu_hours_freed += past * h * len(lines)
+                    result.gpu_hours_freed += past * h * held
             # NO_VALUE after: the policy would have held; unknown, not counted
     return result

@@ -7,6 +7,8 @@ import csv
 import io
 import json
 
+from ..oneline import one_line
+
 HOURS = ("held", "used", "idle", "idle_long", "no_reading")
 HEADINGS = {"held": "held", "used": "used", "idle": "idle", "idle_long": "idle ≥ {long}", "no_reading": "no reading"}
 
@@ -20,12 +22,20 @@ def as_json(report: dict) -> str:
     return json.dumps(report, indent=1) + "\n"
 
 
+def cell(text: str) -> str:
+    """A name for a spreadsheet: one that would start a formula (=, +, -, @, a tab or CR) is
+    written after a quote, as OWASP's CSV-injection advice says (user and group names are
+    the users' own)."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def as_csv(report: dict) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["day", "user", "groups", "profile", *(f"gpu_hours_{k}" for k in HOURS)])
     for row in report["rows"]:
-        writer.writerow([row["day"], row["user"], ";".join(row["groups"]), row["profile"], *(row[k] for k in HOURS)])
+        writer.writerow([row["day"], cell(row["user"]), cell(";".join(row["groups"])), cell(row["profile"]),
+                         *(row[k] for k in HOURS)])
     return out.getvalue()
 
 
@@ -33,7 +43,8 @@ def _table(title: str, key: str, rows: list[dict], long: str, extra: str | None 
     if not rows:
         return []
     heads = [title] + [HEADINGS[k].format(long=long) for k in HOURS] + ([extra] if extra else [])
-    body = [[str(r[key])] + [f"{r[k]:.2f}" for k in HOURS] + ([", ".join(r[extra])] if extra else []) for r in rows]
+    body = [[one_line(r[key])] + [f"{r[k]:.2f}" for k in HOURS] + ([one_line(", ".join(r[extra]))] if extra else [])
+            for r in rows]
     widths = [max(len(line[i]) for line in [heads, *body]) for i in range(len(heads))]
 
     def fmt(cells: list[str]) -> str:

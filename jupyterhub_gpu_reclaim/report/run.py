@@ -13,7 +13,7 @@ from ..durations import HOUR
 from ..oneline import brief
 from ..policy.config import PolicyConfig
 from ..signals.base import HttpSource, SignalError, get_json, hide_password
-from ..signals.gpu_readings import PodLabel
+from ..signals.gpu_readings import PodLabel, holder_labels, pod_of
 from ..timestamps import format_time
 from . import promql
 from .estimate import assumed, estimate
@@ -154,8 +154,6 @@ def _float(value: object) -> float:
 
 
 def _by_pod(answers: list[dict[str, str]]) -> dict[Pod, dict[str, str]]:
-    from ..signals.gpu_readings import holder_labels, pod_of
-
     keys = holder_labels(answers, "auto")
     out = {}
     for labels in answers:

@@ -4,6 +4,7 @@ while asking for GPUs) and how long each waited."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import statistics
 from collections.abc import Iterable, Mapping
@@ -38,8 +39,6 @@ class Hours:
 
 def day_bounds(t: Timelines) -> list[tuple[str, int, int]]:
     """(UTC day, first step, step after its last) of each day of the window."""
-    import datetime as dt
-
     out = []
     i = 0
     while i < t.steps:

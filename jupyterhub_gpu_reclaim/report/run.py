@@ -23,6 +23,7 @@ from .render import counted
 from .usage import NO_PROFILE, NO_USER, Hours, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DAY = 86400
+MAX_GROUPS = 100_000  # a hub that pages for ever is an error, not a hang
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,12 @@ class _Hub(HttpSource):
                 name, users = (group.get("name"), group.get("users")) if isinstance(group, dict) else (None, None)
                 if isinstance(name, str) and isinstance(users, list):
                     out[name] = [u for u in users if isinstance(u, str)]
-            following = body.get("_pagination", {}).get("next") if isinstance(body, dict) else None
-            if not following or not items:
+            pagination = body.get("_pagination") if isinstance(body, dict) else None
+            if not (isinstance(pagination, dict) and pagination.get("next")) or not items:
                 return out
             offset += len(items)
+            if offset >= MAX_GROUPS:
+                raise ReportError(f"the hub's groups: more than {MAX_GROUPS}")
 
 
 def grid(request: ReportRequest) -> tuple[float, float, int]:

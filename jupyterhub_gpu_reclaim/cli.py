@@ -284,6 +284,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between samples, %d to %d (default: 60)" % TRACE_INTERVAL_S)
     gen.add_argument("--out", metavar="FILE", required=True, help="the trace file to write; - for stdout")
     gen.set_defaults(func=_generate_trace)
+
+    from .report.command import add_arguments
+
+    add_arguments(sub.add_parser(
+        "report",
+        help="GPU-hours held, used and idle per user, group, profile and day, from Prometheus",
+        description="A GPU usage report from the cluster's own Prometheus history (dcgm-exporter and "
+        "kube-state-metrics; nothing installed in the hub): GPU-hours held, used and idle per user, "
+        "group, profile and UTC day, the GPU queue, and an estimate of what the default policy would "
+        "have freed (docs/report.md).",
+    ))
     return parser
 
 

@@ -2,12 +2,10 @@
 that imports inside functions and under `if TYPE_CHECKING:` count as well as those at the top
 of a module: no import circle anywhere in the package; the layers (folders) import downwards
 only: policy/ only the shared leaves; signals/, store/, replay/ never the service, web/ or
-the spawner; the pod facts have one home (signals/pod_facts.py); nothing that runs the
-service sees the traitlets Application of the settings;
-
-
-the spawner; store/ never replay/; nothing that runs the service sees the traitlets Application of the settings;
-and the product never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
+the spawner; the pod facts have one home (signals/pod_facts.py); store/ never replay/;
+report/ only signals/, policy/ and the leaves; nothing that runs the service sees the
+traitlets Application of the settings; and the product never imports the simulator
+(gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/architecture/test_imports.py
 """
@@ -241,6 +239,24 @@ def test_the_store_never_imports_the_replays():
     assert not reachable(graph, f"{NAME}.service.history") & replay
     # the check itself: the trace export does read the store
     assert f"{NAME}.store" in reachable(graph, f"{NAME}.replay.trace_export")
+
+
+def test_the_report_imports_only_the_signals_and_the_policy():
+    """report/ (the usage report from Prometheus's history) sits above the signals and the
+    policy and reads through them: it imports those layers and the shared leaves only, never
+    the service, the store, the replays, the web pages, the spawner or the settings; and only
+    the command line imports it."""
+    graph = import_graph()
+    leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
+    report = modules_under(graph, "report")
+    assert f"{NAME}.report.history" in report
+    allowed = report | modules_under(graph, "signals", "policy") | leaves
+    for module in sorted(report):
+        assert reachable(graph, module) <= allowed, (module, sorted(reachable(graph, module) - allowed))
+    # the check itself: the report does read through gpu_readings and the policy's settings
+    assert {f"{NAME}.signals.gpu_readings", f"{NAME}.policy.config"} <= reachable(graph, f"{NAME}.report.run")
+    importers = {m for m, edges in graph.items() if edges & report} - report
+    assert importers == {f"{NAME}.cli"}
 
 
 def test_the_cycle_never_imports_the_web_pages():

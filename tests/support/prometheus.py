@@ -9,7 +9,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
@@ -20,15 +20,16 @@ PROMETHEUS = Path("/usr/bin/prometheus")
 
 
 @contextlib.contextmanager
-def running_prometheus(config: dict, workdir: Path) -> Iterator[str]:
-    """Prometheus running `config` (a prometheus.yml as a dict) in `workdir`; yields its URL."""
+def running_prometheus(config: dict, workdir: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """Prometheus running `config` (a prometheus.yml as a dict) in `workdir`, with the extra
+    command-line `args`; yields its URL."""
     assert PROMETHEUS.exists(), "Prometheus is missing: `make test` installs it (scripts/setup.sh)"
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log_path = workdir / "prometheus.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(PROMETHEUS), f"--config.file={workdir / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                 f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}", *args],
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=workdir)
         url = f"http://127.0.0.1:{port}"
         try:

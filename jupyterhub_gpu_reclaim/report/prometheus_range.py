@@ -1,0 +1,207 @@
+"""Prometheus's history, read in bounded pieces: range queries at a step, paginated by time so
+that no answer holds more than `max_samples` points (nor more than Prometheus's own 11,000
+points a series), after counting the series of the window (`/api/v1/series`, an index read)
+against `max_series`. Every problem is a ReportError of one line: Prometheus down or
+answering garbage, an error body (with 200 or not), an answer that is not the kind asked for,
+too many series. No URL in an error carries its query string or a password."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..oneline import brief
+from ..signals.base import MiB, HttpSource, SignalError, get_json, hide_password
+
+log = logging.getLogger("jupyterhub_gpu_reclaim.report")
+
+MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query with more (its API's limit)
+MAX_ANSWER = 256 * MiB
+
+
+class ReportError(Exception):
+    """The report cannot be made; the message is one line for the admin."""
+
+
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range answer: its labels, and its points as written ([Unix time,
+    value]; read with `points`)."""
+
+    labels: dict[str, str]
+    values: list[Any]
+
+
+def points(values: list[Any], first: float, step: int, steps: int) -> Iterator[tuple[int, Any]]:
+    """(step index from `first`, value as written) of each point on the grid of `steps` steps;
+    a point that is not [a finite time, value] or off the grid is left out (a million of them
+    are read a page: the checks are the arithmetic's own errors)."""
+    for pair in values:
+        try:
+            t, value = pair
+            i = round((t - first) / step)
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if 0 <= i < steps and not isinstance(t, bool):
+            yield i, value
+
+
+def _result(body: Any, kind: str) -> list:
+    try:
+        if body.get("status") != "success":
+            raise ReportError(f"answered an error: {brief(body.get('errorType'))}: "
+                              f"{brief(body.get('error'))}")
+        data = body["data"]
+        if data["resultType"] != kind:
+            raise ReportError(f"answered a {brief(data['resultType'])}, not a {kind}")
+        result = data["result"]
+        if not isinstance(result, list):
+            raise TypeError("result is not a list")
+        return result
+    except ReportError:
+        raise
+    except (AttributeError, KeyError, TypeError) as e:
+        raise ReportError(f"answered something that is not a query answer "
+                          f"({type(e).__name__}: {e}): {brief(body)}") from None
+
+
+def _labels(item: Any) -> dict[str, str] | None:
+    labels = item.get("metric") if isinstance(item, dict) else None
+    if isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        return labels
+    return None
+
+
+def matrix(body: Any) -> list[RangeSeries]:
+    """The series of a range answer. A series whose labels cannot be read is left out
+    (logged); points are checked where they are read (`points`, and each value by
+    signals.gpu_readings.series_value)."""
+    out = []
+    for item in _result(body, "matrix"):
+        labels = _labels(item)
+        values = item.get("values") if labels is not None else None
+        if labels is None or not isinstance(values, list):
+            log.warning("Prometheus: a series that cannot be read, left out: %s", brief(item))
+            continue
+        out.append(RangeSeries(labels, values))
+    return out
+
+
+def vector(body: Any) -> list[tuple[dict[str, str], Any]]:
+    """The series of an instant answer: labels and value as written (a series whose labels
+    cannot be read is left out)."""
+    out = []
+    for item in _result(body, "vector"):
+        labels = _labels(item)
+        pair = item.get("value") if labels is not None else None
+        if labels is None or not (isinstance(pair, list) and len(pair) == 2):
+            log.warning("Prometheus: a series that cannot be read, left out: %s", brief(item))
+            continue
+        out.append((labels, pair[1]))
+    return out
+
+
+class PrometheusHistory(HttpSource):
+    """Range and instant queries to one Prometheus, bounded as the module says."""
+
+    def __init__(self, url: str, *, timeout: float = 120.0, max_series: int = 20_000,
+                 max_samples: int = 1_000_000, headers: dict[str, str] | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.max_series = max_series
+        self.max_samples = max_samples
+        self._headers = dict(headers or {})
+        self.queries = 0
+
+    def _error(self, e: ReportError) -> ReportError:
+        return ReportError(f"Prometheus at {hide_password(self.url)}: {e}")
+
+    async def _get(self, path: str, params: dict[str, str] | list[tuple[str, str]]) -> Any:
+        self.queries += 1
+        try:
+            return await get_json(self._client(), f"{self.url}{path}", source="prometheus",
+                                  timeout=self.timeout, limit=MAX_ANSWER, params=params)  # type: ignore[arg-type]
+        except SignalError as e:
+            raise self._error(ReportError(e.message)) from None
+
+    async def count_series(self, selectors: Sequence[str], start: float, end: float) -> int:
+        """How many series the selectors match in [start, end] (from the index, no samples)."""
+        return len(await self.series(selectors, start, end))
+
+    async def series(self, selectors: Sequence[str], start: float, end: float) -> list[dict[str, str]]:
+        """The label sets of the series the selectors match in [start, end], from the index
+        (no samples read); more than max_series is a ReportError."""
+        params = [("match[]", s) for s in selectors] + [("start", _num(start)), ("end", _num(end))]
+        body = await self._get("/api/v1/series", params)
+        try:
+            return self._series(body, selectors)
+        except ReportError as e:
+            raise self._error(e) from None
+
+    def _series(self, body: Any, selectors: Sequence[str]) -> list[dict[str, str]]:
+        try:
+            if body.get("status") != "success" or not isinstance(body.get("data"), list):
+                raise ReportError(f"answered an error listing series: "
+                                  f"{brief(body.get('error') or body)}")
+        except AttributeError:
+            raise ReportError(f"answered something that is not a series list: {brief(body)}") from None
+        found = [labels for labels in body["data"] if isinstance(labels, dict)
+                 and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())]
+        if len(found) > self.max_series:
+            raise ReportError(f"{len(found)} series of {', '.join(selectors)} in the window, more than --max-series "
+                              f"{self.max_series}: narrow it with --gpu-matchers or a shorter --since")
+        return found
+
+    async def instant(self, query: str, t: float) -> list[tuple[dict[str, str], Any]]:
+        body = await self._get("/api/v1/query", {"query": query, "time": _num(t)})
+        try:
+            return vector(body)
+        except ReportError as e:
+            raise self._error(e) from None
+
+    async def range(self, query: str, start: float, end: float, step: int) -> list[RangeSeries]:
+        body = await self._get("/api/v1/query_range", {"query": query, "start": _num(start), "end": _num(end),
+                                                       "step": str(step)})
+        try:
+            return matrix(body)
+        except ReportError as e:
+            raise self._error(e) from None
+
+    def page_steps(self, series: int) -> int:
+        """Steps per page for `series` series: at most max_samples points in an answer."""
+        return max(1, min(MAX_POINTS_PER_SERIES, self.max_samples // max(series, 1)))
+
+    async def pages(self, queries: Mapping[str, str], selectors: Sequence[str], start: float, end: float,
+                    step: int) -> AsyncIterator[tuple[float, float, list[RangeSeries]]]:
+        """The queries' answers from `start` to `end` (both on the step grid), page by page:
+        (first step, last step, the series of every query, each labelled `field` with its
+        query's key). The series of each page's window are counted first (`selectors`) and
+        bound its length."""
+        async def page(t: float) -> tuple[float, float, list[RangeSeries]]:
+            probe_end = min(end, t + MAX_POINTS_PER_SERIES * step)
+            series = await self.count_series(selectors, t, probe_end) if selectors else 1
+            last = min(end, t + (self.page_steps(series) - 1) * step)
+            found = []
+            for key, query in queries.items():
+                for s in await self.range(query, t, last, step):
+                    s.labels["field"] = key
+                    found.append(s)
+            return t, last, found
+
+        # the next page is asked for while the caller reads this one
+        task: asyncio.Task | None = asyncio.create_task(page(start))
+        try:
+            while task is not None:
+                first, last, found = await task
+                task = asyncio.create_task(page(last + step)) if last + step <= end else None
+                yield first, last, found
+        finally:
+            if task is not None:
+                task.cancel()
+
+
+def _num(t: float) -> str:
+    return f"{t:.3f}".rstrip("0").rstrip(".")

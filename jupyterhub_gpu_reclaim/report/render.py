@@ -1,0 +1,85 @@
+"""The report as people read it (text), as tools read it (JSON: run.build_report's dict) and as
+spreadsheets read it (CSV: one row per UTC day, user and profile)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from ..oneline import one_line
+
+HOURS = ("held", "used", "idle", "idle_long", "no_reading")
+HEADINGS = {"held": "held", "used": "used", "idle": "idle", "idle_long": "idle ≥ {long}", "no_reading": "no reading"}
+
+
+def counted(n: int, noun: str) -> str:
+    """"1 pod", "2 pods"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def as_json(report: dict) -> str:
+    return json.dumps(report, indent=1) + "\n"
+
+
+def cell(text: str) -> str:
+    """A name for a spreadsheet: one that would start a formula (=, +, -, @, a tab or CR) is
+    written after a quote, as OWASP's CSV-injection advice says (user and group names are
+    the users' own)."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def as_csv(report: dict) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["day", "user", "groups", "profile", *(f"gpu_hours_{k}" for k in HOURS)])
+    for row in report["rows"]:
+        writer.writerow([row["day"], cell(row["user"]), cell(";".join(row["groups"])), cell(row["profile"]),
+                         *(row[k] for k in HOURS)])
+    return out.getvalue()
+
+
+def _table(title: str, key: str, rows: list[dict], long: str, extra: str | None = None) -> list[str]:
+    if not rows:
+        return []
+    heads = [title] + [HEADINGS[k].format(long=long) for k in HOURS] + ([extra] if extra else [])
+    body = [[one_line(r[key])] + [f"{r[k]:.2f}" for k in HOURS] + ([one_line(", ".join(r[extra]))] if extra else [])
+            for r in rows]
+    widths = [max(len(line[i]) for line in [heads, *body]) for i in range(len(heads))]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i in (0, len(heads) - 1) and (i == 0 or extra) else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return ["", fmt(heads), *map(fmt, body)]
+
+
+def as_text(report: dict) -> str:
+    w, t, q, e = report["window"], report["totals"], report["queue"], report["policy_estimate"]
+    long = f"{report['long_idle_h']:g} h"
+    used = f" ({100 * t['used'] / t['held']:.0f}% of held)" if t["held"] else ""
+    lines = [
+        f"GPU usage from {report['source']['prometheus']}, {w['since']} to {w['until']}, "
+        f"a step of {w['step_s']} s (days in UTC)",
+        f"GPU-hours held {t['held']:.2f}: used {t['used']:.2f}{used}, idle {t['idle']:.2f} "
+        f"(in stretches of {long} or more: {t['idle_long']:.2f}), no reading {t['no_reading']:.2f}. "
+        f"Used: at least {report['idle_threshold_percent']:g}% in a step.",
+    ]
+    lines += _table("user", "user", report["by_user"], long, "groups" if report["source"]["groups"] else None)
+    lines += _table("group", "group", report["by_group"], long)
+    lines += _table("profile", "profile", report["by_profile"], long)
+    lines += _table("day", "day", report["by_day"], long)
+    lines += ["", f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} asking for GPUs, "
+                  f"{q['hours_waited']:.2f} h "
+                  f"in all ({q['gpu_hours_waited']:.2f} GPU-hours asked for), median {q['median_wait_h']:.2f} h, "
+                  f"longest {q['longest_wait_h']:.2f} h."]
+    lines += ["", f"Estimate: the default policy would have freed about {e['gpu_hours_freed']:.2f} GPU-hours "
+                  f"({counted(e['reclaims'], 'reclaim')}); {counted(e['would_have_interrupted'], 'reclaim')} would "
+                  f"have interrupted someone who used the GPU again (not counted); "
+                  f"{e['gpu_hours_idle_at_end_not_counted']:.2f} GPU-hours still idle at the end are not counted; "
+                  f"{counted(e['pods_on_time_sliced_gpus_left_out'], 'pod')} on time-sliced GPUs left out.",
+              "Assumed:"]
+    lines += [f"- {a}" for a in e["assumed"]]
+    if report["notes"]:
+        lines += ["", "Notes:"] + [f"- {n}" for n in report["notes"]]
+    return "\n".join(lines) + "\n"

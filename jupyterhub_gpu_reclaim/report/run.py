@@ -1,0 +1,227 @@
+"""The whole report from the command's arguments: what to ask Prometheus (and the hub, for
+groups), in what pieces, and the figures put together as one JSON-able dict (render.py
+writes it as text or CSV)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+from ..durations import HOUR
+from ..oneline import brief
+from ..policy.config import PolicyConfig
+from ..signals.base import HttpSource, SignalError, get_json, hide_password
+from ..signals.gpu_readings import PodLabel, holder_labels, pod_of
+from ..timestamps import format_time
+from . import promql
+from .estimate import assumed, estimate
+from .history import Pod, Timelines, pending_steps, pod_values, pods_of
+from .prometheus_range import PrometheusHistory, ReportError
+from .render import counted
+from .usage import NO_PROFILE, NO_USER, Hours, groups_of, queue_summary, totals_by, usage_rows, waits
+
+DAY = 86400
+MAX_GROUPS = 100_000  # a hub that pages for ever is an error, not a hang
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    prometheus_url: str
+    since: dt.datetime
+    until: dt.datetime
+    step: int = 60
+    gpu_matchers: str = ""
+    pod_label: PodLabel = "auto"
+    hub_api_url: str | None = None
+    hub_token: str | None = None
+    max_series: int = 20_000
+    max_samples: int = 1_000_000
+    timeout: float = 120.0
+
+
+class _Hub(HttpSource):
+    def __init__(self, api_url: str, token: str, timeout: float) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"Authorization": f"token {token}",
+                         "Accept": "application/jupyterhub-pagination+json"}
+
+    async def groups(self) -> dict[str, list[str]]:
+        """{group: member names} from GET /groups, page by page."""
+        out: dict[str, list[str]] = {}
+        offset = 0
+        while True:
+            try:
+                body = await get_json(self._client(), f"{self.api_url}/groups", source="hub", timeout=self.timeout,
+                                      params={"offset": str(offset), "limit": "200"})
+            except SignalError as e:
+                raise ReportError(f"the hub's groups: {e.message}") from None
+            items = body.get("items") if isinstance(body, dict) else body
+            if not isinstance(items, list):
+                raise ReportError(f"the hub's groups: not a list of groups: {brief(body)}")
+            for group in items:
+                name, users = (group.get("name"), group.get("users")) if isinstance(group, dict) else (None, None)
+                if isinstance(name, str) and isinstance(users, list):
+                    out[name] = [u for u in users if isinstance(u, str)]
+            pagination = body.get("_pagination") if isinstance(body, dict) else None
+            if not (isinstance(pagination, dict) and pagination.get("next")) or not items:
+                return out
+            offset += len(items)
+            if offset >= MAX_GROUPS:
+                raise ReportError(f"the hub's groups: more than {MAX_GROUPS}")
+
+
+def grid(request: ReportRequest) -> tuple[float, float, int]:
+    """The window on the step grid: (first step, last step, steps)."""
+    step = request.step
+    start = math.ceil(request.since.timestamp() / step) * step
+    end = math.floor(request.until.timestamp() / step) * step
+    if end < start:
+        raise ReportError(f"the window from {format_time(request.since)} to {format_time(request.until)} "
+                          f"holds no step of {step} s")
+    return float(start), float(end), int((end - start) // step) + 1
+
+
+async def build_report(request: ReportRequest) -> dict:
+    config = PolicyConfig()
+    start, end, steps = grid(request)
+    step = request.step
+    prometheus = PrometheusHistory(request.prometheus_url, timeout=request.timeout,
+                                   max_series=request.max_series, max_samples=request.max_samples)
+    async with prometheus:
+        timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label)
+        async for first, last, series in prometheus.pages(promql.gpu_queries(step, request.gpu_matchers),
+                                                          promql.gpu_selector(request.gpu_matchers), start, end, step):
+            # read in a thread, so that the next page is asked for and computed meanwhile
+            await asyncio.to_thread(timelines.add_page, first, last, series)
+        pending: dict[Pod, bytearray] = {}
+        async for first, _, series in prometheus.pages({"pending": promql.pending_query(step)}, [promql.PENDING_SELECTOR],
+                                                       start, end, step):
+            pending_steps(start, step, steps, first, series, pending)
+        labels = await prometheus.series([promql.user_pods_selector()], start - step, end)
+        pods = pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL, promql.SINGLEUSER)
+        profiles = {pod: labels.get(promql.PROFILE_LABEL, "") for pod, labels in
+                    _by_pod(await prometheus.series([promql.profiles_selector()], start - step, end)).items()}
+        requests: dict[Pod, float] = {}
+        for t in _days(start, end):
+            window = int(min(DAY, end - start + step))
+            for pod, value in pod_values(await prometheus.instant(promql.gpu_requests_query(window), t)).items():
+                requests[pod] = max(requests.get(pod, 0.0), _float(value))
+        queries = prometheus.queries
+    dropped = _without_gpu_request(timelines, requests)
+    groups = None
+    if request.hub_api_url and request.hub_token:
+        async with _Hub(request.hub_api_url, request.hub_token, request.timeout) as hub:
+            groups = await hub.groups()
+    report = assemble(request, timelines, pods, profiles, pending, requests, groups, queries, config)
+    if dropped:
+        report["notes"].append(
+            f"Left out: {counted(len(dropped), 'pod')} named by dcgm-exporter's series that asked kube-state-metrics "
+            "for no GPU (a scrape with honor_labels: true gives a free GPU the exporter's own pod): "
+            + ", ".join("/".join(pod) for pod in sorted(dropped)[:5]) + (", …" if len(dropped) > 5 else "") + ".")
+    elif not requests:
+        report["notes"].append("kube-state-metrics shows no pod asking for a GPU (kube_pod_container_resource_requests): "
+                               "every pod dcgm-exporter names counts as holding its GPU, and the queue is empty.")
+    return report
+
+
+def _without_gpu_request(timelines: Timelines, requests: dict[Pod, float]) -> set[Pod]:
+    """Leave out the GPUs of pods that asked for none, where kube-state-metrics shows requests
+    at all: with honor_labels true a free GPU's series carry the exporter's own pod."""
+    if not requests:
+        return set()
+    dropped = {key for key, line in timelines.gpus.items() if requests.get(line.pod, 0.0) <= 0}
+    pods = {timelines.gpus[key].pod for key in dropped}
+    for key in dropped:
+        del timelines.gpus[key]
+    return pods
+
+
+def _days(start: float, end: float) -> list[float]:
+    """The instants closing each day-long piece of the window, the last one its end."""
+    out, t = [], start + DAY
+    while t < end:
+        out.append(t)
+        t += DAY
+    return out + [end]
+
+
+def _float(value: object) -> float:
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) and x > 0 else 0.0
+
+
+def _by_pod(answers: list[dict[str, str]]) -> dict[Pod, dict[str, str]]:
+    keys = holder_labels(answers, "auto")
+    out = {}
+    for labels in answers:
+        pod = pod_of(labels, keys)
+        if pod is not None:
+            out[pod] = labels
+    return out
+
+
+def assemble(request: ReportRequest, timelines: Timelines, pods: dict, profiles: dict, pending: dict,
+             requests: dict, groups: dict[str, list[str]] | None, queries: int, config: PolicyConfig) -> dict:
+    long_idle = config.idle_reclaim_after  # "idle in stretches of 2 h or more": the policy's window
+    rows = usage_rows(timelines, pods, profiles, int(long_idle.total_seconds() // timelines.step))
+    users = sorted({user for _, user, _ in rows})
+    member = groups_of(users, groups) if groups is not None else {u: [] for u in users}
+    totals = Hours()
+    for hours in rows.values():
+        totals.add(hours)
+
+    def table(name: str, by: dict[str, Hours], extra=None) -> list[dict]:
+        return [{name: key, **(extra(key) if extra else {}), **hours.rounded()}
+                for key, hours in sorted(by.items(), key=lambda kv: (-kv[1].held, kv[0]))]
+
+    found = waits(pending, requests, pods, timelines.start, timelines.step)
+    queue = queue_summary(found)
+    by_day: dict[str, list] = {}
+    for w in found:
+        by_day.setdefault(dt.datetime.fromtimestamp(w.start, dt.timezone.utc).date().isoformat(), []).append(w)
+    queue["by_day"] = [{"day": day, **queue_summary(ws)} for day, ws in sorted(by_day.items())]
+    what_if = estimate(timelines.gpus, timelines.step, config).as_dict()
+    what_if["assumed"] = assumed(config)
+    notes = []
+    unknown_profile = sorted({line.pod for line in timelines.gpus.values() if line.pod in pods and not profiles.get(line.pod)})
+    if unknown_profile:
+        notes.append(f"No profile is known for {counted(len(unknown_profile), 'hub user pod')}: kube-state-metrics writes "
+                     "kube_pod_annotations only for allow-listed annotations (--metric-annotations-allowlist="
+                     "pods=[jupyterhub-gpu-reclaim/profile]), and only the service's spawner writes that "
+                     "annotation; their hours are under " + NO_PROFILE + ".")
+    strangers = sorted({line.pod for line in timelines.gpus.values() if line.pod not in pods})
+    if strangers:
+        notes.append(f"No hub user is known for {counted(len(strangers), 'pod')} holding GPUs in kube_pod_labels (no "
+                     "hub.jupyter.org/username label: kube-state-metrics 2 writes only allow-listed labels, "
+                     "--metric-labels-allowlist=pods=[hub.jupyter.org/username,hub.jupyter.org/servername]); "
+                     "their hours are under " + NO_USER + ".")
+    if groups is None:
+        notes.append("Groups were not asked for: --hub-api-url and a token in JUPYTERHUB_API_TOKEN give them.")
+    h = HOUR.total_seconds()
+    return {
+        "source": {"prometheus": hide_password(request.prometheus_url), "queries": queries,
+                   "groups": "the hub" if groups is not None else None},
+        "window": {"since": format_time(dt.datetime.fromtimestamp(timelines.start, dt.timezone.utc)),
+                   "until": format_time(dt.datetime.fromtimestamp(
+                       timelines.start + (timelines.steps - 1) * timelines.step, dt.timezone.utc)),
+                   "step_s": timelines.step, "days": "UTC"},
+        "idle_threshold_percent": config.gpu_idle_threshold,
+        "long_idle_h": round(long_idle.total_seconds() / h, 2),
+        "totals": totals.rounded(),
+        "by_user": table("user", totals_by(rows, lambda k: [k[1]]),
+                         lambda u: {"groups": member.get(u, [])}),
+        "by_group": table("group", totals_by(rows, lambda k: member.get(k[1]) or [])) if groups is not None else [],
+        "by_profile": table("profile", totals_by(rows, lambda k: [k[2]])),
+        "by_day": sorted(table("day", totals_by(rows, lambda k: [k[0]])), key=lambda r: r["day"]),
+        "rows": [{"day": day, "user": user, "groups": member.get(user, []), "profile": profile, **hours.rounded()}
+                 for (day, user, profile), hours in sorted(rows.items())],
+        "queue": queue,
+        "policy_estimate": what_if,
+        "notes": notes,
+    }

@@ -1,0 +1,79 @@
+"""The estimate on timelines as history.Timelines builds them, and the report's names written
+safely: a step a minute, codes as history writes them."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from jupyterhub_gpu_reclaim.report.estimate import estimate
+from jupyterhub_gpu_reclaim.report.history import ABSENT, IDLE, NO_VALUE, USED, GpuTimeline
+from jupyterhub_gpu_reclaim.report.render import as_csv, as_text
+
+STEP = 60
+POD = ("jhub", "jupyter-alice")
+
+
+def line(gpu: str, codes: bytes, pod=POD) -> GpuTimeline:
+    return GpuTimeline(pod, gpu, "node-a", bytearray(codes))
+
+
+def steps(*runs: tuple[int, int]) -> bytes:
+    return b"".join(bytes([code]) * n for code, n in runs)
+
+
+def test_a_pod_name_back_on_another_gpu_is_one_session_at_a_time():
+    # z2jh names alice's pod alike each time: first on GPU 0 (used 1 h, idle 5 h, gone),
+    # then on GPU 3 (idle 3 h, gone): each stretch freed from 2 h into it, one GPU each
+    first = steps((USED, 60), (IDLE, 300), (ABSENT, 400))
+    second = steps((ABSENT, 400), (IDLE, 180), (ABSENT, 180))
+    assert len(first) == len(second)
+    e = estimate({1: line("0", first), 2: line("3", second)}, STEP)
+    assert e.reclaims == 2 and e.gpu_hours_freed == (300 - 120 + 180 - 120) / 60
+
+
+def test_what_the_history_cannot_show_is_not_counted():
+    timelines = {
+        # used again after 3 h idle: a reclaim would have interrupted someone
+        1: line("0", steps((USED, 30), (IDLE, 180), (USED, 30), (ABSENT, 10)), ("jhub", "a")),
+        # a missing reading after 3 h idle: the policy would have held; unknown
+        2: line("1", steps((USED, 30), (IDLE, 180), (NO_VALUE, 30), (ABSENT, 10)), ("jhub", "b")),
+        # still idle when the window ends
+        3: line("2", steps((ABSENT, 10), (USED, 30), (IDLE, 210)), ("jhub", "c")),
+        # a short gap (under stale_after) and back: the idle clock starts again, nothing ends
+        4: line("3", steps((USED, 30), (IDLE, 100), (ABSENT, 3), (IDLE, 100), (USED, 17)), ("jhub", "d")),
+    }
+    e = estimate(timelines, STEP)
+    assert (e.reclaims, e.gpu_hours_freed, e.interruptions) == (0, 0.0, 1)
+    assert e.gpu_hours_idle_at_end == (210 - 120) / 60
+
+
+def test_a_time_sliced_gpu_is_left_out():
+    shared = line("0", steps((IDLE, 300), (ABSENT, 10)))
+    shared.shared = True
+    e = estimate({1: shared}, STEP)
+    assert (e.reclaims, e.gpu_hours_freed, e.shared_left_out) == (0, 0.0, 1)
+
+
+def _report(user: str, group: str) -> dict:
+    hours = {"held": 1.0, "used": 0.5, "idle": 0.5, "idle_long": 0.0, "no_reading": 0.0}
+    return {
+        "source": {"prometheus": "http://p", "groups": "the hub"}, "idle_threshold_percent": 1.0, "long_idle_h": 2.0,
+        "window": {"since": "2026-12-01T00:00:00Z", "until": "2026-12-02T00:00:00Z", "step_s": 60},
+        "totals": hours, "by_user": [{"user": user, "groups": [group], **hours}], "by_group": [], "by_profile": [],
+        "by_day": [], "rows": [{"day": "2026-12-01", "user": user, "groups": [group], "profile": "-x", **hours}],
+        "queue": {"waits": 0, "pods": 0, "hours_waited": 0.0, "gpu_hours_waited": 0.0, "median_wait_h": 0.0,
+                  "longest_wait_h": 0.0},
+        "policy_estimate": {"gpu_hours_freed": 0.0, "reclaims": 0, "would_have_interrupted": 0,
+                            "gpu_hours_idle_at_end_not_counted": 0.0, "pods_on_time_sliced_gpus_left_out": 0,
+                            "assumed": []},
+        "notes": [],
+    }
+
+
+def test_names_are_written_as_text_not_formulas_or_lines():
+    report = _report("=HYPERLINK(\"http://x\")", "@group\r\nforged")
+    (_, row) = csv.reader(io.StringIO(as_csv(report)))
+    assert row[1:4] == ["'=HYPERLINK(\"http://x\")", "'@group\r\nforged", "'-x"]
+    text = as_text(report)
+    assert "\\r\\nforged" in text and "\nforged" not in text

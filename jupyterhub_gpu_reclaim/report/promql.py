@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 
 from ..signals.gpu_readings import ENGINE_ACTIVE, GPU_UTIL
-from ..signals.pods import PROFILE_ANNOTATION
+from ..signals.pod_facts import PROFILE_ANNOTATION, SERVER_KEY, USER_KEY
 
 # z2jh's pod labels (KubeSpawner's), as kube-state-metrics names them
-USERNAME = "hub.jupyter.org/username"
-SERVERNAME = "hub.jupyter.org/servername"
+USERNAME = USER_KEY
+SERVERNAME = SERVER_KEY
 COMPONENT = "component"
 SINGLEUSER = "singleuser-server"
 GPU_RESOURCES = "nvidia_com_.+"  # nvidia.com/gpu, MIG profiles (nvidia.com/mig-1g.5gb), shared GPUs, sanitized

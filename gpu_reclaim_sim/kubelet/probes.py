@@ -78,6 +78,8 @@ async def check(probe: Probe, container: dict[str, Any], proc: Any, pod_ip: str,
         return str(e)
     except containerexec.ExecError as e:
         return f"rpc error: code = Unknown desc = {e}"
+    except Exception as e:  # e.g. a path aiohttp cannot make a URL of: a failure, not a dead prober
+        return f"probe error: {e}"
     return "unknown probe handler (grpc probes are not simulated)"
 
 

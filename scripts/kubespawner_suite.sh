@@ -9,6 +9,15 @@
 # The tests: PyPI's sdist when it carries tests/ (7.1.0's does not), else the release's
 # tag from GitHub, else a checkout you name: KUBESPAWNER_SRC=/path/to/kubespawner (at the
 # installed version's tag).
+#
+# Timing, as on k3s: their hub pod is Ready once its readinessProbe (TCP 8081) passes, so a
+# spawn never races the hub's start; KubeSpawner's start() returns when the user pod runs,
+# and the 6 tests that exec `check_up` then give jupyterhub-singleuser about 5 s (four
+# tries a second apart, each an exec) to listen. The simulator runs the real server
+# (JupyterLab and all: about 3.4 CPU-seconds until it listens), so those 6, and the 2
+# `*_override_namespace` tests that find a failed one's pod, need a machine with a core
+# to spare for it: on one busy with other work they fail with `Connection refused`
+# (docs/sim.md, "KubeSpawner's own test suite").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

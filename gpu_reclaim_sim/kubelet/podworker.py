@@ -1,7 +1,7 @@
 """One pod on a simulated kubelet's node, from binding to removal (`PodWorker`): its
 claims, volumes, /etc/hosts and Service variables, its containers started through the
-container runtime (with what `containerconfig` gives each) and restarted with back-off,
-its status and events in the kubelet's words, and SIGTERM then SIGKILL before the pod
+container runtime (with what `containerconfig` gives each), probed for readiness
+(`probes`) and restarted with back-off, its status and events in the kubelet's words, and SIGTERM then SIGKILL before the pod
 object goes."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cgroups, containerconfig, hosts, runtime, volumes
+from . import cgroups, containerconfig, hosts, probes, runtime, volumes
 from .. import errors
 from ..controllers import persistentvolumes
 from .backoff import RestartBackoff
@@ -69,6 +69,8 @@ class PodWorker:
         self._started_at: dict[str, str] = {}
         self._state: dict[str, Obj] = {}  # container name -> its current state
         self._last_terminated: dict[str, Obj] = {}  # container name -> its last run's end
+        self._ready: dict[str, bool] = {}  # container name -> its readiness probe's verdict
+        self._probers: dict[str, asyncio.Task] = {}  # container name -> its readiness prober
         self._backoff = RestartBackoff()
 
     # --- status and events -----------------------------------------------------------
@@ -136,6 +138,8 @@ class PodWorker:
         if self._released:
             return
         self._released = True
+        for name in list(self._probers):
+            self._stop_probe(name)
         self.cluster.gpus.release(self.ns, self.name)
         self.cluster.hosts.unregister(self.uid)
         await self.cluster.dataplane.remove_pod(self.uid)  # CNI DEL
@@ -220,7 +224,7 @@ class PodWorker:
             return
         self.update_status(lambda s: s.update({
             "phase": "Running", "podIP": self.ip, "podIPs": [{"ip": self.ip}],
-            "conditions": _conditions(self.pod, initialized=True, ready=self._all_running()),
+            "conditions": _conditions(self.pod, initialized=True, ready=self._all_ready()),
             "containerStatuses": [self._status(c) for c in self._containers()],
         }))
         codes = await asyncio.gather(*(self._keep_running(c, first[c["name"]], gpu_env.get(c["name"]))
@@ -268,8 +272,39 @@ class PodWorker:
             await asyncio.sleep(delay)
             delay = min(delay * 2, MOUNT_RETRY_MAX)
 
-    def _all_running(self) -> bool:
-        return all(self._state.get(c["name"], {}).get("running") for c in self._containers())
+    def _all_ready(self) -> bool:
+        return all(self._is_ready(c["name"]) for c in self._containers())
+
+    def _is_ready(self, name: str) -> bool:
+        """Running, and, with a readiness probe, passing it."""
+        return "running" in self._state.get(name, {}) and self._ready.get(name, True)
+
+    def _probe(self, c: Obj, proc: Any) -> None:
+        """Probe a started container's readiness, if it has a readinessProbe (a stub has
+        nothing to probe: ready once it "runs")."""
+        spec = c.get("readinessProbe")
+        if not spec or isinstance(proc, runtime.StubProcess):
+            return
+        probe, name = probes.Probe.of(spec), c["name"]
+        self._ready[name] = False
+
+        async def once() -> str | None:
+            return await probes.check(probe, c, proc, self.ip or "", self.kubelet.address)
+
+        def report(ready: bool) -> None:
+            self._ready[name] = ready
+            self._set_state(c, self._state[name])
+
+        def failed(message: str) -> None:
+            self.event("Unhealthy", f"Readiness probe failed: {message}", c, "Warning")
+
+        self._probers[name] = asyncio.create_task(probes.watch(probe, once, report, failed))
+
+    def _stop_probe(self, name: str) -> None:
+        task = self._probers.pop(name, None)
+        if task is not None:
+            task.cancel()
+        self._ready.pop(name, None)
 
     async def _keep_running(self, c: Obj, proc: Any, gpu_uuids: str | None) -> int:
         """Wait for a container to exit and apply the restart policy, with the kubelet's
@@ -279,6 +314,7 @@ class PodWorker:
         while True:
             code = 128 if proc is None else await proc.wait()
             finished = time.time()
+            self._stop_probe(name)
             # no process: it failed to start, and its state says how it terminated
             terminated = self._state[name]["terminated"] if proc is None else {
                 "exitCode": code, "reason": "Completed" if code == 0 else "Error",
@@ -315,7 +351,7 @@ class PodWorker:
 
         def apply(s: Obj) -> None:
             _set_container(s, self._status(c))
-            s["conditions"] = _conditions(self.pod, initialized=True, ready=self._all_running())
+            s["conditions"] = _conditions(self.pod, initialized=True, ready=self._all_ready())
 
         self.update_status(apply)
 
@@ -323,7 +359,8 @@ class PodWorker:
         state = self._state.get(c["name"], {"waiting": {"reason": "ContainerCreating"}})
         running = "running" in state
         last = self._last_terminated.get(c["name"])
-        return {**_base_status(c, self._restarts.get(c["name"], 0)), "ready": running, "started": running,
+        return {**_base_status(c, self._restarts.get(c["name"], 0)), "ready": self._is_ready(c["name"]),
+                "started": running,
                 "containerID": self._container_ids.get(c["name"]), "state": state,
                 "lastState": {"terminated": last} if last else {}}
 
@@ -352,6 +389,7 @@ class PodWorker:
                                                "containerID": self._container_ids.get(c["name"])}})
             return None
         self._state[c["name"]] = {"running": {"startedAt": self._started_at[c["name"]]}}  # the caller reports it
+        self._probe(c, proc)
         return proc
 
     async def _start(self, c: Obj, gpu_uuids: str | None) -> Any:

@@ -193,6 +193,7 @@ class DataPlane:
                      if os.path.isdir(cgroups.NFT_ROOT / cg)]
             compiled = netpol.compile_policies(policies, known, namespaces, self.view)
         return compiled, nftables.render(self.table, routes, compiled, deny=self.deny,
+                                         nodes=str(self.cluster.network.nodes.network),
                                          comment=f"jupyterhub-gpu-reclaim simulator {self.cluster.scenario.name!r}"
                                                  f" (pid {os.getpid()}): kube-proxy and NetworkPolicy")
 

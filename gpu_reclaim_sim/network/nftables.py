@@ -13,7 +13,9 @@ host, takes the output path: the rules hang on the output hook.
   really goes to): only a connection's first packet (conntrack NEW) is judged, replies
   and established connections pass. The source is the pod whose cgroup owns the socket
   (`socket cgroupv2 level 2`, sim.kubelet.cgroups), or, outside every pod of this cluster, the
-  host at its address. A refused connection is rejected with ICMP "administratively
+  host at its address; a connection from the node network (the kubelet's probes, which
+  leave from their node's address) always passes, as NetworkPolicy admits a pod's node.
+  A refused connection is rejected with ICMP "administratively
   prohibited" (the client gets EHOSTUNREACH, "No route to host", at once, never mistaken
   for a closed port), or with `deny = "drop"` silently dropped (the client's SYNs go
   unanswered until it times out), the default of Calico and Cilium.
@@ -65,7 +67,7 @@ def table_name() -> str:
 
 
 def render(table: str, routes: list[Route], policy: Compiled | None, *, deny: str = "reject",
-           comment: str = "") -> str:
+           comment: str = "", nodes: str | None = None) -> str:
     """The `nft -f` script that replaces the table with these rules, atomically."""
     out = [f"table ip {table}", f"delete table ip {table}", f"table ip {table} {{"]
     if comment:
@@ -95,12 +97,12 @@ def render(table: str, routes: list[Route], policy: Compiled | None, *, deny: st
                          "goto from_host"]
     out += _chain("filter_output", filter_rules)
     if policy is not None:
-        out += _policy(policy, DENY_ACTIONS[deny])
+        out += _policy(policy, DENY_ACTIONS[deny], nodes)
     out.append("}")
     return "\n".join(out) + "\n"
 
 
-def _policy(c: Compiled, deny: str) -> list[str]:
+def _policy(c: Compiled, deny: str, nodes: str | None = None) -> list[str]:
     cgroup = "typeof socket cgroupv2 level 2"
     boxes = ["typeof ip daddr . tcp dport", "flags interval"]
     # every pod that runs a process: its connections are a pod's, whatever the rules say of it
@@ -136,7 +138,9 @@ def _policy(c: Compiled, deny: str) -> list[str]:
     isolated = "ip daddr != @ingress_isolated accept"
     out += _chain("ingress_from_pod", [isolated, *ingress_pods,
                                        f"counter {deny} comment {_quote('refused: ingress from a pod')}"])
-    out += _chain("from_host", [isolated, *ingress_hosts,
+    # NetworkPolicy always admits a pod's node (its kubelet's probes), here the node network
+    node = [f"ip saddr {nodes} accept comment {_quote('the node: kubelet probes')}"] if nodes else []
+    out += _chain("from_host", [isolated, *node, *ingress_hosts,
                                 f"counter {deny} comment {_quote('refused: ingress from outside the cluster')}"])
     return out
 

@@ -22,6 +22,8 @@ SLOWEST_FIRST = (
     "tests/spawner/test_spawner_live.py",
     "tests/signals/test_signals_live.py",
     "tests/service/test_probe_credentials.py",
+    "tests/integration/test_demo_command.py",
+    "tests/browser/test_demo.py",
     "tests/backtest/test_tracegen.py",
     "tests/sim/test_netpol.py",
     "tests/faults/test_malformed.py",

@@ -2,11 +2,13 @@
 VENV ?= .venv
 VENV_JH5 ?= .venv-jh5
 PYTEST_ARGS ?=
-# pytest-xdist workers, each taking a module at a time: for the tests that start no hub, and
-# for those with a real hub (marked integration), which mostly wait on the service's timers
-# but start hubs, clusters and browsers: two at a time on CI's two cores; 0 runs in one process
-UNIT_WORKERS ?= auto
-HUB_WORKERS ?= 2
+# pytest-xdist workers, each taking a module at a time, the slowest first (tests/support/order.py;
+# --no-loadscope-reorder keeps that order): three on CI's two cores, as the tests with a real
+# hub (marked integration) mostly wait on the service's timers while the others compute, so
+# one pass runs both; 0 runs a pass in one process
+WORKERS ?= 3
+HUB5_WORKERS ?= 2
+XDIST = --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup demo test benchmarks kubespawner-suite
 
@@ -19,11 +21,10 @@ demo: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/python -m pytest -n $(UNIT_WORKERS) --dist loadfile -m "not integration" $(PYTEST_ARGS)
-	$(VENV)/bin/python -m pytest -n $(HUB_WORKERS) --dist loadfile -m integration $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(WORKERS) $(XDIST) $(PYTEST_ARGS)
 # the hub contract (tests marked hub_contract) again on the z2jh chart's hub image (JupyterHub
 # 5.5): the rest meets the hub only through it (docs/install-z2jh.md, JupyterHub 5 and 6)
-	$(VENV)/bin/python -m pytest -n $(HUB_WORKERS) --dist loadfile --hub-python=$(VENV_JH5)/bin/python \
+	$(VENV)/bin/python -m pytest -n $(HUB5_WORKERS) $(XDIST) --hub-python=$(VENV_JH5)/bin/python \
 		-m hub_contract $(PYTEST_ARGS)
 
 benchmarks: setup

@@ -51,6 +51,44 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# The chart's hub image: its requirements, then the package installed as
+# examples/hub-image/Dockerfile installs it (constrained to the image's versions: it adds
+# packages and changes none). First a plain `pip install` of the package, dry-run, must not
+# upgrade the image's JupyterHub or KubeSpawner either.
+hub_image_venv() {
+  if [ ! -x "$VENV_JH5/bin/python" ]; then
+    echo "setup: creating $VENV_JH5"
+    "$PYTHON" -m venv "$VENV_JH5"
+  fi
+  stamp="$VENV_JH5/.setup-stamp"
+  want=$(cat setup.cfg pyproject.toml "$HUB_IMAGE_REQUIREMENTS" <(echo "${HUB_IMAGE_C_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing the z2jh hub image's requirements (JupyterHub 5.5) and the package into $VENV_JH5"
+    pip=("$VENV_JH5/bin/python" -m pip)
+    "${pip[@]}" install -q --upgrade pip
+    "${pip[@]}" install -q -r "$HUB_IMAGE_REQUIREMENTS" "${HUB_IMAGE_C_PACKAGES[@]}"
+    "${pip[@]}" freeze --exclude-editable > "$VENV_JH5/hub-image.txt"
+    report=$(mktemp)
+    "${pip[@]}" install -q --dry-run --report "$report" -e .
+    "$VENV_JH5/bin/python" - "$report" <<'PY'
+import json, sys
+upgraded = sorted(f"{i['metadata']['name']} {i['metadata']['version']}"
+                  for i in json.load(open(sys.argv[1]))["install"]
+                  if i["metadata"]["name"].lower() in {"jupyterhub", "jupyterhub-kubespawner"})
+if upgraded:
+    sys.exit(f"setup: `pip install jupyterhub-gpu-reclaim` would upgrade the hub image's {', '.join(upgraded)}")
+PY
+    rm -f "$report"
+    "${pip[@]}" install -q -c "$VENV_JH5/hub-image.txt" -e .
+    echo "$want" > "$stamp"
+  fi
+}
+# ... in the background while the JupyterLab extension builds (pip waits on the network and
+# the disk, npm on the CPU): they share no file, and the package's editable install into
+# $VENV (its egg-info in the worktree) is done above
+hub_image_venv &
+hub_image_pid=$!
+
 # The JupyterLab extension (labextension/, docs/lab.md): its npm packages when
 # package-lock.json changed, its build when its sources or JupyterLab changed, and the build
 # linked where the venv's jupyter-server finds it (as `jupyter labextension develop` links
@@ -88,33 +126,4 @@ if [ "$(readlink "$labext_config" 2>/dev/null)" != "$PWD/$LAB_CONFIG" ]; then
   ln -sf "$PWD/$LAB_CONFIG" "$labext_config"
 fi
 
-# The chart's hub image: its requirements, then the package installed as
-# examples/hub-image/Dockerfile installs it (constrained to the image's versions: it adds
-# packages and changes none). First a plain `pip install` of the package, dry-run, must not
-# upgrade the image's JupyterHub or KubeSpawner either.
-if [ ! -x "$VENV_JH5/bin/python" ]; then
-  echo "setup: creating $VENV_JH5"
-  "$PYTHON" -m venv "$VENV_JH5"
-fi
-stamp="$VENV_JH5/.setup-stamp"
-want=$(cat setup.cfg pyproject.toml "$HUB_IMAGE_REQUIREMENTS" <(echo "${HUB_IMAGE_C_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "setup: installing the z2jh hub image's requirements (JupyterHub 5.5) and the package into $VENV_JH5"
-  pip=("$VENV_JH5/bin/python" -m pip)
-  "${pip[@]}" install -q --upgrade pip
-  "${pip[@]}" install -q -r "$HUB_IMAGE_REQUIREMENTS" "${HUB_IMAGE_C_PACKAGES[@]}"
-  "${pip[@]}" freeze --exclude-editable > "$VENV_JH5/hub-image.txt"
-  report=$(mktemp)
-  "${pip[@]}" install -q --dry-run --report "$report" -e .
-  "$VENV_JH5/bin/python" - "$report" <<'PY'
-import json, sys
-upgraded = sorted(f"{i['metadata']['name']} {i['metadata']['version']}"
-                  for i in json.load(open(sys.argv[1]))["install"]
-                  if i["metadata"]["name"].lower() in {"jupyterhub", "jupyterhub-kubespawner"})
-if upgraded:
-    sys.exit(f"setup: `pip install jupyterhub-gpu-reclaim` would upgrade the hub image's {', '.join(upgraded)}")
-PY
-  rm -f "$report"
-  "${pip[@]}" install -q -c "$VENV_JH5/hub-image.txt" -e .
-  echo "$want" > "$stamp"
-fi
+wait "$hub_image_pid"  # its exit status: set -e stops here when it failed

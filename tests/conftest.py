@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from gpu_reclaim_sim.paths import REPO
 
-from .support import live
+from .support import live, order
 from .support.browser import CHROMIUM, CHROMIUM_ARGS
 from .support.live import api_fixture, hub_fixture, hub_major, sim_fixture
 
@@ -81,8 +81,9 @@ def kind_of(item) -> str:
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(kind_of(item))
-    # the slow integration tests last, so a quick failure shows first
-    items.sort(key=lambda item: item.get_closest_marker("integration") is not None)
+    # the slowest modules first, so that a pass on several workers ends on short ones
+    # (tests/support/order.py; make test keeps this order: --no-loadscope-reorder)
+    items.sort(key=lambda item: order.rank(item.nodeid))
 
 
 def pytest_runtest_setup(item):

@@ -119,3 +119,18 @@ def test_the_check_itself(tmp_path):
         "tests/support/fakes.py (support) imports tests.conftest (conftest)",
         "tests/support/traces.py (support) imports tests.a.test_b (test module)",
     ]
+
+
+def test_the_order_of_the_passes_names_what_is_there():
+    """tests/support/order.py ranks modules by their paths: a slow module moved or renamed
+    would drop to the end of make test's passes unnoticed. A package kept together is one
+    unit, ranked before the modules not named."""
+    from tests.support.order import SLOWEST_FIRST, TOGETHER, rank
+
+    assert len(set(SLOWEST_FIRST)) == len(SLOWEST_FIRST)
+    for path in SLOWEST_FIRST:
+        assert (REPO / path).is_dir() if path.endswith("/") else (REPO / path).is_file(), path
+    assert set(TOGETHER) <= set(SLOWEST_FIRST)
+    web = rank("tests/web/test_render.py::test_x")
+    assert rank("tests/web/test_api.py::test_y[1]") == web == SLOWEST_FIRST.index("tests/web/")
+    assert rank(f"{SLOWEST_FIRST[0]}::test_z") == 0 < web < rank("tests/wording/test_wording.py::test_w")

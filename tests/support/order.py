@@ -1,0 +1,50 @@
+"""The order in which `make test` hands the test modules to pytest-xdist's workers: the
+slowest first (as measured, docs/architecture.md#the-tests), so that a pass ends on short
+modules on both workers rather than on one worker carrying a long module while the other
+idles (`--dist loadfile --no-loadscope-reorder` keeps the collection's order; tests/conftest.py
+sorts by `rank`). The modules of a package that share a package-scoped fixture (tests/web: one
+hub) stay together, or a worker that left the package would start that fixture again."""
+
+from __future__ import annotations
+
+# the slowest modules of make test, slowest first, as measured on two cores (the hub's and the
+# release's wait on the service's timers; the others are CPU); the rest follow in collection order
+SLOWEST_FIRST = (
+    "tests/release/test_release.py",
+    "tests/backtest/test_backtest.py",
+    "tests/policy/test_policy.py",
+    "tests/lab/test_lab.py",
+    "tests/service/test_service_live.py",
+    "tests/web/",
+    "tests/deploy/test_examples.py",
+    "tests/service/test_without_kubernetes_live.py",
+    "tests/integration/test_spawn.py",
+    "tests/spawner/test_spawner_live.py",
+    "tests/policy/test_shared_gpu.py",
+    "tests/signals/test_signals_live.py",
+    "tests/service/test_shared_gpus_live.py",
+    "tests/service/test_probe_credentials.py",
+    "tests/integration/test_demo_command.py",
+    "tests/browser/test_demo.py",
+    "tests/backtest/test_tracegen.py",
+    "tests/sim/test_netpol.py",
+    "tests/faults/test_malformed.py",
+    "tests/sim/test_rbac.py",
+    "tests/sim/test_workloads.py",
+    "tests/sim/test_kubelet.py",
+    "tests/sim/test_scheduler.py",
+    "tests/service/test_service.py",
+    "tests/packaging/test_wheels.py",
+    "tests/faults/test_faults.py",
+    "tests/sim/test_apiserver.py",
+)
+# packages whose modules share a package-scoped fixture: one unit, ranked as the package
+TOGETHER = ("tests/web/",)
+
+
+def rank(nodeid: str) -> int:
+    """Where the test `nodeid` (tests/...::name) goes: its module's (or its package's) place
+    in SLOWEST_FIRST, after all of them if it is not there."""
+    module = nodeid.split("::", 1)[0]
+    unit = next((package for package in TOGETHER if module.startswith(package)), module)
+    return SLOWEST_FIRST.index(unit) if unit in SLOWEST_FIRST else len(SLOWEST_FIRST)

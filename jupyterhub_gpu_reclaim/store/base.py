@@ -142,10 +142,6 @@ class StoreBase:
         if refused:
             raise RowsRefused(what, refused)
 
-    def schema_version(self) -> int:
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar_one()
-
     def close(self) -> None:
         self.engine.dispose()
 

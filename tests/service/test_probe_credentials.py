@@ -42,6 +42,7 @@ from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import QUICK, latest_rule, start_service_hub, until, write_service_config
+from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -205,7 +206,7 @@ async def test_a_role_without_tokens_sends_nothing_and_holds(hub, scene):
 
     def held() -> dict | None:
         with Store.open(hub.info["notokens_store"]) as store:
-            for _, d in store.decisions(session="mallory/"):
+            for _, d in decisions_of(store, "mallory/"):
                 if (d.action, d.rule) == ("hold", "kernel-data-missing"):
                     return d.evidence
         return None

@@ -26,7 +26,7 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
    cycle then `--cycles` timed cycles:
    - ours: `service.Reclaimer` with the real HubSignal (page size 200, concurrency 10),
      PrometheusSignal (default query), KernelSignal, HubStopper, a Dispatcher with a
-     LogNotifier, a Store on a temporary SQLite file, `PolicyConfig()`, `Options()` and
+     LogNotifier, a Store on a temporary SQLite file, `ServiceSettings()` (the default policy and options) and
      the real PodSignal (kubernetes_asyncio list + watch) against the fake API; a second
      variant ("pods view pre-filled", `--pods fake` alone) replaces the pods signal by an
      in-process view holding the same 5,000 `PodInfo` (built by `signals.pods.pod_info`),
@@ -372,10 +372,9 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     import tracemalloc
 
     from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
-    from jupyterhub_gpu_reclaim.service.cycle_types import Options
     from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
-    from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
     from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
+    from jupyterhub_gpu_reclaim.settings import ServiceSettings
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
     from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
@@ -409,11 +408,11 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     store = Store.open(f"sqlite:///{tmp}/store.sqlite")
     hub = HubSignal(api, TOKEN, page_size=200, concurrency=10)
     gpu = PrometheusSignal(f"http://127.0.0.1:{ports['prometheus']}")
-    kernels = KernelSignal("", ProbeTokens(api, TOKEN), timeout=5.0, concurrency=10)
+    kernels = KernelSignal(ProbeTokens(api, TOKEN), timeout=5.0, concurrency=10)
     stopper = HubStopper(api, TOKEN)
     dispatcher = Dispatcher([LogNotifier()])
     reclaimer = Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper,
-                          dispatcher=dispatcher, store=store, policy=PolicyConfig(), options=Options())
+                          dispatcher=dispatcher, store=store, settings=ServiceSettings())
 
     # where the first cycle's time goes: the pods signal's start (import, list) and the
     # decision log (a row per session whose decision changed: all of them at first)

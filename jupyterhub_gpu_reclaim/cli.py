@@ -7,9 +7,7 @@ import datetime as dt
 import sys
 from typing import Sequence
 
-
-# store.DEFAULT_URL, the service's --store-url default (not imported: sqlalchemy is slow to load)
-DEFAULT_STORE_URL = "sqlite:///gpu_reclaim.sqlite"
+from . import DEFAULT_STORE_URL
 
 
 def _backtest(args: argparse.Namespace) -> int:

@@ -12,12 +12,14 @@ parse_command_line and load_config are these functions (a base class would show 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import sys
 from typing import Collection, Mapping, Sequence
 
 from traitlets import TraitError
 from traitlets.config import Application, Config, Configurable
+from traitlets.config.loader import ConfigFileNotFound
 
 from .errors import ConfigError
 
@@ -113,14 +115,7 @@ def load_config_files(app: Application, config_files: Sequence[str], *, explicit
                 raise ConfigError(f"config file {config_file} not found")
             continue
         try:
-            config = Config()
-            for part, fname in app._load_config_files(
-                os.path.splitext(os.path.basename(path))[0], path=os.path.dirname(path),
-                log=app.log, raise_config_file_errors=True,
-            ):
-                config.merge(part)
-                if fname not in app._loaded_config_files:
-                    app._loaded_config_files.append(fname)
+            config = _read_config_file(app, path)
         except Exception as e:  # a syntax or runtime error in the Python config file
             raise ConfigError(f"{config_file}: {type(e).__name__}: {e}") from None
         _check_known_keys(app, config, config_file, foreign)
@@ -143,6 +138,29 @@ def load_config_files(app: Application, config_files: Sequence[str], *, explicit
         if trait in written:
             message = message.replace(f"--{trait.replace('_', '-')}", written[trait], 1)
         raise ConfigError(f"{where}: {message}") from None
+
+
+def _read_config_file(app: Application, path: str) -> Config:
+    """The settings of the config file `path` and of its JSON twin (name.py, then name.json,
+    those that exist), read with the app's public loader classes as traitlets reads them."""
+    name, directory = os.path.splitext(os.path.basename(path))[0], os.path.dirname(path)
+    config = Config()
+    loaded: list[tuple[str, Config]] = []
+    for loader_class, ext in ((app.python_config_loader_class, ".py"), (app.json_config_loader_class, ".json")):
+        loader = loader_class(name + ext, path=directory, log=app.log)
+        try:
+            part = loader.load_config()
+        except ConfigFileNotFound:
+            continue
+        for earlier_file, earlier in loaded:  # as traitlets warns of them
+            collisions = earlier.collisions(part)
+            if collisions:
+                app.log.warning("Collisions detected in %s and %s config files. %s has higher priority: %s",
+                                earlier_file, loader.full_filename, loader.full_filename,
+                                json.dumps(collisions, indent=2))
+        loaded.append((loader.full_filename, part))
+        config.merge(part)
+    return config
 
 
 def _trait_of(app: Application, e: Exception) -> str | None:

@@ -18,12 +18,12 @@ Every option can also be set in the config file ``gpu_reclaim_config.py``
 Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the default
 ``--url``, ``JUPYTERHUB_API_URL``.
 
-Each option is declared once, as a field: the service's in `settings.ServiceSettings`,
-the GPU policy's in `policy.config.PolicyConfig`; this module makes the traitlets options
-of those fields and adds what only the Application knows (defaults read from the
-environment, checks, the command-line aliases and flags). A bad setting raises
+Each option is declared once, as a field: the service's in `settings.ServiceSettings`
+(with its trait), the GPU policy's in `policy.config.PolicyConfig`; the Application has
+them as its traits and adds what only it knows (defaults read from the environment,
+checks, the command-line aliases and flags). A bad setting raises
 :class:`~.errors.ConfigError` (`command_line` reads the command line and the file).
-`launcher.run_app` checks them, hands the service a typed `ServiceSettings` and maps
+`launcher.run_app` checks them, hands the service one frozen `ServiceSettings` and maps
 errors to exit statuses; nothing that runs the service sees this Application.
 """
 
@@ -35,7 +35,7 @@ import logging
 import os
 import re
 from textwrap import dedent
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 from urllib.parse import urlsplit
 
 from traitlets import Bool, Float, Set, TraitError, TraitType, Unicode, default, validate
@@ -47,12 +47,12 @@ from .errors import ConfigError
 from .oneline import LogFormatter
 from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
-from .settings import Duration, ServiceSettings
+from .settings import Duration, ServiceSettings, effective_cull_every, options
 
 CONFIG_FILE = "gpu_reclaim_config.py"
 
 # the service's options, in command-line order: the fields of ServiceSettings that are options
-_SERVICE_FIELDS = tuple(f for f in dataclasses.fields(ServiceSettings) if "trait" in f.metadata)
+_SERVICE_FIELDS = tuple(f for f in dataclasses.fields(ServiceSettings) if "option" in f.metadata)
 
 # The command-line options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
 IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"] and f.metadata["command_line"])
@@ -73,12 +73,6 @@ POLICY_OPTIONS = {option_of(f.name): f.name for f in dataclasses.fields(PolicyCo
 
 def _help(text: str) -> str:
     return dedent(text).strip()
-
-
-def _service_option(f: dataclasses.Field) -> TraitType:
-    """The option of a ServiceSettings field: its trait, default and help from the field."""
-    m = f.metadata
-    return m["trait"](*m["args"], help=m["help"], **m["kwargs"]).tag(config=True)
 
 
 _POLICY_DEFAULTS = PolicyConfig()
@@ -105,8 +99,7 @@ def _policy_option(option: str) -> TraitType:
 # the GPU policy's options: the PolicyConfig fields with help (the others are idle-culler's)
 _GPU_POLICY_OPTIONS = [option_of(f.name) for f in dataclasses.fields(PolicyConfig) if f.metadata["help"]]
 # every option but --config and --generate-config: the service's, then the GPU policy's
-_OPTIONS: dict[str, TraitType] = {**{f.name: _service_option(f) for f in _SERVICE_FIELDS},
-                                  **{name: _policy_option(name) for name in _GPU_POLICY_OPTIONS}}
+_OPTIONS: dict[str, TraitType] = {**options(), **{name: _policy_option(name) for name in _GPU_POLICY_OPTIONS}}
 # those with a --name=value alias, in command-line order (the others: config file only)
 _COMMAND_LINE = [f.name for f in _SERVICE_FIELDS if f.metadata["command_line"]] + _GPU_POLICY_OPTIONS
 
@@ -133,9 +126,14 @@ class GpuReclaim(Application):
     raise_config_file_errors = True
 
     # ------------------------------------------------------------------ the options
-    # made from their declarations; in a class body locals() is the class's namespace
+    # The declared options, in the class's own namespace: traitlets sets a trait up as the
+    # class is made, and a base class holding them would show in --help-all's
+    # "GpuReclaim(Application) options"; setattr afterwards skips traitlets' setup.
 
     locals().update(_OPTIONS)
+
+    if TYPE_CHECKING:  # the options above, which type checkers cannot see
+        def __getattr__(self, name: str) -> Any: ...
 
     config_file = Unicode(
         CONFIG_FILE,
@@ -165,8 +163,8 @@ class GpuReclaim(Application):
         return os.environ.get("JUPYTERHUB_API_URL")
 
     @default("cull_every")
-    def _cull_every_default(self) -> int:  # as jupyterhub-idle-culler's
-        return self.option("timeout") // 2
+    def _cull_every_default(self) -> int:
+        return effective_cull_every(0, self.timeout)
 
     @default("api_token")
     def _api_token_default(self) -> str:
@@ -221,10 +219,12 @@ class GpuReclaim(Application):
 
     @validate("gpu_idle_threshold")
     def _threshold_valid(self, proposal: Any) -> float:
-        value = proposal["value"]
-        if not 0 < value <= 100:
-            raise TraitError(f"--gpu-idle-threshold must be a percent in (0, 100], got {value}")
-        return value
+        # PolicyConfig's check, as the value is read: the error names where it was set
+        try:
+            from_settings({"gpu_idle_threshold": proposal["value"]})
+        except ValueError as e:
+            raise TraitError(_policy_message(str(e))) from None
+        return proposal["value"]
 
     # ------------------------------------------------------------------ command line
 
@@ -278,22 +278,17 @@ class GpuReclaim(Application):
 
     # ------------------------------------------------------------------ effective settings
 
-    def option(self, name: str) -> Any:
-        """The value of the option `name`: the options made from their declarations are
-        read by name (type checkers cannot see attributes a class body makes)."""
-        return getattr(self, name)
-
     def policy_config(self) -> PolicyConfig:
         """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
         try:
-            return from_settings({field: self.option(option) for option, field in POLICY_OPTIONS.items()})
+            return from_settings({field: getattr(self, option) for option, field in POLICY_OPTIONS.items()})
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
 
     def load_policy_rules(self, base: PolicyConfig) -> PolicyRules:
         """The rules of the --policy-rules file over `base` (none without one). Raises
         ConfigError naming the file and the rule."""
-        path = self.option("policy_rules")
+        path = self.policy_rules
         if not path:
             return PolicyRules(base)
         try:

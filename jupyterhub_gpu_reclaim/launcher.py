@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
 import logging
 import os
 import signal
@@ -28,13 +27,12 @@ from traitlets.config import Application
 
 from .service.hub_stopper import HubStopper
 from .config import GpuReclaim
-from .service.cycle_types import Options
 from .errors import ConfigError, ServiceError
 from .service.metrics import Metrics
 from .service.notify import Dispatcher, make_notifiers, redact_url
 from .policy.rules import Match
 from .service.cycle import Reclaimer
-from .settings import ServiceSettings
+from .settings import ServiceSettings, effective_cull_every, options
 from .signals.base import SignalError, hide_password
 from .signals.interfaces import GpuSource
 from .store import Store
@@ -43,7 +41,6 @@ from .store.base import StoreError
 log = logging.getLogger("jupyterhub_gpu_reclaim.launcher")
 
 
-_DERIVED = frozenset({"policy", "rules", "options", "ssl_context"})
 _SECRET_KEYS = frozenset({"password", "headers", "token"})
 
 
@@ -65,21 +62,13 @@ def _ssl_context(location: str) -> ssl.SSLContext:
     return context
 
 
-def _option_values(app: GpuReclaim) -> dict[str, Any]:
-    """The value of each ServiceSettings option field, read from `app` by the field's name
-    (config.GpuReclaim makes its options from these fields); lists as tuples, and
-    --cull-every 0 as half of --timeout, as jupyterhub-idle-culler does."""
-    values = {f.name: app.option(f.name) for f in dataclasses.fields(ServiceSettings) if f.name not in _DERIVED}
-    values["cull_every"] = values["cull_every"] or max(1, values["timeout"] // 2)
-    return {name: tuple(value) if isinstance(value, list) else value for name, value in values.items()}
-
-
 def service_settings(app: GpuReclaim) -> ServiceSettings:
-    """The settings `app` describes, checked as far as they can be before running;
+    """The settings `app` describes (each ServiceSettings option field read from the option
+    of its name; lists as tuples), checked as far as they can be before running;
     ConfigError names the first bad one."""
-    policy = app.policy_config()
-    s = ServiceSettings(policy=policy, rules=app.load_policy_rules(policy), options=Options(), ssl_context=None,
-                        **_option_values(app))
+    values: dict[str, Any] = {name: tuple(v) if isinstance(v, list) else v
+                              for name in options() for v in [getattr(app, name)]}
+    s = ServiceSettings(rules=app.load_policy_rules(app.policy_config()), **values)
     if not s.url:
         raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
     if not s.url.startswith(("http://", "https://")):
@@ -101,13 +90,7 @@ def service_settings(app: GpuReclaim) -> ServiceSettings:
         make_notifiers(s.notifiers)
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-    options = Options(dry_run=s.dry_run, cull_users=s.cull_users, keepalive_url=s.keepalive_url,
-                      hub_name=s.hub_name, cycle_interval=dt.timedelta(seconds=s.cull_every),
-                      cull_arbiter=s.cull_arbiter_hook,
-                      observation_retention=dt.timedelta(seconds=s.observation_retention),
-                      record_retention=dt.timedelta(seconds=s.record_retention))
-    return dataclasses.replace(s, options=options,
-                               ssl_context=_ssl_context(s.internal_certs_location) if s.ssl_enabled else None)
+    return dataclasses.replace(s, ssl_context=_ssl_context(s.internal_certs_location) if s.ssl_enabled else None)
 
 
 def _criteria(match: Match) -> str:
@@ -118,8 +101,9 @@ def _criteria(match: Match) -> str:
 
 
 def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
-    """Every option's effective value, without secrets (safe to log): no token, URLs
-    reduced to scheme and host (a Slack webhook's path is its secret), no passwords."""
+    """Every option's effective value (--cull-every 0: half of --timeout), without secrets
+    (safe to log): no token, URLs reduced to scheme and host (a Slack webhook's path is its
+    secret), no passwords."""
     application = frozenset(Application.class_trait_names())  # logging, --show-config: not ours
     out: dict[str, Any] = {}
     for name in sorted(app.class_trait_names(config=True)):
@@ -127,13 +111,12 @@ def loggable_settings(app: GpuReclaim) -> dict[str, Any]:
             continue
         value = getattr(app, name)
         out[name] = sorted(value) if isinstance(value, (set, frozenset)) else value
-    values = _option_values(app)
-    out["cull_every"] = values["cull_every"]
+    out["cull_every"] = effective_cull_every(app.cull_every, app.timeout)
     out["notifiers"] = [{k: ("***" if k in _SECRET_KEYS else redact_url(v) if k == "url" else v)
-                         for k, v in spec.items()} for spec in values["notifiers"]]
-    out["store_url"] = hide_password(values["store_url"])
-    out["prometheus_url"] = hide_password(values["prometheus_url"])
-    out["dcgm_exporter_urls"] = [hide_password(u) for u in values["dcgm_exporter_urls"]]
+                         for k, v in spec.items()} for spec in app.notifiers]
+    out["store_url"] = hide_password(app.store_url)
+    out["prometheus_url"] = hide_password(app.prometheus_url)
+    out["dcgm_exporter_urls"] = [hide_password(u) for u in app.dcgm_exporter_urls]
     return out
 
 
@@ -182,7 +165,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
         else:
             log.warning("kernel probes have no credential (kernel_probe_credential = 'none'): GPU sessions "
                         "whose GPUs look idle are held, never reclaimed (no kernel data)")
-        kernels = KernelSignal("", credentials, timeout=s.kernel_probe_timeout,
+        kernels = KernelSignal(credentials, timeout=s.kernel_probe_timeout,
                                concurrency=s.concurrency or 100)
         kernels.ssl_context = context
 
@@ -195,14 +178,15 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     stopper.ssl_context = context
     dispatcher = Dispatcher(make_notifiers(s.notifiers), admin_recipients=list(s.admin_recipients),
                             copy_admins=s.copy_admins, users_in_dry_run=s.notify_users_in_dry_run,
-                            dry_run=s.options.dry_run)
+                            dry_run=s.dry_run)
     return Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper, dispatcher=dispatcher,
-                     store=store, policy=s.policy, options=s.options, metrics=metrics, rules=s.rules)
+                     store=store, settings=s, metrics=metrics)
 
 
 async def serve(settings: ServiceSettings) -> None:
     """Run cycles every --cull-every seconds until SIGTERM/SIGINT (the first at once)."""
     from .web.app import listen, make_app
+    from .web.base import Context
 
     s = settings
     try:
@@ -221,11 +205,8 @@ async def serve(settings: ServiceSettings) -> None:
         hub_auth = HubOAuth(api_token=s.api_token, api_url=s.url, cache_max_age=30,
                             access_scopes={f"access:services!service={name}", "access:services"})
         hub_prefix = urlsplit(s.url).path.rsplit("/api", 1)[0].rstrip("/") + "/"
-        web_app = make_app(metrics, prefix, store, hub_auth, reclaimer=reclaimer, policy=s.policy,
-                           policy_rules=s.rules,
-                           admin_scope=s.admin_scope, dry_run=s.options.dry_run,
-                           cookie_secret_file=s.cookie_secret_file, hub_prefix=hub_prefix,
-                           writes_per_minute=s.user_writes_per_minute)
+        web_app = make_app(Context(metrics=metrics, prefix=prefix, settings=s, store=store, hub_auth=hub_auth,
+                                   reclaimer=reclaimer, hub_prefix=hub_prefix))
         server = listen(web_app, s.bind_url)
         log.info("serving /metrics on %s", s.bind_url)
     else:
@@ -243,7 +224,7 @@ async def serve(settings: ServiceSettings) -> None:
             await check_scopes()
         except SignalError:
             pass  # check_scopes logged why; the first mint tries again
-    interval = s.options.cycle_interval.total_seconds()
+    interval = s.cycle_interval.total_seconds()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

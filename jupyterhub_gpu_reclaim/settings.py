@@ -1,10 +1,12 @@
 """The service's settings, each declared once: `ServiceSettings`.
 
-Each field of `ServiceSettings` that carries an option (`_option`) declares that option's
-kind of value, default and help text; `config.GpuReclaim` makes its traitlets options from
-these fields (and the GPU policy's from `policy.config.PolicyConfig`'s), in this order on
-the command line. The launcher fills a frozen `ServiceSettings` from the options and hands
-it to the service, which never sees the traitlets Application.
+Each field of `ServiceSettings` that carries an option (`_option`) declares that option: its
+trait (kind of value, default, help text), in this order on the command line;
+`config.GpuReclaim` has these traits as its options (and the GPU policy's, made from
+`policy.config.PolicyConfig`'s fields). The launcher fills one frozen `ServiceSettings` from
+the options and hands it to the service: the cycle and the web pages read the parts they
+need from it, and never see the traitlets Application. A field's default is its option's,
+so `ServiceSettings()` is the service as configured by default.
 
 A few defaults come from the environment (JUPYTERHUB_API_URL and friends); the
 Application computes those (``@default`` in config.py), and their help says so.
@@ -12,23 +14,21 @@ Application computes those (``@default`` in config.py), and their help says so.
 
 from __future__ import annotations
 
+import datetime as dt
 import ssl
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from textwrap import dedent
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from typing import Callable as CallableType
 
 from traitlets import Bool, Callable, Dict, Enum, Float, Int, List, TraitType, Unicode
 
+from . import DEFAULT_STORE_URL
 from .durations import parse_duration
 from .policy.config import PolicyConfig
 from .policy.rules import PolicyRules
 from .signals.gpu_readings import PodLabel
 from .signals.prometheus import DEFAULT_QUERY
-from .store.base import DEFAULT_URL as DEFAULT_STORE_URL
-
-if TYPE_CHECKING:
-    from .service.cycle_types import Options
 
 
 class Duration(TraitType):
@@ -53,12 +53,25 @@ class Duration(TraitType):
 
 def _option(trait: type[TraitType], *args: Any, help: str, command_line: bool = True,
             idle_culler: bool = False, secret: bool = False, **kwargs: Any) -> Any:
-    """A field set by the option of its name: `trait(*args, **kwargs)` with `help`.
-    `command_line`: also ``--name=value`` (else the config file only); `idle_culler`: one of
-    jupyterhub-idle-culler 2.0's options; `secret`: kept out of the settings' repr."""
-    return field(repr=not secret, metadata={
-        "trait": trait, "args": args, "kwargs": kwargs, "help": dedent(help).strip(),
-        "command_line": command_line, "idle_culler": idle_culler})
+    """A field set by the option of its name, the trait `trait(*args, **kwargs)` with `help`;
+    the field's default is the trait's (lists as tuples). `command_line`: also
+    ``--name=value`` (else the config file only); `idle_culler`: one of jupyterhub-idle-culler
+    2.0's options; `secret`: kept out of the settings' repr."""
+    option = trait(*args, **{**kwargs, "help": dedent(help).strip()}).tag(config=True)
+    default = option.default()
+    return field(default=tuple(default) if isinstance(default, list) else default, repr=not secret,
+                 metadata={"option": option, "command_line": command_line, "idle_culler": idle_culler})
+
+
+def effective_cull_every(cull_every: int, timeout: int) -> int:
+    """--cull-every as the service runs it: 0 (not given) is half of --timeout (at least 1 s),
+    as in jupyterhub-idle-culler."""
+    return cull_every or max(1, timeout // 2)
+
+
+def options() -> dict[str, TraitType]:
+    """The options the fields of `ServiceSettings` declare, by name, in command-line order."""
+    return {f.name: f.metadata["option"] for f in _OPTION_FIELDS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,10 +80,9 @@ class ServiceSettings:
     made with `_option`, in command-line order) and what the launcher derives from them."""
 
     # derived by the launcher
-    policy: PolicyConfig  # the GPU policy's options and idle-culler's timeout rule
-    rules: PolicyRules  # --policy-rules over `policy`
-    options: Options  # what the cycle needs beyond the policy
-    ssl_context: ssl.SSLContext | None  # --ssl-enabled: internal-ssl's client certificate and CA
+    # the GPU policy's options and idle-culler's timeout rule (`policy`), and --policy-rules over it
+    rules: PolicyRules = PolicyRules(PolicyConfig())
+    ssl_context: ssl.SSLContext | None = None  # --ssl-enabled: internal-ssl's client certificate and CA
 
     # ------------------------------------------------------------------ idle-culler 2.0
     # in its --help order
@@ -120,7 +132,7 @@ class ServiceSettings:
         policy and are never passed to it.
         """)
 
-    # the launcher puts the effective value here: half of --timeout when 0
+    # 0: half of --timeout (`cycle_interval`)
     cull_every: int = _option(Int, 0, idle_culler=True, help="""
         The interval (in seconds) for checking for idle servers to cull.
 
@@ -389,3 +401,16 @@ class ServiceSettings:
         the web pages and API, in bursts of as many; beyond it the answer is 429 with
         Retry-After. 0: no limit.
         """)
+
+    @property
+    def policy(self) -> PolicyConfig:
+        """The base policy: the GPU policy's options and idle-culler's timeout rule."""
+        return self.rules.base
+
+    @property
+    def cycle_interval(self) -> dt.timedelta:
+        """--cull-every; 0 (its default): half of --timeout, as in jupyterhub-idle-culler."""
+        return dt.timedelta(seconds=effective_cull_every(self.cull_every, self.timeout))
+
+
+_OPTION_FIELDS = tuple(f for f in fields(ServiceSettings) if "option" in f.metadata)

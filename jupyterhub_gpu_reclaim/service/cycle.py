@@ -44,14 +44,12 @@ from typing import Awaitable, Callable, TypeVar
 from urllib.parse import urlencode
 
 from .hub_stopper import HubStopper
-from .cycle_types import CycleReport, Decisions, Observation, Observed, Options, PodSource
+from .cycle_types import CycleReport, Decisions, Observation, Observed, PodSource
 from .metrics import Metrics
 from .notify import Dispatcher
 from ..policy.observations import Decision, Sample, Session, SessionView, Warning
 from ..oneline import brief
 from ..policy.decider import IDLE_RULES
-from ..policy.config import PolicyConfig
-from ..policy.rules import PolicyRules
 from ..policy.step import step
 from .history import SampleHistory
 from ..signals.base import SignalError
@@ -61,6 +59,7 @@ from .status import CycleStatus, expect_free, freeing, session_status, waiting_s
 from .observe import NO_PODS, arbitrate, observe_server, probe_kernels, unseen, unusable
 from .stops import Stops
 from ..store import Store
+from ..settings import ServiceSettings
 from ..store.base import RowsRefused
 from ..timestamps import evidence_time, format_time, utcnow
 
@@ -81,22 +80,21 @@ def _episode(decision: Decision, session: Session) -> str:
 class Reclaimer:
     def __init__(self, *, hub: HubSource, pods: PodSource | None, gpu: GpuSource | None,
                  kernels: KernelSource | None, stopper: HubStopper, dispatcher: Dispatcher,
-                 store: Store, policy: PolicyConfig, options: Options | None = None,
-                 metrics: Metrics | None = None, rules: PolicyRules | None = None,
+                 store: Store, settings: ServiceSettings | None = None, metrics: Metrics | None = None,
                  clock: Callable[[], dt.datetime] = utcnow) -> None:
         self.hub, self.pods, self.gpu, self.kernels = hub, pods, gpu, kernels
         self.stopper, self.dispatcher, self.store = stopper, dispatcher, store
-        self.policy = policy  # the base policy; a session a policy rule matches has the rule's
-        self.rules = rules if rules is not None else PolicyRules(policy)
-        self.options = options or Options()
+        self.settings = settings = settings or ServiceSettings()
+        policy = self.policy = settings.policy  # the base policy; a session a policy rule matches has the rule's
+        self.rules = settings.rules
         self.metrics = metrics or Metrics()
         self.clock = clock
-        self.metrics.dry_run.set(1 if self.options.dry_run else 0)
-        self.metrics.cycle_interval.set(self.options.cycle_interval.total_seconds())
+        self.metrics.dry_run.set(1 if settings.dry_run else 0)
+        self.metrics.cycle_interval.set(settings.cycle_interval.total_seconds())
         self.metrics.last_successful_cycle.set(time.time())  # what "no cycle succeeded for" counts from
-        self.history = SampleHistory(policy, self.options.cycle_interval, self.rules.configs[1:])
+        self.history = SampleHistory(policy, settings.cycle_interval, self.rules.configs[1:])
         self.stops = Stops(stopper=stopper, store=store, metrics=self.metrics, policy=policy, clock=clock,
-                           dry_run=self.options.dry_run, cull_users=self.options.cull_users,
+                           dry_run=settings.dry_run, cull_users=settings.cull_users,
                            notify=self._notify, forget=self._stopped)
         self._failing: dict[str, str] = {}  # sid → the unexpected error already logged for it
         self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
@@ -150,7 +148,7 @@ class Reclaimer:
                 "cycle: %d servers (%d with GPUs), %d probes, %d warned, %d stops%s%s in %.2f s",
                 report.servers, report.gpu_sessions, report.probes, len(report.warned),
                 len(report.stops), f", {len(report.would_reclaim)} would be reclaimed (dry run)"
-                if self.options.dry_run else "",
+                if self.settings.dry_run else "",
                 f", skipped: {report.skipped} unavailable" if report.skipped else
                 f", failed: {report.error}" if report.error else
                 f", {report.degraded} unavailable (decided with the last list read)" if report.degraded else "",
@@ -224,8 +222,8 @@ class Reclaimer:
         if probe:
             assert self.kernels is not None
             await probe_kernels(self.kernels, probe, seen, report, self.metrics, on_error)
-        if self.options.cull_arbiter is not None:
-            await arbitrate(self.options.cull_arbiter, seen, now, on_error)
+        if self.settings.cull_arbiter_hook is not None:
+            await arbitrate(self.settings.cull_arbiter_hook, seen, now, on_error)
         self._sessions_gone(set(seen.sessions), now)
         return seen
 
@@ -384,7 +382,7 @@ class Reclaimer:
             else:
                 report.stops += begun
                 report.would_reclaim += would
-        if self.options.cull_users and not self.options.dry_run:
+        if self.settings.cull_users and not self.settings.dry_run:
             await self._cull_inactive_users(now, report)
 
     def _record(self, report: CycleReport, what: str, write: Callable[..., object], *args: object) -> set[str] | None:
@@ -448,8 +446,8 @@ class Reclaimer:
     def _prune(self, now: dt.datetime) -> None:
         if time.monotonic() - self._last_prune > 3600:
             self._last_prune = time.monotonic()
-            self.store.prune_observations(now - self.options.observation_retention)
-            self.store.prune_records(now - self.options.record_retention)
+            self.store.prune_observations(now - dt.timedelta(seconds=self.settings.observation_retention))
+            self.store.prune_records(now - dt.timedelta(seconds=self.settings.record_retention))
 
     async def _warn(self, session: Session, d: Decision, now: dt.datetime, report: CycleReport) -> None:
         assert d.reclaim_at is not None
@@ -467,11 +465,11 @@ class Reclaimer:
             log.exception("the warning of %s failed", session.id)
 
     async def _notify(self, d: Decision, session: Session, now: dt.datetime) -> None:
-        url = self.options.keepalive_url
+        url = self.settings.keepalive_url
         if url:  # the keep-alive page opens with this session selected
             url += ("&" if "?" in url else "?") + urlencode({"session": session.id})
         results = await self.dispatcher.notify(d, session, keepalive_url=url,
-                                               hub_name=self.options.hub_name, now=now)
+                                               hub_name=self.settings.hub_name, now=now)
         for name, ok in results.items():
             if not ok:
                 self.metrics.notification_errors.labels(name).inc()

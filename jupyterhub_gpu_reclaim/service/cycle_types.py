@@ -1,11 +1,11 @@
-"""The reclaim cycle's types: its options, its report, and what each of its steps (observe →
+"""The reclaim cycle's types: its report, and what each of its steps (observe →
 decide → act, in `service.Reclaimer`) hands the next."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Protocol
+from typing import Literal, Protocol
 
 from ..policy.observations import Decision, Exemption, Intent, Sample, Session
 from ..policy.config import PolicyConfig
@@ -25,20 +25,6 @@ class PodSource(Protocol):
     async def start(self) -> None: ...
 
     def snapshot(self, max_age: float) -> PodSnapshot: ...
-
-
-@dataclass
-class Options:
-    """What the cycle needs beyond the policy (see settings.ServiceSettings for each one's help)."""
-
-    dry_run: bool = False
-    cull_users: bool = False
-    keepalive_url: str = ""
-    hub_name: str = "JupyterHub"
-    observation_retention: dt.timedelta = dt.timedelta(days=14)
-    record_retention: dt.timedelta = dt.timedelta(days=90)  # ended intents, warnings, the audit log
-    cycle_interval: dt.timedelta = dt.timedelta(minutes=5)  # --cull-every
-    cull_arbiter: Callable[..., Any] | None = None  # idle-culler 2.0's cull_arbiter_hook
 
 
 @dataclass

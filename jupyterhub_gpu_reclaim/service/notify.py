@@ -24,9 +24,8 @@ import email.utils
 import json
 import logging
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from email.headerregistry import Address
 from email.message import EmailMessage
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -384,16 +383,15 @@ class Dispatcher:
     """Routes a message to the user and a copy to admins through every notifier.
 
     Not in dry run: the user and, with `copy_admins`, the admins. In dry run: the admins
-    only, plus the user when `users_in_dry_run`. A failing notifier is logged and counted
-    in ``errors[name]``; the others still run and :meth:`send` never raises."""
+    only, plus the user when `users_in_dry_run`. A failing notifier is logged (and its
+    failure returned, which the cycle counts in a metric); the others still run and
+    :meth:`send` never raises."""
 
     notifiers: Sequence[Notifier]
     admin_recipients: Sequence[str] = ()
     copy_admins: bool = True
     users_in_dry_run: bool = False
     dry_run: bool = False
-    errors: Counter = field(default_factory=Counter)
-    sent: Counter = field(default_factory=Counter)
 
     def recipients(self, message: Message) -> list[str]:
         admins = list(self.admin_recipients)
@@ -408,12 +406,10 @@ class Dispatcher:
         try:
             await notifier.send(message, recipients)
         except Exception as e:  # a channel never stops the others
-            self.errors[name] += 1
             text = str(e) if isinstance(e, NotifyError) else type(e).__name__
             log.warning("notifier %s failed to send the %s for %s: %s",
                         name, message.event, one_line(message.session), one_line(text))
             return False
-        self.sent[name] += 1
         return True
 
     async def send(self, message: Message) -> dict[str, bool]:

@@ -1,10 +1,8 @@
 """The hub signal: every ready server, listed as jupyterhub-idle-culler 2.0 lists them.
 
 `GET {api_url}/users?state=ready&limit=N` with `Accept: application/jupyterhub-pagination+json`,
-following `_pagination.next.url` until it is null. A hub older than 2.0 answers a plain
-list (no pagination); a hub older than 1.3 does not know `state=ready`, so — like the
-culler, which asks `GET {api_url}/` for the version first — we then list every user and
-keep the ready servers ourselves. Every request runs under one semaphore (`concurrency`).
+following `_pagination.next.url` until it is null (the package requires JupyterHub 5, whose
+hub paginates and filters by `state`). Every request runs under one semaphore (`concurrency`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 
 # JupyterHub's paginated form of a list (its REST API's Accept header; web/api.py serves it too)
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
-STATE_FILTER_MIN_VERSION = (1, 3, 0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,16 +89,6 @@ def _strings(values: list, key: str) -> list[str]:
     return values
 
 
-def _version(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        digits = "".join(c for c in piece if c.isdigit()) if piece[:1].isdigit() else ""
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 class HubSignal(HttpSource):
     """Lists the hub's ready servers. Needs the scopes `list:users`, `read:users:activity`,
     `read:servers` (idle-culler's read scopes; `read:users:groups`/`read:users` for groups
@@ -119,7 +106,6 @@ class HubSignal(HttpSource):
         self._headers = {"Authorization": f"token {token}"}
         self._semaphore = asyncio.Semaphore(concurrency)
         self.ssl_context = ssl_context
-        self._state_filter: bool | None = None
         self.requests = 0  # hub requests made, for benchmarks and metrics
 
     async def _get(self, url: str, headers: dict[str, str] | None = None) -> Any:
@@ -127,16 +113,6 @@ class HubSignal(HttpSource):
             self.requests += 1
             return await get_json(self._client(), url, source="hub", timeout=self.timeout,
                                   headers=headers)
-
-    async def _supports_state_filter(self) -> bool:
-        if self._state_filter is None:
-            info = await self._get(f"{self.api_url}/")
-            version = info.get("version") if isinstance(info, dict) else None
-            version = _version(version) if isinstance(version, str) else ()
-            if not version:
-                raise SignalError("hub", f"GET {self.api_url}/: no hub version in {brief(info)}")
-            self._state_filter = version >= STATE_FILTER_MIN_VERSION
-        return self._state_filter
 
     async def users(self, state: str | None = "ready") -> list[dict[str, Any]]:
         """Every user model `GET /users` lists (with `state` if given), across pages."""
@@ -153,9 +129,6 @@ class HubSignal(HttpSource):
             page_url, url = url, ""
             model = await self._get(page_url, headers)
             pages += 1
-            if isinstance(model, list):  # hub < 2.0: no pagination
-                users.extend(_named(model))
-                break
             try:
                 items, next_info = model["items"], model["_pagination"]["next"]
                 if not isinstance(items, list) or not isinstance(next_info, (dict, type(None))):
@@ -178,16 +151,13 @@ class HubSignal(HttpSource):
 
     async def inactive_users(self) -> list[dict[str, Any]]:
         """Users with no active server (`state=inactive`), for --cull-users as the culler
-        does; [] on hubs that cannot filter (their ready listing has every user)."""
-        if not await self._supports_state_filter():
-            return []
+        does."""
         return await self.users("inactive")
 
     async def ready_servers(self) -> list[HubServer]:
         """The ready servers; a server whose models are malformed is listed with `invalid`
         set (HubServer.from_models), so that only its own session is held."""
-        state_filter = await self._supports_state_filter()
-        users = await self.users("ready" if state_filter else None)
+        users = await self.users("ready")
         servers = []
         for user in users:
             models = user.get("servers") or {}
@@ -195,8 +165,8 @@ class HubSignal(HttpSource):
                 log.warning("hub: user %s: servers is not an object: %s", user["name"], brief(models))
                 continue
             for name, server in models.items():
-                # with state=ready the hub lists only ready servers; check anyway, and
-                # always on hubs that cannot filter (a malformed model is kept: it is held)
+                # with state=ready the hub lists only ready servers; check anyway (a
+                # malformed model is kept: it is held)
                 if isinstance(server, dict) and (server.get("ready") is False
                                                  or isinstance(server.get("pending"), str) and server["pending"]):
                     continue

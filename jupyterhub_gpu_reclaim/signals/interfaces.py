@@ -29,7 +29,7 @@ class GpuSource(Protocol):
 
 @runtime_checkable
 class KernelSource(Protocol):
-    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None = None
+    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None
                     ) -> tuple[list[Kernel], list[dt.datetime | None]]:
         """Kernels and terminal activity of `user`'s server `server`; raises
         SignalError("kernels", ...), NoProbeCredential when it has no credential for it."""

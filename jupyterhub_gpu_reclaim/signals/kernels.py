@@ -65,29 +65,26 @@ def _each(model: Any, path: str, read: Callable[[Any], T]) -> list[T]:
 
 
 class KernelSignal(HttpSource):
-    """Probes users' servers. `hub_url_base` is the proxy's public URL (e.g.
-    `http://proxy-public`), to which a server's `url` path (`/user/alice/`) is appended.
-    `credentials` gives the token for each server; None: no credential, so no probe (every
-    probe raises NoProbeCredential without a request)."""
+    """Probes users' servers at their own address (the proxy would move the hub's
+    last_activity). `credentials` gives the token for each server; None: no credential, so
+    no probe (every probe raises NoProbeCredential without a request)."""
 
-    def __init__(self, hub_url_base: str, credentials: ProbeCredentials | None, timeout: float = 5.0,
-                 concurrency: int = 10) -> None:
-        self.hub_url_base = hub_url_base.rstrip("/")
+    def __init__(self, credentials: ProbeCredentials | None, timeout: float = 5.0, concurrency: int = 10) -> None:
         self.timeout = timeout
         self.credentials = credentials
         self._semaphore = asyncio.Semaphore(concurrency)
 
-    def base_url(self, server_url_path: str, direct_url: str | None = None) -> str:
-        path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
-        return (direct_url or self.hub_url_base).rstrip("/") + path
-
-    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None = None
+    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None
                     ) -> tuple[list[Kernel], list[dt.datetime | None]]:
-        """(kernels, last_activity of each terminal) of `user`'s server `server` at
-        `server_url_path`. A token the server refuses (401/403) is replaced once."""
+        """(kernels, last_activity of each terminal) of `user`'s server `server`, its `url`
+        path (`/user/alice/`) at `direct_url` (http://{podIP}:{port}; None: not known, so
+        no probe). A token the server refuses (401/403) is replaced once."""
         if self.credentials is None:
             raise NoProbeCredential("kernel probes have no credential (kernel_probe_credential = 'none')")
-        base = self.base_url(server_url_path, direct_url)
+        if not direct_url:
+            raise SignalError("kernels", "the server's own address is not known (its pod has no IP yet)")
+        path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
+        base = direct_url.rstrip("/") + path
         for attempt in (1, 2):
             # the token first, outside the semaphore: slow servers never delay minting
             token = await self.credentials.token(user, server)

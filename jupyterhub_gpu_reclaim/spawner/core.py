@@ -15,6 +15,7 @@ from traitlets import Enum, Float, Int, List, Unicode, default
 
 from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
+from ..policy.config import PolicyConfig
 from ..signals.pod_facts import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
 from ..timestamps import parse_time_lenient, utcnow
 from ..wording import expected_free
@@ -83,7 +84,7 @@ class GPUReclaimSpawner(KubeSpawner):
         than max_keepalive are left out); a custom time is offered too.""")
 
     max_keepalive = Unicode(
-        "12h", config=True,
+        f"{PolicyConfig.max_keepalive // dt.timedelta(hours=1)}h", config=True,  # the service's default: "12h"
         help="""The longest keep-alive a user can declare, from the moment it is set. Use the
         same value as the reclaim service's --max-keepalive.""")
 

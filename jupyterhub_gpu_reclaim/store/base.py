@@ -12,10 +12,10 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import sessionmaker
 
 from . import schema
+from .. import DEFAULT_STORE_URL
 from ..oneline import brief, one_line
 from .schema import OUR_TABLES, Base, SchemaVersion, current_version, unstorable
 
-DEFAULT_URL = "sqlite:///gpu_reclaim.sqlite"
 
 
 class StoreError(RuntimeError):
@@ -60,7 +60,7 @@ class StoreBase:
         self._session = sessionmaker(engine, expire_on_commit=False)
 
     @classmethod
-    def open(cls, url: str | os.PathLike = DEFAULT_URL, **engine_kwargs: Any) -> Self:
+    def open(cls, url: str | os.PathLike = DEFAULT_STORE_URL, **engine_kwargs: Any) -> Self:
         """Open (creating or upgrading) the store at ``url``. Raises :class:`StoreError` with
         the URL (password hidden) and the reason when that fails."""
         parsed = make_url(url)
@@ -141,10 +141,6 @@ class StoreBase:
                 raise
         if refused:
             raise RowsRefused(what, refused)
-
-    def schema_version(self) -> int:
-        with self.engine.connect() as conn:
-            return conn.execute(sa.select(SchemaVersion.version).where(SchemaVersion.id == 1)).scalar_one()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -112,15 +112,3 @@ class HistoryStore(StoreBase):
                               .where(DecisionRow.t >= since, DecisionRow.t <= until)
                               .order_by(DecisionRow.t, DecisionRow.id)).all()
         return [(since, sid, rule) for sid, rule in earlier] + [(t, sid, rule) for t, sid, rule in rows]
-
-    def decisions(self, since: dt.datetime | None = None,
-                  session: str | None = None) -> list[tuple[dt.datetime, Decision]]:
-        query = sa.select(DecisionRow).order_by(DecisionRow.t, DecisionRow.id)
-        if since is not None:
-            query = query.where(DecisionRow.t >= aware(since, "since"))
-        if session is not None:
-            query = query.where(DecisionRow.session == session)
-        with self._session() as db:
-            return [(r.t, Decision(session=r.session, action=r.action, rule=r.rule,  # type: ignore[arg-type]
-                                   reason=r.reason, reclaim_at=r.reclaim_at, evidence=json.loads(r.evidence)))
-                    for r in db.scalars(query)]

@@ -106,7 +106,7 @@ class SessionsApi(ApiBase):
     def get(self) -> None:
         t = utcnow()
         self.write_json({"user": self.user_name, "t": self.ctx.controls.status().t,
-                         "dry_run": self.ctx.dry_run,
+                         "dry_run": self.ctx.settings.dry_run,
                          "max_keepalive_seconds": self.ctx.max_keepalive.total_seconds(),
                          "spark_window_seconds": SPARK_WINDOW.total_seconds(),
                          "keeps": KEEPS, "loses": LOSES,

@@ -9,23 +9,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from jupyterhub.services.auth import HubAuth
 from tornado import web
 from tornado.httpserver import HTTPServer
 
-from ..service.metrics import Metrics
-from ..policy.config import PolicyConfig
-from ..policy.rules import PolicyRules
-from ..store import Store
 from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQueueApi, AdminUsageApi, AdminWhatIfApi,
                   IntentApi, QueueApi, ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
-from .controls import Reclaiming
 from .monitoring import HealthHandler, MetricsHandler
 from .pages import (AdminActionForm, AdminPage, AdminWhatIfForm, EmbedBanner, EmbedHome, KeepaliveForm,
                     KeepalivePage, ReclaimSeenForm, StopForm, UserPage)
 from .paths import static_dir
-from .ratelimit import WriteLimiter
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -48,27 +41,18 @@ def _cookie_secret(path: str) -> bytes:
     return secrets.token_bytes(32)
 
 
-def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
-             hub_auth: HubAuth | None = None, *, reclaimer: Reclaiming | None = None,
-             policy: PolicyConfig | None = None, policy_rules: PolicyRules | None = None,
-             admin_scope: str = "custom:gpu-reclaim:admin", dry_run: bool = False,
-             cookie_secret_file: str = "", hub_prefix: str = "/hub/",
-             writes_per_minute: int) -> web.Application:
-    """The routes; `policy_rules`: the base policy and its rules (--policy-rules);
-    `writes_per_minute`: --user-writes-per-minute."""
-    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+def make_app(ctx: Context) -> web.Application:
+    """The routes: /metrics and /health, and the pages and the API when `ctx` has the store
+    and the hub's auth; the cookie secret from the settings' --cookie-secret-file."""
+    prefix = ctx.prefix
     routes: list = [
-        (prefix + "metrics", MetricsHandler, {"metrics": metrics}),
+        (prefix + "metrics", MetricsHandler, {"metrics": ctx.metrics}),
         (prefix + "health", HealthHandler),
     ]
-    if store is not None and hub_auth is not None:
+    if ctx.store is not None and ctx.hub_auth is not None:
         # the login cookie (and OAuth's state cookie) go only with same-site requests and
         # top-level navigations, which the OAuth redirects from the hub are; admins may override
-        hub_auth.cookie_options = {"samesite": "Lax", **hub_auth.cookie_options}
-        ctx = Context(metrics=metrics, prefix=prefix, store=store, hub_auth=hub_auth, reclaimer=reclaimer,
-                      policy=policy, policy_rules=tuple(policy_rules.names if policy_rules else ()),
-                      rules=policy_rules, admin_scope=admin_scope, dry_run=dry_run, hub_prefix=hub_prefix,
-                      limiter=WriteLimiter(writes_per_minute))
+        ctx.hub_auth.cookie_options = {"samesite": "Lax", **ctx.hub_auth.cookie_options}
         c = {"ctx": ctx}
         session = r"([^/]+)/([^/]*)"
         routes += [
@@ -97,9 +81,9 @@ def make_app(metrics: Metrics, prefix: str = "/", store: Store | None = None,
             (prefix + "static/(.*)", web.StaticFileHandler, {"path": str(static_dir())}),
         ]
     if prefix != "/":
-        routes.append((r"/metrics", MetricsHandler, {"metrics": metrics}))
+        routes.append((r"/metrics", MetricsHandler, {"metrics": ctx.metrics}))
         routes.append((prefix.rstrip("/"), web.RedirectHandler, {"url": prefix}))
-    settings: dict[str, Any] = {"cookie_secret": _cookie_secret(cookie_secret_file),
+    settings: dict[str, Any] = {"cookie_secret": _cookie_secret(ctx.settings.cookie_secret_file),
                                 "log_function": _log_request, "xsrf_cookie_kwargs": {"samesite": "Lax"}}
     return web.Application(routes, **settings)
 

@@ -22,8 +22,7 @@ from tornado.log import app_log, gen_log
 
 from ..service.metrics import Metrics
 from ..policy.decider import IDLE_RULES
-from ..policy.config import PolicyConfig
-from ..policy.rules import PolicyRules
+from ..settings import ServiceSettings
 from ..service.status import SessionStatus, WaitingServer
 from ..store import Store
 from ..durations import format_duration
@@ -49,23 +48,26 @@ NOTICE_COOKIE = "gpu-reclaim-notice"
 
 @dataclass
 class Context:
+    """What the handlers share: the service's settings (the policy and its rules, the admin
+    scope, dry run, the write limit) and its running parts."""
+
     metrics: Metrics
     prefix: str
+    settings: ServiceSettings = ServiceSettings()
     store: Store | None = None
     hub_auth: HubAuth | None = None
     reclaimer: Reclaiming | None = None  # service.Reclaimer: its status and stops
-    policy: PolicyConfig | None = None
-    policy_rules: tuple[str, ...] = ()  # their names, in order (--policy-rules)
-    rules: PolicyRules | None = None  # the base policy and its rules, for the what-if
-    admin_scope: str = "custom:gpu-reclaim:admin"
-    dry_run: bool = False
     hub_prefix: str = "/hub/"
-    limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(0))  # make_app: the setting
+    limiter: WriteLimiter = field(init=False)  # --user-writes-per-minute
     read_limiter: WriteLimiter = field(default_factory=lambda: WriteLimiter(READS_PER_MINUTE))
+
+    def __post_init__(self) -> None:
+        self.prefix = "/" + self.prefix.strip("/") + "/" if self.prefix.strip("/") else "/"
+        self.limiter = WriteLimiter(self.settings.user_writes_per_minute)
 
     @property
     def max_keepalive(self) -> dt.timedelta:
-        return self.policy.max_keepalive if self.policy else dt.timedelta(hours=12)
+        return self.settings.policy.max_keepalive
 
     @functools.cached_property
     def controls(self) -> Controls:
@@ -197,11 +199,11 @@ class Base(HubOAuthenticated, RedactedLogs):
     def is_admin(self) -> bool:
         """Admin rights come from the scopes of the credential used (a down-scoped token of a
         hub admin has none), never from the hub's admin flag."""
-        return self.ctx.admin_scope in ((self.current_user or {}).get("scopes") or [])
+        return self.ctx.settings.admin_scope in ((self.current_user or {}).get("scopes") or [])
 
     def require_admin(self) -> None:
         if not self.is_admin:
-            raise web.HTTPError(403, f"admins only: a token or login with the scope {self.ctx.admin_scope}")
+            raise web.HTTPError(403, f"admins only: a token or login with the scope {self.ctx.settings.admin_scope}")
 
     def get_login_url(self) -> str:
         if self.api or self.request.method not in ("GET", "HEAD"):
@@ -247,7 +249,7 @@ class Base(HubOAuthenticated, RedactedLogs):
     def render_page(self, name: str, **ns: Any) -> str:
         user = self.current_user if hasattr(self, "_hub_auth_user_cache") else None
         base = {"prefix": self.ctx.prefix, "hub_prefix": self.ctx.hub_prefix, "user": user,
-                "is_admin": bool(user) and self.is_admin, "dry_run": self.ctx.dry_run,
+                "is_admin": bool(user) and self.is_admin, "dry_run": self.ctx.settings.dry_run,
                 "xsrf": self.xsrf_token.decode() if user else "", "now": utcnow(),
                 "sparkline": sparkline, "state_of": state_of, "quote": quote,
                 "max_keepalive": self.ctx.max_keepalive}
@@ -324,8 +326,8 @@ class Base(HubOAuthenticated, RedactedLogs):
                   "gpu_hours_idle_today": round(idle_hours, 2), "waiting": len(queue),
                   "gpus_waited_for": sum(q["gpus"] for q in queue),
                   "gpu_hours_freed_7d": round(sum(r["gpu_hours_freed"] for r in reclaims), 2)}
-        p = self.ctx.policy
-        policy = {} if p is None else {
+        p = self.ctx.settings.policy
+        policy = {
             "gpu_idle_threshold_percent": p.gpu_idle_threshold,
             "never_used_warn_after": format_duration(p.never_used_warn_after.total_seconds()),
             "never_used_reclaim_after": format_duration(p.never_used_reclaim_after.total_seconds()),
@@ -334,9 +336,9 @@ class Base(HubOAuthenticated, RedactedLogs):
             "warning_lead": format_duration(p.warning_lead.total_seconds()),
             "max_keepalive": format_duration(p.max_keepalive.total_seconds()),
         }
-        if self.ctx.policy_rules:
-            policy["policy_rules"] = ", ".join(self.ctx.policy_rules) + " (first match wins)"
-        return {"t": status.t, "skipped": status.skipped, "dry_run": self.ctx.dry_run,
+        if self.ctx.settings.rules.rules:
+            policy["policy_rules"] = ", ".join(self.ctx.settings.rules.names) + " (first match wins)"
+        return {"t": status.t, "skipped": status.skipped, "dry_run": self.ctx.settings.dry_run,
                 "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
                 "totals": totals, "policy": policy,
                 "audit": store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS) if store else []}

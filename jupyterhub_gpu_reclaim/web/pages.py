@@ -17,7 +17,7 @@ from .base import Base, writes
 from .chart import whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_override, parse_until
 from .render import hhmm, notice, reclaim_notice, state_of
-from .whatif import DEFAULT_SINCE, live_policy, run_what_if
+from .whatif import DEFAULT_SINCE, run_what_if
 
 
 class UserPage(Base):
@@ -197,7 +197,7 @@ class AdminWhatIfForm(Base):
         self.show(form, result=result)
 
     def show(self, form: dict[str, str], *, result: Any = None, error: str = "", status: int = 200) -> None:
-        live = live_policy(self.ctx.policy, self.ctx.rules)
+        live = self.ctx.settings.rules
         self.set_status(status)
         self.finish(self.render_page("whatif.html", form=form, result=result, error=error,
                                      chart=whatif_chart(result) if result is not None else "",

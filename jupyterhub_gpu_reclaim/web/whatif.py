@@ -10,8 +10,6 @@ from typing import Any, Mapping
 
 from tornado import web
 
-from ..policy.config import PolicyConfig
-from ..policy.rules import PolicyRules
 from ..timestamps import utcnow
 from ..replay.whatif import WhatIf, WhatIfError, check_period, override_policy
 from ..replay.whatif_process import replay_in_process
@@ -24,15 +22,11 @@ RETRY_AFTER_S = 10
 _running = asyncio.Lock()  # one what-if at a time in this process: each can take a while
 
 
-def live_policy(policy: PolicyConfig | None, rules: PolicyRules | None) -> PolicyRules:
-    return rules if rules is not None else PolicyRules(policy or PolicyConfig())
-
-
 async def run_what_if(handler: Any, since_text: Any, until_text: Any, values: Any) -> WhatIf:
     """The what-if the request asks for (`handler`: the page's or the API's handler, with
     its context). BadInput for bad input; 429 while another runs."""
     ctx = handler.ctx
-    live = live_policy(ctx.policy, ctx.rules)
+    live = ctx.settings.rules
     now = utcnow()
     if not isinstance(since_text, str) or not since_text.strip():
         raise BadInput(f'since: give a time or a duration back from now, e.g. "{DEFAULT_SINCE}"')

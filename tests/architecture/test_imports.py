@@ -130,10 +130,10 @@ def test_no_import_circle():
 
 
 def test_imports_under_type_checking_and_in_functions_count():
-    # the check itself: settings imports the cycle's Options only under TYPE_CHECKING, and
-    # replay.backtest imports the policy only inside a function; both are edges
+    # the check itself: signals.interfaces imports the hub signal's types only under
+    # TYPE_CHECKING, and replay.backtest imports the policy only inside a function; both are edges
     graph = import_graph()
-    assert f"{NAME}.service.cycle_types" in graph[f"{NAME}.settings"]
+    assert f"{NAME}.signals.hub" in graph[f"{NAME}.signals.interfaces"]
     assert f"{NAME}.policy.step" in graph[f"{NAME}.replay.backtest"]
 
 
@@ -145,12 +145,14 @@ def test_circles_are_found():
 
 def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     """config (the traitlets Application) imports declarations only; the service, its
-    signals, actions, store, notices and web pages import no settings module: the
-    launcher hands them plain values."""
+    signals, actions, store, notices and web pages never see the Application: the
+    launcher hands them one frozen settings.ServiceSettings, which they read."""
     graph = import_graph()
     settings = {f"{NAME}.config", f"{NAME}.launcher"}
-    # (the settings build the cycle's Options, service/cycle_types.py: a type, not the cycle)
     assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))
+    # the declarations (settings.py) are below what reads them
+    assert not reachable(graph, f"{NAME}.settings") & (settings | modules_under(graph, "service", "web"))
+    assert f"{NAME}.settings" in graph[f"{NAME}.service.cycle"] and f"{NAME}.settings" in graph[f"{NAME}.web.base"]
     workers = modules_under(graph, "service", "signals", "store", "web", "replay", "policy") | {f"{NAME}.timestamps"}
     assert {f"{NAME}.service.cycle", f"{NAME}.service.hub_stopper", f"{NAME}.web.app"} <= workers
     for worker in sorted(workers):

@@ -10,7 +10,6 @@ import sqlite3
 import pytest
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.store import base as store_mod
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.records import NOW, UTC, record, slow_loader, training, used_then_idle
@@ -90,9 +89,8 @@ def test_since_and_until_limit_the_window(db, capsys):
 
 
 def test_default_store_url_is_the_services(tmp_path, monkeypatch, capsys):
-    assert cli.DEFAULT_STORE_URL == store_mod.DEFAULT_URL
     monkeypatch.chdir(tmp_path)
-    with Store.open(store_mod.DEFAULT_URL) as s:
+    with Store.open() as s:  # the store's default: the service's --store-url default
         record(s, NOW - dt.timedelta(hours=4), 4, {"alice/": used_then_idle})
     code, out, err = backtest("--from-store", "--json", capsys=capsys)
     assert code == 0, err

@@ -433,8 +433,8 @@ def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
     assert run_app(Z2JH_ARGV + ["--store-url=postgresql://reclaim:s3cret@db/reclaim"], run=run) == 0
     (settings,) = seen
     assert settings.policy.cpu_timeout == dt.timedelta(hours=1)
-    assert settings.options.cycle_interval == dt.timedelta(seconds=600)
-    assert settings.options.cull_users is True and settings.remove_named_servers is True
+    assert settings.cycle_interval == dt.timedelta(seconds=600)
+    assert settings.cull_users is True and settings.remove_named_servers is True
     assert (settings.url, settings.api_token, settings.concurrency) == (URL, TOKEN, 10)
     assert settings.dcgm_exporter_urls == () and settings.notifiers == ({"type": "log"},)
     with pytest.raises(dataclasses.FrozenInstanceError):

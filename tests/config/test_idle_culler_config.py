@@ -69,7 +69,7 @@ def test_its_default_file_and_config_read_as_it_reads_them(workdir, argv):
     same(a, b)
     assert a.cull_arbiter_hook.__name__ == "my_cull_arbiter"
     settings = service_settings(a)
-    assert settings.options.cull_arbiter is a.cull_arbiter_hook
+    assert settings.cull_arbiter_hook is a.cull_arbiter_hook
     assert (settings.timeout, settings.cull_every) == ((50, 7) if "--timeout=50" in argv else
                                                        (123, 3) if "--cull-every=3" in argv else (123, 7))
     assert settings.policy.cpu_timeout.total_seconds() == settings.timeout

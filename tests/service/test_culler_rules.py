@@ -90,7 +90,7 @@ async def test_the_hook_is_called_as_idle_culler_calls_it(harness):
         calls.append(kwargs)
         return False
 
-    h = harness(cull_arbiter=hook)
+    h = harness(cull_arbiter_hook=hook)
     cpu = h.add("bob", gpus=0, last_activity=at(-20), model=model("small", at(-20)))
     never = h.add("carol", gpus=0, model=model("small", None))  # no last_activity: since the start
     h.add("alice")  # a GPU session: the GPU policy's, never the hook's
@@ -103,7 +103,7 @@ async def test_the_hook_is_called_as_idle_culler_calls_it(harness):
 
 
 async def test_idle_cullers_documented_profile_hook_keeps_unlimited(harness):
-    h = harness(cull_arbiter=my_cull_arbiter)
+    h = harness(cull_arbiter_hook=my_cull_arbiter)
     plain = h.add("bob", gpus=0, last_activity=START, model=model("small"))
     unlimited = h.add("carol", gpus=0, last_activity=START, model=model("unlimited"))
     await h.run_until(at(90))
@@ -114,13 +114,13 @@ async def test_idle_cullers_documented_profile_hook_keeps_unlimited(harness):
 
 
 async def test_idle_cullers_test_hooks_cull_at_once_and_keep_for_ever(harness):
-    h = harness(cull_arbiter=cull_arbiter_function)
+    h = harness(cull_arbiter_hook=cull_arbiter_function)
     fresh = h.add("bob", gpus=0, last_activity=START)
     await h.cycle()
     # time has not passed but the arbiter says cull: culled (2.0's test_custom_cull_arbiter)
     assert h.stopped(fresh) == [START]
 
-    h = harness(cull_arbiter=async_cull_arbiter_function, policy=PolicyConfig(cpu_max_age=dt.timedelta(hours=2)))
+    h = harness(cull_arbiter_hook=async_cull_arbiter_function, policy=PolicyConfig(cpu_max_age=dt.timedelta(hours=2)))
     old = h.add("carol", gpus=0, last_activity=at(hours=-5), started=at(hours=-5))
     await h.run_until(at(10))
     # the async hook says keep (2.0's test_async_custom_cull_arbiter); --max-age still applies
@@ -128,7 +128,7 @@ async def test_idle_cullers_test_hooks_cull_at_once_and_keep_for_ever(harness):
 
 
 async def test_the_server_kinds_not_culled_stay_whatever_the_hook_says(harness):
-    h = harness(cull_arbiter=cull_arbiter_function, policy=PolicyConfig(cull_named_servers=False))
+    h = harness(cull_arbiter_hook=cull_arbiter_function, policy=PolicyConfig(cull_named_servers=False))
     named = h.add("bob", gpus=0, name="lab", last_activity=START)
     default = h.add("bob", gpus=0, last_activity=START)
     await h.cycle()
@@ -137,7 +137,7 @@ async def test_the_server_kinds_not_culled_stay_whatever_the_hook_says(harness):
 
 async def test_a_hook_that_raises_holds_that_server_only_logged_once(harness, caplog):
     caplog.set_level(logging.INFO)
-    h = harness(cull_arbiter=my_cull_arbiter)
+    h = harness(cull_arbiter_hook=my_cull_arbiter)
     stateless = h.add("bob", gpus=0, last_activity=at(-90), model={"name": ""})  # no "state": KeyError
     other = h.add("carol", gpus=0, last_activity=at(-90), model=model("small", at(-90)))
     await h.run_until(at(10))

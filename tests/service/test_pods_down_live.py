@@ -16,6 +16,7 @@ from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import latest_rule, metric, metrics, start_service_hub, until
+from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -28,7 +29,7 @@ TIMEOUT, STALE, GPU_TIMEOUT = 25, 5, 2
 
 def decisions(hub, session: str) -> list:
     with Store.open(hub.info["store"]) as store:
-        return [d for _, d in store.decisions(session=session)]
+        return [d for _, d in decisions_of(store, session)]
 
 
 @pytest.mark.jupyterhub(6, reason="what the service does with the API down does not depend on the hub's "

@@ -42,6 +42,7 @@ from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import QUICK, latest_rule, start_service_hub, until, write_service_config
+from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -205,7 +206,7 @@ async def test_a_role_without_tokens_sends_nothing_and_holds(hub, scene):
 
     def held() -> dict | None:
         with Store.open(hub.info["notokens_store"]) as store:
-            for _, d in store.decisions(session="mallory/"):
+            for _, d in decisions_of(store, "mallory/"):
                 if (d.action, d.rule) == ("hold", "kernel-data-missing"):
                     return d.evidence
         return None
@@ -239,8 +240,8 @@ async def test_probe_token_cache_on_the_real_hub(hub, scene):
     api = scene
     now = [0.0]
     tokens = ProbeTokens(api.api, SERVICE_TOKEN, lifetime=3600, clock=lambda: now[0])
-    async with KernelSignal(api.url, tokens) as ks:
-        assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+    async with KernelSignal(tokens) as ks:
+        assert await ks.probe("bob", "", "/user/bob/", api.url) == ([], [])
         first = await tokens.token("bob", "")
         assert await tokens.token("bob", "") == first  # reused: one token at the hub
         (listed,) = await listed_probe_tokens(api, "bob")
@@ -254,7 +255,7 @@ async def test_probe_token_cache_on_the_real_hub(hub, scene):
         # bob revokes the (not yet used) token: his server refuses it, a new one is minted
         (current,) = await listed_probe_tokens(api, "bob")
         await api.request("DELETE", f"/users/bob/tokens/{current['id']}")
-        assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+        assert await ks.probe("bob", "", "/user/bob/", api.url) == ([], [])
         assert await tokens.token("bob", "") not in (first, second)
 
         ks.release("bob/")  # the session left the ready list
@@ -290,10 +291,10 @@ async def test_a_group_filter_on_tokens_limits_whose_servers_are_probed(hub, sce
     api = scene
     tokens = ProbeTokens(api.api, GROUP_MINTER_TOKEN)
     try:
-        async with KernelSignal(api.url, tokens) as ks:
-            assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+        async with KernelSignal(tokens) as ks:
+            assert await ks.probe("bob", "", "/user/bob/", api.url) == ([], [])
             with pytest.raises(NoProbeCredential) as err:
-                await ks.probe("mallory", "", "/user/mallory/")
+                await ks.probe("mallory", "", "/user/mallory/", api.url)
         assert "HTTP 403" in err.value.message
     finally:
         await tokens.close()
@@ -309,10 +310,10 @@ async def test_on_jupyterhub5_a_group_filter_on_tokens_mints_for_no_one(hub, sce
     api = scene
     tokens = ProbeTokens(api.api, GROUP_MINTER_TOKEN)
     try:
-        async with KernelSignal(api.url, tokens) as ks:
+        async with KernelSignal(tokens) as ks:
             for user in ("bob", "mallory"):
                 with pytest.raises(NoProbeCredential) as err:
-                    await ks.probe(user, "", f"/user/{user}/")
+                    await ks.probe(user, "", f"/user/{user}/", api.url)
                 assert "HTTP 403" in err.value.message
     finally:
         await tokens.close()
@@ -377,10 +378,10 @@ async def test_a_group_filter_on_the_probe_token_scope_limits_whose_servers_are_
     api = scene
     tokens = ProbeTokens(api.api, GROUP_PROBER_TOKEN)
     try:
-        async with KernelSignal(api.url, tokens) as ks:
-            assert await ks.probe("bob", "", "/user/bob/") == ([], [])
+        async with KernelSignal(tokens) as ks:
+            assert await ks.probe("bob", "", "/user/bob/", api.url) == ([], [])
             with pytest.raises(NoProbeCredential) as err:
-                await ks.probe("mallory", "", "/user/mallory/")
+                await ks.probe("mallory", "", "/user/mallory/", api.url)
         assert "HTTP 404" in err.value.message and "must cover this user" in err.value.message
     finally:
         await tokens.close()

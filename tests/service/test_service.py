@@ -2,7 +2,7 @@
 stopper, a real Store in tmp_path and a controllable clock.
 
 Every harness (tests/support/harness.py; the `harness` fixture: tests/service/conftest.py)
-steps its clock by `STEP` (= Options.cycle_interval) between cycles and waits for the stop
+steps its clock by `STEP` (= the settings' cycle_interval) between cycles and waits for the stop
 tasks of each cycle (`drain`) before the next one."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 
 import pytest
 
+from jupyterhub_gpu_reclaim.service import notify
 from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.rules import load_rules
@@ -24,6 +25,11 @@ from jupyterhub_gpu_reclaim.timestamps import format_time
 
 from ..support.clock import START, YALE_NEVER_USED, at
 from ..support.harness import NS, P, STEP
+
+
+def log_notices(caplog) -> list[str]:
+    """The notices the log channel (LogNotifier) wrote, by event."""
+    return [r.getMessage().split(" ", 1)[0] for r in caplog.records if r.name == notify.__name__]
 
 
 # ---------------------------------------------------------------------------- tests
@@ -46,7 +52,7 @@ async def test_never_used_gpu_is_warned_at_30_then_reclaimed_at_60(harness, capl
     (record,) = h.store.reclaims()
     assert (record.session, record.rule, record.outcome, record.gpus) == (sid, "gpu-never-used", "stopped", 1)
     assert len(h.store.open_warnings().get(sid, ())) == 0  # the episode ended with the stop
-    assert h.dispatcher.sent["log"] == 2  # the warning, then the reclaim notice
+    assert log_notices(caplog) == ["warning", "reclaim"]
     assert "warn alice/ (gpu-never-used)" in caplog.text
 
 
@@ -148,7 +154,8 @@ async def test_a_cleared_spawn_keepalive_stays_cleared_until_the_next_spawn(harn
     assert h.store.intents()[sid].until == at(200)
 
 
-async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
+async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness, caplog):
+    caplog.set_level(logging.INFO)
     h = harness(dry_run=True)
     sid = h.add("alice")
     await h.run_until(at(120))
@@ -163,7 +170,7 @@ async def test_dry_run_stops_nothing_and_reports_once_per_episode(harness):
     assert h.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stopped") is None
     assert h.metric(P + "dry_run") == 1
     # dry run: the messages go to the admins only (none here); the log channel still writes
-    assert h.dispatcher.sent["log"] == 1
+    assert log_notices(caplog) == ["warning"]
 
 
 async def test_server_whose_pod_is_missing_is_held_never_reclaimed(harness):
@@ -184,7 +191,7 @@ async def test_without_a_probe_credential_the_session_is_held_with_the_cause(har
     evidence; not counted or logged as a failing server every cycle."""
     caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.service")
     h = harness()
-    h.reclaimer.kernels = KernelSignal("", None)
+    h.reclaimer.kernels = KernelSignal(None)
     sid = h.add("alice")
     await h.run_until(at(90))
 

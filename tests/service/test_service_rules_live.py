@@ -29,6 +29,7 @@ from jupyterhub_gpu_reclaim.timestamps import parse_time
 from ..support.hubapi import HubAPI
 from ..support.web_client import PREFIX
 from ..support.service_hub import HERE, start_service_hub, until
+from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -66,7 +67,7 @@ def hub(sim, tmp_path_factory, webhook):
 def first(hub, session: str, action: str) -> tuple[dt.datetime, dict] | None:
     """The time and evidence of the session's first decision `action`, from the store."""
     with Store.open(hub.info["store"]) as store:
-        found = [(t, d.evidence) for t, d in store.decisions(session=session) if d.action == action]
+        found = [(t, d.evidence) for t, d in decisions_of(store, session) if d.action == action]
     return found[0] if found else None
 
 
@@ -115,7 +116,7 @@ async def test_the_course_rule_reclaims_while_the_lab_rule_keeps(hub, scene, web
     # ben started with ann and idled as she did: in the cycle that reclaimed her, the lab
     # rule kept him, unwarned; he was warned only later, and his server outlived hers
     with Store.open(hub.info["store"]) as store:
-        ben_then = [d for t, d in store.decisions(session="ben/") if t <= record.t][-1]
+        ben_then = [d for t, d in decisions_of(store, "ben/") if t <= record.t][-1]
     assert (ben_then.action, ben_then.rule, ben_then.evidence["policy_rule"]) == ("keep", "gpu-never-used", "lab")
     ben_warned_at, _ = first(hub, "ben/", "warn")
     assert record.t < ben_warned_at

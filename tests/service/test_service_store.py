@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from ..support.clock import at
 from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
+from ..support.store_reads import decided_sessions
 
 LONG = "x" * 250  # JupyterHub 5 takes any server name without `/` (the hub answers 202)
 USER = "student42"  # the session id, USER/LONG, is 260 characters: past a VARCHAR(255)
@@ -37,7 +38,7 @@ async def test_a_long_or_unstorable_server_name_holds_no_other_users_reclaim(har
         assert h.warned(sid) == [at(30)], sid
         assert h.stopped(sid) == [at(60)], sid
     assert sorted(r.session for r in h.store.reclaims()) == sorted([alice, long, mallory, moe])
-    assert {alice, long, mallory, moe} <= {d.session for _, d in h.store.decisions()}
+    assert {alice, long, mallory, moe} <= set(decided_sessions(h.store))
     assert [r.session for r in h.store.reclaims(user="mallory")] == [mallory]
     assert ("mallory", "a\x00b") in h.stopper.calls
     assert not any("store" in p for r in h.reports for p in r.problems.values())

@@ -32,6 +32,7 @@ from jupyterhub_gpu_reclaim.store import Store
 from ..support.hubapi import HubAPI
 from ..support.web_client import PREFIX
 from ..support.service_hub import HERE, start_service_hub, until
+from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -84,7 +85,7 @@ def exporter(sim) -> list[tuple[str, dict[str, str], float]]:
 
 def decisions(hub, session: str) -> list:
     with Store.open(hub.info["store"]) as store:
-        return [d for _, d in store.decisions(session=session)]
+        return [d for _, d in decisions_of(store, session)]
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -31,6 +31,7 @@ from jupyterhub_gpu_reclaim.store import Store
 from ..support import live
 from ..support.hubapi import HubAPI
 from ..support.service_hub import until
+from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -120,8 +121,8 @@ async def test_the_readmes_registration_culls_an_idle_server_and_keeps_an_active
         assert "reclaim alice/ (idle-culler-timeout)" in log and "reclaim bob/" not in log
         assert "signal pods failed" not in log and "pod-missing" not in log
         with Store.open(f"sqlite:///{tmp_path / 'hub' / 'gpu_reclaim.sqlite'}") as store:
-            (t, culled), = [(t, d) for t, d in store.decisions(session="alice/") if d.action == "reclaim"]
-            kept = {(d.action, d.rule) for _, d in store.decisions(session="bob/")}
+            (t, culled), = [(t, d) for t, d in decisions_of(store, "alice/") if d.action == "reclaim"]
+            kept = {(d.action, d.rule) for _, d in decisions_of(store, "bob/")}
         # culled at the first cycle after it was due: within timeout + cull-every of its last activity
         assert TIMEOUT <= culled.evidence["inactive_s"] < TIMEOUT + CULL_EVERY + 2, culled.evidence  # 2: the cycle's own time
         assert kept == {("keep", "idle-culler")}

@@ -73,9 +73,9 @@ async def test_without_a_credential_there_is_no_request(servers):
     server = await servers()
     user_server(server, "alice", empty)
     await server.start()
-    async with KernelSignal(server.url, None) as ks:
+    async with KernelSignal(None) as ks:
         with pytest.raises(NoProbeCredential) as err:
-            await ks.probe("alice", "", "/user/alice/")
+            await ks.probe("alice", "", "/user/alice/", server.url)
     assert err.value.source == "kernels" and "kernel_probe_credential" in err.value.message
     assert server.requests == []
 
@@ -92,9 +92,9 @@ async def test_a_redirect_is_not_followed(servers):
 
     user_server(hostile, "alice", redirect)
     await hostile.start()
-    async with KernelSignal(hostile.url, MintingCredentials()) as ks:
+    async with KernelSignal(MintingCredentials()) as ks:
         with pytest.raises(SignalError) as err:
-            await ks.probe("alice", "", "/user/alice/")
+            await ks.probe("alice", "", "/user/alice/", hostile.url)
     assert err.value.status == 302
     assert len(hostile.requests) == 2 and elsewhere.requests == []
 
@@ -113,9 +113,9 @@ async def test_no_cookie_is_ever_sent(servers):
     await server.start()
     credentials = MintingCredentials()
     # by name, as the proxy's public URL: a client's cookie jar keeps no cookies of IP hosts
-    async with KernelSignal(server.url.replace("127.0.0.1", "localhost"), credentials) as ks:
+    async with KernelSignal(credentials) as ks:
         for user in ("alice", "alice", "bob"):
-            assert await ks.probe(user, "", f"/user/{user}/") == ([], [])
+            assert await ks.probe(user, "", f"/user/{user}/", server.url.replace("127.0.0.1", "localhost")) == ([], [])
     assert len(server.requests) == 6
     assert all("Cookie" not in r.headers for r in server.requests)
     # each server got its own user's token only
@@ -135,14 +135,14 @@ async def test_a_refused_token_is_replaced_once(servers):
     user_server(server, "alice", handler)
     await server.start()
     credentials = MintingCredentials()
-    async with KernelSignal(server.url, credentials) as ks:
+    async with KernelSignal(credentials) as ks:
         # the user revoked t1: t2 is minted and the probe works
-        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
+        assert await ks.probe("alice", "", "/user/alice/", server.url) == ([], [])
         assert credentials.rejected_tokens == ["t1"]
         # a server that refuses every token: one new token per probe, then the error
         refuse.update({"t2", "t3"})
         with pytest.raises(SignalError) as err:
-            await ks.probe("alice", "", "/user/alice/")
+            await ks.probe("alice", "", "/user/alice/", server.url)
     assert err.value.status == 403
     assert credentials.rejected_tokens == ["t1", "t2"]  # t3 is kept: the next probe tries it first
 
@@ -163,10 +163,10 @@ async def test_a_stalling_server_does_not_hold_up_other_probes_tokens(servers):
     user_server(server, "bob", empty)
     await server.start()
     credentials = MintingCredentials()
-    async with KernelSignal(server.url, credentials, timeout=30, concurrency=1) as ks:
-        slow = asyncio.create_task(ks.probe("slow", "", "/user/slow/"))
+    async with KernelSignal(credentials, timeout=30, concurrency=1) as ks:
+        slow = asyncio.create_task(ks.probe("slow", "", "/user/slow/", server.url))
         await arrived.wait()
-        bob = asyncio.create_task(ks.probe("bob", "", "/user/bob/"))
+        bob = asyncio.create_task(ks.probe("bob", "", "/user/bob/", server.url))
         while ("bob", "") not in credentials.calls:
             await asyncio.sleep(0.01)
         assert not slow.done() and not bob.done()  # bob's token is there; slow still stalls
@@ -251,10 +251,10 @@ async def test_a_role_without_tokens_means_no_probe_logged_once(hub, caplog):
     hub.status, hub.own_scopes = 403, ["list:users"]
     caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_tokens")
     tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
-    async with KernelSignal("http://127.0.0.1:9", tokens) as ks:  # never reached
+    async with KernelSignal(tokens) as ks:
         for user in ("alice", "bob", "alice"):
             with pytest.raises(NoProbeCredential) as err:
-                await ks.probe(user, "", f"/user/{user}/")
+                await ks.probe(user, "", f"/user/{user}/", "http://127.0.0.1:9")  # never reached
             assert "HTTP 403" in err.value.message and "`tokens`" in err.value.message
         assert [r.levelname for r in caplog.records] == ["WARNING"]
         hub.status = 201  # fixed: minted again, said once; a new outage is logged again

@@ -136,18 +136,18 @@ async def test_prometheus_one_query_sees_the_loaded_gpu(prometheus, servers):
 
 
 async def test_kernel_probe_sees_a_busy_kernel(hub, servers):
-    async with KernelSignal(hub.info["url"], StaticProbeToken(hub.info["token"]), timeout=5) as ks:
+    async with KernelSignal(StaticProbeToken(hub.info["token"]), timeout=5) as ks:
         cell = asyncio.create_task(servers.run_code("carol", "import time; time.sleep(8)"))
         states: list[str] = []
         deadline = time.monotonic() + 8
         while time.monotonic() < deadline and "busy" not in states:
-            kernels, terminals = await ks.probe("carol", "", "/user/carol/")
+            kernels, terminals = await ks.probe("carol", "", "/user/carol/", hub.info["url"])
             states = [k.execution_state for k in kernels]
             await asyncio.sleep(0.3)
         assert states == ["busy"] and terminals == []
         assert kernels[0].last_activity is not None
         await cell
-        kernels, _ = await ks.probe("carol", "", "/user/carol/")
+        kernels, _ = await ks.probe("carol", "", "/user/carol/", hub.info["url"])
         assert all(k.execution_state != "busy" for k in kernels)
 
 
@@ -191,7 +191,7 @@ async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
     direct = pod_url(sim, "jupyter-bob")
     token = hub.info["token"]
     before = await _settled(servers, "bob")
-    async with KernelSignal(hub.info["url"], StaticProbeToken(token), timeout=5) as ks:
+    async with KernelSignal(StaticProbeToken(token), timeout=5) as ks:
         # 1. flagged probes, direct: several over more than two activity intervals
         for _ in range(2 * INTERVAL + 1):
             assert await ks.probe("bob", "", "/user/bob/", direct_url=direct) == ([], [])
@@ -207,7 +207,7 @@ async def test_kernel_probes_do_not_move_last_activity(sim, hub, servers):
 
         # 3. a flagged probe through the proxy still counts: CHP records every request
         settled = await _settled(servers, "bob")
-        await ks.probe("bob", "", "/user/bob/")
+        await ks.probe("bob", "", "/user/bob/", hub.info["url"])
         via_proxy = await _changed(servers, "bob", settled)
         assert via_proxy > settled
 

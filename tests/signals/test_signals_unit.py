@@ -94,37 +94,18 @@ async def test_hub_follows_pagination_over_three_pages(server):
     assert alice.user_options == {"profile": "gpu-1"}
 
 
-async def test_hub_before_2_0_answers_a_plain_list(server):
-    async def root(request):
-        return web.json_response({"version": "1.5.0"})
-
+async def test_a_plain_list_is_not_a_user_list(server):
+    """JupyterHub 5 (what the package requires) paginates and filters by state: a plain list,
+    as hubs before 2.0 answered, is refused, not read as every user."""
     async def users_handler(request):
         server.requests.append(request)
         return web.json_response(USERS)
-    server.app.router.add_get("/hub/api/", root)
     server.app.router.add_get("/hub/api/users", users_handler)
     await server.start()
     async with HubSignal(server.url + "/hub/api", TOKEN) as hub:
-        servers = await hub.ready_servers()
-    assert len(servers) == 4 and [r.query["state"] for r in server.requests] == ["ready"]
-
-
-async def test_hub_before_1_3_is_filtered_client_side(server):
-    users = USERS + [user("dave", {"": ready_server("/user/dave/", ready=False, pending="spawn")})]
-
-    async def root(request):
-        return web.json_response({"version": "1.2.2"})
-
-    async def users_handler(request):
-        server.requests.append(request)
-        assert "state" not in request.query
-        return web.json_response(users)
-    server.app.router.add_get("/hub/api/", root)
-    server.app.router.add_get("/hub/api/users", users_handler)
-    await server.start()
-    async with HubSignal(server.url + "/hub/api", TOKEN) as hub:
-        servers = await hub.ready_servers()
-    assert "dave/" not in [s.session_id for s in servers] and len(servers) == 4
+        with pytest.raises(SignalError, match="not a user list"):
+            await hub.ready_servers()
+    assert [r.query["state"] for r in server.requests] == ["ready"]
 
 
 async def test_hub_concurrency_is_bounded(server):
@@ -304,7 +285,7 @@ async def test_kernels_probe_reduces_models_and_never_tracks_activity(server):
         {"id": "k2", "name": "python3", "last_activity": None, "execution_state": "idle", "connections": 0},
     ], [{"name": "1", "last_activity": "2026-01-01T00:00:00Z"}])
     await server.start()
-    async with KernelSignal("http://unused.invalid", StaticProbeToken(TOKEN)) as ks:
+    async with KernelSignal(StaticProbeToken(TOKEN)) as ks:
         assert isinstance(ks, KernelSource)
         kernels, terminals = await ks.probe("alice", "", "/user/alice/", direct_url=server.url)
     assert kernels == [Kernel("busy", T0), Kernel("idle", None)]
@@ -315,19 +296,23 @@ async def test_kernels_probe_reduces_models_and_never_tracks_activity(server):
         assert r.headers["Authorization"] == f"token {TOKEN}"
 
 
-async def test_kernels_probe_through_the_proxy_base(server):
+async def test_kernels_probe_joins_the_servers_address_and_its_path(server):
     kernel_app(server, [], [])
     await server.start()
-    async with KernelSignal(server.url + "/", StaticProbeToken(TOKEN)) as ks:
-        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
-        assert ks.base_url("user/alice") == server.url + "/user/alice/"
+    async with KernelSignal(StaticProbeToken(TOKEN)) as ks:
+        assert await ks.probe("alice", "", "/user/alice/", server.url + "/") == ([], [])
+        assert await ks.probe("alice", "", "user/alice", server.url) == ([], [])
+        with pytest.raises(SignalError, match="address is not known"):
+            await ks.probe("alice", "", "/user/alice/", None)
+    assert {r.path for r in server.requests} == {"/user/alice/api/kernels", "/user/alice/api/terminals"}
+    assert len(server.requests) == 4  # none without the address
 
 
 async def test_kernels_terminals_disabled_means_none(server):
     kernel_app(server, [], 404)
     await server.start()
-    async with KernelSignal(server.url, StaticProbeToken(TOKEN)) as ks:
-        assert await ks.probe("alice", "", "/user/alice/") == ([], [])
+    async with KernelSignal(StaticProbeToken(TOKEN)) as ks:
+        assert await ks.probe("alice", "", "/user/alice/", server.url) == ([], [])
 
 
 @pytest.mark.parametrize("kernels,terminals,delay,needle", [
@@ -340,9 +325,9 @@ async def test_kernels_terminals_disabled_means_none(server):
 async def test_kernels_errors(server, kernels, terminals, delay, needle):
     kernel_app(server, kernels, terminals, delay=delay)
     await server.start()
-    async with KernelSignal(server.url, StaticProbeToken(TOKEN), timeout=0.2) as ks:
+    async with KernelSignal(StaticProbeToken(TOKEN), timeout=0.2) as ks:
         with pytest.raises(SignalError) as err:
-            await ks.probe("alice", "", "/user/alice/")
+            await ks.probe("alice", "", "/user/alice/", server.url)
     assert err.value.source == "kernels" and needle in err.value.message, err.value
     assert TOKEN not in str(err.value)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import io
 import sqlite3
 
@@ -25,6 +26,7 @@ from jupyterhub_gpu_reclaim.replay.trace import (
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 
 from ..support.clock import at
+from ..support.store_reads import decided_sessions, rows, schema_version
 
 UTC = dt.timezone.utc
 
@@ -58,9 +60,9 @@ def warning(session="alice/", t=at(60), rule="gpu-idle"):  # noqa: B008 - a date
 
 def test_new_store_is_current_version_and_reopens(path):
     with Store.open(path) as s:  # a plain path means a SQLite file
-        assert s.schema_version() == store_mod.current_version() == 6
+        assert schema_version(s) == store_mod.current_version() == 6
     with Store.open(f"sqlite:///{path}") as s:
-        assert s.schema_version() == 6
+        assert schema_version(s) == 6
     with sqlite3.connect(path) as conn:
         assert conn.execute("select version from schema_version").fetchall() == [(6,)]
 
@@ -84,9 +86,9 @@ def test_older_version_is_migrated_once(path, monkeypatch):
 
     monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, next_version])
     with Store.open(path) as s:
-        assert s.schema_version() == current + 1
+        assert schema_version(s) == current + 1
     with Store.open(path) as s:
-        assert s.schema_version() == current + 1
+        assert schema_version(s) == current + 1
     assert calls == [1]
     with sqlite3.connect(path) as conn:
         assert conn.execute("select count(*) from extra").fetchone() == (0,)
@@ -324,7 +326,7 @@ def test_prune_observations(store):
     assert deleted == 5  # pressure at 0; cycles 1 and 2: a sample and a pressure line each
     left = loads_trace("\n".join(export_trace(store, at(0), at(10))))
     assert len(left) - 1 == total - 5
-    assert store.decisions() == [] and "alice/" in store.intents() and store.open_warnings().get("alice/", ())
+    assert decided_sessions(store) == [] and "alice/" in store.intents() and store.open_warnings().get("alice/", ())
 
 
 # --------------------------------------------------------------------------- decisions
@@ -335,7 +337,10 @@ def test_decisions_log(store):
                  evidence={"idle_since": at(0), "util": (0.0,)})
     store.record_decisions([d], at(60))
     store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], at(61))
-    [(t, got)] = store.decisions(session="alice/")
-    assert t == at(60) and got.reclaim_at == at(120) and got.action == "warn"
-    assert got.evidence == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}
-    assert [x.session for _, x in store.decisions(since=at(61))] == ["bob/big"]
+    # each change of rule, and each session's rule as a window opens (the usage page's reading)
+    assert store.rules_between(at(0), at(70)) == [(at(60), "alice/", "gpu-idle"), (at(61), "bob/big", "kernel-busy")]
+    assert store.rules_between(at(61), at(70)) == [(at(61), "alice/", "gpu-idle"), (at(61), "bob/big", "kernel-busy")]
+    # the whole decision, as the database holds it
+    (row,) = rows(store, "select action, reason, reclaim_at, evidence from decisions where session = :s", s="alice/")
+    assert (row.action, row.reason) == ("warn", "GPU idle for 60 min") and row.reclaim_at is not None
+    assert json.loads(row.evidence) == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}

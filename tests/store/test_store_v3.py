@@ -15,6 +15,7 @@ from jupyterhub_gpu_reclaim.policy.observations import Warning
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.clock import START, at
+from ..support.store_reads import schema_version
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def make_v2(path):
 def test_v2_store_is_upgraded_to_one_intent_row_per_session(path):
     make_v2(path)
     with Store.open(path) as s:
-        assert s.schema_version() == store_mod.current_version()
+        assert schema_version(s) == store_mod.current_version()
         assert {sid: i.until for sid, i in s.intents().items()} == {"alice/": at(240)}  # the current one
         assert s.intent_changed_at("bob/x") == at(5)  # bob's clear is remembered
     with sqlite3.connect(path) as conn:
@@ -149,7 +150,7 @@ def make_v3(path):
 def test_v3_store_is_upgraded_to_note_when_a_reclaim_was_seen(path):
     make_v3(path)
     with Store.open(path) as s:
-        assert s.schema_version() == store_mod.current_version() == 6
+        assert schema_version(s) == store_mod.current_version() == 6
         [r] = s.unseen_reclaims("alice", since=START)
         assert r.seen_at is None and s.unseen_reclaims("bob", since=START) == []
         assert s.mark_seen("bob", r.id, at(70)) is None  # not bob's: nothing changes

@@ -19,6 +19,7 @@ from jupyterhub_gpu_reclaim.store.schema import ESCAPE
 
 from ..support.clock import START, at
 from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
+from ..support.store_reads import decided_sessions, schema_version
 
 LONG = "x" * 250  # the finding's server name: student42/LONG is 260 characters, past a VARCHAR(255)
 LONG_USER = "u" * 300  # a hub on SQLite does not enforce its own Unicode(255) either
@@ -56,7 +57,7 @@ def test_names_of_any_length_are_stored_and_read_back(store):
         rid = store.begin_reclaim(sid, "gpu-idle", at(90), {}, 1, episode="e")
         store.finish_reclaim(rid, at(91), "stopped")
         assert store.session_stopped(sid, at(91))
-    assert [sid for _, d in store.decisions() for sid in [d.session]] == sids
+    assert decided_sessions(store) == sids
     assert set(store.intents()) == set(store.exemptions(at(60))) == set(sids)
     assert [r.session for r in store.reclaims(user=LONG_USER)] == [f"{LONG_USER}/{LONG}"]
     assert {getattr(o, "session", None) for o in store.observations_between(START, at(60)).observations} == {
@@ -71,7 +72,7 @@ def test_a_nul_is_stored_escaped_and_every_name_comes_back_as_it_was(store):
     lookalike = NUL.replace("\x00", ESCAPE + "0")
     sids = ["alice/", NUL, lookalike, f"mallory/{ESCAPE}", "bob/x"]
     store.record_decisions([Decision(sid, "keep", "gpu-active", "busy") for sid in sids], at(1))
-    assert [d.session for _, d in store.decisions()] == sids
+    assert decided_sessions(store) == sids
     store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
                               [session(sid) for sid in sids])
     assert [s.session.id for s in store.observations_between(START, at(2)).sessions] == sids
@@ -91,7 +92,7 @@ def test_rows_the_store_refuses_keep_only_their_own_session_out(store):
     with pytest.raises(RowsRefused) as refused:
         store.record_decisions([Decision(sid, "keep", "gpu-active", "busy") for sid in sids], at(1))
     assert set(refused.value.refused) == {odd} and "surrogate" in str(refused.value)
-    assert [d.session for _, d in store.decisions()] == ["alice/", "bob/x"]
+    assert decided_sessions(store) == ["alice/", "bob/x"]
     with pytest.raises(RowsRefused) as refused:
         store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
                                   [session(sid) for sid in sids])
@@ -122,7 +123,7 @@ def test_a_row_the_database_refuses_keeps_only_its_own_session_out(store):
         store.record_decisions([Decision(sid, "keep", "gpu-active", "busy")
                                 for sid in ("alice/", "mallory/", "bob/")], at(1))
     assert list(refused.value.refused) == ["mallory/"] and "refused by the database" in str(refused.value)
-    assert [d.session for _, d in store.decisions()] == ["alice/", "bob/"]
+    assert decided_sessions(store) == ["alice/", "bob/"]
     with pytest.raises(sa.exc.DBAPIError, match="refused by the database"):  # all refused: the database's error
         store.record_decisions([Decision("mallory/", "keep", "gpu-active", "busy")], at(2))
 
@@ -150,8 +151,8 @@ def make_v4(url: str) -> None:
 def test_a_v4_store_is_upgraded_to_unbounded_names(url):
     make_v4(url)
     with Store.open(url) as s:
-        assert s.schema_version() == store_mod.current_version() == 6
-        assert [d.session for _, d in s.decisions()] == ["alice/"] and set(s.intents()) == {"alice/"}
+        assert schema_version(s) == store_mod.current_version() == 6
+        assert decided_sessions(s) == ["alice/"] and set(s.intents()) == {"alice/"}
         s.record_decisions([Decision(f"student42/{LONG}", "keep", "gpu-active", "busy")], at(2))
         s.set_intent(f"student42/{LONG}", at(60), at(2), by=LONG_USER)
         assert set(s.intents()) == {"alice/", f"student42/{LONG}"}
@@ -162,7 +163,7 @@ def test_a_v4_store_is_upgraded_to_unbounded_names(url):
             indexes = {i["name"]: i["unique"] for i in sa.inspect(conn).get_indexes("intents")}
             assert indexes["uq_intents_session"]  # kept through the change of type
     with Store.open(url) as s:  # once
-        assert s.schema_version() == 6
+        assert schema_version(s) == 6
 
 
 def test_a_users_reclaims_are_matched_by_the_exact_name(store):

@@ -8,11 +8,12 @@ import datetime as dt
 import sqlalchemy as sa
 
 from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
-from jupyterhub_gpu_reclaim.service.cycle_types import Options
 from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
+from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
+from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -79,7 +80,7 @@ class World(CycleRecorder):
         """The service (re)started: fresh signals, metrics and memory; the same store."""
         self.hub_signal = HubSignal(self.hub.api, TOKEN, timeout=0.3)
         self.prom_signal = PrometheusSignal(self.prom.url, timeout=0.3)
-        self.kernel_signal = KernelSignal("", StaticProbeToken(TOKEN), timeout=0.2)
+        self.kernel_signal = KernelSignal(StaticProbeToken(TOKEN), timeout=0.2)
         self.stopper = HubStopper(self.hub.api, TOKEN, stop_timeout=stop_timeout, poll_interval=0.05,
                                   retries=1, backoff=0.01, request_timeout=1.0)
         self.parts += [self.hub_signal, self.prom_signal, self.kernel_signal, self.stopper]
@@ -87,7 +88,8 @@ class World(CycleRecorder):
         self.reclaimer = Reclaimer(
             hub=self.hub_signal, pods=self.pods, gpu=self.prom_signal, kernels=self.kernel_signal,
             stopper=self.stopper, dispatcher=Dispatcher([LogNotifier()]), store=self.store,
-            policy=self.policy, options=Options(cycle_interval=STEP), metrics=self.metrics,
+            settings=ServiceSettings(rules=PolicyRules(self.policy), cull_every=int(STEP.total_seconds())),
+            metrics=self.metrics,
             clock=self.clock)
         return self.reclaimer
 

@@ -1,19 +1,19 @@
 """The reclaim cycle (service.Reclaimer) with in-process fakes for the signals and the
 stopper, a real Store and a controllable clock: `Harness` steps its clock by `step` (=
-Options.cycle_interval) between cycles (the `harness` fixture: tests/service/conftest.py)."""
+ServiceSettings.cycle_interval) between cycles (the `harness` fixture: tests/service/conftest.py)."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from jupyterhub_gpu_reclaim.service.hub_stopper import StopResult
-from jupyterhub_gpu_reclaim.service.cycle_types import Options
 from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.policy.observations import Kernel
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
+from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
@@ -136,9 +136,10 @@ class Harness(CycleRecorder):
         self.metrics = Metrics()
         self.reclaimer = Reclaimer(
             hub=self.hub, pods=self.pods, gpu=self.gpu, kernels=self.kernels, stopper=self.stopper,
-            dispatcher=self.dispatcher, store=self.store, policy=self.policy,
-            options=Options(cycle_interval=self.step, **self.options), metrics=self.metrics,
-            rules=self.rules, clock=self.clock)
+            dispatcher=self.dispatcher, store=self.store,
+            settings=ServiceSettings(rules=self.rules or PolicyRules(self.policy),
+                                     cull_every=int(self.step.total_seconds()), **self.options),
+            metrics=self.metrics, clock=self.clock)
         return self.reclaimer
 
     def add(self, user: str, *, gpus: int | None = 1, util=(0.0,), name: str = "",

@@ -18,6 +18,7 @@ from gpu_reclaim_sim.launch import free_port
 from jupyterhub_gpu_reclaim.store import Store
 
 from .live import start_test_hub
+from .store_reads import decisions_of
 
 HERE = Path(__file__).parents[1] / "service"  # the hub configs of tests/service
 
@@ -122,7 +123,7 @@ def cycles(hub) -> float:
 
 def latest_rule(hub, session: str) -> tuple[str, str] | None:
     with Store.open(hub.info["store"]) as store:
-        decisions = store.decisions(session=session)
+        decisions = decisions_of(store, session)
     return (decisions[-1][1].action, decisions[-1][1].rule) if decisions else None
 
 

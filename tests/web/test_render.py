@@ -207,10 +207,10 @@ def test_one_whatif_at_a_time_and_bad_input_never_waits():
 
     from tornado.web import HTTPError
 
-    from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+    from jupyterhub_gpu_reclaim.settings import ServiceSettings
     from jupyterhub_gpu_reclaim.web import whatif
 
-    handler = SimpleNamespace(ctx=SimpleNamespace(policy=PolicyConfig(), rules=None, store=None), retry_after=0)
+    handler = SimpleNamespace(ctx=SimpleNamespace(settings=ServiceSettings(), store=None), retry_after=0)
 
     async def while_another_runs():
         async with whatif._running:

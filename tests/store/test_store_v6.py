@@ -22,6 +22,7 @@ from jupyterhub_gpu_reclaim.store.observations import StoredPressure, StoredSamp
 
 from ..support.clock import at
 from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
+from ..support.store_reads import schema_version
 
 LONG = "student42/" + "x" * 250
 NUL = "mallory/a\x00b"
@@ -104,7 +105,7 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
     make_v5(url)
     with Store.open(f"sqlite:///{tmp_path / 'v6.sqlite'}") as fresh, Store.open(url) as upgraded:
         record_v6(fresh)
-        assert upgraded.schema_version() == store_mod.current_version() == 6
+        assert schema_version(upgraded) == store_mod.current_version() == 6
         with upgraded.engine.connect() as conn:
             tables = set(sa.inspect(conn).get_table_names())
             assert "trace_sessions" not in tables and "observations_v5" not in tables
@@ -139,7 +140,7 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
         assert upgraded.observations_between(t, t).observations == [
             StoredSample(NUL, Sample(t=t, gpu_util=(1.0,))), StoredPressure(t, 5)]
     with Store.open(url) as again:  # upgraded once
-        assert again.schema_version() == 6
+        assert schema_version(again) == 6
 
 
 def test_the_store_keeps_a_sample_as_it_came(url):

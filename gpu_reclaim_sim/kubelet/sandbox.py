@@ -223,7 +223,9 @@ def _overlay(upper: str, work: str, root: str, hidden_with_keep: set[str]) -> No
         path = os.path.join(upper, name)
         if name in EMPTY_DIRS or name in hidden_with_keep:
             os.mkdir(path)
-            os.chmod(path, 0o755 if name in hidden_with_keep else EMPTY_DIRS[name])
+            # an image's empty directory keeps its mode when the environment lies below it (a
+            # clone under /tmp): /tmp stays writable for every user
+            os.chmod(path, EMPTY_DIRS.get(name, 0o755))
             os.setxattr(path, "trusted.overlay.opaque", b"y")  # empty, whatever the host has
         else:
             os.mknod(path, stat.S_IFCHR, os.makedev(0, 0))  # a whiteout: not there at all

@@ -223,9 +223,10 @@ def _overlay(upper: str, work: str, root: str, hidden_with_keep: set[str]) -> No
         path = os.path.join(upper, name)
         if name in EMPTY_DIRS or name in hidden_with_keep:
             os.mkdir(path)
-            # an image's empty directory keeps its mode when the environment lies below it (a
-            # clone under /tmp): /tmp stays writable for every user
-            os.chmod(path, EMPTY_DIRS.get(name, 0o755))
+            # the environment below it must be reachable by every user; an image's empty
+            # directory keeps its own mode beside that (a clone under /tmp: /tmp stays 1777)
+            mode = EMPTY_DIRS.get(name, 0)
+            os.chmod(path, mode | 0o755 if name in hidden_with_keep else mode)
             os.setxattr(path, "trusted.overlay.opaque", b"y")  # empty, whatever the host has
         else:
             os.mknod(path, stat.S_IFCHR, os.makedev(0, 0))  # a whiteout: not there at all

@@ -162,6 +162,14 @@ def serve_fakes(port_file: str) -> None:
         count("hub:token-delete")
         return web.Response(status=204)
 
+    async def hub_whoami(request: web.Request) -> web.Response:
+        # the service's own model (JupyterHub's GET /user for a service token): its scopes say
+        # that the probe-token API mints (the README's registration, configure_hub)
+        count("hub:whoami")
+        return web.json_response({"kind": "service", "name": "gpu-reclaim", "scopes": [
+            "list:users", "read:users:activity", "read:servers", "delete:servers", "read:users:groups",
+            "custom:gpu-reclaim:probe-tokens"]})
+
     async def hub_other(request: web.Request) -> web.Response:
         count("hub:other")
         return web.json_response({"status": 404, "message": "not here"}, status=404)
@@ -228,8 +236,10 @@ def serve_fakes(port_file: str) -> None:
                     web.get("/hub/api/users/{name}", hub_user),
                     web.delete("/hub/api/users/{name}/server", hub_delete),
                     web.delete("/hub/api/users/{name}/servers/{server}", hub_delete),
-                    web.post("/hub/api/users/{name}/tokens", hub_token_mint),
-                    web.delete("/hub/api/users/{name}/tokens/{id}", hub_token_delete),
+                    web.get("/hub/api/user", hub_whoami),
+                    # the probe-token API (spawner/probe_tokens.py), which answers as the hub's own
+                    web.post("/hub/api/gpu-reclaim/users/{name}/tokens", hub_token_mint),
+                    web.delete("/hub/api/gpu-reclaim/users/{name}/tokens/{id}", hub_token_delete),
                     web.get("/bench/counters", counters), web.post("/bench/reset", reset),
                     web.route("*", "/{tail:.*}", hub_other)])
     prom = web.Application()

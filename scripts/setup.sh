@@ -46,8 +46,10 @@ want=$(cat setup.cfg pyproject.toml lab/pyproject.toml | sha256sum | cut -d' ' -
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the package, its test dependencies and the JupyterLab extension into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # the demo extra names jupyterhub-gpu-reclaim-lab: the same command installs it from lab/
-  "$VENV/bin/python" -m pip install -q -e ./lab -e ".[test]"
+  # the demo extra names jupyterhub-gpu-reclaim-lab: the same command installs it from lab/.
+  # --no-compile: Python compiles what the tests import on first import; compiling all of
+  # JupyterLab's and the rest's sources up front cost make test ~20 s of CPU
+  "$VENV/bin/python" -m pip install -q --no-compile -e ./lab -e ".[test]"
   echo "$want" > "$stamp"
 fi
 
@@ -66,7 +68,7 @@ hub_image_venv() {
     echo "setup: installing the z2jh hub image's requirements (JupyterHub 5.5) and the package into $VENV_JH5"
     pip=("$VENV_JH5/bin/python" -m pip)
     "${pip[@]}" install -q --upgrade pip
-    "${pip[@]}" install -q -r "$HUB_IMAGE_REQUIREMENTS" "${HUB_IMAGE_C_PACKAGES[@]}"
+    "${pip[@]}" install -q --no-compile -r "$HUB_IMAGE_REQUIREMENTS" "${HUB_IMAGE_C_PACKAGES[@]}"
     "${pip[@]}" freeze --exclude-editable > "$VENV_JH5/hub-image.txt"
     report=$(mktemp)
     "${pip[@]}" install -q --dry-run --report "$report" -e .

@@ -23,7 +23,6 @@ import ipaddress
 import random
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -40,7 +39,8 @@ from gpu_reclaim_sim.network import netpol, nftables
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import kubectl
+
 NS = "np"
 IMAGE = "python:3.11-slim"
 SCENARIO = {
@@ -117,14 +117,6 @@ def sim(tmp_path_factory):
 @pytest.fixture(scope="module")
 def core(sim) -> k8s.CoreV1Api:
     return k8s.CoreV1Api(k8s_config.new_client_from_config(sim.info["kubeconfig"]))
-
-
-def kubectl(sim, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(KUBECTL), "--kubeconfig", sim.info["kubeconfig"], *args], input=stdin,
-                          capture_output=True, text=True, timeout=60)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr}")
-    return proc
 
 
 def apply(sim, *docs: dict, ns: str = NS) -> None:

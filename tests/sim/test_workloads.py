@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,7 +30,8 @@ from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import kubectl
+
 PYTHON_IMAGE = "python:3.11"
 STUB_IMAGES = [  # images whose command cannot run here (or need not): they "run" until stopped
     "registry.k8s.io/pause:3.10.2", "registry.example.edu/jupyterhub/k8s-hub-gpu-reclaim:0.1.0",
@@ -73,14 +72,6 @@ def ns(api) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     k8s.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     return name
-
-
-def kubectl(cluster, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60):
-    proc = subprocess.run([str(KUBECTL), "--kubeconfig", cluster.info["kubeconfig"], *args], input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
-    return proc
 
 
 def until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:

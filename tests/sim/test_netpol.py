@@ -39,7 +39,7 @@ from gpu_reclaim_sim.network import netpol, nftables
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
 
-from ..support.sim_cluster import kubectl
+from ..support.sim_cluster import kubectl, sim_running
 
 NS = "np"
 IMAGE = "python:3.11-slim"
@@ -106,12 +106,10 @@ def sim(tmp_path_factory):
     if UNAVAILABLE:
         pytest.skip(f"the simulator's data plane needs root, nftables and cgroup2: {UNAVAILABLE}")
     workdir = tmp_path_factory.mktemp("netpol")
-    (workdir / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
-    child = start_sim(workdir, workdir / "scenario.yaml")
-    child.info["control_dir"] = workdir / "control"
-    child.info["control_dir"].mkdir()
-    yield child
-    child.stop()
+    with sim_running(workdir, SCENARIO) as child:
+        child.info["control_dir"] = workdir / "control"
+        child.info["control_dir"].mkdir()
+        yield child
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,9 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from gpu_reclaim_sim.z2jh import release as z2jh
-from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-from ..support.sim_cluster import kubectl
+from ..support.sim_cluster import kubectl, sim_running
 
 PYTHON_IMAGE = "python:3.11"
 STUB_IMAGES = [  # images whose command cannot run here (or need not): they "run" until stopped
@@ -53,12 +52,8 @@ SCENARIO = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workloads")
-    path = workdir / "scenario.yaml"
-    path.write_text(yaml.safe_dump(SCENARIO))
-    child = start_sim(workdir, path)
-    yield child
-    child.stop()
+    with sim_running(tmp_path_factory.mktemp("workloads"), SCENARIO) as child:
+        yield child
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpu_reclaim_sim.launch import start_sim
+from gpu_reclaim_sim.launch import Child, start_sim
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NOTEBOOK_IMAGE = "quay.io/jupyter/base-notebook:2025-06-02"  # pre-pulled: no pull waits
@@ -32,6 +33,17 @@ def notebook_scenario(name: str, ns: str) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def sim_running(workdir: Path, scenario: dict[str, Any]) -> Iterator[Child]:
+    """The simulator running `scenario` in `workdir`, stopped at the end."""
+    (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
+    child = start_sim(workdir, workdir / "scenario.yaml")
+    try:
+        yield child
+    finally:
+        child.stop()
+
+
 def sim_fixtures(scenario: dict[str, Any]):
     """A module's `sim` and `core` fixtures (`sim, core = sim_fixtures(SCENARIO)`): the
     simulator running `scenario`, stopped after the module, and the official client's core
@@ -39,11 +51,8 @@ def sim_fixtures(scenario: dict[str, Any]):
 
     @pytest.fixture(scope="module")
     def sim(tmp_path_factory):
-        workdir = tmp_path_factory.mktemp(scenario["name"])
-        (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-        child = start_sim(workdir, workdir / "scenario.yaml")
-        yield child
-        child.stop()
+        with sim_running(tmp_path_factory.mktemp(scenario["name"]), scenario) as child:
+            yield child
 
     @pytest.fixture(scope="module")
     def core(sim) -> k8s.CoreV1Api:

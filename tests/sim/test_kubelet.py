@@ -12,68 +12,29 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from gpu_reclaim_sim.api.timestamps import parse_time
 from gpu_reclaim_sim.kubelet import cgroups, hosts, volumes
 from gpu_reclaim_sim.kubelet.backoff import RestartBackoff
-from gpu_reclaim_sim.launch import start_sim
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import kubectl, notebook_scenario, sim_fixtures, wait_for
+from ..support.sim_cluster import NOTEBOOK_IMAGE as IMAGE
+
 NS = "jhub"
-IMAGE = "quay.io/jupyter/base-notebook:2025-06-02"  # pre-pulled: no pull waits
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the simulator isolates pods only as root "
                                 "(namespaces, mounts, cgroups)")
 
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("kubelet")
-    scenario = {
-        "name": "kubelet", "namespaces": [NS], "mode": "process",
-        "imageDefaults": {"user": {"name": "jovyan", "uid": 1000, "gid": 100},
-                          "env": {"HOME": "/home/jovyan", "NB_USER": "jovyan"}, "workingDir": "/home/jovyan"},
-        "nodeGroups": [{"name": "cpu", "count": 1, "cpu": "32", "memory": "64Gi", "images": [IMAGE]}],
-    }
-    (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, workdir / "scenario.yaml")
-    yield child
-    child.stop()
-
-
-@pytest.fixture(scope="module")
-def core(sim) -> k8s.CoreV1Api:
-    return k8s.CoreV1Api(k8s_config.new_client_from_config(sim.info["kubeconfig"]))
-
-
-def kubectl(sim, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(KUBECTL), "--kubeconfig", sim.info["kubeconfig"], *args], input=stdin,
-                          capture_output=True, text=True, timeout=120)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr}")
-    return proc
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout:.0f} s")
+sim, core = sim_fixtures(notebook_scenario("kubelet", NS))
 
 
 def pod(name: str, script: str, *, volumes: list | None = None, mounts: list | None = None,

@@ -23,7 +23,6 @@ import ipaddress
 import random
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -40,7 +39,8 @@ from gpu_reclaim_sim.network import netpol, nftables
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import kubectl, sim_running
+
 NS = "np"
 IMAGE = "python:3.11-slim"
 SCENARIO = {
@@ -106,25 +106,15 @@ def sim(tmp_path_factory):
     if UNAVAILABLE:
         pytest.skip(f"the simulator's data plane needs root, nftables and cgroup2: {UNAVAILABLE}")
     workdir = tmp_path_factory.mktemp("netpol")
-    (workdir / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
-    child = start_sim(workdir, workdir / "scenario.yaml")
-    child.info["control_dir"] = workdir / "control"
-    child.info["control_dir"].mkdir()
-    yield child
-    child.stop()
+    with sim_running(workdir, SCENARIO) as child:
+        child.info["control_dir"] = workdir / "control"
+        child.info["control_dir"].mkdir()
+        yield child
 
 
 @pytest.fixture(scope="module")
 def core(sim) -> k8s.CoreV1Api:
     return k8s.CoreV1Api(k8s_config.new_client_from_config(sim.info["kubeconfig"]))
-
-
-def kubectl(sim, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(KUBECTL), "--kubeconfig", sim.info["kubeconfig"], *args], input=stdin,
-                          capture_output=True, text=True, timeout=60)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {proc.stderr}")
-    return proc
 
 
 def apply(sim, *docs: dict, ns: str = NS) -> None:

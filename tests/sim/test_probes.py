@@ -11,60 +11,25 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
-from typing import Any, Callable
 
 import pytest
-import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim.kubelet import cgroups, probes
-from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.network import nftables
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import kubectl, sim_fixtures, wait_for
+
 NS = "probes"
 IMAGE = "python:3.12-slim"
 # NetworkPolicy is enforced only with the data plane: root, nftables and cgroup2
 POLICED = cgroups.available() and not nftables.unavailable()
 POD_IP = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("probes")
-    scenario = {"name": "probes", "namespaces": [NS], "mode": "process",
-                "images": [{"name": IMAGE, "size": "50MB"}],
-                "nodeGroups": [{"name": "cpu", "count": 1, "cpu": "16", "memory": "64Gi", "images": [IMAGE]}]}
-    (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, workdir / "scenario.yaml")
-    yield child
-    child.stop()
-
-
-@pytest.fixture(scope="module")
-def core(sim) -> k8s.CoreV1Api:
-    return k8s.CoreV1Api(k8s_config.new_client_from_config(sim.info["kubeconfig"]))
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} after {timeout:.0f} s")
-
-
-def kubectl(sim, *args: str) -> None:
-    subprocess.run([str(KUBECTL), "--kubeconfig", sim.info["kubeconfig"], "-n", NS, *args], check=True,
-                   capture_output=True, timeout=60)
+sim, core = sim_fixtures({
+    "name": "probes", "namespaces": [NS], "mode": "process", "images": [{"name": IMAGE, "size": "50MB"}],
+    "nodeGroups": [{"name": "cpu", "count": 1, "cpu": "16", "memory": "64Gi", "images": [IMAGE]}]})
 
 
 def container(name: str, script: str, probe: dict, ports: list[dict] | None = None) -> dict:
@@ -121,7 +86,7 @@ def test_a_tcp_probe_holds_readiness_until_the_port_listens_and_the_node_passes_
     ip = core.read_namespaced_pod("tcp", NS).status.pod_ip
     wait_for(lambda: [a.ip for s in core.read_namespaced_endpoints("tcp", NS).subsets or []
                       for a in s.not_ready_addresses or []] == [ip], "not-ready endpoint")
-    kubectl(sim, "exec", "tcp", "--", "touch", gate)
+    kubectl(sim, "-n", NS, "exec", "tcp", "--", "touch", gate)
     wait_for(lambda: statuses(core, "tcp")[1:] == ({"web": True}, "True"), "ready pod")
     wait_for(lambda: [a.ip for s in core.read_namespaced_endpoints("tcp", NS).subsets or []
                       for a in s.addresses or []] == [ip], "ready endpoint")
@@ -146,9 +111,9 @@ def test_an_exec_probe_follows_its_commands_exit_code_both_ways(sim, core):
     create(core, "exec", container("app", "exec sleep 3600", {"exec": {"command": ["test", "-f", flag]},
                                                                "failureThreshold": 1}))
     assert running(core, "exec")[1:] == ({"app": False}, "False")
-    kubectl(sim, "exec", "exec", "--", "touch", flag)
+    kubectl(sim, "-n", NS, "exec", "exec", "--", "touch", flag)
     wait_for(lambda: statuses(core, "exec")[1:] == ({"app": True}, "True"), "ready pod")
-    kubectl(sim, "exec", "exec", "--", "rm", flag)
+    kubectl(sim, "-n", NS, "exec", "exec", "--", "rm", flag)
     wait_for(lambda: statuses(core, "exec")[1:] == ({"app": False}, "False"), "unready pod again")
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,10 +27,10 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
 from gpu_reclaim_sim.z2jh import release as z2jh
-from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from ..support.sim_cluster import kubectl, sim_running
+
 PYTHON_IMAGE = "python:3.11"
 STUB_IMAGES = [  # images whose command cannot run here (or need not): they "run" until stopped
     "registry.k8s.io/pause:3.10.2", "registry.example.edu/jupyterhub/k8s-hub-gpu-reclaim:0.1.0",
@@ -54,12 +52,8 @@ SCENARIO = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workloads")
-    path = workdir / "scenario.yaml"
-    path.write_text(yaml.safe_dump(SCENARIO))
-    child = start_sim(workdir, path)
-    yield child
-    child.stop()
+    with sim_running(tmp_path_factory.mktemp("workloads"), SCENARIO) as child:
+        yield child
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +67,6 @@ def ns(api) -> str:
     name = f"t-{uuid.uuid4().hex[:8]}"
     k8s.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
     return name
-
-
-def kubectl(cluster, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60):
-    proc = subprocess.run([str(KUBECTL), "--kubeconfig", cluster.info["kubeconfig"], *args], input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
-    return proc
 
 
 def until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:

@@ -206,13 +206,35 @@ class ObservationStore(StoreBase):
                              until: dt.datetime) -> list[tuple[str, dt.datetime, dt.datetime | None, int]]:
         """(session, started, stopped or None, GPUs) of each recorded instance with GPUs that
         ran at some time in [since, until], by start."""
+        return [(s.session.id, s.session.started, s.stopped, s.session.gpus)
+                for s in self.gpu_instances_between(since, until)]
+
+    def gpu_instances_between(self, since: dt.datetime, until: dt.datetime) -> list[StoredSession]:
+        """Each recorded instance with GPUs that ran at some time in [since, until], by start."""
         since, until = aware(since, "since"), aware(until, "until")
         with self._session() as db:
-            rows = db.execute(sa.select(SessionRow.session, SessionRow.started, SessionRow.stopped, SessionRow.gpus)
+            rows = db.scalars(sa.select(SessionRow)
                               .where(SessionRow.gpus > 0, SessionRow.started <= until,
                                      sa.or_(SessionRow.stopped.is_(None), SessionRow.stopped >= since))
                               .order_by(SessionRow.started)).all()
-        return [(sid, started, stopped, gpus) for sid, started, stopped, gpus in rows]
+        return [StoredSession(_session(r), r.stopped) for r in rows]
+
+    def gpu_util_between(self, since: dt.datetime,
+                         until: dt.datetime) -> list[tuple[str, dt.datetime, tuple[float | None, ...] | None]]:
+        """(session, t, utilization per GPU) of each sample in [since, until], by session and
+        time: the usage report's reading of the record, without the rest of each sample."""
+        since, until = aware(since, "since"), aware(until, "until")
+        o = ObservationRow
+        with self._session() as db:
+            rows = db.execute(sa.select(o.session, o.t, o.gpu_util)
+                              .where(o.kind == "sample", o.t >= since, o.t <= until)
+                              .order_by(o.session, o.t, o.id)).all()
+        return [(sid, t, util) for sid, t, util in rows if sid is not None]
+
+    def first_observation(self) -> dt.datetime | None:
+        """When the oldest observation the store holds was made (None: none yet)."""
+        with self._session() as db:
+            return db.scalar(sa.select(sa.func.min(ObservationRow.t)))
 
     def pressure_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, int]]:
         """(t, GPUs requested by pods waiting for one) of each cycle in [since, until]."""

@@ -1,7 +1,8 @@
 """The pages' charts as inline SVG drawn here (no script, no library, nothing fetched):
 stacked bars per time bucket, one or more bars per bucket (`stacked_bars`), for the
-what-if (idle and freed GPU-hours, live policy beside the override) and the admin page's
-week (GPU-hours in use, idle, freed and waited for, per day). Accessible: a <title> and
+what-if (idle and freed GPU-hours, live policy beside the override), the admin page's
+week (GPU-hours in use, idle, freed and waited for, per day) and the usage report's days
+(used, idle, idle in long stretches, no reading). Accessible: a <title> and
 <desc>, a tooltip per bar; the pages show the numbers in a table as well."""
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
+from ..report.render import HOURS, headings, long_idle, totals_sentence
 from ..service.usage import DayUsage
 from ..replay.whatif import WhatIf
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 40, 30, 40  # room for the last time label
 FREED, IDLE, IN_USE, WAITING = "#2a9d8f", "#e9a23b", "#6c757d", "#b02a37"
+IDLE_LONG, NO_READING = "#a0522d", "#ced4da"
 LIVE_OPACITY = "0.45"  # the what-if's live bars: paler, in the override's colors
 MAX_LABELS = 12
 
@@ -135,3 +138,18 @@ def usage_chart(days: Sequence[DayUsage]) -> str:
         [d.start for d in days],
         [[Bar("sessions", (max(0.0, d.held - d.idle), d.idle, d.freed)), Bar("queue", (d.waiting,))] for d in days],
         dt.timedelta(days=1))
+
+
+def report_chart(report: dict) -> str:
+    """Per day one bar of the GPU-hours held: used, idle in shorter stretches, idle in long
+    ones, no reading (the usage report's `by_day`, its words)."""
+    names = dict(zip(HOURS, headings(report), strict=True))
+    names["idle"] = f"idle < {long_idle(report)}"  # the part of idle under the long stretches
+    layers = (("used", IN_USE), ("idle", IDLE), ("idle_long", IDLE_LONG), ("no_reading", NO_READING))
+    days = report["by_day"]
+    return stacked_bars(
+        "report-chart", "GPU-hours held per day: " + ", ".join(names[k] for k, _ in layers), totals_sentence(report),
+        [Arm("held", "1", [(names[k], color) for k, color in layers])],
+        [dt.datetime.fromisoformat(d["day"]) for d in days],
+        [[Bar("held", (d["used"], max(0.0, d["idle"] - d["idle_long"]), d["idle_long"], d["no_reading"]))]
+         for d in days], dt.timedelta(days=1))

@@ -1,0 +1,171 @@
+"""The usage report of the admin page: the report's figures (report/: GPU-hours held, used,
+idle, idle in long stretches and without a reading, per user, group, profile and UTC day)
+for the last N days, from the service's own record (service/recorded_usage.py) for the days
+it covers, and from Prometheus's history (report/run.read_history, the service's
+--prometheus-url) for the days before; each day says its source.
+
+The record covers the days from the first whole UTC day after its oldest observation;
+Prometheus the days before (the day the record begins included: it holds the whole day). When
+Prometheus is not configured or cannot be read, the record covers what it has of its first
+day and the days before are left empty, and the report says why. Prometheus is read in a
+thread of its own (its own event loop), within `PROMETHEUS_TIMEOUT` in all and
+`PROMETHEUS_DAYS_MAX` days, and its answer for the past kept for `CACHE_TTL` (past days do not
+change); the record is read in a thread too: the service's loop and its cycles go on."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import time
+from typing import Any
+
+from ..policy.config import PolicyConfig
+from ..report.prometheus_range import ReportError
+from ..report.run import (ReportRequest, counted_by, history_rows, label_notes, long_idle_steps, read_history,
+                          request_notes, usage_tables)
+from ..report.usage import Hours, groups_of
+from ..service.recorded_usage import STEP, Recorded, recorded_usage
+from ..service.usage import MAX_STEP
+from ..settings import ServiceSettings
+from ..signals.base import hide_password
+from ..store import Store
+from ..timestamps import format_time
+
+DAY = dt.timedelta(days=1)
+DAYS_DEFAULT, DAYS_MAX = 7, 31  # the period; DAYS_MAX bounds the days asked of Prometheus too
+DAYS_OFFERED = (7, 14, 30)
+PROMETHEUS_TIMEOUT = 60.0  # seconds for all of Prometheus's part
+PROMETHEUS_REQUEST_TIMEOUT = 30.0  # seconds for each of its requests
+CACHE_TTL = 600.0  # seconds a Prometheus answer for past days is kept
+CACHE_SIZE = 8
+#: where a day's figures come from, and how the page names it
+RECORD, PROMETHEUS, NONE = "record", "prometheus", "none"
+SOURCES = {RECORD: "the service's record", PROMETHEUS: "Prometheus", NONE: "no data"}
+PROMETHEUS_NOT_SET = ("No Prometheus is configured (--prometheus-url), so the days before the service's record "
+                      "are empty.")
+PROMETHEUS_FAILED = "Prometheus could not be read, so the days before the service's record are empty: {error}"
+
+_cache: dict[tuple, tuple[float, tuple[dict, list[str]]]] = {}
+
+
+def day_of(t: dt.datetime) -> dt.datetime:
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Period:
+    """The report's days: `days` UTC days up to `now`, today's first hours included."""
+
+    now: dt.datetime
+    days: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.days <= DAYS_MAX:
+            raise ValueError(f"days: from 1 to {DAYS_MAX}, not {self.days}")
+
+    @property
+    def first(self) -> dt.datetime:
+        return day_of(self.now - (self.days - 1) * DAY)
+
+    def day_starts(self) -> list[dt.datetime]:
+        return [self.first + i * DAY for i in range(self.days)]
+
+
+def record_begins(store: Store, now: dt.datetime) -> tuple[dt.datetime | None, dt.datetime]:
+    """When the record's oldest observation was made (None: none yet), and the first UTC day
+    it covers whole (`now` when it has none: Prometheus covers the whole period)."""
+    oldest = store.first_observation()
+    if oldest is None:
+        return None, now
+    return oldest, day_of(oldest) if day_of(oldest) == oldest else day_of(oldest) + DAY
+
+
+def _read_prometheus(request: ReportRequest, config: PolicyConfig) -> tuple[dict, list[str]]:
+    """Prometheus's rows and notes, in this thread's own event loop, within PROMETHEUS_TIMEOUT."""
+
+    async def read() -> tuple[dict, list[str]]:
+        history = await asyncio.wait_for(read_history(request, config), PROMETHEUS_TIMEOUT)
+        return history_rows(history, config), label_notes(history) + request_notes(history)
+
+    return asyncio.run(read())
+
+
+async def prometheus_rows(url: str, pod_label: Any, since: dt.datetime, until: dt.datetime,
+                          config: PolicyConfig) -> tuple[dict, list[str]]:
+    """The history's rows and notes for the steps from `since` to `until` (ReportError when
+    Prometheus cannot be read in time); an answer of the last CACHE_TTL from the cache."""
+    key = (url, pod_label, since, until, config.gpu_idle_threshold, config.idle_reclaim_after)
+    now = time.monotonic()
+    hit = _cache.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    request = ReportRequest(url, since, until, STEP, pod_label=pod_label, timeout=PROMETHEUS_REQUEST_TIMEOUT)
+    try:
+        answer = await asyncio.to_thread(_read_prometheus, request, config)
+    except TimeoutError:
+        raise ReportError(f"no answer within {PROMETHEUS_TIMEOUT:g} s") from None
+    for k, (expires, _) in list(_cache.items()):
+        if expires <= now or len(_cache) >= CACHE_SIZE:
+            del _cache[k]
+    _cache[key] = (now + CACHE_TTL, answer)
+    return answer
+
+
+async def usage_report(store: Store, settings: ServiceSettings, now: dt.datetime, days: int) -> dict:
+    """The report of the last `days` UTC days up to `now`, as one JSON-able dict: the
+    command's figures (`counted_by`, `usage_tables`), each day and row with its source
+    (`SOURCES`), the sources, and notes."""
+    config = settings.policy
+    period = Period(now, days)
+    oldest, whole = await asyncio.to_thread(record_begins, store, now)
+    source = {day.date().isoformat(): NONE for day in period.day_starts()}
+    rows: dict[tuple[str, str, str], Hours] = {}
+    notes: list[str] = []
+    url = settings.prometheus_url
+    record_since = max(period.first, whole)
+    before = min(whole, now)  # Prometheus's part ends there
+    if period.first < before and not url:
+        notes.append(PROMETHEUS_NOT_SET)
+    elif period.first < before:
+        try:
+            found, found_notes = await prometheus_rows(url, settings.prometheus_pod_label, period.first,
+                                                       before - dt.timedelta(seconds=STEP), config)
+        except ReportError as e:
+            notes.append(PROMETHEUS_FAILED.format(error=e))
+        else:
+            rows.update(found)
+            notes += found_notes
+            for day in source:
+                if dt.date.fromisoformat(day) < before.date() or before == now:
+                    source[day] = PROMETHEUS
+    if oldest is not None and source[period.first.date().isoformat()] != PROMETHEUS:
+        record_since = max(period.first, day_of(oldest))  # what the record has of its first day too
+    if oldest is not None and record_since <= now:
+        max_gap = max(MAX_STEP, 2 * settings.cycle_interval)
+        recorded: Recorded = await asyncio.to_thread(
+            recorded_usage, store, record_since, now, config.gpu_idle_threshold,
+            long_idle_steps(config, STEP), max_gap)
+        for key, hours in recorded.rows.items():
+            rows.setdefault(key, Hours()).add(hours)
+        for day in source:
+            if dt.date.fromisoformat(day) >= record_since.date():
+                source[day] = RECORD
+        groups = {group: sorted(names) for group, names in recorded.groups.items()}
+    else:
+        groups = {}
+    users = sorted({user for _, user, _ in rows})
+    report = {
+        "source": {"record": format_time(oldest) if oldest else None,
+                   "prometheus": hide_password(url) if url else None, "groups": "the service's record"},
+        "window": {"since": format_time(period.first), "until": format_time(now), "step_s": STEP, "days": "UTC"},
+        **counted_by(config),
+        **usage_tables(rows, groups_of(users, groups), True),
+        "notes": notes,
+    }
+    by_day = {r["day"]: r for r in report["by_day"]}
+    report["by_day"] = [{**(by_day.get(day) or {"day": day, **Hours().rounded()}), "source": src}
+                        for day, src in source.items()]
+    for row in report["rows"]:
+        row["source"] = source.get(row["day"], NONE)
+    return report

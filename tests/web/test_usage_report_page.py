@@ -1,10 +1,14 @@
-"""The usage report page against the real hub and the service in it: two past days written
-into the service's store as its cycles write them (alice's GPU used, then idle; a hostile
-name's two GPUs), read back on the page, its CSV and its JSON as an admin (or the custom
-scope) sees them, the figures those computed in tests/support from the same samples; a user
-is refused, bad input gets a 400 that says why; the page in Chromium (its screenshot for
-docs/report.md). The figures themselves, and Prometheus's days, are tested on a virtual
-clock (tests/report/test_report_page_data.py)."""
+"""The usage report page against the real hub and the service in it, configured with a real
+Prometheus (Debian's) holding two days of history (tests/support/report_history.py) before
+the service's record began: two later days written into the service's store as its cycles
+write them (alice's GPU used, then idle; a hostile name's two GPUs). As an admin (or the
+custom scope) sees them on the page, its CSV and its JSON, each day from its source and the
+figures those computed in tests/support from the same samples; a user is refused, bad input
+gets a 400 that says why; the page in Chromium (its screenshot for docs/report.md). The
+figures' rules are tested on a virtual clock (tests/report/test_report_page_data.py).
+
+The module runs a hub of its own (`hub`, in place of the package's): its service reads GPUs
+from that Prometheus (no server runs here), with the default's long idle stretches (2 h)."""
 
 from __future__ import annotations
 
@@ -21,16 +25,20 @@ from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.browser import IMG, log_in, new_page
 from ..support.live import api_fixture
+from ..support.prometheus_history import create_blocks, history_prometheus
+from ..support.report_history import HOURS, SCHEMES, history_file, history_rows
 from ..support.usage_record import HOSTILE_GROUP, HOSTILE_PROFILE, HOSTILE_USER, UTC, Recorded, expected_rows, fill
-from ..support.web_client import PREFIX, TIMINGS, Client, user_token
+from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
-api = api_fixture("module")
 DAY = dt.timedelta(days=1)
 TODAY = dt.datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+HISTORY = TODAY - 6 * DAY  # Prometheus's two days
+BEGUN = TODAY - 4 * DAY + dt.timedelta(hours=18)  # the service's first cycle: its record from the next day
+SCHEME = "honorlabels-true_ksm-2"
 GAP = dt.timedelta(minutes=10)  # the test hub's cycles come every 2 s: 10 min at least
-LONG = TIMINGS["idle_reclaim_after"] // 60  # the long stretches: its idle_reclaim_after, in steps
+LONG = 120  # idle_reclaim_after, 2 h, in steps
 
 
 def scene() -> list[Recorded]:
@@ -46,9 +54,26 @@ def scene() -> list[Recorded]:
     ]
 
 
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("history")
+    create_blocks(history_file(workdir, HISTORY.timestamp(), SCHEMES[SCHEME]), workdir / "data")
+    with history_prometheus(workdir) as url:
+        child = start_web_hub(tmp_path_factory.mktemp("hub"), sim, prometheus_url=url, idle_reclaim_after=7200)
+        child.info["prometheus"] = url
+        try:
+            yield child
+        finally:
+            child.stop(grace=60)
+
+
+api = api_fixture("module")
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def clients(hub, api):
     with Store.open(hub.info["store"]) as store:
+        store.record_observations(BEGUN, [], 0)  # the service's first cycle
         fill(store, scene(), TODAY)
     out = {user: Client(hub.info["url"], await user_token(api, user)) for user in ("admin", "carol", "alice")}
     yield out
@@ -57,22 +82,24 @@ async def clients(hub, api):
 
 
 def past(rows: list[dict]) -> dict:
-    """The rows of the scene's days (the hub's own sessions run today)."""
-    days = {(TODAY - i * DAY).date().isoformat() for i in (2, 3)}
+    """The rows of the days before today (the service's own cycles run today)."""
     return {(r["day"], r["user"], r["profile"]): {k: float(r[k]) for k in ("held", "used", "idle", "no_reading",
                                                                               "idle_long")}
-            for r in rows if r["day"] in days}
+            for r in rows if r["day"] < TODAY.date().isoformat()}
 
 
-async def test_an_admin_sees_the_records_figures_and_downloads_them(clients):
+async def test_an_admin_sees_the_figures_of_both_sources_and_downloads_them(hub, clients):
     c = clients["admin"]
-    expected = expected_rows(scene(), TODAY - 3 * DAY, TODAY, 1.0, LONG, GAP)
+    expected = history_rows(HISTORY.timestamp(), 60, HOURS * 60 + 1, SCHEMES[SCHEME])
+    expected.update(expected_rows(scene(), TODAY - 3 * DAY, TODAY, 1.0, LONG, GAP))
     status, text, r = await c.call("GET", "admin/report?days=7&format=json")
     assert status == 200 and r.headers["Content-Type"] == "application/json", text
     assert r.headers["Content-Disposition"].startswith('attachment; filename="gpu-usage-')
     report = json.loads(text)
     assert past(report["rows"]) == expected
-    assert [d["source"] for d in report["by_day"]][-4:] == ["record"] * 4
+    # Prometheus for the days before the record's first whole day, the record from then
+    assert [d["source"] for d in report["by_day"]] == ["prometheus"] * 3 + ["record"] * 4
+    assert report["source"]["prometheus"] == hub.info["prometheus"]
     status, text, r = await c.call("GET", "admin/report?days=7&format=csv")
     assert status == 200 and r.headers["Content-Type"] == "text/csv; charset=utf-8"
     assert r.headers["Content-Disposition"].endswith('.csv"')
@@ -84,7 +111,7 @@ async def test_an_admin_sees_the_records_figures_and_downloads_them(clients):
     status, page, _ = await c.call("GET", "admin/report?days=7")
     assert status == 200 and 'class="report-chart"' in page and 'id="report-days"' in page
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "&lt;b&gt;" in page and "No Prometheus is configured" in page
+    assert "&lt;b&gt;" in page and "Prometheus at" in page
 
 
 async def test_the_custom_scope_opens_it_and_a_user_is_refused(clients):

@@ -8,9 +8,9 @@ The record covers the days from the first whole UTC day after its oldest observa
 Prometheus the days before (the day the record begins included: it holds the whole day). When
 Prometheus is not configured or cannot be read, the record covers what it has of its first
 day and the days before are left empty, and the report says why. Prometheus is read in a
-thread of its own (its own event loop), within `PROMETHEUS_TIMEOUT` in all and
-`PROMETHEUS_DAYS_MAX` days, and its answer for the past kept for `CACHE_TTL` (past days do not
-change); the record is read in a thread too: the service's loop and its cycles go on."""
+thread of its own (its own event loop), within `PROMETHEUS_TIMEOUT` in all and `DAYS_MAX`
+days, and its answer for the past kept for `CACHE_TTL` (past days do not change); the record
+is read in a thread too: the service's loop and its cycles go on. One report at a time."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ PROMETHEUS_NOT_SET = ("No Prometheus is configured (--prometheus-url), so the da
 PROMETHEUS_FAILED = "Prometheus could not be read, so the days before the service's record are empty: {error}"
 
 _cache: dict[tuple, tuple[float, tuple[dict, list[str]]]] = {}
+_one_at_a_time = asyncio.Lock()  # a second request waits, then finds Prometheus's answer cached
 
 
 def day_of(t: dt.datetime) -> dt.datetime:
@@ -115,7 +116,12 @@ async def prometheus_rows(url: str, pod_label: Any, since: dt.datetime, until: d
 async def usage_report(store: Store, settings: ServiceSettings, now: dt.datetime, days: int) -> dict:
     """The report of the last `days` UTC days up to `now`, as one JSON-able dict: the
     command's figures (`counted_by`, `usage_tables`), each day and row with its source
-    (`SOURCES`), the sources, and notes."""
+    (`SOURCES`), the sources, and notes. One at a time in this process."""
+    async with _one_at_a_time:
+        return await _usage_report(store, settings, now, days)
+
+
+async def _usage_report(store: Store, settings: ServiceSettings, now: dt.datetime, days: int) -> dict:
     config = settings.policy
     period = Period(now, days)
     oldest, whole = await asyncio.to_thread(record_begins, store, now)

@@ -25,6 +25,7 @@ from .render import counted
 from .usage import NO_PROFILE, NO_USER, Hours, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DAY = 86400
+DEFAULT_STEP = 60  # seconds: the command's --step, and the admin page's step
 MAX_GROUPS = 100_000  # a hub that pages for ever is an error, not a hang
 
 
@@ -33,7 +34,7 @@ class ReportRequest:
     prometheus_url: str
     since: dt.datetime
     until: dt.datetime
-    step: int = 60
+    step: int = DEFAULT_STEP
     gpu_matchers: str = ""
     pod_label: PodLabel = "auto"
     hub_api_url: str | None = None

@@ -20,11 +20,12 @@ import math
 from dataclasses import dataclass, field
 
 from ..report.history import IDLE, NO_VALUE, USED, GpuTimeline, PodInfo, Timelines
+from ..report.run import DEFAULT_STEP
 from ..report.usage import Hours, usage_rows
 from ..store import Store
 from ..store.observations import StoredSession
 
-STEP = 60  # seconds: the report's step (its command's default)
+STEP = DEFAULT_STEP
 
 Rows = dict[tuple[str, str, str], Hours]
 Util = tuple[float | None, ...] | None

@@ -50,23 +50,29 @@ def recorded_usage(store: Store, since: dt.datetime, until: dt.datetime, thresho
     out = Recorded()
     if until < since:
         return out
-    samples: dict[str, tuple[list[float], list[Util]]] = {}
-    for sid, t, util in store.gpu_util_between(since - max_gap, until):
-        times, utils = samples.setdefault(sid, ([], []))
-        times.append(t.timestamp())
-        utils.append(util)
-    instances = store.gpu_instances_between(since, until)
-    for instance in instances:
-        s = instance.session
-        for group in s.groups:
-            out.groups.setdefault(group, set()).add(s.user)
-        timelines = _timelines(instance, samples.get(s.id, ([], [])), since, until, threshold, max_gap)
+    instances: dict[str, list[StoredSession]] = {}
+    for instance in store.gpu_instances_between(since, until):
+        instances.setdefault(instance.session.id, []).append(instance)
+        for group in instance.session.groups:
+            out.groups.setdefault(group, set()).add(instance.session.user)
+
+    def add(instance: StoredSession, times: list[float], utils: list[Util]) -> None:
+        timelines = _timelines(instance, (times, utils), since, until, threshold, max_gap)
         if timelines is None:
-            continue
+            return
+        s = instance.session
         pod = (s.id, s.started.isoformat())
         rows = usage_rows(timelines, {pod: PodInfo(s.user, s.server, s.profile)}, {pod: s.profile}, long_idle_steps)
         for key, hours in rows.items():
             out.rows.setdefault(key, Hours()).add(hours)
+
+    # one session's samples at a time
+    for sid, times, utils in store.gpu_util_by_session(since - max_gap, until):
+        for instance in instances.pop(sid, []):
+            add(instance, [t.timestamp() for t in times], utils)
+    for rest in instances.values():  # never sampled: held without a reading
+        for instance in rest:
+            add(instance, [], [])
     return out
 
 

@@ -219,17 +219,28 @@ class ObservationStore(StoreBase):
                               .order_by(SessionRow.started)).all()
         return [StoredSession(_session(r), r.stopped) for r in rows]
 
-    def gpu_util_between(self, since: dt.datetime,
-                         until: dt.datetime) -> list[tuple[str, dt.datetime, tuple[float | None, ...] | None]]:
-        """(session, t, utilization per GPU) of each sample in [since, until], by session and
-        time: the usage report's reading of the record, without the rest of each sample."""
+    def gpu_util_by_session(self, since: dt.datetime, until: dt.datetime
+                            ) -> Iterator[tuple[str, list[dt.datetime], list[tuple[float | None, ...] | None]]]:
+        """Each session's samples in [since, until]: (session, their times, their utilization
+        per GPU), one session at a time (the usage report's reading of the record: a month
+        of a large hub's samples is never in memory at once), in time order."""
         since, until = aware(since, "since"), aware(until, "until")
         o = ObservationRow
+        query = (sa.select(o.session, o.t, o.gpu_util).where(o.kind == "sample", o.t >= since, o.t <= until)
+                 .order_by(o.session, o.t, o.id).execution_options(yield_per=5000))
         with self._session() as db:
-            rows = db.execute(sa.select(o.session, o.t, o.gpu_util)
-                              .where(o.kind == "sample", o.t >= since, o.t <= until)
-                              .order_by(o.session, o.t, o.id)).all()
-        return [(sid, t, util) for sid, t, util in rows if sid is not None]
+            current: str | None = None
+            times: list[dt.datetime] = []
+            utils: list[tuple[float | None, ...] | None] = []
+            for sid, t, util in db.execute(query):
+                if sid != current:
+                    if current is not None:
+                        yield current, times, utils
+                    current, times, utils = sid, [], []
+                times.append(t)
+                utils.append(util)
+            if current is not None:
+                yield current, times, utils
 
     def first_observation(self) -> dt.datetime | None:
         """When the oldest observation the store holds was made (None: none yet)."""

@@ -140,7 +140,7 @@ async def _usage_report(store: Store, settings: ServiceSettings, now: dt.datetim
         except ReportError as e:
             notes.append(PROMETHEUS_FAILED.format(error=e))
         else:
-            rows.update(found)
+            rows.update({key: dataclasses.replace(hours) for key, hours in found.items()})  # the cache's stay
             notes += found_notes
             for day in source:
                 if dt.date.fromisoformat(day) < before.date() or before == now:

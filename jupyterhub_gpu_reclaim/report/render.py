@@ -12,6 +12,7 @@ from typing import Any
 from ..oneline import one_line
 
 HOURS = ("held", "used", "idle", "idle_long", "no_reading")
+HOURS_COLUMNS = tuple(f"gpu_hours_{k}" for k in HOURS)  # the CSV's
 HEADINGS = {"held": "held", "used": "used", "idle": "idle", "idle_long": "idle ≥ {long}", "no_reading": "no reading"}
 
 
@@ -36,7 +37,7 @@ def as_csv(report: dict, extra: Sequence[str] = ()) -> str:
     """One row per day, user and profile (and the `extra` fields of each row after them)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["day", "user", "groups", "profile", *(f"gpu_hours_{k}" for k in HOURS), *extra])
+    writer.writerow(["day", "user", "groups", "profile", *HOURS_COLUMNS, *extra])
     for row in report["rows"]:
         writer.writerow([row["day"], csv_cell(row["user"]), csv_cell(";".join(row["groups"])), csv_cell(row["profile"]),
                          *(row[k] for k in HOURS), *(csv_cell(row[k]) for k in extra)])
@@ -77,6 +78,22 @@ def _table(title: str, key: str, rows: list[dict], report: dict, extra: str | No
     return ["", fmt(heads), *map(fmt, body)]
 
 
+def queue_sentence(q: dict) -> str:
+    """The GPU queue's summary (run.history_queue) in one sentence."""
+    return (f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} asking for GPUs, "
+            f"{q['hours_waited']:.2f} h in all ({q['gpu_hours_waited']:.2f} GPU-hours asked for), "
+            f"median {q['median_wait_h']:.2f} h, longest {q['longest_wait_h']:.2f} h.")
+
+
+def estimate_sentence(e: dict) -> str:
+    """The policy estimate (run.history_estimate) in one sentence, labelled an estimate."""
+    return (f"Estimate: {e['policy']} would have freed about {e['gpu_hours_freed']:.2f} GPU-hours "
+            f"({counted(e['reclaims'], 'reclaim')}); {counted(e['would_have_interrupted'], 'reclaim')} would "
+            f"have interrupted someone who used the GPU again (not counted); "
+            f"{e['gpu_hours_idle_at_end_not_counted']:.2f} GPU-hours still idle at the end are not counted; "
+            f"{counted(e['pods_on_time_sliced_gpus_left_out'], 'pod')} on time-sliced GPUs left out.")
+
+
 def as_text(report: dict) -> str:
     w, q, e = report["window"], report["queue"], report["policy_estimate"]
     lines = [
@@ -88,16 +105,7 @@ def as_text(report: dict) -> str:
     lines += _table("group", "group", report["by_group"], report)
     lines += _table("profile", "profile", report["by_profile"], report)
     lines += _table("day", "day", report["by_day"], report)
-    lines += ["", f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} asking for GPUs, "
-                  f"{q['hours_waited']:.2f} h "
-                  f"in all ({q['gpu_hours_waited']:.2f} GPU-hours asked for), median {q['median_wait_h']:.2f} h, "
-                  f"longest {q['longest_wait_h']:.2f} h."]
-    lines += ["", f"Estimate: the default policy would have freed about {e['gpu_hours_freed']:.2f} GPU-hours "
-                  f"({counted(e['reclaims'], 'reclaim')}); {counted(e['would_have_interrupted'], 'reclaim')} would "
-                  f"have interrupted someone who used the GPU again (not counted); "
-                  f"{e['gpu_hours_idle_at_end_not_counted']:.2f} GPU-hours still idle at the end are not counted; "
-                  f"{counted(e['pods_on_time_sliced_gpus_left_out'], 'pod')} on time-sliced GPUs left out.",
-              "Assumed:"]
+    lines += ["", queue_sentence(q), "", estimate_sentence(e), "Assumed:"]
     lines += [f"- {a}" for a in e["assumed"]]
     if report["notes"]:
         lines += ["", "Notes:"] + [f"- {n}" for n in report["notes"]]

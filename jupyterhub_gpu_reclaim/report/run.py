@@ -18,11 +18,11 @@ from ..signals.base import HttpSource, SignalError, get_json, hide_password
 from ..signals.gpu_readings import PodLabel, holder_labels, pod_of
 from ..timestamps import format_time
 from . import promql
-from .estimate import assumed, estimate
+from .estimate import DEFAULT_POLICY, assumed, estimate
 from .history import Pod, PodInfo, Timelines, pending_steps, pod_values, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
-from .usage import NO_PROFILE, NO_USER, Hours, groups_of, queue_summary, totals_by, usage_rows, waits
+from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DAY = 86400
 DEFAULT_STEP = 60  # seconds: the command's --step, and the admin page's step
@@ -249,20 +249,39 @@ def request_notes(history: History) -> list[str]:
     return notes
 
 
+def history_queue(history: History) -> dict:
+    """The GPU queue of the history: its waits summed up, and per UTC day (a wait counts on
+    the day it began)."""
+    t = history.timelines
+    found = waits(history.pending, history.requests, history.pods, t.start, t.step)
+    queue = queue_summary(found)
+    by_day: dict[str, list] = {}
+    for w in found:
+        by_day.setdefault(dt.datetime.fromtimestamp(w.start, dt.timezone.utc).date().isoformat(), []).append(w)
+    queue["by_day"] = [{"day": day, **queue_summary(ws)} for day, ws in sorted(by_day.items())]
+    return queue
+
+
+def history_estimate(history: History, config: PolicyConfig, policy: str = DEFAULT_POLICY) -> dict:
+    """What the policy of `config` (named `policy`) would have freed in the history (an
+    estimate: `estimate`), per UTC day of the hours freed too, and what it assumed."""
+    t = history.timelines
+    found = estimate(t.gpus, t.step, config)
+    h = t.step / HOUR.total_seconds()
+    by_day = []
+    for day, i0, i1 in day_bounds(t):
+        freed = sum(gpus * max(0, min(b, i1) - max(a, i0)) for a, b, gpus in found.freed_steps) * h
+        if freed:
+            by_day.append({"day": day, "gpu_hours_freed": round(freed, 2)})
+    return {**found.as_dict(), "by_day": by_day, "policy": policy, "assumed": assumed(config, policy)}
+
+
 def assemble(request: ReportRequest, history: History, groups: dict[str, list[str]] | None,
              config: PolicyConfig) -> dict:
     timelines = history.timelines
     rows = history_rows(history, config)
     users = sorted({user for _, user, _ in rows})
     member = groups_of(users, groups) if groups is not None else {u: [] for u in users}
-    found = waits(history.pending, history.requests, history.pods, timelines.start, timelines.step)
-    queue = queue_summary(found)
-    by_day: dict[str, list] = {}
-    for w in found:
-        by_day.setdefault(dt.datetime.fromtimestamp(w.start, dt.timezone.utc).date().isoformat(), []).append(w)
-    queue["by_day"] = [{"day": day, **queue_summary(ws)} for day, ws in sorted(by_day.items())]
-    what_if = estimate(timelines.gpus, timelines.step, config).as_dict()
-    what_if["assumed"] = assumed(config)
     notes = label_notes(history)
     if groups is None:
         notes.append("Groups were not asked for: --hub-api-url and a token in JUPYTERHUB_API_TOKEN give them.")
@@ -276,8 +295,8 @@ def assemble(request: ReportRequest, history: History, groups: dict[str, list[st
                    "step_s": timelines.step, "days": "UTC"},
         **counted_by(config),
         **usage_tables(rows, member, groups is not None),
-        "queue": queue,
-        "policy_estimate": what_if,
+        "queue": history_queue(history),
+        "policy_estimate": history_estimate(history, config),
         "notes": notes,
     }
 

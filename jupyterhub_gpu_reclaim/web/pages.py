@@ -10,15 +10,16 @@ from urllib.parse import quote, urlencode
 from tornado import web
 
 from ..replay import interruptions
-from ..report.render import HOURS, as_csv, as_json, headings, long_idle, totals_sentence
+from ..report.render import HOURS, as_csv, as_json, estimate_sentence, headings, long_idle, queue_sentence, totals_sentence
 from ..replay.backtest import policy_to_dict
+from ..service.usage import FREED_MEANS, WAITING_MEANS
 from ..durations import format_duration
 from ..timestamps import utcnow
 from .base import Base, writes
 from .chart import report_chart, whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_days, parse_override, parse_until
 from .render import hhmm, notice, reclaim_notice, state_of
-from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, usage_report
+from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
 from .whatif import DEFAULT_SINCE, run_what_if
 
 
@@ -212,7 +213,7 @@ class AdminReportPage(Base):
     page), csv or json (a download: the command's --csv and --json, each row and day with
     its source). Bad input: 400, nothing read."""
 
-    FORMATS = ("html", "csv", "json")
+    FORMATS = ("html", "csv", "days-csv", "json")
 
     @web.authenticated
     async def get(self) -> None:
@@ -231,11 +232,18 @@ class AdminReportPage(Base):
         report = await usage_report(self.ctx.store, self.ctx.settings, utcnow(), days)
         name = f"gpu-usage-{report['by_day'][0]['day']}-to-{report['by_day'][-1]['day']}"
         if fmt != "html":
-            self.set_header("Content-Type", "text/csv; charset=utf-8" if fmt == "csv" else "application/json")
-            self.set_header("Content-Disposition", f'attachment; filename="{name}.{fmt}"')
-            self.finish(as_csv(report, extra=("source",)) if fmt == "csv" else as_json(report))
+            body, kind, file = {"csv": (as_csv(report, extra=("source",)), "text/csv; charset=utf-8", f"{name}.csv"),
+                                "days-csv": (days_csv(report), "text/csv; charset=utf-8", f"{name}-days.csv"),
+                                "json": (as_json(report), "application/json", f"{name}.json")}[fmt]
+            self.set_header("Content-Type", kind)
+            self.set_header("Content-Disposition", f'attachment; filename="{file}"')
+            self.finish(body)
             return
         self.finish(self.render_page("report.html", report=report, error="", days=days, offered=DAYS_OFFERED,
                                      chart=report_chart(report), totals=totals_sentence(report),
                                      hours=HOURS, headings=headings(report), long=long_idle(report),
-                                     sources=SOURCES))
+                                     sources=SOURCES, freed_means=FREED_MEANS, waiting_means=WAITING_MEANS,
+                                     waits_known=WAITS_FROM_PROMETHEUS,
+                                     queue=queue_sentence(report["queue"]) if report["queue"] else "",
+                                     estimate=estimate_sentence(report["policy_estimate"])
+                                     if report["policy_estimate"] else ""))

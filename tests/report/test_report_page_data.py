@@ -24,7 +24,7 @@ from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import usage_report as page
 from tests.support.prometheus_history import create_blocks, history_prometheus
-from tests.support.report_history import HOURS, SCHEMES, history_file, history_rows
+from tests.support.report_history import HOUR, HOURS, SCHEMES, SESSIONS, history_file, history_rows, step_states
 from tests.support.usage_record import (HOSTILE_GROUP, HOSTILE_PROFILE, HOSTILE_USER, UTC, Recorded, expected_rows,
                                         fill)
 
@@ -54,6 +54,15 @@ def record(base: dt.datetime) -> list[Recorded]:
     ]
 
 
+def waiting(t: dt.datetime) -> int:
+    """GPUs pods waited for at a cycle: 2 from 10:00 to 11:30 on the 9th, 1 over its midnight."""
+    return 2 if d(9, 10) <= t < d(9, 11.5) else 1 if d(9, 23.5) <= t < d(10, 0.5) else 0
+
+
+RECLAIMS = [("alice/", d(8, 14), "stopped", 1), ("carol/", d(10, 8), "stopped", 1),
+            (f"{HOSTILE_USER}/x", d(10, 9), "failed", 2)]  # a failed reclaim frees nothing
+
+
 def hours(report: dict) -> dict[tuple[str, str, str], dict[str, float]]:
     return {(r["day"], r["user"], r["profile"]): {k: r[k] for k in ("held", "used", "idle", "no_reading", "idle_long")}
             for r in report["rows"]}
@@ -63,7 +72,11 @@ def hours(report: dict) -> dict[tuple[str, str, str], dict[str, float]]:
 def store(tmp_path_factory):
     """The record (only read by the tests: one for the module)."""
     with Store.open(tmp_path_factory.mktemp("record") / "reclaim.sqlite") as s:
-        fill(s, record(d(8)), NOW)
+        fill(s, record(d(8)), NOW, waiting)
+        for sid, stopped, outcome, gpus in RECLAIMS:
+            reclaim = s.begin_reclaim(sid, "gpu-idle", stopped - dt.timedelta(seconds=30), {}, gpus)
+            assert reclaim is not None
+            s.finish_reclaim(reclaim, stopped, outcome)
         yield s
 
 
@@ -90,6 +103,44 @@ async def test_the_records_figures_are_its_samples_own(store):
         "physics": sum(v["held"] for (_, u, _), v in expected.items() if u in ("alice", HOSTILE_USER)),
         HOSTILE_GROUP: sum(v["held"] for (_, u, _), v in expected.items() if u == HOSTILE_USER),
         "(no group)": sum(v["held"] for (_, u, _), v in expected.items() if u == "carol")}, abs=0.05)
+
+
+async def test_the_records_queue_and_freed_are_its_cycles_and_reclaims(store):
+    report = await page.usage_report(store, SETTINGS, NOW, 3)
+    waited: dict[str, float] = {}
+    freed: dict[str, float] = {}
+
+    def per_day(into: dict[str, float], a: dt.datetime, b: dt.datetime, gpus: float) -> None:
+        for start in (d(8), d(9), d(10)):
+            part = (min(b, start + DAY) - max(a, start)) / dt.timedelta(hours=1)
+            into[start.date().isoformat()] = into.get(start.date().isoformat(), 0.0) + gpus * max(0.0, part)
+
+    # each cycle (a minute apart from bob's first at 09:00:30 on the 8th, none missed)
+    # counts its waiting GPUs for its minute
+    t = d(8, 9) + dt.timedelta(seconds=30)
+    while t <= NOW:
+        per_day(waited, t, min(t + dt.timedelta(seconds=60), NOW), waiting(t))
+        t += dt.timedelta(seconds=60)
+    # a stopped reclaim frees its GPUs for a day after its stop, up to now
+    for _, stopped, outcome, gpus in RECLAIMS:
+        if outcome == "stopped":
+            per_day(freed, stopped, min(stopped + DAY, NOW), gpus)
+    days = {r["day"]: r for r in report["by_day"]}
+    assert {day: r["gpu_hours_waited"] for day, r in days.items()} == {k: round(v, 2) for k, v in waited.items()}
+    assert {day: r["gpu_hours_freed"] for day, r in days.items()} == {k: round(v, 2) for k, v in freed.items()}
+    # by hand: 3 h + 29.5 min waited on the 9th; alice's reclaim frees 10 h on the 8th, 14 on the 9th
+    assert days["2026-11-09"]["gpu_hours_waited"] == round(3 + 29.5 / 60, 2) and freed["2026-11-08"] == 10.0
+    # the record knows no per-pod waits, and its freed hours are no estimate
+    assert all(r["waits"] is None and r["longest_wait_h"] is None and r["freed_is_estimate"] is False
+               for r in days.values())
+    assert report["recorded"] == {"gpu_hours_waited": round(sum(waited.values()), 2),
+                                  "gpu_hours_freed": round(sum(freed.values()), 2)}
+    assert report["queue"] is None and report["policy_estimate"] is None  # no Prometheus
+    # the per-day CSV: the same figures, the command's column names
+    lines = list(csv.DictReader(io.StringIO(page.days_csv(report))))
+    assert [float(r["gpu_hours_waited"]) for r in lines] == [r["gpu_hours_waited"] for r in report["by_day"]]
+    assert [float(r["gpu_hours_freed"]) for r in lines] == [r["gpu_hours_freed"] for r in report["by_day"]]
+    assert [float(r["gpu_hours_held"]) for r in lines] == [r["held"] for r in report["by_day"]]
 
 
 async def test_the_exports_carry_the_commands_columns_and_no_formula(store):
@@ -157,6 +208,34 @@ async def test_prometheus_gives_the_days_before_the_record(prometheus, later_sto
         ((first + dt.timedelta(days=i)).isoformat(), "prometheus" if first + dt.timedelta(days=i) < whole.date()
          else "record") for i in range(7)]
     assert report["source"]["prometheus"] == prometheus and report["source"]["record"]
+    # Prometheus's days: the command's queue (grace waited for 1 GPU from 17:00 to 18:10 on the
+    # history's first day) and its estimate, per day, labelled so
+    days = {r["day"]: r for r in report["by_day"]}
+    (grace,) = [s for s in SESSIONS if s.user == "grace"]
+    assert grace.pending is not None
+    waited = round((grace.pending[1] - grace.pending[0]) * HOUR / 60) * 60 / HOUR
+    first_day = BASE.date().isoformat()
+    assert days[first_day]["waits"] == 1 and days[first_day]["gpu_hours_waited"] == pytest.approx(waited, abs=0.02)
+    assert days[first_day]["longest_wait_h"] == pytest.approx(waited, abs=0.02)
+    assert report["queue"]["waits"] == 1
+    # the estimate: alice's and bob's stretches that ended with their pods, freed from 2 h in,
+    # each step on the day of its instant
+    states = step_states(START, 60, HOURS * 60 + 1)
+    freed: dict[str, float] = {}
+    for pod in ("jupyter-alice", "jupyter-bob"):
+        idle = "".join("i" if x == "idle" else "." for x in states[pod]).rstrip(".")
+        run_start = len(idle.rstrip("i"))
+        for i in range(run_start + LONG, len(idle)):
+            day = dt.datetime.fromtimestamp(START + i * 60, UTC).date().isoformat()
+            freed[day] = freed.get(day, 0.0) + 60 / HOUR
+    estimated = {day: r["gpu_hours_freed"] for day, r in days.items() if r["source"] == "prometheus"}
+    assert estimated == pytest.approx({day: freed.get(day, 0.0) for day in estimated}, abs=0.02)
+    assert freed[first_day] == pytest.approx(8, abs=0.05)  # alice 12:00-18:00, bob 22:00-24:00
+    assert all(r["freed_is_estimate"] == (r["source"] == "prometheus") for r in days.values())
+    assert all(r["waits"] is None for r in days.values() if r["source"] == "record")
+    assert report["policy_estimate"]["estimate"] is True and report["policy_estimate"]["policy"] == page.LIVE_POLICY
+    assert report["policy_estimate"]["gpu_hours_freed"] == pytest.approx(sum(freed.values()), abs=0.02)
+    assert any("no kernel, terminal or browser activity" in a for a in report["policy_estimate"]["assumed"])
     # the history's notes: a pod of no hub user's, a profile unknown, a pod that asked for no GPU
     assert any("(not a hub user's pod)" in n for n in report["notes"]), report["notes"]
     # asked again: from the cache, the same

@@ -56,15 +56,16 @@ class Recorded:
         return out
 
 
-def fill(store: Store, sessions: Iterable[Recorded], until: dt.datetime) -> None:
+def fill(store: Store, sessions: Iterable[Recorded], until: dt.datetime,
+         pending: Callable[[dt.datetime], int] = lambda t: 0) -> None:
     """Write the sessions' cycles into the store as the service does (each cycle's samples,
-    the instances it met), and each stop."""
+    the instances it met, `pending(t)` GPUs requested by pods waiting), and each stop."""
     cycles: dict[dt.datetime, list[tuple[Recorded, tuple[float | None, ...] | None]]] = {}
     for r in sessions:
         for t, util in r.samples(until):
             cycles.setdefault(t, []).append((r, util))
     for t in sorted(cycles):
-        store.record_observations(t, [(r.sid, Sample(t=t, gpu_util=util)) for r, util in cycles[t]], 0,
+        store.record_observations(t, [(r.sid, Sample(t=t, gpu_util=util)) for r, util in cycles[t]], pending(t),
                                   [r.session for r, _ in cycles[t]])
     for r in sessions:
         if r.stopped is not None:

@@ -50,8 +50,8 @@ PROMETHEUS_NOT_SET = ("No Prometheus is configured (--prometheus-url), so the da
 #: the per-day CSV's columns after the day, its source and its GPU-hours (the command's names where it has them)
 DAY_COLUMNS = ("gpu_hours_freed", "freed_is_estimate", "gpu_hours_waited", "waits", "longest_wait_h")
 PROMETHEUS_FAILED = "Prometheus could not be read, so the days before the service's record are empty: {error}"
-#: the policy whose GPU rules the estimate of Prometheus's days applies
-LIVE_POLICY = "the service's policy (its idle threshold and GPU rules, without kernel or browser activity)"
+#: whose settings the estimate of Prometheus's days applies (its idle threshold and GPU rules)
+LIVE_POLICY = "the service's policy"
 WAITS_FROM_PROMETHEUS = ("Each pod's waits (how many, how long) are known on Prometheus's days only (kube-state-metrics' "
                          "Pending pods); the service records the GPUs pods wait for at each cycle, not who waits.")
 

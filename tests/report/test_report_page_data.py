@@ -26,7 +26,7 @@ from jupyterhub_gpu_reclaim.web import usage_report as page
 from tests.support.prometheus_history import create_blocks, history_prometheus
 from tests.support.report_history import HOUR, HOURS, SCHEMES, SESSIONS, history_file, history_rows, step_states
 from tests.support.usage_record import (HOSTILE_GROUP, HOSTILE_PROFILE, HOSTILE_USER, UTC, Recorded, expected_rows,
-                                        fill)
+                                        fill, reclaimed)
 
 DAY = dt.timedelta(days=1)
 NOW = dt.datetime(2026, 11, 10, 12, 0, 20, tzinfo=UTC)
@@ -73,10 +73,8 @@ def store(tmp_path_factory):
     """The record (only read by the tests: one for the module)."""
     with Store.open(tmp_path_factory.mktemp("record") / "reclaim.sqlite") as s:
         fill(s, record(d(8)), NOW, waiting)
-        for sid, stopped, outcome, gpus in RECLAIMS:
-            reclaim = s.begin_reclaim(sid, "gpu-idle", stopped - dt.timedelta(seconds=30), {}, gpus)
-            assert reclaim is not None
-            s.finish_reclaim(reclaim, stopped, outcome)
+        for reclaim in RECLAIMS:
+            reclaimed(s, *reclaim)
         yield s
 
 

@@ -72,6 +72,13 @@ def fill(store: Store, sessions: Iterable[Recorded], until: dt.datetime,
             store.session_stopped(r.sid, r.stopped)
 
 
+def reclaimed(store: Store, sid: str, stopped: dt.datetime, outcome: str, gpus: int) -> None:
+    """A reclaim of `sid`'s `gpus` GPUs, recorded as the service records it, finished at `stopped`."""
+    reclaim = store.begin_reclaim(sid, "gpu-idle", stopped - dt.timedelta(seconds=30), {}, gpus)
+    assert reclaim is not None
+    store.finish_reclaim(reclaim, stopped, outcome)  # type: ignore[arg-type]
+
+
 def expected_rows(sessions: Iterable[Recorded], since: dt.datetime, now: dt.datetime, threshold: float,
                   long_idle_steps: int, gap: dt.timedelta) -> dict[tuple[str, str, str], dict[str, float]]:
     """(day, user, profile) -> GPU-hours from the samples: at each step's instant from `since`

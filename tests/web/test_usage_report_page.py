@@ -27,7 +27,8 @@ from ..support.browser import IMG, log_in, new_page
 from ..support.live import api_fixture
 from ..support.prometheus_history import create_blocks, history_prometheus
 from ..support.report_history import HOURS, SCHEMES, history_file, history_rows
-from ..support.usage_record import HOSTILE_GROUP, HOSTILE_PROFILE, HOSTILE_USER, UTC, Recorded, expected_rows, fill
+from ..support.usage_record import (HOSTILE_GROUP, HOSTILE_PROFILE, HOSTILE_USER, UTC, Recorded, expected_rows, fill,
+                                    reclaimed)
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -39,11 +40,13 @@ BEGUN = TODAY - 4 * DAY + dt.timedelta(hours=18)  # the service's first cycle: i
 SCHEME = "honorlabels-true_ksm-2"
 GAP = dt.timedelta(minutes=10)  # the test hub's cycles come every 2 s: 10 min at least
 LONG = 120  # idle_reclaim_after, 2 h, in steps
+WAITED = (TODAY - 3 * DAY + dt.timedelta(hours=12), TODAY - 3 * DAY + dt.timedelta(hours=13))  # 2 GPUs asked for
 
 
 def scene() -> list[Recorded]:
-    """Three days ago and the day before: alice used 1 h, then idle 5 h; the hostile name's
-    two GPUs (one at 50 %, one idle) from 22:00 to 04:00 over midnight."""
+    """Three days ago and the day before: alice used 1 h, then idle 5 h (reclaimed at 15:00);
+    the hostile name's two GPUs (one at 50 %, one idle) from 22:00 to 04:00 over midnight;
+    pods waiting for 2 GPUs from 12:00 to 13:00 (`WAITED`)."""
     base = TODAY - 3 * DAY
     at = lambda day, hour: base + day * DAY + dt.timedelta(hours=hour)  # noqa: E731
     return [
@@ -74,7 +77,8 @@ api = api_fixture("module")
 async def clients(hub, api):
     with Store.open(hub.info["store"]) as store:
         store.record_observations(BEGUN, [], 0)  # the service's first cycle
-        fill(store, scene(), TODAY)
+        fill(store, scene(), TODAY, lambda t: 2 if WAITED[0] <= t < WAITED[1] else 0)
+        reclaimed(store, "alice/", TODAY - 3 * DAY + dt.timedelta(hours=15), "stopped", 1)
     out = {user: Client(hub.info["url"], await user_token(api, user)) for user in ("admin", "carol", "alice")}
     yield out
     for c in out.values():
@@ -100,6 +104,14 @@ async def test_an_admin_sees_the_figures_of_both_sources_and_downloads_them(hub,
     # Prometheus for the days before the record's first whole day, the record from then
     assert [d["source"] for d in report["by_day"]] == ["prometheus"] * 3 + ["record"] * 4
     assert report["source"]["prometheus"] == hub.info["prometheus"]
+    # queue and freed: Prometheus's (grace's wait; the estimate by the hub's policy: alice 6 h from
+    # 2 h in, bob, never used, from 15 min in: 3.75 h + 4 h) and the record's (each cycle's waiting
+    # GPUs; alice's reclaim frees her GPU for a day: 9 h, then 15 h)
+    assert [(round(d["gpu_hours_waited"], 1), d["waits"], round(d["gpu_hours_freed"]), d["freed_is_estimate"])
+            for d in report["by_day"][:5]] == [(1.2, 1, 10, True), (0, 0, 4, True), (0, 0, 0, True), (2, None, 9, False),
+                                               (0, None, 15, False)]
+    status, text, _ = await c.call("GET", "admin/report?days=7&format=days-csv")
+    assert status == 200 and "gpu_hours_freed,freed_is_estimate,gpu_hours_waited,waits" in text.splitlines()[0]
     status, text, r = await c.call("GET", "admin/report?days=7&format=csv")
     assert status == 200 and r.headers["Content-Type"] == "text/csv; charset=utf-8"
     assert r.headers["Content-Disposition"].endswith('.csv"')
@@ -112,12 +124,13 @@ async def test_an_admin_sees_the_figures_of_both_sources_and_downloads_them(hub,
     assert status == 200 and 'class="report-chart"' in page and 'id="report-days"' in page
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;b&gt;" in page and "Prometheus at" in page
+    assert "(estimate)" in page and "Assumed:" in page and "Each pod&#39;s waits" in page
 
 
 async def test_the_custom_scope_opens_it_and_a_user_is_refused(clients):
     status, _, _ = await clients["carol"].call("GET", "admin/report")
     assert status == 200
-    for path in ("admin/report", "admin/report?format=csv", "admin/report?format=json"):
+    for path in ("admin/report", "admin/report?format=csv", "admin/report?format=days-csv", "admin/report?format=json"):
         status, text, _ = await clients["alice"].call("GET", path)
         assert status == 403 and "admins only" in text, path
 
@@ -126,7 +139,7 @@ async def test_the_custom_scope_opens_it_and_a_user_is_refused(clients):
     ("days=0", "days: a whole number from 1 to 31, not &#39;0&#39;"),
     ("days=32", "days: a whole number from 1 to 31"),
     ("days=7d", "days: a whole number from 1 to 31"),
-    ("format=xlsx", "format: one of html, csv, json, not &#39;xlsx&#39;"),
+    ("format=xlsx", "format: one of html, csv, days-csv, json, not &#39;xlsx&#39;"),
 ])
 async def test_bad_input_is_refused_and_says_why(clients, query, message):
     status, text, _ = await clients["admin"].call("GET", f"admin/report?{query}")
@@ -146,6 +159,7 @@ async def test_the_page_in_a_browser(hub, clients, browser):
         await expect(page.locator("#report-users")).to_contain_text(HOSTILE_USER)
         await expect(page.locator("#report-groups")).to_contain_text(HOSTILE_GROUP)
         await expect(page.locator("svg.report-chart")).to_be_visible()
+        await expect(page.locator(".estimate")).to_contain_text("Estimate:")
         await page.screenshot(path=str(IMG / "usage-report.png"), full_page=True)
     finally:
         await page.context.close()

@@ -2,7 +2,10 @@
 idle, idle in long stretches and without a reading, per user, group, profile and UTC day)
 for the last N days, from the service's own record (service/recorded_usage.py) for the days
 it covers, and from Prometheus's history (report/run.read_history, the service's
---prometheus-url) for the days before; each day says its source.
+--prometheus-url) for the days before; each day says its source. With each day its GPU queue
+and the GPU-hours freed: the record's (service/usage.py, as the admin page's week counts
+them: each cycle's waiting GPUs, the reclaims) or Prometheus's (the command's queue, and its
+estimate of what the policy would have freed, labelled so).
 
 The record covers the days from the first whole UTC day after its oldest observation;
 Prometheus the days before (the day the record begins included: it holds the whole day). When

@@ -2,7 +2,9 @@
 the service's record (sessions written cycle by cycle into a real store, an outage, a GPU
 without data, hostile names) and of Debian's Prometheus holding two days of history before
 it (tests/support/report_history.py), each checked against the same samples computed in
-tests/support without the product's code; each day's source; Prometheus not configured,
+tests/support without the product's code; the GPU queue and the GPU-hours freed per day
+(the record's cycles and reclaims; Prometheus's queue and the policy estimate) computed
+there too; each day's source; Prometheus not configured,
 unreachable, or answering nothing in time (bounded, and the service's loop goes on)."""
 
 from __future__ import annotations

@@ -7,19 +7,22 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..durations import HOUR, format_duration
 from ..policy.config import PolicyConfig
 from .history import ABSENT, IDLE, NO_VALUE, USED, GpuTimeline, Pod
 
 
-def assumed(config: PolicyConfig) -> list[str]:
-    """The estimate's assumptions, each a sentence for the report."""
+DEFAULT_POLICY = "the default policy"  # the command's; the admin page estimates by the service's own settings
+
+
+def assumed(config: PolicyConfig, policy: str = DEFAULT_POLICY) -> list[str]:
+    """The estimate's assumptions, each a sentence for the report (`policy`: whose settings)."""
     idle = format_duration(reclaim_after(config, used=True))
     never = format_duration(reclaim_after(config, used=False))
     return [
-        f"The default policy: a GPU under {config.gpu_idle_threshold:g}% counts as idle; a session whose "
+        f"{policy[:1].upper()}{policy[1:]}: a GPU under {config.gpu_idle_threshold:g}% counts as idle; a session whose "
         f"GPU was used, then idle, is reclaimed {idle} into the idle stretch, one whose GPU was never "
         f"used {never} after its start (rules gpu-idle and gpu-never-used).",
         "Prometheus holds no kernel, terminal or browser activity: the estimate assumes nobody ran a "
@@ -48,6 +51,7 @@ class Estimate:
     interruptions: int = 0  # long-enough stretches after which the GPU was used again
     gpu_hours_idle_at_end: float = 0.0  # past the reclaim point, still idle when the window ends
     shared_left_out: int = 0  # pods on time-sliced GPUs
+    freed_steps: list[tuple[int, int, int]] = field(default_factory=list)  # (first step, step after, GPUs) freed
 
     def as_dict(self) -> dict:
         return {"estimate": True, "gpu_hours_freed": round(self.gpu_hours_freed, 2), "reclaims": self.reclaims,
@@ -108,5 +112,6 @@ def estimate(gpus: Mapping[tuple, GpuTimeline], step: int, config: PolicyConfig 
                 if ended.match(codes, after) is not None or codes.count(ABSENT, after) == n - after:
                     result.reclaims += 1
                     result.gpu_hours_freed += past * h * held
+                    result.freed_steps.append((after - past, after, held))
             # NO_VALUE after: the policy would have held; unknown, not counted
     return result

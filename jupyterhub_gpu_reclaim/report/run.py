@@ -1,12 +1,14 @@
-"""The whole report from the command's arguments: what to ask Prometheus (and the hub, for
-groups), in what pieces, and the figures put together as one JSON-able dict (render.py
-writes it as text or CSV)."""
+"""The whole report from the command's arguments: what to ask Prometheus (`read_history`) and
+the hub (for groups), in what pieces, and the figures put together as one JSON-able dict
+(render.py writes it as text or CSV). The admin page's report (web/usage_report.py) reads
+Prometheus and puts its figures together with the same functions."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..durations import HOUR
@@ -16,13 +18,14 @@ from ..signals.base import HttpSource, SignalError, get_json, hide_password
 from ..signals.gpu_readings import PodLabel, holder_labels, pod_of
 from ..timestamps import format_time
 from . import promql
-from .estimate import assumed, estimate
-from .history import Pod, Timelines, pending_steps, pod_values, pods_of
+from .estimate import DEFAULT_POLICY, assumed, estimate
+from .history import Pod, PodInfo, Timelines, pending_steps, pod_values, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
-from .usage import NO_PROFILE, NO_USER, Hours, groups_of, queue_summary, totals_by, usage_rows, waits
+from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DAY = 86400
+DEFAULT_STEP = 60  # seconds: the command's --step, and the admin page's step
 MAX_GROUPS = 100_000  # a hub that pages for ever is an error, not a hang
 
 
@@ -31,7 +34,7 @@ class ReportRequest:
     prometheus_url: str
     since: dt.datetime
     until: dt.datetime
-    step: int = 60
+    step: int = DEFAULT_STEP
     gpu_matchers: str = ""
     pod_label: PodLabel = "auto"
     hub_api_url: str | None = None
@@ -84,8 +87,23 @@ def grid(request: ReportRequest) -> tuple[float, float, int]:
     return float(start), float(end), int((end - start) // step) + 1
 
 
-async def build_report(request: ReportRequest) -> dict:
-    config = PolicyConfig()
+@dataclass
+class History:
+    """What Prometheus holds of the request's window, read: each GPU's timeline, the hub
+    users' pods and profiles, the Pending steps and GPU requests of pods, and the pods left
+    out for asking for no GPU."""
+
+    timelines: Timelines
+    pods: dict[Pod, PodInfo]
+    profiles: dict[Pod, str]
+    pending: dict[Pod, bytearray]
+    requests: dict[Pod, float]
+    dropped: set[Pod]
+    queries: int
+
+
+async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
+    """The window's history from Prometheus (ReportError when it cannot be read)."""
     start, end, steps = grid(request)
     step = request.step
     prometheus = PrometheusHistory(request.prometheus_url, timeout=request.timeout,
@@ -111,20 +129,17 @@ async def build_report(request: ReportRequest) -> dict:
                 requests[pod] = max(requests.get(pod, 0.0), _float(value))
         queries = prometheus.queries
     dropped = _without_gpu_request(timelines, requests)
+    return History(timelines, pods, profiles, pending, requests, dropped, queries)
+
+
+async def build_report(request: ReportRequest) -> dict:
+    config = PolicyConfig()
+    history = await read_history(request, config)
     groups = None
     if request.hub_api_url and request.hub_token:
         async with _Hub(request.hub_api_url, request.hub_token, request.timeout) as hub:
             groups = await hub.groups()
-    report = assemble(request, timelines, pods, profiles, pending, requests, groups, queries, config)
-    if dropped:
-        report["notes"].append(
-            f"Left out: {counted(len(dropped), 'pod')} named by dcgm-exporter's series that asked kube-state-metrics "
-            "for no GPU (a scrape with honor_labels: true gives a free GPU the exporter's own pod): "
-            + ", ".join("/".join(pod) for pod in sorted(dropped)[:5]) + (", …" if len(dropped) > 5 else "") + ".")
-    elif not requests:
-        report["notes"].append("kube-state-metrics shows no pod asking for a GPU (kube_pod_container_resource_requests): "
-                               "every pod dcgm-exporter names counts as holding its GPU, and the queue is empty.")
-    return report
+    return assemble(request, history, groups, config)
 
 
 def _without_gpu_request(timelines: Timelines, requests: dict[Pod, float]) -> set[Pod]:
@@ -166,12 +181,10 @@ def _by_pod(answers: list[dict[str, str]]) -> dict[Pod, dict[str, str]]:
     return out
 
 
-def assemble(request: ReportRequest, timelines: Timelines, pods: dict, profiles: dict, pending: dict,
-             requests: dict, groups: dict[str, list[str]] | None, queries: int, config: PolicyConfig) -> dict:
-    long_idle = config.idle_reclaim_after  # "idle in stretches of 2 h or more": the policy's window
-    rows = usage_rows(timelines, pods, profiles, int(long_idle.total_seconds() // timelines.step))
-    users = sorted({user for _, user, _ in rows})
-    member = groups_of(users, groups) if groups is not None else {u: [] for u in users}
+def usage_tables(rows: Mapping[tuple[str, str, str], Hours], member: Mapping[str, list[str]],
+                 with_groups: bool) -> dict:
+    """The report's figures of the rows (day, user, profile): totals, per user (with each
+    user's groups from `member`), group, profile and day, and the rows themselves."""
     totals = Hours()
     for hours in rows.values():
         totals.add(hours)
@@ -180,48 +193,115 @@ def assemble(request: ReportRequest, timelines: Timelines, pods: dict, profiles:
         return [{name: key, **(extra(key) if extra else {}), **hours.rounded()}
                 for key, hours in sorted(by.items(), key=lambda kv: (-kv[1].held, kv[0]))]
 
-    found = waits(pending, requests, pods, timelines.start, timelines.step)
-    queue = queue_summary(found)
-    by_day: dict[str, list] = {}
-    for w in found:
-        by_day.setdefault(dt.datetime.fromtimestamp(w.start, dt.timezone.utc).date().isoformat(), []).append(w)
-    queue["by_day"] = [{"day": day, **queue_summary(ws)} for day, ws in sorted(by_day.items())]
-    what_if = estimate(timelines.gpus, timelines.step, config).as_dict()
-    what_if["assumed"] = assumed(config)
+    return {
+        "totals": totals.rounded(),
+        "by_user": table("user", totals_by(rows, lambda k: [k[1]]), lambda u: {"groups": member.get(u, [])}),
+        "by_group": table("group", totals_by(rows, lambda k: member.get(k[1]) or [])) if with_groups else [],
+        "by_profile": table("profile", totals_by(rows, lambda k: [k[2]])),
+        "by_day": sorted(table("day", totals_by(rows, lambda k: [k[0]])), key=lambda r: r["day"]),
+        "rows": [{"day": day, "user": user, "groups": member.get(user, []), "profile": profile, **hours.rounded()}
+                 for (day, user, profile), hours in sorted(rows.items())],
+    }
+
+
+def long_idle_steps(config: PolicyConfig, step: int) -> int:
+    """"Idle in stretches of 2 h or more": the policy's idle_reclaim_after, in steps."""
+    return int(config.idle_reclaim_after.total_seconds() // step)
+
+
+def history_rows(history: History, config: PolicyConfig) -> dict[tuple[str, str, str], Hours]:
+    """The history's GPU-hours per (day, user, profile)."""
+    t = history.timelines
+    return usage_rows(t, history.pods, history.profiles, long_idle_steps(config, t.step))
+
+
+def label_notes(history: History) -> list[str]:
+    """Whose GPU-hours the history's labels could not tell, each a sentence for the report."""
+    gpus, pods, profiles = history.timelines.gpus, history.pods, history.profiles
     notes = []
-    unknown_profile = sorted({line.pod for line in timelines.gpus.values() if line.pod in pods and not profiles.get(line.pod)})
+    unknown_profile = sorted({line.pod for line in gpus.values() if line.pod in pods and not profiles.get(line.pod)})
     if unknown_profile:
         notes.append(f"No profile is known for {counted(len(unknown_profile), 'hub user pod')}: kube-state-metrics writes "
                      "kube_pod_annotations only for allow-listed annotations (--metric-annotations-allowlist="
                      "pods=[jupyterhub-gpu-reclaim/profile]), and only the service's spawner writes that "
                      "annotation; their hours are under " + NO_PROFILE + ".")
-    strangers = sorted({line.pod for line in timelines.gpus.values() if line.pod not in pods})
+    strangers = sorted({line.pod for line in gpus.values() if line.pod not in pods})
     if strangers:
         notes.append(f"No hub user is known for {counted(len(strangers), 'pod')} holding GPUs in kube_pod_labels (no "
                      "hub.jupyter.org/username label: kube-state-metrics 2 writes only allow-listed labels, "
                      "--metric-labels-allowlist=pods=[hub.jupyter.org/username,hub.jupyter.org/servername]); "
                      "their hours are under " + NO_USER + ".")
+    return notes
+
+
+def request_notes(history: History) -> list[str]:
+    """The pods left out for asking for no GPU, or that no pod asked for one."""
+    notes = []
+    if history.dropped:
+        dropped = sorted(history.dropped)
+        notes.append(
+            f"Left out: {counted(len(dropped), 'pod')} named by dcgm-exporter's series that asked kube-state-metrics "
+            "for no GPU (a scrape with honor_labels: true gives a free GPU the exporter's own pod): "
+            + ", ".join("/".join(pod) for pod in dropped[:5]) + (", …" if len(dropped) > 5 else "") + ".")
+    elif not history.requests:
+        notes.append("kube-state-metrics shows no pod asking for a GPU (kube_pod_container_resource_requests): "
+                     "every pod dcgm-exporter names counts as holding its GPU, and the queue is empty.")
+    return notes
+
+
+def history_queue(history: History) -> dict:
+    """The GPU queue of the history: its waits summed up, and per UTC day (a wait counts on
+    the day it began)."""
+    t = history.timelines
+    found = waits(history.pending, history.requests, history.pods, t.start, t.step)
+    queue = queue_summary(found)
+    by_day: dict[str, list] = {}
+    for w in found:
+        by_day.setdefault(dt.datetime.fromtimestamp(w.start, dt.timezone.utc).date().isoformat(), []).append(w)
+    queue["by_day"] = [{"day": day, **queue_summary(ws)} for day, ws in sorted(by_day.items())]
+    return queue
+
+
+def history_estimate(history: History, config: PolicyConfig, policy: str = DEFAULT_POLICY) -> dict:
+    """What the policy of `config` (named `policy`) would have freed in the history (an
+    estimate: `estimate`), per UTC day of the hours freed too, and what it assumed."""
+    t = history.timelines
+    found = estimate(t.gpus, t.step, config)
+    h = t.step / HOUR.total_seconds()
+    by_day = []
+    for day, i0, i1 in day_bounds(t):
+        freed = sum(gpus * max(0, min(b, i1) - max(a, i0)) for a, b, gpus in found.freed_steps) * h
+        if freed:
+            by_day.append({"day": day, "gpu_hours_freed": round(freed, 2)})
+    return {**found.as_dict(), "by_day": by_day, "policy": policy, "assumed": assumed(config, policy)}
+
+
+def assemble(request: ReportRequest, history: History, groups: dict[str, list[str]] | None,
+             config: PolicyConfig) -> dict:
+    timelines = history.timelines
+    rows = history_rows(history, config)
+    users = sorted({user for _, user, _ in rows})
+    member = groups_of(users, groups) if groups is not None else {u: [] for u in users}
+    notes = label_notes(history)
     if groups is None:
         notes.append("Groups were not asked for: --hub-api-url and a token in JUPYTERHUB_API_TOKEN give them.")
-    h = HOUR.total_seconds()
+    notes += request_notes(history)
     return {
-        "source": {"prometheus": hide_password(request.prometheus_url), "queries": queries,
+        "source": {"prometheus": hide_password(request.prometheus_url), "queries": history.queries,
                    "groups": "the hub" if groups is not None else None},
         "window": {"since": format_time(dt.datetime.fromtimestamp(timelines.start, dt.timezone.utc)),
                    "until": format_time(dt.datetime.fromtimestamp(
                        timelines.start + (timelines.steps - 1) * timelines.step, dt.timezone.utc)),
                    "step_s": timelines.step, "days": "UTC"},
-        "idle_threshold_percent": config.gpu_idle_threshold,
-        "long_idle_h": round(long_idle.total_seconds() / h, 2),
-        "totals": totals.rounded(),
-        "by_user": table("user", totals_by(rows, lambda k: [k[1]]),
-                         lambda u: {"groups": member.get(u, [])}),
-        "by_group": table("group", totals_by(rows, lambda k: member.get(k[1]) or [])) if groups is not None else [],
-        "by_profile": table("profile", totals_by(rows, lambda k: [k[2]])),
-        "by_day": sorted(table("day", totals_by(rows, lambda k: [k[0]])), key=lambda r: r["day"]),
-        "rows": [{"day": day, "user": user, "groups": member.get(user, []), "profile": profile, **hours.rounded()}
-                 for (day, user, profile), hours in sorted(rows.items())],
-        "queue": queue,
-        "policy_estimate": what_if,
+        **counted_by(config),
+        **usage_tables(rows, member, groups is not None),
+        "queue": history_queue(history),
+        "policy_estimate": history_estimate(history, config),
         "notes": notes,
     }
+
+
+def counted_by(config: PolicyConfig) -> dict:
+    """What the figures are counted by: the idle threshold and the long-idle span."""
+    return {"idle_threshold_percent": config.gpu_idle_threshold,
+            "long_idle_h": round(config.idle_reclaim_after.total_seconds() / HOUR.total_seconds(), 2)}

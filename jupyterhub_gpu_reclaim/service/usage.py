@@ -28,6 +28,9 @@ FREED_HORIZON = dt.timedelta(hours=24)  # how long a reclaim counts as freeing i
 MAX_STEP = dt.timedelta(minutes=10)  # a longer gap between two recorded cycles: no data
 DAY = dt.timedelta(days=1)
 T = TypeVar("T")
+#: what "freed" and "waited for" count, as the pages say it
+FREED_MEANS = "each reclaim's GPUs for a day after it"
+WAITING_MEANS = "GPUs requested by pods waiting for one"
 
 
 @dataclass(frozen=True)
@@ -57,19 +60,44 @@ def _spans(timed: list[tuple[dt.datetime, T]], end: dt.datetime) -> list[tuple[t
     return list(zip(timed, [t for t, _ in timed[1:]] + [end] * bool(timed), strict=True))
 
 
+def day_bounds(now: dt.datetime, days: int) -> list[tuple[dt.datetime, dt.datetime]]:
+    """The last `days` UTC days up to `now` (today's up to `now`), oldest first."""
+    first = (now - (days - 1) * DAY).replace(hour=0, minute=0, second=0, microsecond=0)
+    return [(first + i * DAY, min(first + (i + 1) * DAY, now)) for i in range(days)]
+
+
+def _spread(bounds: list[tuple[dt.datetime, dt.datetime]], into: list[float], start: dt.datetime, end: dt.datetime,
+            gpus: float) -> None:
+    for i, (d0, d1) in enumerate(bounds):
+        into[i] += gpus * _overlap(start, end, d0, d1)
+
+
+def freed_by_day(store: Store, bounds: list[tuple[dt.datetime, dt.datetime]], now: dt.datetime) -> list[float]:
+    """The GPU-hours the completed reclaims freed on each day of `bounds` (unrounded)."""
+    freed = [0.0] * len(bounds)
+    for r in store.reclaims(bounds[0][0] - FREED_HORIZON):
+        if r.outcome == "stopped" and r.finished_at is not None:
+            _spread(bounds, freed, r.finished_at, min(r.finished_at + FREED_HORIZON, now), r.gpus)
+    return freed
+
+
+def waiting_by_day(store: Store, bounds: list[tuple[dt.datetime, dt.datetime]], now: dt.datetime) -> list[float]:
+    """The GPU-hours pods waited for on each day of `bounds` (unrounded)."""
+    waiting = [0.0] * len(bounds)
+    for (t, pending), next_t in _spans(store.pressure_between(bounds[0][0], now), now):
+        if pending:
+            _spread(bounds, waiting, t, min(next_t, t + MAX_STEP), pending)
+    return waiting
+
+
 def daily_usage(store: Store, now: dt.datetime, days: int = 7) -> list[DayUsage]:
     """The last `days` UTC days up to `now`, oldest first."""
-    first = (now - (days - 1) * DAY).replace(hour=0, minute=0, second=0, microsecond=0)
-    bounds = [(first + i * DAY, min(first + (i + 1) * DAY, now)) for i in range(days)]
-    held, idle, freed, waiting = ([0.0] * days for _ in range(4))
-
-    def spread(into: list[float], start: dt.datetime, end: dt.datetime, gpus: float) -> None:
-        for i, (d0, d1) in enumerate(bounds):
-            into[i] += gpus * _overlap(start, end, d0, d1)
-
+    bounds = day_bounds(now, days)
+    first = bounds[0][0]
+    held, idle = [0.0] * days, [0.0] * days
     sessions = store.gpu_sessions_between(first, now)
     for _sid, started, stopped, gpus in sessions:
-        spread(held, started, stopped or now, gpus)
+        _spread(bounds, held, started, stopped or now, gpus)
     # each session's decisions, to the instance that was running then
     changes: dict[str, list[tuple[dt.datetime, str]]] = {}
     for t, sid, rule in store.rules_between(first, now):
@@ -79,13 +107,7 @@ def daily_usage(store: Store, now: dt.datetime, days: int = 7) -> list[DayUsage]
         mine = [(t, rule) for t, rule in changes.get(sid, ()) if started <= t < end]
         for (t, rule), until in _spans(mine, end):
             if rule in IDLE_RULES:
-                spread(idle, max(t, started), min(until, end), gpus)
-    for r in store.reclaims(first - FREED_HORIZON):
-        if r.outcome == "stopped" and r.finished_at is not None:
-            spread(freed, r.finished_at, min(r.finished_at + FREED_HORIZON, now), r.gpus)
-    pressure = store.pressure_between(first, now)
-    for (t, pending), next_t in _spans(pressure, now):
-        if pending:
-            spread(waiting, t, min(next_t, t + MAX_STEP), pending)
+                _spread(bounds, idle, max(t, started), min(until, end), gpus)
+    freed, waiting = freed_by_day(store, bounds, now), waiting_by_day(store, bounds, now)
     return [DayUsage(start=d0, end=d1, held=round(held[i], 2), idle=round(idle[i], 2), freed=round(freed[i], 2),
                      waiting=round(waiting[i], 2)) for i, (d0, d1) in enumerate(bounds)]

@@ -206,13 +206,46 @@ class ObservationStore(StoreBase):
                              until: dt.datetime) -> list[tuple[str, dt.datetime, dt.datetime | None, int]]:
         """(session, started, stopped or None, GPUs) of each recorded instance with GPUs that
         ran at some time in [since, until], by start."""
+        return [(s.session.id, s.session.started, s.stopped, s.session.gpus)
+                for s in self.gpu_instances_between(since, until)]
+
+    def gpu_instances_between(self, since: dt.datetime, until: dt.datetime) -> list[StoredSession]:
+        """Each recorded instance with GPUs that ran at some time in [since, until], by start."""
         since, until = aware(since, "since"), aware(until, "until")
         with self._session() as db:
-            rows = db.execute(sa.select(SessionRow.session, SessionRow.started, SessionRow.stopped, SessionRow.gpus)
+            rows = db.scalars(sa.select(SessionRow)
                               .where(SessionRow.gpus > 0, SessionRow.started <= until,
                                      sa.or_(SessionRow.stopped.is_(None), SessionRow.stopped >= since))
                               .order_by(SessionRow.started)).all()
-        return [(sid, started, stopped, gpus) for sid, started, stopped, gpus in rows]
+        return [StoredSession(_session(r), r.stopped) for r in rows]
+
+    def gpu_util_by_session(self, since: dt.datetime, until: dt.datetime
+                            ) -> Iterator[tuple[str, list[dt.datetime], list[tuple[float | None, ...] | None]]]:
+        """Each session's samples in [since, until]: (session, their times, their utilization
+        per GPU), one session at a time (the usage report's reading of the record: a month
+        of a large hub's samples is never in memory at once), in time order."""
+        since, until = aware(since, "since"), aware(until, "until")
+        o = ObservationRow
+        query = (sa.select(o.session, o.t, o.gpu_util).where(o.kind == "sample", o.t >= since, o.t <= until)
+                 .order_by(o.session, o.t, o.id).execution_options(yield_per=5000))
+        with self._session() as db:
+            current: str | None = None
+            times: list[dt.datetime] = []
+            utils: list[tuple[float | None, ...] | None] = []
+            for sid, t, util in db.execute(query):
+                if sid != current:
+                    if current is not None:
+                        yield current, times, utils
+                    current, times, utils = sid, [], []
+                times.append(t)
+                utils.append(util)
+            if current is not None:
+                yield current, times, utils
+
+    def first_observation(self) -> dt.datetime | None:
+        """When the oldest observation the store holds was made (None: none yet)."""
+        with self._session() as db:
+            return db.scalar(sa.select(sa.func.min(ObservationRow.t)))
 
     def pressure_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, int]]:
         """(t, GPUs requested by pods waiting for one) of each cycle in [since, until]."""

@@ -18,8 +18,9 @@ from ..timestamps import format_time, jsonable, utcnow
 from ..service.usage import daily_usage
 from ..wording import KEEPS, LOSES
 from .base import Base, writes
-from .inputs import BadInput, parse_since, parse_until
-from .render import csv_cell, reclaim_json, session_json
+from .inputs import BadInput, parse_days, parse_since, parse_until
+from ..report.render import csv_cell
+from .render import reclaim_json, session_json
 from .whatif import DEFAULT_SINCE, run_what_if
 
 #: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
@@ -186,10 +187,11 @@ class AdminUsageApi(ApiBase):
     @web.authenticated
     def get(self) -> None:
         self.require_admin()
-        text = self.get_argument("days", str(USAGE_DAYS_DEFAULT))
-        if not text.isdigit() or not 1 <= int(text) <= USAGE_DAYS_MAX:
-            raise web.HTTPError(400, f"days: a whole number from 1 to {USAGE_DAYS_MAX}, not {text!r}")
-        days = daily_usage(self.ctx.store, utcnow(), int(text)) if self.ctx.store is not None else []
+        try:
+            n = parse_days(self.get_argument("days", str(USAGE_DAYS_DEFAULT)), USAGE_DAYS_MAX)
+        except BadInput as e:
+            raise web.HTTPError(400, str(e)) from None
+        days = daily_usage(self.ctx.store, utcnow(), n) if self.ctx.store is not None else []
         self.write_json({"days": [jsonable(dataclasses.asdict(d)) for d in days]})
 
 

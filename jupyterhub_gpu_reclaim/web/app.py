@@ -16,8 +16,8 @@ from .api import (AdminActionsApi, AdminCandidatesApi, AdminHistoryApi, AdminQue
                   IntentApi, QueueApi, ReclaimsApi, SessionsApi, StopApi)
 from .base import MAX_BODY, Context, OAuthCallback, redacted_uri
 from .monitoring import HealthHandler, MetricsHandler
-from .pages import (AdminActionForm, AdminPage, AdminWhatIfForm, EmbedBanner, EmbedHome, KeepaliveForm,
-                    KeepalivePage, ReclaimSeenForm, StopForm, UserPage)
+from .pages import (AdminActionForm, AdminPage, AdminReportPage, AdminWhatIfForm, EmbedBanner, EmbedHome,
+                    KeepaliveForm, KeepalivePage, ReclaimSeenForm, StopForm, UserPage)
 from .paths import static_dir
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
@@ -68,6 +68,7 @@ def make_app(ctx: Context) -> web.Application:
             (prefix + "admin", AdminPage, c),
             (prefix + "admin/action", AdminActionForm, c),
             (prefix + "admin/whatif", AdminWhatIfForm, c),
+            (prefix + "admin/report", AdminReportPage, c),
             (prefix + "api/sessions", SessionsApi, c),
             (prefix + f"api/sessions/{session}/intent", IntentApi, c),
             (prefix + f"api/sessions/{session}/stop", StopApi, c),

@@ -29,7 +29,7 @@ from ..durations import format_duration
 from ..timestamps import jsonable, parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import READS_PER_MINUTE, WriteLimiter
-from ..service.usage import daily_usage
+from ..service.usage import FREED_MEANS, WAITING_MEANS, daily_usage
 from .chart import usage_chart
 from .render import _jinja, reclaim_json, session_json, sparkline, state_of
 
@@ -348,7 +348,8 @@ class Base(HubOAuthenticated, RedactedLogs):
         """The admin page: the admin data, and the week's GPU-hours per day with their chart."""
         usage = daily_usage(self.ctx.store, utcnow()) if self.ctx.store is not None else []
         self.finish(self.render_page("admin.html", data=self.admin_data(), notice=notice, error=error,
-                                     usage=usage, usage_chart=usage_chart(usage) if usage else ""))
+                                     usage=usage, usage_chart=usage_chart(usage) if usage else "",
+                                     freed_means=FREED_MEANS, waiting_means=WAITING_MEANS))
 
 
 class OAuthCallback(HubOAuthCallbackHandler, RedactedLogs):

@@ -1,7 +1,8 @@
 """The pages' charts as inline SVG drawn here (no script, no library, nothing fetched):
 stacked bars per time bucket, one or more bars per bucket (`stacked_bars`), for the
-what-if (idle and freed GPU-hours, live policy beside the override) and the admin page's
-week (GPU-hours in use, idle, freed and waited for, per day). Accessible: a <title> and
+what-if (idle and freed GPU-hours, live policy beside the override), the admin page's
+week (GPU-hours in use, idle, freed and waited for, per day) and the usage report's days
+(used, idle, idle in long stretches, no reading). Accessible: a <title> and
 <desc>, a tooltip per bar; the pages show the numbers in a table as well."""
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
+from ..report.render import HOURS, headings, long_idle, totals_sentence
 from ..service.usage import DayUsage
 from ..replay.whatif import WhatIf
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 40, 30, 40  # room for the last time label
 FREED, IDLE, IN_USE, WAITING = "#2a9d8f", "#e9a23b", "#6c757d", "#b02a37"
+IDLE_LONG, NO_READING = "#a0522d", "#ced4da"
+FREED_ESTIMATE = "#9fd8cf"  # freed, as estimated (paler than freed by reclaims)
+LEGEND_W, LEGEND_H = 150, 16  # a legend entry's room; entries wrap to more rows
 LIVE_OPACITY = "0.45"  # the what-if's live bars: paler, in the override's colors
 MAX_LABELS = 12
 
@@ -62,13 +67,18 @@ def stacked_bars(css_class: str, title: str, desc: str, arms: Sequence[Arm], sta
     bottom up (`bars[i][j]` for arm j). Only numbers and our own words go into it, escaped
     all the same."""
     n = max(1, len(starts))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    legend = [(color, arm.opacity, f"{name}, {arm.name}" if len(arms) > 1 else name)
+              for arm in reversed(arms) for name, color in arm.layers]
+    per_row = (WIDTH - LEFT) // LEGEND_W
+    more = (len(legend) - 1) // per_row * LEGEND_H  # room for the legend's rows after the first
+    top_y, height = TOP + more, HEIGHT + more
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, height - top_y - BOTTOM
     top = _nice(max([sum(b.values) for group in bars for b in group] or [0]))
     group_w = plot_w / n
     bar_w = group_w * (0.76 / len(arms))
 
     def y(v: float) -> float:
-        return TOP + plot_h - v / top * plot_h
+        return top_y + plot_h - v / top * plot_h
 
     parts = []
     for v in (0.0, top / 2, top):  # grid and axis labels
@@ -88,21 +98,19 @@ def stacked_bars(css_class: str, title: str, desc: str, arms: Sequence[Arm], sta
                 base += value
             parts.append(f'<g opacity="{arm.opacity}"><title>{tip}</title>{"".join(rects)}</g>')
         if i % every == 0:
-            parts.append(f'<text x="{x0 + group_w / 2:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" '
+            parts.append(f'<text x="{x0 + group_w / 2:.1f}" y="{height - BOTTOM + 14}" text-anchor="middle" '
                          f'font-size="10">{escape(_label(start, bucket))}</text>')
-    legend = [(color, arm.opacity, f"{name}, {arm.name}" if len(arms) > 1 else name)
-              for arm in reversed(arms) for name, color in arm.layers]
     for k, (color, opacity, text) in enumerate(legend):
-        x = LEFT + k * 150
-        parts.append(f'<rect x="{x}" y="8" width="12" height="12" fill="{color}" opacity="{opacity}"/>'
-                     f'<text x="{x + 16}" y="18" font-size="11">{escape(text)}</text>')
-    parts.append(f'<text x="{WIDTH - RIGHT}" y="{HEIGHT - 6}" text-anchor="end" font-size="10">'
+        x, y0 = LEFT + k % per_row * LEGEND_W, 8 + k // per_row * LEGEND_H
+        parts.append(f'<rect x="{x}" y="{y0}" width="12" height="12" fill="{color}" opacity="{opacity}"/>'
+                     f'<text x="{x + 16}" y="{y0 + 10}" font-size="11">{escape(text)}</text>')
+    parts.append(f'<text x="{WIDTH - RIGHT}" y="{height - 6}" text-anchor="end" font-size="10">'
                  f'GPU-hours per {escape(_span(bucket))}, UTC</text>')
-    return (f'<svg class="{css_class}" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" '
+    return (f'<svg class="{css_class}" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" '
             f'role="img" aria-labelledby="{css_class}-title {css_class}-desc">'
             f'<title id="{css_class}-title">{escape(title)}</title>'
             f'<desc id="{css_class}-desc">{escape(desc)}</desc>'
-            f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#888"/>'
+            f'<line x1="{LEFT}" x2="{LEFT}" y1="{top_y}" y2="{top_y + plot_h}" stroke="#888"/>'
             + "".join(parts) + "</svg>")
 
 
@@ -135,3 +143,25 @@ def usage_chart(days: Sequence[DayUsage]) -> str:
         [d.start for d in days],
         [[Bar("sessions", (max(0.0, d.held - d.idle), d.idle, d.freed)), Bar("queue", (d.waiting,))] for d in days],
         dt.timedelta(days=1))
+
+
+def report_chart(report: dict) -> str:
+    """Per day two bars (as the admin page's week): the GPU-hours held — used, idle in
+    shorter stretches, idle in long ones, no reading (the usage report's `by_day`, its
+    words) — with those freed on top (by the service's reclaims, or as estimated on
+    Prometheus's days), and the GPU-hours pods waited for."""
+    names = dict(zip(HOURS, headings(report), strict=True))
+    names["idle"] = f"idle < {long_idle(report)}"  # the part of idle under the long stretches
+    layers = (("used", IN_USE), ("idle", IDLE), ("idle_long", IDLE_LONG), ("no_reading", NO_READING))
+    days = report["by_day"]
+    return stacked_bars(
+        "report-chart", "GPU-hours held per day: " + ", ".join(names[k] for k, _ in layers)
+        + "; freed; waited for", totals_sentence(report),
+        [Arm("sessions", "1", [(names[k], color) for k, color in layers]
+             + [("freed", FREED), ("freed (estimate)", FREED_ESTIMATE)]),
+         Arm("queue", "1", (("waited for", WAITING),))],
+        [dt.datetime.fromisoformat(d["day"]) for d in days],
+        [[Bar("sessions", (d["used"], max(0.0, d["idle"] - d["idle_long"]), d["idle_long"], d["no_reading"],
+                           0.0 if d["freed_is_estimate"] else d["gpu_hours_freed"],
+                           d["gpu_hours_freed"] if d["freed_is_estimate"] else 0.0)),
+          Bar("queue", (d["gpu_hours_waited"],))] for d in days], dt.timedelta(days=1))

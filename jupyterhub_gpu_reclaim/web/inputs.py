@@ -47,6 +47,13 @@ def parse_since(text: str, name: str = "since", now: dt.datetime | None = None) 
         raise BadInput(f"{name}: not a time or a duration: {text!r}") from None
 
 
+def parse_days(text: str, most: int) -> int:
+    """`days=N`: a whole number of days from 1 to `most`."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 4 and 1 <= int(text) <= most):
+        raise BadInput(f"days: a whole number from 1 to {most}, not {text!r}")
+    return int(text)
+
+
 MAX_OVERRIDE_CHARS = 8192  # a few dozen settings and long lists of names
 
 

@@ -1,5 +1,5 @@
 """The HTML pages and forms: the user page, keep-alive and stop, the hub-template embeds
-(home panel and banner), and the admin page, its actions and its what-if."""
+(home panel and banner), and the admin page, its actions, its what-if and its usage report."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ from urllib.parse import quote, urlencode
 from tornado import web
 
 from ..replay import interruptions
+from ..report.render import HOURS, as_csv, as_json, estimate_sentence, headings, long_idle, queue_sentence, totals_sentence
 from ..replay.backtest import policy_to_dict
+from ..service.usage import FREED_MEANS, WAITING_MEANS
 from ..durations import format_duration
 from ..timestamps import utcnow
 from .base import Base, writes
-from .chart import whatif_chart
-from .inputs import BadInput, local_time_to_utc, parse_override, parse_until
+from .chart import report_chart, whatif_chart
+from .inputs import BadInput, local_time_to_utc, parse_days, parse_override, parse_until
 from .render import hhmm, notice, reclaim_notice, state_of
+from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
 from .whatif import DEFAULT_SINCE, run_what_if
 
 
@@ -203,3 +206,44 @@ class AdminWhatIfForm(Base):
                                      chart=whatif_chart(result) if result is not None else "",
                                      settings=policy_to_dict(live.base), rules=live.names,
                                      returned_labels=interruptions.LABELS))
+
+
+class AdminReportPage(Base):
+    """The usage report (`usage_report`): `?days=N` (1 to DAYS_MAX), `?format=` html (the
+    page), csv or json (a download: the command's --csv and --json, each row and day with
+    its source). Bad input: 400, nothing read."""
+
+    FORMATS = ("html", "csv", "days-csv", "json")
+
+    @web.authenticated
+    async def get(self) -> None:
+        self.require_admin()
+        fmt = self.get_argument("format", "html")
+        try:
+            days = parse_days(self.get_argument("days", str(DAYS_DEFAULT)), DAYS_MAX)
+            if fmt not in self.FORMATS:
+                raise BadInput(f"format: one of {', '.join(self.FORMATS)}, not {fmt!r}")
+        except BadInput as e:
+            self.set_status(400)
+            self.finish(self.render_page("report.html", report=None, error=str(e), days=DAYS_DEFAULT,
+                                         offered=DAYS_OFFERED))
+            return
+        assert self.ctx.store is not None  # web.app mounts the pages only with a store
+        report = await usage_report(self.ctx.store, self.ctx.settings, utcnow(), days)
+        name = f"gpu-usage-{report['by_day'][0]['day']}-to-{report['by_day'][-1]['day']}"
+        if fmt != "html":
+            body, kind, file = {"csv": (as_csv(report, extra=("source",)), "text/csv; charset=utf-8", f"{name}.csv"),
+                                "days-csv": (days_csv(report), "text/csv; charset=utf-8", f"{name}-days.csv"),
+                                "json": (as_json(report), "application/json", f"{name}.json")}[fmt]
+            self.set_header("Content-Type", kind)
+            self.set_header("Content-Disposition", f'attachment; filename="{file}"')
+            self.finish(body)
+            return
+        self.finish(self.render_page("report.html", report=report, error="", days=days, offered=DAYS_OFFERED,
+                                     chart=report_chart(report), totals=totals_sentence(report),
+                                     hours=HOURS, headings=headings(report), long=long_idle(report),
+                                     sources=SOURCES, freed_means=FREED_MEANS, waiting_means=WAITING_MEANS,
+                                     waits_known=WAITS_FROM_PROMETHEUS,
+                                     queue=queue_sentence(report["queue"]) if report["queue"] else "",
+                                     estimate=estimate_sentence(report["policy_estimate"])
+                                     if report["policy_estimate"] else ""))

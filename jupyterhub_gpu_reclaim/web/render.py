@@ -1,5 +1,5 @@
 """How things look: times, durations, state texts, sessions and reclaim records as JSON, the
-utilization sparkline, CSV cells, and the Jinja environment of the page templates."""
+utilization sparkline, and the Jinja environment of the page templates."""
 
 from __future__ import annotations
 
@@ -152,12 +152,6 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
     return (f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
             f'role="img" aria-label="{label}"><title>{label}</title>'
             f'<line x1="0" x2="{width}" y1="{height - 0.5}" y2="{height - 0.5}" stroke="#ccc"/>{idle}{lines}</svg>')
-
-
-def csv_cell(value: Any) -> str:
-    """A CSV cell that a spreadsheet does not run as a formula."""
-    text = "" if value is None else str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)

@@ -247,7 +247,8 @@ def test_the_report_imports_only_the_signals_and_the_policy():
     """report/ (the usage report from Prometheus's history) sits above the signals and the
     policy and reads through them: it imports those layers and the shared leaves only, never
     the service, the store, the replays, the web pages, the spawner or the settings; and only
-    the command line imports it."""
+    the command line and the admin page's report (web/, and the record's figures in
+    service/recorded_usage.py) import it."""
     graph = import_graph()
     leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
     report = modules_under(graph, "report")
@@ -258,7 +259,8 @@ def test_the_report_imports_only_the_signals_and_the_policy():
     # the check itself: the report does read through gpu_readings and the policy's settings
     assert {f"{NAME}.signals.gpu_readings", f"{NAME}.policy.config"} <= reachable(graph, f"{NAME}.report.run")
     importers = {m for m, edges in graph.items() if edges & report} - report
-    assert importers == {f"{NAME}.cli"}
+    assert {f"{NAME}.cli", f"{NAME}.web.usage_report"} <= importers, importers
+    assert importers <= {f"{NAME}.cli", f"{NAME}.service.recorded_usage"} | modules_under(graph, "web"), importers
 
 
 def test_the_cycle_never_imports_the_web_pages():

@@ -64,7 +64,7 @@ def _report(user: str, group: str) -> dict:
         "by_day": [], "rows": [{"day": "2026-12-01", "user": user, "groups": [group], "profile": "-x", **hours}],
         "queue": {"waits": 0, "pods": 0, "hours_waited": 0.0, "gpu_hours_waited": 0.0, "median_wait_h": 0.0,
                   "longest_wait_h": 0.0},
-        "policy_estimate": {"gpu_hours_freed": 0.0, "reclaims": 0, "would_have_interrupted": 0,
+        "policy_estimate": {"policy": "the default policy", "gpu_hours_freed": 0.0, "reclaims": 0, "would_have_interrupted": 0,
                             "gpu_hours_idle_at_end_not_counted": 0.0, "pods_on_time_sliced_gpus_left_out": 0,
                             "assumed": []},
         "notes": [],

@@ -14,7 +14,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim.cli import main
 from tests.support.prometheus_history import create_blocks, history_prometheus
-from tests.support.report_history import HOUR, HOURS, SCHEMES, SESSIONS, history_file, step_states
+from tests.support.report_history import HOUR, HOURS, SCHEMES, SESSIONS, history_file, history_rows, step_states
 
 STEP = 60
 DAY = 86400
@@ -44,29 +44,7 @@ def day_of(i: int) -> str:
 
 
 def expected_rows(scheme: str) -> dict[tuple[str, str, str], dict[str, float]]:
-    """(day, user, profile) -> GPU-hours, from the sessions' samples. A time-sliced GPU and a
-    pod that is no hub user's count as they are seen; profiles only where kube-state-metrics
-    writes the annotation (its 2.x allow-list)."""
-    states = step_states(START, STEP, N)
-    rows: dict[tuple[str, str, str], dict[str, float]] = {}
-    for s in SESSIONS:
-        line = states.get(s.pod)
-        if line is None:
-            continue
-        user = s.user or "(not a hub user's pod)"
-        profile = s.profile if SCHEMES[scheme].ksm == "2" and s.profile else "(profile unknown)"
-        long_idle = set()
-        for m in re.finditer(r"i{120,}", "".join({"idle": "i", "used": "u", "": "."}[x] for x in line)):
-            long_idle |= set(range(m.start(), m.end()))
-        for i, state in enumerate(line):
-            if not state:
-                continue
-            row = rows.setdefault((day_of(i), user, profile),
-                                  {"held": 0.0, "used": 0.0, "idle": 0.0, "no_reading": 0.0, "idle_long": 0.0})
-            row["held"] += STEP / HOUR
-            row[state] += STEP / HOUR
-            row["idle_long"] += STEP / HOUR if i in long_idle else 0.0
-    return {k: {f: round(v, 2) for f, v in row.items()} for k, row in rows.items()}
+    return history_rows(START, STEP, N, SCHEMES[scheme])
 
 
 def test_the_figures_per_day_user_and_profile_are_the_samples_own(prometheus, capsys):

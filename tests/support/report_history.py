@@ -16,6 +16,8 @@ annotation), kube_pod_status_phase, kube_pod_container_resource_requests."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,3 +228,33 @@ def step_states(start: float, step: int, n: int) -> dict[str, list[str]]:
                 used = s.util((t - start) / HOUR) >= 1.0
                 states[i] = "used" if used or states[i] == "used" else "idle"
     return out
+
+
+def history_rows(start: float, step: int, n: int, scheme: Scheme) -> dict[tuple[str, str, str], dict[str, float]]:
+    """(day, user, profile) -> GPU-hours over the `n` steps from `start`, from the sessions'
+    samples (`step_states`). A time-sliced GPU and a pod that is no hub user's count as they
+    are seen; profiles only where kube-state-metrics writes the annotation (its 2.x
+    allow-list); idle in stretches of 2 h or more."""
+    states = step_states(start, step, n)
+    long_steps = 2 * HOUR // step
+    rows: dict[tuple[str, str, str], dict[str, float]] = {}
+    for s in SESSIONS:
+        line = states.get(s.pod)
+        if line is None:
+            continue
+        user = s.user or "(not a hub user's pod)"
+        profile = s.profile if scheme.ksm == "2" and s.profile else "(profile unknown)"
+        long_idle = set()
+        text = "".join({"idle": "i", "used": "u", "": "."}[x] for x in line)
+        for m in re.finditer("i{%d,}" % long_steps, text):
+            long_idle |= set(range(m.start(), m.end()))
+        for i, state in enumerate(line):
+            if not state:
+                continue
+            day = dt.datetime.fromtimestamp(start + i * step, dt.timezone.utc).date().isoformat()
+            row = rows.setdefault((day, user, profile),
+                                  {"held": 0.0, "used": 0.0, "idle": 0.0, "no_reading": 0.0, "idle_long": 0.0})
+            row["held"] += step / HOUR
+            row[state] += step / HOUR
+            row["idle_long"] += step / HOUR if i in long_idle else 0.0
+    return {k: {f: round(v, 2) for f, v in row.items()} for k, row in rows.items()}

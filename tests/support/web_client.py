@@ -26,14 +26,14 @@ TIMINGS = {
 
 
 def start_web_hub(workdir: Path, sim, *, dry_run: bool = False, hub_config: Path = HERE / "jupyterhub_config_web.py",
-                  env: dict[str, str] | None = None):
+                  env: dict[str, str] | None = None, **overrides):
     """The service tests' hub with the web pages' configuration (or `hub_config`, which loads
-    it) and slow reclaims; its `info["service_tokens"]` holds the tokens of the hub services
-    named like users."""
+    it) and slow reclaims (and the service's settings `overrides`); its
+    `info["service_tokens"]` holds the tokens of the hub services named like users."""
     tokens = {name: secrets.token_hex(16) for name in SERVICES_NAMED_LIKE_USERS}
     hub = start_service_hub(workdir, sim, dry_run=dry_run, hub_config=hub_config,
                             env={"GPU_RECLAIM_SERVICE_TOKENS": json.dumps(tokens), **(env or {})},
-                            timeout=3600, admin_recipients=[], **TIMINGS)
+                            **{"timeout": 3600, "admin_recipients": [], **TIMINGS, **overrides})
     hub.info["service_tokens"] = tokens
     return hub
 

@@ -167,6 +167,8 @@ ADMIN_ENDPOINTS = [
     ("GET", "admin/whatif", None),
     ("POST", "admin/whatif", {"data": {"since": "1h", "override": "gpu_idle_threshold: 9"}}),
     ("POST", "api/admin/whatif", {"json": {"since": "1h", "override": {"gpu_idle_threshold": 9}}}),
+    ("GET", "admin/report", None), ("GET", "admin/report?format=csv", None), ("GET", "admin/report?format=json", None),
+    ("GET", "admin/report?format=days-csv", None),
 ]
 
 

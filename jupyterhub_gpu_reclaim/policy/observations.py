@@ -43,6 +43,26 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class SessionSample:
+    """A sample of the session with id `session` (a trace's ``sample`` line, a stored sample)."""
+
+    session: str
+    sample: Sample
+
+    @property
+    def t(self) -> dt.datetime:
+        return self.sample.t
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """The GPUs requested by pods waiting for one, at `t`."""
+
+    t: dt.datetime
+    pending_gpus: int
+
+
+@dataclass(frozen=True)
 class Session:
     """A running server that holds GPUs (`gpus` > 0) or not (culled like idle-culler)."""
 
@@ -66,6 +86,15 @@ class Intent:
     session: str
     until: dt.datetime
     set_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class IntentChange:
+    """"Keep alive until" set (`until`) or cleared (None) at `t`."""
+
+    t: dt.datetime
+    session: str
+    until: dt.datetime | None
 
 
 @dataclass(frozen=True)

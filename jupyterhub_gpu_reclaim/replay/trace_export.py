@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, Iterator
 
-from ..policy.observations import Session
+from ..policy.observations import IntentChange, Pressure, Session, SessionSample
 from ..store import Store
-from ..store.observations import Event, IntentChange, StoredPressure, StoredSample, StoredSession
-from .trace import IntentEvent, Pressure, Record, TraceConfig, TraceSample, TraceSession, dump_record
+from ..store.observations import Event, StoredSession
+from .trace import Record, TraceConfig, TraceSession, dump_record
 
 
 def export_records(store: Store, since: dt.datetime | None = None, until: dt.datetime | None = None, *,
@@ -35,15 +35,12 @@ def export_records(store: Store, since: dt.datetime | None = None, until: dt.dat
 
 
 def record(event: Event) -> Record:
-    """The trace record of one of the store's events."""
-    if isinstance(event, StoredSample):
-        return TraceSample(session=event.session, sample=event.sample)
+    """The trace record of one of the store's events: an instance is a ``session`` line; a
+    sample, the pressure and an intent change are trace records as they are."""
     if isinstance(event, StoredSession):
         return TraceSession(session=event.session, stopped=event.stopped)
-    if isinstance(event, StoredPressure):
-        return Pressure(t=event.t, pending_gpus=event.pending_gpus)
-    if isinstance(event, IntentChange):
-        return IntentEvent(t=event.t, session=event.session, until=event.until)
+    if isinstance(event, (SessionSample, Pressure, IntentChange)):
+        return event
     raise TypeError(f"not a stored event: {event!r}")
 
 

@@ -13,11 +13,11 @@ import datetime as dt
 import logging
 from typing import Sequence
 
-from ..policy.observations import Sample, Session
+from ..policy.observations import Sample, Session, SessionSample
 from ..policy.scan import retained_samples
 from ..policy.config import PolicyConfig
 from ..store import Store
-from ..store.observations import StoredSample, StoredSession
+from ..store.observations import StoredSession
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")  # the reclaimer's log: this is part of its cycle
 
@@ -44,7 +44,7 @@ class SampleHistory:
             if isinstance(event, StoredSession):
                 self._samples[event.session.id] = (event.session.started, [])
                 self.recorded.add((event.session.id, event.session.started))
-            elif isinstance(event, StoredSample) and event.session in self._samples:
+            elif isinstance(event, SessionSample) and event.session in self._samples:
                 self._samples[event.session][1].append(event.sample)
                 n += 1
         if n:

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Union
 
 import sqlalchemy as sa
 
-from ..policy.observations import Sample, Session
+from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionSample
 from ..timestamps import utcnow
 from .base import StoreBase, rowcount
 from .schema import DecisionRow, IntentRow, ObservationRow, SessionRow, aware, unstorable
@@ -34,34 +34,7 @@ class StoredSession:
     stopped: dt.datetime | None = None
 
 
-@dataclass(frozen=True)
-class StoredSample:
-    session: str
-    sample: Sample
-
-    @property
-    def t(self) -> dt.datetime:
-        return self.sample.t
-
-
-@dataclass(frozen=True)
-class StoredPressure:
-    """The GPUs requested by pods waiting for one, at a cycle."""
-
-    t: dt.datetime
-    pending_gpus: int
-
-
-@dataclass(frozen=True)
-class IntentChange:
-    """"Keep alive until" set (``until``) or cleared (None) at ``t``."""
-
-    t: dt.datetime
-    session: str
-    until: dt.datetime | None
-
-
-Event = Union[StoredSession, StoredSample, StoredPressure, IntentChange]
+Event = Union[StoredSession, SessionSample, Pressure, IntentChange]
 
 
 @dataclass(frozen=True)
@@ -70,7 +43,7 @@ class StoredObservations:
 
     since: dt.datetime
     until: dt.datetime
-    observations: list[StoredSample | StoredPressure]  # by time, in the order written
+    observations: list[SessionSample | Pressure]  # by time, in the order written
     sessions: list[StoredSession]  # the instances started by the window's end
     intents: list[StoredIntent]  # set by the window's end and not cleared before its start
 
@@ -112,11 +85,11 @@ class StoredObservations:
         for _t, _order, _seq, event in events:
             if isinstance(event, StoredSession):
                 current[event.session.id] = event.session.gpus
-            elif isinstance(event, StoredPressure):
+            elif isinstance(event, Pressure):
                 pass
             elif event.session not in current:
                 continue  # not an instance of the window's
-            elif isinstance(event, StoredSample) and not _fits(event.sample, current[event.session]):
+            elif isinstance(event, SessionSample) and not _fits(event.sample, current[event.session]):
                 continue
             yield event
 
@@ -247,10 +220,10 @@ def _session(r: SessionRow) -> Session:
                    profile=r.profile, groups=r.groups, gpu_type=r.gpu_type, gpu_shared=r.gpu_shared)
 
 
-def _observation(row: Any) -> StoredSample | StoredPressure:
+def _observation(row: Any) -> SessionSample | Pressure:
     t = row[0]  # (a Row's .t is its tuple)
     if row.kind == "pressure":
-        return StoredPressure(t, int(row.pending_gpus or 0))
-    return StoredSample(row.session, Sample(t=t, gpu_util=row.gpu_util, gpu_mem_used_mib=row.gpu_mem_used_mib,
+        return Pressure(t, int(row.pending_gpus or 0))
+    return SessionSample(row.session, Sample(t=t, gpu_util=row.gpu_util, gpu_mem_used_mib=row.gpu_mem_used_mib,
                                             kernels=row.kernels, terminals=row.terminals,
                                             hub_last_activity=row.hub_last_activity))

@@ -225,5 +225,5 @@ def _observation(row: Any) -> SessionSample | Pressure:
     if row.kind == "pressure":
         return Pressure(t, int(row.pending_gpus or 0))
     return SessionSample(row.session, Sample(t=t, gpu_util=row.gpu_util, gpu_mem_used_mib=row.gpu_mem_used_mib,
-                                            kernels=row.kernels, terminals=row.terminals,
-                                            hub_last_activity=row.hub_last_activity))
+                                             kernels=row.kernels, terminals=row.terminals,
+                                             hub_last_activity=row.hub_last_activity))

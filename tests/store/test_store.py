@@ -275,7 +275,7 @@ def test_export_trace_is_a_valid_trace(store):
     assert sessions["bob/big"].session == BOB and sessions["bob/big"].stopped == at(8)
     samples = [r for r in records if isinstance(r, SessionSample)]
     assert samples[0] == SessionSample("alice/", Sample(t=at(1), gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
-                                                      kernels=(Kernel("idle", at(0)),), hub_last_activity=at(1)))
+                                                        kernels=(Kernel("idle", at(0)),), hub_last_activity=at(1)))
     assert samples[-2].sample == Sample(t=at(6), gpu_util=(90.0, None), terminals=None)
     assert Pressure(at(3), 3) in records
     assert [r for r in records if isinstance(r, IntentChange)] == [

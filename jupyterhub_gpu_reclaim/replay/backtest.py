@@ -71,7 +71,7 @@ from ..policy.observations import (
     Decision, Intent, IntentChange, Pressure, Sample, Session, SessionSample, SessionView, Warning,
 )
 from ..timestamps import format_time
-from .backtest_entries import HoldRun, ReclaimEntry, named_rule
+from .backtest_entries import FalseReclaim, HoldRun, ReclaimEntry, WarningEntry
 from .trace import Label, Record, TraceConfig, TraceError, TraceSession, read_trace
 
 __all__ = [
@@ -138,7 +138,7 @@ class _Live:
     trim_at: int = 32  # trim the kept samples (policy.retained_samples) past this many
     # reference rules: name → reclaim time
     baseline_reclaimed: dict[str, dt.datetime] = field(default_factory=dict)
-    baseline_returns: dict[str, list[Any]] = field(default_factory=dict)  # interruptions.Watch entries
+    baseline_returns: dict[str, interruptions.Watched] = field(default_factory=dict)
     zero: ZeroRun = field(default_factory=ZeroRun)
 
 
@@ -155,12 +155,11 @@ class _Reclaim:
 @dataclass(frozen=True)
 class _PolicyReclaim:
     """A reclaim of the policy's: scored, listed in the report as `entry` (until the user's
-    return is known), its user's return watched (the `interruptions.Watch` entry's second item
-    becomes the time they came back)."""
+    return is known), its user's return watched."""
 
     scored: _Reclaim
     entry: ReclaimEntry
-    watch: list[Any]
+    watch: interruptions.Watched
 
 
 BASELINES = ("idle-culler", "zero-gpu-2h")  # the rules every report compares the policy with
@@ -195,7 +194,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
     live: dict[str, _Live] = {}
     instances: list[_Live] = []
     labels: list[Label] = []
-    warnings: list[dict[str, Any]] = []
+    warnings: list[WarningEntry] = []
     reclaims: list[_PolicyReclaim] = []
     returns = interruptions.Watch()
     holds: list[HoldRun] = []
@@ -249,9 +248,8 @@ def replay(records: Iterable[Record], *, config: Any = None,
         inst.hold = None
         if action == "warn":
             assert d.reclaim_at is not None  # a "warn" always says when
-            warnings.append({"session": session.id, "t": format_time(now), "rule": d.rule,
-                             "reclaim_at": format_time(d.reclaim_at),
-                             **named_rule(d.policy_rule, d.under_rules)})
+            warnings.append(WarningEntry(session=session.id, t=now, rule=d.rule, reclaim_at=d.reclaim_at,
+                                         policy_rule=d.policy_rule, under_rules=d.under_rules))
         elif action == "reclaim":
             inst.reclaimed = True
             inst.samples = []
@@ -299,7 +297,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
     start = trace_config.start
     held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
                for i in instances)
-    entries = [dataclasses.replace(r.entry, user_returned=r.watch[1]) for r in reclaims]
+    entries = [dataclasses.replace(r.entry, user_returned=r.watch.returned) for r in reclaims]
     freed = sum(e.gpu_hours_freed for e in entries)
     by_rule = interruptions.by_rule((e.rule, e.gpu_hours_freed, e.returned) for e in entries)
     returned = interruptions.counts(e.returned for e in entries)
@@ -307,7 +305,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
         **({"policy_rules": rules.names} if rules is not None else {}),
-        "warnings": warnings,
+        "warnings": [w.to_dict() for w in warnings],
         "reclaims": [e.to_dict() for e in entries],
         "holds": [h.to_dict() for h in holds],
         "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
@@ -323,7 +321,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
         # neither reference rule warns
         done = [_Reclaim(i, i.baseline_reclaimed[name]) for i in instances if name in i.baseline_reclaimed]
         scored[name] = done
-        back = interruptions.counts(interruptions.bucket(r.t, r.inst.baseline_returns[name][1]) for r in done)
+        back = interruptions.counts(r.inst.baseline_returns[name].bucket for r in done)
         b: dict[str, Any] = {
             "reclaims": len(done),
             "gpu_hours_freed": round(sum(r.inst.rec.session.gpus * _hours(r.t, r.inst.natural_end)
@@ -379,22 +377,22 @@ def _score(reclaims: list[_Reclaim], instances: list[_Live],
         for label in by_id.get(inst.rec.id, ()):
             if label.truth == "reclaimable":
                 reclaimable += inst.rec.session.gpus * _hours(max(lo, label.from_), min(hi, label.to))
-    false, gray, recovered = [], 0, 0.0
+    false: list[FalseReclaim] = []
+    gray, recovered = 0, 0.0
     for r in reclaims:
         inst, t = r.inst, r.t
         lo, hi = life(inst)
         for label in by_id.get(inst.rec.id, ()):
             inside = label.from_ <= t < label.to
             if label.truth == "must_keep" and inside:
-                false.append({"session": inst.rec.id, "t": format_time(t),
-                              "label_from": format_time(label.from_), "label_to": format_time(label.to)})
+                false.append(FalseReclaim(session=inst.rec.id, t=t, label_from=label.from_, label_to=label.to))
             elif label.truth == "gray" and inside:
                 gray += 1
             elif label.truth == "reclaimable":
                 recovered += inst.rec.session.gpus * _hours(max(lo, t, label.from_), min(hi, label.to))
     return {
         "false_reclaims": len(false),
-        "false_reclaim_list": false,
+        "false_reclaim_list": [f.to_dict() for f in false],
         "unwarned_reclaims": sum(1 for r in reclaims if not r.warned),
         "gray_reclaims": gray,
         "reclaimable_gpu_hours": round(reclaimable, 6),

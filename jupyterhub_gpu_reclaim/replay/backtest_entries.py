@@ -1,5 +1,5 @@
-"""The backtest report's entries as typed records: the policy's reclaims and its runs of
-holds, made into the report's JSON objects (`to_dict`, docs/trace-format.md) only where
+"""The backtest report's entries as typed records: the policy's warnings, its reclaims, its
+runs of holds and the reclaims scored false, made into the report's JSON objects (`to_dict`, docs/trace-format.md) only where
 `backtest.replay` writes the report."""
 
 from __future__ import annotations
@@ -15,6 +15,23 @@ from ..timestamps import format_time
 def named_rule(policy_rule: str | None, under_rules: bool) -> dict[str, Any]:
     """The ``policy_rule`` key of a warning or reclaim: only where policy rules are in force."""
     return {"policy_rule": policy_rule} if under_rules else {}
+
+
+@dataclass(frozen=True)
+class WarningEntry:
+    """A warning of the policy's, as the report lists it: sent at `t`, the reclaim due at
+    `reclaim_at`."""
+
+    session: str
+    t: dt.datetime
+    rule: str
+    reclaim_at: dt.datetime
+    policy_rule: str | None = None  # as in `ReclaimEntry`
+    under_rules: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session": self.session, "t": format_time(self.t), "rule": self.rule,
+                "reclaim_at": format_time(self.reclaim_at), **named_rule(self.policy_rule, self.under_rules)}
 
 
 @dataclass(frozen=True)
@@ -62,3 +79,17 @@ class HoldRun:
     def to_dict(self) -> dict[str, Any]:
         return {"session": self.session, "t": format_time(self.t), "reason": self.reason,
                 "last": format_time(self.last), "samples": self.samples}
+
+
+@dataclass(frozen=True)
+class FalseReclaim:
+    """A reclaim at `t` inside a ``must_keep`` label of its session, ``[label_from, label_to)``."""
+
+    session: str
+    t: dt.datetime
+    label_from: dt.datetime
+    label_to: dt.datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session": self.session, "t": format_time(self.t),
+                "label_from": format_time(self.label_from), "label_to": format_time(self.label_to)}

@@ -80,6 +80,24 @@ class Session:
 
 
 @dataclass(frozen=True)
+class SessionInstance:
+    """One run of a server, from its start: its Session and when it stopped (None: it runs,
+    or no one heard). A trace's ``session`` line is one (`replay.trace.TraceSession`), and so
+    is an instance the store recorded."""
+
+    session: Session
+    stopped: dt.datetime | None = None
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+    @property
+    def t(self) -> dt.datetime:
+        return self.session.started
+
+
+@dataclass(frozen=True)
 class Intent:
     """"Keep alive until": the user declared the session must survive until `until`."""
 

@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, Union
 
-from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionSample
+from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionInstance, SessionSample
 from ..timestamps import format_time
 from .trace_fields import (
     MISSING, FieldError, bool_field, get_field, int_field, is_number, kernels_field, per_gpu_field, str_field,
@@ -75,21 +75,11 @@ class TraceConfig:
 
 
 @dataclass(frozen=True)
-class TraceSession:
-    """A ``session`` line: the observations' Session plus when the user stopped it and,
-    in a generated trace, the kind of session (never shown to the policy)."""
+class TraceSession(SessionInstance):
+    """A ``session`` line: a session instance and, in a generated trace, the kind of session
+    (never shown to the policy)."""
 
-    session: Session
-    stopped: dt.datetime | None = None
     scenario: str | None = None
-
-    @property
-    def id(self) -> str:
-        return self.session.id
-
-    @property
-    def t(self) -> dt.datetime:
-        return self.session.started
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Union
 
 import sqlalchemy as sa
 
-from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionSample
+from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionInstance, SessionSample
 from ..timestamps import utcnow
 from .base import StoreBase, rowcount
 from .schema import DecisionRow, IntentRow, ObservationRow, SessionRow, aware, unstorable
@@ -25,16 +25,7 @@ class StoredIntent:
     cleared_at: dt.datetime | None
 
 
-@dataclass(frozen=True)
-class StoredSession:
-    """A session instance the cycle met, and when it stopped (None: it runs, or the store
-    never heard)."""
-
-    session: Session
-    stopped: dt.datetime | None = None
-
-
-Event = Union[StoredSession, SessionSample, Pressure, IntentChange]
+Event = Union[SessionInstance, SessionSample, Pressure, IntentChange]
 
 
 @dataclass(frozen=True)
@@ -44,10 +35,10 @@ class StoredObservations:
     since: dt.datetime
     until: dt.datetime
     observations: list[SessionSample | Pressure]  # by time, in the order written
-    sessions: list[StoredSession]  # the instances started by the window's end
+    sessions: list[SessionInstance]  # the instances started by the window's end
     intents: list[StoredIntent]  # set by the window's end and not cleared before its start
 
-    def timeline(self, extra: Iterable[StoredSession] = ()) -> Iterator[Event]:
+    def timeline(self, extra: Iterable[SessionInstance] = ()) -> Iterator[Event]:
         """The window in time order: each instance that ran in it (``extra``: ones never
         recorded) at its start, before the samples of the same time (an id used again: the
         earlier instance stopped at the latest when the next started); the samples of the
@@ -72,7 +63,7 @@ class StoredObservations:
                     stopped = starts[i + 1]
                 if stopped is not None and stopped < self.since:
                     continue
-                events.append((started, 0, len(events), StoredSession(instance.session, stopped)))
+                events.append((started, 0, len(events), SessionInstance(instance.session, stopped)))
         for o in self.observations:
             events.append((o.t, 1, len(events), o))
         for r in self.intents:
@@ -83,7 +74,7 @@ class StoredObservations:
         events.sort(key=lambda e: e[:3])
         current: dict[str, int] = {}  # session id → GPUs of its instance met last
         for _t, _order, _seq, event in events:
-            if isinstance(event, StoredSession):
+            if isinstance(event, SessionInstance):
                 current[event.session.id] = event.session.gpus
             elif isinstance(event, Pressure):
                 pass
@@ -172,7 +163,7 @@ class ObservationStore(StoreBase):
             ).all() if intents else []
         return StoredObservations(
             since=since, until=until, observations=[_observation(row) for row in rows],
-            sessions=[StoredSession(_session(r), r.stopped) for r in sessions],
+            sessions=[SessionInstance(_session(r), r.stopped) for r in sessions],
             intents=[StoredIntent(r.session, r.until, r.set_at, r.cleared_at) for r in intent_rows])
 
     def gpu_sessions_between(self, since: dt.datetime,

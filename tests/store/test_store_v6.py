@@ -12,13 +12,12 @@ import pytest
 import sqlalchemy as sa
 
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy.observations import Kernel, Pressure, Sample, Session, SessionSample
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Pressure, Sample, Session, SessionInstance, SessionSample
 from jupyterhub_gpu_reclaim.replay.trace import TraceSession, dump_record
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 from jupyterhub_gpu_reclaim.service.history import SampleHistory
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
-from jupyterhub_gpu_reclaim.store.observations import StoredSession
 
 from ..support.clock import at
 from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
@@ -152,5 +151,5 @@ def test_the_store_keeps_a_sample_as_it_came(url):
         stored = store.observations_between(at(0), at(40))
         written = [SessionSample(sid, s) for _, samples, _, _ in cycles() for sid, s in samples]
         assert [o for o in stored.observations if isinstance(o, SessionSample)] == written
-        assert set(stored.sessions) == {StoredSession(ALICE), StoredSession(BOB, at(12)), StoredSession(RESTARTED),
-                                        *map(StoredSession, ODD)}
+        assert set(stored.sessions) == {SessionInstance(ALICE), SessionInstance(BOB, at(12)),
+                                        SessionInstance(RESTARTED), *map(SessionInstance, ODD)}

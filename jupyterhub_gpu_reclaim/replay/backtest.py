@@ -136,9 +136,8 @@ class _Live:
     reclaimed: bool = False
     hold: int | None = None  # its run of holds going on: the run's index in the report's holds
     trim_at: int = 32  # trim the kept samples (policy.retained_samples) past this many
-    # reference rules: name → reclaim time
-    baseline_reclaimed: dict[str, dt.datetime] = field(default_factory=dict)
-    baseline_returns: dict[str, interruptions.Watched] = field(default_factory=dict)
+    # reference rules: name → its reclaim, the user's return watched
+    baselines: dict[str, interruptions.Watched] = field(default_factory=dict)
     zero: ZeroRun = field(default_factory=ZeroRun)
 
 
@@ -214,14 +213,11 @@ def replay(records: Iterable[Record], *, config: Any = None,
         if now >= inst.natural_end:
             return
         # reference rules see every sample of the recorded session
-        if "idle-culler" not in inst.baseline_reclaimed and idle_culler_rule(session, sample, now):
-            inst.baseline_reclaimed["idle-culler"] = now
-        if session.gpus > 0 and "zero-gpu-2h" not in inst.baseline_reclaimed \
+        if "idle-culler" not in inst.baselines and idle_culler_rule(session, sample, now):
+            inst.baselines["idle-culler"] = returns.reclaimed(session.id, now)
+        if session.gpus > 0 and "zero-gpu-2h" not in inst.baselines \
                 and zero_gpu_rule(inst.zero, sample, now):
-            inst.baseline_reclaimed["zero-gpu-2h"] = now
-        for name, t in inst.baseline_reclaimed.items():
-            if name not in inst.baseline_returns:
-                inst.baseline_returns[name] = returns.reclaimed(session.id, t)
+            inst.baselines["zero-gpu-2h"] = returns.reclaimed(session.id, now)
         if inst.reclaimed:
             return
         samples = inst.samples
@@ -319,9 +315,9 @@ def replay(records: Iterable[Record], *, config: Any = None,
     baselines = {}
     for name in BASELINES:
         # neither reference rule warns
-        done = [_Reclaim(i, i.baseline_reclaimed[name]) for i in instances if name in i.baseline_reclaimed]
+        done = [_Reclaim(i, i.baselines[name].reclaimed) for i in instances if name in i.baselines]
         scored[name] = done
-        back = interruptions.counts(r.inst.baseline_returns[name].bucket for r in done)
+        back = interruptions.counts(r.inst.baselines[name].bucket for r in done)
         b: dict[str, Any] = {
             "reclaims": len(done),
             "gpu_hours_freed": round(sum(r.inst.rec.session.gpus * _hours(r.t, r.inst.natural_end)

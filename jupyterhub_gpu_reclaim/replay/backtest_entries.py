@@ -1,6 +1,6 @@
 """The backtest report's entries as typed records: the policy's warnings, its reclaims, its
-runs of holds and the reclaims scored false, made into the report's JSON objects (`to_dict`, docs/trace-format.md) only where
-`backtest.replay` writes the report."""
+runs of holds and the reclaims scored false, made into the report's JSON objects (`to_dict`,
+docs/trace-format.md) only where `backtest.replay` writes the report."""
 
 from __future__ import annotations
 

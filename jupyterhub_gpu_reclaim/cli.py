@@ -111,7 +111,8 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     from .store import Store
     from .store.base import StoreError
     from .timestamps import format_time, utcnow
-    from .replay.trace import TraceError, TraceSample
+    from .policy.observations import SessionSample
+    from .replay.trace import TraceError
     from .replay.trace_export import export_records
 
     now = utcnow().replace(microsecond=0)
@@ -130,7 +131,7 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     def counted(records):
         nonlocal samples
         for record in records:
-            if isinstance(record, TraceSample):
+            if isinstance(record, SessionSample):
                 samples += 1
             yield record
 

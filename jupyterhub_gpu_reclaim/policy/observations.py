@@ -43,6 +43,26 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class SessionSample:
+    """A sample of the session with id `session` (a trace's ``sample`` line, a stored sample)."""
+
+    session: str
+    sample: Sample
+
+    @property
+    def t(self) -> dt.datetime:
+        return self.sample.t
+
+
+@dataclass(frozen=True)
+class Pressure:
+    """The GPUs requested by pods waiting for one, at `t`."""
+
+    t: dt.datetime
+    pending_gpus: int
+
+
+@dataclass(frozen=True)
 class Session:
     """A running server that holds GPUs (`gpus` > 0) or not (culled like idle-culler)."""
 
@@ -60,12 +80,39 @@ class Session:
 
 
 @dataclass(frozen=True)
+class SessionInstance:
+    """One run of a server, from its start: its Session and when it stopped (None: it runs,
+    or no one heard). A trace's ``session`` line is one (`replay.trace.TraceSession`), and so
+    is an instance the store recorded."""
+
+    session: Session
+    stopped: dt.datetime | None = None
+
+    @property
+    def id(self) -> str:
+        return self.session.id
+
+    @property
+    def t(self) -> dt.datetime:
+        return self.session.started
+
+
+@dataclass(frozen=True)
 class Intent:
     """"Keep alive until": the user declared the session must survive until `until`."""
 
     session: str
     until: dt.datetime
     set_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class IntentChange:
+    """"Keep alive until" set (`until`) or cleared (None) at `t`."""
+
+    t: dt.datetime
+    session: str
+    until: dt.datetime | None
 
 
 @dataclass(frozen=True)

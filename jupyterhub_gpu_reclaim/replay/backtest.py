@@ -67,19 +67,12 @@ from typing import IO, Any, Callable, Iterable
 from . import interruptions
 from ..durations import HOUR
 from ..errors import ConfigError
-from ..policy.observations import Decision, Intent, Sample, Session, SessionView, Warning
-from ..timestamps import format_time
-from .trace import (
-    IntentEvent,
-    Label,
-    Pressure,
-    Record,
-    TraceConfig,
-    TraceError,
-    TraceSample,
-    TraceSession,
-    read_trace,
+from ..policy.observations import (
+    Decision, Intent, IntentChange, Pressure, Sample, Session, SessionSample, SessionView, Warning,
 )
+from ..timestamps import format_time
+from .backtest_entries import FalseReclaim, HoldRun, ReclaimEntry, WarningEntry
+from .trace import Label, Record, TraceConfig, TraceError, TraceSession, read_trace
 
 __all__ = [
     "backtest",
@@ -141,15 +134,33 @@ class _Live:
     intent: Intent | None = None
     warnings: list[Warning] = field(default_factory=list)
     reclaimed: bool = False
-    hold: dict[str, Any] | None = None
+    hold: int | None = None  # its run of holds going on: the run's index in the report's holds
     trim_at: int = 32  # trim the kept samples (policy.retained_samples) past this many
-    # reference rules: name → reclaim time
-    baseline_reclaimed: dict[str, dt.datetime] = field(default_factory=dict)
-    baseline_returns: dict[str, list[Any]] = field(default_factory=dict)  # interruptions.Watch entries
+    # reference rules: name → its reclaim, the user's return watched
+    baselines: dict[str, interruptions.Watched] = field(default_factory=dict)
     zero: ZeroRun = field(default_factory=ZeroRun)
 
 
-_Reclaim = tuple[_Live, dt.datetime, bool]  # (session, when, warned before)
+@dataclass(frozen=True)
+class _Reclaim:
+    """A reclaim scored against the labels: of which instance, when, and whether a warning of
+    its idle episode came before it (the reference rules never warn)."""
+
+    inst: _Live
+    t: dt.datetime
+    warned: bool = False
+
+
+@dataclass(frozen=True)
+class _PolicyReclaim:
+    """A reclaim of the policy's: scored, listed in the report as `entry` (until the user's
+    return is known), its user's return watched."""
+
+    scored: _Reclaim
+    entry: ReclaimEntry
+    watch: interruptions.Watched
+
+
 BASELINES = ("idle-culler", "zero-gpu-2h")  # the rules every report compares the policy with
 
 
@@ -182,11 +193,10 @@ def replay(records: Iterable[Record], *, config: Any = None,
     live: dict[str, _Live] = {}
     instances: list[_Live] = []
     labels: list[Label] = []
-    warnings: list[dict[str, Any]] = []
-    reclaims: list[tuple[_Live, dt.datetime, bool, dict[str, Any]]] = []
+    warnings: list[WarningEntry] = []
+    reclaims: list[_PolicyReclaim] = []
     returns = interruptions.Watch()
-    policy_returns: list[list[Any]] = []  # per reclaim, its Watch entry
-    holds: list[dict[str, Any]] = []
+    holds: list[HoldRun] = []
     pending = 0
     batch: list[tuple[_Live, Sample]] = []
     batch_t: dt.datetime | None = None
@@ -203,14 +213,11 @@ def replay(records: Iterable[Record], *, config: Any = None,
         if now >= inst.natural_end:
             return
         # reference rules see every sample of the recorded session
-        if "idle-culler" not in inst.baseline_reclaimed and idle_culler_rule(session, sample, now):
-            inst.baseline_reclaimed["idle-culler"] = now
-        if session.gpus > 0 and "zero-gpu-2h" not in inst.baseline_reclaimed \
+        if "idle-culler" not in inst.baselines and idle_culler_rule(session, sample, now):
+            inst.baselines["idle-culler"] = returns.reclaimed(session.id, now)
+        if session.gpus > 0 and "zero-gpu-2h" not in inst.baselines \
                 and zero_gpu_rule(inst.zero, sample, now):
-            inst.baseline_reclaimed["zero-gpu-2h"] = now
-        for name, t in inst.baseline_reclaimed.items():
-            if name not in inst.baseline_returns:
-                inst.baseline_returns[name] = returns.reclaimed(session.id, t)
+            inst.baselines["zero-gpu-2h"] = returns.reclaimed(session.id, now)
         if inst.reclaimed:
             return
         samples = inst.samples
@@ -226,36 +233,34 @@ def replay(records: Iterable[Record], *, config: Any = None,
         if on_decision is not None:
             on_decision(session, now, d)
         inst.warnings = list(done.warnings)
-        named = {"policy_rule": d.policy_rule} if d.under_rules else {}  # no rules, no key
         action = d.action
         if action == "hold":
-            if inst.hold is not None and inst.hold["reason"] == d.rule:
-                inst.hold["last"] = format_time(now)
-                inst.hold["samples"] += 1
+            if inst.hold is not None and holds[inst.hold].reason == d.rule:
+                holds[inst.hold] = holds[inst.hold].extended(now)
             else:
-                inst.hold = {"session": session.id, "t": format_time(now), "reason": d.rule,
-                             "last": format_time(now), "samples": 1}
-                holds.append(inst.hold)
+                inst.hold = len(holds)
+                holds.append(HoldRun(session=session.id, t=now, reason=d.rule, last=now))
             return
         inst.hold = None
         if action == "warn":
             assert d.reclaim_at is not None  # a "warn" always says when
-            warnings.append({"session": session.id, "t": format_time(now), "rule": d.rule,
-                             "reclaim_at": format_time(d.reclaim_at), **named})
+            warnings.append(WarningEntry(session=session.id, t=now, rule=d.rule, reclaim_at=d.reclaim_at,
+                                         policy_rule=d.policy_rule, under_rules=d.under_rules))
         elif action == "reclaim":
             inst.reclaimed = True
             inst.samples = []
             freed = session.gpus * _hours(now, inst.natural_end)
             warned = any(w.t < now for w in inst.warnings)  # a warning of this episode came first
-            policy_returns.append(returns.reclaimed(session.id, now))
-            reclaims.append((inst, now, warned, {
-                "session": session.id, "t": format_time(now), "rule": d.rule, "gpus": session.gpus,
-                "gpu_hours_freed": round(freed, 6), **named}))
+            entry = ReclaimEntry(session=session.id, t=now, rule=d.rule, gpus=session.gpus,
+                                 gpu_hours_freed=round(freed, 6), policy_rule=d.policy_rule,
+                                 under_rules=d.under_rules)
+            reclaims.append(_PolicyReclaim(scored=_Reclaim(inst, now, warned), entry=entry,
+                                           watch=returns.reclaimed(session.id, now)))
         elif action != "keep":
             raise ValueError(f"policy returned an unknown action {action!r}")
 
     for rec in it:
-        if isinstance(rec, TraceSample):
+        if isinstance(rec, SessionSample):
             if batch_t is not None and rec.sample.t != batch_t:
                 flush()
             batch_t = rec.sample.t
@@ -277,7 +282,7 @@ def replay(records: Iterable[Record], *, config: Any = None,
             instances.append(inst)
         elif isinstance(rec, Pressure):
             pending = rec.pending_gpus
-        elif isinstance(rec, IntentEvent):
+        elif isinstance(rec, IntentChange):
             inst = live[rec.session]
             inst.intent = (Intent(session=rec.session, until=rec.until, set_at=rec.t)
                            if rec.until is not None else None)
@@ -288,36 +293,35 @@ def replay(records: Iterable[Record], *, config: Any = None,
     start = trace_config.start
     held = sum(i.rec.session.gpus * _hours(max(i.rec.session.started, start), i.natural_end)
                for i in instances)
-    freed = sum(r["gpu_hours_freed"] for *_, r in reclaims)
-    for (_, t, _, r), (_, back) in zip(reclaims, policy_returns, strict=True):
-        r.update(user_returned=format_time(back) if back else None, returned=interruptions.bucket(t, back))
-    by_rule = interruptions.by_rule((r["rule"], r["gpu_hours_freed"], r["returned"]) for *_, r in reclaims)
-    returned = interruptions.counts(r["returned"] for *_, r in reclaims)
+    entries = [dataclasses.replace(r.entry, user_returned=r.watch.returned) for r in reclaims]
+    freed = sum(e.gpu_hours_freed for e in entries)
+    by_rule = interruptions.by_rule((e.rule, e.gpu_hours_freed, e.returned) for e in entries)
+    returned = interruptions.counts(e.returned for e in entries)
     report: dict[str, Any] = {
         "trace": {"sessions": len(instances), "start": format_time(start), "end": format_time(end)},
         "policy": policy_to_dict(config),
         **({"policy_rules": rules.names} if rules is not None else {}),
-        "warnings": warnings,
-        "reclaims": [r for *_, r in reclaims],
-        "holds": holds,
+        "warnings": [w.to_dict() for w in warnings],
+        "reclaims": [e.to_dict() for e in entries],
+        "holds": [h.to_dict() for h in holds],
         "summary": {"gpu_hours_held": round(held, 6), "gpu_hours_freed": round(freed, 6),
                     "reclaims": len(reclaims), "warnings": len(warnings),
                     "users_interrupted": interruptions.interrupted(returned), "returned": returned},
         "by_rule": by_rule,
     }
-    scored: dict[str, list[_Reclaim]] = {"policy": [(inst, t, warned) for inst, t, warned, _ in reclaims]}
+    scored: dict[str, list[_Reclaim]] = {"policy": [r.scored for r in reclaims]}
     if labels:
         report["score"] = _score(scored["policy"], instances, labels, start)
     baselines = {}
     for name in BASELINES:
         # neither reference rule warns
-        done = [(i, i.baseline_reclaimed[name], False) for i in instances if name in i.baseline_reclaimed]
+        done = [_Reclaim(i, i.baselines[name].reclaimed) for i in instances if name in i.baselines]
         scored[name] = done
-        back = interruptions.counts(interruptions.bucket(t, i.baseline_returns[name][1]) for i, t, _ in done)
+        back = interruptions.counts(r.inst.baselines[name].bucket for r in done)
         b: dict[str, Any] = {
             "reclaims": len(done),
-            "gpu_hours_freed": round(sum(i.rec.session.gpus * _hours(t, i.natural_end)
-                                         for i, t, _ in done), 6),
+            "gpu_hours_freed": round(sum(r.inst.rec.session.gpus * _hours(r.t, r.inst.natural_end)
+                                         for r in done), 6),
             "users_interrupted": interruptions.interrupted(back), "returned": back,
         }
         if labels:
@@ -346,7 +350,7 @@ def _by_scenario(scored: dict[str, list[_Reclaim]], instances: list[_Live], labe
         mine = {id(i) for i in members}
         entry: dict[str, Any] = {"sessions": len(members)}
         for name, done in scored.items():
-            subset = [r for r in done if id(r[0]) in mine]
+            subset = [r for r in done if id(r.inst) in mine]
             s = _score(subset, members, labels, trace_start)
             del s["false_reclaim_list"]
             entry[name] = {"reclaims": len(subset), **s}
@@ -369,22 +373,23 @@ def _score(reclaims: list[_Reclaim], instances: list[_Live],
         for label in by_id.get(inst.rec.id, ()):
             if label.truth == "reclaimable":
                 reclaimable += inst.rec.session.gpus * _hours(max(lo, label.from_), min(hi, label.to))
-    false, gray, recovered = [], 0, 0.0
-    for inst, t, _ in reclaims:
+    false: list[FalseReclaim] = []
+    gray, recovered = 0, 0.0
+    for r in reclaims:
+        inst, t = r.inst, r.t
         lo, hi = life(inst)
         for label in by_id.get(inst.rec.id, ()):
             inside = label.from_ <= t < label.to
             if label.truth == "must_keep" and inside:
-                false.append({"session": inst.rec.id, "t": format_time(t),
-                              "label_from": format_time(label.from_), "label_to": format_time(label.to)})
+                false.append(FalseReclaim(session=inst.rec.id, t=t, label_from=label.from_, label_to=label.to))
             elif label.truth == "gray" and inside:
                 gray += 1
             elif label.truth == "reclaimable":
                 recovered += inst.rec.session.gpus * _hours(max(lo, t, label.from_), min(hi, label.to))
     return {
         "false_reclaims": len(false),
-        "false_reclaim_list": false,
-        "unwarned_reclaims": sum(1 for *_, warned in reclaims if not warned),
+        "false_reclaim_list": [f.to_dict() for f in false],
+        "unwarned_reclaims": sum(1 for r in reclaims if not r.warned),
         "gray_reclaims": gray,
         "reclaimable_gpu_hours": round(reclaimable, 6),
         "reclaimable_gpu_hours_recovered": round(recovered, 6),

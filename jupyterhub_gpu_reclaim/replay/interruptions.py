@@ -47,15 +47,29 @@ def interrupted(by_bucket: dict[str, int]) -> int:
 
 
 @dataclass
+class Watched:
+    """A reclaim at `reclaimed` whose user's return is watched: `returned` is their first busy
+    kernel after it, once seen (None until then, or never)."""
+
+    reclaimed: dt.datetime
+    returned: dt.datetime | None = None
+
+    @property
+    def bucket(self) -> str:
+        """How soon the user came back (`bucket`)."""
+        return bucket(self.reclaimed, self.returned)
+
+
+@dataclass
 class Watch:
     """The reclaims waiting for their user's return, per server id."""
 
-    _waiting: dict[str, list[list[Any]]] = field(default_factory=dict)
+    _waiting: dict[str, list[Watched]] = field(default_factory=dict)
 
-    def reclaimed(self, server: str, t: dt.datetime) -> list[Any]:
-        """Watch for the user of `server` after a reclaim at `t`; returns the entry, whose
-        second item becomes the time they came back."""
-        entry: list[Any] = [t, None]
+    def reclaimed(self, server: str, t: dt.datetime) -> Watched:
+        """Watch for the user of `server` after a reclaim at `t`; the entry returned gets the
+        time they came back."""
+        entry = Watched(t)
         self._waiting.setdefault(server, []).append(entry)
         return entry
 
@@ -65,9 +79,9 @@ class Watch:
         if not waiting or not kernel_busy(sample):
             return
         for entry in waiting:
-            if sample.t > entry[0]:
-                entry[1] = sample.t
-        self._waiting[server] = [e for e in waiting if e[1] is None]
+            if sample.t > entry.reclaimed:
+                entry.returned = sample.t
+        self._waiting[server] = [e for e in waiting if e.returned is None]
 
 
 def by_rule(reclaims: Iterable[tuple[str, float, str]]) -> dict[str, dict[str, Any]]:

@@ -36,7 +36,7 @@ import os
 from dataclasses import dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, Union
 
-from ..policy.observations import Sample, Session
+from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionInstance, SessionSample
 from ..timestamps import format_time
 from .trace_fields import (
     MISSING, FieldError, bool_field, get_field, int_field, is_number, kernels_field, per_gpu_field, str_field,
@@ -47,9 +47,6 @@ __all__ = [
     "TraceError",
     "TraceConfig",
     "TraceSession",
-    "TraceSample",
-    "Pressure",
-    "IntentEvent",
     "Label",
     "Record",
     "TRUTHS",
@@ -78,48 +75,11 @@ class TraceConfig:
 
 
 @dataclass(frozen=True)
-class TraceSession:
-    """A ``session`` line: the observations' Session plus when the user stopped it and,
-    in a generated trace, the kind of session (never shown to the policy)."""
+class TraceSession(SessionInstance):
+    """A ``session`` line: a session instance and, in a generated trace, the kind of session
+    (never shown to the policy)."""
 
-    session: Session
-    stopped: dt.datetime | None = None
     scenario: str | None = None
-
-    @property
-    def id(self) -> str:
-        return self.session.id
-
-    @property
-    def t(self) -> dt.datetime:
-        return self.session.started
-
-
-@dataclass(frozen=True)
-class TraceSample:
-    """A ``sample`` line: one observation of session ``session``."""
-
-    session: str
-    sample: Sample
-
-    @property
-    def t(self) -> dt.datetime:
-        return self.sample.t
-
-
-@dataclass(frozen=True)
-class Pressure:
-    t: dt.datetime
-    pending_gpus: int
-
-
-@dataclass(frozen=True)
-class IntentEvent:
-    """"Keep alive until" set (or cleared, ``until`` None) at ``t``."""
-
-    t: dt.datetime
-    session: str
-    until: dt.datetime | None
 
 
 @dataclass(frozen=True)
@@ -132,7 +92,7 @@ class Label:
     truth: Truth
 
 
-Record = Union[TraceConfig, TraceSession, TraceSample, Pressure, IntentEvent, Label]
+Record = Union[TraceConfig, TraceSession, SessionSample, Pressure, IntentChange, Label]
 
 
 # --------------------------------------------------------------------------- reader
@@ -228,7 +188,7 @@ class _Reader:
             raise FieldError(f"unknown session {sid!r} (no session line before this one)")
         return record
 
-    def _sample(self, lineno: int, obj: dict) -> TraceSample:
+    def _sample(self, lineno: int, obj: dict) -> SessionSample:
         t = time_field(obj, "t")
         record = self._known(obj)
         gpus = record.session.gpus
@@ -241,7 +201,7 @@ class _Reader:
             hub_last_activity=time_field(obj, "hub_last_activity", nullable=True, default=None),
         )
         self._order(lineno, t, "t")
-        return TraceSample(session=record.id, sample=sample)
+        return SessionSample(session=record.id, sample=sample)
 
     def _pressure(self, lineno: int, obj: dict) -> Pressure:
         t = time_field(obj, "t")
@@ -249,12 +209,12 @@ class _Reader:
         self._order(lineno, t, "t")
         return record
 
-    def _intent(self, lineno: int, obj: dict) -> IntentEvent:
+    def _intent(self, lineno: int, obj: dict) -> IntentChange:
         t = time_field(obj, "t")
         sid = self._known(obj).id
         until = time_field(obj, "until", nullable=True)
         self._order(lineno, t, "t")
-        return IntentEvent(t=t, session=sid, until=until)
+        return IntentChange(t=t, session=sid, until=until)
 
     def _label(self, lineno: int, obj: dict) -> Label:
         sid = str_field(obj, "session")
@@ -348,7 +308,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
         if record.scenario is not None:
             out["scenario"] = record.scenario
         return out
-    if isinstance(record, TraceSample):
+    if isinstance(record, SessionSample):
         m = record.sample
         return {
             "kind": "sample", "t": format_time(m.t), "session": record.session,
@@ -364,7 +324,7 @@ def record_to_dict(record: Record) -> dict[str, Any]:
         }
     if isinstance(record, Pressure):
         return {"kind": "pressure", "t": format_time(record.t), "pending_gpus": record.pending_gpus}
-    if isinstance(record, IntentEvent):
+    if isinstance(record, IntentChange):
         return {"kind": "intent", "t": format_time(record.t), "session": record.session,
                 "until": format_time(record.until) if record.until else None}
     if isinstance(record, Label):

@@ -11,14 +11,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Iterable, Iterator
 
-from ..policy.observations import Session
+from ..policy.observations import IntentChange, Pressure, Session, SessionInstance, SessionSample
 from ..store import Store
-from ..store.observations import Event, IntentChange, StoredPressure, StoredSample, StoredSession
-from .trace import IntentEvent, Pressure, Record, TraceConfig, TraceSample, TraceSession, dump_record
+from ..store.observations import Event
+from .trace import Record, TraceConfig, TraceSession, dump_record
 
 
 def export_records(store: Store, since: dt.datetime | None = None, until: dt.datetime | None = None, *,
-                   sessions: Iterable[Session | TraceSession] = (), sample_interval_s: float = 60.0,
+                   sessions: Iterable[Session | SessionInstance] = (), sample_interval_s: float = 60.0,
                    gpus_total: int = 0, intents: bool = True) -> Iterator[Record]:
     """The observations of [since, until] as trace records: the config, then, in time
     order, the sessions recorded (plus ``sessions``, for ones never recorded) that overlap
@@ -26,8 +26,7 @@ def export_records(store: Store, since: dt.datetime | None = None, until: dt.dat
     Samples of a session with no session record are left out. ``since`` defaults to the
     earliest observation, ``until`` to now."""
     stored = store.observations_between(since, until, intents=intents)
-    extra = [StoredSession(s.session, s.stopped) if isinstance(s, TraceSession) else StoredSession(s)
-             for s in sessions]
+    extra = [s if isinstance(s, SessionInstance) else SessionInstance(s) for s in sessions]
     yield TraceConfig(start=stored.since, end=stored.until, sample_interval_s=sample_interval_s,
                       gpus_total=gpus_total)
     for event in stored.timeline(extra):
@@ -35,15 +34,12 @@ def export_records(store: Store, since: dt.datetime | None = None, until: dt.dat
 
 
 def record(event: Event) -> Record:
-    """The trace record of one of the store's events."""
-    if isinstance(event, StoredSample):
-        return TraceSample(session=event.session, sample=event.sample)
-    if isinstance(event, StoredSession):
+    """The trace record of one of the store's events: an instance is a ``session`` line; a
+    sample, the pressure and an intent change are trace records as they are."""
+    if isinstance(event, SessionInstance):
         return TraceSession(session=event.session, stopped=event.stopped)
-    if isinstance(event, StoredPressure):
-        return Pressure(t=event.t, pending_gpus=event.pending_gpus)
-    if isinstance(event, IntentChange):
-        return IntentEvent(t=event.t, session=event.session, until=event.until)
+    if isinstance(event, (SessionSample, Pressure, IntentChange)):
+        return event
     raise TypeError(f"not a stored event: {event!r}")
 
 

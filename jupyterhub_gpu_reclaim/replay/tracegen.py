@@ -21,8 +21,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from ..policy.observations import Kernel, Sample, Session
-from .trace import IntentEvent, Label, Pressure, Record, TraceConfig, TraceSample, TraceSession, Truth
+from ..policy.observations import IntentChange, Kernel, Pressure, Sample, Session, SessionSample
+from .trace import Label, Record, TraceConfig, TraceSession, Truth
 
 __all__ = ["SCENARIOS", "DEFAULT_START", "generate"]
 
@@ -314,7 +314,7 @@ SCENARIOS: dict[str, tuple[Callable[[_Script], None], int, tuple[int, int] | Non
 # --------------------------------------------------------------------------- samples
 
 
-def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list[TraceSample]:
+def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list[SessionSample]:
     """The session's samples from `started` to `end`, every `step`, phase by phase."""
     rng = s.rng
     gpus = s.gpus
@@ -324,7 +324,7 @@ def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list
     terminal_last: dt.datetime | None = None
     cell_end = next_cell = s.started
     level = _cell_util(rng)
-    out: list[TraceSample] = []
+    out: list[SessionSample] = []
     phases = iter(s.phases)
     phase = next(phases)
     t = s.started
@@ -365,7 +365,7 @@ def _samples(s: _Script, sid: str, end: dt.datetime, step: dt.timedelta) -> list
             hub = t
         if util is not None:
             used = [u or (x is not None and x > 0) for u, x in zip(used, util, strict=True)]
-        out.append(TraceSample(session=sid, sample=Sample(
+        out.append(SessionSample(session=sid, sample=Sample(
             t=t,
             gpu_util=tuple(util) if util is not None else None,
             gpu_mem_used_mib=None if util is None else tuple(m if u else 0.0 for m, u in zip(mem, used, strict=True)),
@@ -457,7 +457,7 @@ def generate(*, seed: int = 1, hours: float = 48, sessions: int = 80,
                 events.append((script.started, 1, i, Label(sid, frm, to, truth)))
         for t, until in script.intents:
             if t < natural_end:
-                events.append((t, 2, i, IntentEvent(t, sid, until)))
+                events.append((t, 2, i, IntentChange(t, sid, until)))
         events.extend((r.t, 3, i, r) for r in _samples(script, sid, natural_end, step))
         held += [(script.started, gpus), (natural_end, -gpus)]
     events.extend((p.t, 2, -1, p) for p in _pressure(rng, start, end))

@@ -34,13 +34,13 @@ from typing import Any, Iterator, Mapping
 
 from .backtest import policy_to_dict, replay
 from ..durations import HOUR
-from ..policy.observations import Decision, Session
+from ..policy.observations import Decision, Session, SessionSample
 from ..policy.decider import IDLE_RULES
 from ..policy.config import PolicyConfig, from_settings
 from ..policy.rules import PolicyRules
 from ..store import Store
 from ..timestamps import format_time
-from .trace import Record, TraceConfig, TraceSample, TraceSession
+from .trace import Record, TraceConfig, TraceSession
 from .trace_export import export_records
 
 __all__ = ["MAX_PERIOD", "MAX_SETTING", "MAX_DIFFERENCES", "WhatIfError", "ArmSummary", "Treatment",
@@ -255,7 +255,7 @@ def _run(store: Store, since: dt.datetime, until: dt.datetime, config: PolicyCon
                 end = min(rec.stopped, period_end) if rec.stopped is not None else period_end
                 key = (rec.id, rec.session.started)
                 arm.instances[key] = _Instance(rec.id, rec.session.started, rec.session.gpus, end)
-            elif isinstance(rec, TraceSample):
+            elif isinstance(rec, SessionSample):
                 arm.samples += 1
             yield rec
 

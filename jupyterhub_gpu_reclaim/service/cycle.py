@@ -44,7 +44,7 @@ from typing import Awaitable, Callable, TypeVar
 from urllib.parse import urlencode
 
 from .hub_stopper import HubStopper
-from .cycle_types import CycleReport, Decisions, Observation, Observed, PodSource
+from .cycle_types import CycleReport, Decisions, Observation, Observed, PodSource, Reclaim
 from .metrics import Metrics
 from .notify import Dispatcher
 from ..policy.observations import Decision, Sample, Session, SessionView, Warning
@@ -317,7 +317,7 @@ class Reclaimer:
             if d.action == "warn":
                 out.warns.append((o.session, d))
             elif d.action == "reclaim":
-                out.reclaims.setdefault(o.session.user, []).append((o.session, d, _episode(d, o.session)))
+                out.reclaims.setdefault(o.session.user, []).append(Reclaim(o.session, d, _episode(d, o.session)))
         return out
 
     def _decide_session(self, o: Observed, decided: Decisions, warnings: tuple[Warning, ...],

@@ -13,12 +13,19 @@ from ..policy.rules import AppliedPolicy
 from ..signals.hub import HubServer
 from ..signals.pods import PodInfo, PodSnapshot
 
-#: a reclaim to begin: the session, the policy's decision, the episode it ends
-Reclaim = tuple[Session, Decision, str]
 #: where one session's problem came from: its hub model or pod ("hub", "pods": data that
 #: cannot be used), its GPU series ("gpu"), its kernels' probe ("kernels"), an unexpected
 #: error observing or deciding it ("session"), its rows the store refused ("store")
 ProblemSource = Literal["hub", "pods", "gpu", "kernels", "session", "store"]
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """A reclaim to begin: the session, the policy's decision, and the idle episode it ends."""
+
+    session: Session
+    decision: Decision
+    episode: str
 
 
 class PodSource(Protocol):

@@ -13,11 +13,10 @@ import datetime as dt
 import logging
 from typing import Sequence
 
-from ..policy.observations import Sample, Session
+from ..policy.observations import Sample, Session, SessionInstance, SessionSample
 from ..policy.scan import retained_samples
 from ..policy.config import PolicyConfig
 from ..store import Store
-from ..store.observations import StoredSample, StoredSession
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")  # the reclaimer's log: this is part of its cycle
 
@@ -41,10 +40,10 @@ class SampleHistory:
                                    + p.stale_after for p in self.all_policies)
         n = 0
         for event in store.observations_between(now - lookback, now, intents=False).timeline():
-            if isinstance(event, StoredSession):
+            if isinstance(event, SessionInstance):
                 self._samples[event.session.id] = (event.session.started, [])
                 self.recorded.add((event.session.id, event.session.started))
-            elif isinstance(event, StoredSample) and event.session in self._samples:
+            elif isinstance(event, SessionSample) and event.session in self._samples:
                 self._samples[event.session][1].append(event.sample)
                 n += 1
         if n:

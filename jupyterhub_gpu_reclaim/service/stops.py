@@ -64,7 +64,8 @@ class Stops:
         them). Returns (the sessions whose stop began, those reported as dry run)."""
         begun: list[tuple[Session, Decision, int]] = []
         would: list[str] = []
-        for session, d, episode in reclaims:
+        for reclaim in reclaims:
+            session, d, episode = reclaim.session, reclaim.decision, reclaim.episode
             if self.dry_run:
                 key = f"{session.id} {episode}"
                 if key not in self._would_reclaim:

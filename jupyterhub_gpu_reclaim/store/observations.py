@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator, Union
 
 import sqlalchemy as sa
 
-from ..policy.observations import Sample, Session
+from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionInstance, SessionSample
 from ..timestamps import utcnow
 from .base import StoreBase, rowcount
 from .schema import DecisionRow, IntentRow, ObservationRow, SessionRow, aware, unstorable
@@ -25,43 +25,7 @@ class StoredIntent:
     cleared_at: dt.datetime | None
 
 
-@dataclass(frozen=True)
-class StoredSession:
-    """A session instance the cycle met, and when it stopped (None: it runs, or the store
-    never heard)."""
-
-    session: Session
-    stopped: dt.datetime | None = None
-
-
-@dataclass(frozen=True)
-class StoredSample:
-    session: str
-    sample: Sample
-
-    @property
-    def t(self) -> dt.datetime:
-        return self.sample.t
-
-
-@dataclass(frozen=True)
-class StoredPressure:
-    """The GPUs requested by pods waiting for one, at a cycle."""
-
-    t: dt.datetime
-    pending_gpus: int
-
-
-@dataclass(frozen=True)
-class IntentChange:
-    """"Keep alive until" set (``until``) or cleared (None) at ``t``."""
-
-    t: dt.datetime
-    session: str
-    until: dt.datetime | None
-
-
-Event = Union[StoredSession, StoredSample, StoredPressure, IntentChange]
+Event = Union[SessionInstance, SessionSample, Pressure, IntentChange]
 
 
 @dataclass(frozen=True)
@@ -70,11 +34,11 @@ class StoredObservations:
 
     since: dt.datetime
     until: dt.datetime
-    observations: list[StoredSample | StoredPressure]  # by time, in the order written
-    sessions: list[StoredSession]  # the instances started by the window's end
+    observations: list[SessionSample | Pressure]  # by time, in the order written
+    sessions: list[SessionInstance]  # the instances started by the window's end
     intents: list[StoredIntent]  # set by the window's end and not cleared before its start
 
-    def timeline(self, extra: Iterable[StoredSession] = ()) -> Iterator[Event]:
+    def timeline(self, extra: Iterable[SessionInstance] = ()) -> Iterator[Event]:
         """The window in time order: each instance that ran in it (``extra``: ones never
         recorded) at its start, before the samples of the same time (an id used again: the
         earlier instance stopped at the latest when the next started); the samples of the
@@ -99,7 +63,7 @@ class StoredObservations:
                     stopped = starts[i + 1]
                 if stopped is not None and stopped < self.since:
                     continue
-                events.append((started, 0, len(events), StoredSession(instance.session, stopped)))
+                events.append((started, 0, len(events), SessionInstance(instance.session, stopped)))
         for o in self.observations:
             events.append((o.t, 1, len(events), o))
         for r in self.intents:
@@ -110,13 +74,13 @@ class StoredObservations:
         events.sort(key=lambda e: e[:3])
         current: dict[str, int] = {}  # session id → GPUs of its instance met last
         for _t, _order, _seq, event in events:
-            if isinstance(event, StoredSession):
+            if isinstance(event, SessionInstance):
                 current[event.session.id] = event.session.gpus
-            elif isinstance(event, StoredPressure):
+            elif isinstance(event, Pressure):
                 pass
             elif event.session not in current:
                 continue  # not an instance of the window's
-            elif isinstance(event, StoredSample) and not _fits(event.sample, current[event.session]):
+            elif isinstance(event, SessionSample) and not _fits(event.sample, current[event.session]):
                 continue
             yield event
 
@@ -199,7 +163,7 @@ class ObservationStore(StoreBase):
             ).all() if intents else []
         return StoredObservations(
             since=since, until=until, observations=[_observation(row) for row in rows],
-            sessions=[StoredSession(_session(r), r.stopped) for r in sessions],
+            sessions=[SessionInstance(_session(r), r.stopped) for r in sessions],
             intents=[StoredIntent(r.session, r.until, r.set_at, r.cleared_at) for r in intent_rows])
 
     def gpu_sessions_between(self, since: dt.datetime,
@@ -280,10 +244,10 @@ def _session(r: SessionRow) -> Session:
                    profile=r.profile, groups=r.groups, gpu_type=r.gpu_type, gpu_shared=r.gpu_shared)
 
 
-def _observation(row: Any) -> StoredSample | StoredPressure:
+def _observation(row: Any) -> SessionSample | Pressure:
     t = row[0]  # (a Row's .t is its tuple)
     if row.kind == "pressure":
-        return StoredPressure(t, int(row.pending_gpus or 0))
-    return StoredSample(row.session, Sample(t=t, gpu_util=row.gpu_util, gpu_mem_used_mib=row.gpu_mem_used_mib,
-                                            kernels=row.kernels, terminals=row.terminals,
-                                            hub_last_activity=row.hub_last_activity))
+        return Pressure(t, int(row.pending_gpus or 0))
+    return SessionSample(row.session, Sample(t=t, gpu_util=row.gpu_util, gpu_mem_used_mib=row.gpu_mem_used_mib,
+                                             kernels=row.kernels, terminals=row.terminals,
+                                             hub_last_activity=row.hub_last_activity))

@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from jupyterhub_gpu_reclaim.policy.observations import IntentChange, Pressure, SessionSample
 from jupyterhub_gpu_reclaim.replay.trace import (
-    IntentEvent,
     Label,
-    Pressure,
     TraceConfig,
     TraceError,
-    TraceSample,
     TraceSession,
     dump_record,
     read_trace,
@@ -52,7 +50,7 @@ def test_reads_generated_trace(generated):
     records = list(read_trace(generated))
     assert isinstance(records[0], TraceConfig)
     kinds = {type(r) for r in records[1:]}
-    assert kinds == {TraceSession, TraceSample, Pressure, IntentEvent, Label}
+    assert kinds == {TraceSession, SessionSample, Pressure, IntentChange, Label}
     n_lines = sum(1 for _ in open(generated))
     assert len(records) == n_lines
 
@@ -64,7 +62,7 @@ def test_reads_example_trace():
     assert isinstance(records[0], TraceConfig) and records[0].gpus_total == 16
     sessions = [r for r in records if isinstance(r, TraceSession)]
     assert len(sessions) == 12
-    assert sum(isinstance(r, TraceSample) for r in records) == 5001
+    assert sum(isinstance(r, SessionSample) for r in records) == 5001
     assert sum(isinstance(r, Label) for r in records) == 19
 
 

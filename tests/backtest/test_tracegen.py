@@ -15,13 +15,11 @@ import pytest
 
 from jupyterhub_gpu_reclaim.replay.backtest import NO_SCENARIO, replay
 from jupyterhub_gpu_reclaim.replay.backtest_report import format_report
+from jupyterhub_gpu_reclaim.policy.observations import IntentChange, Pressure, SessionSample
 from jupyterhub_gpu_reclaim.replay.trace import (
-    IntentEvent,
     Label,
-    Pressure,
     TraceConfig,
     TraceError,
-    TraceSample,
     TraceSession,
     read_trace,
     write_trace,
@@ -58,7 +56,7 @@ class Session:
         self.end = min(line.stopped, end) if line.stopped else end
         self.samples: list = []
         self.labels: list[Label] = []
-        self.intents: list[IntentEvent] = []
+        self.intents: list[IntentChange] = []
 
     @property
     def cut(self) -> bool:
@@ -78,11 +76,11 @@ def sessions(parsed) -> dict[str, Session]:
     for r in parsed[1:]:
         if isinstance(r, TraceSession):
             out[r.id] = Session(r, config.end)
-        elif isinstance(r, TraceSample):
+        elif isinstance(r, SessionSample):
             out[r.session].samples.append(r.sample)
         elif isinstance(r, Label):
             out[r.session].labels.append(r)
-        elif isinstance(r, IntentEvent):
+        elif isinstance(r, IntentChange):
             out[r.session].intents.append(r)
     return out
 

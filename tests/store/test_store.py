@@ -11,18 +11,13 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim.policy.observations import Decision, Kernel, Sample, Session, Warning
+from jupyterhub_gpu_reclaim.policy.observations import (
+    Decision, IntentChange, Kernel, Pressure, Sample, Session, SessionSample, Warning,
+)
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
-from jupyterhub_gpu_reclaim.replay.trace import (
-    IntentEvent,
-    Pressure,
-    TraceConfig,
-    TraceSample,
-    TraceSession,
-    read_trace,
-)
+from jupyterhub_gpu_reclaim.replay.trace import TraceConfig, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 
 from ..support.clock import at
@@ -273,26 +268,26 @@ def test_export_trace_is_a_valid_trace(store):
     records = loads_trace("\n".join(lines) + "\n")
     assert records[0] == TraceConfig(start=at(0), end=at(10), sample_interval_s=60, gpus_total=8)
     kinds = [type(r).__name__ for r in records[1:]]
-    assert kinds.count("TraceSession") == 2 and kinds.count("TraceSample") == 5
-    assert kinds.count("Pressure") == 4 and kinds.count("IntentEvent") == 2
+    assert kinds.count("TraceSession") == 2 and kinds.count("SessionSample") == 5
+    assert kinds.count("Pressure") == 4 and kinds.count("IntentChange") == 2
     sessions = {r.id: r for r in records if isinstance(r, TraceSession)}
     assert sessions["alice/"].session == ALICE and sessions["alice/"].stopped is None
     assert sessions["bob/big"].session == BOB and sessions["bob/big"].stopped == at(8)
-    samples = [r for r in records if isinstance(r, TraceSample)]
-    assert samples[0] == TraceSample("alice/", Sample(t=at(1), gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
-                                                      kernels=(Kernel("idle", at(0)),), hub_last_activity=at(1)))
+    samples = [r for r in records if isinstance(r, SessionSample)]
+    assert samples[0] == SessionSample("alice/", Sample(t=at(1), gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
+                                                        kernels=(Kernel("idle", at(0)),), hub_last_activity=at(1)))
     assert samples[-2].sample == Sample(t=at(6), gpu_util=(90.0, None), terminals=None)
     assert Pressure(at(3), 3) in records
-    assert [r for r in records if isinstance(r, IntentEvent)] == [
-        IntentEvent(at(2), "alice/", at(300)), IntentEvent(at(3), "alice/", None)]
+    assert [r for r in records if isinstance(r, IntentChange)] == [
+        IntentChange(at(2), "alice/", at(300)), IntentChange(at(3), "alice/", None)]
     # a window and the typed reader
     recs = list(export_records(store, at(2), at(3)))
-    assert [type(r).__name__ for r in recs].count("TraceSample") == 2
+    assert [type(r).__name__ for r in recs].count("SessionSample") == 2
     assert recs[0].start == at(2)
     # an intent set before the window and still current at its start is in the trace
     store.set_intent("alice/", until=at(400), set_at=at(4))
     recs = list(export_records(store, at(5), at(10)))
-    assert [r for r in recs if isinstance(r, IntentEvent)] == [IntentEvent(at(4), "alice/", at(400))]
+    assert [r for r in recs if isinstance(r, IntentChange)] == [IntentChange(at(4), "alice/", at(400))]
 
 
 def test_export_trace_sessions_param_and_reused_ids(store):
@@ -303,12 +298,12 @@ def test_export_trace_sessions_param_and_reused_ids(store):
                               sessions=[restarted])
     store.record_observations(at(32), [("ghost/", Sample(t=at(32), gpu_util=(1.0,)))], 0)
     assert [type(r).__name__ for r in loads_trace("\n".join(export_trace(store, at(0), at(40))))].count(
-        "TraceSample") == 1  # alice's first instance and ghost have no session line: left out
+        "SessionSample") == 1  # alice's first instance and ghost have no session line: left out
     text = "\n".join(export_trace(store, at(0), at(40), sessions=[ALICE]))
     records = loads_trace(text)
     sessions = [r for r in records if isinstance(r, TraceSession)]
     assert [(s.session.gpus, s.stopped) for s in sessions] == [(1, at(30)), (2, None)]
-    assert [r.sample.gpu_util for r in records if isinstance(r, TraceSample)] == [(5.0,), (1.0, 2.0)]
+    assert [r.sample.gpu_util for r in records if isinstance(r, SessionSample)] == [(5.0,), (1.0, 2.0)]
 
 
 def test_export_empty_store(store):

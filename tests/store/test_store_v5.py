@@ -99,7 +99,7 @@ def test_rows_the_store_refuses_keep_only_their_own_session_out(store):
     assert set(refused.value.refused) == {odd}
     stored = store.observations_between(START, at(2))
     assert [(type(o).__name__, getattr(o, "session", None)) for o in stored.observations] == [
-        ("StoredSample", "alice/"), ("StoredSample", "bob/x"), ("StoredPressure", None)]
+        ("SessionSample", "alice/"), ("SessionSample", "bob/x"), ("Pressure", None)]
     # what the cycle does when the session goes: nothing of it is stored, nothing fails
     assert store.session_stopped(odd, at(2)) is False and store.close_episode(odd, t=at(2)) == 0
     with pytest.raises(sa.exc.StatementError, match="cannot be stored: it is not valid Unicode"):

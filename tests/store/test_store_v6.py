@@ -12,13 +12,12 @@ import pytest
 import sqlalchemy as sa
 
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, Session
-from jupyterhub_gpu_reclaim.replay.trace import Pressure, TraceSample, TraceSession, dump_record
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Pressure, Sample, Session, SessionInstance, SessionSample
+from jupyterhub_gpu_reclaim.replay.trace import TraceSession, dump_record
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 from jupyterhub_gpu_reclaim.service.history import SampleHistory
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
-from jupyterhub_gpu_reclaim.store.observations import StoredPressure, StoredSample, StoredSession
 
 from ..support.clock import at
 from ..support.postgres import postgres, postgres_url  # noqa: F401 - fixtures
@@ -81,7 +80,7 @@ def make_v5(url: str) -> None:
         for t, samples, pending, met in cycles():
             for sid, s in samples:
                 conn.execute(sa.insert(observations).values(
-                    t=s.t, kind="sample", session=sid, line=dump_record(TraceSample(session=sid, sample=s))))
+                    t=s.t, kind="sample", session=sid, line=dump_record(SessionSample(session=sid, sample=s))))
             if pending is not None:
                 conn.execute(sa.insert(observations).values(
                     t=t, kind="pressure", session=None, line=dump_record(Pressure(t=t, pending_gpus=pending))))
@@ -117,8 +116,8 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
         sessions = [r for r in records if isinstance(r, TraceSession)]
         assert [(r.session, r.stopped) for r in sessions] == [
             (ALICE, at(20)), (BOB, at(12)), *((s, None) for s in ODD), (RESTARTED, None)]
-        samples = [r for r in records if isinstance(r, TraceSample)]
-        assert samples[0] == TraceSample(ALICE.id, cycles()[0][1][0][1])  # every field, the microseconds too
+        samples = [r for r in records if isinstance(r, SessionSample)]
+        assert samples[0] == SessionSample(ALICE.id, cycles()[0][1][0][1])  # every field, the microseconds too
         assert {r.session for r in samples} == {ALICE.id, BOB.id, LONG, NUL}
         # all but the odd names' first, taken before their instances started
         assert len(samples) == sum(len(c[1]) for c in cycles()) - len(ODD)
@@ -138,7 +137,7 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
         t = at(31)
         upgraded.record_observations(t, [(NUL, Sample(t=t, gpu_util=(1.0,)))], 5, ODD)
         assert upgraded.observations_between(t, t).observations == [
-            StoredSample(NUL, Sample(t=t, gpu_util=(1.0,))), StoredPressure(t, 5)]
+            SessionSample(NUL, Sample(t=t, gpu_util=(1.0,))), Pressure(t, 5)]
     with Store.open(url) as again:  # upgraded once
         assert schema_version(again) == 6
 
@@ -150,7 +149,7 @@ def test_the_store_keeps_a_sample_as_it_came(url):
     with Store.open(url) as store:
         record_v6(store)
         stored = store.observations_between(at(0), at(40))
-        written = [StoredSample(sid, s) for _, samples, _, _ in cycles() for sid, s in samples]
-        assert [o for o in stored.observations if isinstance(o, StoredSample)] == written
-        assert set(stored.sessions) == {StoredSession(ALICE), StoredSession(BOB, at(12)), StoredSession(RESTARTED),
-                                        *map(StoredSession, ODD)}
+        written = [SessionSample(sid, s) for _, samples, _, _ in cycles() for sid, s in samples]
+        assert [o for o in stored.observations if isinstance(o, SessionSample)] == written
+        assert set(stored.sessions) == {SessionInstance(ALICE), SessionInstance(BOB, at(12)),
+                                        SessionInstance(RESTARTED), *map(SessionInstance, ODD)}

@@ -23,7 +23,7 @@ from ..report.history import IDLE, NO_VALUE, USED, GpuTimeline, PodInfo, Timelin
 from ..report.run import DEFAULT_STEP
 from ..report.usage import Hours, usage_rows
 from ..store import Store
-from ..store.observations import StoredSession
+from ..policy.observations import SessionInstance
 
 STEP = DEFAULT_STEP
 
@@ -50,13 +50,13 @@ def recorded_usage(store: Store, since: dt.datetime, until: dt.datetime, thresho
     out = Recorded()
     if until < since:
         return out
-    instances: dict[str, list[StoredSession]] = {}
+    instances: dict[str, list[SessionInstance]] = {}
     for instance in store.gpu_instances_between(since, until):
         instances.setdefault(instance.session.id, []).append(instance)
         for group in instance.session.groups:
             out.groups.setdefault(group, set()).add(instance.session.user)
 
-    def add(instance: StoredSession, times: list[float], utils: list[Util]) -> None:
+    def add(instance: SessionInstance, times: list[float], utils: list[Util]) -> None:
         timelines = _timelines(instance, (times, utils), since, until, threshold, max_gap)
         if timelines is None:
             return
@@ -76,7 +76,7 @@ def recorded_usage(store: Store, since: dt.datetime, until: dt.datetime, thresho
     return out
 
 
-def _timelines(instance: StoredSession, samples: tuple[list[float], list[Util]], since: dt.datetime,
+def _timelines(instance: SessionInstance, samples: tuple[list[float], list[Util]], since: dt.datetime,
                until: dt.datetime, threshold: float, max_gap: dt.timedelta) -> Timelines | None:
     """The instance's GPUs over the steps it ran in [since, until]."""
     s = instance.session

@@ -173,7 +173,7 @@ class ObservationStore(StoreBase):
         return [(s.session.id, s.session.started, s.stopped, s.session.gpus)
                 for s in self.gpu_instances_between(since, until)]
 
-    def gpu_instances_between(self, since: dt.datetime, until: dt.datetime) -> list[StoredSession]:
+    def gpu_instances_between(self, since: dt.datetime, until: dt.datetime) -> list[SessionInstance]:
         """Each recorded instance with GPUs that ran at some time in [since, until], by start."""
         since, until = aware(since, "since"), aware(until, "until")
         with self._session() as db:
@@ -181,7 +181,7 @@ class ObservationStore(StoreBase):
                               .where(SessionRow.gpus > 0, SessionRow.started <= until,
                                      sa.or_(SessionRow.stopped.is_(None), SessionRow.stopped >= since))
                               .order_by(SessionRow.started)).all()
-        return [StoredSession(_session(r), r.stopped) for r in rows]
+        return [SessionInstance(_session(r), r.stopped) for r in rows]
 
     def gpu_util_by_session(self, since: dt.datetime, until: dt.datetime
                             ) -> Iterator[tuple[str, list[dt.datetime], list[tuple[float | None, ...] | None]]]:

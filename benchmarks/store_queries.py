@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session  # noqa: E402
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample  # noqa: E402
 from jupyterhub_gpu_reclaim.store import Store  # noqa: E402
 from jupyterhub_gpu_reclaim.store.schema import (AuditRow, IntentRow, ObservationRow,  # noqa: E402
                                                   ReclaimRow, WarningRow)
@@ -85,7 +85,7 @@ def main() -> None:
         print(f"store: {rows}")
         sessions = [Session(id=f"user{i}/", user=f"user{i}", server="", gpus=1,
                             started=NOW - dt.timedelta(hours=3)) for i in range(n)]
-        samples = [(s.id, Sample(t=NOW, gpu_util=(0.0,))) for s in sessions]
+        samples = [SessionSample(s.id, Sample(t=NOW, gpu_util=(0.0,))) for s in sessions]
         decisions = [Decision(session=s.id, action="keep", rule="gpu-busy", reason="busy")
                      for s in sessions[: n // 10]]
         week = NOW - dt.timedelta(days=7)

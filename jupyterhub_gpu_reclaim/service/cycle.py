@@ -47,7 +47,7 @@ from .hub_stopper import HubStopper
 from .cycle_types import CycleReport, Decisions, Observation, Observed, PodSource, Reclaim
 from .metrics import Metrics
 from .notify import Dispatcher
-from ..policy.observations import Decision, Sample, Session, SessionView, Warning
+from ..policy.observations import Decision, Sample, Session, SessionSample, SessionView, Warning
 from ..oneline import brief
 from ..policy.decider import IDLE_RULES
 from ..policy.step import step
@@ -305,7 +305,7 @@ class Reclaimer:
                     d = self._session_error(sid, e, report)
                 else:
                     if o.session.gpus:
-                        out.samples.append((sid, o.sample))
+                        out.samples.append(SessionSample(sid, o.sample))
                         if (sid, o.session.started) not in self.history.recorded:
                             out.new_sessions.append(o.session)
             if seen.pods_as_of is not None and sid not in seen.held:  # decided with the last pod list

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ..policy.observations import Decision, Exemption, Intent, Sample, Session
+from ..policy.observations import Decision, Exemption, Intent, Sample, Session, SessionSample
 from ..policy.config import PolicyConfig
 from ..policy.rules import AppliedPolicy
 from ..signals.hub import HubServer
@@ -99,5 +99,5 @@ class Decisions:
     changed: list[Decision] = field(default_factory=list)  # action or rule changed since the last cycle
     warns: list[tuple[Session, Decision]] = field(default_factory=list)
     reclaims: dict[str, list[Reclaim]] = field(default_factory=dict)  # by user
-    samples: list[tuple[str, Sample]] = field(default_factory=list)  # of GPU sessions, to record
+    samples: list[SessionSample] = field(default_factory=list)  # of GPU sessions, to record
     new_sessions: list[Session] = field(default_factory=list)  # GPU sessions not yet recorded

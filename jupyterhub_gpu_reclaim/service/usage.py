@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ..durations import HOUR
 from ..policy.decider import IDLE_RULES
 from ..store import Store
+from ..store.history import RuleChange
 
 FREED_HORIZON = dt.timedelta(hours=24)  # how long a reclaim counts as freeing its GPUs
 MAX_STEP = dt.timedelta(minutes=10)  # a longer gap between two recorded cycles: no data
 DAY = dt.timedelta(days=1)
-T = TypeVar("T")
 #: what "freed" and "waited for" count, as the pages say it
 FREED_MEANS = "each reclaim's GPUs for a day after it"
 WAITING_MEANS = "GPUs requested by pods waiting for one"
@@ -55,9 +55,17 @@ def _overlap(a0: dt.datetime, a1: dt.datetime, b0: dt.datetime, b1: dt.datetime)
     return max(dt.timedelta(0), min(a1, b1) - max(a0, b0)) / HOUR
 
 
-def _spans(timed: list[tuple[dt.datetime, T]], end: dt.datetime) -> list[tuple[tuple[dt.datetime, T], dt.datetime]]:
-    """Each (t, value) with the time the next one starts (`end` for the last)."""
-    return list(zip(timed, [t for t, _ in timed[1:]] + [end] * bool(timed), strict=True))
+class _Timed(Protocol):
+    @property
+    def t(self) -> dt.datetime: ...
+
+
+T = TypeVar("T", bound=_Timed)
+
+
+def _spans(timed: list[T], end: dt.datetime) -> list[tuple[T, dt.datetime]]:
+    """Each record (at its `t`) with the time the next one starts (`end` for the last)."""
+    return list(zip(timed, [x.t for x in timed[1:]] + [end] * bool(timed), strict=True))
 
 
 def day_bounds(now: dt.datetime, days: int) -> list[tuple[dt.datetime, dt.datetime]]:
@@ -84,9 +92,9 @@ def freed_by_day(store: Store, bounds: list[tuple[dt.datetime, dt.datetime]], no
 def waiting_by_day(store: Store, bounds: list[tuple[dt.datetime, dt.datetime]], now: dt.datetime) -> list[float]:
     """The GPU-hours pods waited for on each day of `bounds` (unrounded)."""
     waiting = [0.0] * len(bounds)
-    for (t, pending), next_t in _spans(store.pressure_between(bounds[0][0], now), now):
-        if pending:
-            _spread(bounds, waiting, t, min(next_t, t + MAX_STEP), pending)
+    for p, next_t in _spans(store.pressure_between(bounds[0][0], now), now):
+        if p.pending_gpus:
+            _spread(bounds, waiting, p.t, min(next_t, p.t + MAX_STEP), p.pending_gpus)
     return waiting
 
 
@@ -95,19 +103,19 @@ def daily_usage(store: Store, now: dt.datetime, days: int = 7) -> list[DayUsage]
     bounds = day_bounds(now, days)
     first = bounds[0][0]
     held, idle = [0.0] * days, [0.0] * days
-    sessions = store.gpu_sessions_between(first, now)
-    for _sid, started, stopped, gpus in sessions:
-        _spread(bounds, held, started, stopped or now, gpus)
+    instances = store.gpu_instances_between(first, now)
+    for s in instances:
+        _spread(bounds, held, s.t, s.stopped or now, s.session.gpus)
     # each session's decisions, to the instance that was running then
-    changes: dict[str, list[tuple[dt.datetime, str]]] = {}
-    for t, sid, rule in store.rules_between(first, now):
-        changes.setdefault(sid, []).append((t, rule))
-    for sid, started, stopped, gpus in sessions:
-        end = stopped or now
-        mine = [(t, rule) for t, rule in changes.get(sid, ()) if started <= t < end]
-        for (t, rule), until in _spans(mine, end):
-            if rule in IDLE_RULES:
-                _spread(bounds, idle, max(t, started), min(until, end), gpus)
+    changes: dict[str, list[RuleChange]] = {}
+    for c in store.rules_between(first, now):
+        changes.setdefault(c.session, []).append(c)
+    for s in instances:
+        end = s.stopped or now
+        mine = [c for c in changes.get(s.id, ()) if s.t <= c.t < end]
+        for c, until in _spans(mine, end):
+            if c.rule in IDLE_RULES:
+                _spread(bounds, idle, max(c.t, s.t), min(until, end), s.session.gpus)
     freed, waiting = freed_by_day(store, bounds, now), waiting_by_day(store, bounds, now)
     return [DayUsage(start=d0, end=d1, held=round(held[i], 2), idle=round(idle[i], 2), freed=round(freed[i], 2),
                      waiting=round(waiting[i], 2)) for i, (d0, d1) in enumerate(bounds)]

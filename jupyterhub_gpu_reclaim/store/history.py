@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import sqlalchemy as sa
@@ -15,6 +16,15 @@ from ..timestamps import utcnow
 from .base import StoreBase, rowcount
 from .reclaims import ReclaimRecord, reclaim_record
 from .schema import AuditRow, DecisionRow, ExemptionRow, IntentRow, ReclaimRow, WarningRow, aware, dumps
+
+
+@dataclass(frozen=True)
+class RuleChange:
+    """A recorded change of a session's decision to `rule` at `t`."""
+
+    t: dt.datetime
+    session: str
+    rule: str
 
 
 def _audit(row: AuditRow) -> dict[str, Any]:
@@ -100,9 +110,9 @@ class HistoryStore(StoreBase):
             self._insert_by_session("decisions", rows)
         return sum(map(len, rows.values()))
 
-    def rules_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, str, str]]:
-        """(t, session, rule) of each recorded change of decision in [since, until], and for
-        each session the last change before `since` (at `since`: its state then), by time."""
+    def rules_between(self, since: dt.datetime, until: dt.datetime) -> list[RuleChange]:
+        """Each recorded change of decision in [since, until], and for each session the last
+        change before `since` (at `since`: its state then), by time."""
         since, until = aware(since, "since"), aware(until, "until")
         with self._session() as db:
             before = sa.select(sa.func.max(DecisionRow.id)).where(DecisionRow.t < since).group_by(DecisionRow.session)
@@ -111,4 +121,4 @@ class HistoryStore(StoreBase):
             rows = db.execute(sa.select(DecisionRow.t, DecisionRow.session, DecisionRow.rule)
                               .where(DecisionRow.t >= since, DecisionRow.t <= until)
                               .order_by(DecisionRow.t, DecisionRow.id)).all()
-        return [(since, sid, rule) for sid, rule in earlier] + [(t, sid, rule) for t, sid, rule in rows]
+        return [RuleChange(since, sid, rule) for sid, rule in earlier] + [RuleChange(t, sid, rule) for t, sid, rule in rows]

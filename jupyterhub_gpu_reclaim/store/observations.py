@@ -92,16 +92,17 @@ def _fits(sample: Sample, gpus: int) -> bool:
 
 class ObservationStore(StoreBase):
 
-    def record_observations(self, t: dt.datetime, samples: Iterable[tuple[str, Sample]],
+    def record_observations(self, t: dt.datetime, samples: Iterable[SessionSample],
                             pending_gpus: int | None, sessions: Iterable[Session] = ()) -> int:
-        """Store one cycle: a ``sample`` row per (session id, sample), a ``pressure`` row
+        """Store one cycle: a ``sample`` row per session sample, a ``pressure`` row
         (unless ``pending_gpus`` is None: unknown) and a row of each session instance not
         yet recorded (pass the cycle's sessions; known ones cost one lookup). In one
         transaction unless a session's rows fail (`_insert_by_session`). Returns the number
         of observation rows written."""
         t = aware(t, "t")
         rows: dict[str | None, list] = {}
-        for sid, s in samples:
+        for ss in samples:
+            sid, s = ss.session, ss.sample
             rows.setdefault(sid, []).append((ObservationRow, {
                 "t": aware(s.t, "sample.t"), "kind": "sample", "session": sid, "gpu_util": s.gpu_util,
                 "gpu_mem_used_mib": s.gpu_mem_used_mib, "kernels": s.kernels, "terminals": s.terminals,
@@ -166,13 +167,6 @@ class ObservationStore(StoreBase):
             sessions=[SessionInstance(_session(r), r.stopped) for r in sessions],
             intents=[StoredIntent(r.session, r.until, r.set_at, r.cleared_at) for r in intent_rows])
 
-    def gpu_sessions_between(self, since: dt.datetime,
-                             until: dt.datetime) -> list[tuple[str, dt.datetime, dt.datetime | None, int]]:
-        """(session, started, stopped or None, GPUs) of each recorded instance with GPUs that
-        ran at some time in [since, until], by start."""
-        return [(s.session.id, s.session.started, s.stopped, s.session.gpus)
-                for s in self.gpu_instances_between(since, until)]
-
     def gpu_instances_between(self, since: dt.datetime, until: dt.datetime) -> list[SessionInstance]:
         """Each recorded instance with GPUs that ran at some time in [since, until], by start."""
         since, until = aware(since, "since"), aware(until, "until")
@@ -211,15 +205,15 @@ class ObservationStore(StoreBase):
         with self._session() as db:
             return db.scalar(sa.select(sa.func.min(ObservationRow.t)))
 
-    def pressure_between(self, since: dt.datetime, until: dt.datetime) -> list[tuple[dt.datetime, int]]:
-        """(t, GPUs requested by pods waiting for one) of each cycle in [since, until]."""
+    def pressure_between(self, since: dt.datetime, until: dt.datetime) -> list[Pressure]:
+        """The pressure (GPUs requested by pods waiting for one) of each cycle in [since, until]."""
         since, until = aware(since, "since"), aware(until, "until")
         with self._session() as db:
             rows = db.execute(sa.select(ObservationRow.t, ObservationRow.pending_gpus)
                               .where(ObservationRow.kind == "pressure", ObservationRow.t >= since,
                                      ObservationRow.t <= until)
                               .order_by(ObservationRow.t, ObservationRow.id)).all()
-        return [(t, int(pending or 0)) for t, pending in rows]
+        return [Pressure(t, int(pending or 0)) for t, pending in rows]
 
     def prune_observations(self, older_than: dt.datetime) -> int:
         """Delete observations and decisions before ``older_than`` (the retention setting),

@@ -17,6 +17,7 @@ from jupyterhub_gpu_reclaim.policy.observations import (
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
+from jupyterhub_gpu_reclaim.store.history import RuleChange
 from jupyterhub_gpu_reclaim.replay.trace import TraceConfig, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 
@@ -251,11 +252,11 @@ def _record_cycles(store):
     for i in range(1, 4):
         t = at(i)
         store.record_observations(t, [
-            ("alice/", Sample(t=t, gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
-                              kernels=(Kernel("idle", at(0)),), hub_last_activity=t)),
+            SessionSample("alice/", Sample(t=t, gpu_util=(0.0,), gpu_mem_used_mib=(512.0,),
+                                           kernels=(Kernel("idle", at(0)),), hub_last_activity=t)),
         ], pending_gpus=i, sessions=[ALICE])
-    store.record_observations(at(6), [("bob/big", Sample(t=at(6), gpu_util=(90.0, None), terminals=None)),
-                                     ("alice/", Sample(t=at(6), gpu_util=None, kernels=None))],
+    store.record_observations(at(6), [SessionSample("bob/big", Sample(t=at(6), gpu_util=(90.0, None), terminals=None)),
+                                     SessionSample("alice/", Sample(t=at(6), gpu_util=None, kernels=None))],
                               pending_gpus=None, sessions=[ALICE, BOB])
 
 
@@ -292,11 +293,11 @@ def test_export_trace_is_a_valid_trace(store):
 
 def test_export_trace_sessions_param_and_reused_ids(store):
     # observations recorded without session lines: the caller supplies the sessions
-    store.record_observations(at(1), [("alice/", Sample(t=at(1), gpu_util=(5.0,)))], 0)
+    store.record_observations(at(1), [SessionSample("alice/", Sample(t=at(1), gpu_util=(5.0,)))], 0)
     restarted = Session(id="alice/", user="alice", server="", gpus=2, started=at(30))
-    store.record_observations(at(31), [("alice/", Sample(t=at(31), gpu_util=(1.0, 2.0)))], 0,
+    store.record_observations(at(31), [SessionSample("alice/", Sample(t=at(31), gpu_util=(1.0, 2.0)))], 0,
                               sessions=[restarted])
-    store.record_observations(at(32), [("ghost/", Sample(t=at(32), gpu_util=(1.0,)))], 0)
+    store.record_observations(at(32), [SessionSample("ghost/", Sample(t=at(32), gpu_util=(1.0,)))], 0)
     assert [type(r).__name__ for r in loads_trace("\n".join(export_trace(store, at(0), at(40))))].count(
         "SessionSample") == 1  # alice's first instance and ghost have no session line: left out
     text = "\n".join(export_trace(store, at(0), at(40), sessions=[ALICE]))
@@ -333,8 +334,10 @@ def test_decisions_log(store):
     store.record_decisions([d], at(60))
     store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], at(61))
     # each change of rule, and each session's rule as a window opens (the usage page's reading)
-    assert store.rules_between(at(0), at(70)) == [(at(60), "alice/", "gpu-idle"), (at(61), "bob/big", "kernel-busy")]
-    assert store.rules_between(at(61), at(70)) == [(at(61), "alice/", "gpu-idle"), (at(61), "bob/big", "kernel-busy")]
+    assert store.rules_between(at(0), at(70)) == [RuleChange(at(60), "alice/", "gpu-idle"),
+                                                 RuleChange(at(61), "bob/big", "kernel-busy")]
+    assert store.rules_between(at(61), at(70)) == [RuleChange(at(61), "alice/", "gpu-idle"),
+                                                  RuleChange(at(61), "bob/big", "kernel-busy")]
     # the whole decision, as the database holds it
     (row,) = rows(store, "select action, reason, reclaim_at, evidence from decisions where session = :s", s="alice/")
     assert (row.action, row.reason) == ("warn", "GPU idle for 60 min") and row.reclaim_at is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.policy.observations import Warning as Warned
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
@@ -47,7 +47,7 @@ def session(sid: str, gpus: int = 1) -> Session:
 def test_names_of_any_length_are_stored_and_read_back(store):
     sids = [f"student42/{LONG}", f"{LONG_USER}/{LONG}", "alice/"]
     store.record_decisions([Decision(sid, "warn", "gpu-idle", "idle", reclaim_at=at(90)) for sid in sids], at(30))
-    assert store.record_observations(at(30), [(sid, Sample(t=at(30), gpu_util=(0.0,))) for sid in sids], 0,
+    assert store.record_observations(at(30), [SessionSample(sid, Sample(t=at(30), gpu_util=(0.0,))) for sid in sids], 0,
                                      [session(sid) for sid in sids]) == 4
     for sid in sids:
         assert store.record_warning(Warned(session=sid, t=at(30), rule="gpu-idle", reclaim_at=at(90)), "e")
@@ -73,7 +73,7 @@ def test_a_nul_is_stored_escaped_and_every_name_comes_back_as_it_was(store):
     sids = ["alice/", NUL, lookalike, f"mallory/{ESCAPE}", "bob/x"]
     store.record_decisions([Decision(sid, "keep", "gpu-active", "busy") for sid in sids], at(1))
     assert decided_sessions(store) == sids
-    store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
+    store.record_observations(at(1), [SessionSample(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
                               [session(sid) for sid in sids])
     assert [s.session.id for s in store.observations_between(START, at(2)).sessions] == sids
     assert store.record_warning(Warned(session=NUL, t=at(1), rule="gpu-idle", reclaim_at=at(9)), "e")
@@ -94,7 +94,7 @@ def test_rows_the_store_refuses_keep_only_their_own_session_out(store):
     assert set(refused.value.refused) == {odd} and "surrogate" in str(refused.value)
     assert decided_sessions(store) == ["alice/", "bob/x"]
     with pytest.raises(RowsRefused) as refused:
-        store.record_observations(at(1), [(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
+        store.record_observations(at(1), [SessionSample(sid, Sample(t=at(1), gpu_util=(0.0,))) for sid in sids], 2,
                                   [session(sid) for sid in sids])
     assert set(refused.value.refused) == {odd}
     stored = store.observations_between(START, at(2))

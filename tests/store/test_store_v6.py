@@ -40,20 +40,22 @@ def url(request, tmp_path):
     return request.getfixturevalue("postgres_url")
 
 
-def cycles() -> list[tuple[dt.datetime, list[tuple[str, Sample]], int | None, list[Session]]]:
+def cycles() -> list[tuple[dt.datetime, list[SessionSample], int | None, list[Session]]]:
     """What the cycle records: (t, samples, pending GPUs, sessions), every field of a sample
     used, a session restarted with another GPU count."""
     out = []
     for i in range(1, 30):
         t = at(i) + dt.timedelta(microseconds=123 * i)
         alice = RESTARTED if i >= 20 else ALICE
-        samples = [(alice.id, Sample(t=t, gpu_util=(float(i),) * alice.gpus, gpu_mem_used_mib=(512.5,) * alice.gpus,
-                                     kernels=(Kernel("idle", at(0)), Kernel("busy\x00\ud800", None)),
-                                     terminals=(at(0), None), hub_last_activity=t))]
+        samples = [SessionSample(alice.id, Sample(
+            t=t, gpu_util=(float(i),) * alice.gpus, gpu_mem_used_mib=(512.5,) * alice.gpus,
+            kernels=(Kernel("idle", at(0)), Kernel("busy\x00\ud800", None)), terminals=(at(0), None),
+            hub_last_activity=t))]
         if i < 12:
-            samples.append((BOB.id, Sample(t=t, gpu_util=(90.0, None) if i % 3 else None, gpu_mem_used_mib=None,
-                                           kernels=None if i % 2 else (), terminals=None if i % 5 else ())))
-        samples += [(s.id, Sample(t=t, gpu_util=(0.0,))) for s in ODD]
+            samples.append(SessionSample(BOB.id, Sample(t=t, gpu_util=(90.0, None) if i % 3 else None, gpu_mem_used_mib=None,
+                                                        kernels=None if i % 2 else (),
+                                                        terminals=None if i % 5 else ())))
+        samples += [SessionSample(s.id, Sample(t=t, gpu_util=(0.0,))) for s in ODD]
         out.append((t, samples, i if i % 4 else None, [alice, *ODD] + ([BOB] if i < 12 else [])))
     return out
 
@@ -78,9 +80,9 @@ def make_v5(url: str) -> None:
         conn.execute(sa.insert(v5.tables["schema_version"]).values(id=1, version=5))
         known = set()
         for t, samples, pending, met in cycles():
-            for sid, s in samples:
+            for s in samples:
                 conn.execute(sa.insert(observations).values(
-                    t=s.t, kind="sample", session=sid, line=dump_record(SessionSample(session=sid, sample=s))))
+                    t=s.t, kind="sample", session=s.session, line=dump_record(s)))
             if pending is not None:
                 conn.execute(sa.insert(observations).values(
                     t=t, kind="pressure", session=None, line=dump_record(Pressure(t=t, pending_gpus=pending))))
@@ -117,7 +119,7 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
         assert [(r.session, r.stopped) for r in sessions] == [
             (ALICE, at(20)), (BOB, at(12)), *((s, None) for s in ODD), (RESTARTED, None)]
         samples = [r for r in records if isinstance(r, SessionSample)]
-        assert samples[0] == SessionSample(ALICE.id, cycles()[0][1][0][1])  # every field, the microseconds too
+        assert samples[0] == cycles()[0][1][0]  # every field, the microseconds too
         assert {r.session for r in samples} == {ALICE.id, BOB.id, LONG, NUL}
         # all but the odd names' first, taken before their instances started
         assert len(samples) == sum(len(c[1]) for c in cycles()) - len(ODD)
@@ -127,15 +129,15 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
         for store in (upgraded, fresh):
             history = SampleHistory(PolicyConfig(), dt.timedelta(minutes=1))
             history.restore(store, at(30))
-            assert history.of(RESTARTED.id) == [s for _, ss, _, _ in cycles()[19:] for sid, s in ss if sid == ALICE.id]
+            assert history.of(RESTARTED.id) == [s.sample for _, ss, _, _ in cycles()[19:] for s in ss if s.session == ALICE.id]
             assert len(history.of(NUL)) == len(history.of(LONG)) == 28
             assert history.recorded == {(ALICE.id, at(0)), (BOB.id, at(1)), (LONG, at(2)), (NUL, at(2)),
                                         (ALICE.id, at(20))}
-        assert upgraded.gpu_sessions_between(at(0), at(40)) == fresh.gpu_sessions_between(at(0), at(40))
+        assert upgraded.gpu_instances_between(at(0), at(40)) == fresh.gpu_instances_between(at(0), at(40))
         assert upgraded.pressure_between(at(0), at(40)) == fresh.pressure_between(at(0), at(40))
         # the upgraded store goes on recording after the rows it kept
         t = at(31)
-        upgraded.record_observations(t, [(NUL, Sample(t=t, gpu_util=(1.0,)))], 5, ODD)
+        upgraded.record_observations(t, [SessionSample(NUL, Sample(t=t, gpu_util=(1.0,)))], 5, ODD)
         assert upgraded.observations_between(t, t).observations == [
             SessionSample(NUL, Sample(t=t, gpu_util=(1.0,))), Pressure(t, 5)]
     with Store.open(url) as again:  # upgraded once
@@ -149,7 +151,7 @@ def test_the_store_keeps_a_sample_as_it_came(url):
     with Store.open(url) as store:
         record_v6(store)
         stored = store.observations_between(at(0), at(40))
-        written = [SessionSample(sid, s) for _, samples, _, _ in cycles() for sid, s in samples]
+        written = [s for _, samples, _, _ in cycles() for s in samples]
         assert [o for o in stored.observations if isinstance(o, SessionSample)] == written
         assert set(stored.sessions) == {SessionInstance(ALICE), SessionInstance(BOB, at(12)),
                                         SessionInstance(RESTARTED), *map(SessionInstance, ODD)}

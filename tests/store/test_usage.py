@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.service.usage import FREED_HORIZON, daily_usage, freed_gpu_hours
 
@@ -37,7 +37,7 @@ def store(tmp_path):
     with Store.open(tmp_path / "reclaim.sqlite") as s:
         alice, bob, carol = session("alice/", 2, t(9, 22)), session("bob/", 1, t(8, 20)), session("carol/", 0, t(9, 1))
         for who in (alice, bob, carol):
-            s.record_observations(who.started, [(who.id, Sample(t=who.started, gpu_util=(0.0,) * who.gpus))],
+            s.record_observations(who.started, [SessionSample(who.id, Sample(t=who.started, gpu_util=(0.0,) * who.gpus))],
                                   pending_gpus=None, sessions=[who])
         decide(s, t(8, 21), "bob/", "gpu-idle")
         decide(s, t(9, 1), "carol/", "cpu-idle")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.store import Store
 
 UTC = dt.timezone.utc
@@ -43,7 +43,7 @@ def record(store: Store, start: dt.datetime, hours: float, kinds: dict[str, obje
     sessions = [session(sid, start) for sid in kinds]
     t = start
     while t < start + dt.timedelta(hours=hours):
-        store.record_observations(t, [(s.id, kinds[s.id](t, start)) for s in sessions], 0, sessions)
+        store.record_observations(t, [SessionSample(s.id, kinds[s.id](t, start)) for s in sessions], 0, sessions)
         t += step
     if stop:
         for s in sessions:

@@ -20,7 +20,7 @@ EVER = (dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc), dt.datetime(9999, 1, 1,
 
 def decided_sessions(store: Store) -> list[str]:
     """The session of each recorded decision, oldest first, as the usage page reads them."""
-    return [sid for _, sid, _ in store.rules_between(*EVER)]
+    return [c.session for c in store.rules_between(*EVER)]
 
 
 def decisions_of(store: Store, session: str) -> list[tuple[dt.datetime, Decision]]:

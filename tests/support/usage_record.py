@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from jupyterhub_gpu_reclaim.policy.observations import Sample, Session
+from jupyterhub_gpu_reclaim.policy.observations import Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.store import Store
 
 UTC = dt.timezone.utc
@@ -65,7 +65,7 @@ def fill(store: Store, sessions: Iterable[Recorded], until: dt.datetime,
         for t, util in r.samples(until):
             cycles.setdefault(t, []).append((r, util))
     for t in sorted(cycles):
-        store.record_observations(t, [(r.sid, Sample(t=t, gpu_util=util)) for r, util in cycles[t]], pending(t),
+        store.record_observations(t, [SessionSample(r.sid, Sample(t=t, gpu_util=util)) for r, util in cycles[t]], pending(t),
                                   [r.session for r, _ in cycles[t]])
     for r in sessions:
         if r.stopped is not None:

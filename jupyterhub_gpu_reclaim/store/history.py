@@ -27,9 +27,20 @@ class RuleChange:
     rule: str
 
 
-def _audit(row: AuditRow) -> dict[str, Any]:
-    return {"t": row.t, "actor": row.actor, "action": row.action, "session": row.session,
-            "detail": json.loads(row.detail)}
+@dataclass(frozen=True)
+class AuditRecord:
+    """What `actor` (a user, an admin, service:NAME) did (`action`) to `session` at `t`."""
+
+    t: dt.datetime
+    actor: str
+    action: str
+    session: str
+    detail: dict[str, Any]
+
+
+def _audit(row: AuditRow) -> AuditRecord:
+    return AuditRecord(t=row.t, actor=row.actor, action=row.action, session=row.session,
+                       detail=json.loads(row.detail))
 
 
 
@@ -43,9 +54,8 @@ class HistoryStore(StoreBase):
             db.add(AuditRow(t=t, actor=actor, action=action, session=session, detail=dumps(detail)))
 
     def audit_log(self, since: dt.datetime | None = None, session: str | None = None, *,
-                  limit: int | None = None) -> list[dict[str, Any]]:
-        """The audit records, oldest first: {"t", "actor", "action", "session", "detail"}.
-        With ``limit``: the newest ``limit`` records only, newest first."""
+                  limit: int | None = None) -> list[AuditRecord]:
+        """The audit records, oldest first. With ``limit``: the newest ``limit`` records only, newest first."""
         newest_first = limit is not None
         order = (AuditRow.t.desc(), AuditRow.id.desc()) if newest_first else (AuditRow.t, AuditRow.id)
         query = sa.select(AuditRow).order_by(*order).limit(limit)
@@ -57,9 +67,9 @@ class HistoryStore(StoreBase):
             return [_audit(r) for r in db.scalars(query)]
 
     def history(self, since: dt.datetime | None = None, *, offset: int = 0,
-                limit: int = 50) -> tuple[int, list[tuple[str, ReclaimRecord | dict[str, Any]]]]:
+                limit: int = 50) -> tuple[int, list[ReclaimRecord | AuditRecord]]:
         """One page of the reclaims and audit records since ``since``, newest first, for the
-        admin API: (how many there are in all, [("reclaim", ReclaimRecord) or ("audit", dict)])."""
+        admin API: (how many there are in all, the page)."""
         if offset < 0 or limit < 0:
             raise ValueError("offset and limit must not be negative")
         r_where = ReclaimRow.t >= aware(since, "since") if since is not None else sa.true()
@@ -78,7 +88,7 @@ class HistoryStore(StoreBase):
             reclaims = {r.id: reclaim_record(r) for r in db.scalars(sa.select(ReclaimRow)
                                                                .where(ReclaimRow.id.in_(ids["reclaim"])))}
             audits = {r.id: _audit(r) for r in db.scalars(sa.select(AuditRow).where(AuditRow.id.in_(ids["audit"])))}
-        return total, [(kind, reclaims[i] if kind == "reclaim" else audits[i]) for kind, i in page]
+        return total, [reclaims[i] if kind == "reclaim" else audits[i] for kind, i in page]
 
     def prune_records(self, older_than: dt.datetime) -> dict[str, int]:
         """Delete what ended before ``older_than`` (the record retention): intents cleared or

@@ -17,10 +17,11 @@ from ..signals.hub import PAGINATION_MEDIA_TYPE
 from ..timestamps import format_time, jsonable, utcnow
 from ..service.usage import daily_usage
 from ..wording import KEEPS, LOSES
+from ..store.reclaims import ReclaimRecord
 from .base import Base, writes
 from .inputs import BadInput, parse_days, parse_since, parse_until
 from ..report.render import csv_cell
-from .render import reclaim_json, session_json
+from .render import audit_json, reclaim_json, session_json
 from .whatif import DEFAULT_SINCE, run_what_if
 
 #: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
@@ -212,9 +213,10 @@ class AdminHistoryApi(ApiBase):
         assert store is not None
         t = utcnow()
         total, page = store.history(since, offset=offset, limit=limit)
-        records = [(kind, reclaim_json(r, t) if kind == "reclaim" else r) for kind, r in page]
+        records = [("reclaim", reclaim_json(r, t)) if isinstance(r, ReclaimRecord) else ("audit", audit_json(r))
+                   for r in page]
         if paginated:
-            self.write_page([{"kind": kind, **r} for kind, r in records], offset, limit, total)  # type: ignore[dict-item]
+            self.write_page([{"kind": kind, **r} for kind, r in records], offset, limit, total)
             return
         self.write_json({"reclaims": [r for kind, r in records if kind == "reclaim"],
                          "stuck": [reclaim_json(r, t) for r in store.stuck_reclaims()],

@@ -31,7 +31,7 @@ from .controls import Controls, Reclaiming
 from .ratelimit import READS_PER_MINUTE, WriteLimiter
 from ..service.usage import FREED_MEANS, WAITING_MEANS, daily_usage
 from .chart import usage_chart
-from .render import _jinja, reclaim_json, session_json, sparkline, state_of
+from .render import _jinja, audit_json, reclaim_json, session_json, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -341,7 +341,8 @@ class Base(HubOAuthenticated, RedactedLogs):
         return {"t": status.t, "skipped": status.skipped, "dry_run": self.ctx.settings.dry_run,
                 "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
                 "totals": totals, "policy": policy,
-                "audit": store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS) if store else []}
+                "audit": [audit_json(a) for a in store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS)]
+                if store else []}
 
 
     def show_admin(self, notice: str = "", error: str = "") -> None:

@@ -3,6 +3,7 @@ utilization sparkline, and the Jinja environment of the page templates."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from typing import Any
@@ -15,6 +16,7 @@ from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..durations import format_duration
 from ..service.usage import freed_gpu_hours
+from ..store.history import AuditRecord
 from ..wording import KEEPS, LOSES, expected_free, format_util, spark_label
 from .paths import TEMPLATES
 
@@ -43,6 +45,10 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
             "kept": KEEPS, "lost": LOSES}
+
+
+def audit_json(a: AuditRecord) -> dict[str, Any]:
+    return dataclasses.asdict(a)
 
 
 def reclaim_notice(r: Any) -> str:

@@ -48,7 +48,7 @@ def test_v1_store_is_upgraded_to_v2_keeping_its_data(path):
     with Store.open(path) as s:  # reopening does not migrate again
         assert schema_version(s) == store_mod.current_version()
         assert s.exemptions(at(hours=1))["alice/"].by == "admin"
-        assert s.audit_log()[0]["detail"] == {"hours": 3}
+        assert s.audit_log()[0].detail == {"hours": 3}
 
 
 def test_exemptions_expire_and_are_replaced(path):
@@ -65,7 +65,7 @@ def test_audit_log_filters_and_refuses_naive_times(path):
     with Store.open(path) as s:
         s.audit("admin", "reclaim", "alice/", t=START)
         s.audit("root", "exempt", "bob/", t=at(5), hours=1)
-        assert [r["actor"] for r in s.audit_log(session="bob/")] == ["root"]
-        assert [r["action"] for r in s.audit_log(since=at(1))] == ["exempt"]
+        assert [r.actor for r in s.audit_log(session="bob/")] == ["root"]
+        assert [r.action for r in s.audit_log(since=at(1))] == ["exempt"]
         with pytest.raises(ValueError, match="naive"):
             s.audit("admin", "x", t=dt.datetime(2026, 1, 1))

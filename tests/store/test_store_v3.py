@@ -96,7 +96,7 @@ def test_retention_prunes_what_ended_and_keeps_what_is_current(path):
         assert set(s.intents()) == {"kept/"} and s.intent_changed_at("gone/") is None
         assert set(s.exemptions(START)) == {"kept/"}
         assert set(s.open_warnings()) == {"open/"}
-        assert [a["t"] for a in s.audit_log()] == [START]
+        assert [a.t for a in s.audit_log()] == [START]
         assert len(s.reclaims()) == 1  # reclaims are history: kept
         assert s.prune_records(at(days=-7)) == {"intents": 0, "exemptions": 0, "warnings": 0, "audit": 0}
 
@@ -110,13 +110,13 @@ def test_history_is_read_a_page_at_a_time_newest_first(path):
             s.finish_reclaim(rid, at(i + 1), "stopped")
         total, page = s.history(at(1), offset=0, limit=4)
         assert total == 8  # 6 audit records and 2 reclaims since at(1)
-        assert [(k, r.t if k == "reclaim" else r["t"]) for k, r in page] == [
-            ("audit", at(6)), ("reclaim", at(5.5)), ("audit", at(5)), ("audit", at(4))]
+        assert [(type(r).__name__, r.t) for r in page] == [
+            ("AuditRecord", at(6)), ("ReclaimRecord", at(5.5)), ("AuditRecord", at(5)), ("AuditRecord", at(4))]
         _, rest = s.history(at(1), offset=4, limit=4)
-        assert [(k, r.t if k == "reclaim" else r["t"]) for k, r in rest] == [
-            ("audit", at(3)), ("reclaim", at(2.5)), ("audit", at(2)), ("audit", at(1))]
+        assert [(type(r).__name__, r.t) for r in rest] == [
+            ("AuditRecord", at(3)), ("ReclaimRecord", at(2.5)), ("AuditRecord", at(2)), ("AuditRecord", at(1))]
         assert s.history(at(1), offset=8, limit=4) == (8, [])
-        assert [a["detail"]["n"] for a in s.audit_log(limit=2)] == [6, 5]
+        assert [a.detail["n"] for a in s.audit_log(limit=2)] == [6, 5]
         with pytest.raises(ValueError):
             s.history(offset=-1)
 

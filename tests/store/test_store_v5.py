@@ -62,7 +62,7 @@ def test_names_of_any_length_are_stored_and_read_back(store):
     assert [r.session for r in store.reclaims(user=LONG_USER)] == [f"{LONG_USER}/{LONG}"]
     assert {getattr(o, "session", None) for o in store.observations_between(START, at(60)).observations} == {
         *sids, None}
-    assert {a["session"] for a in store.audit_log()} == set(sids)
+    assert {a.session for a in store.audit_log()} == set(sids)
 
 
 def test_a_nul_is_stored_escaped_and_every_name_comes_back_as_it_was(store):

@@ -214,7 +214,7 @@ async def test_admin_exempts_and_clears_intent_with_audit(hub, scene):
     assert "bob/" not in intents(hub)
     with Store.open(hub.info["store"]) as s:
         log = s.audit_log(session="bob/")
-        assert [(a["actor"], a["action"]) for a in log] == [("admin", "exempt"), ("bob", "keepalive"),
+        assert [(a.actor, a.action) for a in log] == [("admin", "exempt"), ("bob", "keepalive"),
                                                             ("admin", "clear-intent")]
         assert "bob/" in s.exemptions(dt.datetime.now(UTC))
     # the cycle applies it: bob's decision becomes keep/exempt
@@ -305,7 +305,7 @@ async def test_stop_now_and_admin_reclaim_go_through_the_hub(hub, scene):
         r, = [r for r in s.reclaims() if r.session == "bob/"]
         assert r.rule == "admin" and r.evidence == {"by": "admin"}
         assert not [r for r in s.reclaims() if r.session == "alice/"]  # her own stop is no reclaim
-        assert ("alice", "stop") in [(a["actor"], a["action"]) for a in s.audit_log(session="alice/")]
+        assert ("alice", "stop") in [(a.actor, a.action) for a in s.audit_log(session="alice/")]
     # the resume-priority endpoint sees the admin's reclaim
     status, body = await c["bob"].json("GET", "api/reclaims?user=bob")
     assert status == 200 and body["reclaims"][0]["rule"] == "admin"

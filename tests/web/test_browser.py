@@ -262,7 +262,7 @@ async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub,
     with Store.open(hub.info["store"]) as s:
         r, = [r for r in s.reclaims() if r.session == "carol/"]
         assert r.rule == "admin" and r.outcome == "stopped"
-        assert [(a["actor"], a["action"]) for a in s.audit_log(session="carol/")] == [("admin", "reclaim")]
+        assert [(a.actor, a.action) for a in s.audit_log(session="carol/")] == [("admin", "reclaim")]
 
 
 async def test_after_a_reclaim_the_home_page_says_what_happened_until_seen(hub, api, browser):

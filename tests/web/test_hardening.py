@@ -29,6 +29,7 @@ import pytest_asyncio
 
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.store.history import AuditRecord
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import cycles, until
@@ -46,7 +47,7 @@ def intents(hub) -> dict:
         return s.intents()
 
 
-def audit(hub, session: str) -> list[dict]:
+def audit(hub, session: str) -> list[AuditRecord]:
     with Store.open(hub.info["store"]) as s:
         return s.audit_log(session=session)
 
@@ -204,7 +205,7 @@ async def test_a_down_scoped_admin_token_has_no_admin_power(hub, scene):
         await down.close()
     with Store.open(hub.info["store"]) as s:
         assert "gina/" not in s.exemptions(dt.datetime.now(UTC)) and not s.reclaims(user="gina")
-        assert not [a for a in s.audit_log(session="gina/") if a["actor"] == "admin"]
+        assert not [a for a in s.audit_log(session="gina/") if a.actor == "admin"]
     # the same admin's token with the custom scope: admin
     full = Client(hub.info["url"], scoped["token"])
     try:
@@ -214,7 +215,7 @@ async def test_a_down_scoped_admin_token_has_no_admin_power(hub, scene):
         assert status == 200 and "exempt until" in body["message"]
     finally:
         await full.close()
-    assert [a["actor"] for a in audit(hub, "gina/") if a["action"] == "exempt"] == ["admin"]
+    assert [a.actor for a in audit(hub, "gina/") if a.action == "exempt"] == ["admin"]
 
 
 async def test_an_admins_login_through_the_hub_carries_the_admin_scope(hub, scene):
@@ -283,7 +284,7 @@ async def test_a_control_character_in_next_is_refused_before_acting(hub, scene):
         assert status == 400, (nxt, status)
     assert intents(hub)["gina/"].until < dt.datetime.now(UTC) + dt.timedelta(hours=2)  # not the 3 h
     assert await api.server("gina") is not None
-    assert [a["action"] for a in audit(hub, "gina/")].count("stop") == 0
+    assert [a.action for a in audit(hub, "gina/")].count("stop") == 0
     # the pages' own targets work
     for nxt in (PREFIX, PREFIX + "embed/home"):
         status, _, r = await c["gina"].call("POST", "sessions/keepalive",

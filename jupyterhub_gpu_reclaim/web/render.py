@@ -48,6 +48,7 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
 
 
 def audit_json(a: AuditRecord) -> dict[str, Any]:
+    """An audit record as the admin API and the admin page's data write it: its fields."""
     return dataclasses.asdict(a)
 
 

@@ -8,8 +8,9 @@ gpu_readings reads one instant at a time; a month of 200 GPUs has millions of th
 concern one physical device at a time (the holder labels aside, which are decided for the whole
 answer, as gpu_readings.holder_labels decides them), so each page is read per device and per
 distinct set of values at a step, each value first reduced to what the rules and the threshold
-tell apart (0, under the threshold, at or above it, no value, malformed): the same rules,
-applied once per pattern instead of once per step."""
+tell apart (0, under the threshold, at or above it, no value, malformed; a byte a step, from
+columns.py): the same rules, applied once per pattern in the whole window instead of once per
+step, their codes written to the steps by bytes.translate."""
 
 from __future__ import annotations
 

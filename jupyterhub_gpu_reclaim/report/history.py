@@ -31,11 +31,12 @@ ABSENT, IDLE, NO_VALUE, USED = 0, 1, 2, 3
 _T0 = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)  # the readings' time is not used
 _HOLDER = ("pod", "namespace", "exported_pod", "exported_namespace")
 Pod = tuple[str, str]  # (namespace, pod)
+Member = tuple[str, dict[str, str], bytearray]  # a series of a device: metric, labels, its column (columns.py)
 _KEEP = b"\xff"  # in a translated pattern: the step writes nothing to this line
 _WRITTEN = re.compile(rb"[^\xff]+")
 
 
-def _device_key(host: str, members: list[tuple[str, dict[str, str], bytearray]]) -> tuple:
+def _device_key(host: str, members: list[Member]) -> tuple:
     """What the rules read of a device's series besides their values: names and labels."""
     return host, tuple((name, tuple(labels.items())) for name, labels, _ in members)
 
@@ -82,7 +83,7 @@ class Timelines:
         keys = holder_labels((s.labels for s in series), self.pod_label)
         base = round((first - self.start) / self.step)
         length = min(round((last - first) / self.step) + 1, self.steps - base)
-        groups: dict[tuple[str, str], list[tuple[str, dict[str, str], bytearray]]] = {}
+        groups: dict[tuple[str, str], list[Member]] = {}
         for s in series:
             name = READ_FIELDS[s.labels["field"]]
             labels = {k: v for k, v in s.labels.items() if k not in _HOLDER}
@@ -113,7 +114,7 @@ class Timelines:
         reduced = 0.0 if pct == 0 else (self.threshold / 2 if pct < self.threshold else 100.0)
         return reduced / scale
 
-    def _read_device(self, host: str, members: list[tuple[str, dict[str, str], bytearray]], base: int) -> None:
+    def _read_device(self, host: str, members: list[Member], base: int) -> None:
         """Write the device's codes from its series' columns: each distinct set of classes at
         a step is read by the rules once (in the order they first occur), and its codes are
         written to every step that has it by `bytes.translate`. The columns are first made one
@@ -122,11 +123,12 @@ class Timelines:
         combined, radix, digits = 0, 1, []
         for _, _, col in members:
             found = sorted(set(col))
-            digits.append((radix, found))
-            combined += int.from_bytes(col.translate(_dense(found)), "little") * radix  # no carry: radix * len(found)
-            radix *= len(found)
-            if radix > 256:
+            if radix * len(found) > 256:
                 return self._read_steps(host, members, base)
+            digits.append((radix, found))
+            # the column's digits times radix, added to each byte: under 256 there, so no carry
+            combined += int.from_bytes(col.translate(_dense(found)), "little") * radix
+            radix *= len(found)
         codes = combined.to_bytes(len(members[0][2]), "little")
         device = _device_key(host, members)
         lines: dict[int, tuple[bytearray, bytearray]] = {}  # id(line's codes) -> (codes, pattern -> code)
@@ -139,7 +141,7 @@ class Timelines:
             for m in _WRITTEN.finditer(codes.translate(table)):
                 line[base + m.start():base + m.end()] = m.group()
 
-    def _read_steps(self, host: str, members: list[tuple[str, dict[str, str], bytearray]], base: int) -> None:
+    def _read_steps(self, host: str, members: list[Member], base: int) -> None:
         device = _device_key(host, members)
         memo: dict[tuple, list[tuple[bytearray, int]]] = {}
         for i, classes in enumerate(zip(*(m[2] for m in members), strict=True)):
@@ -154,7 +156,7 @@ class Timelines:
         """The value class `c` of metric `name` stands for (None: no point)."""
         return self._classes[name].meaning[c] if c else None
 
-    def _writes(self, device: tuple, host: str, members: list[tuple[str, dict[str, str], bytearray]],
+    def _writes(self, device: tuple, host: str, members: list[Member],
                 values: tuple) -> list[tuple[bytearray, int]]:
         """The codes the rules give a device's series at a step with these values, each set
         of series and values read once in the whole window (a device shows a few patterns in
@@ -165,7 +167,7 @@ class Timelines:
             writes = self._read[key] = self._codes(host, members, values)
         return writes
 
-    def _codes(self, host: str, members: list[tuple[str, dict[str, str], bytearray]],
+    def _codes(self, host: str, members: list[Member],
                values: tuple) -> list[tuple[bytearray, int]]:
         present = [Series(name, labels, v) for (name, labels, _), v in zip(members, values, strict=True)
                    if v is not None]

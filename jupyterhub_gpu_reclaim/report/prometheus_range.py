@@ -198,11 +198,19 @@ class PrometheusHistory(HttpSource):
                     step: int) -> AsyncIterator[tuple[float, float, list[RangeSeries]]]:
         """The queries' answers from `start` to `end` (both on the step grid), page by page:
         (first step, last step, the series of every query, each labelled `field` with its
-        query's key). The series of each page's window are counted first (`selectors`) and
-        bound its length."""
+        query's key). The series of a window of Prometheus's most points a series are counted
+        first (`selectors`) and bound the length of each page inside it (its series are some
+        of the window's); a page that would reach past it counts a window from its start."""
+        window: tuple[float, int] | None = None  # the last window counted: its last step, its series
+
         async def page(t: float) -> tuple[float, float, list[RangeSeries]]:
-            probe_end = min(end, t + MAX_POINTS_PER_SERIES * step)
-            series = await self.count_series(selectors, t, probe_end) if selectors else 1
+            nonlocal window
+            series = 1
+            if selectors:
+                if window is None or min(end, t + (self.page_steps(window[1]) - 1) * step) > window[0]:
+                    probe_end = min(end, t + MAX_POINTS_PER_SERIES * step)
+                    window = (probe_end, await self.count_series(selectors, t, probe_end))
+                series = window[1]
             last = min(end, t + (self.page_steps(series) - 1) * step)
             found = []
             # the page's queries at once: Prometheus evaluates each on a core of its own

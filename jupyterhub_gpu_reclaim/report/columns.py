@@ -2,9 +2,10 @@
 point), each class one value as the reading rules tell it apart (history.Timelines._reduced).
 
 A month of 200 GPUs is some 12 million points. Prometheus writes a range's points in time
-order on the step grid, a series' points mostly in runs of consecutive steps: each run is
-found by a binary search on its times, checked whole by one list comparison, and its values
-turned into classes by one `map` over a dict, with no Python code a point. Points that are
+order on the step grid, a series' points mostly in runs of consecutive steps (or every other
+step, where the scrape interval is twice the step): each run is found by a binary search on
+its times, checked whole by one list comparison, and its values turned into classes by one
+`map` over a dict, with no Python code a point. Points that are
 anything else (off the grid, out of order, not [time, value] pairs, unhashable values) are
 read one by one (`points`), as they always were: the result is the same either way."""
 
@@ -17,6 +18,7 @@ from typing import Any
 MALFORMED = "malformed"
 MAX_CLASSES = 255  # class 0 is "no point"; a byte holds the rest
 _time, _value = itemgetter(0), itemgetter(1)
+MIN_RUN, MAX_SHORT_RUNS = 16, 32  # past 32 runs of under 16 points, a series' points are read one by one
 
 
 class Classes(dict):
@@ -81,31 +83,39 @@ def column(values: list[Any], first: float, step: int, steps: int, classes: Clas
 
 def _runs(values: list[Any], times: list[Any], first: float, step: int, steps: int, classes: Classes,
           out: bytearray) -> int:
-    """Write the runs of consecutive steps from the first point on; the index of the first
-    point that starts none (the rest is read one by one)."""
-    k, n = 0, len(times)
+    """Write the runs of points evenly spaced on the grid (a step apart, or two where the
+    scrape interval is twice the step, ...) from the first point on; the index of the first
+    point that starts none (the rest is read one by one), or that starts one short run too
+    many (scattered points are read one by one, at no more than they cost before)."""
+    k, n, short = 0, len(times), 0
     while k < n:
         t = times[k]
         try:
             if type(t) not in (int, float) or (t - first) % step:  # a bool, NaN, off the grid
                 return k
-        except OverflowError:  # an int of 400 digits
+            stride = int(times[k + 1] - t) if k + 1 < n else step
+        except (OverflowError, TypeError, ValueError):  # an int of 400 digits, a time that is not a number
+            return k
+        if stride <= 0 or stride % step:
             return k
         t = int(t)
         lo, hi = k + 1, n  # times[k:lo] is a run; find the longest
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if times[mid - 1] == t + (mid - 1 - k) * step:
+            if times[mid - 1] == t + (mid - 1 - k) * stride:
                 lo = mid
             else:
                 hi = mid - 1
-        if times[k:lo] != list(range(t, t + (lo - k) * step, step)):  # not in order after all
+        if times[k:lo] != list(range(t, t + (lo - k) * stride, stride)):
+            return k  # not in order after all
+        short += lo - k < MIN_RUN
+        if short > MAX_SHORT_RUNS:  # scattered points: a search each costs more than reading them
             return k
-        i0 = (t - int(first)) // step
-        a, b = max(0, -i0), min(lo - k, steps - i0)  # the run's points on the page
+        i0, every = (t - int(first)) // step, stride // step
+        a, b = max(0, -(i0 // every)), min(lo - k, -(-(steps - i0) // every))  # the run's points on the page
         if a < b:
             try:
-                out[i0 + a:i0 + b] = bytes(map(classes.__getitem__, map(_value, values[k + a:k + b])))
+                out[i0 + a * every:i0 + b * every:every] = bytes(map(classes.__getitem__, map(_value, values[k + a:k + b])))
             except TypeError:  # a value that is not hashable
                 return k
         k = lo

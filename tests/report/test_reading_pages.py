@@ -1,8 +1,9 @@
 """A page of range answers read into timelines (history.Timelines, columns.py: runs of
 points read in bulk, the rest point by point) gives the codes the reading rules give step by
 step on the raw points: regular runs, gaps, points out of order or off the grid, points that
-are no [time, value] pair, malformed and unhashable values, more distinct values than a byte
-holds, a GPU in more MIG instances than one byte of combinations holds."""
+are no [time, value] pair, points every other step or scattered, malformed and unhashable
+values, more distinct values than a byte holds, a GPU in more MIG instances than one byte of
+combinations holds."""
 
 from __future__ import annotations
 
@@ -98,6 +99,10 @@ def test_runs_gaps_and_irregular_points_read_as_the_rules_read_each_step():
                     [[grid(0), "3"], [grid(1), "abc"], [grid(2), "150"], [grid(3), 5], [grid(4), None], [grid(5), [1]],
                      [grid(6), True], [True, "9"], [float("nan"), "9"], [grid(7), "1", "x"], "ab", {"t": 1},
                      [10 ** 400, "9"], [float(grid(8)), "45"], [grid(9), "-1"], [grid(10), "1e1"]]),
+        # every other step (a scrape interval of twice the step) from before the page, then every step;
+        # two points of every three (a 90 s scrape): short runs, read one by one past a few
+        RangeSeries(labels(GPU_UTIL, "jupyter-f", "5"), [[grid(i), util[i % STEPS]] for i in [*range(-7, 151, 2), *range(152, 260)]]),
+        RangeSeries(labels(GPU_UTIL, "jupyter-g", "6"), [[grid(i), util[i]] for i in range(STEPS) if i % 3 != 2]),
         # more distinct values than a byte holds: each unreadable string its own
         *[RangeSeries(labels(GPU_UTIL, f"jupyter-{x}", gpu), [[grid(i), f"{x}{i}" if i % 4 else "42"] for i in range(STEPS)])
           for x, gpu in (("d", "3"), ("e", "4"))],

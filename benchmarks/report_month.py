@@ -19,10 +19,13 @@ set of the generator's arguments and GENERATOR_VERSION, and reused when present:
 takes some 20 minutes of CPU to create. Prometheus runs on a copy (it writes into its TSDB),
 with blocks of at most a day, so that it compacts none of them while the report runs.
 `--profile FILE` writes a cProfile of the report (its thread work run inline, so that the
-profile sees it); `--json-out FILE` keeps the report's JSON. Sessions: each GPU holds one user's pod after another
-(1 to 12 h, gaps of 0 to 6 h), each working in bursts (a few minutes to 2 h at 20-95 %,
-pauses at 0-0.5 %), some never using the GPU, some pending for a GPU before they start.
-Target (issue 29): under a minute for 200 GPUs, 30 days, a 60 s step.
+profile sees it; wall-clock time, which on a busy machine includes waiting for a core);
+`--json-out FILE` keeps the report's JSON; `--history-only` makes the blocks and stops.
+
+Sessions: each GPU holds one user's pod after another (1 to 12 h, gaps of 0 to 6 h), each
+working in bursts (a few minutes to 2 h at 20-95 %, pauses at 0-0.5 %), some never using the
+GPU, some pending for a GPU before they start. Target (issue 29): under a minute for 200 GPUs,
+30 days, a 60 s step.
 """
 
 from __future__ import annotations

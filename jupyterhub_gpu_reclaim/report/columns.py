@@ -5,9 +5,9 @@ A month of 200 GPUs is some 12 million points. Prometheus writes a range's point
 order on the step grid, a series' points mostly in runs of consecutive steps (or every other
 step, where the scrape interval is twice the step): each run is found by a binary search on
 its times, checked whole by one list comparison, and its values turned into classes by one
-`map` over a dict, with no Python code a point. Points that are
-anything else (off the grid, out of order, not [time, value] pairs, unhashable values) are
-read one by one (`points`), as they always were: the result is the same either way."""
+`map` over a dict, with no Python code a point. Points that are anything else (off the grid,
+out of order, not [time, value] pairs, unhashable values, scattered) are read one by one
+(`points`), as they always were: the result is the same either way."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -96,7 +97,8 @@ def estimate(gpus: Mapping[tuple, GpuTimeline], step: int, config: PolicyConfig 
         n = len(codes)
         session_starts = [m.end() for m in ended.finditer(codes)]
         for run in re.finditer(rb"\x01+", codes):
-            begin = max((s for s in session_starts if s <= run.start()), default=0)
+            starts_before = bisect_right(session_starts, run.start())  # session_starts ascend
+            begin = session_starts[starts_before - 1] if starts_before else 0
             used = codes.rfind(bytes([USED]), begin, run.start()) >= 0
             wait = int(reclaim_after(config, used=used).total_seconds() // step)
             past = run.end() - run.start() - wait

@@ -8,25 +8,45 @@ gpu_readings reads one instant at a time; a month of 200 GPUs has millions of th
 concern one physical device at a time (the holder labels aside, which are decided for the whole
 answer, as gpu_readings.holder_labels decides them), so each page is read per device and per
 distinct set of values at a step, each value first reduced to what the rules and the threshold
-tell apart (0, under the threshold, at or above it, no value, malformed): the same rules,
-applied once per pattern instead of once per step."""
+tell apart (0, under the threshold, at or above it, no value, malformed; a byte a step, from
+columns.py): the same rules, applied once per pattern in the whole window instead of once per
+step, their codes written to the steps by bytes.translate."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..signals.gpu_readings import (ENGINE_ACTIVE, HOSTNAME, PodLabel, Series, holder_labels,
                                     pod_of, readings_from_series, series_value)
-from .prometheus_range import RangeSeries, points
+from .columns import MALFORMED, Classes, column, points
+from .prometheus_range import RangeSeries
 from .promql import READ_FIELDS
 
 ABSENT, IDLE, NO_VALUE, USED = 0, 1, 2, 3
 _T0 = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)  # the readings' time is not used
 _HOLDER = ("pod", "namespace", "exported_pod", "exported_namespace")
 Pod = tuple[str, str]  # (namespace, pod)
+Member = tuple[str, dict[str, str], bytearray]  # a series of a device: metric, labels, its column (columns.py)
+_KEEP = b"\xff"  # in a translated pattern: the step writes nothing to this line
+_WRITTEN = re.compile(rb"[^\xff]+")
+
+
+def _device_key(host: str, members: list[Member]) -> tuple:
+    """What the rules read of a device's series besides their values: names and labels."""
+    return host, tuple((name, tuple(labels.items())) for name, labels, _ in members)
+
+
+def _dense(found: list[int]) -> bytes:
+    """The translation of the classes `found` to 0, 1, 2, ... (a digit each)."""
+    table = bytearray(256)
+    for digit, c in enumerate(found):
+        table[c] = digit
+    return bytes(table)
 
 
 @dataclass
@@ -50,8 +70,10 @@ class Timelines:
     threshold: float
     pod_label: PodLabel = "auto"
     gpus: dict[tuple, GpuTimeline] = field(default_factory=dict)
-    # each value as written -> what the rules tell apart of it (_reduced), per metric
-    _reduced_values: dict[str, dict[Any, Any]] = field(default_factory=dict, repr=False)
+    # each value as written -> the class of what the rules tell apart of it (_reduced), per metric
+    _classes: dict[str, Classes] = field(default_factory=dict, repr=False)
+    # (a device's series, their values at a step) -> the codes they give (_writes)
+    _read: dict[tuple, list[tuple[bytearray, int]]] = field(default_factory=dict, repr=False)
 
     def add_page(self, first: float, last: float, series: Iterable[RangeSeries]) -> None:
         """Read one page of the GPU queries (promql.gpu_queries), its steps `first` to `last`."""
@@ -61,55 +83,30 @@ class Timelines:
         keys = holder_labels((s.labels for s in series), self.pod_label)
         base = round((first - self.start) / self.step)
         length = min(round((last - first) / self.step) + 1, self.steps - base)
-        groups: dict[tuple[str, str], list[tuple[str, dict[str, str], list[Any]]]] = {}
+        groups: dict[tuple[str, str], list[Member]] = {}
         for s in series:
             name = READ_FIELDS[s.labels["field"]]
             labels = {k: v for k, v in s.labels.items() if k not in _HOLDER}
             labels["pod"], labels["namespace"] = s.labels.get(keys[0], ""), s.labels.get(keys[1], "")
             host = next((s.labels[k] for k in HOSTNAME if s.labels.get(k)), "")
             device = s.labels.get("UUID") or f"gpu {s.labels.get('gpu', '')}"
-            column: list[Any] = [None] * length
-            reduced = self._reduced_values.setdefault(name, {})
-            if not self._read_run(s.values, first, length, name, reduced, column):
-                for i, raw in points(s.values, first, self.step, length):
-                    try:
-                        column[i] = reduced[raw]
-                    except KeyError:
-                        column[i] = reduced[raw] = self._reduced(name, raw)
-                    except TypeError:  # not hashable: not a value
-                        column[i] = "malformed"
-            groups.setdefault((host, device), []).append((name, labels, column))
+            classes = self._classes.get(name)
+            if classes is None:
+                classes = self._classes[name] = Classes(partial(self._reduced, name))
+            groups.setdefault((host, device), []).append((name, labels, column(s.values, first, self.step, length,
+                                                                                classes)))
         for (host, _), members in groups.items():
             self._read_device(host, members, base)
-
-    def _read_run(self, values: list[Any], first: float, length: int, name: str, reduced: dict[Any, Any],
-                  column: list[Any]) -> bool:
-        """The common case at C speed: a series' points one a step without a gap (Prometheus
-        writes a range's points in time order, on the grid), its values hashable. False when
-        the points are anything else (then read one by one)."""
-        try:
-            n = len(values)
-            i0 = round((values[0][0] - first) / self.step)
-            span = round((values[-1][0] - first) / self.step) - i0 + 1
-            raws = [pair[1] for pair in values]
-            for raw in set(raws) - reduced.keys():
-                reduced[raw] = self._reduced(name, raw)
-        except (TypeError, ValueError, OverflowError, IndexError):
-            return False
-        if span != n or i0 < 0 or i0 + n > length or any(len(pair) != 2 for pair in (values[0], values[-1])):
-            return False
-        column[i0:i0 + n] = [reduced[raw] for raw in raws]
-        return True
 
     def _reduced(self, name: str, raw: Any) -> Any:
         """What the reading rules and the threshold tell apart of a value: 0, under the
         threshold, at or above it, no value ("NaN"), malformed (kept as written)."""
         if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
-            return "malformed"
+            return MALFORMED
         try:
             x = series_value(name, raw)
         except ValueError:
-            return raw if isinstance(raw, str) and len(raw) <= 40 else "malformed"
+            return raw if isinstance(raw, str) and len(raw) <= 40 else MALFORMED
         if x is None:
             return "NaN"
         scale = 100.0 if name == ENGINE_ACTIVE else 1.0
@@ -117,17 +114,60 @@ class Timelines:
         reduced = 0.0 if pct == 0 else (self.threshold / 2 if pct < self.threshold else 100.0)
         return reduced / scale
 
-    def _read_device(self, host: str, members: list[tuple[str, dict[str, str], list[Any]]], base: int) -> None:
-        columns = [m[2] for m in members]
+    def _read_device(self, host: str, members: list[Member], base: int) -> None:
+        """Write the device's codes from its series' columns: each distinct set of classes at
+        a step is read by the rules once (in the order they first occur), and its codes are
+        written to every step that has it by `bytes.translate`. The columns are first made one
+        (each step's classes as the digits of one byte); a device with more combinations than
+        a byte holds (a GPU split into many MIG instances) is read step by step."""
+        combined, radix, digits = 0, 1, []
+        for _, _, col in members:
+            found = sorted(set(col))
+            if radix * len(found) > 256:
+                return self._read_steps(host, members, base)
+            digits.append((radix, found))
+            # the column's digits times radix, added to each byte: under 256 there, so no carry
+            combined += int.from_bytes(col.translate(_dense(found)), "little") * radix
+            radix *= len(found)
+        codes = combined.to_bytes(len(members[0][2]), "little")
+        device = _device_key(host, members)
+        lines: dict[int, tuple[bytearray, bytearray]] = {}  # id(line's codes) -> (codes, pattern -> code)
+        for pattern in sorted(set(codes), key=codes.index):
+            values = tuple(self._value(name, found[pattern // r % len(found)])
+                           for (name, _, _), (r, found) in zip(members, digits, strict=True))
+            for line, code in self._writes(device, host, members, values):
+                lines.setdefault(id(line), (line, bytearray(_KEEP * 256)))[1][pattern] = code
+        for line, table in lines.values():
+            for m in _WRITTEN.finditer(codes.translate(table)):
+                line[base + m.start():base + m.end()] = m.group()
+
+    def _read_steps(self, host: str, members: list[Member], base: int) -> None:
+        device = _device_key(host, members)
         memo: dict[tuple, list[tuple[bytearray, int]]] = {}
-        for i, values in enumerate(zip(*columns, strict=True)):
-            writes = memo.get(values)
+        for i, classes in enumerate(zip(*(m[2] for m in members), strict=True)):
+            writes = memo.get(classes)
             if writes is None:
-                writes = memo[values] = self._codes(host, members, values)
+                values = tuple(self._value(name, c) for (name, _, _), c in zip(members, classes, strict=True))
+                writes = memo[classes] = self._writes(device, host, members, values)
             for codes, code in writes:
                 codes[base + i] = code
 
-    def _codes(self, host: str, members: list[tuple[str, dict[str, str], list[Any]]],
+    def _value(self, name: str, c: int) -> Any:
+        """The value class `c` of metric `name` stands for (None: no point)."""
+        return self._classes[name].meaning[c] if c else None
+
+    def _writes(self, device: tuple, host: str, members: list[Member],
+                values: tuple) -> list[tuple[bytearray, int]]:
+        """The codes the rules give a device's series at a step with these values, each set
+        of series and values read once in the whole window (a device shows a few patterns in
+        every page)."""
+        key = (device, values)
+        writes = self._read.get(key)
+        if writes is None:
+            writes = self._read[key] = self._codes(host, members, values)
+        return writes
+
+    def _codes(self, host: str, members: list[Member],
                values: tuple) -> list[tuple[bytearray, int]]:
         present = [Series(name, labels, v) for (name, labels, _), v in zip(members, values, strict=True)
                    if v is not None]

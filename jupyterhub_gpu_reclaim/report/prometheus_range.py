@@ -8,10 +8,13 @@ too many series. No URL in an error carries its query string or a password."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, TypeVar
+
+import msgspec
 
 from ..oneline import brief
 from ..signals.base import MiB, HttpSource, SignalError, get_json, hide_password
@@ -20,6 +23,7 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.report")
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query with more (its API's limit)
 MAX_ANSWER = 256 * MiB
+T = TypeVar("T")
 
 
 class ReportError(Exception):
@@ -29,24 +33,39 @@ class ReportError(Exception):
 @dataclass(frozen=True)
 class RangeSeries:
     """One series of a range answer: its labels, and its points as written ([Unix time,
-    value]; read with `points`)."""
+    value]; read with columns.column or columns.points)."""
 
     labels: dict[str, str]
     values: list[Any]
 
 
-def points(values: list[Any], first: float, step: int, steps: int) -> Iterator[tuple[int, Any]]:
-    """(step index from `first`, value as written) of each point on the grid of `steps` steps;
-    a point that is not [a finite time, value] or off the grid is left out (a million of them
-    are read a page: the checks are the arithmetic's own errors)."""
-    for pair in values:
-        try:
-            t, value = pair
-            i = round((t - first) / step)
-        except (TypeError, ValueError, OverflowError):
-            continue
-        if 0 <= i < steps and not isinstance(t, bool):
-            yield i, value
+class _MatrixSeries(TypedDict):
+    metric: dict[str, str]
+    values: list[tuple[int, str]]
+
+
+class _MatrixData(TypedDict):
+    resultType: str
+    result: list[_MatrixSeries]
+
+
+class _MatrixAnswer(TypedDict):
+    status: str
+    data: _MatrixData
+
+
+_MATRIX = msgspec.json.Decoder(_MatrixAnswer)
+
+
+def loads_range(text: str) -> Any:
+    """A range answer as Prometheus writes it (times in whole seconds, values strings),
+    decoded by msgspec: its points as tuples, checked as they are made, at several times
+    json's speed (most of a month's report is decoding points). Anything else is decoded by
+    json, as any answer, for matrix() to read or refuse as it does."""
+    try:
+        return _MATRIX.decode(text)
+    except msgspec.DecodeError:  # not the shape above (or not JSON: json says why)
+        return json.loads(text)
 
 
 def _result(body: Any, kind: str) -> list:
@@ -77,7 +96,7 @@ def _labels(item: Any) -> dict[str, str] | None:
 
 def matrix(body: Any) -> list[RangeSeries]:
     """The series of a range answer. A series whose labels cannot be read is left out
-    (logged); points are checked where they are read (`points`, and each value by
+    (logged); points are checked where they are read (columns.py, and each value by
     signals.gpu_readings.series_value)."""
     out = []
     for item in _result(body, "matrix"):
@@ -119,11 +138,12 @@ class PrometheusHistory(HttpSource):
     def _error(self, e: ReportError) -> ReportError:
         return ReportError(f"Prometheus at {hide_password(self.url)}: {e}")
 
-    async def _get(self, path: str, params: dict[str, str] | list[tuple[str, str]]) -> Any:
+    async def _get(self, path: str, params: dict[str, str] | list[tuple[str, str]],
+                   loads: Callable[[str], Any] = json.loads) -> Any:
         self.queries += 1
         try:
-            return await get_json(self._client(), f"{self.url}{path}", source="prometheus",
-                                  timeout=self.timeout, limit=MAX_ANSWER, params=params)  # type: ignore[arg-type]
+            return await get_json(self._client(), f"{self.url}{path}", source="prometheus", timeout=self.timeout,
+                                  limit=MAX_ANSWER, params=params, loads=loads)  # type: ignore[arg-type]
         except SignalError as e:
             raise self._error(ReportError(e.message)) from None
 
@@ -164,7 +184,7 @@ class PrometheusHistory(HttpSource):
 
     async def range(self, query: str, start: float, end: float, step: int) -> list[RangeSeries]:
         body = await self._get("/api/v1/query_range", {"query": query, "start": _num(start), "end": _num(end),
-                                                       "step": str(step)})
+                                                       "step": str(step)}, loads_range)
         try:
             return matrix(body)
         except ReportError as e:
@@ -178,15 +198,25 @@ class PrometheusHistory(HttpSource):
                     step: int) -> AsyncIterator[tuple[float, float, list[RangeSeries]]]:
         """The queries' answers from `start` to `end` (both on the step grid), page by page:
         (first step, last step, the series of every query, each labelled `field` with its
-        query's key). The series of each page's window are counted first (`selectors`) and
-        bound its length."""
+        query's key). The series of a window of Prometheus's most points a series are counted
+        first (`selectors`) and bound the length of each page inside it (its series are some
+        of the window's); a page that would reach past it counts a window from its start."""
+        window: tuple[float, int] | None = None  # the last window counted: its last step, its series
+
         async def page(t: float) -> tuple[float, float, list[RangeSeries]]:
-            probe_end = min(end, t + MAX_POINTS_PER_SERIES * step)
-            series = await self.count_series(selectors, t, probe_end) if selectors else 1
+            nonlocal window
+            series = 1
+            if selectors:
+                if window is None or min(end, t + (self.page_steps(window[1]) - 1) * step) > window[0]:
+                    probe_end = min(end, t + MAX_POINTS_PER_SERIES * step)
+                    window = (probe_end, await self.count_series(selectors, t, probe_end))
+                series = window[1]
             last = min(end, t + (self.page_steps(series) - 1) * step)
             found = []
-            for key, query in queries.items():
-                for s in await self.range(query, t, last, step):
+            # the page's queries at once: Prometheus evaluates each on a core of its own
+            for key, answer in zip(queries, await _all(self.range(query, t, last, step) for query in queries.values()),
+                                   strict=True):
+                for s in answer:
                     s.labels["field"] = key
                     found.append(s)
             return t, last, found
@@ -201,6 +231,16 @@ class PrometheusHistory(HttpSource):
         finally:
             if task is not None:
                 task.cancel()
+
+
+async def _all(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """The results of `calls`, run at once; the first error is raised and the others cancelled."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def _num(t: float) -> str:

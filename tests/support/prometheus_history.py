@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -48,8 +48,9 @@ def create_blocks(openmetrics: Path, data: Path, max_block_duration: str = "24h"
 
 
 @contextlib.contextmanager
-def history_prometheus(workdir: Path) -> Iterator[str]:
-    """Prometheus serving the blocks in `workdir / "data"` (create_blocks), scraping nothing."""
+def history_prometheus(workdir: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """Prometheus serving the blocks in `workdir / "data"` (create_blocks), scraping nothing,
+    with the extra command-line `args`."""
     config = {"global": {"scrape_interval": "1m", "evaluation_interval": "1m"}}
-    with running_prometheus(config, workdir, ["--storage.tsdb.retention.time=10y"]) as url:
+    with running_prometheus(config, workdir, ["--storage.tsdb.retention.time=10y", *args]) as url:
         yield url

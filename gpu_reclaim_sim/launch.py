@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -22,8 +23,30 @@ from typing import Any
 from .paths import DEFAULT_SCENARIO
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands out to outgoing connections (ip_local_port_range)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
+    """A port free now on `host` for a child to listen on, outside the ephemeral range: a port
+    the kernel picked there (bind to 0) can be taken by any process's outgoing connection
+    before the child binds it ("Address already in use" with several test workers); below
+    30000, Kubernetes' NodePort range."""
+    ephemeral = _ephemeral_ports()
+    candidates = [p for p in range(10000, 30000) if p not in ephemeral] or list(range(1024, ephemeral.start))
+    for port in random.sample(candidates, min(200, len(candidates))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # every candidate taken: the kernel's pick
         s.bind((host, 0))
         return s.getsockname()[1]
 

@@ -19,17 +19,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpu_reclaim_sim.launch import free_port
 from ..support.clock import START, at
 from ..support.fakes import FakeHubAPI
 from ..support.fault_world import P, TOKEN, World
 
 UTC = dt.timezone.utc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

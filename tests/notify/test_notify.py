@@ -7,13 +7,13 @@ import datetime as dt
 import email
 import email.policy
 import logging
-import socket
 
 import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 
+from gpu_reclaim_sim.launch import free_port
 from jupyterhub_gpu_reclaim.service.notify import (
     Dispatcher,
     EmailNotifier,
@@ -40,12 +40,6 @@ def our_logs(caplog) -> str:
     """Log text, less the test receivers' own logs (aiosmtpd, aiohttp's access log)."""
     return "\n".join(r.getMessage() for r in caplog.records
                      if not r.name.startswith(("mail.log", "aiohttp.access", "aiohttp.server")))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def session(user="alice", server="") -> Session:

@@ -26,7 +26,8 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 
-from ..support.apiserver_sim import KUBECTL, POD, TOKEN, Sim, make_namespace, pod_manifest
+from ..support.apiserver_sim import POD, TOKEN, Sim, make_namespace, pod_manifest
+from ..support.sim_cluster import KUBECTL
 
 
 @pytest.fixture(scope="module")

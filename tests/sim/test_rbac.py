@@ -23,7 +23,8 @@ from gpu_reclaim_sim.rbac.authorizer import Rule, request_attributes
 from gpu_reclaim_sim.resources import BY_KIND
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-from ..support.apiserver_sim import KUBECTL, Sim, make_namespace, pod_manifest
+from ..support.apiserver_sim import Sim, make_namespace, pod_manifest
+from ..support.sim_cluster import KUBECTL
 
 POD, SA = BY_KIND["Pod"], BY_KIND["ServiceAccount"]
 HUB = "system:serviceaccount:jhub:hub"

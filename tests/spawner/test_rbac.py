@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -22,10 +21,10 @@ from gpu_reclaim_sim.z2jh import release as z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 
 from ..support.live import api_fixture, start_test_hub
+from ..support.sim_cluster import KUBECTL
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "helm-values" / "rbac.yaml"
-KUBECTL = Path(sys.executable).with_name("kubectl")
 HUB_USER = "system:serviceaccount:jhub:hub"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -26,7 +25,8 @@ from gpu_reclaim_sim.resources import BY_KIND
 from gpu_reclaim_sim.rbac.serviceaccounts import ServiceAccountController
 from gpu_reclaim_sim.store import Store
 
-KUBECTL = Path(sys.executable).parent / "kubectl"
+from .sim_cluster import KUBECTL
+
 TOKEN = "test-token-123"
 POD, NODE, NS = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["Namespace"]
 

@@ -4,7 +4,7 @@ configurable-http-proxy and the unmodified KubeSpawner, and single-user servers.
 The tests' hubs run from this Python's environment (JupyterHub 6), or from the one
 `--hub-python` names: `make test` runs the hub-facing tests again with `.venv-jh5`, the
 z2jh chart's hub image (JupyterHub 5.5). A test that makes sense on one major only is
-marked `@pytest.mark.jupyterhub(MAJOR, reason=...)`."""
+marked `@pytest.mark.jupyterhub(MAJOR, reason=...)`: the other major's pass deselects it."""
 
 from __future__ import annotations
 
@@ -78,19 +78,23 @@ def kind_of(item) -> str:
     return "hub" if item.get_closest_marker("integration") else "unit"
 
 
-def pytest_collection_modifyitems(items):
+def other_majors_only(item) -> bool:
+    marker = item.get_closest_marker("jupyterhub")
+    return marker is not None and marker.args[0] != hub_major()
+
+
+def pytest_collection_modifyitems(config, items):
+    # a test for the other JupyterHub major is not collected (deselected, not skipped): the
+    # pass on that major runs it
+    deselected = [item for item in items if other_majors_only(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not other_majors_only(item)]
     for item in items:
         item.add_marker(kind_of(item))
     # the slowest modules first, so that a pass on several workers ends on short ones
     # (tests/support/order.py; make test keeps this order: --no-loadscope-reorder)
     items.sort(key=lambda item: order.rank(item.nodeid))
-
-
-def pytest_runtest_setup(item):
-    marker = item.get_closest_marker("jupyterhub")
-    if marker and marker.args[0] != hub_major():
-        pytest.skip(f"JupyterHub {marker.args[0]} only ({marker.kwargs['reason']}); "
-                    f"this run's hub is JupyterHub {live.HUB_VERSION}")
 
 
 # the fixtures every live module gets (tests/support/live.py makes them)

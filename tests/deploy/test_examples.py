@@ -21,7 +21,7 @@ from jupyterhub_gpu_reclaim.config import GpuReclaim
 
 from ..support.prometheus import without_kubernetes_sd
 from ..support.docs import table_rows
-from ..support.chart_values import SERVICE_SCOPES
+from ..support.chart_values import SERVICE_SCOPES, expected_settings, variant_options
 
 EXAMPLES = REPO / "examples"
 TRACE = EXAMPLES / "traces" / "example.jsonl"  # the sample trace of ../shared/traces
@@ -83,15 +83,12 @@ def test_policy_examples_match_the_helm_variants():
     # the same policy as a backtest file and as the service's options in helm-values/
     for name in ("princeton-like.yaml", "yale-like.yaml", "pressure-only.yaml"):
         policy = load_policy_config(EXAMPLES / "policies" / name)
-        options = yaml.safe_load((REPO / "helm-values" / name).read_text())["custom"]["gpuReclaim"]["options"]
-        app = GpuReclaim()
-        app.parse_command_line([f"--{k}={v}" for k, v in options.items()])
-        for key in options:
-            field = key.replace("-", "_")
+        options = variant_options(name)
+        assert options, name
+        for field, want in expected_settings(options).items():
             got = getattr(policy, field)
-            want = getattr(app, field)
             got = got.total_seconds() if hasattr(got, "total_seconds") else got
-            assert got == want, (name, key)
+            assert got == want, (name, field)
 
 
 # ------------------------------------------------------------------ metrics

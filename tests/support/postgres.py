@@ -92,11 +92,16 @@ class Postgres:
                 self.process.wait()
 
 
+def require_postgres() -> None:
+    """Fail the test where Debian's PostgreSQL is missing."""
+    if not (POSTGRES_BIN / "postgres").exists():
+        pytest.fail(f"{POSTGRES_BIN} is missing: scripts/setup.sh installs Debian's postgresql")
+
+
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
     """A PostgreSQL server for the module's tests."""
-    if not (POSTGRES_BIN / "postgres").exists():
-        pytest.fail(f"{POSTGRES_BIN} is missing: scripts/setup.sh installs Debian's postgresql")
+    require_postgres()
     workdir = Path(tempfile.mkdtemp(prefix="gpu-reclaim-pg-"))  # not tmp_path: root's, unreadable to postgres
     server = Postgres(workdir)
     try:

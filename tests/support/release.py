@@ -1,18 +1,29 @@
-"""The release tests' z2jh values on the simulated cluster (its users, admins and password;
-the hub and user images from the worktree) and the PostgreSQL that stands in for the chart's."""
+"""The release tests' z2jh release on the simulated cluster: its values (users, admins and
+password; the hub and user images from the worktree; the base release's short timings),
+installing it afresh, and what it did as its logs tell (the service's settings, the API
+server's refusals)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import ast
+import base64
+import json
+import re
 
 from gpu_reclaim_sim.z2jh import release as z2jh
+from gpu_reclaim_sim.z2jh.release import BASE, HELM_VALUES, NAMESPACE
 
 from . import live
 
 PASSWORD = "release-password"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
-POSTGRES_IMAGE = "docker.io/library/postgres:15"  # Debian's PostgreSQL 15 stands in for it
-POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+# who else may use the admin page: gpu-reclaim.yaml's role lists them beside the hub's admins
+RECLAIM_ADMINS = ["carol"]
+HUB_SA = f"system:serviceaccount:{NAMESPACE}:hub"
+USER_ROLE = "jupyterhub5-user-role.yaml"
+# the base release's story in seconds instead of hours
+TIMINGS = {"cull-every": 2, "never-used-warn-after": "12s", "never-used-reclaim-after": "24s",
+           "idle-warn-after": "12s", "idle-reclaim-after": "24s", "warning-lead": "8s"}
 
 
 def sim_values(**options) -> dict:
@@ -22,3 +33,68 @@ def sim_values(**options) -> dict:
     values["hub"]["extraEnv"] = {"PYTHONPATH": str(live.REPO)}
     values["singleuser"]["extraEnv"] = live.lab_paths()
     return values
+
+
+def hub_variants() -> list[str]:
+    """The variants every release on the tests' hub adds: on JupyterHub 5 the user role, as
+    docs/install-z2jh.md tells its admins to."""
+    return [USER_ROLE] if live.hub_major() == 5 else []
+
+
+def install(sim, *variants: str, extra: dict | None = None, objects: list[dict] | None = None,
+            rbac: list[dict] | None = None) -> z2jh.Release:
+    """A fresh release in namespace jhub: gpu-reclaim.yaml, `variants`, the place's values
+    (and `extra`), with `objects` (e.g. a database) applied first. The simulator's log
+    from here on is the release's (`forbidden`)."""
+    kubeconfig = sim.info["kubeconfig"]
+    z2jh.kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true",
+                 "--timeout=120s", timeout=130)
+    z2jh.kubectl(kubeconfig, "create", "namespace", NAMESPACE)
+    sim.info["release_log_from"] = sim.log_path.stat().st_size
+    if objects:
+        z2jh.apply(kubeconfig, objects, "-n", NAMESPACE)
+    values = z2jh.merge_values_files(sim_values(), extra or {})
+    docs = z2jh.render(BASE, *(HELM_VALUES / v for v in variants), extra=values)
+    return z2jh.install(kubeconfig, docs, with_rbac=rbac)
+
+
+def rbac_without_patch() -> list[dict]:
+    """rbac.yaml without `patch` on pods."""
+    objects = z2jh.rbac()
+    for doc in objects:
+        for rule in doc.get("rules", []):
+            if "pods" in rule["resources"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != "patch"]
+        if "rules" in doc:
+            doc["rules"] = [r for r in doc["rules"] if r["verbs"]]
+    return objects
+
+
+def forbidden(sim, user: str = HUB_SA) -> list[str]:
+    """The requests of `user` that the API server refused since the release was installed
+    (the simulator logs each 403)."""
+    with open(sim.log_path, errors="replace") as f:
+        f.seek(sim.info["release_log_from"])
+        return [line for line in f.read().splitlines() if "forbidden:" in line and line.endswith(f" by {user}")]
+
+
+def settings(release: z2jh.Release) -> dict:
+    """The service's settings, as it logs them when it starts (in the hub container's log)."""
+    log = release.hub_log()
+    start = log.rfind("jupyterhub-gpu-reclaim settings")
+    assert start >= 0, log[-3000:]
+    out = {}
+    for line in log[start:].splitlines()[1:]:
+        m = re.match(r"\s*\[?[IWE]? ?[^\]]*\]?\s+(\w+) = (.*)$", line) or re.match(r"\s+(\w+) = (.*)$", line)
+        if not m:
+            if out:
+                break
+            continue
+        out[m.group(1)] = ast.literal_eval(m.group(2))
+    return out
+
+
+def service_token(release: z2jh.Release) -> str:
+    """The service's API token, which the chart generated into the hub Secret."""
+    secret = json.loads(release.kubectl("get", "secret", "hub", "-o", "json"))
+    return base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()

@@ -1,0 +1,164 @@
+"""Our reclaim cycle in benchmarks/service_cycle.py: `service.Reclaimer` with the real
+signals against the fakes (or the pods view pre-filled)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+from benchmarks.cycle.measure import diff, fake_counters, summary
+from benchmarks.cycle.scene import N_USERS, NAMESPACE, TOKEN, iso, pod_json
+from benchmarks.support.process import proc_status
+
+
+class FakePods:
+    """The pods signal's in-memory view (what PodSignal.snapshot reads), pre-filled."""
+
+    def __init__(self, server_port: int) -> None:
+        from jupyterhub_gpu_reclaim.signals.pods import PodInfo, pod_info
+
+        created = iso(dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=3))
+        self.pods: dict[str, PodInfo] = {}
+        for i in range(N_USERS):
+            info = pod_info(pod_json(i, server_port, created))
+            self.pods[info.name] = info
+
+    async def start(self) -> None:
+        return None
+
+    def snapshot(self, max_age: float):
+        from jupyterhub_gpu_reclaim.signals.pods import PodSnapshot
+
+        pods = dict(self.pods)  # as PodSignal.pods_now()
+        return PodSnapshot(by_session={p.session_id: p for p in pods.values() if p.user},
+                           pending_gpus=sum(p.gpus for p in pods.values() if p.waits_for_gpu))
+
+
+async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
+                   pods_mode: str = "watch") -> dict[str, Any]:
+    import tracemalloc
+
+    from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
+    from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
+    from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
+    from jupyterhub_gpu_reclaim.settings import ServiceSettings
+    from jupyterhub_gpu_reclaim.signals.hub import HubSignal
+    from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
+    from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
+    from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
+    from jupyterhub_gpu_reclaim.store import Store
+
+    hub_base = f"http://127.0.0.1:{ports['hub']}"
+    api = f"{hub_base}/hub/api"
+    tracemalloc.start()
+    pods = FakePods(ports["servers"])
+    pods_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+
+    del pods
+    tmp = tempfile.mkdtemp(prefix="bench-cycle-")
+    if pods_mode == "watch":
+        from jupyterhub_gpu_reclaim.signals.pods import PodSignal
+
+        kubeconfig = os.path.join(tmp, "kubeconfig")
+        with open(kubeconfig, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "bench",
+                       "clusters": [{"name": "bench", "cluster": {
+                           "server": f"http://127.0.0.1:{ports['kubernetes']}"}}],
+                       "users": [{"name": "bench", "user": {"token": TOKEN}}],
+                       "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench",
+                                                                   "namespace": NAMESPACE}}]}, f)
+        pods = PodSignal(NAMESPACE, kubeconfig)
+    else:
+        pods = FakePods(ports["servers"])
+    rss_before = proc_status()
+    store = Store.open(f"sqlite:///{tmp}/store.sqlite")
+    hub = HubSignal(api, TOKEN, page_size=200, concurrency=10)
+    gpu = PrometheusSignal(f"http://127.0.0.1:{ports['prometheus']}")
+    kernels = KernelSignal(ProbeTokens(api, TOKEN), timeout=5.0, concurrency=10)
+    stopper = HubStopper(api, TOKEN)
+    dispatcher = Dispatcher([LogNotifier()])
+    reclaimer = Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper,
+                          dispatcher=dispatcher, store=store, settings=ServiceSettings())
+
+    # where the first cycle's time goes: the pods signal's start (import, list) and the
+    # decision log (a row per session whose decision changed: all of them at first)
+    spent = {"pods_start": 0.0, "record_decision": 0.0}
+
+    def timed(name: str, fn: Any) -> Any:
+        if asyncio.iscoroutinefunction(fn):
+            async def wrapper(*a: Any, **k: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return await fn(*a, **k)
+                finally:
+                    spent[name] += time.perf_counter() - t0
+        else:
+            def wrapper(*a: Any, **k: Any) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent[name] += time.perf_counter() - t0
+        return wrapper
+
+    pods.start = timed("pods_start", pods.start)  # type: ignore[method-assign]
+    store.record_decisions = timed("record_decision", store.record_decisions)  # type: ignore[method-assign]
+    # as the service does (launcher.serve): connect to Kubernetes and list the pods before
+    # the first cycle
+    t0 = time.perf_counter()
+    await pods.start()
+    startup = time.perf_counter() - t0
+    spent["pods_start"] = 0.0
+    counts0 = fake_counters(hub_base)
+    first = await reclaimer.run_cycle()
+    first_spent = dict(spent)
+    before = fake_counters(hub_base)
+    first_counts = diff(before, counts0)
+    hub_req0, prom0 = hub.requests, gpu.queries
+    times, probes = [], []
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile()
+    last = first
+    for _ in range(cycles):
+        if prof:
+            prof.enable()
+        last = await reclaimer.run_cycle()
+        if prof:
+            prof.disable()
+        times.append(last.seconds)
+        probes.append(last.probes)
+        assert not last.skipped, last.skipped
+    after = fake_counters(hub_base)
+    await reclaimer.drain()
+    for part in (hub, gpu, kernels, stopper):
+        await part.close()
+    if pods_mode == "watch":
+        await pods.stop()
+    store.close()
+    if prof:
+        prof.dump_stats(profile)
+    actions: dict[str, int] = {}
+    for d in last.decisions.values():
+        actions[f"{d.action}/{d.rule}"] = actions.get(f"{d.action}/{d.rule}", 0) + 1
+    return {
+        "tool": "jupyterhub-gpu-reclaim", "startup": startup, "first": first.seconds, "first_probes": first.probes,
+        "first_spent": first_spent, "first_counts": first_counts,
+        "steady_record_decision_s": (spent["record_decision"] - first_spent["record_decision"]) / cycles,
+        "cycles": summary(times), "times": times, "servers": last.servers,
+        "gpu_sessions": last.gpu_sessions, "probes_per_cycle": statistics.mean(probes),
+        "stops": len(last.stops), "warned": len(last.warned), "decisions": actions,
+        "hub_requests_per_cycle_client": (hub.requests - hub_req0) / cycles,
+        "prometheus_queries_per_cycle_client": (gpu.queries - prom0) / cycles,
+        "fake_counts_per_cycle": {k: v / cycles for k, v in diff(after, before).items()},
+        "pods_view_mib": pods_bytes / 2**20, "pods": pods_mode, "rss_before_cycles": rss_before,
+        **proc_status(),
+    }

@@ -1,0 +1,69 @@
+"""benchmarks/service_cycle.py's table and verdict, from the rounds of each tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.cycle.measure import summary
+from benchmarks.cycle.scene import IDLE_EVERY, N_USERS
+
+
+def table(ours: dict[str, Any], culler: dict[str, Any], prefilled: dict[str, Any] | None = None) -> str:
+    def hub_cell(r: dict[str, Any]) -> str:
+        c = r["fake_counts_per_cycle"]
+        hub = {k: v for k, v in c.items() if k.startswith("hub:")}
+        total = sum(hub.values())
+        pages = hub.get("hub:users-page", 0)
+        rest = ", ".join(f"{k[4:]} {v:g}" for k, v in hub.items() if k != "hub:users-page")
+        return f"{total:g} ({pages:g} pages{', ' + rest if rest else ''})"
+
+    def probes(r: dict[str, Any]) -> str:
+        c = r["fake_counts_per_cycle"]
+        k = c.get("server:kernels", 0)
+        return f"{k:g} servers ({k + c.get('server:terminals', 0):g} requests)" if k else "0"
+
+    rows = ["| tool | cycle p50 / max (s) | first cycle (s) | peak RSS (MiB) | hub requests / cycle "
+            "| Prometheus queries / cycle | kernel probes / cycle |",
+            "|---|---|---|---|---|---|---|"]
+    for r in (ours, prefilled, culler):
+        if r is None:
+            continue
+        name = r["tool"] + (" (pods: PodSignal list + watch)" if r.get("pods") == "watch" else
+                            " (pods: view pre-filled)" if r.get("pods") == "fake" else "")
+        rows.append(f"| {name} | {r['cycles']['p50']:.2f} / {r['cycles']['max']:.2f} | {r['first']:.2f} "
+                    f"| {r['VmHWM']:.0f} | {hub_cell(r)} "
+                    f"| {r['fake_counts_per_cycle'].get('prometheus:query', 0):g} | {probes(r)} |")
+    return "\n".join(rows)
+
+
+def verdict(ours: dict[str, Any], culler: dict[str, Any]) -> str:
+    p50, cp50 = ours["cycles"]["p50"], culler["cycles"]["p50"]
+    ratio = p50 / cp50
+    c = ours["fake_counts_per_cycle"]
+    hub_only_pages = all(k in ("hub:users-page",) for k in c if k.startswith("hub:"))
+    lines = [
+        f"- cycle < 3 s: p50 {p50:.2f} s, max {ours['cycles']['max']:.2f} s, first {ours['first']:.2f} s "
+        f"→ {'met' if ours['cycles']['max'] < 3 and ours['first'] < 3 else 'NOT met'}",
+        f"- RSS < 200 MB: peak {ours['VmHWM']:.0f} MiB ({ours['VmHWM'] * 1.048576:.0f} MB) "
+        f"→ {'met' if ours['VmHWM'] * 1.048576 < 200 else 'NOT met'}",
+        f"- ≤ 1.5 × idle-culler's cycle: {p50:.2f} s / {cp50:.2f} s = {ratio:.2f}× "
+        f"→ {'met' if ratio <= 1.5 else 'NOT met'}",
+        f"- hub requests = pages only: {'yes' if hub_only_pages else 'no'}; Prometheus queries ≤ 2: "
+        f"{'yes' if c.get('prometheus:query', 0) <= 2 else 'no'}; kernel probes only for GPU-idle "
+        f"candidates ({N_USERS // IDLE_EVERY}): "
+        f"{'yes' if c.get('server:kernels', 0) == N_USERS // IDLE_EVERY else 'no'}",
+    ]
+    return "\n".join(lines)
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds of one tool together: every timed cycle pooled, the worst first cycle
+    and peak RSS; per-cycle counts from the first round (they do not vary)."""
+    out = dict(runs[0])
+    out["times"] = [t for r in runs for t in r["times"]]
+    out["cycles"] = summary(out["times"])
+    out["first"] = max(r["first"] for r in runs)
+    out["firsts"] = [r["first"] for r in runs]
+    out["VmHWM"] = max(r["VmHWM"] for r in runs)
+    out["VmRSS"] = max(r["VmRSS"] for r in runs)
+    return out

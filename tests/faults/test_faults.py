@@ -21,8 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim.launch import free_port
 from ..support.clock import START, at
+from ..support.cycles import P
 from ..support.fakes import FakeHubAPI
-from ..support.fault_world import P, TOKEN, World
+from ..support.fault_world import TOKEN, World
 
 UTC = dt.timezone.utc
 

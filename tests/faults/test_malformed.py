@@ -1,18 +1,16 @@
-"""Malformed answers, 200 OK, from every source: a user's server (`/api/kernels`,
-`/api/terminals`), the hub's user listing, Prometheus, dcgm-exporter and the Kubernetes API
-(pods in the list and in the watch). Wrong types, absurd dates, NaN and infinities, huge
-numbers, missing keys, deep nesting, text that is not JSON, bodies over the size limit.
+"""Malformed answers, 200 OK, from a user's server (`/api/kernels`, `/api/terminals`), the
+hub's user listing, Prometheus and dcgm-exporter, and an unexpected error in a session or in
+the cycle. Wrong types, absurd dates, NaN and infinities, huge numbers, missing keys, deep
+nesting, text that is not JSON, bodies over the size limit. The Kubernetes API's:
+test_malformed_pods.py.
 
-The real signal classes read real HTTP fakes (tests/support/fakes.py), wired into a Reclaimer as in
-test_faults.py. In every test, bystanders are warned and reclaimed on schedule in the very
-cycles they would be without the fault, each concerned session is held with the reason,
-`cycles_total` says what each cycle was, and the last-successful-cycle time moves only
-with the cycles that succeeded."""
+The real signal classes read real HTTP fakes (tests/support/fakes.py), wired into a Reclaimer
+as in test_faults.py (the `make` fixture: tests/faults/conftest.py). In every test,
+bystanders are warned and reclaimed on schedule, each concerned session is held with the
+reason, and the cycles' metrics tell the truth (tests/support/hostile_world.py)."""
 
 from __future__ import annotations
 
-import asyncio
-import datetime as dt
 import json
 import logging
 import sqlite3
@@ -20,155 +18,12 @@ import sqlite3
 import pytest
 
 from jupyterhub_gpu_reclaim.service import cycle as service
-from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.signals.base import MAX_BODY
-from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal
-from jupyterhub_gpu_reclaim.signals.pods import PodSignal
 
 from ..support.clock import START, at
-from ..support.fakes import FakeDcgmExporter, FakeKubeAPI, iso
-from ..support.fault_world import NS, P, World
-
-# never-used GPUs warned at 10 min, reclaimed at 20; servers without GPUs culled at 20
-POLICY = PolicyConfig(never_used_warn_after=dt.timedelta(minutes=10),
-                      never_used_reclaim_after=dt.timedelta(minutes=20),
-                      warning_lead=dt.timedelta(minutes=5), cpu_timeout=dt.timedelta(minutes=20))
-ABSURD = "9999-12-31T23:59:59-23:59"  # the issue's: OverflowError once converted to UTC
-DEEP = b"[" * 100_000 + b"]" * 100_000  # RecursionError in json
-HUGE_INT = "9" * 400
-
-
-class Hostile(World):
-    """World with the policy above, bystanders bob (GPU) and carol (no GPU), the GPU data
-    from Prometheus or from two dcgm-exporters (`gpu="dcgm"`: node-a and node-b), and the
-    pods from the fake in-process source or from the Kubernetes API (`kube=True`: the real
-    PodSignal, list and watch)."""
-
-    def __init__(self, tmp_path, gpu: str = "prometheus", kube: bool = False) -> None:
-        super().__init__(tmp_path)
-        self.tmp_path = tmp_path
-        self.policy = POLICY
-        self.exporters = {n: FakeDcgmExporter(n) for n in ("node-a", "node-b")} if gpu == "dcgm" else {}
-        self.kube = FakeKubeAPI() if kube else None
-        self.stamps: list[float] = []
-
-    async def start(self) -> "Hostile":
-        for fake in [*self.exporters.values(), *([self.kube] if self.kube else [])]:
-            await fake.start()
-        if self.kube:
-            import kubernetes_asyncio.watch  # noqa: F401  (its first import takes seconds: not in a cycle)
-            path = self.tmp_path / "kubeconfig"
-            path.write_text(self.kube.kubeconfig())
-            self.pods = PodSignal(NS, str(path), watch_timeout=5)  # type: ignore[assignment]
-        await super().start()
-        self.bob = self.add("bob")
-        self.carol = self.add("carol", gpus=0, last_activity=START)
-        return self
-
-    def new_reclaimer(self, stop_timeout: float = 0.3):
-        reclaimer = super().new_reclaimer(stop_timeout)
-        # time enough to read (and refuse) the huge answers on a busy machine
-        self.hub_signal.timeout = self.prom_signal.timeout = self.kernel_signal.timeout = 20
-        if self.exporters:
-            reclaimer.gpu = DcgmScrapeSignal([e.url + "/metrics" for e in self.exporters.values()], timeout=20)
-            self.parts.append(reclaimer.gpu)
-        self.stamps = [self.metric(P + "last_successful_cycle_timestamp_seconds")]
-        return reclaimer
-
-    async def close(self) -> None:
-        await super().close()
-        if self.kube:
-            await self.pods.stop()  # type: ignore[attr-defined]
-        for fake in [*self.exporters.values(), *([self.kube] if self.kube else [])]:
-            await fake.close()
-
-    def add(self, user: str, *, gpus: int = 1, util: float | None = 0.0, last_activity=None,
-            node: str = "node-b") -> str:
-        sid = super().add(user, gpus=gpus, util=util, last_activity=last_activity)
-        if self.exporters and gpus and util is not None:
-            self.exporters[node].util[(NS, f"jupyter-{user}")] = util
-        if self.kube:
-            self.pods.pods.pop(sid, None)  # type: ignore[attr-defined]  (World.add filled FakePods')
-            self.kube.pods[f"jupyter-{user}"] = self.pod(user, gpus)
-        return sid
-
-    def pod(self, user: str, gpus: int = 1) -> dict:
-        """The pod KubeSpawner makes for `user`, as the API serves it."""
-        port = int(self.servers.url.rsplit(":", 1)[1])
-        keys = {"hub.jupyter.org/username": user, "hub.jupyter.org/servername": ""}
-        return {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": f"jupyter-{user}", "namespace": NS, "creationTimestamp": iso(START),
-                         "resourceVersion": "1", "uid": f"uid-{user}", "annotations": dict(keys),
-                         "labels": {"component": "singleuser-server", "app": "jupyterhub", **keys}},
-            "spec": {"nodeName": "gpu-node-1", "containers": [{
-                "name": "notebook", "image": "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02",
-                "ports": [{"name": "notebook-port", "containerPort": port, "protocol": "TCP"}],
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)} if gpus else {}}}]},
-            "status": {"phase": "Running", "podIP": "127.0.0.1",
-                       "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
-                       "containerStatuses": [{"name": "notebook", "ready": True, "restartCount": 0}]}}
-
-    async def cycle(self):
-        report = await super().cycle()
-        self.stamps.append(self.metric(P + "last_successful_cycle_timestamp_seconds"))
-        return report
-
-    async def until(self, check, what: str) -> None:
-        """Wait for the background watch to have applied a change (not a timing assertion:
-        the deadline only keeps a broken test from hanging)."""
-        for _ in range(3000):  # the watch's re-lists back off: 0.5 s, 1 s, 2 s, ...
-            if check():
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError(f"never happened: {what}")
-
-    # ---------------------------------------------------------------- what every test checks
-
-    def assert_bystanders_on_schedule(self) -> None:
-        assert self.warned(self.bob) == [at(10)] and self.stopped(self.bob) == [at(20)]
-        assert self.stopped(self.carol) == [at(20)] and self.warned(self.carol) == []
-
-    def assert_held(self, sid: str, rule: str, problem: str, since: dt.datetime = START,
-                    warned: list | tuple = ()) -> None:
-        """Held under `rule` in every cycle from `since` on, with `problem` in the decision's
-        evidence; warned only as given; never stopped."""
-        decisions = [r.decisions[sid] for r in self.reports if r.t >= since]
-        assert decisions and {(d.action, d.rule) for d in decisions} == {("hold", rule)}, (sid, decisions[-1])
-        assert all(problem in d.evidence["problem"] for d in decisions), (sid, decisions[-1].evidence)
-        if rule in ("hub-data-invalid", "pod-data-invalid", "session-error"):  # the reason says it too
-            assert problem in decisions[-1].reason
-        assert self.warned(sid) == list(warned) and self.stopped(sid) == [], sid
-        shown = self.reclaimer.status.sessions[sid]  # what the admin page shows
-        assert shown.action == "hold" and shown.rule == rule and problem in shown.evidence["problem"]
-
-    def assert_cycle_metrics_truthful(self) -> None:
-        results = ["error" if r.error else f"skipped-{r.skipped}" if r.skipped else
-                   f"degraded-{r.degraded}" if r.degraded else "ok" for r in self.reports]
-        for result in set(results):
-            assert self.metric(P + "cycles_total", result=result) == results.count(result), result
-        assert self.metric(P + "cycle_interval_seconds") == 300
-        for result, before, after in zip(results, self.stamps, self.stamps[1:], strict=False):
-            assert after > before if result == "ok" else after == before, (result, before, after)
-
-
-@pytest.fixture
-async def make(tmp_path):
-    made = []
-
-    async def make(**kwargs) -> Hostile:
-        made.append(await Hostile(tmp_path, **kwargs).start())
-        return made[-1]
-
-    yield make
-    for w in made:
-        await w.close()
-
-
-def assert_all_ok(w: Hostile) -> None:
-    assert all(r.error is None and r.skipped is None for r in w.reports)
-    assert w.metric(P + "cycles_total", result="ok") == len(w.reports)
-    w.assert_cycle_metrics_truthful()
+from ..support.cycles import NS, P
+from ..support.fakes import iso
+from ..support.hostile_world import ABSURD, DEEP, HUGE_INT, assert_all_ok
 
 
 # ---------------------------------------------------------------------------- user servers
@@ -425,132 +280,6 @@ async def test_unusable_dcgm_text_holds_only_that_nodes_sessions(make, body, pro
     assert {(r.decisions[on_a].action, r.decisions[on_a].rule) for r in w.reports} == {("hold", "gpu-data-missing")}
     assert problem in caplog.text
     assert_all_ok(w)
-
-
-# ---------------------------------------------------------------------------- the Kubernetes API
-
-
-def nested(depth: int) -> list:
-    value: list = []
-    for _ in range(depth):
-        value = [value]
-    return value
-
-
-POD_CHANGES = {  # victim: (change to its pod: path → value, the hold's rule, evidence)
-    "absurd-created": ({"metadata.creationTimestamp": ABSURD}, "pod-data-invalid", "out of range once in UTC"),
-    "containers": ({"spec.containers": "notebook"}, "pod-data-invalid", "containers: str"),
-    "gpus-1e400": ({"spec.containers.0.resources.limits": {"nvidia.com/gpu": "1e400"}}, "pod-data-invalid",
-                   "is not a GPU count"),
-    "gpus-huge-int": ({"spec.containers.0.resources.limits": {"nvidia.com/gpu": int(HUGE_INT)}},
-                      "pod-data-invalid", "is not a GPU count"),
-    "gpus-negative": ({"spec.containers.0.resources.limits": {"nvidia.com/gpu": -1}}, "pod-data-invalid",
-                      "is not a GPU count"),
-    "port": ({"spec.containers.0.ports.0.containerPort": "8888"}, "pod-data-invalid", "containerPort: str"),
-    "pod-ip": ({"status.podIP": "evil.example.com/steal?"}, "pod-data-invalid", "does not appear to be an IP"),
-    "status": ({"status": ["Running"]}, "pod-data-invalid", "status: list"),
-    "conditions": ({"status.conditions": ["Ready"]}, "pod-data-invalid", "conditions: an item is not an object"),
-    "ready": ({"status.containerStatuses.0.ready": "yes"}, "pod-data-invalid", "ready: str"),
-    "deep": ({"spec.containers.0.resources": nested(500)}, "pod-data-invalid", "resources: list"),
-    "no-name": ({"metadata.name": None}, "pod-missing", None),
-    "user-number": ({"metadata.annotations.hub.jupyter.org/username": 5}, "pod-missing", None),
-}
-
-
-def change(pod: dict, path: str, value) -> None:
-    keys = path.split(".")
-    if keys[:2] == ["metadata", "annotations"]:  # the annotation's key holds dots
-        keys = keys[:2] + [".".join(keys[2:])]
-    target = pod
-    for key in keys[:-1]:
-        target = target[int(key)] if isinstance(target, list) else target[key]
-    target[int(keys[-1]) if isinstance(target, list) else keys[-1]] = value
-
-
-@pytest.mark.parametrize("via", ["list", "watch"])
-async def test_malformed_pods_hold_only_their_session(make, caplog, via):
-    caplog.set_level(logging.INFO)
-    w = await make(kube=True)
-    victims = {}
-    for name, (changes, rule, problem) in POD_CHANGES.items():
-        sid = w.add(f"k8s-{name}")
-        victims[sid] = (f"jupyter-k8s-{name}", changes, rule, problem)
-    held_since = START
-
-    async def spoil():
-        for pod_name, changes, _, _ in victims.values():
-            pod = json.loads(json.dumps(w.kube.pods[pod_name]))
-            for path, value in changes.items():
-                change(pod, path, value)
-            if via == "list":
-                w.kube.pods[pod_name] = pod
-            else:
-                await w.kube.put(pod_name, pod)
-
-    if via == "list":
-        await spoil()
-    else:
-        await w.run_until(at(5))
-        assert all(w.reports[-1].decisions[sid].action == "keep" for sid in victims)
-        await spoil()
-        held_since = at(10)
-        untold = ("jupyter-k8s-no-name", "jupyter-k8s-user-number")  # the watch re-lists: gone
-        await w.until(lambda: all(p.invalid for p in w.pods.pods.values() if p.name.startswith("jupyter-k8s-"))
-                      and not set(untold) & set(w.pods.pods), "the watch delivered the spoilt pods")
-    await w.run_until(at(25))
-    w.assert_bystanders_on_schedule()
-    for sid, (_, _, rule, problem) in victims.items():
-        if problem is None:  # a pod that cannot be told apart: the server's pod is missing
-            assert {(r.decisions[sid].action, r.decisions[sid].rule) for r in w.reports
-                    if r.t >= held_since} == {("hold", "pod-missing")}
-            assert w.stopped(sid) == []
-        else:
-            w.assert_held(sid, rule, problem, since=held_since)
-    assert_all_ok(w)
-    assert w.metric(P + "holds", reason="pod-data-invalid") == 11
-    assert "ignoring a pod that cannot be told apart" in caplog.text
-
-
-async def test_malformed_watch_events_relist_and_hold_nobody_else(make, caplog):
-    """Lines of the watch that are no event: ignored, or the watch drops and the pods are
-    listed again; either way the view stays current and nobody else is held."""
-    caplog.set_level(logging.INFO)
-    w = await make(kube=True)
-    await w.run_until(at(5))
-    lines = [b"<html>", DEEP, b'{"type": "MODIFIED", "object": "a pod"}', b'{"type": 5, "object": {}}',
-             b"{" + b" " * (5 * 1024 * 1024) + b"}"]  # over kubernetes-asyncio's 4 MiB line
-    for i, line in enumerate(lines):
-        await w.kube.send_line(line)
-        await w.kube.put(f"marker-{i}", {**w.pod(f"marker-{i}"), "metadata": {"name": f"marker-{i}"}})
-        await w.until(lambda i=i: f"marker-{i}" in w.pods.pods, f"the view current after {line[:20]!r}")
-        await w.cycle()
-    await w.run_until(at(25))
-    w.assert_bystanders_on_schedule()
-    assert_all_ok(w)
-    assert w.pods.relists == 1 + 4  # all but the line that is not JSON (kubernetes-asyncio skips it)
-    dropped = [r.getMessage() for r in caplog.records if "pod watch dropped" in r.getMessage()]
-    assert any("LineTooLong" in m for m in dropped), dropped
-
-
-@pytest.mark.parametrize("body,problem", [
-    (b"<html>", "JSONDecodeError"),
-    (DEEP, "RecursionError"),
-    (b'{"kind": "PodList", "items": []}' + b" " * MAX_BODY["pods"], "larger than"),
-    (b'{"kind": "PodList", "items": {"a": 1}}', "items: dict"),
-], ids=["not-json", "deep", "huge-body", "items-not-a-list"])
-async def test_unusable_pod_list_holds_whom_it_cannot_see_and_is_not_a_success(make, body, problem):
-    w = await make(kube=True)
-    w.kube.raw_list = body
-    await w.run_until(at(5))
-    # no pod list read yet: nobody can be told from a GPU session
-    assert [r.degraded for r in w.reports] == ["pods", "pods"]
-    assert problem in w.reports[-1].errors["pods"]
-    assert {(d.action, d.rule) for r in w.reports for d in r.decisions.values()} == {("hold", "pods-unavailable")}
-    w.kube.raw_list = None
-    await w.run_until(at(30))
-    assert [r.degraded for r in w.reports[2:]] == [None] * 5
-    assert w.warned(w.bob) == [at(10)] and w.stopped(w.bob) == [at(20)]
-    w.assert_cycle_metrics_truthful()
 
 
 # ---------------------------------------------------------------------------- the unexpected

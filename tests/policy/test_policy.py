@@ -1,23 +1,22 @@
-"""Unit and property tests of the pure reclaim policy."""
+"""Unit tests of the pure reclaim policy, one decision at a time: the GPU rules (a GPU never
+used, used then idle), missing data and the gaps bridged, intents, episodes, pressure,
+exemptions and max-age, servers without GPUs, the config's checks, and walks minute by
+minute on a simulated clock. What the kernels say: test_policy_kernels.py; the properties
+over all inputs: test_policy_properties.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from jupyterhub_gpu_reclaim.policy.observations import Intent, Kernel, Sample, Session, SessionView, Warning
+from jupyterhub_gpu_reclaim.policy.observations import Intent, Kernel, Sample, Session, SessionView
 from jupyterhub_gpu_reclaim.policy.decider import decide
-from jupyterhub_gpu_reclaim.policy.scan import retained_samples
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy.rules import AppliedPolicy
-from jupyterhub_gpu_reclaim.policy.step import step
 
 from ..support.clock import START, at
-from ..support.policy_inputs import BUSY, CFG, IDLE, PROP, configs, mins, nows, run, samples, session, views, warned
+from ..support.policy_inputs import BUSY, CFG, mins, run, samples, session, warned
+from ..support.policy_walk import walk
 
 
 # ---------------------------------------------------------------- never used (Yale)
@@ -101,150 +100,6 @@ def test_terminal_activity_does_not_keep_but_is_reported():
     d = run(SessionView(session(), s), at(70))
     assert d.action == "warn"
     assert d.evidence["terminal_last_activity"] == at(70).isoformat()
-
-
-# ---------------------------------------------------------------- busy kernel
-
-def test_busy_kernel_keeps_silent_training():
-    # the GPU was used (the training's first minutes), then the cell runs without output
-    view = SessionView(session(), samples(lambda k: 80 if k < 5 else 0, 300, kernels=BUSY),
-                       warnings=(warned("gpu-idle", 70, 130),))
-    d = run(view, at(300))
-    assert (d.action, d.rule) == ("keep", "kernel-busy")
-    assert d.cleared == view.warnings
-
-
-def silent_job(end: float, until: float, *, seen: float = 5, hub=None, after=None):
-    """A cell started at minute `seen` (the last sign of its user), the GPU busy and the
-    kernel busy until `end`, idle after; `hub(k)` the hub's last_activity at minute k
-    (default: where the user left it), `after` a kernel's activity after the end."""
-    out = []
-    for k in range(int(until) + 1):
-        busy = k <= end
-        act = at(seen) if busy or after is None or k < after else at(after)
-        out.append(Sample(at(k), (80.0 if busy else 0.0,), kernels=(Kernel("busy" if busy else "idle", act),),
-                          terminals=(), hub_last_activity=hub(k) if hub else at(seen)))
-    return tuple(out)
-
-
-def test_work_that_ended_with_nobody_there_is_reclaimed_75_min_after_it_ended():
-    # started at minute 5, ran 4 h with nobody there: the user left 4 h ago, past any lunch
-    d = run(SessionView(session(), silent_job(245, 289)), at(289))
-    assert (d.action, d.rule) == ("keep", "job-ended-unattended")
-    d = run(SessionView(session(), silent_job(245, 290)), at(290))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(320))
-    assert d.evidence["last_seen"] == at(5).isoformat() and d.idle_since == at(245)
-    assert "with nobody there" in d.reason and "keep it alive" in d.reason
-    view = SessionView(session(), silent_job(245, 320), warnings=(warned("job-ended-unattended", 290, 320),))
-    assert (run(view, at(320)).action, run(view, at(320)).rule) == ("reclaim", "job-ended-unattended")
-
-
-def test_the_jobs_own_end_is_not_someone_there_and_its_clock_starts_there():
-    # the cell's last messages move the kernel's last_activity as it ends (a minute after
-    # its last busy sample), and the hub's with the next activity report (up to 5 min
-    # later): the job ended at 246, so the hour kept for its results ends at 306, and the
-    # reclaim comes after it
-    s = silent_job(245, 291, after=246, hub=lambda k: at(5) if k < 249 else at(249))
-    d = run(SessionView(session(), s), at(291))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(321))
-    assert at(246).isoformat() in d.reason
-
-
-@pytest.mark.parametrize("case", ["short job", "open tab", "came back", "kernels unknown"])
-def test_work_that_ended_with_someone_near_keeps_the_idle_rule(case):
-    if case == "short job":  # a 1 h 50 min cell, then lunch: someone may be back soon
-        s, end, expect = silent_job(115, 300), 115, ("gpu-idle", at(115 + 120))
-    elif case == "open tab":  # a browser on the session throughout: nobody can say
-        s, end, expect = silent_job(245, 400, hub=at), 245, ("gpu-idle", at(245 + 120))
-    elif case == "came back":  # a cell run 30 min after the job: someone is there, from then
-        s, end, expect = silent_job(245, 400, after=275), 245, ("gpu-idle", at(275 + 120))
-    else:  # the server did not report its kernels when the work ended
-        s, end = silent_job(245, 400), 245
-        s = tuple(dataclasses.replace(x, kernels=None) if x.t == at(end) else x for x in s)
-        expect = ("gpu-idle", at(245 + 120))
-    rule, reclaim = expect
-    warn_at = next(at(k) for k in range(end, 400) if run(SessionView(session(), s[:k + 1]), at(k)).action == "warn")
-    d = run(SessionView(session(), s[:int((warn_at - START).total_seconds() // 60) + 1]), warn_at)
-    assert (d.rule, d.reclaim_at) == (rule, reclaim), case
-
-
-def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
-    # a cell every few minutes, the GPU never touched: a person is there, so the never-used
-    # clock does not run; the CPU work's own does (warned at 2 h of it, reclaimed at 3 h)
-    def kernels(k):
-        return BUSY if k % 7 < 2 else IDLE
-    s = tuple(dataclasses.replace(x, kernels=kernels(k)) for k, x in enumerate(samples(lambda k: 0, 200)))
-    assert run(SessionView(session(), s[:71]), at(70)).action == "keep"  # Yale's hour: no matter
-    d = run(SessionView(session(), s[:121]), at(120))
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "cpu-work-on-gpu", at(180))
-    assert "a CPU profile would do" in d.reason and "keep it alive" in d.reason
-    assert d.evidence["cpu_work_since"] == START.isoformat()
-    # the warning is answered by the keep-alive or the GPU, not by more CPU work
-    view = SessionView(session(), s[:181], warnings=(warned("cpu-work-on-gpu", 120, 180),))
-    assert (run(view, at(180)).action, run(view, at(180)).rule) == ("reclaim", "cpu-work-on-gpu")
-    intent = Intent("alice/", until=at(300), set_at=at(130))
-    assert run(dataclasses.replace(view, intent=intent), at(180)).rule == "intent"
-    used = view.samples[:170] + tuple(dataclasses.replace(x, gpu_util=(40.0,)) for x in view.samples[170:172]) \
-        + view.samples[172:]
-    d = run(dataclasses.replace(view, samples=used), at(180))
-    assert d.action == "keep" and [w.t for w in d.cleared] == [at(120)]
-    # by setting, CPU work keeps the server for as long as it goes on
-    old = PolicyConfig(cpu_work_keeps_unused_gpu=True)
-    assert run(SessionView(session(), s[:176]), at(175), config=old).rule == "kernel-busy"
-    assert run(view, at(180), config=old).action == "keep"
-
-
-def test_cpu_work_that_pauses_leaves_the_idle_window_from_its_last_cell():
-    # CPU cells for 20 min, then nothing for 3 h: a person who ran a cell is present for the
-    # idle window after it, whatever the GPU does; the CPU-work warning is not sent
-    def kernels(k):
-        return BUSY if k < 20 and k % 7 < 2 else (Kernel("idle", last_activity=at(min(k, 15))),)
-    s = tuple(dataclasses.replace(x, kernels=kernels(k)) for k, x in enumerate(samples(lambda k: 0, 300)))
-    decisions = {k: run(SessionView(session(), s[:k + 1]), at(k)) for k in range(0, 300)}
-    warn = next(k for k, d in decisions.items() if d.action == "warn")
-    assert (warn, decisions[warn].rule, decisions[warn].reclaim_at) == (75, "gpu-never-used", at(135))
-    assert not any(d.rule == "cpu-work-on-gpu" and d.action == "warn" for d in decisions.values())
-
-
-def test_a_busy_kernel_keeps_a_gpu_touched_below_the_threshold():
-    # a slow data loader at 3-8 % under a 9 % threshold: "never used" for the idle rules,
-    # but something ran on the GPU, so the busy kernel is work in progress
-    nine = PolicyConfig(gpu_idle_threshold=9)
-    s = samples(lambda k: 3 + k % 6, 300, kernels=BUSY)
-    d = run(SessionView(session(), s), at(300), config=nine)
-    assert (d.action, d.rule) == ("keep", "kernel-busy")
-    assert d.evidence["never_used"] is False
-    # once the kernel stops, the idle rule counts from its last busy sample
-    s = s[:100] + samples(lambda k: 0, 300, kernels=IDLE)[100:]
-    d = run(SessionView(session(), s[:160]), at(159), config=nine)
-    assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(219))
-
-
-def test_cpu_work_after_the_gpu_was_used_is_work():
-    def kernels(k):
-        return BUSY if k % 7 < 2 else IDLE
-    s = tuple(dataclasses.replace(x, kernels=kernels(k))
-              for k, x in enumerate(samples(lambda k: 90 if k < 10 else 0, 400)))
-    assert walk_view(s) is None
-
-
-def test_busy_kernel_restarts_the_idle_clock():
-    s = samples(lambda k: 80 if k < 5 else 0, 200)
-    s = tuple(dataclasses.replace(x, kernels=BUSY) if x.t == at(50) else x for x in s)
-    d = run(SessionView(session(), s[:110]), at(109))
-    assert (d.action, d.rule) == ("keep", "gpu-idle")
-    assert d.idle_since == at(50)
-    d = run(SessionView(session(), s[:111]), at(110))
-    assert (d.action, d.reclaim_at) == ("warn", at(170))
-
-
-def test_unknown_kernels_hold_instead_of_reclaim():
-    view = SessionView(session(), samples(lambda k: 0, 60, kernels=None),
-                       warnings=(warned("gpu-never-used", 30, 60),))
-    d = run(view, at(60))
-    assert (d.action, d.rule) == ("hold", "kernel-data-missing")
-    # but the warning itself goes out
-    assert run(SessionView(session(), samples(lambda k: 0, 30, kernels=None)), at(30)).action == "warn"
 
 
 # ---------------------------------------------------------------- missing / stale data
@@ -519,32 +374,6 @@ def test_decisions_are_deterministic():
 
 # ---------------------------------------------------------------- simulated clock walk
 
-def walk(util_at, minutes, *, kernels_at=lambda k: IDLE, intent=None, config=CFG, gpus=1,
-         pending=1, trim=False):
-    """Step minute by minute (`policy.step`, as the service and the backtest do): a sample
-    each minute, the session's warnings after each step fed back. Returns (reclaim minute or
-    None, warnings sent)."""
-    sess = session(gpus=gpus)
-    kept: tuple[Sample, ...] = ()
-    warnings: tuple[Warning, ...] = ()
-    sent = []
-    for k in range(minutes + 1):
-        u = util_at(k)
-        u = u if u is None or isinstance(u, tuple) else (float(u),) * gpus
-        kept = kept + (Sample(at(k), u, kernels=kernels_at(k)),)
-        if trim:
-            kept = retained_samples(kept, now=at(k), config=config, gpus=gpus)
-        done = step(SessionView(sess, kept, intent=intent, warnings=warnings), now=at(k),
-                    pending_gpus=pending, policy=AppliedPolicy(config))
-        d, warnings = done.decision, done.warnings
-        if d.action == "warn":
-            assert warnings[-1] == Warning(sess.id, at(k), d.rule, d.reclaim_at)
-            sent.append((k, d.rule, (d.reclaim_at - START) / mins(1)))
-        if d.action == "reclaim":
-            return k, sent
-    return None, sent
-
-
 def test_walk_never_used():
     assert walk(lambda k: 0, 300) == (60, [(30, "gpu-never-used", 60)])
 
@@ -564,12 +393,6 @@ def test_walk_intent_then_rules():
     assert walk(lambda k: 0, 400, intent=intent) == (215, [(185, "intent-ended", 215)])
 
 
-def walk_view(s: tuple[Sample, ...]) -> int | None:
-    """walk() over given samples: the reclaim minute or None."""
-    by_minute = {round((x.t - START) / mins(1)): x for x in s}
-    return walk(lambda k: by_minute[k].gpu_util, len(s) - 1, kernels_at=lambda k: by_minute[k].kernels)[0]
-
-
 def test_walk_silent_training_never_reclaimed():
     assert walk(lambda k: 50 if k < 3 else 0, 600, kernels_at=lambda k: BUSY) == (None, [])
     assert walk(lambda k: 99, 600) == (None, [])
@@ -579,65 +402,3 @@ def test_walk_trimmed_window_gives_same_result():
     def util(k):
         return None if k in (300, 301) else (60 if k < 100 or 500 < k < 520 else 0)
     assert walk(util, 900, trim=True) == walk(util, 900)
-
-
-# ---------------------------------------------------------------- properties
-
-@PROP
-@given(views(), nows, st.integers(0, 3), configs)
-def test_property_gpu_invariants(view, now, pending, cfg):
-    d = decide(view, now=now, pending_gpus=pending, config=cfg)
-    json.dumps(d.evidence)
-    assert d.session == view.session.id
-    if view.session.gpus == 0:
-        return
-    seen = [s for s in view.samples if s.t <= now]
-    latest = seen[-1] if seen else None
-    missing = (latest is None or now - latest.t > cfg.stale_after or latest.gpu_util is None
-               or None in latest.gpu_util or len(latest.gpu_util) != view.session.gpus)
-    if d.action == "reclaim":
-        assert any(w.t <= now - cfg.warning_lead and w.reclaim_at <= now
-                   for w in view.warnings)
-        intent = view.intent
-        if intent is not None and intent.set_at <= now:
-            end = min(intent.until, intent.set_at + cfg.max_keepalive)
-            if cfg.max_age:
-                end = min(end, view.session.started + cfg.max_age)
-            assert end <= now
-        # a busy kernel is work once the GPU was used (the never-used rule ignores it)
-        if d.rule != "cpu-work-on-gpu":
-            assert not any(k.execution_state == "busy" for k in (latest.kernels or ()))
-        else:
-            assert d.evidence["last_used"] is None and not cfg.cpu_work_keeps_unused_gpu
-        assert latest.kernels is not None
-        assert not (cfg.pressure_only and pending == 0)
-    if missing:
-        assert (d.action, d.rule) == ("hold", "gpu-data-missing")
-    if d.action == "warn":
-        assert d.reclaim_at >= now + cfg.warning_lead
-        if d.rule == "max-age":  # max-age warnings are never cleared: one is enough
-            assert not any(w.rule == "max-age" and w.t <= now for w in view.warnings)
-
-
-@PROP
-@given(views(gpus=0), nows, configs)
-def test_property_non_gpu_is_idle_culler(view, now, cfg):
-    d = decide(view, now=now, pending_gpus=0, config=cfg)
-    seen = [s for s in view.samples if s.t <= now]
-    last = (seen[-1].hub_last_activity if seen else None) or view.session.started
-    inactive = (now - last).total_seconds()
-    age = (now - view.session.started).total_seconds()
-    kind = cfg.cull_named_servers if view.session.server else cfg.cull_default_servers
-    culled = (inactive >= cfg.cpu_timeout.total_seconds() and kind) or bool(
-        cfg.cpu_max_age and age >= cfg.cpu_max_age.total_seconds())
-    assert d.action == ("reclaim" if culled else "keep")
-    assert d.reclaim_at is None
-
-
-@PROP
-@given(views(gpus=1), nows, configs)
-def test_property_retained_samples_decide_the_same(view, now, cfg):
-    kept = retained_samples(view.samples, now=now, config=cfg, gpus=1)
-    a = decide(view, now=now, pending_gpus=1, config=cfg)
-    b = decide(dataclasses.replace(view, samples=kept), now=now, pending_gpus=1, config=cfg)
-    assert a == b

@@ -4,7 +4,7 @@ source: every server is culled by idle-culler's rule) and idle-culler 2.0's
 idle-culler documents: its trait's help (`my_cull_arbiter`, servers with the profile
 "unlimited" never culled) and its own tests (`cull_arbiter_function`, always True;
 `async_cull_arbiter_function`, async, always False). On a virtual clock (the harness of
-test_service.py)."""
+tests/support/harness.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
 
 from ..support.clock import START, at
-from ..support.harness import P, Harness
+from ..support.cycles import P
+from ..support.harness import Harness
 
 
 @pytest.fixture

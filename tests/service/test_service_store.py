@@ -1,6 +1,6 @@
 """What users choose cannot make the cycle's records fail for others (issue 27): on SQLite and
 on a real PostgreSQL (tests/support/postgres.py), the cycle (service.Reclaimer, in-process fakes for
-the signals and the stopper: test_service.Harness) with a 250-character server name beside
+the signals and the stopper: tests/support/harness.py) with a 250-character server name beside
 other users' idle GPUs, a name no database can store, and a store whose records fail."""
 
 from __future__ import annotations

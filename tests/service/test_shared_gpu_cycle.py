@@ -15,7 +15,8 @@ from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 
 from ..support.clock import at
-from ..support.harness import NS, Harness
+from ..support.cycles import NS
+from ..support.harness import Harness
 
 LONG = 10**6  # seconds of simulated work: longer than any test
 

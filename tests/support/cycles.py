@@ -1,5 +1,6 @@
-"""What the reclaim-cycle harnesses of tests/service/test_service.py and tests/faults share:
-running cycles on a simulated clock and reading back, per session, what the cycles did."""
+"""What the reclaim-cycle harnesses of tests/service (harness.py) and tests/faults
+(fault_world.py) share: their cycle interval, namespace and metric prefix, running cycles on a
+simulated clock and reading back, per session, what the cycles did and the metrics they left."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ from typing import Any, Callable
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
+from jupyterhub_gpu_reclaim.service.metrics import PREFIX
+
+STEP = dt.timedelta(minutes=5)  # the harnesses' cycle interval
+NS = "jhub"  # the namespace of the servers' pods
+P = f"{PREFIX}_"  # the service's metrics, named as the tests read them: P + "cycles_total"
 
 
 class CycleRecorder:

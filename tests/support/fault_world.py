@@ -22,14 +22,11 @@ from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
 from jupyterhub_gpu_reclaim.store import Store
 
 from .clock import START, YALE_NEVER_USED
-from .cycles import CycleRecorder
+from .cycles import NS, STEP, CycleRecorder
 from .hubapi import StaticProbeToken
 from .fakes import FakeHubAPI, FakePrometheus, FakeServers
 
-STEP = dt.timedelta(minutes=5)
-NS = "jhub"
 TOKEN = "fault-test-token-7c1d9e"
-P = "jupyterhub_gpu_reclaim_"
 
 
 class FakePods:

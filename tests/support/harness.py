@@ -21,10 +21,7 @@ from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.store import Store
 
 from .clock import START, YALE_NEVER_USED
-from .cycles import CycleRecorder
-
-STEP = dt.timedelta(minutes=5)
-NS = "jhub"
+from .cycles import NS, STEP, CycleRecorder
 
 
 class FakeHub:
@@ -166,6 +163,3 @@ class Harness(CycleRecorder):
     def decisions(self, sid: str) -> list[tuple[dt.datetime, str, str]]:
         return [(r.t, r.decisions[sid].action, r.decisions[sid].rule) for r in self.reports
                 if sid in r.decisions]
-
-
-P = "jupyterhub_gpu_reclaim_"

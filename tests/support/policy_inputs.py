@@ -46,13 +46,13 @@ def session(gpus=1, **kw) -> Session:
 
 def samples(util_at, until: float, gpus=1, kernels=IDLE, **kw) -> tuple[Sample, ...]:
     """One sample a minute from START to `until` (inclusive); util_at(minute) -> util."""
-    out = []
-    for k in range(int(until) + 1):
-        u = util_at(k)
-        if u is not None and not isinstance(u, tuple):
-            u = (float(u),) * gpus
-        out.append(Sample(at(k), u, kernels=kernels, **kw))
-    return tuple(out)
+    return tuple(Sample(at(k), per_gpu(util_at(k), gpus), kernels=kernels, **kw) for k in range(int(until) + 1))
+
+
+def per_gpu(util, gpus: int) -> tuple | None:
+    """A minute's utilization as a sample holds it: a number stands for each of `gpus`, a tuple
+    (one a GPU) or None is taken as it is."""
+    return util if util is None or isinstance(util, tuple) else (float(util),) * gpus
 
 
 def run(view: SessionView, now: dt.datetime, pending_gpus=1, config=CFG) -> Decision:

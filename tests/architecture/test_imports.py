@@ -21,101 +21,11 @@ from pathlib import Path
 import gpu_reclaim_sim
 import jupyterhub_gpu_reclaim
 
+from ..support.imports import circles, import_graph, imported_modules, module_files, reachable
+
 PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
 NAME = PACKAGE.name
 SIM = Path(gpu_reclaim_sim.__file__).parent
-
-
-def module_files() -> dict[str, Path]:
-    files = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        files[name] = path
-    return files
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every absolute module name `path` imports, anywhere in its source."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            names.add(node.module)
-    return names
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Module → the package modules it imports anywhere in its source. `from pkg import
-    submodule` is an import of the submodule, not of the package's __init__."""
-    files = module_files()
-
-    def known(name: str) -> str | None:
-        while name and name not in files:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, set[str]] = {}
-    for module, path in files.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                edges |= {known(a.name) for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
-                submodules = {f"{source}.{a.name}" for a in node.names} & files.keys()
-                edges |= submodules
-                if len(submodules) < len(node.names):  # names defined in `source` itself
-                    edges.add(known(source))
-        graph[module] = {e for e in edges if e is not None and e != module}
-    return graph
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
-
-
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for w in graph[todo.pop()] - seen:
-            seen.add(w)
-            todo.append(w)
-    return seen
 
 
 def modules_under(graph: dict[str, set[str]], *folders: str) -> set[str]:
@@ -124,7 +34,7 @@ def modules_under(graph: dict[str, set[str]], *folders: str) -> set[str]:
 
 
 def test_no_import_circle():
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     assert f"{NAME}.service.cycle" in graph and f"{NAME}.config" in graph
     assert circles(graph) == []
 
@@ -132,7 +42,7 @@ def test_no_import_circle():
 def test_imports_under_type_checking_and_in_functions_count():
     # the check itself: signals.interfaces imports the hub signal's types only under
     # TYPE_CHECKING, and replay.backtest imports the policy only inside a function; both are edges
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     assert f"{NAME}.signals.hub" in graph[f"{NAME}.signals.interfaces"]
     assert f"{NAME}.policy.step" in graph[f"{NAME}.replay.backtest"]
 
@@ -147,7 +57,7 @@ def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     """config (the traitlets Application) imports declarations only; the service, its
     signals, actions, store, notices and web pages never see the Application: the
     launcher hands them one frozen settings.ServiceSettings, which they read."""
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     settings = {f"{NAME}.config", f"{NAME}.launcher"}
     assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))
     # the declarations (settings.py) are below what reads them
@@ -163,7 +73,7 @@ def test_the_layers_import_downwards():
     """policy/ (pure: no I/O) imports only the shared leaves at the package's root; the
     signals, the store and the replays never import the service, the web pages or the
     spawner; the service never imports web/ or the spawner."""
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
     policy = modules_under(graph, "policy")
     assert f"{NAME}.policy.decider" in policy
@@ -181,7 +91,7 @@ def test_the_layers_import_downwards():
 def importers_of(name: str, module: str) -> set[str]:
     """The package's modules that import `name` from `module` (relatively or not), anywhere."""
     found = set()
-    for importer, path in module_files().items():
+    for importer, path in module_files(PACKAGE).items():
         package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom):
@@ -197,7 +107,7 @@ def importers_of(name: str, module: str) -> set[str]:
 def test_one_session_step_for_the_cycle_and_the_replays():
     """The per-session loop (decide, drop the warnings the decision cleared, add its own) is
     `policy.step`'s alone: nothing outside policy/ calls `decide` itself."""
-    policy = modules_under(import_graph(), "policy")
+    policy = modules_under(import_graph(PACKAGE), "policy")
     deciders = importers_of("decide", f"{NAME}.policy.decider")
     assert f"{NAME}.policy.step" in deciders | importers_of("decider", f"{NAME}.policy")  # the check sees it
     assert not deciders - policy, sorted(deciders - policy)
@@ -213,7 +123,7 @@ def test_the_pod_facts_have_one_home():
     untrusted entry (signals/base.py) and the shared leaves; the spawner never imports the
     service's pod watch (signals/pods.py); and the names those facts are read by (the GPU
     resources, the annotations, the scheduler's reason) are written nowhere else."""
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     facts = f"{NAME}.signals.pod_facts"
     leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
     assert reachable(graph, facts) <= {f"{NAME}.signals.kube", f"{NAME}.signals.base"} | leaves
@@ -223,7 +133,7 @@ def test_the_pod_facts_have_one_home():
     names = {"nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-", "nvidia.com/gpu.product",
              "jupyterhub-gpu-reclaim/keepalive-until", "jupyterhub-gpu-reclaim/profile", "Unschedulable",
              "hub.jupyter.org/username", "hub.jupyter.org/servername"}
-    written = {(module, node.value) for module, path in module_files().items()
+    written = {(module, node.value) for module, path in module_files(PACKAGE).items()
                for node in ast.walk(ast.parse(path.read_text(), str(path)))
                if isinstance(node, ast.Constant) and node.value in names}
     assert written == {(facts, name) for name in names}
@@ -233,7 +143,7 @@ def test_the_store_never_imports_the_replays():
     """The store keeps typed rows, never the trace format: the replays (`backtest
     --from-store`, the what-if, the trace export) read the store, and the service's memory
     after a restart reads its rows directly, so the store sits below replay/."""
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     replay = modules_under(graph, "replay")
     assert f"{NAME}.replay.trace" in replay
     for module in sorted(modules_under(graph, "store")):
@@ -249,7 +159,7 @@ def test_the_report_imports_only_the_signals_and_the_policy():
     the service, the store, the replays, the web pages, the spawner or the settings; and only
     the command line and the admin page's report (web/, and the record's figures in
     service/recorded_usage.py) import it."""
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
     report = modules_under(graph, "report")
     assert f"{NAME}.report.history" in report
@@ -267,7 +177,7 @@ def test_the_cycle_never_imports_the_web_pages():
     """The status the pages show is published by the cycle (service/status.py) and read by
     web/; the changes users make go through web/controls into the store and the stops: the
     cycle itself never imports web/."""
-    graph = import_graph()
+    graph = import_graph(PACKAGE)
     web = modules_under(graph, "web")
     assert f"{NAME}.web.controls" in web
     for module in sorted(modules_under(graph, "service") | {f"{NAME}.replay.trace_export", f"{NAME}.wording"}):
@@ -280,7 +190,7 @@ def test_the_product_never_imports_the_simulator():
     sim = gpu_reclaim_sim.__name__
     offenders = {module: sorted(name for name in imported_modules(path)
                                 if name == sim or name.startswith(f"{sim}."))
-                 for module, path in module_files().items()}
+                 for module, path in module_files(PACKAGE).items()}
     assert {module: names for module, names in offenders.items() if names} == {}
     # the check itself: the simulator's demo hub config does import the product
     assert NAME in {name.partition(".")[0] for name in imported_modules(SIM / "demo_config" / "jupyterhub_config.py")}
@@ -308,7 +218,7 @@ def test_the_product_needs_no_simulator_dependency():
                if {re.sub(r"[-_.]+", "-", d).lower() for d in dists} & sim_only}
     assert {"jsonschema", "jsonpatch", "kubernetes_validate", "jwt"} <= modules
     imports = {module: {name.partition(".")[0] for name in imported_modules(path)} & modules
-               for module, path in module_files().items()}
+               for module, path in module_files(PACKAGE).items()}
     assert {module: names for module, names in imports.items() if names} == {}
     # the check itself: the simulator imports them
     assert {"jsonschema", "jsonpatch", "kubernetes_validate", "jwt"} <= {

@@ -1,7 +1,7 @@
 """The product package's layout: its layers are folders (policy/, service/, replay/, web/,
 spawner/, signals/, store/), with at most 15 modules left at its root (the entry points and
 the shared leaves), and no module longer than 500 lines (a longer one holds more than one
-responsibility: split it along them).
+responsibility: split it along them), nor in the tests, benchmarks, scripts and examples.
 
     python -m pytest tests/architecture/test_layout.py
 """
@@ -12,20 +12,14 @@ from pathlib import Path
 
 import jupyterhub_gpu_reclaim
 
+from ..support.layout import MAX_LINES, long_modules, root_modules
+
 PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
+REPO = PACKAGE.parent
 MAX_ROOT_MODULES = 15
-MAX_LINES = 500
-
-
-def root_modules(package: Path) -> list[str]:
-    """The modules (.py files, __init__ and __main__ included) at the package's root."""
-    return sorted(p.name for p in package.glob("*.py"))
-
-
-def long_modules(package: Path, limit: int) -> dict[str, int]:
-    """Each module anywhere in the package longer than `limit` lines, with its length."""
-    lengths = {str(p.relative_to(package)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
-    return {name: n for name, n in lengths.items() if n > limit}
+# the repository's other Python: the tests, the benchmarks, the scripts, the examples and the
+# JupyterLab extension's package (the simulator's own check is test_sim_layout.py)
+OTHER_FOLDERS = ("tests", "benchmarks", "scripts", "examples", "lab")
 
 
 def test_at_most_15_modules_at_the_root():
@@ -36,6 +30,13 @@ def test_at_most_15_modules_at_the_root():
 
 def test_no_module_over_500_lines():
     assert long_modules(PACKAGE, MAX_LINES) == {}
+
+
+def test_no_test_benchmark_or_script_over_500_lines():
+    folders = [REPO / name for name in OTHER_FOLDERS]
+    assert all(folder.is_dir() for folder in folders)
+    assert {f"{folder.name}/{name}": n for folder in folders
+            for name, n in long_modules(folder, MAX_LINES).items()} == {}
 
 
 def test_the_layout_checks_can_fail(tmp_path):

@@ -16,23 +16,14 @@ import gpu_reclaim_sim
 import jupyterhub_gpu_reclaim
 
 from ..support.imports import circles, import_graph, imported_modules
+from ..support.layout import MAX_LINES, long_modules, root_modules
 
 SIM = Path(gpu_reclaim_sim.__file__).parent
 PRODUCT = jupyterhub_gpu_reclaim.__name__
 MAX_ROOT_MODULES = 20
-MAX_LINES = 500
 # the one file that may import the product: the demo hub's JupyterHub config, which sets up
 # the product under test (its spawner, its service, its templates); never Kubernetes semantics
 MAY_IMPORT_THE_PRODUCT = {SIM / "demo_config" / "jupyterhub_config.py"}
-
-
-def root_modules(package: Path) -> list[str]:
-    return sorted(p.name for p in package.glob("*.py"))
-
-
-def long_modules(package: Path, limit: int) -> dict[str, int]:
-    lengths = {str(p.relative_to(package)): len(p.read_text().splitlines()) for p in package.rglob("*.py")}
-    return {name: n for name, n in lengths.items() if n > limit}
 
 
 def product_references(path: Path) -> set[str]:

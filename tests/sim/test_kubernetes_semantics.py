@@ -16,6 +16,8 @@ from gpu_reclaim_sim.api.requests import pod_requests
 from gpu_reclaim_sim.api.taints import TAINT_UNSCHEDULABLE, tolerates
 from gpu_reclaim_sim.api.timestamps import parse_time, rfc3339
 
+from ..support.scheduling import GPU_TAINT
+
 # --- quantities ---------------------------------------------------------------------------
 
 
@@ -59,8 +61,6 @@ def test_json_numbers_are_quantities_read_from_their_text():
 
 
 # --- taints and tolerations -----------------------------------------------------------------
-
-GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
 @pytest.mark.parametrize("toleration, tolerated", [

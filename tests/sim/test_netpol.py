@@ -1,15 +1,9 @@
 """NetworkPolicies enforced on every connection a pod opens, and Services reached through
 kube-proxy's nftables rules, on the real simulator with real pods and the real kubectl.
 
-Each pod runs a small agent: it serves its ports (answering `<pod>:<port>` to whoever
-connects) and, told through a file in a hostPath volume (not the network, which the
-policies under test govern), opens a TCP connection from inside the pod and writes what
-happened: `open <answer>`, `refused` (nothing listens, or a Service without endpoints),
-`unreachable` (refused by a NetworkPolicy: ICMP administratively prohibited) or
-`timeout` (dropped). The test process itself is a client from outside the cluster.
-
-The model's own semantics (selectors, ports, ipBlocks, the address view) are checked
-without the kernel at the end of this file.
+Each pod runs a small agent (tests/support/netpol_agents.py) that opens TCP connections from
+inside the pod and writes what happened; the test process itself is a client from outside
+the cluster. The model's own semantics, without the kernel: test_netpol_model.py.
 
 The data plane needs root, nftables and a cgroup2 mount; elsewhere the end-to-end tests
 skip, saying so.
@@ -18,16 +12,9 @@ skip, saying so.
 from __future__ import annotations
 
 import base64
-import errno
 import ipaddress
-import random
 import socket
-import subprocess
 import threading
-import time
-import uuid
-from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import yaml
@@ -35,14 +22,14 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim.kubelet import cgroups
-from gpu_reclaim_sim.network import netpol, nftables
+from gpu_reclaim_sim.network import nftables
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import start_sim
 
-from ..support.sim_cluster import kubectl, sim_running
+from ..support.netpol_agents import (IMAGE, NS, Agents, answer, apply, becomes, cleanup, listening_addresses,
+                                     nft_tables, policy, probe, service)
+from ..support.sim_cluster import kubectl, sim_running, wait_for
 
-NS = "np"
-IMAGE = "python:3.11-slim"
 SCENARIO = {
     "name": "netpol", "namespaces": [NS], "mode": "process",
     "images": [{"name": IMAGE, "size": "50MB"}],
@@ -51,54 +38,6 @@ SCENARIO = {
 UNAVAILABLE = "no writable cgroup2 mount, or not root" if not cgroups.available() else nftables.unavailable()
 needs_dataplane = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"the simulator's data plane needs root, nftables "
                                                               f"and cgroup2: {UNAVAILABLE}")
-
-AGENT = r'''
-import errno, os, socket, sys, threading, time
-name, ports, inbox = sys.argv[1], [int(p) for p in sys.argv[2].split(",") if p], sys.argv[3]
-
-def serve(port):
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((os.environ["POD_IP"], port))
-    s.listen(64)
-    while True:
-        c, _ = s.accept()
-        c.sendall(f"{name}:{port}\n".encode())
-        c.close()
-
-def probe(host, port, timeout):
-    s = socket.socket()
-    s.settimeout(timeout)
-    try:
-        s.connect((host, port))
-        return "open " + s.recv(100).decode().strip()
-    except socket.timeout:
-        return "timeout"
-    except OSError as e:
-        return {errno.ECONNREFUSED: "refused", errno.EHOSTUNREACH: "unreachable"}.get(e.errno, f"error {e}")
-    finally:
-        s.close()
-
-os.makedirs(inbox, exist_ok=True)
-if os.environ.get("BOOT_PROBE"):  # the very first thing the pod does
-    host, port = os.environ["BOOT_PROBE"].split()
-    with open(os.path.join(inbox, "boot"), "w") as f:
-        f.write(probe(host, int(port), 2.0))
-for port in ports:
-    threading.Thread(target=serve, args=(port,), daemon=True).start()
-open(os.path.join(inbox, "ready"), "w").close()
-while True:
-    for entry in os.listdir(inbox):
-        if entry.endswith(".req"):
-            path = os.path.join(inbox, entry)
-            host, port, timeout = open(path).read().split()
-            result = probe(host, int(port), float(timeout))
-            with open(path[:-4] + ".tmp", "w") as f:
-                f.write(result)
-            os.rename(path[:-4] + ".tmp", path[:-4] + ".res")
-            os.unlink(path)
-    time.sleep(0.01)
-'''
 
 
 @pytest.fixture(scope="module")
@@ -117,109 +56,9 @@ def core(sim) -> k8s.CoreV1Api:
     return k8s.CoreV1Api(k8s_config.new_client_from_config(sim.info["kubeconfig"]))
 
 
-def apply(sim, *docs: dict, ns: str = NS) -> None:
-    kubectl(sim, "-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-
-
-def until(check: Callable[[], Any], what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {timeout:.0f} s")
-        time.sleep(0.05)
-
-
-class Agents:
-    """The test's pods, each running AGENT."""
-
-    def __init__(self, sim, core: k8s.CoreV1Api) -> None:
-        self.sim, self.core, self.control = sim, core, sim.info["control_dir"]
-        self.ips: dict[tuple[str, str], str] = {}
-
-    def start(self, name: str, labels: dict[str, str] | None = None, ports: dict[str, int] | list[int] = (),
-              ns: str = NS, boot_probe: str = "") -> str:
-        named = ports.items() if isinstance(ports, dict) else [(None, p) for p in ports]
-        container = {
-            "name": "agent", "image": IMAGE,
-            "command": ["python", "-c", AGENT, name, ",".join(str(p) for _, p in named), f"/control/{ns}.{name}"],
-            "ports": [{"containerPort": p, **({"name": n} if n else {})} for n, p in named],
-            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                    {"name": "BOOT_PROBE", "value": boot_probe}],
-            "volumeMounts": [{"name": "control", "mountPath": "/control"}],
-        }
-        self.core.create_namespaced_pod(ns, {"metadata": {"name": name, "labels": labels or {}}, "spec": {
-            "containers": [container], "terminationGracePeriodSeconds": 1,
-            "volumes": [{"name": "control", "hostPath": {"path": str(self.control), "type": "Directory"}}]}})
-        return self.wait(name, ns)
-
-    def ensure(self, name: str, labels: dict[str, str] | None = None, ports: dict[str, int] | list[int] = (),
-               ns: str = NS) -> str:
-        """The pod's address, starting it unless an earlier test did."""
-        return self.ips.get((ns, name)) or self.start(name, labels, ports, ns)
-
-    def wait(self, name: str, ns: str = NS) -> str:
-        until(lambda: (self.control / f"{ns}.{name}" / "ready").exists(), f"agent {ns}/{name}", timeout=60)
-        self.ips[(ns, name)] = until(lambda: self.core.read_namespaced_pod(name, ns).status.pod_ip, "pod IP")
-        return self.ips[(ns, name)]
-
-    def probe(self, name: str, host: str, port: int, ns: str = NS, timeout: float = 2.0) -> str:
-        """A connection from inside the pod."""
-        inbox = self.control / f"{ns}.{name}"
-        request = inbox / f"{uuid.uuid4().hex}.req"
-        tmp = request.with_suffix(".new")
-        tmp.write_text(f"{host} {port} {timeout}")
-        tmp.rename(request)
-        result = request.with_suffix(".res")
-        until(result.exists, f"answer of agent {name}", timeout=timeout + 10)
-        return result.read_text()
-
-
-def probe(host: str, port: int, timeout: float = 2.0) -> str:
-    """A connection from the test process: from outside the cluster."""
-    with socket.socket() as s:
-        s.settimeout(timeout)
-        try:
-            s.connect((host, port))
-            return "open " + s.recv(100).decode().strip()
-        except socket.timeout:
-            return "timeout"
-        except OSError as e:
-            return {errno.ECONNREFUSED: "refused", errno.EHOSTUNREACH: "unreachable"}.get(e.errno, f"error {e}")
-
-
-def becomes(check: Callable[[], str], expected: str, what: str) -> None:
-    """A NetworkPolicy takes effect eventually (the docs' words), here within moments."""
-    last = [""]
-
-    def done() -> bool:
-        last[0] = check()
-        return last[0] == expected
-
-    try:
-        until(done, what, timeout=10)
-    except AssertionError:
-        raise AssertionError(f"{what}: {last[0]!r}, not {expected!r}") from None
-
-
 @pytest.fixture(scope="module")
 def agents(sim, core) -> Agents:
     return Agents(sim, core)
-
-
-def policy(name: str, spec: dict) -> dict:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": name}, "spec": spec}
-
-
-def service(name: str, selector: dict, ports: list[dict], **spec: Any) -> dict:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"selector": selector, "ports": ports, **spec}}
-
-
-def cleanup(sim, ns: str = NS) -> None:
-    kubectl(sim, "-n", ns, "delete", "networkpolicy", "--all")
 
 
 # --- Services -----------------------------------------------------------------------------
@@ -233,39 +72,19 @@ def test_services_go_to_random_endpoints_through_the_kernel(sim, core, agents):
           service("public", {"app": "web"}, [{"name": "http", "port": 80, "targetPort": 8080}], type="LoadBalancer"),
           service("nobody", {"app": "none"}, [{"port": 80}]))
     web = core.read_namespaced_service("web", NS).spec.cluster_ip
-    lb = until(lambda: core.read_namespaced_service("public", NS).status.load_balancer.ingress, "LB address")[0].ip
-    until(lambda: probe(web, 80).startswith("open"), "the cluster IP answering")
+    lb = wait_for(lambda: core.read_namespaced_service("public", NS).status.load_balancer.ingress, "LB address")[0].ip
+    wait_for(lambda: probe(web, 80).startswith("open"), "the cluster IP answering")
     # from the host and from a pod, by address and by name, spread over both endpoints
     seen = {probe(web, 80) for _ in range(40)} | {probe(lb, 80) for _ in range(20)}
     assert seen == {"open web-0:8080", "open web-1:8080"}
     assert {agents.probe("client", "web", 80) for _ in range(20)} <= {"open web-0:8080", "open web-1:8080"}
     assert agents.probe("client", f"web.{NS}.svc.cluster.local", 80).startswith("open web-")
     # no process listens on the Service's addresses: the kernel rewrites the connections
-    assert not {web, lb} & _listening_addresses()
+    assert not {web, lb} & listening_addresses()
     # a Service without endpoints refuses, as kube-proxy's reject rule does
     nobody = core.read_namespaced_service("nobody", NS).spec.cluster_ip
     assert probe(nobody, 80) == "refused"
     assert agents.probe("client", nobody, 80) == "refused"
-
-
-def _answer(server: socket.socket, name: str) -> None:
-    """Answer every connection with `name`, as the agents do, until closed."""
-    while True:
-        try:
-            conn, _ = server.accept()
-        except OSError:
-            return
-        with conn:
-            conn.sendall(f"{name}\n".encode())
-
-
-def _listening_addresses() -> set[str]:
-    out = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, state = line.split()[1], line.split()[3]
-        if state == "0A":  # LISTEN; the address little-endian hex
-            out.add(str(ipaddress.IPv4Address(bytes.fromhex(local.split(":")[0])[::-1])))
-    return out
 
 
 # --- NetworkPolicy ------------------------------------------------------------------------
@@ -277,7 +96,7 @@ def test_default_deny_ingress_then_allow_from_labelled_pods(sim, core, agents):
     agents.ensure("intruder", {"role": "other"})
     apply(sim, service("db", {"app": "db"}, [{"name": "pg", "port": 5432, "targetPort": "pg"}]))
     db_svc = core.read_namespaced_service("db", NS).spec.cluster_ip
-    until(lambda: probe(db_svc, 5432).startswith("open"), "db Service")
+    wait_for(lambda: probe(db_svc, 5432).startswith("open"), "db Service")
     for client in ("frontend", "intruder"):
         assert agents.probe(client, db, 5432) == "open db:5432"
     try:
@@ -344,7 +163,7 @@ def test_egress_is_enforced_also_to_service_cluster_ips_and_the_host(sim, core, 
     locked = agents.start("locked", {"app": "locked"})
     host = socket.create_server(("127.0.0.1", 0))
     host_port = host.getsockname()[1]
-    threading.Thread(target=_answer, args=(host, "host"), daemon=True).start()
+    threading.Thread(target=answer, args=(host, "host"), daemon=True).start()
     try:
         assert agents.probe("locked", "web", 80).startswith("open web-")
         assert agents.probe("locked", "127.0.0.1", host_port) == "open host"
@@ -489,7 +308,7 @@ def test_the_z2jh_charts_policies_let_the_release_work_and_nothing_else(sim, cor
             "user -> hub pod:10101": agents.probe("jupyter-alice", hub, 10101, ns=ns),
             "user -> proxy-api:8001": agents.probe("jupyter-alice", proxy, 8001, ns=ns),
             "user -> other user:8888": agents.probe("jupyter-alice", other_user, 8888, ns=ns),
-            "outside -> proxy-public": probe(until(lambda: core.read_namespaced_service(
+            "outside -> proxy-public": probe(wait_for(lambda: core.read_namespaced_service(
                 "proxy-public", ns).status.load_balancer.ingress, "LB")[0].ip, 80),
             "outside -> hub:8081": probe(hub, 8081),
         }
@@ -537,117 +356,17 @@ def test_drop_mode_and_the_table_of_a_killed_simulator(tmp_path):
         ip = agents.start("db", {"app": "db"}, {"pg": 5432})
         apply(first, policy("deny", {"podSelector": {}}))
         becomes(lambda: probe(ip, 5432, timeout=1), "timeout", "a dropped connection")
-        table = [t for t in _tables() if f"_{first.proc.pid}_" in t]
+        table = [t for t in nft_tables() if f"_{first.proc.pid}_" in t]
         assert len(table) == 1
     finally:
         first.proc.kill()  # no chance to remove its table
         first.proc.wait()
-    assert table[0] in _tables()
+    assert table[0] in nft_tables()
     second = start_sim(tmp_path / "second", tmp_path / "scenario.yaml")
     try:
-        assert table[0] not in _tables()  # removed by the next simulator to start
-        mine = [t for t in _tables() if f"_{second.proc.pid}_" in t]
+        assert table[0] not in nft_tables()  # removed by the next simulator to start
+        mine = [t for t in nft_tables() if f"_{second.proc.pid}_" in t]
         assert len(mine) == 1
     finally:
         second.stop()
-    assert mine[0] not in _tables()  # and its own, on its way out
-
-
-def _tables() -> list[str]:
-    out = subprocess.run([nftables.NFT, "list", "tables"], capture_output=True, text=True, check=True).stdout
-    return [line.split()[-1] for line in out.splitlines()]
-
-
-# --- the model, without the kernel --------------------------------------------------------
-
-VIEW = netpol.AddressView([ipaddress.ip_network("127.50.0.0/16"), ipaddress.ip_network("127.51.0.0/16")])
-
-
-def _pod(name: str, labels: dict, ip: str, ns: str = "a", ports: dict | None = None) -> netpol.Pod:
-    return netpol.Pod(name, ns, labels, ip, f"cg/{name}", {(n, "TCP"): p for n, p in (ports or {}).items()})
-
-
-def _compile(*specs: dict, pods: list[netpol.Pod], namespaces: dict | None = None) -> netpol.Compiled:
-    policies = [{"metadata": {"namespace": s.pop("namespace", "a"), "name": f"p{i}"}, "spec": s}
-                for i, s in enumerate(specs)]
-    return netpol.compile_policies(policies, pods, namespaces or {"a": {}, "b": {"team": "b"}}, VIEW)
-
-
-def test_model_isolation_is_per_direction_and_rules_only_add():
-    x, y, z = _pod("x", {"app": "x"}, "127.50.0.1"), _pod("y", {"app": "y"}, "127.50.0.2"), _pod("z", {}, "127.50.0.3")
-    c = _compile({"podSelector": {"matchLabels": {"app": "x"}}, "policyTypes": ["Ingress"],
-                  "egress": [{"to": [{"podSelector": {}}]}]}, pods=[x, y, z])
-    assert not c.allows(y, x.ip, 80) and c.allows(x, y.ip, 80)  # x isolated for ingress only
-    c = _compile({"podSelector": {"matchLabels": {"app": "x"}}, "policyTypes": ["Egress"]}, pods=[x, y, z])
-    assert not c.allows(x, y.ip, 80) and c.allows(y, x.ip, 80) and c.allows(x, x.ip, 80)
-    c = _compile({"podSelector": {}, "ingress": [{}]}, {"podSelector": {"matchLabels": {"app": "x"}}},
-                 pods=[x, y, z])
-    assert c.allows(y, x.ip, 1) and c.allows(None, x.ip, 65535)  # one policy allows all: the other adds nothing
-    c = _compile({"podSelector": {}, "ingress": [{"from": []}], "namespace": "b"}, pods=[x, y])
-    assert c.allows(y, x.ip, 80)  # a policy of another namespace selects no pod here
-
-
-def test_model_selectors_ports_and_other_namespaces():
-    db = _pod("db", {"app": "db"}, "127.50.0.1", ports={"pg": 5432})
-    web = _pod("web", {"role": "web"}, "127.50.0.2")
-    b_web = _pod("bweb", {"role": "web"}, "127.50.0.3", ns="b")
-    b_any = _pod("bany", {}, "127.50.0.4", ns="b")
-    both = {"namespaceSelector": {"matchLabels": {"team": "b"}}, "podSelector": {"matchLabels": {"role": "web"}}}
-    c = _compile({"podSelector": {"matchLabels": {"app": "db"}}, "ingress": [
-        {"from": [both], "ports": [{"port": "pg", "protocol": "TCP"}]},
-        {"from": [{"podSelector": {"matchLabels": {"role": "web"}}}], "ports": [{"port": 7000, "endPort": 7002}]},
-        {"ports": [{"port": 9000, "protocol": "UDP"}, {"port": "pg", "protocol": "UDP"}]},
-        {"ports": [{"protocol": "TCP"}], "from": [{"namespaceSelector": {"matchExpressions": [
-            {"key": "team", "operator": "In", "values": ["b"]}]}, "podSelector": {"matchExpressions": [
-                {"key": "role", "operator": "DoesNotExist"}]}}]}]}, pods=[db, web, b_web, b_any])
-    assert c.allows(b_web, db.ip, 5432) and not c.allows(web, db.ip, 5432)  # AND: both selectors
-    assert [c.allows(web, db.ip, p) for p in (6999, 7000, 7002, 7003)] == [False, True, True, False]
-    assert not c.allows(b_web, db.ip, 7000)  # a podSelector alone means the policy's namespace
-    assert not c.allows(None, db.ip, 9000)  # a rule of UDP ports allows no TCP connection
-    assert c.allows(b_any, db.ip, 1) and not c.allows(b_web, db.ip, 1)  # a protocol without a port: every port
-
-
-def test_model_sees_pods_at_private_addresses_as_z2jhs_rules_expect():
-    user = _pod("user", {"component": "singleuser-server"}, "127.50.0.9")
-    hub = _pod("hub", {"component": "hub"}, "127.50.0.2", ports={"http": 8081})
-    non_private = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
-                                                               "169.254.169.254/32"]}}
-    c = _compile({"podSelector": {"matchLabels": {"component": "singleuser-server"}}, "policyTypes": ["Egress"],
-                  "egress": [{"to": [{"podSelector": {"matchLabels": {"component": "hub"}}}],
-                              "ports": [{"port": 8081}]},
-                             {"to": [non_private]}]}, pods=[user, hub])
-    assert c.allows(user, hub.ip, 8081) and not c.allows(user, hub.ip, 10101)  # hub: private
-    assert not c.allows(user, "127.51.3.4", 80)  # a cluster IP: private
-    assert c.allows(user, "127.0.0.1", 80) and c.allows(user, "8.8.8.8", 443)  # the host, the internet
-    assert not c.allows(user, "10.50.0.2", 8081) and not c.allows(user, "169.254.169.254", 80)
-    # ipBlocks written with the simulator's own addresses mean the same pods
-    assert VIEW.ip_block({"cidr": "127.50.0.9/32"}) == VIEW.ip_block({"cidr": "10.50.0.9/32"})
-    assert VIEW.actual(VIEW.ip_block({"cidr": "10.0.0.0/8"})) == [
-        (int(ipaddress.IPv4Address("10.0.0.0")), int(ipaddress.IPv4Address("10.255.255.255"))),
-        (int(ipaddress.IPv4Address("127.50.0.0")), int(ipaddress.IPv4Address("127.51.255.255")))]
-
-
-def test_model_ip_blocks_admit_outside_sources_by_address_and_pods_by_theirs():
-    db = _pod("db", {"app": "db"}, "127.50.0.1")
-    a, b = _pod("a", {}, "127.50.0.7"), _pod("b", {}, "127.50.1.7")
-    c = _compile({"podSelector": {"matchLabels": {"app": "db"}}, "ingress": [
-        {"from": [{"ipBlock": {"cidr": "127.50.0.0/16", "except": ["127.50.1.0/24"]}},
-                  {"ipBlock": {"cidr": "127.0.0.0/24"}}]}]}, pods=[db, a, b])
-    assert c.allows(a, db.ip, 80) and not c.allows(b, db.ip, 80)
-    assert c.allows(None, db.ip, 80, src_ip="127.0.0.1") and not c.allows(None, db.ip, 80, src_ip="127.0.1.1")
-
-
-def test_disjoint_boxes_cover_the_same_area_without_overlaps():
-    rng = random.Random(7)
-    for _ in range(200):
-        boxes = []
-        for _ in range(rng.randint(1, 8)):
-            a, p = sorted(rng.sample(range(40), 2)), sorted(rng.sample(range(20), 2))
-            boxes.append(((a[0], a[1]), (p[0], p[1])))
-        out = netpol.disjoint(boxes)
-        cover = lambda bs: {(x, y) for (a, p) in bs for x in range(a[0], a[1] + 1)  # noqa: E731
-                            for y in range(p[0], p[1] + 1)}
-        assert cover(out) == cover(boxes)
-        assert sum((a[1] - a[0] + 1) * (p[1] - p[0] + 1) for a, p in out) == len(cover(out))
-    assert netpol.disjoint([((1, 1), (80, 80)), ((0, 5), (0, 100))]) == [((0, 5), (0, 100))]
-    assert netpol.disjoint([]) == []
+    assert mine[0] not in nft_tables()  # and its own, on its way out

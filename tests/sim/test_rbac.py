@@ -6,28 +6,25 @@ the `403 Forbidden` wording of kube-apiserver's RBAC authorizer."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from gpu_reclaim_sim.rbac.authn import UserInfo
-from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.rbac.authorizer import Rule, request_attributes
 from gpu_reclaim_sim.resources import BY_KIND
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-from ..support.apiserver_sim import Sim, make_namespace, pod_manifest
-from ..support.sim_cluster import KUBECTL
+from ..support.apiserver_sim import Sim, apiserver_fixtures, make_namespace, pod_manifest
+from ..support.rbac import CHART_HUB_RULES, HUB, Identity, apply, binding, refused, role, sa
+from ..support.sim_cluster import kubectl as sim_kubectl, sim_running
 
-POD, SA = BY_KIND["Pod"], BY_KIND["ServiceAccount"]
-HUB = "system:serviceaccount:jhub:hub"
+POD = BY_KIND["Pod"]
 
 
 # --- request attributes and rules (no server) ---------------------------------------------
@@ -87,73 +84,7 @@ def test_rules_match_as_the_rbac_authorizer() -> None:
 
 # --- against the API server ---------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory):
-    s = Sim(tmp_path_factory.mktemp("rbac"))
-    yield s
-    s.close()
-
-
-class Identity:
-    """A ServiceAccount's token on the HTTPS port, for kubectl and the official client."""
-
-    def __init__(self, sim: Sim, namespace: str, name: str, tmp: Path) -> None:
-        if sim.call(sim.cluster.store.find, SA, namespace, name) is None:
-            sim.kubectl("create", "serviceaccount", name, "-n", namespace)
-        self.token = sim.kubectl("create", "token", name, "-n", namespace).stdout.strip()
-        self.kubeconfig = tmp / f"{namespace}-{name}.kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-            "clusters": [{"name": "sim", "cluster": sim.server.kubeconfig_cluster(secure=True)}],
-            "users": [{"name": "sa", "user": {"token": self.token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "sim", "user": "sa", "namespace": namespace}}]}))
-
-    def kubectl(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(KUBECTL), "--kubeconfig", str(self.kubeconfig), *args],
-                              capture_output=True, text=True, timeout=30)
-
-    def can_i(self, *args: str) -> bool:
-        proc = self.kubectl("auth", "can-i", *args)
-        assert proc.stdout.strip() in ("yes", "no"), proc.stderr
-        return proc.stdout.strip() == "yes"
-
-    def core(self) -> k8s.CoreV1Api:
-        return k8s.CoreV1Api(k8s_config.new_client_from_config(str(self.kubeconfig)))
-
-
-def refused(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    with pytest.raises(ApiException) as e:
-        call(*args, **kwargs)
-    assert e.value.status == 403, e.value.body
-    return json.loads(e.value.body)
-
-
-def apply(sim: Sim, *docs: dict) -> None:
-    sim.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-
-
-def role(name: str, namespace: str, *rules: dict, kind: str = "Role") -> dict:
-    meta = {"name": name, **({"namespace": namespace} if kind == "Role" else {})}
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta, "rules": list(rules)}
-
-
-def binding(name: str, namespace: str, role_kind: str, role_name: str, *subjects: dict,
-            kind: str = "RoleBinding") -> dict:
-    meta = {"name": name, **({"namespace": namespace} if kind == "RoleBinding" else {})}
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name},
-            "subjects": list(subjects)}
-
-
-def sa(name: str, namespace: str) -> dict:
-    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
-
-
-CHART_HUB_RULES = [  # the z2jh chart's hub Role (templates/hub/rbac.yaml)
-    {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
-     "verbs": ["get", "watch", "list", "create", "delete"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
-]
+sim = apiserver_fixtures("rbac")[0]
 
 
 def test_a_service_account_gets_what_its_role_grants_and_the_apiservers_403_otherwise(sim: Sim, tmp_path: Path) -> None:
@@ -440,17 +371,11 @@ print(json.dumps(out), flush=True)
 
 @pytest.mark.skipif(not sandbox_available(), reason="pods get their own mounts only as root")
 def test_in_cluster_config_works_in_a_pod(tmp_path: Path) -> None:
-    scenario = tmp_path / "scenario.yaml"
-    scenario.write_text(yaml.safe_dump({
-        "name": "in-cluster", "namespaces": ["jhub"], "mode": "process", "bandwidth": "10GB/s",
-        "defaultImageSize": "1MB", "nodeGroups": [{"name": "cpu", "count": 1}]}))
-    child = start_sim(tmp_path / "sim", scenario)
-    try:
-        admin = Path(child.info["kubeconfig"])
-
+    scenario = {"name": "in-cluster", "namespaces": ["jhub"], "mode": "process", "bandwidth": "10GB/s",
+                "defaultImageSize": "1MB", "nodeGroups": [{"name": "cpu", "count": 1}]}
+    with sim_running(tmp_path, scenario) as child:
         def kubectl(*args: str, stdin: str | None = None) -> str:
-            proc = subprocess.run([str(KUBECTL), "--kubeconfig", str(admin), *args], input=stdin,
-                                  capture_output=True, text=True, timeout=30)
+            proc = sim_kubectl(child, *args, stdin=stdin, check=False)
             assert proc.returncode == 0, proc.stderr
             return proc.stdout
 
@@ -480,8 +405,6 @@ def test_in_cluster_config_works_in_a_pod(tmp_path: Path) -> None:
         # the nodes' kubelets claim the version the API server does
         assert kubectl("get", "nodes", "-o", "jsonpath={.items[0].status.nodeInfo.kubeletVersion}") == json.loads(
             kubectl("version", "-o", "json"))["serverVersion"]["gitVersion"]
-    finally:
-        child.stop()
 
 
 def test_subject_access_and_token_reviews(sim: Sim, tmp_path: Path) -> None:

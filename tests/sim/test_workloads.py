@@ -13,11 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 import yaml
@@ -29,9 +26,9 @@ from kubernetes.client.rest import ApiException
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
-from ..support.sim_cluster import kubectl, sim_running
+from ..support.sim_cluster import kubectl, sim_running, wait_for
+from ..support.workloads import PYTHON_IMAGE, http_status, in_loopback, server_deployment
 
-PYTHON_IMAGE = "python:3.11"
 STUB_IMAGES = [  # images whose command cannot run here (or need not): they "run" until stopped
     "registry.k8s.io/pause:3.10.2", "registry.example.edu/jupyterhub/k8s-hub-gpu-reclaim:0.1.0",
     "quay.io/jupyterhub/configurable-http-proxy:5.3.0", "registry.k8s.io/kube-scheduler:v1.35.7",
@@ -69,46 +66,6 @@ def ns(api) -> str:
     return name
 
 
-def until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.1)
-
-
-def server_deployment(name: str, *, replicas: int = 1, strategy: str = "RollingUpdate",
-                      env: str = "one", labels: dict | None = None) -> dict:
-    """A Deployment whose pods serve HTTP on a named port (the process prints its env var
-    VERSION, so a template change is visible)."""
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "strategy": {"type": strategy},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name, **(labels or {})}},
-                "spec": {"containers": [{
-                    "name": "web", "image": PYTHON_IMAGE,
-                    "command": ["python3", "-m", "http.server", "8080", "--bind", "0.0.0.0"],
-                    "env": [{"name": "VERSION", "value": env}],
-                    "ports": [{"name": "http", "containerPort": 8080}],
-                }], "terminationGracePeriodSeconds": 2},
-            },
-        },
-    }
-
-
-def http_get(url: str, timeout: float = 5.0) -> int:
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return r.status
-
-
 # --- Deployments -------------------------------------------------------------------------
 
 def test_deployment_applies_rolls_out_and_rolls_a_new_template(cluster, api, ns) -> None:
@@ -143,9 +100,9 @@ def test_deployment_applies_rolls_out_and_rolls_a_new_template(cluster, api, ns)
     new = next(r for r in sets.values() if r.metadata.name != rs.metadata.name)
     assert (sets[rs.metadata.name].spec.replicas, new.spec.replicas, new.status.ready_replicas) == (0, 2, 2)
     assert new.metadata.annotations["deployment.kubernetes.io/revision"] == "2"
-    pods = until(lambda: [p for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None
-                          and p.metadata.labels["pod-template-hash"] == new.metadata.labels["pod-template-hash"]
-                          ] if len(core.list_namespaced_pod(ns).items) == 2 else None, what="old pods gone")
+    pods = wait_for(lambda: [p for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None
+                             and p.metadata.labels["pod-template-hash"] == new.metadata.labels["pod-template-hash"]
+                             ] if len(core.list_namespaced_pod(ns).items) == 2 else None, what="old pods gone")
     assert [e.value for p in pods for e in p.spec.containers[0].env] == ["two", "two"]
     reasons = [e.message for e in core.list_namespaced_event(ns).items if e.reason == "ScalingReplicaSet"]
     assert f"Scaled up replica set {new.metadata.name} from 0 to 1" in reasons
@@ -153,14 +110,15 @@ def test_deployment_applies_rolls_out_and_rolls_a_new_template(cluster, api, ns)
 
     # kubectl scale goes through the scale subresource
     kubectl(cluster, "-n", ns, "scale", "deploy/web", "--replicas=3")
-    until(lambda: (apps.read_namespaced_deployment("web", ns).status.available_replicas or 0) == 3,
-          what="three available")
+    wait_for(lambda: (apps.read_namespaced_deployment("web", ns).status.available_replicas or 0) == 3,
+             what="three available")
 
 
 def test_recreate_starts_new_pods_only_after_the_old_ones_are_gone(cluster, api, ns) -> None:
     apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
     apps.create_namespaced_deployment(ns, server_deployment("hub", strategy="Recreate"))
-    until(lambda: (apps.read_namespaced_deployment("hub", ns).status.available_replicas or 0) == 1)
+    wait_for(lambda: (apps.read_namespaced_deployment("hub", ns).status.available_replicas or 0) == 1,
+             what="hub available")
     listed = core.list_namespaced_pod(ns)
     [old] = listed.items
     apps.patch_namespaced_deployment("hub", ns, {"spec": {"template": {"metadata": {"labels": {"v": "2"}}}}})
@@ -175,7 +133,7 @@ def test_recreate_starts_new_pods_only_after_the_old_ones_are_gone(cluster, api,
             order.append("new created")
             break
     assert order == ["old gone", "new created"]
-    until(lambda: apps.read_namespaced_deployment("hub", ns).status.updated_replicas == 1)
+    wait_for(lambda: apps.read_namespaced_deployment("hub", ns).status.updated_replicas == 1, what="hub updated")
 
 
 def test_bad_workloads_are_refused_with_the_apiservers_words(cluster, api, ns) -> None:
@@ -232,7 +190,7 @@ def test_statefulset_makes_ordered_pods_and_their_claims(cluster, api, ns) -> No
         "2/2" in kubectl(cluster, "-n", ns, "get", "sts").stdout
     # scaling down removes the highest ordinal; its claim stays (Retain)
     kubectl(cluster, "-n", ns, "scale", "sts/db", "--replicas=1")
-    until(lambda: [p.metadata.name for p in core.list_namespaced_pod(ns).items] == ["db-0"], what="db-1 gone")
+    wait_for(lambda: [p.metadata.name for p in core.list_namespaced_pod(ns).items] == ["db-0"], what="db-1 gone")
     assert len(core.list_namespaced_persistent_volume_claim(ns).items) == 2
 
 
@@ -272,48 +230,36 @@ def test_services_get_endpoints_from_ready_pods_and_answer_on_their_cluster_ip(c
     lb = core.create_namespaced_service(ns, {"metadata": {"name": "public"}, "spec": {
         "type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"name": "http", "port": 80,
                                                                        "targetPort": 8080}]}})
-    pods = until(lambda: (lambda items: items if len(items) == 2 and all(p.status.pod_ip for p in items)
-                          else None)(core.list_namespaced_pod(ns).items), what="two running pods")
+    pods = wait_for(lambda: (lambda items: items if len(items) == 2 and all(p.status.pod_ip for p in items)
+                             else None)(core.list_namespaced_pod(ns).items), what="two running pods")
     ips = sorted(p.status.pod_ip for p in pods)
 
     def endpoint_ips() -> list[str]:
         ep = core.read_namespaced_endpoints("web", ns)
         return sorted(a.ip for s in ep.subsets or [] for a in s.addresses or [])
 
-    until(lambda: endpoint_ips() == ips, what="both pods in the Endpoints")
+    wait_for(lambda: endpoint_ips() == ips, what="both pods in the Endpoints")
     ep = core.read_namespaced_endpoints("web", ns)
     assert [(p.name, p.port, p.protocol) for p in ep.subsets[0].ports] == [("http", 8080, "TCP")]  # named port
     assert ep.subsets[0].addresses[0].target_ref.kind == "Pod" and ep.metadata.labels["tier"] == "front"
     [eps] = discovery.list_namespaced_endpoint_slice(ns, label_selector="kubernetes.io/service-name=web").items
     assert eps.address_type == "IPv4" and eps.metadata.owner_references[0].name == "web"
     assert sorted(e.addresses[0] for e in eps.endpoints) == ips and all(e.conditions.ready for e in eps.endpoints)
-    assert ipaddress_in_loopback(svc.spec.cluster_ip)
+    assert in_loopback(svc.spec.cluster_ip)
 
     # the cluster IP and the load balancer's address answer (kube-proxy's job, in userspace)
-    assert until(lambda: _status(f"http://{svc.spec.cluster_ip}:80/"), what="cluster IP answering") == 200
-    ingress = until(lambda: core.read_namespaced_service("public", ns).status.load_balancer.ingress)
-    assert ipaddress_in_loopback(ingress[0].ip) and ingress[0].ip != lb.spec.cluster_ip
-    assert until(lambda: _status(f"http://{ingress[0].ip}:80/"), what="load balancer answering") == 200
+    assert wait_for(lambda: http_status(f"http://{svc.spec.cluster_ip}:80/"), what="cluster IP answering") == 200
+    ingress = wait_for(lambda: core.read_namespaced_service("public", ns).status.load_balancer.ingress,
+                       what="LB address")
+    assert in_loopback(ingress[0].ip) and ingress[0].ip != lb.spec.cluster_ip
+    assert wait_for(lambda: http_status(f"http://{ingress[0].ip}:80/"), what="load balancer answering") == 200
     assert ingress[0].ip in kubectl(cluster, "-n", ns, "get", "svc", "public").stdout  # EXTERNAL-IP
 
     # no ready pod: no endpoint, and the address refuses connections
     kubectl(cluster, "-n", ns, "scale", "deploy/web", "--replicas=0")
-    until(lambda: endpoint_ips() == [], what="empty Endpoints")
-    until(lambda: _status(f"http://{svc.spec.cluster_ip}:80/") is None, what="connections refused")
+    wait_for(lambda: endpoint_ips() == [], what="empty Endpoints")
+    wait_for(lambda: http_status(f"http://{svc.spec.cluster_ip}:80/") is None, what="connections refused")
     assert "<none>" in kubectl(cluster, "-n", ns, "get", "endpoints", "web").stdout
-
-
-def ipaddress_in_loopback(ip: str) -> bool:
-    import ipaddress
-
-    return ipaddress.ip_address(ip) in ipaddress.ip_network("127.0.0.0/8")
-
-
-def _status(url: str) -> int | None:
-    try:
-        return http_get(url, timeout=2)
-    except (urllib.error.URLError, ConnectionError, OSError):
-        return None
 
 
 def test_pods_see_service_variables_and_resolve_service_names(cluster, api, ns) -> None:
@@ -349,14 +295,14 @@ def test_pods_see_service_variables_and_resolve_service_names(cluster, api, ns) 
 
     core.create_namespaced_pod(ns, pod("probe", True))
     core.create_namespaced_pod(ns, pod("nolinks", False))
-    until(lambda: core.read_namespaced_pod("probe", ns).status.phase == "Running")
+    wait_for(lambda: core.read_namespaced_pod("probe", ns).status.phase == "Running", what="probe running")
     core.create_namespaced_service(ns, {"metadata": {"name": "late"}, "spec": {"ports": [{"port": 80}]}})
 
     def logged(name: str) -> list[dict]:
         out = kubectl(cluster, "-n", ns, "logs", name, check=False).stdout
         return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
-    first, late = until(lambda: logged("probe") if len(logged("probe")) == 2 else None, what="the probe's report")
+    first, late = wait_for(lambda: logged("probe") if len(logged("probe")) == 2 else None, what="the probe's report")
     env = first["env"]
     assert env["HUB_SERVICE_HOST"] == hub_ip and env["HUB_SERVICE_PORT"] == "8081"
     assert env["HUB_SERVICE_PORT_HUB"] == "8081" and env["HUB_SERVICE_PORT_GPU_RECLAIM"] == "10101"
@@ -370,7 +316,8 @@ def test_pods_see_service_variables_and_resolve_service_names(cluster, api, ns) 
     assert first["self"] == core.read_namespaced_pod("probe", ns).status.pod_ip  # the pod's own name
     pod_env = {e.name: e.value for e in core.read_namespaced_pod("probe", ns).spec.containers[0].env}
     assert pod_env["HUB_URL"] == "http://$(HUB_SERVICE_HOST):$(HUB_SERVICE_PORT)"
-    [nolinks, _] = until(lambda: logged("nolinks") if len(logged("nolinks")) == 2 else None)
+    [nolinks, _] = wait_for(lambda: logged("nolinks") if len(logged("nolinks")) == 2 else None,
+                            what="nolinks' report")
     assert not any(k.startswith("HUB_") for k in nolinks["env"])
     assert nolinks["ips"]["hub"] == hub_ip  # names resolve without the variables
 
@@ -380,20 +327,21 @@ def test_pods_see_service_variables_and_resolve_service_names(cluster, api, ns) 
 def test_deleting_a_deployment_deletes_its_replica_sets_and_pods(cluster, api, ns) -> None:
     apps, core = k8s.AppsV1Api(api), k8s.CoreV1Api(api)
     apps.create_namespaced_deployment(ns, server_deployment("web", replicas=2))
-    until(lambda: len(core.list_namespaced_pod(ns).items) == 2)
+    wait_for(lambda: len(core.list_namespaced_pod(ns).items) == 2, what="two pods")
     kubectl(cluster, "-n", ns, "delete", "deploy", "web")  # background propagation, as kubectl sends
-    until(lambda: not apps.list_namespaced_replica_set(ns).items and not core.list_namespaced_pod(ns).items,
-          what="replica sets and pods collected")
+    wait_for(lambda: not apps.list_namespaced_replica_set(ns).items and not core.list_namespaced_pod(ns).items,
+             what="replica sets and pods collected")
 
     # orphan: the ReplicaSet and pods stay, without the reference to the gone Deployment
     apps.create_namespaced_deployment(ns, server_deployment("kept"))
-    until(lambda: len(core.list_namespaced_pod(ns).items) == 1)
+    wait_for(lambda: len(core.list_namespaced_pod(ns).items) == 1, what="one pod")
     kubectl(cluster, "-n", ns, "delete", "deploy", "kept", "--cascade=orphan")
-    [rs] = until(lambda: [r for r in apps.list_namespaced_replica_set(ns).items if not r.metadata.owner_references])
+    [rs] = wait_for(lambda: [r for r in apps.list_namespaced_replica_set(ns).items if not r.metadata.owner_references],
+                    what="an orphaned replica set")
     time.sleep(0.5)
     assert len(core.list_namespaced_pod(ns).items) == 1 and not apps.list_namespaced_deployment(ns).items
     apps.delete_namespaced_replica_set(rs.metadata.name, ns)
-    until(lambda: not core.list_namespaced_pod(ns).items, what="the orphaned pods collected with their set")
+    wait_for(lambda: not core.list_namespaced_pod(ns).items, what="the orphaned pods collected with their set")
 
 
 def test_foreground_deletion_waits_for_blocking_dependents(cluster, api, ns) -> None:
@@ -407,16 +355,18 @@ def test_foreground_deletion_waits_for_blocking_dependents(cluster, api, ns) -> 
         {**ref, "blockOwnerDeletion": False}]}})
     core.delete_namespaced_config_map("owner", ns, propagation_policy="Foreground")
     # the owner waits, marked, while a blocking dependent exists; the others go
-    until(lambda: core.read_namespaced_config_map("held", ns).metadata.deletion_timestamp)
-    until(lambda: "free" not in [c.metadata.name for c in core.list_namespaced_config_map(ns).items])
+    wait_for(lambda: core.read_namespaced_config_map("held", ns).metadata.deletion_timestamp, what="held marked")
+    wait_for(lambda: "free" not in [c.metadata.name for c in core.list_namespaced_config_map(ns).items],
+             what="free gone")
     waiting = core.read_namespaced_config_map("owner", ns)
     assert waiting.metadata.deletion_timestamp and waiting.metadata.finalizers == ["foregroundDeletion"]
     core.patch_namespaced_config_map("held", ns, {"metadata": {"finalizers": None}})
-    until(lambda: not {"owner", "held"} & {c.metadata.name for c in core.list_namespaced_config_map(ns).items},
-          what="owner removed once its blocking dependent was")
+    wait_for(lambda: not {"owner", "held"} & {c.metadata.name for c in core.list_namespaced_config_map(ns).items},
+             what="owner removed once its blocking dependent was")
     # a dependent created for an owner that no longer exists is collected
     core.create_namespaced_config_map(ns, {"metadata": {"name": "dangling", "ownerReferences": [ref]}})
-    until(lambda: "dangling" not in [c.metadata.name for c in core.list_namespaced_config_map(ns).items])
+    wait_for(lambda: "dangling" not in [c.metadata.name for c in core.list_namespaced_config_map(ns).items],
+             what="dangling collected")
 
 
 # --- persistent volumes ------------------------------------------------------------------
@@ -428,7 +378,7 @@ def test_claims_are_provisioned_bound_and_released(cluster, api, ns) -> None:
     assert "standard (default)" in kubectl(cluster, "get", "storageclass").stdout
     core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "home"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}})
-    pvc = until(lambda: (lambda c: c if c.status.phase == "Bound" else None)(
+    pvc = wait_for(lambda: (lambda c: c if c.status.phase == "Bound" else None)(
         core.read_namespaced_persistent_volume_claim("home", ns)), what="Bound")
     assert pvc.spec.storage_class_name == "standard" and pvc.status.capacity == {"storage": "10Gi"}
     assert pvc.metadata.finalizers == ["kubernetes.io/pvc-protection"]
@@ -444,15 +394,16 @@ def test_claims_are_provisioned_bound_and_released(cluster, api, ns) -> None:
         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.2",
                         "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
         "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}]}})
-    until(lambda: core.read_namespaced_pod("user", ns).status.phase == "Running")
+    wait_for(lambda: core.read_namespaced_pod("user", ns).status.phase == "Running", what="user running")
     core.delete_namespaced_persistent_volume_claim("home", ns)
     time.sleep(0.5)
     assert core.read_namespaced_persistent_volume_claim("home", ns).metadata.deletion_timestamp
     assert "Terminating" in kubectl(cluster, "-n", ns, "get", "pvc", "home").stdout
     core.delete_namespaced_pod("user", ns)
-    until(lambda: not core.list_namespaced_persistent_volume_claim(ns).items, what="claim released")
-    until(lambda: pv.metadata.name not in [v.metadata.name for v in core.list_persistent_volume().items])
-    until(lambda: not directory.exists(), what="the volume's directory removed (reclaimPolicy Delete)")
+    wait_for(lambda: not core.list_namespaced_persistent_volume_claim(ns).items, what="claim released")
+    wait_for(lambda: pv.metadata.name not in [v.metadata.name for v in core.list_persistent_volume().items],
+             what="volume removed")
+    wait_for(lambda: not directory.exists(), what="the volume's directory removed (reclaimPolicy Delete)")
 
     # a claim of a class nobody provisions waits Pending
     core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "other"}, "spec": {
@@ -492,11 +443,12 @@ def test_the_z2jh_chart_workloads_are_accepted_and_converge(cluster, api) -> Non
         return {p.port: sorted(a.ip for a in s.addresses or []) for s in ep.subsets or [] for p in s.ports}
 
     # named targetPorts resolved from the pods' container ports
-    assert until(lambda: ready("hub")) == {8081: [hub_pod.status.pod_ip], 10101: [hub_pod.status.pod_ip]}
-    assert until(lambda: ready("proxy-api")) == {8001: [proxy_pod.status.pod_ip]}
-    assert until(lambda: ready("proxy-public")) == {8000: [proxy_pod.status.pod_ip]}
-    public = until(lambda: core.read_namespaced_service("proxy-public", "jhub").status.load_balancer.ingress)
-    assert ipaddress_in_loopback(public[0].ip)
+    assert wait_for(lambda: ready("hub"), what="hub endpoints") == {8081: [hub_pod.status.pod_ip], 10101: [hub_pod.status.pod_ip]}
+    assert wait_for(lambda: ready("proxy-api"), what="proxy-api endpoints") == {8001: [proxy_pod.status.pod_ip]}
+    assert wait_for(lambda: ready("proxy-public"), what="proxy-public endpoints") == {8000: [proxy_pod.status.pod_ip]}
+    public = wait_for(lambda: core.read_namespaced_service("proxy-public", "jhub").status.load_balancer.ingress,
+                      what="LB address")
+    assert in_loopback(public[0].ip)
     nodes = k8s.CoreV1Api(api).list_node().items
     puller = apps.read_namespaced_daemon_set("continuous-image-puller", "jhub").status
     assert puller.number_ready == len(nodes)  # it tolerates the user nodes' taint

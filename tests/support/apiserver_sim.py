@@ -1,5 +1,6 @@
 """The simulator's API server on a stand-in cluster (no scheduler, no kubelets), served from
-a thread of its own, with kubectl, plain HTTP and the Kubernetes Python client to call it."""
+a thread of its own, with kubectl, plain HTTP and the Kubernetes Python client to call it,
+and the fixtures that give a test module one of its own."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -25,7 +27,7 @@ from gpu_reclaim_sim.resources import BY_KIND
 from gpu_reclaim_sim.rbac.serviceaccounts import ServiceAccountController
 from gpu_reclaim_sim.store import Store
 
-from .sim_cluster import KUBECTL
+from .sim_cluster import kubectl_with
 
 TOKEN = "test-token-123"
 POD, NODE, NS = BY_KIND["Pod"], BY_KIND["Node"], BY_KIND["Namespace"]
@@ -107,11 +109,7 @@ class Sim:
     # --- clients -------------------------------------------------------------------------
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(KUBECTL), "--kubeconfig", str(self.kubeconfig), *args], input=stdin,
-                              capture_output=True, text=True, timeout=30)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
-        return proc
+        return kubectl_with(self.kubeconfig, *args, stdin=stdin, check=check)
 
     def http(self, method: str, path: str, body: Any = None, *, token: str | None = TOKEN,
              content_type: str = "application/json", raw: bytes | None = None) -> tuple[int, Any]:
@@ -150,3 +148,21 @@ def pod_manifest(name: str, **spec: Any) -> dict[str, Any]:
 
 def make_namespace(sim: Sim, name: str) -> None:
     sim.call(sim.cluster.create, NS, {"metadata": {"name": name}})
+
+
+def apiserver_fixtures(name: str):
+    """A module's `sim` and `core` fixtures (`sim, core = apiserver_fixtures(NAME)`): the API
+    server on a stand-in cluster of its own, closed after the module, and the official
+    client's core API on it."""
+
+    @pytest.fixture(scope="module")
+    def sim(tmp_path_factory: pytest.TempPathFactory):
+        s = Sim(tmp_path_factory.mktemp(name))
+        yield s
+        s.close()
+
+    @pytest.fixture
+    def core(sim: Sim) -> k8s.CoreV1Api:
+        return sim.core()
+
+    return sim, core

@@ -32,7 +32,7 @@ SLOWEST_FIRST = (
     "tests/sim/test_rbac.py",
     "tests/sim/test_workloads.py",
     "tests/sim/test_kubelet.py",
-    "tests/sim/test_scheduler.py",
+    "tests/sim/test_scheduler_controllers.py",
     "tests/faults/test_malformed.py",
     "tests/service/test_service.py",
     "tests/packaging/test_wheels.py",

@@ -61,21 +61,27 @@ def sim_fixtures(scenario: dict[str, Any]):
     return sim, core
 
 
-def kubectl(sim, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """kubectl on `sim` (text in and out); with `check`, a failure is the test's."""
-    proc = subprocess.run([str(KUBECTL), "--kubeconfig", sim.info["kubeconfig"], *args], input=stdin,
+def kubectl_with(kubeconfig: str | Path, *args: str, stdin: str | None = None,
+                 check: bool = True) -> subprocess.CompletedProcess:
+    """kubectl as `kubeconfig` has it (text in and out); with `check`, a failure is the test's."""
+    proc = subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), *args], input=stdin,
                           capture_output=True, text=True, timeout=120)
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
     return proc
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    """`check()`'s first truthy value, asked every 0.2 s; fails saying `what` after `timeout` s."""
+def kubectl(sim, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """kubectl on `sim`, as its admin."""
+    return kubectl_with(sim.info["kubeconfig"], *args, stdin=stdin, check=check)
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 60, every: float = 0.2) -> Any:
+    """`check()`'s first truthy value, asked `every` s; fails saying `what` after `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(every)
     raise AssertionError(f"no {what} after {timeout:.0f} s")

@@ -195,7 +195,7 @@ class PodExec:
         while True:
             try:
                 data = await reader.read(READ_SIZE)
-            except OSError:  # a terminal whose last process ended reads EIO
+            except OSError:  # the stream broke (a terminal's end reads as end of file)
                 return
             if not data:
                 return

@@ -8,6 +8,7 @@ container itself is (sim.kubelet.runtime)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import os
 import struct
@@ -36,6 +37,16 @@ class Streams:
     tty: bool
 
 
+class _TerminalReader(asyncio.StreamReaderProtocol):
+    """The terminal's master end: the EIO it reads once the last process on the terminal
+    closed it is its end of file. (asyncio's reader raises an error before it hands out
+    what it had read: what a short command printed would be lost when nobody had read it
+    before the command ended.)"""
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(None if isinstance(exc, OSError) and exc.errno == errno.EIO else exc)
+
+
 class ExecProcess:
     """A command running in a container: its process, and its standard streams (`stdout`
     and `stderr` readers, `write`/`close_stdin`, `resize` for a terminal)."""
@@ -54,7 +65,7 @@ class ExecProcess:
             return
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+        transport, _ = await loop.connect_read_pipe(lambda: _TerminalReader(reader),
                                                     os.fdopen(os.dup(self._terminal), "rb", 0))
         self._transports.append(transport)
         self.stdout = reader

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import pytest
@@ -18,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 
+from gpu_reclaim_sim.kubelet import containerexec
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
 from ..support.sim_cluster import KUBECTL, kubectl, notebook_scenario, sim_fixtures, wait_for
@@ -111,6 +114,24 @@ def test_a_terminal(core: k8s.CoreV1Api, box: str) -> None:
     out, err, code = run(core, box, ["sh", "-c", "test -t 0 && test -t 1 && echo tty; echo e >&2"], tty=True)
     assert code == 0 and err == ""
     assert out.replace("\r\n", "\n") == "tty\ne\n"  # one stream: stderr comes on stdout
+
+
+async def test_what_a_terminal_printed_outlives_its_command(tmp_path) -> None:
+    # the command prints and ends before anyone reads: its terminal then reads EIO, and what
+    # it printed is still read first (a loaded machine's exec lost it: test_a_terminal)
+    container = SimpleNamespace(box=None, env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path))
+    streams = containerexec.Streams(stdin=False, stdout=True, stderr=True, tty=True)
+    process = await containerexec.start(container, ["sh", "-c", "echo tty; echo e >&2"], streams)
+    try:
+        assert await process.wait() == 0
+        assert process.stdout is not None
+        await asyncio.sleep(0.5)  # the loop reads the terminal to its end meanwhile
+        out = b""
+        while chunk := await process.stdout.read(1024):
+            out += chunk
+        assert out.replace(b"\r\n", b"\n") == b"tty\ne\n"
+    finally:
+        process.close()
 
 
 def test_odd_commands(core: k8s.CoreV1Api, box: str) -> None:

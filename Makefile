@@ -3,11 +3,11 @@ VENV ?= .venv
 VENV_JH5 ?= .venv-jh5
 PYTEST_ARGS ?=
 # pytest-xdist workers, each taking a module at a time, the slowest first (tests/support/order.py;
-# --no-loadscope-reorder keeps that order): four on CI's two cores, as the tests with a real
+# --no-loadscope-reorder keeps that order): five on CI's two cores, as the tests with a real
 # hub (marked integration) wait on the service's timers and their servers' start while the
-# others compute, so one pass runs both (three left a fifth of the cores idle:
-# docs/architecture.md#the-tests); 0 runs a pass in one process
-WORKERS ?= 4
+# others compute, so one pass runs both (four left a quarter of the cores idle; six were
+# slower than five: docs/architecture.md#the-tests); 0 runs a pass in one process
+WORKERS ?= 5
 HUB5_WORKERS ?= 2
 XDIST = --dist loadfile --no-loadscope-reorder
 

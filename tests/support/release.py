@@ -79,17 +79,21 @@ def forbidden(sim, user: str = HUB_SA) -> list[str]:
 
 
 def settings(release: z2jh.Release) -> dict:
-    """The service's settings, as it logs them when it starts (in the hub container's log)."""
+    """The service's settings, as it logs them when it starts (in the hub container's log):
+    the lines of its logger after its header, one a setting; the hub's own lines can come
+    between them (two processes write the container's log)."""
     log = release.hub_log()
-    start = log.rfind("jupyterhub-gpu-reclaim settings")
-    assert start >= 0, log[-3000:]
+    starts = list(re.finditer(r"^\[[^\]]* (\S+)\] jupyterhub-gpu-reclaim settings", log, re.MULTILINE))
+    assert starts, log[-3000:]
+    header = starts[-1]  # the last start's
+    logger = re.escape(header.group(1))
     out = {}
-    for line in log[start:].splitlines()[1:]:
-        m = re.match(r"\s*\[?[IWE]? ?[^\]]*\]?\s+(\w+) = (.*)$", line) or re.match(r"\s+(\w+) = (.*)$", line)
-        if not m:
-            if out:
-                break
+    for line in log[header.end():].splitlines()[1:]:
+        if not re.match(rf"\[[^\]]* {logger}\]", line):
             continue
+        m = re.match(rf"\[[^\]]* {logger}\]   (\w+) = (.*)$", line)
+        if not m:
+            break
         out[m.group(1)] = ast.literal_eval(m.group(2))
     return out
 

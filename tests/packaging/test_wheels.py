@@ -91,6 +91,15 @@ def test_the_lab_wheel_needs_only_jupyter_server(wheels):
             assert not [m for m in imported if m.split(".")[0] == "jupyterhub_gpu_reclaim"], name
 
 
+def test_the_gpl_speed_up_is_the_tests_alone(wheels):
+    # rfc3987 (GPL-3.0) only speeds the tests' processes up (setup.cfg): no install of the
+    # package, its simulator or its demo pulls it in
+    hub = wheels["jupyterhub-gpu-reclaim"]
+    assert "rfc3987" in hub.requires("test")
+    assert not [extra for extra in [None, *hub.metadata.get_all("Provides-Extra")] if extra != "test"
+                and "rfc3987" in hub.requires(extra)]
+
+
 def test_the_extension_travels_once_in_the_lab_wheel(wheels):
     lab = wheels["jupyterhub-gpu-reclaim-lab"]
     built = {p.relative_to(BUILD).as_posix(): p.read_bytes()

@@ -24,8 +24,8 @@ def installed() -> dict[str, str]:
     out = {}
     for dist in metadata.distributions(path=paths):
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
-        where = " ".join([direct.get("url", ""), "editable" * bool(direct.get("dir_info", {}).get("editable"))])
-        out[dist.metadata["Name"].lower()] = f"{dist.version} ({where.strip()})" if direct else dist.version
+        editable = " editable" if direct.get("dir_info", {}).get("editable") else ""
+        out[dist.metadata["Name"].lower()] = f"{dist.version} ({direct['url']}{editable})" if direct else dist.version
     return out
 
 

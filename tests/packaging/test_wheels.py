@@ -136,9 +136,10 @@ def test_the_installed_lab_wheel_is_what_jupyter_finds(wheels, tmp_path):
     # this environment's libraries after the image's own (its editable install of lab/ stays out:
     # a path a .pth file adds has its own .pth files ignored)
     (site / "test-environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    # by the image's own Python, as a user image installs it (with this environment's pip):
-    # this environment's pip installing with --prefix uninstalled its jupyterhub-gpu-reclaim-lab
-    # first; --ignore-installed leaves every other environment's install alone
+    # by the image's own Python (its pip this environment's, through the .pth), so that pip
+    # installs into the image and leaves this environment alone (--ignore-installed: it does
+    # not even try to uninstall this one's jupyterhub-gpu-reclaim-lab first, as this
+    # environment's pip with --prefix did, from .venv)
     ours = pip_freeze()
     subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
                     "--disable-pip-version-check", "-q", str(lab.path)], check=True, timeout=120)

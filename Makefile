@@ -27,6 +27,10 @@ test: setup
 # 5.5): the rest meets the hub only through it (docs/install-z2jh.md, JupyterHub 5 and 6)
 	$(VENV)/bin/python -m pytest -n $(HUB5_WORKERS) $(XDIST) --hub-python=$(VENV_JH5)/bin/python \
 		-m hub_contract $(PYTEST_ARGS)
+# no test changed the environments the tests ran from: every package the set-up installed
+# is still there, as it installed it (scripts/venv_packages.py)
+	$(VENV)/bin/python scripts/venv_packages.py check
+	$(VENV_JH5)/bin/python scripts/venv_packages.py check
 
 benchmarks: setup
 	$(VENV)/bin/python benchmarks/sim_scale.py

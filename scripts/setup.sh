@@ -41,15 +41,19 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
+# the stamp says what the install was of, the record of its packages that they are all still
+# there (scripts/venv_packages.py): one gone since, e.g. uninstalled by a `pip install`, is
+# installed again; `make test` checks the record at its end
 stamp="$VENV/.setup-stamp"
 want=$(cat setup.cfg pyproject.toml lab/pyproject.toml | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" scripts/venv_packages.py check; then
   echo "setup: installing the package, its test dependencies and the JupyterLab extension into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # the demo extra names jupyterhub-gpu-reclaim-lab: the same command installs it from lab/.
   # --no-compile: Python compiles what the tests import on first import; compiling all of
   # JupyterLab's and the rest's sources up front cost make test ~20 s of CPU
   "$VENV/bin/python" -m pip install -q --no-compile -e ./lab -e ".[test]"
+  "$VENV/bin/python" scripts/venv_packages.py record
   echo "$want" > "$stamp"
 fi
 
@@ -64,7 +68,7 @@ hub_image_venv() {
   fi
   stamp="$VENV_JH5/.setup-stamp"
   want=$(cat setup.cfg pyproject.toml "$HUB_IMAGE_REQUIREMENTS" <(echo "${HUB_IMAGE_C_PACKAGES[*]}") | sha256sum | cut -d' ' -f1)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV_JH5/bin/python" scripts/venv_packages.py check; then
     echo "setup: installing the z2jh hub image's requirements (JupyterHub 5.5) and the package into $VENV_JH5"
     pip=("$VENV_JH5/bin/python" -m pip)
     "${pip[@]}" install -q --upgrade pip
@@ -82,6 +86,7 @@ if upgraded:
 PY
     rm -f "$report"
     "${pip[@]}" install -q -c "$VENV_JH5/hub-image.txt" -e .
+    "$VENV_JH5/bin/python" scripts/venv_packages.py record
     echo "$want" > "$stamp"
   fi
 }

@@ -1,6 +1,7 @@
 """What a new user of `make demo` does, in a real browser (Chromium driven by Playwright):
-log in, pick the GPU profile, watch the spawn page report the pod's events, get JupyterLab,
-create a notebook from the Launcher, run a cell, stop the server from the hub's home page.
+log in, pick the GPU profile, watch the spawn page report the pod's events, get JupyterLab
+(with the GPU reclaim extension's server side), create a notebook from the Launcher, run a
+cell, stop the server from the hub's home page.
 
 The stack is the demo's (tests/support/live.py: the demo's cluster with fast image pulls and a
 JupyterHub on gpu_reclaim_sim/demo_config/jupyterhub_config.py). All waits are on events, with generous
@@ -77,6 +78,10 @@ async def test_log_in_start_gpu_server_and_run_a_cell(hub, api, page):
 
     # ready: the page moves on to JupyterLab by itself
     await page.wait_for_url(re.compile(rf"/user/{USER}/lab"), timeout=120_000)
+    # with the JupyterLab extension's server side, installed as the demo has it (scripts/setup.sh):
+    # its status answers (this hub runs no reclaim service: not available), not a 404
+    status = await page.request.get(f"{url}/user/{USER}/gpu-reclaim/status")
+    assert status.status == 200 and await status.json() == {"available": False}
     notebook_tile = page.locator('.jp-LauncherCard[data-category="Notebook"]').filter(has_text="Python 3")
     await notebook_tile.click(timeout=60_000)
     # wait for the kernel, as a person waits for "Idle": a cell run before is dropped

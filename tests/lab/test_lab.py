@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
 import re
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
-from ..support.live import LAB, lab_paths, api_fixture
+from ..support.live import LAB, api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 from ..support.browser import IMG, log_in, new_page
@@ -55,8 +54,7 @@ SERVERS = {"alice": GPU, "bob": GPU, "frank": GPU, "carol": GPU, "erin": "cpu"}
 def hub(sim, tmp_path_factory):
     if not (BUILD / "package.json").is_file():
         pytest.fail(f"the JupyterLab extension is not built ({BUILD}): run scripts/setup.sh")
-    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim, hub_config=HERE / "jupyterhub_config_lab.py",
-                          env={"GPU_RECLAIM_LAB_PATHS": json.dumps(lab_paths())})
+    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim, hub_config=HERE / "jupyterhub_config_lab.py")
     yield child
     child.stop(grace=60)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import email.parser
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import jupyterhub_gpu_reclaim
 import jupyterhub_gpu_reclaim_lab
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
+from ..support.jupyter_lists import listed, output
 from ..support.live import LAB, REPO
 
 BUILD = LAB / "jupyterhub_gpu_reclaim_lab" / "labextensions" / LABEXTENSION  # scripts/setup.sh
@@ -38,6 +38,12 @@ NOT_SOURCE = shutil.ignore_patterns(".git", ".venv*", ".demo", "node_modules", "
 
 def requirement_name(line: str) -> str:
     return re.split(r"[\s\[<>=!~;(]", line, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def pip_freeze() -> str:
+    """The tests' own environment's packages."""
+    return subprocess.run([sys.executable, "-m", "pip", "freeze", "--all", "--disable-pip-version-check"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 class Wheel:
@@ -130,22 +136,21 @@ def test_the_installed_lab_wheel_is_what_jupyter_finds(wheels, tmp_path):
     # this environment's libraries after the image's own (its editable install of lab/ stays out:
     # a path a .pth file adds has its own .pth files ignored)
     (site / "test-environment.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--prefix", str(env_dir),
-                    str(lab.path)], check=True, timeout=120)
+    # by the image's own Python (its pip this environment's, through the .pth), so that pip
+    # installs into the image and leaves this environment alone (--ignore-installed: it does
+    # not even try to uninstall this one's jupyterhub-gpu-reclaim-lab first, as this
+    # environment's pip with --prefix did, from .venv)
+    ours = pip_freeze()
+    subprocess.run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
+                    "--disable-pip-version-check", "-q", str(lab.path)], check=True, timeout=120)
+    assert pip_freeze() == ours, "installing the lab wheel changed the tests' own environment"
 
-    def run(*args: str) -> str:
-        done = subprocess.run([python, *args], capture_output=True, text=True, timeout=120, check=True,
-                              env={k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTHON"))})
-        return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr)
-
-    assert Path(run("-c", "import jupyterhub_gpu_reclaim_lab as m; print(m.__file__)").strip()).is_relative_to(site)
-    servers = run("-m", "jupyter_server.extension.serverextension", "list")
-    section = servers.split(f"Config dir: {env_dir / 'etc' / 'jupyter'}\n", 1)[1].split("Config dir:", 1)[0]
+    module = output(python, "-c", "import jupyterhub_gpu_reclaim_lab as m; print(m.__file__)")
+    assert Path(module.strip()).is_relative_to(site)
+    servers, labs = listed(python, env_dir)
     assert re.match(r"\s+jupyterhub_gpu_reclaim_lab enabled\s+- Validating jupyterhub_gpu_reclaim_lab\.\.\.\s+"
-                    rf"jupyterhub_gpu_reclaim_lab {re.escape(lab.metadata['Version'])} OK\s*$", section), servers
-    labs = run("-m", "jupyterlab.labextensions", "list")
-    section = labs.split(str(env_dir / "share" / "jupyter" / "labextensions"), 1)[1]
-    assert re.match(rf"\s+{LABEXTENSION} v{re.escape(lab.metadata['Version'])} enabled OK\s*$", section), labs
+                    rf"jupyterhub_gpu_reclaim_lab {re.escape(lab.metadata['Version'])} OK\s*$", servers), servers
+    assert re.match(rf"\s+{LABEXTENSION} v{re.escape(lab.metadata['Version'])} enabled OK\s*$", labs), labs
 
 
 def test_one_version(wheels):

@@ -50,14 +50,6 @@ def sim_fixture(scope: str):
     return sim
 
 
-def lab_paths() -> dict[str, str]:
-    """A single-user server's environment for the JupyterLab extension of the worktree: what
-    its wheel gives it (lab/, docs/lab.md), its code, its build (scripts/setup.sh) and the
-    config that enables its server side. Pods see the worktree (not the tests' /tmp)."""
-    return {"PYTHONPATH": str(LAB), "JUPYTER_PATH": str(LAB / "jupyterhub_gpu_reclaim_lab"),
-            "JUPYTER_CONFIG_PATH": str(LAB / "jupyter-config")}
-
-
 def start_test_hub(workdir, config, sim, env=None):
     """A real JupyterHub on the cluster with `config`, and a token for the tests' service."""
     token = secrets.token_hex(16)

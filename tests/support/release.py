@@ -28,10 +28,10 @@ TIMINGS = {"cull-every": 2, "never-used-warn-after": "12s", "never-used-reclaim-
 
 def sim_values(**options) -> dict:
     values = z2jh.sim_values(password=PASSWORD, users=USERS, admins=ADMINS, options=options)
-    # the hub and user images with the package: the worktree's (an editable install's own
-    # path lookup may not reach a pod)
+    # the hub image with the package: the worktree's (an editable install's own path lookup
+    # may not reach a pod); the user image has the JupyterLab extension installed, as the
+    # demo's (the environment the simulator maps it to: gpu_reclaim_sim/z2jh/release.py)
     values["hub"]["extraEnv"] = {"PYTHONPATH": str(live.REPO)}
-    values["singleuser"]["extraEnv"] = live.lab_paths()
     return values
 
 

@@ -12,7 +12,6 @@ import asyncio
 import datetime as dt
 import logging
 import threading
-import time
 
 import pytest
 
@@ -213,15 +212,13 @@ async def test_a_synchronous_hook_that_hangs_holds_only_its_own_server_off_the_e
                 ticks += 1
 
         ticker = asyncio.create_task(tick())
-        t0 = time.monotonic()
         await h.cycle()
-        seconds = time.monotonic() - t0
         ticker.cancel()
         assert h.stopped(carol) == [START]  # asked with bob, answered, culled
         d = h.reports[-1].decisions[bob]
         assert (d.action, d.rule) == ("hold", "cull-arbiter-failed")
         assert "the cull_arbiter_hook did not answer within 0.5 s" in d.reason
-        assert seconds < 5 and ticks >= 5, (seconds, ticks)  # the loop ran on while the hook blocked
+        assert ticks >= 5, ticks  # the loop ran on while the hook blocked (0.5 s)
         # its thread cannot be stopped: while its call runs on, bob's server is not asked again
         await h.cycle()
         assert calls == ["bob", "carol"]

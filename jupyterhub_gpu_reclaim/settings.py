@@ -126,10 +126,21 @@ class ServiceSettings:
         and server (the server's model from the hub's API, a dict: "state" is in it
         when the service's role has admin:server_state). It returns true to cull the
         server (if --cull-default-servers / --cull-named-servers allow), false to keep
-        it; it may be async. --max-age still applies. A hook that raises holds that
-        server (logged, never culled on it). Default (None): cull when inactive >=
-        --timeout, idle-culler's default_cull_arbiter. GPU sessions follow the GPU
+        it; it may be async. --max-age still applies. A hook that raises (anything,
+        SystemExit included) or does not answer within --cull-arbiter-timeout holds
+        that server (logged, never culled on it), as a failed hook keeps it in
+        idle-culler. A synchronous hook runs in a thread of its own, off the service's
+        event loop; the servers are asked together. Default (None): cull when inactive
+        >= --timeout, idle-culler's default_cull_arbiter. GPU sessions follow the GPU
         policy and are never passed to it.
+        """)
+
+    cull_arbiter_timeout: float = _option(Float, 10.0, min=0.1, help="""
+        Seconds to wait for the cull_arbiter_hook's answer about one server (at least
+        0.1). A server whose hook has not answered in time is held: kept, as when the
+        hook raises. A synchronous hook's call cannot be stopped and runs on in its
+        thread: the hook is not called again for that server (which stays held) until
+        that call returns. Not an option of jupyterhub-idle-culler, which waits for ever.
         """)
 
     # 0: half of --timeout (`cycle_interval`)

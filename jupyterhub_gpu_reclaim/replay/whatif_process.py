@@ -14,6 +14,7 @@ import asyncio
 import datetime as dt
 import multiprocessing
 import os
+import signal
 from multiprocessing.connection import Connection
 from typing import Any, Mapping
 
@@ -35,6 +36,22 @@ class OverBudget(WhatIfError):
     """The replay ran past its time budget and was stopped."""
 
 
+class WhatIfFailed(Exception):
+    """The replay's process failed (a bug, the store) or ended without an answer (killed:
+    the out-of-memory killer, an operator): not the admin's input."""
+
+
+def _ended(exitcode: int | None) -> str:
+    """How a child process ended, in words."""
+    if exitcode is None or exitcode >= 0:
+        return f"exit code {exitcode}"
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    return f"killed by {name}" + (", as the out-of-memory killer kills" if -exitcode == signal.SIGKILL else "")
+
+
 def _child(out: Connection, url: str, since: dt.datetime, until: dt.datetime, values: Mapping[str, Any],
            live: PolicyConfig | PolicyRules, now: dt.datetime) -> None:
     os.nice(NICENESS)
@@ -53,8 +70,8 @@ async def replay_in_process(store: Store, since: dt.datetime, until: dt.datetime
                             live: PolicyConfig | PolicyRules, now: dt.datetime,
                             budget_s: float = BUDGET_S) -> WhatIf:
     """`what_if(store, …)` run in a child process; WhatIfError as it raises them, OverBudget
-    when it runs longer than `budget_s` (the child is killed), RuntimeError when it fails
-    otherwise. Cancelled (the request went away), the child is killed too."""
+    when it runs longer than `budget_s` (the child is killed), WhatIfFailed when it fails
+    otherwise or dies. Cancelled (the request went away), the child is killed too."""
     url = store.engine.url.render_as_string(hide_password=False)  # the child's own connection
     answers, out = _CONTEXT.Pipe(duplex=False)
     child = _CONTEXT.Process(target=_child, args=(out, url, since, until, values, live, now),
@@ -66,8 +83,8 @@ async def replay_in_process(store: Store, since: dt.datetime, until: dt.datetime
             raise OverBudget(f"the what-if ran longer than its {budget_s:g} s and was stopped: "
                              "replay a shorter period")
         kind, answer = answers.recv()
-    except EOFError:
-        raise RuntimeError(f"the what-if's process ended without an answer (exit code {child.exitcode})") from None
+    except EOFError:  # it died before its answer
+        kind = "died"
     finally:
         answers.close()
         if child.is_alive():
@@ -75,6 +92,8 @@ async def replay_in_process(store: Store, since: dt.datetime, until: dt.datetime
         await asyncio.to_thread(child.join)
     if kind == "refused":
         raise WhatIfError(answer)
+    if kind == "died":
+        raise WhatIfFailed(f"the what-if's process ended without an answer ({_ended(child.exitcode)})")
     if kind == "failed":
-        raise RuntimeError(f"the what-if failed: {answer}")
+        raise WhatIfFailed(f"the what-if failed: {answer}")
     return answer

@@ -57,10 +57,14 @@ class _Hub(HttpSource):
         offset = 0
         while True:
             try:
+                # a redirect is not followed: only the hub's own answer says who is in its groups
+                # (one to another host came back without the token, from whoever answered there)
                 body = await get_json(self._client(), f"{self.api_url}/groups", source="hub", timeout=self.timeout,
-                                      params={"offset": str(offset), "limit": "200"})
+                                      params={"offset": str(offset), "limit": "200"}, allow_redirects=False)
             except SignalError as e:
-                raise ReportError(f"the hub's groups: {e.message}") from None
+                hint = (" (not followed: give --hub-api-url as the hub's own API URL)"
+                        if e.status is not None and 300 <= e.status < 400 else "")
+                raise ReportError(f"the hub's groups: {e.message}{hint}") from None
             items = body.get("items") if isinstance(body, dict) else body
             if not isinstance(items, list):
                 raise ReportError(f"the hub's groups: not a list of groups: {brief(body)}")

@@ -56,7 +56,8 @@ from ..signals.base import SignalError
 from ..signals.interfaces import GpuSource, HubSource, KernelSource
 from ..signals.pods import PodInfo, PodSnapshot
 from .status import CycleStatus, expect_free, freeing, session_status, waiting_servers
-from .observe import NO_PODS, arbitrate, observe_server, probe_kernels, unseen, unusable
+from .arbiter import CullArbiter
+from .observe import NO_PODS, observe_server, probe_kernels, unseen, unusable
 from .stops import Stops
 from ..store import Store
 from ..settings import ServiceSettings
@@ -104,6 +105,8 @@ class Reclaimer:
         self.status = CycleStatus()  # what the web pages show: the latest cycle
         self._stopped_since_observed: set[str] = set()  # stops completed during the cycle under way
         self._last_pods: tuple[dt.datetime, PodSnapshot] | None = None  # the last pod list read, and when
+        self.arbiter = (CullArbiter(settings.cull_arbiter_hook, settings.cull_arbiter_timeout)
+                        if settings.cull_arbiter_hook is not None else None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -222,8 +225,8 @@ class Reclaimer:
         if probe:
             assert self.kernels is not None
             await probe_kernels(self.kernels, probe, seen, report, self.metrics, on_error)
-        if self.settings.cull_arbiter_hook is not None:
-            await arbitrate(self.settings.cull_arbiter_hook, seen, now, on_error)
+        if self.arbiter is not None:
+            await self.arbiter.arbitrate(seen, now)
         self._sessions_gone(set(seen.sessions), now)
         return seen
 

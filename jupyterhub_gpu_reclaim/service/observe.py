@@ -1,17 +1,15 @@
 """The observe step's parts (`cycle.Reclaimer._observe` runs them): one ready server's session
-and sample, the hold of a server whose data cannot be used or seen, the kernels' probe of
-GPU-idle sessions, and idle-culler 2.0's cull_arbiter_hook on servers without GPUs. Each
-works on what it is handed; what the cycle keeps between cycles stays in the cycle."""
+and sample, the hold of a server whose data cannot be used or seen, and the kernels' probe of
+GPU-idle sessions. Each works on what it is handed; what the cycle keeps between cycles stays
+in the cycle (idle-culler's cull_arbiter_hook: arbiter.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import datetime as dt
-import inspect
 import logging
 from dataclasses import replace
-from typing import Any, Callable, Literal
+from typing import Callable, Literal
 
 from ..policy.observations import Decision, Sample, Session
 from ..signals.base import SignalError
@@ -27,11 +25,6 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.service")
 
 # no pods: a hub without Kubernetes (no pod source), or no pod list read yet
 NO_PODS = PodSnapshot(by_session={}, pending_gpus=0)
-
-
-class CullArbiterError(Exception):
-    """The cull_arbiter_hook raised (what it raised, in one line)."""
-
 
 
 def observe_server(srv: HubServer, pod: PodInfo | None, readings: dict | None, now: dt.datetime,
@@ -91,32 +84,6 @@ def unseen(srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None, probl
     return Decision(srv.session_id, "hold", "pods-unavailable",
                     f"the pod list cannot be read ({problem}): {why}; never reclaimed unseen",
                     evidence={"problem": problem, "pods_as_of": format_time(as_of) if as_of else None})
-
-
-async def arbitrate(hook: Callable[..., Any], seen: Observation, now: dt.datetime,
-                    hold: Callable[[str, Exception], Decision]) -> None:
-    """Ask idle-culler 2.0's cull_arbiter_hook about each server without GPUs not held, as
-    2.0's handle_server does: keyword arguments inactive (since last_activity, else since
-    the start; None without either), inactive_limit (the timeout, seconds) and server (the
-    hub's model); its answer may be awaitable. A hook that raises holds that server."""
-    for sid, o in seen.sessions.items():
-        if o.session.gpus or sid in seen.held:
-            continue
-        srv = o.server
-        since = srv.last_activity or srv.started
-        limit = int(o.config.cpu_timeout.total_seconds())
-        try:
-            answer = hook(inactive=now - since if since else None, inactive_limit=limit, server=srv.model)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            elif isinstance(answer, concurrent.futures.Future):
-                answer = await asyncio.wrap_future(answer)
-        except Exception as e:
-            error = CullArbiterError(f"the cull_arbiter_hook raised {type(e).__name__}: {e}")
-            error.__cause__ = e  # its traceback in the log
-            seen.held[sid] = hold(sid, error)
-        else:
-            o.cull_arbiter = bool(answer)
 
 
 async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observation, report: CycleReport,

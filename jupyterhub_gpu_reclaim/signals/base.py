@@ -140,7 +140,9 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
             if r.status >= 300:
                 snippet = (await r.content.read(200)).decode("utf-8", "replace")
-                raise SignalError(source, f"GET {_safe(url)}: HTTP {r.status}: {snippet!r}", r.status)
+                location = r.headers.get("Location") if r.status < 400 else None
+                raise SignalError(source, f"GET {_safe(url)}: HTTP {r.status}: " + (
+                    f"a redirect to {_shown(location)}" if location else repr(snippet)), r.status)
             body = await read_capped(r.content, r.content_length, limit)
             if body is None:
                 raise SignalError(source, f"GET {_safe(url)}: the answer is larger than {limit} bytes")
@@ -187,6 +189,14 @@ def _safe(url: str) -> str:
     """The URL as errors and logs may show it: no query string (which might carry a
     token), no password (an admin may put one in --prometheus-url)."""
     return hide_password(url.split("?", 1)[0])
+
+
+def _shown(location: str) -> str:
+    """Where a redirect leads, as errors may show it (`_safe`, short: any server may send one)."""
+    try:
+        return brief(_safe(location))
+    except ValueError:  # not a URL urlsplit reads
+        return brief(location.split("?", 1)[0])
 
 
 def hide_password(url: str) -> str:

@@ -95,7 +95,7 @@ def listen(app: web.Application, bind_url: str) -> HTTPServer:
     if parts.scheme != "http" or not parts.port:
         raise ValueError(f"the service URL must be http://HOST:PORT, got {bind_url!r}")
     # a larger body is refused unread (400, connection closed); the pages' handlers answer a
-    # declared Content-Length beyond it with a 413 of their own before that
+    # declared Content-Length beyond it with a 413 of their own before that (base.DRAINED_MAX)
     server = HTTPServer(app, xheaders=True, max_body_size=MAX_BODY, max_buffer_size=4 * MAX_BODY)
     server.listen(parts.port, parts.hostname or "127.0.0.1")
     return server

@@ -18,6 +18,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from jupyterhub.services.auth import HubAuth, HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import httputil, web
+from tornado.http1connection import HTTP1Connection
 from tornado.log import app_log, gen_log
 
 from ..service.metrics import Metrics
@@ -39,6 +40,12 @@ ADMIN_PAGE_ROWS = 100  # the newest reclaims and audit records on the admin page
 #: the largest request body taken (the forms and JSON bodies are a few hundred bytes);
 #: the HTTP server refuses a larger one without reading it
 MAX_BODY = 64 * 1024
+#: a larger body up to this size is read and dropped, then refused (413, or 403 without
+#: credentials): refused unread, the connection closed under the hub's proxy while it still
+#: forwarded the body, and it answered its own 503 in place of the 413 it had not read yet.
+#: A body larger still is refused before it is read, the connection closed: the service
+#: reads no more than this for nothing
+DRAINED_MAX = 16 * 1024 * 1024
 NOT_AUTHENTICATED = ("authentication required: a hub token with access to this service, "
                      "or the service's login cookie (with its _xsrf token for writes)")
 #: query parameters whose values never reach a log (OAuth codes and states, tokens)
@@ -129,27 +136,40 @@ class Base(HubOAuthenticated, RedactedLogs):
         self.ctx = ctx
         assert ctx.hub_auth is not None  # web.app mounts the pages only with the hub's auth
         self.hub_auth = ctx.hub_auth
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes] | None = []  # None: a refused body, dropped
 
     def prepare(self) -> None:
         length = self.request.headers.get("Content-Length", "0").strip()
         if not length.isdigit() or int(length) > MAX_BODY:
-            # refused before the body, which tornado then leaves unread (it closes the
-            # connection); who asks is checked first. A smaller body is read as usual, so an
-            # ordinary refusal keeps the connection (and the hub's proxy's) open.
+            # who asks is checked first (from the headers: a cookie would need the body's _xsrf)
             token = self.request.headers.get("Authorization")
             if not token and not self.get_secure_cookie(self.hub_auth.cookie_name):
-                raise web.HTTPError(403, NOT_AUTHENTICATED)
-            if token and self.current_user is None:  # a cookie would need the body's _xsrf
-                raise web.HTTPError(403, NOT_AUTHENTICATED)
-            raise web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
+                refusal = web.HTTPError(403, NOT_AUTHENTICATED)
+            elif token and self.current_user is None:
+                refusal = web.HTTPError(403, NOT_AUTHENTICATED)
+            else:
+                refusal = web.HTTPError(413, f"the request body is larger than {MAX_BODY // 1024} KiB")
+            if not length.isdigit() or int(length) > DRAINED_MAX:
+                raise refusal  # before the body, which tornado leaves unread (it closes the connection)
+            connection = self.request.connection
+            assert isinstance(connection, HTTP1Connection)  # the server's (web.app.listen)
+            connection.set_max_body_size(DRAINED_MAX)
+            self._chunks = None  # the body is dropped as it comes
+            self._answer_with(refusal)
+            return
         # runs before the handler's method: the body's future got this callback first
         self.request._body_future.add_done_callback(self._body_received)
         if self.request.method in ("GET", "HEAD") and self._read_wait():
-            # refused in the method's place, once the (empty) body is read: a refusal from
-            # prepare() closes the connection unread, and the proxy's next request on it,
-            # anyone's, would get a 503
-            setattr(self, self.request.method.lower(), self._too_many_reads)
+            self._answer_with(web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
+                                                 f"reads a minute; try again in {self.retry_after} s"))
+
+    def _answer_with(self, error: web.HTTPError) -> None:
+        """`error` in the method's place, once the body is read: a refusal from prepare()
+        closes the connection unread, and the hub's proxy, still forwarding the body or
+        sending the next request on it (anyone's), answers its own 503 in place of ours."""
+        def refuse(*args: Any, **kwargs: Any) -> None:
+            raise error
+        setattr(self, self.request.method.lower(), refuse)
 
     def _read_wait(self) -> float:
         """A user's reads beyond READS_PER_MINUTE: the seconds until the next is allowed.
@@ -162,18 +182,15 @@ class Base(HubOAuthenticated, RedactedLogs):
         self.retry_after = max(1, math.ceil(wait)) if wait else 0
         return wait
 
-    def _too_many_reads(self, *args: Any, **kwargs: Any) -> None:
-        raise web.HTTPError(429, f"too many requests: at most {self.ctx.read_limiter.per_minute} "
-                                 f"reads a minute; try again in {self.retry_after} s")
-
     def data_received(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
+        if self._chunks is not None:
+            self._chunks.append(chunk)
 
     def _body_received(self, future: Any) -> None:
         if future.cancelled() or future.exception() is not None:
             return
         request = self.request
-        request.body = b"".join(self._chunks)
+        request.body = b"".join(self._chunks or ())
         httputil.parse_body_arguments(request.headers.get("Content-Type", ""), request.body,
                                       request.body_arguments, request.files, request.headers)
         for name, values in request.body_arguments.items():

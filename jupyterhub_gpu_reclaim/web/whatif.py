@@ -1,7 +1,8 @@
 """Running a what-if for the admin page and the API: the period as admins write it, one
 what-if at a time (a second is answered 429), the replay in a process of its own within a
 time budget (`whatif_process`), so that the service's cycles go on at their pace meanwhile.
-Bad input is `BadInput` (400), before anything is read; so is a replay past its budget."""
+Bad input is `BadInput` (400), before anything is read; so is a replay past its budget. A
+replay that fails or whose process dies is a 500 that says so."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tornado import web
 
 from ..timestamps import utcnow
 from ..replay.whatif import WhatIf, WhatIfError, check_period, override_policy
-from ..replay.whatif_process import replay_in_process
+from ..replay.whatif_process import WhatIfFailed, replay_in_process
 from .inputs import BadInput, parse_since
 
 #: the period the form offers first
@@ -49,3 +50,5 @@ async def run_what_if(handler: Any, since_text: Any, until_text: Any, values: An
             return await replay_in_process(ctx.store, since, until, values, live=live, now=now)
         except WhatIfError as e:  # OverBudget too
             raise BadInput(str(e)) from None
+        except WhatIfFailed as e:  # not the admin's input: a 500, but one that says what happened
+            raise web.HTTPError(500, f"{e}; nothing was changed: try again, or replay a shorter period") from None

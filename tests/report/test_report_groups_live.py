@@ -4,10 +4,13 @@ Prometheus holds (tests/support/report_history.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import secrets
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,55 @@ def test_a_token_the_hub_refuses_is_one_line_and_exit_1(prometheus, hub, capsys,
     assert (code, out) == (1, "")
     assert err.startswith("jupyterhub-gpu-reclaim report: the hub's groups: GET ") and "HTTP 403" in err
     assert err.count("\n") == 1 and "not-a-token-of-this-hub" not in err
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """`redirect`: a 302 to `server.location`; else another host's answer: its own groups
+    (and what Authorization it was sent, in `server.seen`)."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.server.seen.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
+        if self.server.location:  # type: ignore[attr-defined]
+            self.send_response(302)
+            self.send_header("Location", self.server.location + self.path)  # type: ignore[attr-defined]
+            self.end_headers()
+            return
+        body = json.dumps({"items": [{"name": "not-the-hubs", "users": ["alice", "bob", "carol", "dave"]}],
+                           "_pagination": {"offset": 0, "limit": 200, "total": 1, "next": None}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def answering(location: str | None):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.location, server.seen = location, []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("to", ["another host", "the hub"])
+def test_a_redirect_of_the_groups_is_refused(prometheus, hub, capsys, monkeypatch, to):
+    """--hub-api-url answered by a redirect (a misconfigured ingress, a hostile DNS entry):
+    to another host, whose answer is no hub's, or to the hub itself: refused, one line."""
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.info["report_token"])
+    with answering(None) as elsewhere:
+        target = f"http://localhost:{elsewhere.server_address[1]}" if to == "another host" else hub.info["url"]
+        with answering(target) as redirector:
+            api = f"http://127.0.0.1:{redirector.server_address[1]}/hub/api"
+            code, out, err = report(capsys, prometheus, "--json", "--hub-api-url", api)
+    assert (code, out) == (1, ""), out[:2000]
+    assert err == (f"jupyterhub-gpu-reclaim report: the hub's groups: GET {api}/groups: HTTP 302: a redirect to "
+                   f"'{target}/hub/api/groups' (not followed: give --hub-api-url as the hub's own API URL)\n")
+    assert redirector.seen == [f"token {hub.info['report_token']}"] and elsewhere.seen == []

@@ -8,8 +8,10 @@ tests/support/harness.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
+import threading
 
 import pytest
 
@@ -142,11 +144,12 @@ async def test_a_hook_that_raises_holds_that_server_only_logged_once(harness, ca
     stateless = h.add("bob", gpus=0, last_activity=at(-90), model={"name": ""})  # no "state": KeyError
     other = h.add("carol", gpus=0, last_activity=at(-90), model=model("small", at(-90)))
     await h.run_until(at(10))
-    assert {(a, r) for _, a, r in h.decisions(stateless)} == {("hold", "session-error")}
+    assert {(a, r) for _, a, r in h.decisions(stateless)} == {("hold", "cull-arbiter-failed")}
     d = h.reports[-1].decisions[stateless]
-    assert "the cull_arbiter_hook raised KeyError: 'state'" in d.reason
+    assert "the cull_arbiter_hook raised KeyError: 'state'; kept" in d.reason
     assert h.stopped(stateless) == [] and h.stopped(other) == [START]
-    assert caplog.text.count("session bob/ held") == 1 and "Traceback" in caplog.text
+    assert caplog.text.count("server bob/ kept") == 1 and "Traceback" in caplog.text
+    assert h.metric(P + "holds", reason="cull-arbiter-failed") == 1
 
 
 @pytest.mark.parametrize("argv, env, kube_file, reads_pods", [
@@ -179,3 +182,94 @@ def test_pods_are_read_where_kubernetes_is(tmp_path, monkeypatch, argv, env, kub
     assert isinstance(r.pods, PodSignal) is reads_pods and (r.pods is None) is not reads_pods
     # without pods no server has GPUs: no GPU source, no kernel probes, no pod to wait for
     assert (r.gpu is None, r.kernels is None, r.stopper.pod_gone is None) == (not reads_pods,) * 3
+
+
+# --cull-arbiter-timeout: a hook that hangs or raises anything holds only its own server
+
+def hanging_for(user: str, release: threading.Event, calls: list[str]):
+    """A synchronous hook that blocks (until `release`, 10 s at most) for `user`'s server and
+    says cull for the others'."""
+    def hook(inactive, inactive_limit, server):
+        calls.append(server["name"])
+        if server["name"] == user:
+            release.wait(10)
+        return True
+    return hook
+
+
+async def test_a_synchronous_hook_that_hangs_holds_only_its_own_server_off_the_event_loop(harness):
+    release, calls = threading.Event(), []
+    h = harness(cull_arbiter_hook=hanging_for("bob", release, calls), cull_arbiter_timeout=0.5)
+    try:
+        bob = h.add("bob", gpus=0, last_activity=START, model={"name": "bob"})
+        carol = h.add("carol", gpus=0, last_activity=START, model={"name": "carol"})
+        ticks = 0
+
+        async def tick():  # the event loop's other work: the pages, /health
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        await h.cycle()
+        ticker.cancel()
+        assert h.stopped(carol) == [START]  # asked with bob, answered, culled
+        d = h.reports[-1].decisions[bob]
+        assert (d.action, d.rule) == ("hold", "cull-arbiter-failed")
+        assert "the cull_arbiter_hook did not answer within 0.5 s" in d.reason
+        assert ticks >= 5, ticks  # the loop ran on while the hook blocked (0.5 s)
+        # its thread cannot be stopped: while its call runs on, bob's server is not asked again
+        await h.cycle()
+        assert calls == ["bob", "carol"]
+        assert "is still running" in h.reports[-1].decisions[bob].reason
+        release.set()
+        await asyncio.sleep(0.2)
+        await h.cycle()  # the call returned: asked again, and its answer holds
+        assert calls == ["bob", "carol", "bob"] and h.stopped(bob) == [h.reports[-1].t]
+    finally:
+        release.set()
+
+
+async def test_an_async_hook_that_hangs_even_through_its_cancellation_holds_only_its_server(harness):
+    cancelled = []
+
+    async def hook(inactive, inactive_limit, server):
+        if server["name"] == "bob":
+            for _ in range(30):  # ignores its cancellation (for 3 s at most)
+                try:
+                    await asyncio.sleep(0.1)
+                except asyncio.CancelledError:
+                    cancelled.append(server["name"])
+        return True
+
+    h = harness(cull_arbiter_hook=hook, cull_arbiter_timeout=0.5)
+    bob = h.add("bob", gpus=0, last_activity=START, model={"name": "bob"})
+    carol = h.add("carol", gpus=0, last_activity=START, model={"name": "carol"})
+    await asyncio.wait_for(h.cycle(), 5)
+    assert h.stopped(carol) == [START] and cancelled == ["bob"]
+    assert "did not answer within 0.5 s" in h.reports[-1].decisions[bob].reason
+    await asyncio.wait_for(h.cycle(), 5)
+    assert "is still running" in h.reports[-1].decisions[bob].reason and h.stopped(bob) == []
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, GeneratorExit, asyncio.CancelledError])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+async def test_a_hook_raising_a_base_exception_holds_its_server_and_the_service_goes_on(harness, caplog, raised, kind):
+    def sync_hook(inactive, inactive_limit, server):
+        if server["name"] == "bob":
+            raise raised("the hook's own")
+        return True
+
+    async def async_hook(**kwargs):
+        return sync_hook(**kwargs)
+
+    h = harness(cull_arbiter_hook=sync_hook if kind == "sync" else async_hook)
+    bob = h.add("bob", gpus=0, last_activity=START, model={"name": "bob"})
+    carol = h.add("carol", gpus=0, last_activity=START, model={"name": "carol"})
+    await h.cycle()
+    await h.cycle()
+    assert h.stopped(carol) == [START] and h.stopped(bob) == []
+    assert {(r.decisions[bob].action, r.decisions[bob].rule) for r in h.reports} == {("hold", "cull-arbiter-failed")}
+    assert f"the cull_arbiter_hook raised {raised.__name__}: the hook's own" in h.reports[-1].decisions[bob].reason
+    assert caplog.text.count("server bob/ kept") == 1 and h.reports[-1].error is None

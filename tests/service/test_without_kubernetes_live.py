@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from gpu_reclaim_sim.launch import free_port, start_hub
@@ -196,3 +197,65 @@ async def test_side_by_side_with_idle_culler_2_0_the_same_servers_are_culled(tmp
 
 async def _none_of(api: HubAPI, gone: set[str]) -> bool:
     return not gone & await running(api)
+
+
+# a cull_arbiter_hook that hangs (synchronously: time.sleep) for bob's server and raises
+# SystemExit for carol's; idle-culler's rule for the others
+HOOK_CONFIG = """
+import time
+c.GpuReclaim.timeout = 12
+c.GpuReclaim.cull_every = 3
+c.GpuReclaim.cull_arbiter_timeout = 2
+c.GpuReclaim.bind_url = "http://127.0.0.1:{port}"
+
+def hook(inactive, inactive_limit, server):
+    if server["url"].startswith("/user/bob/"):
+        time.sleep(3600)
+    if server["url"].startswith("/user/carol/"):
+        raise SystemExit("carol's hook")
+    return inactive.total_seconds() >= inactive_limit
+c.GpuReclaim.cull_arbiter_hook = hook
+"""
+
+
+@pytest.mark.jupyterhub(6, reason="the hook runs in the service, whatever the hub's major; once is enough "
+                                   "for the suite's time")
+async def test_a_hook_that_hangs_or_exits_holds_its_own_server_only(tmp_path):
+    token, port = secrets.token_hex(16), free_port()
+    hub = start_local_hub(tmp_path / "hub", GPU_RECLAIM_EXTERNAL=json.dumps({"gpu-reclaim": token}))
+    workdir = tmp_path / "service"
+    workdir.mkdir()
+    (workdir / "idle_culler_config.py").write_text(HOOK_CONFIG.format(port=port))
+    log_path = workdir / "jupyterhub_gpu_reclaim.log"
+    try:
+        async with HubAPI.of(hub) as api:
+            for user in ("alice", "bob", "carol"):
+                await start(api, user)
+            await until(lambda: _ready(api, {"alice/", "bob/", "carol/"}), 120, "every server ready")
+            proc = run_culler("jupyterhub_gpu_reclaim", workdir, hub, token)
+            try:
+                await until(lambda: "server bob/ kept" in log_path.read_text(errors="replace"), 60,
+                            "bob's hook given up on")
+                # bob's hook sleeps in its thread: the pages answer, alice's idle server is culled
+                async with aiohttp.ClientSession() as http:
+                    for _ in range(5):
+                        async with asyncio.timeout(5), http.get(f"http://127.0.0.1:{port}/health") as r:
+                            assert r.status == 200
+                await until(lambda: _gone(api, "alice/"), 60, "alice's idle server culled")
+                await more_cycles(hub, "gpu-reclaim")
+                assert proc.poll() is None, log_path.read_text()[-3000:]  # carol's SystemExit did not end it
+                assert {"bob/", "carol/"} <= await running(api)
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(30)  # bob's thread still sleeps: a daemon, it does not keep the service from exiting
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    raise
+        log = log_path.read_text(errors="replace")
+        assert "server bob/ kept: the cull_arbiter_hook did not answer within 2 s" in log, log[-3000:]
+        assert "server bob/ kept: the cull_arbiter_hook's call for this server in an earlier cycle is still running" in log
+        assert "server carol/ kept: the cull_arbiter_hook raised SystemExit: carol's hook" in log
+        assert log.count("server carol/ kept") == 1 and "reclaim alice/ (idle-culler-timeout)" in log
+    finally:
+        hub.stop(grace=60)

@@ -30,6 +30,7 @@ import pytest_asyncio
 from jupyterhub_gpu_reclaim.config import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store.history import AuditRecord
+from jupyterhub_gpu_reclaim.web.base import DRAINED_MAX, MAX_BODY
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import cycles, until
@@ -351,9 +352,9 @@ async def test_a_90_mb_body_is_refused_without_being_read(hub, scene):
     gina = nobody + f"Authorization: {token}\r\n"
     status, body, sent = await asyncio.to_thread(raw_request, port, gina)
     assert (status, sent) == (413, 0) and "larger than 64 KiB" in json.loads(body)["message"]
-    # through the hub's proxy, the body streaming: the service refuses it as above and closes
-    # the connection unread; configurable-http-proxy, still forwarding the body, then answers
-    # with its own 503 unless the 413 got through first
+    # through the hub's proxy, the body streaming: over DRAINED_MAX the service refuses it as
+    # above and closes the connection unread; configurable-http-proxy, still forwarding the
+    # body, then answers with its own 503 unless the 413 got through first
     status, text, r = await c["gina"].call("PUT", "api/sessions/gina//intent", data=b" " * MB90,
                                            headers={"Content-Type": "application/json"})
     assert status in (413, 503), (status, text[:200])
@@ -471,3 +472,19 @@ async def test_a_user_flooding_reads_is_rate_limited_and_others_are_not(hub, sce
     assert (await c["gina"].call("GET", ""))[0] == 200
     assert [(await c["gina"].call("GET", "api/sessions"))[0] for _ in range(30)] == [200] * 30
     assert (await c["admin"].call("GET", "admin"))[0] == 200
+
+
+@pytest.mark.parametrize("size", [MAX_BODY + 1, 1024 * 1024, DRAINED_MAX])
+async def test_a_body_over_the_limit_gets_the_services_413_through_the_proxy(hub, scene, size):
+    """Through the hub's proxy (configurable-http-proxy), which forwards the body as it comes:
+    the service's 413 every time, never the proxy's 503 (the service used to close the
+    connection unread, and the proxy, still sending, answered 503 when its write failed
+    before the 413 was read). Each of these is a connection of its own."""
+    _, c = scene
+    before = intents(hub)
+    for attempt in range(10):
+        for client, status, says in (("gina", 413, "larger than 64 KiB"), ("nobody", 403, "authentication required")):
+            got, text, _ = await c[client].call("PUT", "api/sessions/gina//intent", data=b" " * size,
+                                                headers={"Content-Type": "application/json", "Connection": "close"})
+            assert got == status and says in json.loads(text)["message"], (attempt, client, got, text[:200])
+    assert intents(hub) == before

@@ -5,9 +5,13 @@ and under an override; bad input refused with a clear message, nothing changed."
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import html
+import os
 import re
+import signal
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -147,3 +151,48 @@ async def test_only_admins_and_only_with_the_xsrf_token(hub, scene):
     status, _ = await scene["browser"].json("POST", "api/admin/whatif",
                                             {"since": "3h", "override": {"gpu_idle_threshold": 9}})
     assert status == 403
+
+
+def what_if_processes(hub) -> list[int]:
+    """The what-if's own processes: multiprocessing's spawned children among the hub's
+    descendants (the service's, as the hub runs it)."""
+    found, todo = [], [hub.proc.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # it ended meanwhile
+    return found
+
+
+async def killing_what_ifs(hub, request) -> tuple[int, list[int]]:
+    """Kills the what-if's process (as the out-of-memory killer does) until `request` answers."""
+    task, killed = asyncio.ensure_future(request), []
+    while not task.done():
+        for pid in what_if_processes(hub):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        await asyncio.sleep(0.02)
+    return await task, killed
+
+
+async def test_a_what_if_whose_process_dies_says_so(hub, scene):
+    before = unchanged(hub)
+    message = ("the what-if's process ended without an answer (killed by SIGKILL, as the out-of-memory "
+               "killer kills); nothing was changed: try again, or replay a shorter period")
+    (status, answer), killed = await killing_what_ifs(hub, scene["admin"].json(
+        "POST", "api/admin/whatif", {"since": "3h", "override": {"gpu_idle_threshold": 9}}))
+    assert killed and (status, answer) == (500, {"status": 500, "message": message})
+    browser = scene["browser"]
+    xsrf = await browser.xsrf("admin")
+    (status, page, _), killed = await killing_what_ifs(hub, browser.call(
+        "POST", "admin/whatif", data={"_xsrf": xsrf, "since": "3h", "until": "", "override": OVERRIDE}))
+    assert killed and status == 500 and f'role="alert">{message}</p>' in html.unescape(page), page
+    assert unchanged(hub) == before
+    status, _ = await scene["admin"].json("POST", "api/admin/whatif",  # the next one runs as usual
+                                          {"since": "3h", "override": {"gpu_idle_threshold": 9}})
+    assert status == 200

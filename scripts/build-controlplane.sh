@@ -27,7 +27,7 @@ fi
 
 # nothing but the module proxy (no fall-back to the modules' own repositories) unless the
 # caller chose a proxy; the binary links no C, as Kubernetes builds it
-export GOPROXY="${GOPROXY:-https://proxy.golang.org}" CGO_ENABLED=0 GOFLAGS=-mod=readonly
+export GOPROXY="${GOPROXY:-https://proxy.golang.org}" CGO_ENABLED=0
 
 say "downloading the modules (go mod download)"
 go mod download

@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
+import shutil
 import socket
 import ssl
 import subprocess
@@ -30,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 120.0
+SETTLE_S = 10.0
 
 
 @dataclass
@@ -62,10 +65,15 @@ def ok(url: str, context: ssl.SSLContext | None = None, token: str | None = None
     return get(url, context, token)[0] == 200
 
 
-def rss_mib(pid: int) -> tuple[float, float]:
-    """The process's resident memory now and at its peak (VmRSS, VmHWM), in MiB."""
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+def usage(pid: int) -> dict[str, object]:
+    """The process's resident memory now and at its peak (VmRSS, VmHWM), the part of it that is its
+    own (RssAnon: the four share the binary's pages), and its CPU time so far."""
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    utime, stime = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]
+    return {"rss_mib": round(int(status["VmRSS"].split()[0]) / 1024),
+            "peak_rss_mib": round(int(status["VmHWM"].split()[0]) / 1024),
+            "anon_rss_mib": round(int(status["RssAnon"].split()[0]) / 1024),
+            "cpu_s": round((int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK"), 1)}
 
 
 def wait_until(started: Started, check: Callable[[], bool]) -> None:
@@ -96,6 +104,23 @@ def start(bin_dir: Path, work: Path, name: str, args: list[str]) -> Started:
     return Started(name, process, log, time.monotonic())
 
 
+def certificates(work: Path) -> tuple[Path, Path, Path]:
+    """A cluster CA and the API server's serving certificate signed by it (cert, key), as kubeadm
+    makes them: the controller-manager publishes the CA to pods (kube-root-ca.crt), which takes
+    a CA certificate, and the API server publishes --client-ca-file for the other components."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=work)
+
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=smoke-ca")
+    names = "IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes.default.svc"
+    openssl("req", *ec, "-keyout", "apiserver.key", "-out", "apiserver.csr", "-subj", "/CN=kube-apiserver",
+            "-addext", f"subjectAltName={names}")
+    openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-days", "1",
+            "-copy_extensions", "copyall", "-out", "apiserver.crt")
+    return work / "ca.crt", work / "apiserver.crt", work / "apiserver.key"
+
+
 def kubeconfig(path: Path, server: str, ca: Path, token: str) -> Path:
     # JSON is YAML: the components read it as a kubeconfig
     path.write_text(json.dumps({
@@ -124,12 +149,6 @@ def run(bin_dir: Path, work: Path) -> dict[str, dict[str, object]]:
 
 def check(bin_dir: Path, work: Path, started: list[Started]) -> dict[str, dict[str, object]]:
     results: dict[str, dict[str, object]] = {}
-
-    def measured(component: Started, **extra: object) -> None:
-        rss, peak = rss_mib(component.process.pid)
-        results[component.name] = {"ready_s": round(component.ready_s, 2), "rss_mib": round(rss),
-                                   "peak_rss_mib": round(peak), **extra}
-
     etcd_client, etcd_peer = free_port(), free_port()
     etcd = start(bin_dir, work, "etcd", [
         "--name=smoke", f"--data-dir={work / 'etcd'}",
@@ -141,8 +160,10 @@ def check(bin_dir: Path, work: Path, started: list[Started]) -> dict[str, dict[s
     ])
     started.append(etcd)
     wait_until(etcd, partial(ok, f"http://127.0.0.1:{etcd_client}/health"))
-    measured(etcd, version=json.loads(get(f"http://127.0.0.1:{etcd_client}/version")[1])["etcdserver"])
+    results["etcd"] = {"version": json.loads(get(f"http://127.0.0.1:{etcd_client}/version")[1])["etcdserver"],
+                       "ready_s": round(etcd.ready_s, 2)}
 
+    ca, serving_cert, serving_key = certificates(work)
     sa_key = work / "sa.key"
     subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
     tokens = {name: secrets.token_hex(16) for name in ("admin", "kube-scheduler", "kube-controller-manager")}
@@ -156,7 +177,8 @@ def check(bin_dir: Path, work: Path, started: list[Started]) -> dict[str, dict[s
     port = free_port()
     apiserver = start(bin_dir, work, "kube-apiserver", [
         f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-        "--bind-address=127.0.0.1", f"--secure-port={port}", f"--cert-dir={work / 'pki'}",
+        "--bind-address=127.0.0.1", f"--secure-port={port}",
+        f"--tls-cert-file={serving_cert}", f"--tls-private-key-file={serving_key}", f"--client-ca-file={ca}",
         # the address the `kubernetes` Service's endpoints name (the API server refuses loopback
         # there); nothing connects to it here: TEST-NET-1 (RFC 5737), never routed
         "--advertise-address=192.0.2.1",
@@ -166,12 +188,16 @@ def check(bin_dir: Path, work: Path, started: list[Started]) -> dict[str, dict[s
         "--service-account-issuer=https://kubernetes.default.svc",
     ])
     started.append(apiserver)
-    ca = work / "pki" / "apiserver.crt"  # self-signed by the API server (--cert-dir) as it starts
     server = f"https://127.0.0.1:{port}"
-    wait_until(apiserver, lambda: ok(f"{server}/readyz", ssl.create_default_context(cafile=str(ca))))
     tls = ssl.create_default_context(cafile=str(ca))
-    version = json.loads(get(f"{server}/version", tls)[1])  # anonymous, as system:public-info-viewer allows
-    measured(apiserver, version=version["gitVersion"])
+    wait_until(apiserver, partial(ok, f"{server}/readyz", tls))
+    # anonymous: system:public-info-viewer lets anyone read /version, and RBAC nothing more
+    results["kube-apiserver"] = {
+        "version": json.loads(get(f"{server}/version", tls)[1])["gitVersion"],
+        "ready_s": round(apiserver.ready_s, 2),
+        "anonymous_list_pods": get(f"{server}/api/v1/pods", tls)[0],
+        "scheduler_list_secrets": get(f"{server}/api/v1/secrets", tls, tokens["kube-scheduler"])[0],
+    }
 
     for name in ("kube-scheduler", "kube-controller-manager"):
         config = kubeconfig(work / f"{name}.kubeconfig", server, ca, tokens[name])
@@ -192,24 +218,56 @@ def check(bin_dir: Path, work: Path, started: list[Started]) -> dict[str, dict[s
         healthy_s = component.ready_s
         wait_until(component, partial(ok, lease, tls, tokens["admin"]))
         holder = json.loads(get(lease, tls, tokens["admin"])[1])["spec"]["holderIdentity"]
-        measured(component, healthz_s=round(healthy_s, 2), lease_holder=holder)
-    results["kube-apiserver"]["rss_mib_with_clients"] = round(rss_mib(apiserver.process.pid)[0])
+        results[name] = {"healthz_s": round(healthy_s, 2), "leader_s": round(component.ready_s, 2),
+                         "lease_holder": holder}
+
+    # the controllers at work: the service-account controller gives each namespace its `default` one
+    controllers = started[-1]
+    default_sa = f"{server}/api/v1/namespaces/default/serviceaccounts/default"
+    wait_until(controllers, partial(ok, default_sa, tls, tokens["admin"]))
+    results["kube-controller-manager"]["default_serviceaccount_s"] = round(controllers.ready_s, 2)
+
+    time.sleep(SETTLE_S)  # memory once the controllers' and the scheduler's informers have synced
+    for component in started:
+        results[component.name] |= usage(component.process.pid)
     return results
+
+
+def verify(results: dict[str, dict[str, object]]) -> list[str]:
+    """What differs from a working control plane of the version controlplane/go.mod pins."""
+    want = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (ROOT / "controlplane" / "go.mod").read_text(), re.M)
+    apiserver = results["kube-apiserver"]
+    failures = []
+    if want is None or apiserver["version"] != want[1]:
+        failures.append(f"/version says {apiserver['version']}, controlplane/go.mod pins {want and want[1]}")
+    for check in ("anonymous_list_pods", "scheduler_list_secrets"):
+        if apiserver[check] != 403:
+            failures.append(f"{check}: {apiserver[check]}, not 403 Forbidden: RBAC is not enforcing")
+    return failures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin-dir", type=Path, help="the built binaries (default: build or find them with"
                         " scripts/build-controlplane.sh)")
+    parser.add_argument("--keep", action="store_true", help="keep the components' logs and data (path on stderr)")
     args = parser.parse_args()
     bin_dir = args.bin_dir or Path(subprocess.run(
         ["bash", str(ROOT / "scripts" / "build-controlplane.sh")], check=True, stdout=subprocess.PIPE, text=True
     ).stdout.strip())
-    with tempfile.TemporaryDirectory(prefix="controlplane-smoke-") as work:
-        os.chmod(work, 0o700)
-        results = run(bin_dir, Path(work))
+    work = Path(tempfile.mkdtemp(prefix="controlplane-smoke-"))  # private (0700): it holds the tokens
+    try:
+        results = run(bin_dir, work)
+    finally:
+        if args.keep:
+            print(f"logs in {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work)
     json.dump(results, sys.stdout, indent=2)
     print()
+    failures = verify(results)
+    if failures:
+        raise SystemExit("\n".join(failures))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,14 @@
-// The real Kubernetes control plane, built from its Go modules (docs/sim.md#the-control-plane).
+// The real Kubernetes control plane, built from its Go modules (docs/sim.md#the-real-control-plane-in-progress).
 // k8s.io/kubernetes points its staging modules (k8s.io/api, k8s.io/apiserver, ...) at its own
 // folders with replace directives, which apply only inside that module: a module that builds it
 // as a library requires each staging module at the release's v0.x tag and replaces it to that
-// same version, so that nothing in the graph can pull another one.
+// same version, so that nothing in the graph can pull another one (go mod tidy keeps a require
+// only for those the build uses; the replace pins the rest). k8s.io/sample-cli-plugin and
+// k8s.io/sample-controller have no v0.37.2 on the proxy, and Kubernetes needs neither.
+// etcd: Kubernetes v1.37.2 requires etcd's client modules at v3.7.0; etcd server v3.7.3 raises
+// them (api, client/pkg, client, pkg) to v3.7.3, with otel v1.45.0 and grpc v1.83.2 (Kubernetes:
+// v1.44.0, v1.82.1). Kubernetes compiles against those patch and minor releases as they are,
+// so no pin overrides the minimal version selection.
 module github.com/jupyterhub-gpu-reclaim/controlplane
 
 go 1.26.0

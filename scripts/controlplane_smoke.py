@@ -2,11 +2,13 @@
 
 Starts etcd, kube-apiserver, kube-scheduler and kube-controller-manager on loopback with a
 throw-away data directory, certificates and credentials, checks that each comes up (the API
-server's /version and /readyz, the others' /healthz and leader-election Lease), prints each
-one's start-up time and memory, and stops them by their PIDs. Standard library only, so that
-it runs before `make setup`; a test later (issue 37).
+server's /version and /readyz, the others' /healthz and leader-election Lease, the
+controller-manager's first ServiceAccount) and that RBAC refuses what it should, prints each
+one's start-up time and memory as JSON, and stops them by their PIDs; exits non-zero if a check
+fails. Standard library and openssl only, so that it runs before `make setup`; a test later
+(issue 37).
 
-    python3 scripts/controlplane_smoke.py [--bin-dir DIR]
+    python3 scripts/controlplane_smoke.py [--bin-dir DIR] [--keep]
 """
 
 from __future__ import annotations

@@ -181,9 +181,11 @@ def check(bin_dir: Path, work: Path, started: list[Started]) -> dict[str, dict[s
         f"--etcd-servers=http://127.0.0.1:{etcd_client}",
         "--bind-address=127.0.0.1", f"--secure-port={port}",
         f"--tls-cert-file={serving_cert}", f"--tls-private-key-file={serving_key}", f"--client-ca-file={ca}",
-        # the address the `kubernetes` Service's endpoints name (the API server refuses loopback
-        # there); nothing connects to it here: TEST-NET-1 (RFC 5737), never routed
-        "--advertise-address=192.0.2.1",
+        # the API server refuses loopback as its advertise address; TEST-NET-1 (RFC 5737), never
+        # routed, and no reconciler writes it into the `kubernetes` Service's endpoints, so that
+        # nothing is ever sent there (the node agent's increment gives it an address inside a
+        # network namespace the run creates)
+        "--advertise-address=192.0.2.1", "--endpoint-reconciler-type=none",
         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=RBAC",
         f"--token-auth-file={token_file}",
         f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",

@@ -202,13 +202,10 @@ class ProbeTokens(HttpSource):
             left = [(t["user"], t["id"]) for t in listed]
             if not all(isinstance(x, str) for pair in left for x in pair):
                 raise TypeError("a token's user or id is not a string")
-        except SignalError as e:
-            log.warning("kernel-probe tokens left by an earlier run could not be listed: %s; they "
-                        "expire by themselves", e.message)
-            return
-        except (ValueError, KeyError, TypeError) as e:
+        except (SignalError, ValueError, KeyError, TypeError) as e:
+            why = e.message if isinstance(e, SignalError) else f"{type(e).__name__}: {e}"
             log.warning("kernel-probe tokens left by an earlier run could not be listed (%s); they "
-                        "expire by themselves", e)
+                        "expire by themselves", why)
             return
         if left:
             log.info("deleting %d kernel-probe token(s) left by an earlier run (or minted with the "

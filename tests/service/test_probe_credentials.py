@@ -464,6 +464,36 @@ async def test_no_probe_token_for_a_server_still_spawning(hub, scene):
 
 
 @pytest.mark.hub_contract
+async def test_the_probe_token_list_shows_only_probe_tokens_the_scope_covers(hub, scene):
+    """`GET /hub/api/gpu-reclaim/tokens`: the probe tokens (models, never the tokens) of the
+    users the scope covers, none of a user's own tokens; refused without the scope."""
+    api = scene
+    status, minted = await stolen_post(api, "mallory", {"scopes": [probe_scope("mallory", "")], "expires_in": 300})
+    assert status == 201
+    users_own = await api.request("POST", "/users/mallory/tokens", {"note": "mallory's own", "expires_in": 300})
+
+    async def listing(token: str) -> tuple[int, dict]:
+        async with aiohttp.ClientSession(headers={"Authorization": f"token {token}"}) as client:
+            async with client.get(f"{api.api}/gpu-reclaim/tokens") as r:
+                return r.status, await r.json()
+
+    try:
+        status, answer = await listing(SERVICE_TOKEN)
+        assert status == 200
+        ids = {(t["user"], t["id"]) for t in answer["api_tokens"]}
+        assert ("mallory", minted["id"]) in ids and ("mallory", users_own["id"]) not in ids
+        assert all(t["note"] == PROBE_NOTE and "token" not in t for t in answer["api_tokens"])
+        assert minted["token"] not in json.dumps(answer)
+        status, answer = await listing(GROUP_PROBER_TOKEN)  # the scope for gpu-users (bob) only
+        assert status == 200 and {t["user"] for t in answer["api_tokens"]} <= {"bob"}
+        assert (await listing(NOTOKENS_TOKEN))[0] == 403
+        assert (await listing(minted["token"]))[0] == 403
+    finally:
+        for token_id in (minted["id"], users_own["id"]):
+            await api.request("DELETE", f"/users/mallory/tokens/{token_id}")
+
+
+@pytest.mark.hub_contract
 async def test_probe_tokens_are_deleted_when_the_service_restarts(hub, scene):
     """Issue 35, finding 1: someone with the service's token minted probe tokens of their own
     (to the hub, as the service's own tokens that a killed service leaves), then the service is

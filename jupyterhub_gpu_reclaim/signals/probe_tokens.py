@@ -25,9 +25,10 @@ is minted and the old one deleted. A server that answers 401/403 gets the token 
 and one new one (`rejected`). `release(sid)` deletes a session's token when it leaves the
 ready list; `close()` deletes every token left (shutdown). Deletions are best effort: an
 undeleted token still expires. A run that ended without `close()` (killed, the pod gone)
-leaves its tokens, and anyone who held the service's token may have minted some: the first
-`check_scopes()` (at start) lists every probe token the probe-token API shows
-(`GET {api}/gpu-reclaim/tokens`) and deletes them all, before this run mints any.
+leaves its tokens, and anyone who held the service's token may have minted some: where the
+service holds the probe-token scope, the first `check_scopes()` (at start) lists every probe
+token the probe-token API shows (`GET {api}/gpu-reclaim/tokens`) and deletes them all, before
+this run mints any (the hub's token API has no such list).
 
 Failing to mint (the role lacks the scope, the hub refuses or is down) raises
 NoProbeCredential: the probe is not made, the session's kernels are unknown and the policy

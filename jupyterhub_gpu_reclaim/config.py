@@ -48,6 +48,7 @@ from .oneline import LogFormatter
 from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings, effective_cull_every, options
+from .signals.probe_tokens import PROBE_TOKEN_MAX_LIFETIME
 
 CONFIG_FILE = "gpu_reclaim_config.py"
 
@@ -213,8 +214,9 @@ class GpuReclaim(Application):
     @validate("kernel_probe_token_lifetime")
     def _token_lifetime_valid(self, proposal: Any) -> float:
         value = proposal["value"]
-        if value < 60:
-            raise TraitError(f"--kernel-probe-token-lifetime must be at least 60 s, got {value:g}")
+        if not 60 <= value <= PROBE_TOKEN_MAX_LIFETIME:
+            raise TraitError(f"--kernel-probe-token-lifetime must be from 60 s to {PROBE_TOKEN_MAX_LIFETIME} s "
+                             f"(the most the probe-token API mints), got {value:g}")
         return value
 
     @validate("gpu_idle_threshold")

@@ -28,6 +28,7 @@ from .durations import parse_duration
 from .policy.config import PolicyConfig
 from .policy.rules import PolicyRules
 from .signals.gpu_readings import PodLabel
+from .signals.probe_tokens import PROBE_TOKEN_MAX_LIFETIME
 from .signals.prometheus import DEFAULT_QUERY
 
 
@@ -311,10 +312,11 @@ class ServiceSettings:
         data), and a busy kernel cannot be told from an idle one.
         """)
 
-    kernel_probe_token_lifetime: float = _option(Duration, 3600.0, help="""
-        How long a kernel-probe token lives (seconds or "1h"). It is reused until a
-        quarter of this is left, then replaced; a hub whose token_expires_in_max_seconds
-        is lower shortens it to that.
+    kernel_probe_token_lifetime: float = _option(Duration, float(PROBE_TOKEN_MAX_LIFETIME), help=f"""
+        How long a kernel-probe token lives (seconds or "1h"), from 60 s to
+        {PROBE_TOKEN_MAX_LIFETIME} s, the most the hub's probe-token API mints. It is reused
+        until a quarter of this is left, then replaced; a hub whose
+        token_expires_in_max_seconds is lower shortens it to that.
         """)
 
     kernel_probe_timeout: float = _option(Float, 5.0, help="""

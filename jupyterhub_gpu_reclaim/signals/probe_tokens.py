@@ -16,14 +16,19 @@ mints nothing but such tokens. A service without it falls back to the hub's own
 token as readily: the first mint reads the service's own scopes (`GET {api}/user`) and warns
 when it holds `tokens` unfiltered. Either way the answer's scopes must be exactly the ones
 asked for (plus the identify scopes every token carries); a token with any other scope is
-deleted unused. A hub with `token_expires_in_max_seconds` below N refuses N: the lifetime
-drops to its maximum.
+deleted unused. The probe-token API refuses an N above PROBE_TOKEN_MAX_LIFETIME, and a hub
+with `token_expires_in_max_seconds` below N refuses N: the lifetime drops to the maximum
+the answer names.
 
 Reuse: a token serves its server until a quarter of its lifetime is left, then a new one
 is minted and the old one deleted. A server that answers 401/403 gets the token deleted
 and one new one (`rejected`). `release(sid)` deletes a session's token when it leaves the
 ready list; `close()` deletes every token left (shutdown). Deletions are best effort: an
-undeleted token still expires.
+undeleted token still expires. A run that ended without `close()` (killed, the pod gone)
+leaves its tokens, and anyone who held the service's token may have minted some: where the
+service holds the probe-token scope, the first `check_scopes()` (at start) lists every probe
+token the probe-token API shows (`GET {api}/gpu-reclaim/tokens`) and deletes them all, before
+this run mints any (the hub's token API has no such list).
 
 Failing to mint (the role lacks the scope, the hub refuses or is down) raises
 NoProbeCredential: the probe is not made, the session's kernels are unknown and the policy
@@ -50,7 +55,10 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.signals.probe_tokens")
 
 PROBE_NOTE = "gpu-reclaim kernel probe"
 PROBE_TOKENS_SCOPE = "custom:gpu-reclaim:probe-tokens"  # mint probe tokens only (spawner/probe_tokens.py)
+# the longest a probe token lives: the probe-token API refuses longer, whoever asks (docs/security.md)
+PROBE_TOKEN_MAX_LIFETIME = 3600
 HUB_ROUTE, PROBE_ROUTE = "users", "gpu-reclaim/users"  # the hub's token API; the probe-token API
+LIST_ROUTE = "gpu-reclaim/tokens"  # every probe token, for the sweep at start
 RENEW_FRACTION = 0.75  # a token is replaced once this fraction of its lifetime has passed
 _MAX_LIFETIME = re.compile(r"expires_in: \d+ must not exceed (\d+)")  # JupyterHub's 400 message
 
@@ -94,7 +102,7 @@ class ProbeTokens(HttpSource):
     """Mints, caches and deletes probe tokens through the hub API at `api_url` with the
     service's `service_token` (sent to the hub only). `lifetime`: seconds a token lives."""
 
-    def __init__(self, api_url: str, service_token: str, *, lifetime: int = 3600,
+    def __init__(self, api_url: str, service_token: str, *, lifetime: int = PROBE_TOKEN_MAX_LIFETIME,
                  timeout: float = 10.0, ssl_context: ssl.SSLContext | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if lifetime < 1:
@@ -135,6 +143,7 @@ class ProbeTokens(HttpSource):
             except (ValueError, KeyError, TypeError) as e:
                 self._fail("whoami", f"kernel-probe tokens: the service's scopes could not be read ({e})")
             if any(x.partition("!")[0] == PROBE_TOKENS_SCOPE for x in scopes):
+                await self._sweep()  # before the route is set: no token of this run is minted yet
                 self._route = PROBE_ROUTE
                 return
             self._route = HUB_ROUTE
@@ -181,6 +190,30 @@ class ProbeTokens(HttpSource):
         await super().close()
 
     # ------------------------------------------------------------------ the hub
+
+    async def _sweep(self) -> None:
+        """Delete every probe token the probe-token API lists: none is this run's yet, so
+        each was left by an earlier run or minted by someone else with the service's token.
+        Best effort: a token not deleted expires within PROBE_TOKEN_MAX_LIFETIME."""
+        try:
+            status, text = await self._request("GET", f"{self.api_url}/{LIST_ROUTE}")
+            listed = json.loads(text)["api_tokens"] if status == 200 else None
+            if not isinstance(listed, list):
+                raise ValueError(f"HTTP {status}: {hub_message(text)}")
+            left = [(t["user"], t["id"]) for t in listed]
+            if not all(isinstance(x, str) for pair in left for x in pair):
+                raise TypeError("a token's user or id is not a string")
+        except (SignalError, ValueError, KeyError, TypeError) as e:
+            why = e.message if isinstance(e, SignalError) else f"{type(e).__name__}: {e}"
+            log.warning("kernel-probe tokens left by an earlier run could not be listed (%s); they "
+                        "expire by themselves", why)
+            return
+        if left:
+            log.info("deleting %d kernel-probe token(s) left by an earlier run (or minted with the "
+                     "service's token by someone else)", len(left))
+        for user, token_id in left:
+            self._delete_later(user, _Token(token_id, "", 0.0))
+        await asyncio.gather(*self._deleting, return_exceptions=True)
 
     async def _mint(self, user: str, server: str) -> _Token:
         scope = probe_scope(user, server)
@@ -238,7 +271,7 @@ class ProbeTokens(HttpSource):
 
     async def _delete(self, user: str, token: _Token) -> None:
         try:
-            status, text = await self._request("DELETE", f"{self._tokens_url(user)}/{token.id}")
+            status, text = await self._request("DELETE", f"{self._tokens_url(user)}/{quote(token.id, safe='')}")
         except SignalError as e:
             status, text = None, e.message
         if status not in (204, 404):  # 404: already gone (revoked by the user, or expired)

@@ -322,6 +322,9 @@ def test_generate_config_edited_file_loads(tmp_path, capsys):
     (["--gpu-idle-threshold=101"], "--gpu-idle-threshold must be a percent"),
     (["--idle-warn-after=3h", "--idle-reclaim-after=2h"], "--idle-warn-after must not exceed --idle-reclaim-after"),
     (["--stale-after=0"], "--stale-after must be > 0"),
+    (["--kernel-probe-token-lifetime=30"], "--kernel-probe-token-lifetime must be from 60 s to 3600 s"),
+    # the probe-token API mints none longer (spawner/probe_tokens.py)
+    (["--kernel-probe-token-lifetime=2h"], "--kernel-probe-token-lifetime must be from 60 s to 3600 s"),
 ])
 def test_bad_input_exits_2_without_traceback(argv, message, capsys, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)

@@ -2,10 +2,15 @@
 # - the service's token is known to the tests (to show it never reaches a user's server);
 # - a second reclaim service whose role lacks `tokens` and the probe-token scope (so it
 #   cannot mint probe tokens);
-# - the tests' own service may read and delete users' tokens (to check what was minted);
-# - the hub caps API tokens at 2 h (token_expires_in_max_seconds);
+# - the tests' own service may read and delete users' tokens (to check what was minted), and
+#   read the reclaim service's pid (to kill it);
+# - no hub-wide cap on API tokens (token_expires_in_max_seconds is off, JupyterHub's default):
+#   the probe-token API must bound a probe token's lifetime by itself;
+# - a spawn of slowpoke's server stays pending 15 s before its pod is made (a server that is
+#   not running yet, with its server record already in the hub's database);
 # - a service (no process) that may mint tokens for the group gpu-users only (bob), and one
 #   that may mint probe tokens for that group only.
+import asyncio
 import os
 
 load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "service", "jupyterhub_config_service.py"))  # noqa: F821
@@ -21,8 +26,9 @@ c.JupyterHub.load_roles.append({
     "services": ["gpu-reclaim-notokens"],
     "scopes": [s for s in role["scopes"] if s not in ("tokens", "custom:gpu-reclaim:probe-tokens")],
 })
-c.JupyterHub.load_roles.append({"name": "tests-tokens", "services": ["tests"], "scopes": ["tokens"]})
-c.JupyterHub.token_expires_in_max_seconds = 7200
+c.JupyterHub.load_roles.append({"name": "tests-tokens", "services": ["tests"],
+                                "scopes": ["tokens", "read:services!service=gpu-reclaim"]})  # and its pid
+
 c.JupyterHub.load_groups = {"gpu-users": {"users": ["bob"]}}
 c.JupyterHub.services.append({"name": "group-minter", "api_token": os.environ["GPU_RECLAIM_GROUP_MINTER_TOKEN"]})
 c.JupyterHub.load_roles.append({"name": "group-minter", "services": ["group-minter"],
@@ -30,3 +36,11 @@ c.JupyterHub.load_roles.append({"name": "group-minter", "services": ["group-mint
 c.JupyterHub.services.append({"name": "group-prober", "api_token": os.environ["GPU_RECLAIM_GROUP_PROBER_TOKEN"]})
 c.JupyterHub.load_roles.append({"name": "group-prober", "services": ["group-prober"],
                                 "scopes": ["custom:gpu-reclaim:probe-tokens!group=gpu-users"]})
+
+
+async def _slow_spawn(spawner):
+    if spawner.user.name == "slowpoke":
+        await asyncio.sleep(15)
+
+
+c.Spawner.pre_spawn_hook = _slow_spawn

@@ -10,7 +10,9 @@ refused. A second reclaim service whose role lacks `tokens` cannot mint a probe 
 it sends nothing and holds mallory's session, saying why.
 
 The probe-token cache (reuse, renewal, a token the user revoked, deletion) is checked on
-the same hub, against bob's server.
+the same hub, against bob's server. The hub has no cap on API tokens (JupyterHub's default):
+whoever holds the service's token gets from the probe-token API a token of at most 1 h, for a
+running server only, and what it minted is deleted when the service restarts.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import datetime as dt
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +35,7 @@ from gpu_reclaim_sim.launch import Child
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.probe_tokens import (
     PROBE_NOTE,
+    PROBE_TOKEN_MAX_LIFETIME,
     NoProbeCredential,
     ProbeTokens,
     identify_scopes,
@@ -41,6 +45,8 @@ from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
 from ..support.hubapi import HubAPI
+from ..support.probe_tokens_live import (HOSTILE_CONFIG, captured, listed_probe_tokens, none_left, post_probe_token,
+                                         probe_tokens, some_left, token_gone)
 from ..support.service_hub import QUICK, latest_rule, start_service_hub, until, write_service_config
 from ..support.store_reads import decisions_of
 
@@ -51,19 +57,6 @@ SERVICE_TOKEN = secrets.token_hex(16)  # the reclaim service's own token (the do
 NOTOKENS_TOKEN = secrets.token_hex(16)  # the second service's (the role without `tokens`)
 GROUP_MINTER_TOKEN = secrets.token_hex(16)  # a service with `tokens!group=gpu-users` (bob)
 GROUP_PROBER_TOKEN = secrets.token_hex(16)  # one with `custom:gpu-reclaim:probe-tokens!group=gpu-users`
-HOSTILE_CONFIG = '''
-# records what every request to this server carries
-import json, os
-
-def _record(handler):
-    r = handler.request
-    with open(os.path.expanduser("~/captured.jsonl"), "a") as f:
-        f.write(json.dumps({"method": r.method, "uri": r.uri, "status": handler.get_status(),
-                            "authorization": r.headers.get("Authorization"),
-                            "cookie": r.headers.get("Cookie")}) + "\\n")
-
-c.ServerApp.tornado_settings = {"log_function": _record}
-'''
 PROBE_PATHS = ("/user/mallory/api/kernels?", "/user/mallory/api/terminals?")
 
 
@@ -91,23 +84,6 @@ def hub(sim, tmp_path_factory):
     yield child
     notokens.stop()
     child.stop(grace=60)
-
-
-async def captured(api: HubAPI) -> list[dict]:
-    """What mallory's server recorded (read as the tests' service, whose requests it records too)."""
-    url = f"{api.url}/user/mallory/api/contents/captured.jsonl?content=1&format=text"
-    async with api.session.get(url) as r:
-        if r.status == 404:
-            return []
-        assert r.status == 200, await r.text()
-        text = (await r.json())["content"]
-    return [json.loads(line) for line in text.splitlines()]
-
-
-def probe_tokens(records: list[dict], tests_token: str) -> set[str]:
-    """The tokens of every recorded request that the tests' service did not make."""
-    return {r["authorization"].split(" ", 1)[1] for r in records
-            if r["authorization"] and r["authorization"] != f"token {tests_token}"}
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -229,11 +205,6 @@ async def test_a_role_without_tokens_sends_nothing_and_holds(hub, scene):
     assert latest_rule(hub, "mallory/") == ("keep", "kernel-busy")
 
 
-async def listed_probe_tokens(api: HubAPI, user: str) -> list[dict]:
-    return [t for t in (await api.request("GET", f"/users/{user}/tokens"))["api_tokens"]
-            if t["note"] == PROBE_NOTE]
-
-
 async def test_probe_token_cache_on_the_real_hub(hub, scene):
     """Reuse, renewal when a quarter of the lifetime is left, a token the user revoked,
     deletion when the session goes and at shutdown; the hub's own token-lifetime cap."""
@@ -250,7 +221,7 @@ async def test_probe_token_cache_on_the_real_hub(hub, scene):
         now[0] += 0.75 * 3600  # a quarter left: replaced, the old one deleted
         second = await tokens.token("bob", "")
         assert second != first
-        await until(lambda: _gone(api, "bob", listed["id"]), 30, "the old token deleted")
+        await until(lambda: token_gone(api, "bob", listed["id"]), 30, "the old token deleted")
 
         # bob revokes the (not yet used) token: his server refuses it, a new one is minted
         (current,) = await listed_probe_tokens(api, "bob")
@@ -259,28 +230,20 @@ async def test_probe_token_cache_on_the_real_hub(hub, scene):
         assert await tokens.token("bob", "") not in (first, second)
 
         ks.release("bob/")  # the session left the ready list
-        await until(lambda: _none_left(api, "bob"), 30, "bob's probe token deleted")
+        await until(lambda: none_left(api, "bob"), 30, "bob's probe token deleted")
         await tokens.token("bob", "")
         assert len(await listed_probe_tokens(api, "bob")) == 1
     assert await listed_probe_tokens(api, "bob") == []  # closed: deleted
 
-    # this hub caps API tokens at 2 h (token_expires_in_max_seconds): the lifetime follows
+    # the probe-token API mints for at most 1 h: the lifetime follows its answer
     capped = ProbeTokens(api.api, SERVICE_TOKEN, lifetime=3 * 3600)
     await capped.token("bob", "")
-    assert capped.lifetime == 7200
+    assert capped.lifetime == PROBE_TOKEN_MAX_LIFETIME == 3600
     (listed,) = await listed_probe_tokens(api, "bob")
     lifetime = parse_time(listed["expires_at"]) - parse_time(listed["created"])
-    assert dt.timedelta(seconds=7190) < lifetime <= dt.timedelta(seconds=7200)
+    assert dt.timedelta(seconds=3590) < lifetime <= dt.timedelta(seconds=3600)
     await capped.close()
     assert await listed_probe_tokens(api, "bob") == []
-
-
-async def _gone(api: HubAPI, user: str, token_id: str) -> bool:
-    return token_id not in {t["id"] for t in await listed_probe_tokens(api, user)}
-
-
-async def _none_left(api: HubAPI, user: str) -> bool:
-    return await listed_probe_tokens(api, user) == []
 
 
 @pytest.mark.jupyterhub(6, reason="JupyterHub 5 checks a service's group filter on `tokens` "
@@ -386,3 +349,135 @@ async def test_a_group_filter_on_the_probe_token_scope_limits_whose_servers_are_
     finally:
         await tokens.close()
     assert await listed_probe_tokens(api, "bob") == []
+
+
+@pytest.mark.hub_contract
+async def test_a_probe_token_lives_at_most_an_hour_whoever_asks(hub, scene):
+    """Issue 35, finding 1, attacked as found: with the service's token, a mint for mallory's
+    running server with a lifetime of years (the hub itself has no cap) is refused, saying the
+    bound; nothing is minted. What is minted, the hub's log says with its lifetime and expiry
+    (and never the token)."""
+    api = scene
+    before = {t["id"] for t in await listed_probe_tokens(api, "mallory")}
+    scope = probe_scope("mallory", "")
+    for expires_in in (PROBE_TOKEN_MAX_LIFETIME + 1, 7200, 365 * 86400, 200_000_000_000):
+        status, answer = await post_probe_token(api, SERVICE_TOKEN, "mallory", {"scopes": [scope], "expires_in": expires_in})
+        assert status == 400, answer
+        assert answer["message"].startswith(f"token expires_in: {expires_in} must not exceed {PROBE_TOKEN_MAX_LIFETIME} "
+                                            f"(kernel-probe tokens live at most {PROBE_TOKEN_MAX_LIFETIME} s")
+    assert {t["id"] for t in await listed_probe_tokens(api, "mallory")} == before
+
+    status, minted = await post_probe_token(api, SERVICE_TOKEN, "mallory", {"scopes": [scope], "expires_in": PROBE_TOKEN_MAX_LIFETIME})
+    assert status == 201
+    lifetime = parse_time(minted["expires_at"]) - parse_time(minted["created"])
+    assert dt.timedelta(seconds=PROBE_TOKEN_MAX_LIFETIME - 10) < lifetime <= dt.timedelta(seconds=PROBE_TOKEN_MAX_LIFETIME)
+    await api.request("DELETE", f"/users/mallory/tokens/{minted['id']}")
+    log = hub.log_path.read_text()
+    assert (f"Service gpu-reclaim minted kernel-probe token {minted['id']} for {scope}, expiring in "
+            f"{PROBE_TOKEN_MAX_LIFETIME} s (at {minted['expires_at']})") in log
+    assert minted["token"] not in log
+
+
+@pytest.mark.hub_contract
+async def test_a_lifetime_past_the_year_9999_is_a_400_not_a_500(hub, scene):
+    """Issue 35, finding 3: an expires_in whose expiry no datetime holds (≥ ~2.6·10¹¹ s) made
+    the hub answer 500 with an OverflowError traceback in its log."""
+    api = scene
+    log_before = len(hub.log_path.read_text())
+    for expires_in in (300_000_000_000, 2**63, 10**30):
+        status, answer = await post_probe_token(api, SERVICE_TOKEN, "mallory", {"scopes": [probe_scope("mallory", "")],
+                                                            "expires_in": expires_in})
+        assert status == 400 and "must not exceed" in answer["message"], answer
+    assert "Traceback" not in hub.log_path.read_text()[log_before:]
+
+
+@pytest.mark.hub_contract
+async def test_no_probe_token_for_a_server_still_spawning(hub, scene):
+    """Issue 35, finding 3: slowpoke's server is pending spawn (the hub's pre-spawn hook holds
+    it 15 s), so it has a server record but is not running: the API says so (400) and mints
+    nothing; once the server is ready, the same request mints."""
+    api = scene
+    body = {"scopes": [probe_scope("slowpoke", "")], "expires_in": 300}
+    await api.start("slowpoke", "cpu")
+    try:
+        assert (await api.server("slowpoke"))["pending"] == "spawn"
+        status, answer = await post_probe_token(api, SERVICE_TOKEN, "slowpoke", body)
+        assert (await api.server("slowpoke"))["pending"] == "spawn"  # still, so refused while spawning
+        assert status == 400 and "slowpoke/ is pending spawn" in answer["message"], answer
+        assert "running server only" in answer["message"]
+        assert await listed_probe_tokens(api, "slowpoke") == []
+        await api.wait_ready("slowpoke")
+        status, minted = await post_probe_token(api, SERVICE_TOKEN, "slowpoke", body)
+        assert status == 201, minted
+        await api.request("DELETE", f"/users/slowpoke/tokens/{minted['id']}")
+    finally:
+        await api.wait_ready("slowpoke")
+        await api.stop("slowpoke")
+
+
+@pytest.mark.hub_contract
+async def test_the_probe_token_list_shows_only_probe_tokens_the_scope_covers(hub, scene):
+    """`GET /hub/api/gpu-reclaim/tokens`: the probe tokens (models, never the tokens) of the
+    users the scope covers, none of a user's own tokens; refused without the scope."""
+    api = scene
+    status, minted = await post_probe_token(api, SERVICE_TOKEN, "mallory", {"scopes": [probe_scope("mallory", "")], "expires_in": 300})
+    assert status == 201
+    users_own = await api.request("POST", "/users/mallory/tokens", {"note": "mallory's own", "expires_in": 300})
+
+    async def listing(token: str) -> tuple[int, dict]:
+        async with aiohttp.ClientSession(headers={"Authorization": f"token {token}"}) as client:
+            async with client.get(f"{api.api}/gpu-reclaim/tokens") as r:
+                return r.status, await r.json()
+
+    try:
+        status, answer = await listing(SERVICE_TOKEN)
+        assert status == 200
+        ids = {(t["user"], t["id"]) for t in answer["api_tokens"]}
+        assert ("mallory", minted["id"]) in ids and ("mallory", users_own["id"]) not in ids
+        assert all(t["note"] == PROBE_NOTE and "token" not in t for t in answer["api_tokens"])
+        assert minted["token"] not in json.dumps(answer)
+        status, answer = await listing(GROUP_PROBER_TOKEN)  # the scope for gpu-users (bob) only
+        assert status == 200 and {t["user"] for t in answer["api_tokens"]} <= {"bob"}
+        assert (await listing(NOTOKENS_TOKEN))[0] == 403
+        assert (await listing(minted["token"]))[0] == 403
+    finally:
+        for token_id in (minted["id"], users_own["id"]):
+            await api.request("DELETE", f"/users/mallory/tokens/{token_id}")
+
+
+@pytest.mark.hub_contract
+async def test_probe_tokens_are_deleted_when_the_service_restarts(hub, scene):
+    """Issue 35, finding 1: someone with the service's token minted probe tokens of their own
+    (to the hub, as the service's own tokens that a killed service leaves), then the service is
+    killed (no shutdown: its own tokens, if it holds any now, stay). The hub restarts it; it
+    lists every probe token at the probe-token API and deletes them before minting its own."""
+    api = scene
+    minted = []
+    for user in ("bob", "mallory"):
+        status, answer = await post_probe_token(api, SERVICE_TOKEN, user, {"scopes": [probe_scope(user, "")], "expires_in": 3600})
+        assert status == 201, answer
+        minted.append(answer)
+
+    async def listed() -> set[tuple[str, str]]:  # (id, created): SQLite gives a deleted token's id again
+        return {(t["id"], t["created"]) for user in ("bob", "mallory") for t in await listed_probe_tokens(api, user)}
+
+    # with the service's own: perhaps none now (the cache test deleted them; mallory's server
+    # accepts a deleted token from its 5-minute cache, so the service was not refused yet)
+    left = await listed()
+    assert {(m["id"], m["created"]) for m in minted} <= left
+    pid = (await api.request("GET", "/services/gpu-reclaim"))["pid"]
+    assert pid
+    os.kill(pid, signal.SIGKILL)
+
+    async def deleted() -> bool:
+        return not await listed() & left
+
+    await until(deleted, 120, "the restarted service deleted the probe tokens minted before")
+    async with aiohttp.ClientSession() as anonymous:
+        for m in minted:
+            async with anonymous.get(f"{api.api}/user", headers={"Authorization": f"token {m['token']}"}) as r:
+                assert r.status == 403
+    assert (await api.request("GET", "/services/gpu-reclaim"))["pid"] not in (0, pid)  # restarted
+    assert "kernel-probe token(s) left by an earlier run" in hub.log_path.read_text()
+    # and it probes mallory again with a token of its own
+    await until(lambda: some_left(api, "mallory"), 60, "a new probe token for mallory")

@@ -183,7 +183,8 @@ class TokenAPI:
     204; 403 when the requester lacks `tokens`), with `scopes_extra` added to the model's
     scopes to play a hub that gives more than asked; and `GET /user` with the service's
     `own_scopes`. The probe-token API (`/gpu-reclaim/users/...`, spawner/probe_tokens.py)
-    answers the same; `paths` records which one was asked."""
+    answers the same; `paths` records which one was asked, and its `GET /gpu-reclaim/tokens`
+    answers `listed`."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -193,10 +194,17 @@ class TokenAPI:
         self.posts: list[dict] = []
         self.paths: list[str] = []
         self.deleted: list[str] = []
+        self.listed: object = {"api_tokens": []}
         for api in ("/hub/api/users", "/hub/api/gpu-reclaim/users"):
             server.app.router.add_post(api + "/{name}/tokens", self.post)
             server.app.router.add_delete(api + "/{name}/tokens/{id}", self.delete)
         server.app.router.add_get("/hub/api/user", self.whoami)
+        server.app.router.add_get("/hub/api/gpu-reclaim/tokens", self.list)
+
+    async def list(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == f"token {SERVICE_TOKEN}"
+        self.paths.append(request.path)
+        return web.json_response(self.listed)
 
     async def whoami(self, request: web.Request) -> web.Response:
         assert request.headers["Authorization"] == f"token {SERVICE_TOKEN}"
@@ -221,6 +229,7 @@ class TokenAPI:
 
     async def delete(self, request: web.Request) -> web.Response:
         self.deleted.append(request.match_info["id"])
+        self.paths.append(request.raw_path)
         return web.Response(status=204)
 
 
@@ -277,7 +286,8 @@ async def test_an_unfiltered_tokens_scope_is_warned_of_once(hub, caplog):
     for user in ("alice", "bob"):
         await tokens.token(user, "")
     await tokens.close()
-    assert hub.paths == ["/hub/api/users/alice/tokens", "/hub/api/users/bob/tokens"]
+    assert hub.paths == ["/hub/api/users/alice/tokens", "/hub/api/users/bob/tokens",
+                         "/hub/api/users/alice/tokens/a1", "/hub/api/users/bob/tokens/a2"]
     (warning,) = caplog.records
     assert "`tokens` without a filter" in warning.getMessage() and "a hub admin's" in warning.getMessage()
 
@@ -288,7 +298,34 @@ async def test_an_unfiltered_tokens_scope_is_warned_of_once(hub, caplog):
         tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
         await tokens.token("alice", "")
         await tokens.close()
-    assert hub.paths == ["/hub/api/gpu-reclaim/users/alice/tokens"] * 2 and not caplog.records
+    assert hub.paths == [p for n in (3, 4) for p in ("/hub/api/gpu-reclaim/tokens", "/hub/api/gpu-reclaim/users/alice/tokens",
+                                                     f"/hub/api/gpu-reclaim/users/alice/tokens/a{n}")]
+    assert not caplog.records
+
+
+async def test_tokens_an_earlier_run_left_are_deleted_before_the_first_mint(hub, caplog):
+    """The sweep at start (the real hub: tests/service/test_probe_credentials.py): every probe
+    token the probe-token API lists is deleted before this run mints one; a listing that
+    cannot be read is said once and minting goes on (those tokens expire by themselves)."""
+    caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    hub.listed = {"api_tokens": [{"user": "alice", "id": "a7"}, {"user": "b/ob", "id": "a8"}]}
+    tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+    await tokens.check_scopes()
+    assert await tokens.token("alice", "") == "minted-1"
+    assert hub.paths[:4] == ["/hub/api/gpu-reclaim/tokens", "/hub/api/gpu-reclaim/users/alice/tokens/a7",
+                             "/hub/api/gpu-reclaim/users/b%2Fob/tokens/a8", "/hub/api/gpu-reclaim/users/alice/tokens"]
+    assert "deleting 2 kernel-probe token(s) left by an earlier run" in caplog.text
+    await tokens.close()
+
+    for listed in ({"api_tokens": [{"user": "alice", "id": 7}]}, ["a7"], {"api_tokens": [{"id": "a7"}]}):
+        hub.listed, hub.deleted = listed, []
+        caplog.clear()
+        tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
+        assert (await tokens.token("alice", "")).startswith("minted-")
+        await tokens.close()
+        assert hub.deleted == [hub.deleted[-1]]  # only the token it minted itself
+        (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert "left by an earlier run could not be listed" in warning.getMessage()
 
 
 async def test_unreadable_own_scopes_mean_no_probe(hub, caplog):

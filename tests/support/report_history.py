@@ -105,7 +105,7 @@ def times(start: float, begin_h: float, end_h: float) -> Iterator[float]:
         k += 1
 
 
-def _scraped(own: dict[str, str], target: dict[str, str], honor: bool) -> dict[str, str]:
+def scraped(own: dict[str, str], target: dict[str, str], honor: bool) -> dict[str, str]:
     """A series' labels as Prometheus stores them after scraping `target`."""
     out = dict(own)
     for k, v in target.items():
@@ -118,14 +118,14 @@ def _scraped(own: dict[str, str], target: dict[str, str], honor: bool) -> dict[s
     return out
 
 
-def _device_labels(d: Device) -> dict[str, str]:
+def device_labels(d: Device) -> dict[str, str]:
     labels = {"gpu": d.gpu, "UUID": d.uuid, "device": f"nvidia{d.gpu}", "modelName": "NVIDIA A100-SXM4-40GB"}
     if d.mig:
         labels |= {"GPU_I_PROFILE": "1g.5gb", "GPU_I_ID": d.mig}
     return labels | {"Hostname": d.host, "DCGM_FI_DRIVER_VERSION": "535.129.03"}
 
 
-def _exporter_target(d: Device) -> dict[str, str]:
+def exporter_target(d: Device) -> dict[str, str]:
     return EXPORTER_TARGET | {"pod": f"nvidia-dcgm-exporter-{d.host}", "instance": f"{d.host}:9400"}
 
 
@@ -134,7 +134,7 @@ def dcgm_series(start: float, scheme: Scheme) -> dict[str, list]:
     out: dict[str, list] = {"DCGM_FI_DEV_GPU_UTIL": [], "DCGM_FI_PROF_GR_ENGINE_ACTIVE": []}
 
     def add(metric: str, d: Device, holder: dict[str, str], points: list) -> None:
-        out[metric].append((_scraped(_device_labels(d) | holder, _exporter_target(d), scheme.honor_labels), points))
+        out[metric].append((scraped(device_labels(d) | holder, exporter_target(d), scheme.honor_labels), points))
 
     for s in SESSIONS:
         if s.end <= s.start:
@@ -185,7 +185,7 @@ def ksm_series(start: float, scheme: Scheme) -> dict[str, list]:
         base = {"namespace": s.namespace, "pod": s.pod, "uid": f"uid-{s.pod}"}
 
         def add(metric: str, own: dict[str, str], points: list) -> None:
-            out[metric].append((_scraped(own, KSM_TARGET, scheme.honor_labels), points))
+            out[metric].append((scraped(own, KSM_TARGET, scheme.honor_labels), points))
 
         add("kube_pod_labels", _pod_labels(s, scheme), [(t, 1.0) for t in life])
         if scheme.ksm == "2" and s.profile:

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 from ..durations import HOUR, format_duration
 from ..policy.config import PolicyConfig
-from .history import USED
+from .history import ABSENT, NO_VALUE, USED
 from .sessions import Session
 
 
+_UNREAD = bytes([ABSENT, NO_VALUE])
 DEFAULT_POLICY = "the default policy"  # the command's; the admin page estimates by the service's own settings
 
 
@@ -63,17 +64,19 @@ class Estimate:
 
 def estimate(sessions: Iterable[Session], steps: int, step: int, config: PolicyConfig | None = None) -> Estimate:
     """The policy's reclaims in each session of a window of `steps` steps: each idle
-    stretch long enough, freed from the reclaim to the session's end when the pod ended
-    without using its GPU again."""
+    stretch long enough, freed from the reclaim to the stretch's end when the pod ended then
+    without using its GPU again (its last steps without a reading, no longer than
+    stale_after, do not hide its end: its exporter and kube-state-metrics are scraped at
+    other times)."""
     config = config or PolicyConfig()
     h = step / HOUR.total_seconds()
+    stale = max(1, int(config.stale_after.total_seconds() // step))
     result = Estimate()
     for session in sessions:
         if session.shared:
             result.shared_left_out += 1
             continue
         codes = session.codes()
-        n = len(codes)
         for run in re.finditer(rb"\x01+", codes):
             used = codes.rfind(bytes([USED]), 0, run.start()) >= 0
             wait = int(reclaim_after(config, used=used).total_seconds() // step)
@@ -81,15 +84,16 @@ def estimate(sessions: Iterable[Session], steps: int, step: int, config: PolicyC
             if past <= 0:
                 continue
             after = run.end()
+            rest = codes[after:]
             held = session.held_at(session.first + after - 1)
-            if after == n and session.end == steps:
-                result.gpu_hours_idle_at_end += past * h * held
-            elif after == n:  # the pod ended
-                result.reclaims += 1
-                result.gpu_hours_freed += past * h * held
-                result.freed_steps.append((session.first + after - past, session.first + after, held))
+            if len(rest) <= stale and not rest.strip(_UNREAD):  # the session ends with the stretch
+                if session.end == steps:
+                    result.gpu_hours_idle_at_end += past * h * held
+                else:
+                    result.reclaims += 1
+                    result.gpu_hours_freed += past * h * held
+                    result.freed_steps.append((session.first + after - past, session.first + after, held))
             elif codes[after] == USED:
                 result.interruptions += 1
-            # NO_VALUE after: the policy would have held; ABSENT: the pod came back within the
-            # stale span (unknown): not counted
+            # else a missing reading: the policy would have held (unknown), not counted
     return result

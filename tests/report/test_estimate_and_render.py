@@ -44,6 +44,12 @@ def test_a_pod_name_back_on_another_gpu_is_one_session_at_a_time():
     assert e.reclaims == 2 and e.gpu_hours_freed == (300 - 120 + 180 - 120) / 60
 
 
+def test_a_pod_whose_last_minutes_have_no_reading_still_ended():
+    # kube-state-metrics shows the pod Running 2 min after the exporter's last reading of it
+    e = estimated({1: line("0", steps((USED, 60), (IDLE, 300), (NO_VALUE, 2), (ABSENT, 100)))}, 462)
+    assert e.reclaims == 1 and e.gpu_hours_freed == (300 - 120) / 60
+
+
 def test_what_the_history_cannot_show_is_not_counted():
     timelines = {
         # used again after 3 h idle: a reclaim would have interrupted someone

@@ -15,14 +15,14 @@ from ..durations import HOUR
 from ..oneline import brief
 from ..policy.config import PolicyConfig
 from ..signals.base import HttpSource, SignalError, get_json, hide_password
-from ..signals.gpu_readings import PodLabel, holder_labels, pod_of
+from ..signals.gpu_readings import PodLabel
 from ..timestamps import format_time
 from . import promql
 from .estimate import DEFAULT_POLICY, assumed, estimate
 from .history import Pod, PodInfo, Timelines, pod_values, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
-from .runs import Run, by_pod, stretches
+from .runs import Run, by_pod, per_pod, stretches
 from .sessions import PodFacts, Session, sessions
 from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
@@ -142,8 +142,8 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
         async def runs(query) -> dict[Pod, list[Run]]:
             return by_pod(await stretches(prometheus, query, start, steps, step))
 
-        pending, unschedulable, running, shared = [await runs(q) for q in (
-            promql.pending, promql.unschedulable, promql.running, promql.shared_requests)]
+        pending, unschedulable, running, shared = await asyncio.gather(*(runs(q) for q in (
+            promql.pending, promql.unschedulable, promql.running, promql.shared_requests)))
         labels = await prometheus.series([promql.user_pods_selector()], start - step, end)
         pods = pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL, promql.SINGLEUSER)
         profiles = _profiles(await stretches(prometheus, promql.profiles, start, steps, step))
@@ -162,13 +162,8 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
 def _profiles(found: list[tuple[dict[str, str], list[Run]]]) -> dict[Pod, list[tuple[Run, str]]]:
     """Each pod name's profile annotations, each with its stretches (a profile belongs to
     the pod instance whose steps it covers, not to the name)."""
-    keys = holder_labels((labels for labels, _ in found), "auto")
-    out: dict[Pod, list[tuple[Run, str]]] = {}
-    for labels, runs in found:
-        pod = pod_of(labels, keys)
-        if pod is not None:
-            out.setdefault(pod, []).extend((run, labels.get(promql.PROFILE_LABEL, "")) for run in runs)
-    return out
+    return {pod: [(run, labels.get(promql.PROFILE_LABEL, "")) for labels, runs in series for run in runs]
+            for pod, series in per_pod(found).items()}
 
 
 async def build_report(request: ReportRequest) -> dict:

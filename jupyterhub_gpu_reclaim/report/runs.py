@@ -71,16 +71,21 @@ async def stretches(prometheus: PrometheusHistory, query: Callable[[int, str], s
     return [(s.labels, s.runs(steps)) for s in found.values()]
 
 
-def by_pod(found: Iterable[tuple[Mapping[str, str], list[Run]]]) -> dict[Pod, list[Run]]:
-    """The stretches of each pod (of all its series: merged where they overlap or touch)."""
+def per_pod(found: Iterable[tuple[Mapping[str, str], list[Run]]]) -> dict[Pod, list[tuple[Mapping[str, str], list[Run]]]]:
+    """Each pod's series with their stretches (the pod named as gpu_readings.holder_labels decides)."""
     found = list(found)
     keys = holder_labels((labels for labels, _ in found), "auto")
-    out: dict[Pod, list[Run]] = {}
+    out: dict[Pod, list[tuple[Mapping[str, str], list[Run]]]] = {}
     for labels, runs in found:
         pod = pod_of(labels, keys)
         if pod is not None:
-            out.setdefault(pod, []).extend(runs)
-    return {pod: merged(runs) for pod, runs in out.items()}
+            out.setdefault(pod, []).append((labels, runs))
+    return out
+
+
+def by_pod(found: Iterable[tuple[Mapping[str, str], list[Run]]]) -> dict[Pod, list[Run]]:
+    """The stretches of each pod (of all its series: merged where they overlap or touch)."""
+    return {pod: merged(run for _, runs in series for run in runs) for pod, series in per_pod(found).items()}
 
 
 def merged(runs: Iterable[Run]) -> list[Run]:

@@ -65,13 +65,12 @@ def profiles_selector() -> str:
     return f'kube_pod_annotations{{{PROFILE_LABEL}!=""}}'
 
 
-PENDING_SELECTOR = f'kube_pod_status_phase{{phase="{PENDING}"}}'
-RUNNING_SELECTOR = 'kube_pod_status_phase{phase="Running"}'
+RUNNING = "Running"
+PHASES_SELECTOR = f'kube_pod_status_phase{{phase=~"{PENDING}|{RUNNING}"}}'
 GPU_REQUESTS = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
 # a GPU asked for as a share: time-slicing's renamed resource (nvidia.com/gpu.shared, nvidia.com/mig-1g.5gb.shared)
 SHARED_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.+_shared"}'
 UNSCHEDULABLE = "kube_pod_status_unschedulable"
-NOT_SCHEDULED = 'kube_pod_status_scheduled{condition="false"}'
 # kube-state-metrics names the pod with these (exported_* where Prometheus renamed them)
 POD_KEYS = "namespace, pod, exported_namespace, exported_pod"
 
@@ -91,19 +90,17 @@ def _over(selector: str, step_s: int, offset: str) -> str:
 
 # The stretches runs.py reads (each a query of the offset its range selectors take: a step when
 # it is there, read at the step before and after to find where each stretch begins and ends)
-def running(step_s: int, offset: str) -> str:
-    """The pods Running (any time in the step)."""
-    return f"{_over(RUNNING_SELECTOR, step_s, offset)} == 1"
-
-
-def pending(step_s: int, offset: str) -> str:
-    """The pods Pending (any time in the step)."""
-    return f"{_over(PENDING_SELECTOR, step_s, offset)} == 1"
+def phases(step_s: int, offset: str) -> str:
+    """The pods Pending and Running (any time in the step), a series each phase: one query,
+    as kube-state-metrics writes each phase of every pod (0 but the pod's own)."""
+    return f"{_over(PHASES_SELECTOR, step_s, offset)} == 1"
 
 
 def unschedulable(step_s: int, offset: str) -> str:
-    """The pods the scheduler found no node for (no free GPU): waiting for a GPU, not starting."""
-    return f"{_over(UNSCHEDULABLE, step_s, offset)} == 1 or {_over(NOT_SCHEDULED, step_s, offset)} == 1"
+    """The pods the scheduler found no node for (no free GPU): waiting for a GPU, not starting
+    (kube-state-metrics writes the series for those pods only; kube_pod_status_scheduled's
+    condition="false", the same fact, has a series for every pod)."""
+    return f"{_over(UNSCHEDULABLE, step_s, offset)} == 1"
 
 
 def profiles(step_s: int, offset: str) -> str:

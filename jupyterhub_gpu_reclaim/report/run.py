@@ -134,19 +134,19 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
                                    max_series=request.max_series, max_samples=request.max_samples)
     async with prometheus:
         timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label)
-        async for first, last, series in prometheus.pages(promql.gpu_queries(step, request.gpu_matchers),
-                                                          promql.gpu_selector(request.gpu_matchers), start, end, step):
-            # read in a thread, so that the next page is asked for and computed meanwhile
-            await asyncio.to_thread(timelines.add_page, first, last, series)
-
-        async def runs(query) -> dict[Pod, list[Run]]:
-            return by_pod(await stretches(prometheus, query, start, steps, step))
-
-        pending, unschedulable, running, shared = await asyncio.gather(*(runs(q) for q in (
-            promql.pending, promql.unschedulable, promql.running, promql.shared_requests)))
+        # kube-state-metrics' part is asked meanwhile: Prometheus evaluates it while the GPU pages are read
+        kube = asyncio.create_task(_kube_state(prometheus, start, steps, step))
+        try:
+            async for first, last, series in prometheus.pages(promql.gpu_queries(step, request.gpu_matchers),
+                                                              promql.gpu_selector(request.gpu_matchers), start, end,
+                                                              step):
+                # read in a thread, so that the next page is asked for and computed meanwhile
+                await asyncio.to_thread(timelines.add_page, first, last, series)
+            pending, unschedulable, running, shared, profiles = await kube
+        finally:
+            kube.cancel()
         labels = await prometheus.series([promql.user_pods_selector()], start - step, end)
         pods = pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL, promql.SINGLEUSER)
-        profiles = _profiles(await stretches(prometheus, promql.profiles, start, steps, step))
         requests: dict[Pod, float] = {}
         for t in _days(start, end):
             window = int(min(DAY, end - start + step))
@@ -157,6 +157,18 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
     running = {pod: runs for pod, runs in running.items() if requests.get(pod, 0.0) > 0}
     return History(timelines, pods, PodFacts(running, profiles, shared, requests), pending, unschedulable, dropped,
                    queries, max(1, int(config.stale_after.total_seconds() // step)))
+
+
+async def _kube_state(prometheus: PrometheusHistory, start: float, steps: int, step: int) -> tuple:
+    """The stretches of each pod Pending, unschedulable, Running and asking for a shared GPU,
+    and of its profiles, one query at a time."""
+    phases = await stretches(prometheus, promql.phases, start, steps, step)
+    pending, running = (by_pod((labels, runs) for labels, runs in phases if labels.get("phase") == phase)
+                        for phase in (promql.PENDING, promql.RUNNING))
+    unschedulable = by_pod(await stretches(prometheus, promql.unschedulable, start, steps, step))
+    shared = by_pod(await stretches(prometheus, promql.shared_requests, start, steps, step))
+    profiles = _profiles(await stretches(prometheus, promql.profiles, start, steps, step))
+    return pending, unschedulable, running, shared, profiles
 
 
 def _profiles(found: list[tuple[dict[str, str], list[Run]]]) -> dict[Pod, list[tuple[Run, str]]]:

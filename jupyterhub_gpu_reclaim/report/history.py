@@ -62,11 +62,14 @@ class GpuTimeline:
     chunks: list[tuple[int, bytearray]] = field(default_factory=list)
     vgpu: bool = False  # the exporter labels it a time-sliced replica (its values are the whole device's)
 
-    def write(self, first: int, codes: bytes) -> None:
-        """Write the codes of the steps from `first` (held steps: none is ABSENT)."""
+    def write(self, first: int, codes: bytes, join: int = 0) -> None:
+        """Write the codes of the steps from `first` (held steps: none is ABSENT), in the last
+        stretch where at most `join` steps lie between them (a scrape interval longer than the
+        step leaves a gap every other step: a stretch each would cost more than the steps)."""
         if self.chunks:
             at, last = self.chunks[-1]
-            if first == at + len(last):
+            if 0 <= first - (at + len(last)) <= join:
+                last.extend(bytes(first - (at + len(last))))
                 last.extend(codes)
                 return
             if first < at + len(last):  # not after the last stretch: never from Prometheus's ordered pages
@@ -95,6 +98,7 @@ class Timelines:
     steps: int
     threshold: float
     pod_label: PodLabel = "auto"
+    join: int = 0  # a pod's steps at most this many apart are kept in one stretch (GpuTimeline.write)
     gpus: dict[tuple, GpuTimeline] = field(default_factory=dict)
     # each value as written -> the class of what the rules tell apart of it (_reduced), per metric
     _classes: dict[str, Classes] = field(default_factory=dict, repr=False)
@@ -165,7 +169,7 @@ class Timelines:
             for line, code in self._writes(device, host, members, values):
                 lines.setdefault(id(line), (line, bytearray(_KEEP * 256)))[1][pattern] = code
         for line, table in lines.values():
-            _write(line, codes.translate(table), base)
+            _write(line, codes.translate(table), base, self.join)
 
     def _read_steps(self, host: str, members: list[Member], base: int) -> None:
         device = _device_key(host, members)
@@ -180,7 +184,7 @@ class Timelines:
             for line, code in writes:
                 lines.setdefault(id(line), (line, bytearray(_KEEP * length)))[1][i] = code
         for line, page in lines.values():
-            _write(line, page, base)
+            _write(line, page, base, self.join)
 
     def _value(self, name: str, c: int) -> Any:
         """The value class `c` of metric `name` stands for (None: no point)."""
@@ -221,10 +225,10 @@ class Timelines:
         return line
 
 
-def _write(line: GpuTimeline, page: bytes | bytearray, base: int) -> None:
+def _write(line: GpuTimeline, page: bytes | bytearray, base: int, join: int) -> None:
     """Write a page's codes of `line` (_KEEP where the line was not held) from step `base`."""
     for m in _WRITTEN.finditer(page):
-        line.write(base + m.start(), m.group())
+        line.write(base + m.start(), m.group(), join)
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,8 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
     prometheus = PrometheusHistory(request.prometheus_url, timeout=request.timeout,
                                    max_series=request.max_series, max_samples=request.max_samples)
     async with prometheus:
-        timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label)
+        stale = max(1, int(config.stale_after.total_seconds() // step))
+        timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label, stale)
         # kube-state-metrics' part is asked meanwhile: Prometheus evaluates it while the GPU pages are read
         kube = asyncio.create_task(_kube_state(prometheus, start, steps, step))
         try:
@@ -156,7 +157,7 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
     dropped = _without_gpu_request(timelines, requests)
     running = {pod: runs for pod, runs in running.items() if requests.get(pod, 0.0) > 0}
     return History(timelines, pods, PodFacts(running, profiles, shared, requests), pending, unschedulable, dropped,
-                   queries, max(1, int(config.stale_after.total_seconds() // step)))
+                   queries, stale)
 
 
 async def _kube_state(prometheus: PrometheusHistory, start: float, steps: int, step: int) -> tuple:

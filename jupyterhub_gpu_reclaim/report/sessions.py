@@ -11,6 +11,7 @@ allocated, nobody could tell whether they were used."""
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -78,7 +79,7 @@ def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> 
             by_pod.setdefault(pod, [])
     for pod, lines in by_pod.items():
         segments = [Segment(first, bytes(codes), vgpu=line.vgpu) for line in lines for first, codes in line.chunks]
-        segments += _unread(segments, facts.running.get(pod, []), facts.requests.get(pod, 0.0))
+        segments += _unread(lines, segments, facts.running.get(pod, []), facts.requests.get(pod, 0.0))
         profiles = facts.profiles.get(pod, [])
         begins = sorted({a for a, _ in facts.running.get(pod, [])} | {a for (a, _), _ in profiles})
         for first, end in _spans(segments, begins, stale):
@@ -91,30 +92,26 @@ def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> 
             yield session
 
 
-def _unread(segments: list[Segment], running: list[Run], requested: float) -> list[Segment]:
+_HELD = bytes([0] + [1] * 255)  # a code -> 1 where the step is held
+
+
+def _unread(lines: list[GpuTimeline], segments: list[Segment], running: list[Run], requested: float) -> list[Segment]:
     """The steps a pod that asked for GPUs was Running with no GPU reading: held with no
-    reading, as many GPUs as it held next to them (else as it asked for)."""
+    reading, as many GPUs as it held in that stretch of Running (else as it asked for)."""
     if requested <= 0:
         return []
-    held = merged((s.first, s.end) for s in segments)
-    gaps = []
+    out = []
     for a, b in running:
-        i = a
-        for x, y in held:
-            if x >= b:
-                break
-            if y > i:
-                if x > i:
-                    gaps.append((i, x))
-                i = y
-        if i < b:
-            gaps.append((i, b))
-    return [Segment(a, bytes([NO_VALUE]) * (b - a),
-                    _held(segments, a - 1) or _held(segments, b) or max(1, round(requested))) for a, b in gaps]
-
-
-def _held(segments: list[Segment], i: int) -> int:
-    return sum(1 for s in segments if s.first <= i < s.end and s.codes[i - s.first] and s.gpus == 1)
+        mask = 0  # the steps of [a, b) some GPU of the pod held, a byte each of a number
+        for s in segments:
+            x, y = max(a, s.first), min(b, s.end)
+            if x < y:
+                mask |= int.from_bytes(s.codes[x - s.first:y - s.first].translate(_HELD), "little") << 8 * (x - a)
+        gpus = sum(1 for line in lines if any(max(a, f) < min(b, f + len(c)) for f, c in line.chunks))
+        for m in re.finditer(rb"\x00+", mask.to_bytes(b - a, "little")):
+            out.append(Segment(a + m.start(), bytes([NO_VALUE]) * (m.end() - m.start()),
+                               gpus or max(1, round(requested))))
+    return out
 
 
 def _spans(segments: list[Segment], begins: list[int], stale: int) -> list[Run]:

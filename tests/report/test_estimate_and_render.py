@@ -96,3 +96,13 @@ def test_names_are_written_as_text_not_formulas_or_lines():
     assert row[1:4] == ["'=HYPERLINK(\"http://x\")", "'@group\r\nforged", "'-x"]
     text = as_text(report)
     assert "\\r\\nforged" in text and "\nforged" not in text
+
+
+def test_a_pod_seen_every_other_step_is_one_stretch_and_a_gap_longer_than_join_another():
+    # a scrape interval of twice the step: one stretch with ABSENT between, not 500 stretches
+    timeline = GpuTimeline(POD, "0", "node-a")
+    for i in range(0, 1000, 2):
+        timeline.write(i, bytes([IDLE]), join=1)
+    timeline.write(1010, bytes([USED]), join=1)
+    assert [first for first, _ in timeline.chunks] == [0, 1010]
+    assert [i for i, code in timeline.steps() if code] == [*range(0, 1000, 2), 1010]

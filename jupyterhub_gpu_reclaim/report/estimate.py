@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..durations import HOUR, format_duration
 from ..policy.config import PolicyConfig
-from .history import ABSENT, IDLE, NO_VALUE, USED, GpuTimeline, Pod
+from .history import ABSENT, NO_VALUE, USED
+from .sessions import Session
 
 
+_UNREAD = bytes([ABSENT, NO_VALUE])
 DEFAULT_POLICY = "the default policy"  # the command's; the admin page estimates by the service's own settings
 
 
@@ -51,7 +52,7 @@ class Estimate:
     reclaims: int = 0  # idle stretches that ended with their pod, reclaimed
     interruptions: int = 0  # long-enough stretches after which the GPU was used again
     gpu_hours_idle_at_end: float = 0.0  # past the reclaim point, still idle when the window ends
-    shared_left_out: int = 0  # pods on time-sliced GPUs
+    shared_left_out: int = 0  # pods (sessions) on time-sliced GPUs
     freed_steps: list[tuple[int, int, int]] = field(default_factory=list)  # (first step, step after, GPUs) freed
 
     def as_dict(self) -> dict:
@@ -61,59 +62,38 @@ class Estimate:
                 "pods_on_time_sliced_gpus_left_out": self.shared_left_out}
 
 
-def session_codes(lines: list[GpuTimeline]) -> bytes:
-    """One code a step for a pod: USED when any GPU it held was used, NO_VALUE when one had
-    no reading, IDLE when every one was idle, ABSENT when it held none (z2jh names a user's
-    pod alike each time, and it may hold another GPU the next time)."""
-    if len(lines) == 1:
-        return bytes(lines[0].codes)
-    out = bytearray(len(lines[0].codes))
-    for i, codes in enumerate(zip(*(line.codes for line in lines), strict=True)):
-        present = [c for c in codes if c != ABSENT]
-        if present:
-            out[i] = USED if USED in present else NO_VALUE if NO_VALUE in present else IDLE
-    return bytes(out)
-
-
-def held_at(lines: list[GpuTimeline], i: int) -> int:
-    """How many GPUs the pod held at step `i` (a pod name comes back on other GPUs)."""
-    return sum(1 for line in lines if line.codes[i] != ABSENT)
-
-
-def estimate(gpus: Mapping[tuple, GpuTimeline], step: int, config: PolicyConfig | None = None) -> Estimate:
+def estimate(sessions: Iterable[Session], steps: int, step: int, config: PolicyConfig | None = None) -> Estimate:
+    """The policy's reclaims in each session of a window of `steps` steps: each idle
+    stretch long enough, freed from the reclaim to the stretch's end when the pod ended then
+    without using its GPU again (its last steps without a reading, no longer than
+    stale_after, do not hide its end: its exporter and kube-state-metrics are scraped at
+    other times)."""
     config = config or PolicyConfig()
     h = step / HOUR.total_seconds()
     stale = max(1, int(config.stale_after.total_seconds() // step))
-    by_pod: dict[Pod, list[GpuTimeline]] = {}
-    for line in gpus.values():
-        by_pod.setdefault(line.pod, []).append(line)
     result = Estimate()
-    ended = re.compile(rb"\x00{%d,}" % (stale + 1))
-    for lines in by_pod.values():
-        if any(line.shared for line in lines):
+    for session in sessions:
+        if session.shared:
             result.shared_left_out += 1
             continue
-        codes = session_codes(lines)
-        n = len(codes)
-        session_starts = [m.end() for m in ended.finditer(codes)]
+        codes = session.codes()
         for run in re.finditer(rb"\x01+", codes):
-            starts_before = bisect_right(session_starts, run.start())  # session_starts ascend
-            begin = session_starts[starts_before - 1] if starts_before else 0
-            used = codes.rfind(bytes([USED]), begin, run.start()) >= 0
+            used = codes.rfind(bytes([USED]), 0, run.start()) >= 0
             wait = int(reclaim_after(config, used=used).total_seconds() // step)
             past = run.end() - run.start() - wait
             if past <= 0:
                 continue
             after = run.end()
-            held = held_at(lines, after - 1)
-            if after == n:
-                result.gpu_hours_idle_at_end += past * h * held
-            elif codes[after] == USED:
-                result.interruptions += 1
-            elif codes[after] == ABSENT:
-                if ended.match(codes, after) is not None or codes.count(ABSENT, after) == n - after:
+            rest = codes[after:]
+            held = session.held_at(session.first + after - 1)
+            if len(rest) <= stale and not rest.strip(_UNREAD):  # the session ends with the stretch
+                if session.end == steps:
+                    result.gpu_hours_idle_at_end += past * h * held
+                else:
                     result.reclaims += 1
                     result.gpu_hours_freed += past * h * held
-                    result.freed_steps.append((after - past, after, held))
-            # NO_VALUE after: the policy would have held; unknown, not counted
+                    result.freed_steps.append((session.first + after - past, session.first + after, held))
+            elif codes[after] == USED:
+                result.interruptions += 1
+            # else a missing reading: the policy would have held (unknown), not counted
     return result

@@ -1,6 +1,8 @@
 """The GPU history as timelines: one byte a step for each GPU a pod held (ABSENT: not held or
 not seen, IDLE, USED: at or above the idle threshold, NO_VALUE: held but no reading the
-service would trust), read from the range answers by signals.gpu_readings, the one home of the
+service would trust), kept only for the steps it was held (a stretch of held steps each:
+a month of 10,000 sessions on 200 GPUs keeps some 200 × the steps bytes, not a window's steps
+for each pod name and GPU), read from the range answers by signals.gpu_readings, the one home of the
 exporters' label schemes and reading rules (exported_* labels, MIG instances read by engine
 activity, time-sliced and virtual GPUs, the no-hostPID case).
 
@@ -21,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from ..signals.gpu_readings import (ENGINE_ACTIVE, HOSTNAME, PodLabel, Series, holder_labels,
+from ..signals.gpu_readings import (ENGINE_ACTIVE, HOSTNAME, VGPU, PodLabel, Series, holder_labels,
                                     pod_of, readings_from_series, series_value)
-from .columns import MALFORMED, Classes, column, points
+from .columns import MALFORMED, Classes, column
 from .prometheus_range import RangeSeries
 from .promql import READ_FIELDS
 
@@ -51,13 +53,40 @@ def _dense(found: list[int]) -> bytes:
 
 @dataclass
 class GpuTimeline:
-    """The steps of one GPU (or MIG instance, or time-sliced replica) as one pod held it."""
+    """The steps of one GPU (or MIG instance, or time-sliced replica) as one pod name held it:
+    each stretch of held steps (first step, codes), in order (z2jh's pod names come back)."""
 
     pod: Pod
     gpu: str  # the exporter's gpu label (gpu/instance on MIG), and its node
     node: str
-    codes: bytearray
-    shared: bool = False  # time-sliced: its values are the whole device's (gpu_readings.shared_devices)
+    chunks: list[tuple[int, bytearray]] = field(default_factory=list)
+    vgpu: bool = False  # the exporter labels it a time-sliced replica (its values are the whole device's)
+
+    def write(self, first: int, codes: bytes, join: int = 0) -> None:
+        """Write the codes of the steps from `first` (held steps: none is ABSENT), in the last
+        stretch where at most `join` steps lie between them (a scrape interval longer than the
+        step leaves a gap every other step: a stretch each would cost more than the steps)."""
+        if self.chunks:
+            at, last = self.chunks[-1]
+            if 0 <= first - (at + len(last)) <= join:
+                last.extend(bytes(first - (at + len(last))))
+                last.extend(codes)
+                return
+            if first < at + len(last):  # not after the last stretch: never from Prometheus's ordered pages
+                return self._overwrite(first, codes)
+        self.chunks.append((first, bytearray(codes)))
+
+    def _overwrite(self, first: int, codes: bytes) -> None:
+        steps = dict(self.steps())
+        steps.update(enumerate(codes, first))
+        self.chunks = []
+        for i in sorted(steps):
+            self.write(i, bytes([steps[i]]))
+
+    def steps(self):
+        """(step, code) of each held step."""
+        for first, codes in self.chunks:
+            yield from enumerate(codes, first)
 
 
 @dataclass
@@ -69,11 +98,12 @@ class Timelines:
     steps: int
     threshold: float
     pod_label: PodLabel = "auto"
+    join: int = 0  # a pod's steps at most this many apart are kept in one stretch (GpuTimeline.write)
     gpus: dict[tuple, GpuTimeline] = field(default_factory=dict)
     # each value as written -> the class of what the rules tell apart of it (_reduced), per metric
     _classes: dict[str, Classes] = field(default_factory=dict, repr=False)
-    # (a device's series, their values at a step) -> the codes they give (_writes)
-    _read: dict[tuple, list[tuple[bytearray, int]]] = field(default_factory=dict, repr=False)
+    # (a device's series, their values at a step) -> the codes they give (_writes), for a page
+    _read: dict[tuple, list[tuple[GpuTimeline, int]]] = field(default_factory=dict, repr=False)
 
     def add_page(self, first: float, last: float, series: Iterable[RangeSeries]) -> None:
         """Read one page of the GPU queries (promql.gpu_queries), its steps `first` to `last`."""
@@ -81,6 +111,7 @@ class Timelines:
         if not series:
             return
         keys = holder_labels((s.labels for s in series), self.pod_label)
+        self._read.clear()  # a device's series (its pod's among them) are another page's and another session's
         base = round((first - self.start) / self.step)
         length = min(round((last - first) / self.step) + 1, self.steps - base)
         groups: dict[tuple[str, str], list[Member]] = {}
@@ -131,36 +162,38 @@ class Timelines:
             radix *= len(found)
         codes = combined.to_bytes(len(members[0][2]), "little")
         device = _device_key(host, members)
-        lines: dict[int, tuple[bytearray, bytearray]] = {}  # id(line's codes) -> (codes, pattern -> code)
+        lines: dict[int, tuple[GpuTimeline, bytearray]] = {}  # id(line) -> (line, pattern -> code)
         for pattern in sorted(set(codes), key=codes.index):
             values = tuple(self._value(name, found[pattern // r % len(found)])
                            for (name, _, _), (r, found) in zip(members, digits, strict=True))
             for line, code in self._writes(device, host, members, values):
                 lines.setdefault(id(line), (line, bytearray(_KEEP * 256)))[1][pattern] = code
         for line, table in lines.values():
-            for m in _WRITTEN.finditer(codes.translate(table)):
-                line[base + m.start():base + m.end()] = m.group()
+            _write(line, codes.translate(table), base, self.join)
 
     def _read_steps(self, host: str, members: list[Member], base: int) -> None:
         device = _device_key(host, members)
-        memo: dict[tuple, list[tuple[bytearray, int]]] = {}
+        memo: dict[tuple, list[tuple[GpuTimeline, int]]] = {}
+        lines: dict[int, tuple[GpuTimeline, bytearray]] = {}  # id(line) -> (line, its code at each step of the page)
+        length = len(members[0][2])
         for i, classes in enumerate(zip(*(m[2] for m in members), strict=True)):
             writes = memo.get(classes)
             if writes is None:
                 values = tuple(self._value(name, c) for (name, _, _), c in zip(members, classes, strict=True))
                 writes = memo[classes] = self._writes(device, host, members, values)
-            for codes, code in writes:
-                codes[base + i] = code
+            for line, code in writes:
+                lines.setdefault(id(line), (line, bytearray(_KEEP * length)))[1][i] = code
+        for line, page in lines.values():
+            _write(line, page, base, self.join)
 
     def _value(self, name: str, c: int) -> Any:
         """The value class `c` of metric `name` stands for (None: no point)."""
         return self._classes[name].meaning[c] if c else None
 
     def _writes(self, device: tuple, host: str, members: list[Member],
-                values: tuple) -> list[tuple[bytearray, int]]:
+                values: tuple) -> list[tuple[GpuTimeline, int]]:
         """The codes the rules give a device's series at a step with these values, each set
-        of series and values read once in the whole window (a device shows a few patterns in
-        every page)."""
+        of series and values read once in a page."""
         key = (device, values)
         writes = self._read.get(key)
         if writes is None:
@@ -168,23 +201,34 @@ class Timelines:
         return writes
 
     def _codes(self, host: str, members: list[Member],
-               values: tuple) -> list[tuple[bytearray, int]]:
+               values: tuple) -> list[tuple[GpuTimeline, int]]:
+        """The codes the reading rules give each pod's GPUs. Whether a GPU is time-sliced is
+        what the exporter says of it (a `vgpu` label), never that two pods' series share the
+        device in a step: a GPU handed over within a step has both, and with `honorLabels:
+        true` a free GPU's series carries the exporter's own pod."""
         present = [Series(name, labels, v) for (name, labels, _), v in zip(members, values, strict=True)
                    if v is not None]
+        vgpu = {(s.labels["namespace"], s.labels["pod"]) for s in present if s.labels.get(VGPU)}
         writes = []
         for pod, reading in readings_from_series(present, _T0, "pod").items():
             for gpu, util in zip(reading.gpus, reading.util, strict=True):
                 line = self._timeline(pod, host, gpu)
-                line.shared = line.shared or reading.shared
-                writes.append((line.codes, NO_VALUE if util is None else USED if util >= self.threshold else IDLE))
+                line.vgpu = line.vgpu or pod in vgpu
+                writes.append((line, NO_VALUE if util is None else USED if util >= self.threshold else IDLE))
         return writes
 
     def _timeline(self, pod: Pod, host: str, gpu: str) -> GpuTimeline:
         key = (pod, host, gpu)
         line = self.gpus.get(key)
         if line is None:
-            line = self.gpus[key] = GpuTimeline(pod, gpu, host, bytearray(self.steps))
+            line = self.gpus[key] = GpuTimeline(pod, gpu, host)
         return line
+
+
+def _write(line: GpuTimeline, page: bytes | bytearray, base: int, join: int) -> None:
+    """Write a page's codes of `line` (_KEEP where the line was not held) from step `base`."""
+    for m in _WRITTEN.finditer(page):
+        line.write(base + m.start(), m.group(), join)
 
 
 @dataclass(frozen=True)
@@ -224,18 +268,3 @@ def pod_values(answers: Iterable[tuple[Mapping[str, str], Any]]) -> dict[Pod, An
         if pod is not None:
             out[pod] = value
     return out
-
-
-def pending_steps(start: float, step: int, steps: int, first: float, series: Iterable[RangeSeries],
-                  into: dict[Pod, bytearray]) -> None:
-    """Mark the steps each pod was Pending (promql.pending_query's page from `first`)."""
-    series = list(series)
-    keys = holder_labels((s.labels for s in series), "auto")
-    base = round((first - start) / step)
-    for s in series:
-        pod = pod_of(s.labels, keys)
-        if pod is None:
-            continue
-        line = into.setdefault(pod, bytearray(steps))
-        for i, _ in points(s.values, first, step, steps - base):
-            line[base + i] = 1

@@ -65,15 +65,49 @@ def profiles_selector() -> str:
     return f'kube_pod_annotations{{{PROFILE_LABEL}!=""}}'
 
 
-PENDING_SELECTOR = f'kube_pod_status_phase{{phase="{PENDING}"}}'
+RUNNING = "Running"
+PHASES_SELECTOR = f'kube_pod_status_phase{{phase=~"{PENDING}|{RUNNING}"}}'
+GPU_REQUESTS = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
+# a GPU asked for as a share: time-slicing's renamed resource (nvidia.com/gpu.shared, nvidia.com/mig-1g.5gb.shared)
+SHARED_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.+_shared"}'
+UNSCHEDULABLE = "kube_pod_status_unschedulable"
+# kube-state-metrics names the pod with these (exported_* where Prometheus renamed them)
+POD_KEYS = "namespace, pod, exported_namespace, exported_pod"
 
 
 def gpu_requests_query(window_s: int) -> str:
-    """The GPUs each pod asked for (all containers), seen in the window."""
-    return ("sum by (namespace, pod, exported_namespace, exported_pod) (last_over_time("
-            f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}[{_step(window_s)}]))')
+    """The GPUs each pod asked for (all containers), seen in the window: each container's
+    request once, whatever series it has (kube-state-metrics adds `node` once the pod is
+    scheduled, and a restart of it changes `instance`; the same request counted twice would
+    double the GPUs of exactly the pods that waited)."""
+    return (f"sum by ({POD_KEYS}) (max by ({POD_KEYS}, container, resource) "
+            f"(last_over_time({GPU_REQUESTS}[{_step(window_s)}])))")
 
 
-def pending_query(step_s: int) -> str:
-    """The pods Pending at each step (1 when Pending at any time in the step)."""
-    return f'max_over_time({PENDING_SELECTOR}[{_step(step_s)}]) == 1'
+def _over(selector: str, step_s: int, offset: str) -> str:
+    return f"max_over_time({selector}[{_step(step_s)}]{offset})"
+
+
+# The stretches runs.py reads (each a query of the offset its range selectors take: a step when
+# it is there, read at the step before and after to find where each stretch begins and ends)
+def phases(step_s: int, offset: str) -> str:
+    """The pods Pending and Running (any time in the step), a series each phase: one query,
+    as kube-state-metrics writes each phase of every pod (0 but the pod's own)."""
+    return f"{_over(PHASES_SELECTOR, step_s, offset)} == 1"
+
+
+def unschedulable(step_s: int, offset: str) -> str:
+    """The pods the scheduler found no node for (no free GPU): waiting for a GPU, not starting
+    (kube-state-metrics writes the series for those pods only; kube_pod_status_scheduled's
+    condition="false", the same fact, has a series for every pod)."""
+    return f"{_over(UNSCHEDULABLE, step_s, offset)} == 1"
+
+
+def profiles(step_s: int, offset: str) -> str:
+    """Each pod's profile annotation (a series each profile, and each pod's uid in kube-state-metrics 2)."""
+    return _over(profiles_selector(), step_s, offset)
+
+
+def shared_requests(step_s: int, offset: str) -> str:
+    """The pods asking for a shared GPU."""
+    return _over(SHARED_REQUESTS, step_s, offset)

@@ -79,10 +79,13 @@ def _table(title: str, key: str, rows: list[dict], report: dict, extra: str | No
 
 
 def queue_sentence(q: dict) -> str:
-    """The GPU queue's summary (run.history_queue) in one sentence."""
-    return (f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} asking for GPUs, "
+    """The GPU queue's summary (run.history_queue) in one sentence, its starts apart."""
+    s = q["starting"]
+    return (f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} for a GPU (unschedulable), "
             f"{q['hours_waited']:.2f} h in all ({q['gpu_hours_waited']:.2f} GPU-hours asked for), "
-            f"median {q['median_wait_h']:.2f} h, longest {q['longest_wait_h']:.2f} h.")
+            f"median {q['median_wait_h']:.2f} h, longest {q['longest_wait_h']:.2f} h; "
+            f"{counted(s['waits'], 'start')} of {counted(s['pods'], 'pod')} once scheduled (image pull, container "
+            f"start), {s['hours_waited']:.2f} h in all, longest {s['longest_wait_h']:.2f} h.")
 
 
 def estimate_sentence(e: dict) -> str:

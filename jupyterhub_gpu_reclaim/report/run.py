@@ -9,19 +9,21 @@ import asyncio
 import datetime as dt
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..durations import HOUR
 from ..oneline import brief
 from ..policy.config import PolicyConfig
 from ..signals.base import HttpSource, SignalError, get_json, hide_password
-from ..signals.gpu_readings import PodLabel, holder_labels, pod_of
+from ..signals.gpu_readings import PodLabel
 from ..timestamps import format_time
 from . import promql
 from .estimate import DEFAULT_POLICY, assumed, estimate
-from .history import Pod, PodInfo, Timelines, pending_steps, pod_values, pods_of
+from .history import Pod, PodInfo, Timelines, pod_values, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
+from .runs import Run, by_pod, per_pod, stretches
+from .sessions import PodFacts, Session, sessions
 from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DAY = 86400
@@ -81,9 +83,11 @@ class _Hub(HttpSource):
 
 
 def grid(request: ReportRequest) -> tuple[float, float, int]:
-    """The window on the step grid: (first step, last step, steps)."""
+    """The window on the step grid: (first step, last step, steps). A step at time t reads
+    (t - step, t], so the first is a step after `since` and the last at `until` (a report
+    to midnight ends with the day's last minute, not a minute of the next day)."""
     step = request.step
-    start = math.ceil(request.since.timestamp() / step) * step
+    start = math.floor(request.since.timestamp() / step) * step + step
     end = math.floor(request.until.timestamp() / step) * step
     if end < start:
         raise ReportError(f"the window from {format_time(request.since)} to {format_time(request.until)} "
@@ -94,16 +98,36 @@ def grid(request: ReportRequest) -> tuple[float, float, int]:
 @dataclass
 class History:
     """What Prometheus holds of the request's window, read: each GPU's timeline, the hub
-    users' pods and profiles, the Pending steps and GPU requests of pods, and the pods left
-    out for asking for no GPU."""
+    users' pods, what kube-state-metrics says of each pod (Running, its profile, asking for
+    a shared GPU, the GPUs it asked for), its Pending and unschedulable steps, and the pods
+    left out for asking for no GPU."""
 
     timelines: Timelines
     pods: dict[Pod, PodInfo]
-    profiles: dict[Pod, str]
-    pending: dict[Pod, bytearray]
-    requests: dict[Pod, float]
+    facts: PodFacts
+    pending: dict[Pod, list[Run]]
+    unschedulable: dict[Pod, list[Run]]
     dropped: set[Pod]
     queries: int
+    stale: int  # steps without a reading that end a session where kube-state-metrics shows none
+    _sessions: list[Session] | None = field(default=None, repr=False)
+
+    @property
+    def requests(self) -> Mapping[Pod, float]:
+        return self.facts.requests
+
+    @property
+    def sessions(self) -> list[Session]:
+        """The pod instances' sessions (sessions.py), made once."""
+        if self._sessions is None:
+            self._sessions = list(sessions(self.timelines.gpus, self.facts, self.stale))
+            self.timelines.gpus.clear()  # the sessions hold their steps now
+        return self._sessions
+
+    def days(self) -> list[tuple[str, int, int]]:
+        """The window's UTC days: each step on the day its time begins."""
+        t = self.timelines
+        return day_bounds(t.start - t.step, t.step, t.steps)
 
 
 async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
@@ -113,19 +137,21 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
     prometheus = PrometheusHistory(request.prometheus_url, timeout=request.timeout,
                                    max_series=request.max_series, max_samples=request.max_samples)
     async with prometheus:
-        timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label)
-        async for first, last, series in prometheus.pages(promql.gpu_queries(step, request.gpu_matchers),
-                                                          promql.gpu_selector(request.gpu_matchers), start, end, step):
-            # read in a thread, so that the next page is asked for and computed meanwhile
-            await asyncio.to_thread(timelines.add_page, first, last, series)
-        pending: dict[Pod, bytearray] = {}
-        async for first, _, series in prometheus.pages({"pending": promql.pending_query(step)}, [promql.PENDING_SELECTOR],
-                                                       start, end, step):
-            pending_steps(start, step, steps, first, series, pending)
+        stale = max(1, int(config.stale_after.total_seconds() // step))
+        timelines = Timelines(start, step, steps, config.gpu_idle_threshold, request.pod_label, stale)
+        # kube-state-metrics' part is asked meanwhile: Prometheus evaluates it while the GPU pages are read
+        kube = asyncio.create_task(_kube_state(prometheus, start, steps, step))
+        try:
+            async for first, last, series in prometheus.pages(promql.gpu_queries(step, request.gpu_matchers),
+                                                              promql.gpu_selector(request.gpu_matchers), start, end,
+                                                              step):
+                # read in a thread, so that the next page is asked for and computed meanwhile
+                await asyncio.to_thread(timelines.add_page, first, last, series)
+            pending, unschedulable, running, shared, profiles = await kube
+        finally:
+            kube.cancel()
         labels = await prometheus.series([promql.user_pods_selector()], start - step, end)
         pods = pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL, promql.SINGLEUSER)
-        profiles = {pod: labels.get(promql.PROFILE_LABEL, "") for pod, labels in
-                    _by_pod(await prometheus.series([promql.profiles_selector()], start - step, end)).items()}
         requests: dict[Pod, float] = {}
         for t in _days(start, end):
             window = int(min(DAY, end - start + step))
@@ -133,7 +159,28 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
                 requests[pod] = max(requests.get(pod, 0.0), _float(value))
         queries = prometheus.queries
     dropped = _without_gpu_request(timelines, requests)
-    return History(timelines, pods, profiles, pending, requests, dropped, queries)
+    running = {pod: runs for pod, runs in running.items() if requests.get(pod, 0.0) > 0}
+    return History(timelines, pods, PodFacts(running, profiles, shared, requests), pending, unschedulable, dropped,
+                   queries, stale)
+
+
+async def _kube_state(prometheus: PrometheusHistory, start: float, steps: int, step: int) -> tuple:
+    """The stretches of each pod Pending, unschedulable, Running and asking for a shared GPU,
+    and of its profiles, one query at a time."""
+    phases = await stretches(prometheus, promql.phases, start, steps, step)
+    pending, running = (by_pod((labels, runs) for labels, runs in phases if labels.get("phase") == phase)
+                        for phase in (promql.PENDING, promql.RUNNING))
+    unschedulable = by_pod(await stretches(prometheus, promql.unschedulable, start, steps, step))
+    shared = by_pod(await stretches(prometheus, promql.shared_requests, start, steps, step))
+    profiles = _profiles(await stretches(prometheus, promql.profiles, start, steps, step))
+    return pending, unschedulable, running, shared, profiles
+
+
+def _profiles(found: list[tuple[dict[str, str], list[Run]]]) -> dict[Pod, list[tuple[Run, str]]]:
+    """Each pod name's profile annotations, each with its stretches (a profile belongs to
+    the pod instance whose steps it covers, not to the name)."""
+    return {pod: [(run, labels.get(promql.PROFILE_LABEL, "")) for labels, runs in series for run in runs]
+            for pod, series in per_pod(found).items()}
 
 
 async def build_report(request: ReportRequest) -> dict:
@@ -175,16 +222,6 @@ def _float(value: object) -> float:
     return x if math.isfinite(x) and x > 0 else 0.0
 
 
-def _by_pod(answers: list[dict[str, str]]) -> dict[Pod, dict[str, str]]:
-    keys = holder_labels(answers, "auto")
-    out = {}
-    for labels in answers:
-        pod = pod_of(labels, keys)
-        if pod is not None:
-            out[pod] = labels
-    return out
-
-
 def usage_tables(rows: Mapping[tuple[str, str, str], Hours], member: Mapping[str, list[str]],
                  with_groups: bool) -> dict:
     """The report's figures of the rows (day, user, profile): totals, per user (with each
@@ -216,20 +253,20 @@ def long_idle_steps(config: PolicyConfig, step: int) -> int:
 def history_rows(history: History, config: PolicyConfig) -> dict[tuple[str, str, str], Hours]:
     """The history's GPU-hours per (day, user, profile)."""
     t = history.timelines
-    return usage_rows(t, history.pods, history.profiles, long_idle_steps(config, t.step))
+    return usage_rows(history.sessions, history.pods, history.days(), t.step, long_idle_steps(config, t.step))
 
 
 def label_notes(history: History) -> list[str]:
     """Whose GPU-hours the history's labels could not tell, each a sentence for the report."""
-    gpus, pods, profiles = history.timelines.gpus, history.pods, history.profiles
+    pods = history.pods
     notes = []
-    unknown_profile = sorted({line.pod for line in gpus.values() if line.pod in pods and not profiles.get(line.pod)})
+    unknown_profile = sorted({s.pod for s in history.sessions if s.pod in pods and not s.profile})
     if unknown_profile:
         notes.append(f"No profile is known for {counted(len(unknown_profile), 'hub user pod')}: kube-state-metrics writes "
                      "kube_pod_annotations only for allow-listed annotations (--metric-annotations-allowlist="
                      "pods=[jupyterhub-gpu-reclaim/profile]), and only the service's spawner writes that "
                      "annotation; their hours are under " + NO_PROFILE + ".")
-    strangers = sorted({line.pod for line in gpus.values() if line.pod not in pods})
+    strangers = sorted({s.pod for s in history.sessions if s.pod not in pods})
     if strangers:
         notes.append(f"No hub user is known for {counted(len(strangers), 'pod')} holding GPUs in kube_pod_labels (no "
                      "hub.jupyter.org/username label: kube-state-metrics 2 writes only allow-listed labels, "
@@ -254,10 +291,10 @@ def request_notes(history: History) -> list[str]:
 
 
 def history_queue(history: History) -> dict:
-    """The GPU queue of the history: its waits summed up, and per UTC day (a wait counts on
-    the day it began)."""
+    """The GPU queue of the history: its waits for a GPU summed up and its starts apart
+    (queue_summary), and per UTC day (a wait counts on the day it began)."""
     t = history.timelines
-    found = waits(history.pending, history.requests, history.pods, t.start, t.step)
+    found = waits(history.pending, history.unschedulable, history.requests, history.pods, t.start - t.step, t.step)
     queue = queue_summary(found)
     by_day: dict[str, list] = {}
     for w in found:
@@ -270,10 +307,10 @@ def history_estimate(history: History, config: PolicyConfig, policy: str = DEFAU
     """What the policy of `config` (named `policy`) would have freed in the history (an
     estimate: `estimate`), per UTC day of the hours freed too, and what it assumed."""
     t = history.timelines
-    found = estimate(t.gpus, t.step, config)
+    found = estimate(history.sessions, t.steps, t.step, config)
     h = t.step / HOUR.total_seconds()
     by_day = []
-    for day, i0, i1 in day_bounds(t):
+    for day, i0, i1 in history.days():
         freed = sum(gpus * max(0, min(b, i1) - max(a, i0)) for a, b, gpus in found.freed_steps) * h
         if freed:
             by_day.append({"day": day, "gpu_hours_freed": round(freed, 2)})
@@ -293,7 +330,7 @@ def assemble(request: ReportRequest, history: History, groups: dict[str, list[st
     return {
         "source": {"prometheus": hide_password(request.prometheus_url), "queries": history.queries,
                    "groups": "the hub" if groups is not None else None},
-        "window": {"since": format_time(dt.datetime.fromtimestamp(timelines.start, dt.timezone.utc)),
+        "window": {"since": format_time(dt.datetime.fromtimestamp(timelines.start - timelines.step, dt.timezone.utc)),
                    "until": format_time(dt.datetime.fromtimestamp(
                        timelines.start + (timelines.steps - 1) * timelines.step, dt.timezone.utc)),
                    "step_s": timelines.step, "days": "UTC"},

@@ -19,9 +19,10 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
-from ..report.history import IDLE, NO_VALUE, USED, GpuTimeline, PodInfo, Timelines
+from ..report.history import IDLE, NO_VALUE, USED, PodInfo
 from ..report.run import DEFAULT_STEP
-from ..report.usage import Hours, usage_rows
+from ..report.sessions import Segment, Session
+from ..report.usage import Hours, day_bounds, usage_rows
 from ..store import Store
 from ..policy.observations import SessionInstance
 
@@ -57,12 +58,13 @@ def recorded_usage(store: Store, since: dt.datetime, until: dt.datetime, thresho
             out.groups.setdefault(group, set()).add(instance.session.user)
 
     def add(instance: SessionInstance, times: list[float], utils: list[Util]) -> None:
-        timelines = _timelines(instance, (times, utils), since, until, threshold, max_gap)
-        if timelines is None:
+        found = _session(instance, (times, utils), since, until, threshold, max_gap)
+        if found is None:
             return
+        first, n, session = found
         s = instance.session
-        pod = (s.id, s.started.isoformat())
-        rows = usage_rows(timelines, {pod: PodInfo(s.user, s.server, s.profile)}, {pod: s.profile}, long_idle_steps)
+        rows = usage_rows([session], {session.pod: PodInfo(s.user, s.server, s.profile)}, day_bounds(first, STEP, n),
+                          STEP, long_idle_steps)
         for key, hours in rows.items():
             out.rows.setdefault(key, Hours()).add(hours)
 
@@ -76,9 +78,10 @@ def recorded_usage(store: Store, since: dt.datetime, until: dt.datetime, thresho
     return out
 
 
-def _timelines(instance: SessionInstance, samples: tuple[list[float], list[Util]], since: dt.datetime,
-               until: dt.datetime, threshold: float, max_gap: dt.timedelta) -> Timelines | None:
-    """The instance's GPUs over the steps it ran in [since, until]."""
+def _session(instance: SessionInstance, samples: tuple[list[float], list[Util]], since: dt.datetime,
+             until: dt.datetime, threshold: float, max_gap: dt.timedelta) -> tuple[float, int, Session] | None:
+    """The instance's GPUs over the steps it ran in [since, until]: (the first step's instant,
+    the steps, the session)."""
     s = instance.session
     first = grid_start(max(s.started, since))
     stop = instance.stopped.timestamp() if instance.stopped is not None else math.inf
@@ -88,7 +91,7 @@ def _timelines(instance: SessionInstance, samples: tuple[list[float], list[Util]
     if last < first:
         return None
     n = int((last - first) // STEP) + 1
-    timelines = Timelines(first, STEP, n, threshold)
+    session = Session((s.id, s.started.isoformat()), 0, n, profile=s.profile, shared=s.gpu_shared)
     times, utils = samples
     # this instance's samples: from its start to its stop (an id used again is another instance)
     lo = bisect.bisect_left(times, s.started.timestamp())
@@ -109,9 +112,8 @@ def _timelines(instance: SessionInstance, samples: tuple[list[float], list[Util]
             within = math.ceil((t - first) / STEP)  # the step whose (t_i - STEP, t_i] holds t
             if code == USED and 0 <= within < n:
                 codes[within] = USED
-        line = GpuTimeline((s.id, s.started.isoformat()), str(gpu), "", codes, shared=s.gpu_shared)
-        timelines.gpus[(s.id, s.started, gpu)] = line
-    return timelines
+        session.segments.append(Segment(0, bytes(codes)))
+    return first, n, session
 
 
 def _steps_in(t0: float, t1: float, first: float, n: int) -> tuple[int, int]:

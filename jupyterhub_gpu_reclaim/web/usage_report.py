@@ -51,12 +51,15 @@ SOURCES = {RECORD: "the service's record", PROMETHEUS: "Prometheus", NONE: "no d
 PROMETHEUS_NOT_SET = ("No Prometheus is configured (--prometheus-url), so the days before the service's record "
                       "are empty.")
 #: the per-day CSV's columns after the day, its source and its GPU-hours (the command's names where it has them)
-DAY_COLUMNS = ("gpu_hours_freed", "freed_is_estimate", "gpu_hours_waited", "waits", "longest_wait_h")
+DAY_COLUMNS = ("gpu_hours_freed", "freed_is_estimate", "gpu_hours_waited", "waits", "longest_wait_h", "starts",
+               "longest_start_h")
 PROMETHEUS_FAILED = "Prometheus could not be read, so the days before the service's record are empty: {error}"
 #: whose settings the estimate of Prometheus's days applies (its idle threshold and GPU rules)
 LIVE_POLICY = "the service's policy"
 WAITS_FROM_PROMETHEUS = ("Each pod's waits (how many, how long) are known on Prometheus's days only (kube-state-metrics' "
-                         "Pending pods); the service records the GPUs pods wait for at each cycle, not who waits.")
+                         "Pending pods: a wait while unschedulable, for a GPU; a start once scheduled, while the image "
+                         "is pulled and the containers start); the service records the GPUs pods wait for at each "
+                         "cycle, not who waits.")
 
 _cache: dict[tuple, tuple[float, PrometheusPart]] = {}
 _one_at_a_time = asyncio.Lock()  # a second request waits, then finds Prometheus's answer cached
@@ -164,8 +167,7 @@ async def _usage_report(store: Store, settings: ServiceSettings, now: dt.datetim
         notes.append(PROMETHEUS_NOT_SET)
     elif period.first < before:
         try:
-            found = await prometheus_part(url, settings.prometheus_pod_label, period.first,
-                                          before - dt.timedelta(seconds=STEP), config)
+            found = await prometheus_part(url, settings.prometheus_pod_label, period.first, before, config)
         except ReportError as e:
             notes.append(PROMETHEUS_FAILED.format(error=e))
         else:
@@ -231,14 +233,17 @@ def _days(by_day: list[dict], source: dict[str, str], found: PrometheusPart | No
         row = {**(hours.get(day) or {"day": day, **Hours().rounded()}), "source": src}
         if src == RECORD:
             waited, freed = recorded[day]
-            row.update(gpu_hours_waited=waited, waits=None, longest_wait_h=None, gpu_hours_freed=freed,
-                       freed_is_estimate=False)
+            row.update(gpu_hours_waited=waited, waits=None, longest_wait_h=None, starts=None, longest_start_h=None,
+                       gpu_hours_freed=freed, freed_is_estimate=False)
         else:
             q = queue.get(day, {})
+            starting = q.get("starting", {})
             known = src == PROMETHEUS
             row.update(gpu_hours_waited=q.get("gpu_hours_waited", 0.0),
                        waits=q.get("waits", 0) if known else None,
                        longest_wait_h=q.get("longest_wait_h", 0.0) if known else None,
+                       starts=starting.get("waits", 0) if known else None,
+                       longest_start_h=starting.get("longest_wait_h", 0.0) if known else None,
                        gpu_hours_freed=estimated.get(day, 0.0), freed_is_estimate=known)
         out.append(row)
     return out

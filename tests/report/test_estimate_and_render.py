@@ -1,21 +1,33 @@
-"""The estimate on timelines as history.Timelines builds them, and the report's names written
-safely: a step a minute, codes as history writes them."""
+"""The estimate on timelines as history.Timelines builds them (their sessions as sessions.py
+makes them), and the report's names written safely: a step a minute, codes as history writes
+them."""
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 
-from jupyterhub_gpu_reclaim.report.estimate import estimate
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.report.estimate import Estimate, estimate
 from jupyterhub_gpu_reclaim.report.history import ABSENT, IDLE, NO_VALUE, USED, GpuTimeline
 from jupyterhub_gpu_reclaim.report.render import as_csv, as_text
+from jupyterhub_gpu_reclaim.report.sessions import PodFacts, sessions
 
 STEP = 60
 POD = ("jhub", "jupyter-alice")
+STALE = int(PolicyConfig().stale_after.total_seconds() // STEP)
 
 
 def line(gpu: str, codes: bytes, pod=POD) -> GpuTimeline:
-    return GpuTimeline(pod, gpu, "node-a", bytearray(codes))
+    timeline = GpuTimeline(pod, gpu, "node-a")
+    for m in re.finditer(rb"[^\x00]+", codes):
+        timeline.write(m.start(), m.group())
+    return timeline
+
+
+def estimated(lines: dict, steps: int) -> Estimate:
+    return estimate(sessions(lines, PodFacts(), STALE), steps, STEP)
 
 
 def steps(*runs: tuple[int, int]) -> bytes:
@@ -28,8 +40,14 @@ def test_a_pod_name_back_on_another_gpu_is_one_session_at_a_time():
     first = steps((USED, 60), (IDLE, 300), (ABSENT, 400))
     second = steps((ABSENT, 400), (IDLE, 180), (ABSENT, 180))
     assert len(first) == len(second)
-    e = estimate({1: line("0", first), 2: line("3", second)}, STEP)
+    e = estimated({1: line("0", first), 2: line("3", second)}, len(first))
     assert e.reclaims == 2 and e.gpu_hours_freed == (300 - 120 + 180 - 120) / 60
+
+
+def test_a_pod_whose_last_minutes_have_no_reading_still_ended():
+    # kube-state-metrics shows the pod Running 2 min after the exporter's last reading of it
+    e = estimated({1: line("0", steps((USED, 60), (IDLE, 300), (NO_VALUE, 2), (ABSENT, 100)))}, 462)
+    assert e.reclaims == 1 and e.gpu_hours_freed == (300 - 120) / 60
 
 
 def test_what_the_history_cannot_show_is_not_counted():
@@ -43,15 +61,15 @@ def test_what_the_history_cannot_show_is_not_counted():
         # a short gap (under stale_after) and back: the idle clock starts again, nothing ends
         4: line("3", steps((USED, 30), (IDLE, 100), (ABSENT, 3), (IDLE, 100), (USED, 17)), ("jhub", "d")),
     }
-    e = estimate(timelines, STEP)
+    e = estimated(timelines, 250)
     assert (e.reclaims, e.gpu_hours_freed, e.interruptions) == (0, 0.0, 1)
     assert e.gpu_hours_idle_at_end == (210 - 120) / 60
 
 
 def test_a_time_sliced_gpu_is_left_out():
     shared = line("0", steps((IDLE, 300), (ABSENT, 10)))
-    shared.shared = True
-    e = estimate({1: shared}, STEP)
+    shared.vgpu = True
+    e = estimated({1: shared}, 310)
     assert (e.reclaims, e.gpu_hours_freed, e.shared_left_out) == (0, 0.0, 1)
 
 
@@ -63,7 +81,8 @@ def _report(user: str, group: str) -> dict:
         "totals": hours, "by_user": [{"user": user, "groups": [group], **hours}], "by_group": [], "by_profile": [],
         "by_day": [], "rows": [{"day": "2026-12-01", "user": user, "groups": [group], "profile": "-x", **hours}],
         "queue": {"waits": 0, "pods": 0, "hours_waited": 0.0, "gpu_hours_waited": 0.0, "median_wait_h": 0.0,
-                  "longest_wait_h": 0.0},
+                  "longest_wait_h": 0.0, "starting": {"waits": 0, "pods": 0, "hours_waited": 0.0,
+                                                      "median_wait_h": 0.0, "longest_wait_h": 0.0}},
         "policy_estimate": {"policy": "the default policy", "gpu_hours_freed": 0.0, "reclaims": 0, "would_have_interrupted": 0,
                             "gpu_hours_idle_at_end_not_counted": 0.0, "pods_on_time_sliced_gpus_left_out": 0,
                             "assumed": []},
@@ -77,3 +96,13 @@ def test_names_are_written_as_text_not_formulas_or_lines():
     assert row[1:4] == ["'=HYPERLINK(\"http://x\")", "'@group\r\nforged", "'-x"]
     text = as_text(report)
     assert "\\r\\nforged" in text and "\nforged" not in text
+
+
+def test_a_pod_seen_every_other_step_is_one_stretch_and_a_gap_longer_than_join_another():
+    # a scrape interval of twice the step: one stretch with ABSENT between, not 500 stretches
+    timeline = GpuTimeline(POD, "0", "node-a")
+    for i in range(0, 1000, 2):
+        timeline.write(i, bytes([IDLE]), join=1)
+    timeline.write(1010, bytes([USED]), join=1)
+    assert [first for first, _ in timeline.chunks] == [0, 1010]
+    assert [i for i, code in timeline.steps() if code] == [*range(0, 1000, 2), 1010]

@@ -75,7 +75,12 @@ def read(series: list[RangeSeries], pages: int = 1) -> dict[tuple, bytes]:
     for p in range(pages):
         first = START + p * size * STEP
         timelines.add_page(first, first + (size - 1) * STEP, series)
-    return {(line.pod, line.node, line.gpu): bytes(line.codes) for line in timelines.gpus.values()}
+    out = {}
+    for line in timelines.gpus.values():
+        codes = out[(line.pod, line.node, line.gpu)] = bytearray(STEPS)
+        for i, code in line.steps():
+            codes[i] = code
+    return {k: bytes(v) for k, v in out.items()}
 
 
 def grid(i: int) -> int:

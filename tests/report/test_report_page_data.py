@@ -213,20 +213,22 @@ async def test_prometheus_gives_the_days_before_the_record(prometheus, later_sto
     days = {r["day"]: r for r in report["by_day"]}
     (grace,) = [s for s in SESSIONS if s.user == "grace"]
     assert grace.pending is not None
-    waited = round((grace.pending[1] - grace.pending[0]) * HOUR / 60) * 60 / HOUR
+    waited = grace.unschedulable  # then 10 min starting: not waiting for a GPU
+    starting = grace.pending[1] - grace.pending[0] - grace.unschedulable
     first_day = BASE.date().isoformat()
     assert days[first_day]["waits"] == 1 and days[first_day]["gpu_hours_waited"] == pytest.approx(waited, abs=0.02)
     assert days[first_day]["longest_wait_h"] == pytest.approx(waited, abs=0.02)
+    assert days[first_day]["starts"] == 1 and days[first_day]["longest_start_h"] == pytest.approx(starting, abs=0.02)
     assert report["queue"]["waits"] == 1
     # the estimate: alice's and bob's stretches that ended with their pods, freed from 2 h in,
-    # each step on the day of its instant
+    # each step on the day its minute begins
     states = step_states(START, 60, HOURS * 60 + 1)
     freed: dict[str, float] = {}
     for pod in ("jupyter-alice", "jupyter-bob"):
         idle = "".join("i" if x == "idle" else "." for x in states[pod]).rstrip(".")
         run_start = len(idle.rstrip("i"))
         for i in range(run_start + LONG, len(idle)):
-            day = dt.datetime.fromtimestamp(START + i * 60, UTC).date().isoformat()
+            day = dt.datetime.fromtimestamp(START + (i - 1) * 60, UTC).date().isoformat()  # reads (t - 60 s, t]
             freed[day] = freed.get(day, 0.0) + 60 / HOUR
     estimated = {day: r["gpu_hours_freed"] for day, r in days.items() if r["source"] == "prometheus"}
     assert estimated == pytest.approx({day: freed.get(day, 0.0) for day in estimated}, abs=0.02)

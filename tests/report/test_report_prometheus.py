@@ -75,13 +75,17 @@ def test_the_queue_is_the_pods_pending_for_a_gpu(prometheus, capsys):
     code, out, err = report(capsys, url, "--json")
     assert code == 0, err
     queue = json.loads(out)["queue"]
-    # grace waited 17:00-18:10 for one GPU; henry's pod asked for no GPU and is no wait for one
+    # grace waited 17:00-18:00 for one GPU (unschedulable), then 10 min for her image and
+    # container (scheduled, still Pending): a wait for a GPU, and a start apart; henry's pod
+    # asked for no GPU and is no wait for one
     (grace,) = [s for s in SESSIONS if s.user == "grace"]
-    assert grace.pending is not None
-    waited = round((grace.pending[1] - grace.pending[0]) * HOUR / STEP) * STEP / HOUR
+    assert grace.pending is not None and grace.unschedulable
+    waited = grace.unschedulable
+    starting = grace.pending[1] - grace.pending[0] - grace.unschedulable
     assert queue["waits"] == 1 and queue["pods"] == 1
     assert queue["hours_waited"] == pytest.approx(waited, abs=0.02)
     assert queue["gpu_hours_waited"] == pytest.approx(waited, abs=0.02)
+    assert queue["starting"]["waits"] == 1 and queue["starting"]["hours_waited"] == pytest.approx(starting, abs=0.02)
     assert queue["by_day"] == [{"day": day_of(1), **{k: v for k, v in queue.items() if k != "by_day"}}]
 
 

@@ -12,7 +12,8 @@ unlabelled series; a time-sliced replica with `vgpu`. Scraped by a ServiceMonito
 renamed `exported_*` with honorLabels false and kept with true (the target's filling in the
 ones the series lacks). kube-state-metrics: kube_pod_labels with every label as `label_*` (1.9)
 or only the allow-listed ones (2.x, with kube_pod_annotations of the allow-listed profile
-annotation), kube_pod_status_phase, kube_pod_container_resource_requests."""
+annotation), kube_pod_status_phase, kube_pod_status_scheduled and kube_pod_status_unschedulable (a pod that
+waited for a GPU), kube_pod_container_resource_requests."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ class Session:
     namespace: str = "jhub"
     pending: tuple[float, float] | None = None  # hours Pending before it ran
     gpus_requested: int = 1
+    unschedulable: float = 0.0  # hours of its Pending that no node had a GPU for (then its image pulled)
 
 
 NODE_A = [Device("node-a", str(i), f"GPU-a{i}000000-0000-0000-0000-000000000000") for i in range(3)]
@@ -70,7 +72,8 @@ SESSIONS = [
     Session("jupyter-dave", "dave", VIRTUAL, 24, 30, lambda h: 50.0 if h < 25 else 0.0 if h < 28 else 60.0,
             profile="a100"),
     Session("jupyter-erin", "erin", SLICED, 2, 4, lambda h: 40.0, profile="shared"),
-    Session("jupyter-grace", "grace", NODE_A[0], 18 + 1 / 6, 20, lambda h: 90.0, profile="a100", pending=(17, 18 + 1 / 6)),
+    Session("jupyter-grace", "grace", NODE_A[0], 18 + 1 / 6, 20, lambda h: 90.0, profile="a100", pending=(17, 18 + 1 / 6),
+            unschedulable=1),
     Session("jupyter-henry", "henry", NODE_A[2], 9.25, 9.25, lambda h: 0.0, pending=(9, 9.25), gpus_requested=0),
 ]
 HOURS = 48
@@ -102,7 +105,7 @@ def times(start: float, begin_h: float, end_h: float) -> Iterator[float]:
         k += 1
 
 
-def _scraped(own: dict[str, str], target: dict[str, str], honor: bool) -> dict[str, str]:
+def scraped(own: dict[str, str], target: dict[str, str], honor: bool) -> dict[str, str]:
     """A series' labels as Prometheus stores them after scraping `target`."""
     out = dict(own)
     for k, v in target.items():
@@ -115,14 +118,14 @@ def _scraped(own: dict[str, str], target: dict[str, str], honor: bool) -> dict[s
     return out
 
 
-def _device_labels(d: Device) -> dict[str, str]:
+def device_labels(d: Device) -> dict[str, str]:
     labels = {"gpu": d.gpu, "UUID": d.uuid, "device": f"nvidia{d.gpu}", "modelName": "NVIDIA A100-SXM4-40GB"}
     if d.mig:
         labels |= {"GPU_I_PROFILE": "1g.5gb", "GPU_I_ID": d.mig}
     return labels | {"Hostname": d.host, "DCGM_FI_DRIVER_VERSION": "535.129.03"}
 
 
-def _exporter_target(d: Device) -> dict[str, str]:
+def exporter_target(d: Device) -> dict[str, str]:
     return EXPORTER_TARGET | {"pod": f"nvidia-dcgm-exporter-{d.host}", "instance": f"{d.host}:9400"}
 
 
@@ -131,7 +134,7 @@ def dcgm_series(start: float, scheme: Scheme) -> dict[str, list]:
     out: dict[str, list] = {"DCGM_FI_DEV_GPU_UTIL": [], "DCGM_FI_PROF_GR_ENGINE_ACTIVE": []}
 
     def add(metric: str, d: Device, holder: dict[str, str], points: list) -> None:
-        out[metric].append((_scraped(_device_labels(d) | holder, _exporter_target(d), scheme.honor_labels), points))
+        out[metric].append((scraped(device_labels(d) | holder, exporter_target(d), scheme.honor_labels), points))
 
     for s in SESSIONS:
         if s.end <= s.start:
@@ -172,6 +175,7 @@ def _pod_labels(s: Session, scheme: Scheme) -> dict[str, str]:
 
 def ksm_series(start: float, scheme: Scheme) -> dict[str, list]:
     out: dict[str, list] = {"kube_pod_labels": [], "kube_pod_annotations": [], "kube_pod_status_phase": [],
+                            "kube_pod_status_scheduled": [], "kube_pod_status_unschedulable": [],
                             "kube_pod_container_resource_requests": []}
     for s in SESSIONS:
         begin = s.pending[0] if s.pending else s.start
@@ -181,7 +185,7 @@ def ksm_series(start: float, scheme: Scheme) -> dict[str, list]:
         base = {"namespace": s.namespace, "pod": s.pod, "uid": f"uid-{s.pod}"}
 
         def add(metric: str, own: dict[str, str], points: list) -> None:
-            out[metric].append((_scraped(own, KSM_TARGET, scheme.honor_labels), points))
+            out[metric].append((scraped(own, KSM_TARGET, scheme.honor_labels), points))
 
         add("kube_pod_labels", _pod_labels(s, scheme), [(t, 1.0) for t in life])
         if scheme.ksm == "2" and s.profile:
@@ -191,6 +195,12 @@ def ksm_series(start: float, scheme: Scheme) -> dict[str, list]:
         for phase in ("Pending", "Running"):
             add("kube_pod_status_phase", base | {"phase": phase},
                 [(t, float((t < pending_until) == (phase == "Pending"))) for t in life])
+        if s.unschedulable and s.pending:
+            scheduled_at = start + (s.pending[0] + s.unschedulable) * HOUR
+            for condition in ("true", "false"):
+                add("kube_pod_status_scheduled", base | {"condition": condition},
+                    [(t, float((t < scheduled_at) == (condition == "false"))) for t in life])
+            add("kube_pod_status_unschedulable", base, [(t, 1.0) for t in life if t < scheduled_at])
         resource = {"container": "notebook", "node": s.device.host, "unit": "integer"}
         if s.gpus_requested:
             name = "nvidia_com_mig_1g_5gb" if s.device.mode == "mig" else "nvidia_com_gpu"
@@ -251,7 +261,8 @@ def history_rows(start: float, step: int, n: int, scheme: Scheme) -> dict[tuple[
         for i, state in enumerate(line):
             if not state:
                 continue
-            day = dt.datetime.fromtimestamp(start + i * step, dt.timezone.utc).date().isoformat()
+            # the step at t reads (t - step, t]: it counts on the day its time begins
+            day = dt.datetime.fromtimestamp(start + (i - 1) * step, dt.timezone.utc).date().isoformat()
             row = rows.setdefault((day, user, profile),
                                   {"held": 0.0, "used": 0.0, "idle": 0.0, "no_reading": 0.0, "idle_long": 0.0})
             row["held"] += step / HOUR

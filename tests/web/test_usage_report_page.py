@@ -104,14 +104,16 @@ async def test_an_admin_sees_the_figures_of_both_sources_and_downloads_them(hub,
     # Prometheus for the days before the record's first whole day, the record from then
     assert [d["source"] for d in report["by_day"]] == ["prometheus"] * 3 + ["record"] * 4
     assert report["source"]["prometheus"] == hub.info["prometheus"]
-    # queue and freed: Prometheus's (grace's wait; the estimate by the hub's policy: alice 6 h from
+    # queue and freed: Prometheus's (grace's wait for a GPU, 1 h, then 10 min starting; the estimate by the hub's policy: alice 6 h from
     # 2 h in, bob, never used, from 15 min in: 3.75 h + 4 h) and the record's (each cycle's waiting
     # GPUs; alice's reclaim frees her GPU for a day: 9 h, then 15 h)
     assert [(round(d["gpu_hours_waited"], 1), d["waits"], round(d["gpu_hours_freed"]), d["freed_is_estimate"])
-            for d in report["by_day"][:5]] == [(1.2, 1, 10, True), (0, 0, 4, True), (0, 0, 0, True), (2, None, 9, False),
+            for d in report["by_day"][:5]] == [(1.0, 1, 10, True), (0, 0, 4, True), (0, 0, 0, True), (2, None, 9, False),
                                                (0, None, 15, False)]
+    assert [(d["starts"], d["longest_start_h"]) for d in report["by_day"][:4]] == [(1, 0.17), (0, 0), (0, 0), (None, None)]
     status, text, _ = await c.call("GET", "admin/report?days=7&format=days-csv")
-    assert status == 200 and "gpu_hours_freed,freed_is_estimate,gpu_hours_waited,waits" in text.splitlines()[0]
+    assert status == 200 and text.splitlines()[0].endswith(
+        "gpu_hours_freed,freed_is_estimate,gpu_hours_waited,waits,longest_wait_h,starts,longest_start_h")
     status, text, r = await c.call("GET", "admin/report?days=7&format=csv")
     assert status == 200 and r.headers["Content-Type"] == "text/csv; charset=utf-8"
     assert r.headers["Content-Disposition"].endswith('.csv"')

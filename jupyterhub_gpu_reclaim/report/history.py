@@ -257,14 +257,3 @@ def pods_of(answers: Iterable[Mapping[str, str]], user_label: str, server_label:
         pods[pod] = PodInfo(labels[user_label], labels.get(server_label, ""))
     return pods
 
-
-def pod_values(answers: Iterable[tuple[Mapping[str, str], Any]]) -> dict[Pod, Any]:
-    """The value of each pod's series in an instant answer (labels renamed as in pods_of)."""
-    answers = list(answers)
-    keys = holder_labels((labels for labels, _ in answers), "auto")
-    out = {}
-    for labels, value in answers:
-        pod = pod_of(labels, keys)
-        if pod is not None:
-            out[pod] = value
-    return out

@@ -19,14 +19,13 @@ from ..signals.gpu_readings import PodLabel
 from ..timestamps import format_time
 from . import promql
 from .estimate import DEFAULT_POLICY, assumed, estimate
-from .history import Pod, PodInfo, Timelines, pod_values, pods_of
+from .history import Pod, PodInfo, Timelines, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
-from .runs import Run, by_pod, per_pod, stretches
+from .runs import Run, by_pod, labelled, stretches
 from .sessions import PodFacts, Session, sessions
 from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
-DAY = 86400
 DEFAULT_STEP = 60  # seconds: the command's --step, and the admin page's step
 MAX_GROUPS = 100_000  # a hub that pages for ever is an error, not a hang
 
@@ -113,7 +112,7 @@ class History:
     _sessions: list[Session] | None = field(default=None, repr=False)
 
     @property
-    def requests(self) -> Mapping[Pod, float]:
+    def requests(self) -> Mapping[Pod, list[tuple[Run, float]]]:
         return self.facts.requests
 
     @property
@@ -147,40 +146,31 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
                                                               step):
                 # read in a thread, so that the next page is asked for and computed meanwhile
                 await asyncio.to_thread(timelines.add_page, first, last, series)
-            pending, unschedulable, running, shared, profiles = await kube
+            pending, unschedulable, running, shared, profiles, requests = await kube
         finally:
             kube.cancel()
         labels = await prometheus.series([promql.user_pods_selector()], start - step, end)
         pods = pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL, promql.SINGLEUSER)
-        requests: dict[Pod, float] = {}
-        for t in _days(start, end):
-            window = int(min(DAY, end - start + step))
-            for pod, value in pod_values(await prometheus.instant(promql.gpu_requests_query(window), t)).items():
-                requests[pod] = max(requests.get(pod, 0.0), _float(value))
         queries = prometheus.queries
     dropped = _without_gpu_request(timelines, requests)
-    running = {pod: runs for pod, runs in running.items() if requests.get(pod, 0.0) > 0}
+    running = {pod: runs for pod, runs in running.items() if pod in requests}
     return History(timelines, pods, PodFacts(running, profiles, shared, requests), pending, unschedulable, dropped,
                    queries, stale)
 
 
 async def _kube_state(prometheus: PrometheusHistory, start: float, steps: int, step: int) -> tuple:
     """The stretches of each pod Pending, unschedulable, Running and asking for a shared GPU,
-    and of its profiles, one query at a time."""
+    and of its profiles and the GPUs it asked for, one query at a time."""
     phases = await stretches(prometheus, promql.phases, start, steps, step)
     pending, running = (by_pod((labels, runs) for labels, runs in phases if labels.get("phase") == phase)
                         for phase in (promql.PENDING, promql.RUNNING))
     unschedulable = by_pod(await stretches(prometheus, promql.unschedulable, start, steps, step))
     shared = by_pod(await stretches(prometheus, promql.shared_requests, start, steps, step))
-    profiles = _profiles(await stretches(prometheus, promql.profiles, start, steps, step))
-    return pending, unschedulable, running, shared, profiles
-
-
-def _profiles(found: list[tuple[dict[str, str], list[Run]]]) -> dict[Pod, list[tuple[Run, str]]]:
-    """Each pod name's profile annotations, each with its stretches (a profile belongs to
-    the pod instance whose steps it covers, not to the name)."""
-    return {pod: [(run, labels.get(promql.PROFILE_LABEL, "")) for labels, runs in series for run in runs]
-            for pod, series in per_pod(found).items()}
+    # a profile belongs to the pod instance whose steps it covers, not to the name; so does a request
+    profiles = labelled(await stretches(prometheus, promql.profiles, start, steps, step), promql.PROFILE_LABEL)
+    asked = labelled(await stretches(prometheus, promql.requests, start, steps, step), promql.REQUESTED_LABEL)
+    requests = {pod: [(run, _float(gpus)) for run, gpus in runs] for pod, runs in asked.items()}
+    return pending, unschedulable, running, shared, profiles, requests
 
 
 async def build_report(request: ReportRequest) -> dict:
@@ -193,25 +183,16 @@ async def build_report(request: ReportRequest) -> dict:
     return assemble(request, history, groups, config)
 
 
-def _without_gpu_request(timelines: Timelines, requests: dict[Pod, float]) -> set[Pod]:
+def _without_gpu_request(timelines: Timelines, requests: Mapping[Pod, object]) -> set[Pod]:
     """Leave out the GPUs of pods that asked for none, where kube-state-metrics shows requests
     at all: with honor_labels true a free GPU's series carry the exporter's own pod."""
     if not requests:
         return set()
-    dropped = {key for key, line in timelines.gpus.items() if requests.get(line.pod, 0.0) <= 0}
+    dropped = {key for key, line in timelines.gpus.items() if line.pod not in requests}
     pods = {timelines.gpus[key].pod for key in dropped}
     for key in dropped:
         del timelines.gpus[key]
     return pods
-
-
-def _days(start: float, end: float) -> list[float]:
-    """The instants closing each day-long piece of the window, the last one its end."""
-    out, t = [], start + DAY
-    while t < end:
-        out.append(t)
-        t += DAY
-    return out + [end]
 
 
 def _float(value: object) -> float:

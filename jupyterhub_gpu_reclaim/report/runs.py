@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ..signals.gpu_readings import holder_labels, pod_of
 from .columns import points
@@ -19,6 +20,7 @@ from .prometheus_range import PrometheusHistory
 
 Run = tuple[int, int]  # [first step, the step after its last)
 Pod = tuple[str, str]  # (namespace, pod)
+T = TypeVar("T")
 _BEGIN, _END = 0, 1
 # Prometheus holds each operand of a query whole, a point a step for each series selected (a
 # pod's phases are written 0 while not in them): 200 GPUs' pods a week at once took it to
@@ -87,6 +89,22 @@ def per_pod(found: Iterable[tuple[Mapping[str, str], list[Run]]]) -> dict[Pod, l
 def by_pod(found: Iterable[tuple[Mapping[str, str], list[Run]]]) -> dict[Pod, list[Run]]:
     """The stretches of each pod (of all its series: merged where they overlap or touch)."""
     return {pod: merged(run for _, runs in series for run in runs) for pod, series in per_pod(found).items()}
+
+
+def labelled(found: Iterable[tuple[Mapping[str, str], list[Run]]], label: str) -> dict[Pod, list[tuple[Run, str]]]:
+    """Each pod's stretches, each with the value of `label` on its series."""
+    return {pod: [(run, labels.get(label, "")) for labels, runs in series for run in runs]
+            for pod, series in per_pod(found).items()}
+
+
+def most_of(valued: Iterable[tuple[Run, T]], a: int, b: int, default: T) -> T:
+    """The value whose stretches hold the most steps of [a, b) (`default` where none holds one)."""
+    best: tuple[int, T] | None = None
+    for run, value in valued:
+        n = within([run], a, b)
+        if n and (best is None or n > best[0]):
+            best = (n, value)
+    return default if best is None else best[1]
 
 
 def merged(runs: Iterable[Run]) -> list[Run]:

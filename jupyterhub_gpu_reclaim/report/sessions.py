@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .history import NO_VALUE, GpuTimeline, Pod
-from .runs import Run, merged, within
+from .runs import Run, merged, most_of, within
 
 
 @dataclass
@@ -66,7 +66,7 @@ class PodFacts:
     running: Mapping[Pod, list[Run]] = field(default_factory=dict)
     profiles: Mapping[Pod, list[tuple[Run, str]]] = field(default_factory=dict)
     shared: Mapping[Pod, list[Run]] = field(default_factory=dict)
-    requests: Mapping[Pod, float] = field(default_factory=dict)  # the GPUs each pod name asked for
+    requests: Mapping[Pod, list[tuple[Run, float]]] = field(default_factory=dict)  # the GPUs each pod instance asked for
 
 
 def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> Iterator[Session]:
@@ -75,18 +75,16 @@ def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> 
     for line in gpus.values():
         by_pod.setdefault(line.pod, []).append(line)
     for pod in facts.running:
-        if facts.requests.get(pod, 0.0) > 0:
+        if pod in facts.requests:
             by_pod.setdefault(pod, [])
     for pod, lines in by_pod.items():
         segments = [Segment(first, bytes(codes), vgpu=line.vgpu) for line in lines for first, codes in line.chunks]
-        segments += _unread(lines, segments, facts.running.get(pod, []), facts.requests.get(pod, 0.0))
+        segments += _unread(lines, segments, facts.running.get(pod, []), facts.requests.get(pod, []))
         profiles = facts.profiles.get(pod, [])
         begins = sorted({a for a, _ in facts.running.get(pod, [])} | {a for (a, _), _ in profiles})
         for first, end in _spans(segments, begins, stale):
             session = Session(pod, first, end, [s for s in map(_clip(first, end), segments) if s is not None])
-            overlaps = [(within([run], first, end), profile) for run, profile in profiles]
-            best = max(overlaps, default=(0, ""))
-            session.profile = best[1] if best[0] else ""
+            session.profile = most_of(profiles, first, end, "")
             session.shared = (any(s.vgpu for s in session.segments)
                               or within(facts.shared.get(pod, []), first, end) > 0)
             yield session
@@ -95,13 +93,15 @@ def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> 
 _HELD = bytes([0] + [1] * 255)  # a code -> 1 where the step is held
 
 
-def _unread(lines: list[GpuTimeline], segments: list[Segment], running: list[Run], requested: float) -> list[Segment]:
+def _unread(lines: list[GpuTimeline], segments: list[Segment], running: list[Run],
+            requests: list[tuple[Run, float]]) -> list[Segment]:
     """The steps a pod that asked for GPUs was Running with no GPU reading: held with no
-    reading, as many GPUs as it held in that stretch of Running (else as it asked for)."""
-    if requested <= 0:
-        return []
+    reading, as many GPUs as it held in that stretch of Running (else as it asked for then)."""
     out = []
     for a, b in running:
+        requested = most_of(requests, a, b, 0.0)
+        if requested <= 0:
+            continue
         mask = 0  # the steps of [a, b) some GPU of the pod held, a byte each of a number
         for s in segments:
             x, y = max(a, s.first), min(b, s.end)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..durations import HOUR
 from .history import IDLE, NO_VALUE, USED, Pod, PodInfo
-from .runs import Run, within
+from .runs import Run, most_of, within
 from .sessions import Session
 
 NO_USER = "(not a hub user's pod)"
@@ -122,19 +122,20 @@ class Wait:
     kind: str = GPU
 
 
-def waits(pending: Mapping[Pod, list[Run]], unschedulable: Mapping[Pod, list[Run]], requests: Mapping[Pod, float],
+def waits(pending: Mapping[Pod, list[Run]], unschedulable: Mapping[Pod, list[Run]],
+          requests: Mapping[Pod, list[tuple[Run, float]]],
           pods: Mapping[Pod, PodInfo], start: float, step: int) -> list[Wait]:
     """The waits of pods that asked for GPUs: each stretch of Pending steps, split where the
     pod stops (or starts) being unschedulable (one step of Pending counts as a step of
     waiting: the report errs toward the longer wait)."""
     out: list[Wait] = []
     for pod, runs in pending.items():
-        gpus = requests.get(pod, 0.0)
-        if gpus <= 0:
-            continue
         info = pods.get(pod)
         waiting = unschedulable.get(pod, [])
         for a, b in runs:
+            gpus = most_of(requests.get(pod, []), a, b, 0.0)  # what this instance asked for
+            if gpus <= 0:
+                continue
             cuts = sorted({a, b} | {x for run in waiting for x in run if a < x < b})
             pieces: list[tuple[int, int, str]] = []
             for x, y in zip(cuts, cuts[1:], strict=False):

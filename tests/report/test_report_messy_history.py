@@ -120,10 +120,13 @@ def test_the_queue_tells_waiting_for_a_gpu_from_starting_and_counts_each_request
     queue = got["queue"]
     gpu = [w.end - w.start for p in PODS for w in p.waits if w.unschedulable]
     starts = [w.end - w.start for p in PODS for w in p.waits if not w.unschedulable]
-    # bob's request series gains `node` once scheduled; carol's changes `instance`: one GPU each
-    assert queue["waits"] == len(gpu) == 3 and queue["pods"] == 3
+    # bob's request series gains `node` once scheduled; carol's changes `instance`: one GPU
+    # each; bob's second pod, under the same name, 2 GPUs
+    assert queue["waits"] == len(gpu) == 4 and queue["pods"] == 3  # pod names: bob, carol, frank
     assert queue["hours_waited"] == pytest.approx(sum(gpu), abs=0.05)
-    assert queue["gpu_hours_waited"] == pytest.approx(sum(gpu), abs=0.05)
+    gpu_hours = sum((w.end - w.start) * p.gpus for p in PODS for w in p.waits if w.unschedulable)
+    assert gpu_hours == sum(gpu) + 1
+    assert queue["gpu_hours_waited"] == pytest.approx(gpu_hours, abs=0.05)
     assert queue["longest_wait_h"] == pytest.approx(max(gpu), abs=0.02)
     assert queue["starting"]["waits"] == len(starts) == 3
     assert queue["starting"]["hours_waited"] == pytest.approx(sum(starts), abs=0.05)

@@ -4,7 +4,7 @@ report_history.SCHEMES' honorLabels), and the samples it wrote, for the tests to
 
 - z2jh's pod name `jupyter-alice` used by three sessions with two profiles, on two GPUs;
 - pods that wait for a GPU (unschedulable) and then start (scheduled, Pending while the image
-  is pulled), with the GPU request series gaining `node` once scheduled, one whose request
+  is pulled), one under a reused name that asked for 2 GPUs and was deleted while it waited, with the GPU request series gaining `node` once scheduled, one whose request
   series changes `instance` when kube-state-metrics restarts, and pods that only start;
 - an exporter outage of 30 min while kube-state-metrics shows the pod Running;
 - a GPU handed over within a step (the last sample of one pod and the first of the next in
@@ -53,6 +53,7 @@ class Pod:
     outage: tuple[float, float] | None = None  # no exporter sample in it; kube-state-metrics goes on
     resource: str = "nvidia_com_gpu"
     ksm_restart: float | None = None  # kube-state-metrics restarted: its series' `instance` changes then
+    gpus: int = 1  # asked for
 
     @property
     def begins(self) -> float:
@@ -75,6 +76,9 @@ PODS = [
     # waits for a GPU 1 h, then 15 min starting; its request series gains `node` once scheduled
     Pod("jupyter-bob", "uid-bob", "bob", NODE_X[2], (11.25, 13), _used, profile="small",
         waits=(Wait(10, 11, True), Wait(11, 11.25, False))),
+    # the same name again, 2 GPUs asked for: waits for them 1 h, and is deleted still waiting
+    Pod("jupyter-bob", "uid-bob-2", "bob", NODE_X[2], (20, 20), _used, profile="large", gpus=2,
+        waits=(Wait(19, 20, True),)),
     # waits 30 min; kube-state-metrics restarts meanwhile (`instance` changes)
     Pod("jupyter-carol", "uid-carol", "carol", NODE_X[2], (14.5, 16), _used, profile="small",
         waits=(Wait(14, 14.5, True),), ksm_restart=14.25),
@@ -172,7 +176,7 @@ def _ksm(out: dict[str, list], start: float, p: Pod, scheme: Scheme) -> None:
         add("kube_pod_status_scheduled", base | {"condition": condition},
             [(t, float((t < scheduled_at) == (condition == "false"))) for t in life])
     add("kube_pod_status_unschedulable", base, [(t, 1.0) for t in life if t < scheduled_at])
-    for resource, value in ((p.resource, 1.0), ("cpu", 0.5)):
+    for resource, value, unit in ((p.resource, float(p.gpus), "integer"), ("cpu", 0.5, "core")):
         add("kube_pod_container_resource_requests",
-            base | {"container": "notebook", "resource": resource, "unit": "integer" if value == 1.0 else "core"},
+            base | {"container": "notebook", "resource": resource, "unit": unit},
             [(t, value) for t in life], node=True)

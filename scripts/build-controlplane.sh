@@ -29,10 +29,10 @@ fi
 # caller chose a proxy; the binary links no C, as Kubernetes builds it
 export GOPROXY="${GOPROXY:-https://proxy.golang.org}" CGO_ENABLED=0
 
-say "downloading the modules (go mod download)"
-go mod download
-# the version /version reports, read from go.mod (gitMajor/gitMinor feed the compatibility version)
-version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
+# the version /version reports, read from go.mod without loading the modules (a cached build
+# needs none of them); gitMajor/gitMinor feed the compatibility version
+version=$(go mod edit -json | python3 -c 'import json, sys
+print(next(r["Version"] for r in json.load(sys.stdin)["Require"] if r["Path"] == "k8s.io/kubernetes"))')
 minor=${version#v1.}; minor=${minor%%.*}
 ldflags="-s -w"
 for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -50,6 +50,8 @@ if [ -x "$dir/controlplane" ]; then
   exit 0
 fi
 
+say "downloading the modules (go mod download)"
+go mod download
 say "building Kubernetes $version into $dir (from cold about 14 CPU-minutes and 3 GiB of memory: docs/benchmarks.md#building-the-control-plane-scriptsbuild-controlplanesh)"
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build.XXXXXX")

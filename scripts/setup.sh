@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Everything a fresh Debian 12 machine needs for the demo and the tests: Debian packages,
+# the real Kubernetes control plane built from its Go modules (Go 1.26 on PATH),
 # a virtualenv with the package and its test extras (and the JupyterLab extension's
 # distribution, lab/, for the single-user servers), configurable-http-proxy, and a second
 # virtualenv with the z2jh chart's hub image (JupyterHub 5.5) plus the package, from which
@@ -18,6 +19,7 @@ HUB_IMAGE_C_PACKAGES=("pycurl>=7.45" "psycopg2-binary>=2.9")
 # Debian packages the demo and tests use (binaries checked first, installed when missing)
 declare -A APT=([setsid]=util-linux [node]=nodejs [npm]=npm [/usr/bin/chromium]=chromium [/usr/bin/prometheus]=prometheus
              [/usr/sbin/nft]=nftables  # nft: the simulator's data plane (Services, NetworkPolicy)
+             [openssl]=openssl  # the control plane's certificates (scripts/controlplane_smoke.py)
              # the store's tests on PostgreSQL (tests/support/postgres.py) and the release tests' database
              [/usr/lib/postgresql/15/bin/postgres]=postgresql)
 
@@ -134,3 +136,7 @@ if [ "$(readlink "$labext_config" 2>/dev/null)" != "$PWD/$LAB_CONFIG" ]; then
 fi
 
 wait "$hub_image_pid"  # its exit status: set -e stops here when it failed
+
+# The real Kubernetes control plane (controlplane/, issue 37), built once through the Go module
+# proxy and cached outside the clone; after the rest, as a cold build takes both cores
+bash scripts/build-controlplane.sh >/dev/null

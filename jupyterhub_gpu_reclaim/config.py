@@ -48,6 +48,7 @@ from .oneline import LogFormatter
 from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings, effective_cull_every, options
+from .signals.prometheus import check_matchers
 
 CONFIG_FILE = "gpu_reclaim_config.py"
 
@@ -216,6 +217,13 @@ class GpuReclaim(Application):
         if value < 60:
             raise TraitError(f"--kernel-probe-token-lifetime must be at least 60 s, got {value:g}")
         return value
+
+    @validate("prometheus_gpu_matchers")
+    def _matchers_valid(self, proposal: Any) -> str:
+        try:
+            return check_matchers(proposal["value"])
+        except ValueError as e:
+            raise TraitError(f"--prometheus-gpu-matchers: {e}") from None
 
     @validate("gpu_idle_threshold")
     def _threshold_valid(self, proposal: Any) -> float:

@@ -5,8 +5,8 @@ decoded, so that a list past the report's bound is refused after reading only th
 Prometheus writes each label set as a flat JSON object of strings in the answer's `data`
 list, so the answer holds one `{` outside strings more than label sets. Counted at C speed:
 escapes (`\\"`, `\\\\`, `\\u…`) are removed first, so that every `"` left opens or closes a
-string, and the braces between strings are counted; an escape or a string cut by the end of
-a piece is carried over to the next."""
+string, then the strings, and the braces left are counted; an escape or a string cut by the
+end of a piece is carried over to the next."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')  # once the escapes are gone
 
 
 class SeriesCounter:
@@ -34,8 +35,15 @@ class SeriesCounter:
     def __call__(self, piece: bytes) -> None:
         text = _ESCAPE.sub(b"", self._escape + piece)
         self._escape = b"\\" if text.endswith(b"\\") else b""
-        strings = text[: len(text) - len(self._escape)].split(b'"')
-        self._objects += b"".join(strings[1::2] if self._in_string else strings[::2]).count(b"{")
-        self._in_string ^= len(strings) % 2 == 0
+        text = text[: len(text) - len(self._escape)]
+        if self._in_string:  # the string the last piece ended in
+            closed = text.find(b'"')
+            if closed < 0:
+                return
+            text = text[closed + 1:]
+        between = _STRING.sub(b"", text)
+        cut = between.find(b'"')  # a string this piece ends in
+        self._in_string = cut >= 0
+        self._objects += between.count(b"{", 0, cut if cut >= 0 else len(between))
         if self.series > self.most:
             raise self.too_many(self.most)

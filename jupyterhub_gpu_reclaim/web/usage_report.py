@@ -30,8 +30,8 @@ from typing import Any
 from ..child_process import OverBudget, call_in_child
 from ..policy.config import PolicyConfig
 from ..report.prometheus_range import ReportError
-from ..report.run import (ReportRequest, counted_by, history_estimate, history_queue, history_rows, label_notes,
-                          long_idle_steps, read_history, request_notes, usage_tables)
+from ..report.history_part import PrometheusPart, read_part
+from ..report.run import ReportRequest, counted_by, long_idle_steps, usage_tables
 from ..report.render import HOURS, HOURS_COLUMNS
 from ..report.usage import Hours, groups_of
 from ..service.recorded_usage import STEP, Recorded, recorded_usage
@@ -102,31 +102,6 @@ def record_begins(store: Store, now: dt.datetime) -> tuple[dt.datetime | None, d
     return oldest, day_of(oldest) if day_of(oldest) == oldest else day_of(oldest) + DAY
 
 
-@dataclasses.dataclass(frozen=True)
-class PrometheusPart:
-    """What the report takes of Prometheus's days: the rows (day, user, profile), the notes,
-    the GPU queue and the policy estimate, as the command counts them."""
-
-    rows: dict[tuple[str, str, str], Hours]
-    notes: list[str]
-    queue: dict
-    estimate: dict
-
-
-def _read_prometheus(request: ReportRequest, config: PolicyConfig, timeout: float) -> PrometheusPart:
-    """Prometheus's part, within `timeout` (run in a child process: `prometheus_part`)."""
-
-    async def read() -> PrometheusPart:
-        try:
-            history = await asyncio.wait_for(read_history(request, config), timeout)
-        except TimeoutError:
-            raise ReportError(f"no answer within {timeout:g} s") from None
-        return PrometheusPart(history_rows(history, config), label_notes(history) + request_notes(history),
-                              history_queue(history), history_estimate(history, config, LIVE_POLICY))
-
-    return asyncio.run(read())
-
-
 async def prometheus_part(url: str, matchers: str, pod_label: Any, since: dt.datetime, until: dt.datetime,
                           config: PolicyConfig) -> PrometheusPart:
     """The history's part for the steps from `since` to `until` (ReportError when Prometheus
@@ -142,7 +117,7 @@ async def prometheus_part(url: str, matchers: str, pod_label: Any, since: dt.dat
                             timeout=PROMETHEUS_REQUEST_TIMEOUT)
     budget = PROMETHEUS_TIMEOUT + COMPUTE_TIMEOUT
     try:
-        answer = await call_in_child(_read_prometheus, request, config, PROMETHEUS_TIMEOUT, budget_s=budget,
+        answer = await call_in_child(read_part, request, config, LIVE_POLICY, PROMETHEUS_TIMEOUT, budget_s=budget,
                                      name="gpu-reclaim usage report", expected=(ReportError,))
     except OverBudget:
         raise ReportError(f"no answer within {budget:g} s") from None

@@ -322,6 +322,7 @@ def test_generate_config_edited_file_loads(tmp_path, capsys):
     (["--gpu-idle-threshold=101"], "--gpu-idle-threshold must be a percent"),
     (["--idle-warn-after=3h", "--idle-reclaim-after=2h"], "--idle-warn-after must not exceed --idle-reclaim-after"),
     (["--stale-after=0"], "--stale-after must be > 0"),
+    (['--prometheus-gpu-matchers=job="x"} or vector(1) or {'], "--prometheus-gpu-matchers: label matchers only"),
 ])
 def test_bad_input_exits_2_without_traceback(argv, message, capsys, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)

@@ -11,7 +11,8 @@ and, beside them, another target's GPU series (a second cluster's dcgm-exporter:
 the real `/health` handler and the admin page's report (`web.usage_report.usage_report`, the
 service's settings, an empty store, so that Prometheus has every day of the last 30) on a
 tornado server, importing the package from --code (a checkout: the code before a change, to
-compare). For each case it measures that process's RSS before and after the page, its peak
+compare), with the page's bound on reading Prometheus raised to PAGE_TIMEOUT (a month on a
+loaded machine takes longer than its 60 s). For each case it measures that process's RSS before and after the page, its peak
 (VmHWM), the page's time, and `/health` asked every 50 ms meanwhile (its slowest answer):
 
 - the page without matchers: the other target's series make the list too long (refused);
@@ -37,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DAY = 86400
 OURS = 'job="nvidia-dcgm-exporter"'
+PAGE_TIMEOUT = 600.0
 
 
 def serve(code: Path, port: int, prometheus: str, now: float, days: int, matchers: str) -> None:
@@ -53,6 +55,7 @@ def serve(code: Path, port: int, prometheus: str, now: float, days: int, matcher
 
     extra = {"prometheus_gpu_matchers": matchers} if matchers else {}
     settings = ServiceSettings(cull_every=60, prometheus_url=prometheus, **extra)
+    page.PROMETHEUS_TIMEOUT = PAGE_TIMEOUT  # a month on a loaded machine takes longer than the page's 60 s
 
     class Report(web.RequestHandler):
         async def get(self) -> None:

@@ -18,7 +18,7 @@ import msgspec
 
 from ..oneline import brief
 from ..signals.base import MiB, HttpSource, SignalError, get_json, hide_password
-from .series_count import SeriesCounter
+from .series_count import SeriesCounter, TooManySeries
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.report")
 
@@ -159,10 +159,11 @@ class PrometheusHistory(HttpSource):
         `limit` send no more than that."""
         params = [("match[]", s) for s in selectors] + [("start", _num(start)), ("end", _num(end)),
                                                         ("limit", str(self.max_series + 1))]
-        too_many = lambda most: ReportError(_too_many(selectors, most))  # noqa: E731
         try:
-            body = await self._get("/api/v1/series", params, watch=SeriesCounter(self.max_series, too_many))
+            body = await self._get("/api/v1/series", params, watch=SeriesCounter(self.max_series))
             return self._series(body, selectors)
+        except TooManySeries:
+            raise self._error(ReportError(_too_many(selectors, self.max_series))) from None
         except ReportError as e:
             raise self._error(e) from None
 

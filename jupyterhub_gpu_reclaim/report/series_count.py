@@ -11,19 +11,21 @@ end of a piece is carried over to the next."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _STRING = re.compile(rb'"[^"]*"')  # once the escapes are gone
 
 
+class TooManySeries(Exception):
+    """More label sets than the bound have arrived."""
+
+
 class SeriesCounter:
     """Fed each piece of the answer (signals.base.read_capped's `watch`); raises
-    `too_many(most)` as soon as more than `most` label sets have arrived."""
+    TooManySeries as soon as more than `most` label sets have arrived."""
 
-    def __init__(self, most: int, too_many: Callable[[int], Exception]) -> None:
+    def __init__(self, most: int) -> None:
         self.most = most
-        self.too_many = too_many
         self._objects = 0
         self._in_string = False
         self._escape = b""  # a backslash that ended the last piece
@@ -46,4 +48,4 @@ class SeriesCounter:
         self._in_string = cut >= 0
         self._objects += between.count(b"{", 0, cut if cut >= 0 else len(between))
         if self.series > self.most:
-            raise self.too_many(self.most)
+            raise TooManySeries(f"more than {self.most}")

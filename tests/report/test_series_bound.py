@@ -21,7 +21,7 @@ import pytest
 # imported ahead, so that what the report allocates is measured without its imports
 import jupyterhub_gpu_reclaim.report.run  # noqa: F401
 from jupyterhub_gpu_reclaim.cli import main
-from jupyterhub_gpu_reclaim.report.series_count import SeriesCounter
+from jupyterhub_gpu_reclaim.report.series_count import SeriesCounter, TooManySeries
 from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import usage_report as page
@@ -101,15 +101,15 @@ def test_label_sets_are_counted_whatever_their_values_and_wherever_a_piece_ends(
     data = [{f"k{j}" + rng.choice(HOSTILE): "".join(rng.choices(HOSTILE, k=rng.randint(0, 9))) for j in range(4)}
             for _ in range(rng.randint(1, 300))]
     body = json.dumps({"status": "success", "data": data, "warnings": ['{"'] * seed}, ensure_ascii=seed % 2 == 0)
-    counter = SeriesCounter(10**6, ValueError)
+    counter = SeriesCounter(10**6)
     raw, i = body.encode(), 0
     while i < len(raw):
         n = rng.randint(1, 64)
         counter(raw[i:i + n])
         i += n
     assert counter.series == len(data)
-    with pytest.raises(ValueError):  # one more than the bound is refused
-        SeriesCounter(len(data) - 1, ValueError)(raw)
+    with pytest.raises(TooManySeries):  # one more than the bound is refused
+        SeriesCounter(len(data) - 1)(raw)
 
 
 def test_a_list_past_the_bound_is_refused_having_read_about_the_bound(prometheus, capsys):

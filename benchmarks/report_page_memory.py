@@ -173,9 +173,10 @@ def main() -> None:
         work = Path(tmp)
         shutil.copytree(cached / "data", work / "data")
         t = time.monotonic()
-        other_target(work / "other.om", start, args.other_series)
-        create_blocks(work / "other.om", work / "data")
-        (work / "other.om").unlink()
+        if args.other_series:
+            other_target(work / "other.om", start, args.other_series)
+            create_blocks(work / "other.om", work / "data")
+            (work / "other.om").unlink()
         print(f"history: the month's blocks ({key}) and {args.other_series:,} series of another target "
               f"({time.monotonic() - t:.0f} s to make); the service runs {args.code}", flush=True)
         with history_prometheus(work, ["--storage.tsdb.max-block-duration=1d"]) as url:

@@ -54,7 +54,7 @@ async def call_in_child(target: Callable[..., T], *args: Any, budget_s: float, n
     try:
         if not await asyncio.to_thread(answers.poll, budget_s):
             raise OverBudget(f"{name} ran longer than its {budget_s:g} s and was stopped")
-        kind, answer = answers.recv()
+        kind, answer = await asyncio.to_thread(answers.recv)  # a big answer takes a while to read
     except EOFError:
         raise RuntimeError(f"{name}'s process ended without an answer (exit code {child.exitcode})") from None
     finally:

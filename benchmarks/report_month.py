@@ -22,7 +22,8 @@ with blocks of at most a day, so that it compacts none of them while the report 
 profile sees it; wall-clock time, which on a busy machine includes waiting for a core);
 `--json-out FILE` keeps the report's JSON; `--history-only` makes the blocks and stops.
 
-Sessions: each user asks for a GPU again 1 to 24 h after their last session ended, holds it
+Sessions: each user asks for a GPU again 1 to 24 h after their last session ended (at night,
+mostly the next morning), holds it
 1 to 12 h, working in bursts (a few minutes to 2 h at 20-95 %, pauses at 0-0.5 %), some never
 using the GPU, some waiting for a free GPU or pulling their image first. Target (issue 29): under a minute for 200 GPUs,
 30 days, a 60 s step.
@@ -48,7 +49,7 @@ from benchmarks.support.cluster_history import schedule, write_history  # noqa: 
 from tests.support.prometheus_history import create_blocks, history_prometheus  # noqa: E402
 
 DAY = 86400
-GENERATOR_VERSION = 3  # change it with anything the history's generator writes: it names the cached blocks
+GENERATOR_VERSION = 4  # change it with anything the history's generator writes: it names the cached blocks
 # the report as its own process under cProfile, asyncio.to_thread run inline (cProfile sees one thread)
 PROFILED = """
 import asyncio, cProfile, sys

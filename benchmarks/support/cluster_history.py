@@ -2,7 +2,7 @@
 kube-state-metrics write it (benchmarks/report_month.py), one UTC day of OpenMetrics at a time.
 
 The scheduler: each of `users` users asks for a GPU again some hours after their last session
-ended; the pod lands on whichever GPU is free (one chosen at random), or waits Pending
+ended (most of those who would ask at night ask in the morning); the pod lands on whichever GPU is free (one chosen at random), or waits Pending
 (unschedulable) in a first-come queue until one frees, and gets it a few seconds after its
 holder ended (a hand-over inside a scrape). z2jh names every session's pod `jupyter-<user>`,
 so a pod name comes back on any GPU, and each session is a pod of its own (its uid). Some
@@ -82,7 +82,7 @@ def schedule(gpus: int, users: int, days: int, seed: int) -> list[Session]:
                 s.bursts.append((b, b + d, rng.uniform(20, 95)))
                 b += d + rng.uniform(300, 4 * HOUR)
         heapq.heappush(events, (s.end, 0, gpu))  # 0: frees its GPU
-        heapq.heappush(events, (s.end + rng.uniform(1, 24) * HOUR, 1, int(s.user[4:])))
+        heapq.heappush(events, (_next_ask(s.end + rng.uniform(1, 24) * HOUR, rng), 1, int(s.user[4:])))
 
     while events:
         t, kind, x = heapq.heappop(events)
@@ -103,6 +103,15 @@ def schedule(gpus: int, users: int, days: int, seed: int) -> list[Session]:
     for s in queue:  # still waiting at the end
         s.end = window
     return out
+
+
+def _next_ask(t: float, rng: random.Random) -> float:
+    """When a user asks again: most who would ask at night (22:00 to 07:00) ask in the morning
+    instead (07:00 to 10:00), so that mornings queue for a GPU."""
+    hour = t % DAY / HOUR
+    if (hour >= 22 or hour < 7) and rng.random() < 0.8:
+        return (t // DAY + (hour >= 22)) * DAY + rng.uniform(7, 10) * HOUR
+    return t
 
 
 def _ticks(a: float, b: float, lo: float, hi: float, scrape: int) -> range:

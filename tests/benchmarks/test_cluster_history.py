@@ -7,6 +7,7 @@ kube-state-metrics' label styles before and after its upgrade, a request series 
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict
 
@@ -31,7 +32,7 @@ def test_the_scheduler_places_pods_on_any_free_gpu(month):
             spans[getattr(s, key)].append((s.scheduled if key == "gpu" else s.created, s.end))
         for found in spans.values():
             found.sort()
-            assert all(a[1] <= b[0] for a, b in zip(found, found[1:]))
+            assert all(a[1] <= b[0] for a, b in itertools.pairwise(found))
     gpus_of = defaultdict(set)
     for s in placed:
         gpus_of[s.pod].add(s.gpu)

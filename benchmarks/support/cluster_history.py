@@ -68,7 +68,7 @@ def schedule(gpus: int, users: int, days: int, seed: int) -> list[Session]:
     window = days * DAY
     events: list[tuple[float, int, int]] = [(rng.uniform(0, 12 * HOUR), 1, u) for u in range(users)]  # 1: asks
     heapq.heapify(events)
-    free, queue, out = set(range(gpus)), deque[Session](), []
+    free, queue, out = set(range(gpus)), deque[Session](), list[Session]()
 
     def place(s: Session, gpu: int, t: float) -> None:
         free.discard(gpu)
@@ -141,10 +141,10 @@ def write_history(path: Path, start: float, found: list[Session], gpus: int, day
     today = [s for s in found if s.end > lo and s.created < hi]
     samples = 0
     with open(path, "w") as out:
-        held: dict[int, list[Session]] = {}
+        held: dict[int, list[tuple[float, Session]]] = {}  # each GPU's pods: when each ran, it
         for s in today:
             if s.gpu is not None and s.running is not None and s.running < s.end:
-                held.setdefault(s.gpu, []).append(s)
+                held.setdefault(s.gpu, []).append((s.running, s))
         for metric, scale in (("DCGM_FI_DEV_GPU_UTIL", 1.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01)):
             series = []
             for g in range(gpus):
@@ -156,12 +156,12 @@ def write_history(path: Path, start: float, found: list[Session], gpus: int, day
                         "container": "nvidia-dcgm-exporter", "service": "nvidia-dcgm-exporter",
                         "endpoint": "gpu-metrics", "job": "nvidia-dcgm-exporter",
                         "instance": f"10.1.{g // GPUS_PER_NODE}.1:9400"}
-                holders = sorted(held.get(g, []), key=lambda s: s.created)
+                holders = sorted(held.get(g, []), key=lambda h: h[1].created)
                 free_ticks = [t for t in _ticks(lo, hi, lo, hi, scrape) if not gone[0] <= t < gone[1]
-                              and not any(s.running <= t < s.end for s in holders)]  # type: ignore[operator]
+                              and not any(run <= t < s.end for run, s in holders)]
                 if free_ticks:
                     series.append((base, [(start + t, 0.0) for t in free_ticks]))
-                for s in holders:
+                for run, s in holders:
                     rng = random.Random(f"{seed}/{s.uid}")  # the same in every day's process
 
                     def util(t: float, bursts=s.bursts, rng=rng) -> float:
@@ -172,8 +172,8 @@ def write_history(path: Path, start: float, found: list[Session], gpus: int, day
 
                     labels = {**base, "exported_container": "notebook", "exported_namespace": "jhub",
                               "exported_pod": s.pod}
-                    series.append((labels, [(start + t, util(t) * scale) for t in _ticks(s.running, s.end, lo, hi, scrape)
-                                            if not gone[0] <= t < gone[1]]))  # type: ignore[arg-type]
+                    series.append((labels, [(start + t, util(t) * scale) for t in _ticks(run, s.end, lo, hi, scrape)
+                                            if not gone[0] <= t < gone[1]]))
             samples += sum(len(points) for _, points in series)
             write_family(out, metric, series)
         for metric in ("kube_pod_labels", "kube_pod_annotations", "kube_pod_status_phase",

@@ -227,7 +227,7 @@ def test_the_gpu_matchers_select_the_default_querys_series(tmp_path, monkeypatch
     them too); a query of the admin's own is theirs, as written."""
     from jupyterhub_gpu_reclaim.config import GpuReclaim
     from jupyterhub_gpu_reclaim.launcher import build, service_settings
-    from jupyterhub_gpu_reclaim.signals.prometheus import default_query
+    from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal, default_query
 
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")
     mine = "max by (pod) (DCGM_FI_DEV_GPU_UTIL)"
@@ -239,7 +239,7 @@ def test_the_gpu_matchers_select_the_default_querys_series(tmp_path, monkeypatch
                                 "--prometheus-url=http://prometheus:9090", *argv])
         with Store.open(f"sqlite:///{tmp_path}/store.sqlite") as store:
             gpu = build(service_settings(app), store, Metrics()).gpu
-        assert gpu.query == query  # type: ignore[union-attr]
+        assert isinstance(gpu, PrometheusSignal) and gpu.query == query
     assert 'DCGM_FI_DEV_GPU_UTIL{job="dcgm"}' in default_query('job="dcgm"')
 
 

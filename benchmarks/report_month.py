@@ -2,11 +2,11 @@
 """Benchmark: `jupyterhub-gpu-reclaim report` on a month of a 200-GPU cluster at a 60 s step,
 against Debian's Prometheus.
 
-Run it as `.venv/bin/python benchmarks/report_month.py [--gpus 200] [--days 30] [--scrape 60]`.
-It writes the cluster's history as dcgm-exporter (DCGM_FI_DEV_GPU_UTIL and
-DCGM_FI_PROF_GR_ENGINE_ACTIVE of each GPU, with the holding pod's labels, as a ServiceMonitor
-with honorLabels false stores them) and kube-state-metrics (kube_pod_labels,
-kube_pod_status_phase, kube_pod_container_resource_requests) write it, one sample a series
+Run it as `.venv/bin/python benchmarks/report_month.py [--gpus 200] [--users 400] [--days 30] [--scrape 60]`.
+It writes the cluster's history as the scheduler makes it and dcgm-exporter and
+kube-state-metrics write it (benchmarks/support/cluster_history.py: pods landing on whichever
+GPU is free, z2jh's pod names reused across sessions, kube-state-metrics upgraded half-way, a
+request series that gains `node`, an exporter outage), one sample a series
 every --scrape seconds, as OpenMetrics text; turns it into TSDB blocks with promtool; starts
 Prometheus on a copy of them; then runs the report (`--json`, the default --max-series and
 --max-samples) as its own process and prints its wall time, CPU time and peak memory (from its
@@ -22,9 +22,10 @@ with blocks of at most a day, so that it compacts none of them while the report 
 profile sees it; wall-clock time, which on a busy machine includes waiting for a core);
 `--json-out FILE` keeps the report's JSON; `--history-only` makes the blocks and stops.
 
-Sessions: each GPU holds one user's pod after another (1 to 12 h, gaps of 0 to 6 h), each
-working in bursts (a few minutes to 2 h at 20-95 %, pauses at 0-0.5 %), some never using the
-GPU, some pending for a GPU before they start. Target (issue 29): under a minute for 200 GPUs,
+Sessions: each user asks for a GPU again 1 to 24 h after their last session ended (at night,
+mostly the next morning), holds it
+1 to 12 h, working in bursts (a few minutes to 2 h at 20-95 %, pauses at 0-0.5 %), some never
+using the GPU, some waiting for a free GPU or pulling their image first. Target (issue 29): under a minute for 200 GPUs,
 30 days, a 60 s step.
 """
 
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -45,11 +45,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.support.prometheus_history import create_blocks, end_file, history_prometheus, write_family  # noqa: E402
+from benchmarks.support.cluster_history import schedule, write_history  # noqa: E402
+from tests.support.prometheus_history import create_blocks, history_prometheus  # noqa: E402
 
 DAY = 86400
-GPUS_PER_NODE = 8
-GENERATOR_VERSION = 2  # change it with anything the history's generator writes: it names the cached blocks
+GENERATOR_VERSION = 4  # change it with anything the history's generator writes: it names the cached blocks
 # the report as its own process under cProfile, asyncio.to_thread run inline (cProfile sees one thread)
 PROFILED = """
 import asyncio, cProfile, sys
@@ -61,99 +61,10 @@ cProfile.run("main(sys.argv[2:])", sys.argv[1])
 """
 
 
-def sessions(gpus: int, days: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    out = []
-    for g in range(gpus):
-        t = rng.uniform(0, 6) * 3600
-        k = 0
-        while t < days * DAY:
-            length = rng.uniform(1, 12) * 3600
-            pending = rng.uniform(60, 1800) if rng.random() < 0.2 else 0.0
-            user = f"user{g}x{k % 2}"  # two users take turns on each GPU (a pod name is never on two GPUs at once)
-            bursts = []
-            if rng.random() > 0.15:  # 15 % never use the GPU
-                b = t + rng.uniform(0, 3600)
-                while b < t + length:
-                    d = rng.uniform(300, 7200)
-                    bursts.append((b, b + d, rng.uniform(20, 95)))
-                    b += d + rng.uniform(300, 4 * 3600)
-            out.append({"gpu": g, "pod": f"jupyter-{user}", "user": user, "start": t,
-                        "end": min(t + length, days * DAY), "pending": pending, "bursts": bursts})
-            t += length + rng.uniform(0, 6) * 3600
-            k += 1
-    return out
-
-
-def write_history(path: Path, start: float, found: list[dict], scrape: int, seed: int, day: int) -> int:
-    """The samples of UTC day `day` of the history (promtool reads its whole input once a block:
-    one day a file keeps a month's build linear)."""
-    samples = 0
-    lo, hi = day * DAY, (day + 1) * DAY
-
-    def ticks(a: float, b: float) -> range:
-        a, b = max(a, lo), min(b, hi)
-        return range(int(a // scrape) * scrape + 7 + (scrape if a % scrape > 7 else 0), int(b), scrape)
-
-    with open(path, "w") as out:
-        for metric, scale in (("DCGM_FI_DEV_GPU_UTIL", 1.0), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", 0.01)):
-            series = []
-            for s in found:
-                if s["end"] <= lo or s["start"] >= hi:
-                    continue
-                g = s["gpu"]
-                labels = {"gpu": str(g % GPUS_PER_NODE), "UUID": f"GPU-{g:08d}-0000-0000-0000-000000000000",
-                          "device": f"nvidia{g % GPUS_PER_NODE}", "modelName": "NVIDIA A100-SXM4-80GB",
-                          "Hostname": f"gpu-node-{g // GPUS_PER_NODE}", "DCGM_FI_DRIVER_VERSION": "550.54.15",
-                          "exported_container": "notebook", "exported_namespace": "jhub", "exported_pod": s["pod"],
-                          "namespace": "gpu-operator", "pod": f"nvidia-dcgm-exporter-{g // GPUS_PER_NODE}",
-                          "container": "nvidia-dcgm-exporter", "service": "nvidia-dcgm-exporter",
-                          "endpoint": "gpu-metrics", "job": "nvidia-dcgm-exporter",
-                          "instance": f"10.1.{g // GPUS_PER_NODE}.1:9400"}
-                run = s["start"] + s["pending"]
-                bursts = s["bursts"]
-                rng = random.Random(f"{seed}/{s['pod']}")  # the same in every process
-
-                def util(t: float, bursts=bursts, rng=rng) -> float:
-                    for a, b, u in bursts:
-                        if a <= t < b:
-                            return u
-                    return rng.choice((0.0, 0.0, 0.0, 0.5))
-
-                points = [(start + t, util(t) * scale) for t in ticks(run, s["end"])]
-                samples += len(points)
-                series.append((labels, points))
-            write_family(out, metric, series)
-        ksm = {"namespace": "monitoring", "pod": "kube-state-metrics-0", "job": "kube-state-metrics",
-               "instance": "10.0.0.9:8080"}
-        for metric in ("kube_pod_labels", "kube_pod_status_phase", "kube_pod_container_resource_requests"):
-            series = []
-            for s in found:
-                if s["end"] <= lo or s["start"] >= hi:
-                    continue
-                base = {"exported_namespace": "jhub", "exported_pod": s["pod"], "uid": f"uid-{s['pod']}", **ksm}
-                life = ticks(s["start"], s["end"])
-                run = start + s["start"] + s["pending"]
-                if metric == "kube_pod_labels":
-                    series.append(({**base, "label_hub_jupyter_org_username": s["user"]},
-                                   [(start + t, 1.0) for t in life]))
-                elif metric == "kube_pod_status_phase":
-                    for phase in ("Pending", "Running"):
-                        series.append(({**base, "phase": phase},
-                                       [(start + t, float((start + t < run) == (phase == "Pending"))) for t in life]))
-                else:
-                    series.append(({**base, "container": "notebook", "resource": "nvidia_com_gpu", "unit": "integer"},
-                                   [(start + t, 1.0) for t in life]))
-                samples += len(life) * (2 if metric == "kube_pod_status_phase" else 1)
-            write_family(out, metric, series)
-        end_file(out)
-    return samples
-
-
 def history_blocks(args: argparse.Namespace) -> tuple[Path, int, str]:
     """The TSDB blocks of the history, created or reused from --data-dir: (their folder, the
     history's start, what it holds)."""
-    key = f"gpus{args.gpus}-days{args.days}-scrape{args.scrape}-seed{args.seed}-v{GENERATOR_VERSION}"
+    key = f"gpus{args.gpus}-users{args.users}-days{args.days}-scrape{args.scrape}-seed{args.seed}-v{GENERATOR_VERSION}"
     cached = args.data_dir / key
     if (cached / "history.json").exists():
         meta = json.loads((cached / "history.json").read_text())
@@ -161,18 +72,20 @@ def history_blocks(args: argparse.Namespace) -> tuple[Path, int, str]:
     args.data_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=args.data_dir))  # renamed once whole
     start = (int(time.time()) // DAY - args.days - 1) * DAY
-    found = sessions(args.gpus, args.days, args.seed)
+    found = schedule(args.gpus, args.users, args.days, args.seed)
+    waited = sum(1 for s in found if s.scheduled is None or s.scheduled - s.created > 30)
     samples = size = 0
     writing = building = 0.0
     for day in range(args.days):
         t0 = time.monotonic()
-        samples += write_history(work / "history.om", start, found, args.scrape, args.seed, day)
+        samples += write_history(work / "history.om", start, found, args.gpus, args.days, args.scrape, args.seed, day)
         size += (work / "history.om").stat().st_size
         t1 = time.monotonic()
         create_blocks(work / "history.om", work / "data")
         (work / "history.om").unlink()
         writing, building = writing + t1 - t0, building + time.monotonic() - t1
-    summary = (f"{args.gpus} GPUs, {args.days} days, a sample every {args.scrape} s, {len(found):,} sessions: "
+    summary = (f"{args.gpus} GPUs, {args.users} users, {args.days} days, a sample every {args.scrape} s, "
+               f"{len(found):,} sessions ({waited:,} waited for a GPU): "
                f"{samples:,} samples ({size / 1e6:.0f} MB of OpenMetrics) written in {writing:.0f} s; promtool's "
                f"blocks in {building:.0f} s")
     (work / "history.json").write_text(json.dumps({"start": start, "summary": summary}))
@@ -218,6 +131,7 @@ class LoadAverage(threading.Thread):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=200)
+    parser.add_argument("--users", type=int, help="users whose pods the scheduler places (default: twice --gpus)")
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--scrape", type=int, default=60, help="seconds between samples of a series")
     parser.add_argument("--seed", type=int, default=1)
@@ -227,6 +141,7 @@ def main() -> None:
     parser.add_argument("--json-out", type=Path, help="keep the report's JSON here")
     parser.add_argument("--history-only", action="store_true", help="create the history's blocks (or find them), no report")
     args = parser.parse_args()
+    args.users = args.users or 2 * args.gpus
     data, start, summary = history_blocks(args)
     print(f"history: {summary}", flush=True)
     if args.history_only:

@@ -49,6 +49,7 @@ from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
 from .settings import Duration, ServiceSettings, effective_cull_every, options
 from .signals.probe_tokens import PROBE_TOKEN_MAX_LIFETIME
+from .signals.prometheus import check_matchers
 
 CONFIG_FILE = "gpu_reclaim_config.py"
 
@@ -218,6 +219,13 @@ class GpuReclaim(Application):
             raise TraitError(f"--kernel-probe-token-lifetime must be from 60 s to {PROBE_TOKEN_MAX_LIFETIME} s "
                              f"(the most the probe-token API mints), got {value:g}")
         return value
+
+    @validate("prometheus_gpu_matchers")
+    def _matchers_valid(self, proposal: Any) -> str:
+        try:
+            return check_matchers(proposal["value"])
+        except ValueError as e:
+            raise TraitError(f"--prometheus-gpu-matchers: {e}") from None
 
     @validate("gpu_idle_threshold")
     def _threshold_valid(self, proposal: Any) -> float:

@@ -129,7 +129,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     from .signals.kernels import KernelSignal
     from .signals.pods import PodSignal, kubernetes_configuration
     from .signals.probe_tokens import ProbeTokens
-    from .signals.prometheus import PrometheusSignal
+    from .signals.prometheus import DEFAULT_QUERY, PrometheusSignal, default_query
 
     s = settings
     context = s.ssl_context
@@ -149,7 +149,8 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     if pods is None:
         pass
     elif s.prometheus_url:
-        gpu = PrometheusSignal(s.prometheus_url, s.prometheus_query, timeout=s.gpu_request_timeout,
+        query = default_query(s.prometheus_gpu_matchers) if s.prometheus_query == DEFAULT_QUERY else s.prometheus_query
+        gpu = PrometheusSignal(s.prometheus_url, query, timeout=s.gpu_request_timeout,
                                pod_label=s.prometheus_pod_label)
     elif s.dcgm_exporter_urls:
         gpu = DcgmScrapeSignal(list(s.dcgm_exporter_urls), timeout=s.gpu_request_timeout)

@@ -274,6 +274,14 @@ class ServiceSettings:
         of a MIG instance and of a GPU without GPU_UTIL.
         """)
 
+    prometheus_gpu_matchers: str = _option(Unicode, "", help="""
+        PromQL label matchers selecting the dcgm-exporter series the service reads, e.g.
+        job="nvidia-dcgm-exporter", where other targets write GPU metrics to the same
+        Prometheus (another cluster, a second scrape of the exporter): the default
+        --prometheus-query and the usage report's Prometheus days read only those series.
+        Empty: every series of the GPU metrics.
+        """)
+
     prometheus_pod_label: PodLabel = _option(Enum, ["auto", "pod", "exported_pod"], "auto", help="""
         Which label names the pod holding a GPU: "exported_pod" when Prometheus scrapes
         dcgm-exporter with honor_labels: false (the default), "pod" with honor_labels:

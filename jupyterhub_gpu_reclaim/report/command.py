@@ -11,6 +11,7 @@ import sys
 from urllib.parse import urlsplit
 
 from ..signals.base import hide_password
+from ..signals.prometheus import check_matchers
 
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
 STEP_S = (10, 3600)
@@ -90,8 +91,10 @@ def run(args: argparse.Namespace) -> int:
         for option, value in (("--max-series", args.max_series), ("--max-samples", args.max_samples)):
             if value < 1:
                 raise ValueError(f"{option} {value}: must be 1 or more")
-        if any(c in args.gpu_matchers for c in "{}\n"):
-            raise ValueError("--gpu-matchers: label matchers only, without braces (job=\"dcgm-exporter\")")
+        try:
+            check_matchers(args.gpu_matchers)
+        except ValueError as e:
+            raise ValueError(f"--gpu-matchers: {e}") from None
     except ValueError as e:
         return _fail(str(e), 2)
     token = os.environ.get(TOKEN_ENV) or None

@@ -18,6 +18,7 @@ import msgspec
 
 from ..oneline import brief
 from ..signals.base import MiB, HttpSource, SignalError, get_json, hide_password
+from .series_count import SeriesCounter, TooManySeries
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.report")
 
@@ -139,11 +140,11 @@ class PrometheusHistory(HttpSource):
         return ReportError(f"Prometheus at {hide_password(self.url)}: {e}")
 
     async def _get(self, path: str, params: dict[str, str] | list[tuple[str, str]],
-                   loads: Callable[[str], Any] = json.loads) -> Any:
+                   loads: Callable[[str], Any] = json.loads, watch: Callable[[bytes], None] | None = None) -> Any:
         self.queries += 1
         try:
             return await get_json(self._client(), f"{self.url}{path}", source="prometheus", timeout=self.timeout,
-                                  limit=MAX_ANSWER, params=params, loads=loads)  # type: ignore[arg-type]
+                                  limit=MAX_ANSWER, params=params, loads=loads, watch=watch)  # type: ignore[arg-type]
         except SignalError as e:
             raise self._error(ReportError(e.message)) from None
 
@@ -153,11 +154,16 @@ class PrometheusHistory(HttpSource):
 
     async def series(self, selectors: Sequence[str], start: float, end: float) -> list[dict[str, str]]:
         """The label sets of the series the selectors match in [start, end], from the index
-        (no samples read); more than max_series is a ReportError."""
-        params = [("match[]", s) for s in selectors] + [("start", _num(start)), ("end", _num(end))]
-        body = await self._get("/api/v1/series", params)
+        (no samples read); more than max_series is a ReportError, raised as soon as that many
+        have arrived, before any is decoded (SeriesCounter). Prometheus versions that know
+        `limit` send no more than that."""
+        params = [("match[]", s) for s in selectors] + [("start", _num(start)), ("end", _num(end)),
+                                                        ("limit", str(self.max_series + 1))]
         try:
+            body = await self._get("/api/v1/series", params, watch=SeriesCounter(self.max_series))
             return self._series(body, selectors)
+        except TooManySeries:
+            raise self._error(ReportError(_too_many(selectors, self.max_series))) from None
         except ReportError as e:
             raise self._error(e) from None
 
@@ -171,8 +177,7 @@ class PrometheusHistory(HttpSource):
         found = [labels for labels in body["data"] if isinstance(labels, dict)
                  and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())]
         if len(found) > self.max_series:
-            raise ReportError(f"{len(found)} series of {', '.join(selectors)} in the window, more than --max-series "
-                              f"{self.max_series}: narrow it with --gpu-matchers or a shorter --since")
+            raise ReportError(_too_many(selectors, self.max_series))
         return found
 
     async def instant(self, query: str, t: float) -> list[tuple[dict[str, str], Any]]:
@@ -241,6 +246,12 @@ async def _all(calls: Iterable[Awaitable[T]]) -> list[T]:
     finally:
         for task in tasks:
             task.cancel()
+
+
+def _too_many(selectors: Sequence[str], most: int) -> str:
+    return (f"more than --max-series {most} series of {', '.join(selectors)} in the window: narrow the GPU "
+            "series with label matchers (the command's --gpu-matchers, the service's --prometheus-gpu-matchers) "
+            "or the window")
 
 
 def _num(t: float) -> str:

@@ -114,13 +114,14 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
                    timeout: float, limit: int | None = None,
                    headers: dict[str, str] | None = None,
                    params: dict[str, str] | None = None, allow_redirects: bool = True,
-                   loads: Callable[[str], Any] = json.loads) -> Any:
+                   loads: Callable[[str], Any] = json.loads, watch: Callable[[bytes], None] | None = None) -> Any:
     """GET `url` and decode its JSON body (with `loads`: json's, or a faster decoder that
     raises ValueError too). Anything but a 2xx answer with JSON — a status error, a
     timeout, a refused connection, a body over `limit` bytes (default: the source's
-    MAX_BODY), a body that is not JSON or nested too deeply to decode — is a SignalError."""
+    MAX_BODY), a body that is not JSON or nested too deeply to decode — is a SignalError.
+    `watch` sees each piece of the body as it arrives (read_capped)."""
     text = await get_text(session, url, source=source, timeout=timeout, limit=limit,
-                          headers=headers, params=params, allow_redirects=allow_redirects)
+                          headers=headers, params=params, allow_redirects=allow_redirects, watch=watch)
     try:
         return loads(text)
     except (ValueError, RecursionError) as e:  # RecursionError: [[[[...]]]] 100,000 deep
@@ -131,7 +132,8 @@ async def get_json(session: aiohttp.ClientSession, url: str, *, source: str,
 async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
                    timeout: float, limit: int | None = None,
                    headers: dict[str, str] | None = None,
-                   params: dict[str, str] | None = None, allow_redirects: bool = True) -> str:
+                   params: dict[str, str] | None = None, allow_redirects: bool = True,
+                   watch: Callable[[bytes], None] | None = None) -> str:
     """GET `url` and return its body as text; SignalError as get_json (but any text).
     Without `allow_redirects` a redirect is an error (status 3xx), not followed."""
     limit = limit or MAX_BODY[source]
@@ -143,7 +145,7 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
                 location = r.headers.get("Location") if r.status < 400 else None
                 raise SignalError(source, f"GET {_safe(url)}: HTTP {r.status}: " + (
                     f"a redirect to {_shown(location)}" if location else repr(snippet)), r.status)
-            body = await read_capped(r.content, r.content_length, limit)
+            body = await read_capped(r.content, r.content_length, limit, watch)
             if body is None:
                 raise SignalError(source, f"GET {_safe(url)}: the answer is larger than {limit} bytes")
             return body.decode(_charset(r.charset), errors="replace")
@@ -153,9 +155,12 @@ async def get_text(session: aiohttp.ClientSession, url: str, *, source: str,
         raise SignalError(source, f"GET {_safe(url)}: {type(e).__name__}: {e}") from None
 
 
-async def read_capped(content: aiohttp.StreamReader, length: int | None, limit: int) -> bytes | None:
+async def read_capped(content: aiohttp.StreamReader, length: int | None, limit: int,
+                      watch: Callable[[bytes], None] | None = None) -> bytes | None:
     """The whole body, or None as soon as it is known to exceed `limit` bytes (from its
-    Content-Length, or while reading: only `limit` bytes are ever held)."""
+    Content-Length, or while reading: only `limit` bytes are ever held). `watch` is called
+    with each piece as it arrives: an exception it raises stops the reading (the connection
+    is closed, the rest never read) and goes to the caller."""
     if length is not None and length > limit:
         return None
     chunks, size = [], 0
@@ -163,6 +168,8 @@ async def read_capped(content: aiohttp.StreamReader, length: int | None, limit: 
         size += len(chunk)
         if size > limit:
             return None
+        if watch is not None:
+            watch(chunk)
         chunks.append(chunk)
     return b"".join(chunks)
 

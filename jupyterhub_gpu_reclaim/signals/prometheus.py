@@ -49,6 +49,14 @@ def default_query(matchers: str = "") -> str:
 DEFAULT_QUERY = default_query()
 
 
+def check_matchers(matchers: str) -> str:
+    """`matchers` if they can go between a selector's braces (default_query, the report's
+    selectors); ValueError otherwise (Prometheus says what else is wrong with them)."""
+    if any(c in matchers for c in "{}\n"):
+        raise ValueError(f"label matchers only, without braces or lines (job=\"dcgm-exporter\"), not {matchers!r}")
+    return matchers
+
+
 def readings_from_query_result(body: Any, pod_label: PodLabel = "auto"
                                ) -> dict[tuple[str, str], GpuReading]:
     """GpuReadings from the JSON of `/api/v1/query` (see series_from_query_result)."""

@@ -10,10 +10,12 @@ estimate of what the policy would have freed, labelled so).
 The record covers the days from the first whole UTC day after its oldest observation;
 Prometheus the days before (the day the record begins included: it holds the whole day). When
 Prometheus is not configured or cannot be read, the record covers what it has of its first
-day and the days before are left empty, and the report says why. Prometheus is read in a
-thread of its own (its own event loop), within `PROMETHEUS_TIMEOUT` in all and `DAYS_MAX`
-days, and its answer for the past kept for `CACHE_TTL` (past days do not change); the record
-is read in a thread too: the service's loop and its cycles go on. One report at a time."""
+day and the days before are left empty, and the report says why. Prometheus is read and its
+figures computed in a process of its own (`child_process`: the memory goes with it), within
+`PROMETHEUS_TIMEOUT` in all and `DAYS_MAX` days, only the GPU series of
+--prometheus-gpu-matchers, and its answer for the past kept for `CACHE_TTL` (past days do not
+change); the record is read in a thread: the service's loop and its cycles go on. One report
+at a time."""
 
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ import datetime as dt
 import time
 from typing import Any
 
+from ..child_process import ChildFailed, OverBudget, call_in_child
 from ..policy.config import PolicyConfig
 from ..report.prometheus_range import ReportError
-from ..report.run import (ReportRequest, counted_by, history_estimate, history_queue, history_rows, label_notes,
-                          long_idle_steps, read_history, request_notes, usage_tables)
+from ..report.history_part import PrometheusPart, read_part
+from ..report.run import ReportRequest, counted_by, long_idle_steps, usage_tables
 from ..report.render import HOURS, HOURS_COLUMNS
 from ..report.usage import Hours, groups_of
 from ..service.recorded_usage import STEP, Recorded, recorded_usage
@@ -43,6 +46,7 @@ DAYS_DEFAULT, DAYS_MAX = 7, 31  # the period; DAYS_MAX bounds the days asked of 
 DAYS_OFFERED = (7, 14, 30)
 PROMETHEUS_TIMEOUT = 60.0  # seconds for all of Prometheus's part
 PROMETHEUS_REQUEST_TIMEOUT = 30.0  # seconds for each of its requests
+COMPUTE_TIMEOUT = 60.0  # seconds more for its process: starting, and computing the figures read
 CACHE_TTL = 600.0  # seconds a Prometheus answer for past days is kept
 CACHE_SIZE = 8
 #: where a day's figures come from, and how the page names it
@@ -101,42 +105,28 @@ def record_begins(store: Store, now: dt.datetime) -> tuple[dt.datetime | None, d
     return oldest, day_of(oldest) if day_of(oldest) == oldest else day_of(oldest) + DAY
 
 
-@dataclasses.dataclass(frozen=True)
-class PrometheusPart:
-    """What the report takes of Prometheus's days: the rows (day, user, profile), the notes,
-    the GPU queue and the policy estimate, as the command counts them."""
-
-    rows: dict[tuple[str, str, str], Hours]
-    notes: list[str]
-    queue: dict
-    estimate: dict
-
-
-def _read_prometheus(request: ReportRequest, config: PolicyConfig) -> PrometheusPart:
-    """Prometheus's part, in this thread's own event loop, within PROMETHEUS_TIMEOUT."""
-
-    async def read() -> PrometheusPart:
-        history = await asyncio.wait_for(read_history(request, config), PROMETHEUS_TIMEOUT)
-        return PrometheusPart(history_rows(history, config), label_notes(history) + request_notes(history),
-                              history_queue(history), history_estimate(history, config, LIVE_POLICY))
-
-    return asyncio.run(read())
-
-
-async def prometheus_part(url: str, pod_label: Any, since: dt.datetime, until: dt.datetime,
+async def prometheus_part(url: str, matchers: str, pod_label: Any, since: dt.datetime, until: dt.datetime,
                           config: PolicyConfig) -> PrometheusPart:
     """The history's part for the steps from `since` to `until` (ReportError when Prometheus
-    cannot be read in time); an answer of the last CACHE_TTL from the cache."""
-    key = (url, pod_label, since, until, config.gpu_idle_threshold, config.idle_reclaim_after)
+    cannot be read in time), computed in a child process (`child_process`: the memory a big
+    history takes goes with it, and the service's loop and pages go on); an answer of the
+    last CACHE_TTL from the cache."""
+    key = (url, matchers, pod_label, since, until, config.gpu_idle_threshold, config.idle_reclaim_after)
     now = time.monotonic()
     hit = _cache.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]
-    request = ReportRequest(url, since, until, STEP, pod_label=pod_label, timeout=PROMETHEUS_REQUEST_TIMEOUT)
+    request = ReportRequest(url, since, until, STEP, gpu_matchers=matchers, pod_label=pod_label,
+                            timeout=PROMETHEUS_REQUEST_TIMEOUT)
+    budget = PROMETHEUS_TIMEOUT + COMPUTE_TIMEOUT
     try:
-        answer = await asyncio.to_thread(_read_prometheus, request, config)
-    except TimeoutError:
-        raise ReportError(f"no answer within {PROMETHEUS_TIMEOUT:g} s") from None
+        answer = await call_in_child(read_part, request, config, LIVE_POLICY, PROMETHEUS_TIMEOUT, budget_s=budget,
+                                     name="gpu-reclaim usage report", what="the reading of Prometheus's days",
+                                     expected=(ReportError,))
+    except OverBudget:
+        raise ReportError(f"no answer within {budget:g} s") from None
+    except ChildFailed as e:  # the page goes on with the store's days, and says why Prometheus's are missing
+        raise ReportError(str(e)) from None
     for k, (expires, _) in list(_cache.items()):
         if expires <= now or len(_cache) >= CACHE_SIZE:
             del _cache[k]
@@ -167,7 +157,8 @@ async def _usage_report(store: Store, settings: ServiceSettings, now: dt.datetim
         notes.append(PROMETHEUS_NOT_SET)
     elif period.first < before:
         try:
-            found = await prometheus_part(url, settings.prometheus_pod_label, period.first, before, config)
+            found = await prometheus_part(url, settings.prometheus_gpu_matchers, settings.prometheus_pod_label,
+                                          period.first, before, config)
         except ReportError as e:
             notes.append(PROMETHEUS_FAILED.format(error=e))
         else:

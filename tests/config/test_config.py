@@ -325,6 +325,7 @@ def test_generate_config_edited_file_loads(tmp_path, capsys):
     (["--kernel-probe-token-lifetime=30"], "--kernel-probe-token-lifetime must be from 60 s to 3600 s"),
     # the probe-token API mints none longer (spawner/probe_tokens.py)
     (["--kernel-probe-token-lifetime=2h"], "--kernel-probe-token-lifetime must be from 60 s to 3600 s"),
+    (['--prometheus-gpu-matchers=job="x"} or vector(1) or {'], "--prometheus-gpu-matchers: label matchers only"),
 ])
 def test_bad_input_exits_2_without_traceback(argv, message, capsys, monkeypatch):
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)

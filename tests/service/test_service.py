@@ -222,6 +222,27 @@ def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
             assert (kernels.credentials.api_url, kernels.credentials.lifetime) == ("http://hub:8081/hub/api", 1800)
 
 
+def test_the_gpu_matchers_select_the_default_querys_series(tmp_path, monkeypatch):
+    """build(): --prometheus-gpu-matchers go into the default query (the usage report reads
+    them too); a query of the admin's own is theirs, as written."""
+    from jupyterhub_gpu_reclaim.config import GpuReclaim
+    from jupyterhub_gpu_reclaim.launcher import build, service_settings
+    from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal, default_query
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")
+    mine = "max by (pod) (DCGM_FI_DEV_GPU_UTIL)"
+    for argv, query in ((['--prometheus-gpu-matchers=job="dcgm"'], default_query('job="dcgm"')),
+                        (['--prometheus-gpu-matchers=job="dcgm"', f"--prometheus-query={mine}"], mine),
+                        ([], default_query())):
+        app = GpuReclaim()
+        app.parse_command_line(["--url=http://hub:8081/hub/api", "--kubernetes=true",
+                                "--prometheus-url=http://prometheus:9090", *argv])
+        with Store.open(f"sqlite:///{tmp_path}/store.sqlite") as store:
+            gpu = build(service_settings(app), store, Metrics()).gpu
+        assert isinstance(gpu, PrometheusSignal) and gpu.query == query
+    assert 'DCGM_FI_DEV_GPU_UTIL{job="dcgm"}' in default_query('job="dcgm"')
+
+
 @pytest.mark.parametrize("source", ["missing-for-pod", "no-gpu-source"])
 async def test_gpu_data_missing_is_held_never_reclaimed(harness, source):
     h = harness(gpu=source != "no-gpu-source", step=dt.timedelta(minutes=15))

@@ -22,7 +22,7 @@ from .estimate import DEFAULT_POLICY, assumed, estimate
 from .history import Pod, PodInfo, Timelines, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
-from .runs import Run, by_pod, labelled, stretches
+from .runs import Asked, Run, asked, by_pod, labelled, stretches, valued_stretches
 from .sessions import PodFacts, Session, sessions
 from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
@@ -112,7 +112,7 @@ class History:
     _sessions: list[Session] | None = field(default=None, repr=False)
 
     @property
-    def requests(self) -> Mapping[Pod, list[tuple[Run, float]]]:
+    def requests(self) -> Mapping[Pod, Asked]:
         return self.facts.requests
 
     @property
@@ -168,8 +168,7 @@ async def _kube_state(prometheus: PrometheusHistory, start: float, steps: int, s
     shared = by_pod(await stretches(prometheus, promql.shared_requests, start, steps, step))
     # a profile belongs to the pod instance whose steps it covers, not to the name; so does a request
     profiles = labelled(await stretches(prometheus, promql.profiles, start, steps, step), promql.PROFILE_LABEL)
-    asked = labelled(await stretches(prometheus, promql.requests, start, steps, step), promql.REQUESTED_LABEL)
-    requests = {pod: [(run, _float(gpus)) for run, gpus in runs] for pod, runs in asked.items()}
+    requests = asked(await valued_stretches(prometheus, promql.gpu_requests, start, steps, step))
     return pending, unschedulable, running, shared, profiles, requests
 
 
@@ -193,14 +192,6 @@ def _without_gpu_request(timelines: Timelines, requests: Mapping[Pod, object]) -
     for key in dropped:
         del timelines.gpus[key]
     return pods
-
-
-def _float(value: object) -> float:
-    try:
-        x = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0.0
-    return x if math.isfinite(x) and x > 0 else 0.0
 
 
 def usage_tables(rows: Mapping[tuple[str, str, str], Hours], member: Mapping[str, list[str]],

@@ -10,9 +10,10 @@ itself a step after (where one ends), in pages of PAGE_STEPS."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..signals.gpu_readings import holder_labels, pod_of
 from .columns import points
@@ -34,25 +35,28 @@ class Stretches:
 
     labels: dict[str, str]
     events: list[tuple[int, int]] = field(default_factory=list)  # (step, _BEGIN or _END)
-    at_start: bool = False
+    at_start: Any = None  # the value at the window's first step, where the series was there
+    begin_values: dict[int, Any] = field(default_factory=dict)  # each begin's value
 
-    def runs(self, steps: int) -> list[Run]:
-        out: list[Run] = []
-        begun = 0 if self.at_start else None
+    def runs(self, steps: int) -> list[tuple[Run, Any]]:
+        """The stretches, each with the series' value where it begins."""
+        out: list[tuple[Run, Any]] = []
+        begun = (0, self.at_start) if self.at_start is not None else None
         for i, kind in sorted(self.events):
             if kind == _BEGIN:
-                begun = i if begun is None else begun
+                begun = (i, self.begin_values[i]) if begun is None else begun
             elif begun is not None:
-                out.append((begun, i + 1))
+                out.append(((begun[0], i + 1), begun[1]))
                 begun = None
         if begun is not None:
-            out.append((begun, steps))
+            out.append(((begun[0], steps), begun[1]))
         return out
 
 
-async def stretches(prometheus: PrometheusHistory, query: Callable[[int, str], str], start: float, steps: int,
-                    step: int) -> list[tuple[dict[str, str], list[Run]]]:
-    """Each series of `query(step, offset)` with its stretches over the `steps` steps from `start`."""
+async def valued_stretches(prometheus: PrometheusHistory, query: Callable[[int, str], str], start: float, steps: int,
+                           step: int) -> list[tuple[dict[str, str], list[tuple[Run, Any]]]]:
+    """Each series of `query(step, offset)` with its stretches over the `steps` steps from
+    `start`, each with the series' value (as written) where it begins."""
     now, before, after = (f"({query(step, offset)})" for offset in ("", f" offset {step}s", f" offset -{step}s"))
     found: dict[tuple, Stretches] = {}
 
@@ -63,22 +67,33 @@ async def stretches(prometheus: PrometheusHistory, query: Callable[[int, str], s
             s = found[key] = Stretches(labels)
         return s
 
-    for labels, _ in await prometheus.instant(query(step, ""), start):
-        of(labels).at_start = True
+    for labels, value in await prometheus.instant(query(step, ""), start):
+        of(labels).at_start = value
     for i in range(0, steps, PAGE_STEPS):
         n = min(PAGE_STEPS, steps - i)
         first, last = start + i * step, start + (i + n - 1) * step
         for other, kind in ((before, _BEGIN), (after, _END)):  # one at a time: see PAGE_STEPS
             for series in await prometheus.range(f"{now} unless {other}", first, last, step):
-                of(series.labels).events.extend((i + k, kind) for k, _ in points(series.values, first, step, n))
+                s = of(series.labels)
+                for k, value in points(series.values, first, step, n):
+                    s.events.append((i + k, kind))
+                    if kind == _BEGIN:
+                        s.begin_values[i + k] = value
     return [(s.labels, s.runs(steps)) for s in found.values()]
 
 
-def per_pod(found: Iterable[tuple[Mapping[str, str], list[Run]]]) -> dict[Pod, list[tuple[Mapping[str, str], list[Run]]]]:
+async def stretches(prometheus: PrometheusHistory, query: Callable[[int, str], str], start: float, steps: int,
+                    step: int) -> list[tuple[dict[str, str], list[Run]]]:
+    """Each series of `query(step, offset)` with its stretches over the `steps` steps from `start`."""
+    return [(labels, [run for run, _ in runs])
+            for labels, runs in await valued_stretches(prometheus, query, start, steps, step)]
+
+
+def per_pod(found: Iterable[tuple[Mapping[str, str], T]]) -> dict[Pod, list[tuple[Mapping[str, str], T]]]:
     """Each pod's series with their stretches (the pod named as gpu_readings.holder_labels decides)."""
     found = list(found)
     keys = holder_labels((labels for labels, _ in found), "auto")
-    out: dict[Pod, list[tuple[Mapping[str, str], list[Run]]]] = {}
+    out: dict[Pod, list[tuple[Mapping[str, str], T]]] = {}
     for labels, runs in found:
         pod = pod_of(labels, keys)
         if pod is not None:
@@ -105,6 +120,38 @@ def most_of(valued: Iterable[tuple[Run, T]], a: int, b: int, default: T) -> T:
         if n and (best is None or n > best[0]):
             best = (n, value)
     return default if best is None else best[1]
+
+
+Asked = dict[tuple[str, str], list[tuple[Run, float]]]  # (container, resource) -> its request's stretches
+
+
+def asked(found: Iterable[tuple[Mapping[str, str], list[tuple[Run, Any]]]]) -> dict[Pod, Asked]:
+    """Each pod's GPU requests (gpu_requests' series, valued_stretches), by container and
+    resource: a request is a series of its own again when kube-state-metrics adds `node` once the
+    pod is scheduled or restarts (`instance`, `uid`), and a reused pod name's instances each
+    have theirs; gpus_asked counts each once."""
+    out: dict[Pod, Asked] = {}
+    for pod, series in per_pod(found).items():
+        for labels, runs in series:
+            key = (labels.get("container", ""), labels.get("resource", ""))
+            valued = [(run, gpus) for run, value in runs if (gpus := _gpus(value)) > 0]
+            if valued:
+                out.setdefault(pod, {}).setdefault(key, []).extend(valued)
+    return out
+
+
+def gpus_asked(requests: Asked, a: int, b: int) -> float:
+    """The GPUs a pod asked for over the steps [a, b): each container's request as the series
+    that holds the most of them says (the pod instance's own, under a reused name)."""
+    return sum(most_of(runs, a, b, 0.0) for runs in requests.values())
+
+
+def _gpus(value: Any) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) and x > 0 else 0.0
 
 
 def merged(runs: Iterable[Run]) -> list[Run]:

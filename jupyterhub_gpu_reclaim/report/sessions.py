@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from .history import NO_VALUE, GpuTimeline, Pod
-from .runs import Run, merged, most_of, within
+from .runs import Asked, Run, gpus_asked, merged, most_of, within
 
 
 @dataclass
@@ -66,7 +66,7 @@ class PodFacts:
     running: Mapping[Pod, list[Run]] = field(default_factory=dict)
     profiles: Mapping[Pod, list[tuple[Run, str]]] = field(default_factory=dict)
     shared: Mapping[Pod, list[Run]] = field(default_factory=dict)
-    requests: Mapping[Pod, list[tuple[Run, float]]] = field(default_factory=dict)  # the GPUs each pod instance asked for
+    requests: Mapping[Pod, Asked] = field(default_factory=dict)  # the GPUs each pod instance asked for
 
 
 def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> Iterator[Session]:
@@ -79,7 +79,7 @@ def sessions(gpus: Mapping[tuple, GpuTimeline], facts: PodFacts, stale: int) -> 
             by_pod.setdefault(pod, [])
     for pod, lines in by_pod.items():
         segments = [Segment(first, bytes(codes), vgpu=line.vgpu) for line in lines for first, codes in line.chunks]
-        segments += _unread(lines, segments, facts.running.get(pod, []), facts.requests.get(pod, []))
+        segments += _unread(lines, segments, facts.running.get(pod, []), facts.requests.get(pod, {}))
         profiles = facts.profiles.get(pod, [])
         begins = sorted({a for a, _ in facts.running.get(pod, [])} | {a for (a, _), _ in profiles})
         for first, end in _spans(segments, begins, stale):
@@ -94,12 +94,12 @@ _HELD = bytes([0] + [1] * 255)  # a code -> 1 where the step is held
 
 
 def _unread(lines: list[GpuTimeline], segments: list[Segment], running: list[Run],
-            requests: list[tuple[Run, float]]) -> list[Segment]:
+            requests: Asked) -> list[Segment]:
     """The steps a pod that asked for GPUs was Running with no GPU reading: held with no
     reading, as many GPUs as it held in that stretch of Running (else as it asked for then)."""
     out = []
     for a, b in running:
-        requested = most_of(requests, a, b, 0.0)
+        requested = gpus_asked(requests, a, b)
         if requested <= 0:
             continue
         mask = 0  # the steps of [a, b) some GPU of the pod held, a byte each of a number

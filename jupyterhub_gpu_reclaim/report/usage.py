@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..durations import HOUR
 from .history import IDLE, NO_VALUE, USED, Pod, PodInfo
-from .runs import Run, most_of, within
+from .runs import Asked, Run, gpus_asked, within
 from .sessions import Session
 
 NO_USER = "(not a hub user's pod)"
@@ -123,7 +123,7 @@ class Wait:
 
 
 def waits(pending: Mapping[Pod, list[Run]], unschedulable: Mapping[Pod, list[Run]],
-          requests: Mapping[Pod, list[tuple[Run, float]]],
+          requests: Mapping[Pod, Asked],
           pods: Mapping[Pod, PodInfo], start: float, step: int) -> list[Wait]:
     """The waits of pods that asked for GPUs: each stretch of Pending steps, split where the
     pod stops (or starts) being unschedulable (one step of Pending counts as a step of
@@ -133,7 +133,7 @@ def waits(pending: Mapping[Pod, list[Run]], unschedulable: Mapping[Pod, list[Run
         info = pods.get(pod)
         waiting = unschedulable.get(pod, [])
         for a, b in runs:
-            gpus = most_of(requests.get(pod, []), a, b, 0.0)  # what this instance asked for
+            gpus = gpus_asked(requests.get(pod, {}), a, b)  # what this instance asked for
             if gpus <= 0:
                 continue
             cuts = sorted({a, b} | {x for run in waiting for x in run if a < x < b})

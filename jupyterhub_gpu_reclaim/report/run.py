@@ -24,7 +24,7 @@ from .prometheus_range import PrometheusHistory, ReportError
 from .render import counted
 from .runs import Asked, Run, asked, by_pod, labelled, stretches, valued_stretches
 from .sessions import PodFacts, Session, sessions
-from .usage import NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
+from .usage import DAY_S, NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
 
 DEFAULT_STEP = 60  # seconds: the command's --step, and the admin page's step
 MAX_GROUPS = 100_000  # a hub that pages for ever is an error, not a hang
@@ -149,8 +149,13 @@ async def read_history(request: ReportRequest, config: PolicyConfig) -> History:
             pending, unschedulable, running, shared, profiles, requests = await kube
         finally:
             kube.cancel()
-        labels = await prometheus.series([promql.user_pods_selector()], start - step, end)
-        pods = pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL, promql.SINGLEUSER)
+        # a day a list: each session's pod is a series of its own (its uid), so a month's list
+        # grows with the sessions, and what is kept, a user a pod name, does not
+        pods: dict[Pod, PodInfo] = {}
+        for a in range(int(start - step), int(end), DAY_S):
+            labels = await prometheus.series([promql.user_pods_selector()], a, min(a + DAY_S, end))
+            pods.update(pods_of(labels, promql.USER_LABEL, promql.SERVER_LABEL, promql.COMPONENT_LABEL,
+                                promql.SINGLEUSER))
         queries = prometheus.queries
     dropped = _without_gpu_request(timelines, requests)
     running = {pod: runs for pod, runs in running.items() if pod in requests}

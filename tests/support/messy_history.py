@@ -27,7 +27,6 @@ HOURS = 26  # the history; the tests' report ends at 24 h
 NODE_X = [Device("node-x", str(i), f"GPU-x{i}000000-0000-0000-0000-000000000000") for i in range(4)]
 NODE_Y = Device("node-y", "0", "GPU-y0000000-0000-0000-0000-000000000000")  # its exporter goes away for 30 min
 SLICED = Device("node-z", "0", "GPU-z0000000-0000-0000-0000-000000000000")
-DEVICES = [*NODE_X, NODE_Y, SLICED]
 
 
 @dataclass(frozen=True)
@@ -118,12 +117,13 @@ def exporter_times(start: float, pod: Pod) -> list[float]:
     return [t for t in times(start, *pod.run) if not a * HOUR <= t - start < b * HOUR]
 
 
-def _free_times(start: float, d: Device) -> list[float]:
-    held = {t for p in PODS if p.device == d for t in times(start, *p.run)}
-    return [t for t in times(start, 0, HOURS) if t not in held]
+def _free_times(start: float, d: Device, pods: list[Pod], hours: float) -> list[float]:
+    held = {t for p in pods if p.device == d for t in times(start, *p.run)}
+    return [t for t in times(start, 0, hours) if t not in held]
 
 
-def write_history(out: IO[str], start: float, scheme: Scheme) -> None:
+def write_history(out: IO[str], start: float, scheme: Scheme, pods: list[Pod] = PODS, hours: float = HOURS) -> None:
+    """The history of `pods` (PODS unless given) over `hours` hours from `start`."""
     dcgm: dict[str, list] = {"DCGM_FI_DEV_GPU_UTIL": [], "DCGM_FI_PROF_GR_ENGINE_ACTIVE": []}
 
     def exporter(d: Device, holder: dict[str, str], points: list) -> None:
@@ -131,15 +131,15 @@ def write_history(out: IO[str], start: float, scheme: Scheme) -> None:
         dcgm["DCGM_FI_DEV_GPU_UTIL"].append((labels, points))
         dcgm["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].append((labels, [(t, u / 100) for t, u in points]))
 
-    for p in PODS:
+    for p in pods:
         exporter(p.device, {"container": "notebook", "namespace": "jhub", "pod": p.name},
                  [(t, p.util((t - start) / HOUR)) for t in exporter_times(start, p)])
-    for d in DEVICES:  # a free GPU: no pod of the exporter's own (the target's, once scraped)
-        exporter(d, {}, [(t, 0.0) for t in _free_times(start, d)])
+    for d in sorted({p.device for p in pods}, key=lambda d: d.uuid):  # a free GPU: no pod of the exporter's own
+        exporter(d, {}, [(t, 0.0) for t in _free_times(start, d, pods, hours)])
     ksm: dict[str, list] = {m: [] for m in ("kube_pod_labels", "kube_pod_annotations", "kube_pod_status_phase",
                                             "kube_pod_status_scheduled", "kube_pod_status_unschedulable",
                                             "kube_pod_container_resource_requests")}
-    for p in PODS:
+    for p in pods:
         _ksm(ksm, start, p, scheme)
     for metric, series in (dcgm | ksm).items():
         write_family(out, metric, series)

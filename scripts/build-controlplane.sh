@@ -52,7 +52,7 @@ fi
 
 say "downloading the modules (go mod download)"
 go mod download
-say "building Kubernetes $version into $dir (from cold about 14 CPU-minutes and 3 GiB of memory: docs/benchmarks.md#building-the-control-plane-scriptsbuild-controlplanesh)"
+say "building Kubernetes $version into $dir (from cold some 7 minutes on two idle cores and 3 GiB of memory: docs/benchmarks.md#building-the-control-plane-scriptsbuild-controlplanesh)"
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -48,6 +48,15 @@ class _ProbeTokensBase(APIHandler):
         return bool(self.get_scope_filter(PROBE_TOKENS_SCOPE)(user, kind="user"))
 
 
+def _is_probe_token(token: Any) -> bool:
+    """A token this API minted: its note, and its one scope a probe scope of its owner's. A
+    user's own token noted the same (on their token page) is not one: never listed, never
+    deleted here, whatever scopes it holds."""
+    scopes, user = token.scopes or [], token.user
+    return (token.note == PROBE_NOTE and user is not None and len(scopes) == 1
+            and isinstance(scopes[0], str) and scopes[0].startswith(probe_scope(user.name, "")))
+
+
 class ProbeTokensAPIHandler(_ProbeTokensBase):
     """`POST …/users/{name}/tokens` (body as the hub's: `scopes` = [the probe scope of one of
     the user's running servers], `expires_in`, `note` ignored) and `DELETE …/tokens/{id}` of a
@@ -99,7 +108,7 @@ class ProbeTokensAPIHandler(_ProbeTokensBase):
         prefix, number = token_id[:1], token_id[1:]
         orm_token = (self.db.query(orm.APIToken).filter_by(id=int(number)).first()
                      if prefix == "a" and number.isascii() and number.isdigit() and len(number) < 19 else None)
-        if orm_token is None or orm_token.user is not user.orm_user or orm_token.note != PROBE_NOTE:
+        if orm_token is None or orm_token.user is not user.orm_user or not _is_probe_token(orm_token):
             raise web.HTTPError(404, f"No such probe token {token_id} for user {user.name}")
         self.db.delete(orm_token)
         self.db.commit()
@@ -114,7 +123,7 @@ class ProbeTokenListAPIHandler(_ProbeTokensBase):
         self._check_scope()
         now = utcnow(with_tz=False)
         tokens = [t for t in self.db.query(orm.APIToken).filter_by(note=PROBE_NOTE)
-                  if t.user is not None and self._covers(t.user) and not (t.expires_at and t.expires_at < now)]
+                  if _is_probe_token(t) and self._covers(t.user) and not (t.expires_at and t.expires_at < now)]
         self.write(json.dumps({"api_tokens": [self.token_model(t) for t in tokens]}))
 
 

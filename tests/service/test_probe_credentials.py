@@ -423,6 +423,8 @@ async def test_the_probe_token_list_shows_only_probe_tokens_the_scope_covers(hub
     status, minted = await post_probe_token(api, SERVICE_TOKEN, "mallory", {"scopes": [probe_scope("mallory", "")], "expires_in": 300})
     assert status == 201
     users_own = await api.request("POST", "/users/mallory/tokens", {"note": "mallory's own", "expires_in": 300})
+    # a token of the user's own (all mallory's rights) that merely carries the probe tokens' note
+    look_alike = await api.request("POST", "/users/mallory/tokens", {"note": PROBE_NOTE, "expires_in": 300})
 
     async def listing(token: str) -> tuple[int, dict]:
         async with aiohttp.ClientSession(headers={"Authorization": f"token {token}"}) as client:
@@ -434,6 +436,11 @@ async def test_the_probe_token_list_shows_only_probe_tokens_the_scope_covers(hub
         assert status == 200
         ids = {(t["user"], t["id"]) for t in answer["api_tokens"]}
         assert ("mallory", minted["id"]) in ids and ("mallory", users_own["id"]) not in ids
+        assert ("mallory", look_alike["id"]) not in ids  # nor deletable by the probe-token API
+        async with aiohttp.ClientSession(headers={"Authorization": f"token {SERVICE_TOKEN}"}) as client:
+            async with client.delete(f"{api.api}/gpu-reclaim/users/mallory/tokens/{look_alike['id']}") as r:
+                assert r.status == 404
+        assert look_alike["id"] in {t["id"] for t in (await api.request("GET", "/users/mallory/tokens"))["api_tokens"]}
         assert all(t["note"] == PROBE_NOTE and "token" not in t for t in answer["api_tokens"])
         assert minted["token"] not in json.dumps(answer)
         status, answer = await listing(GROUP_PROBER_TOKEN)  # the scope for gpu-users (bob) only
@@ -441,7 +448,7 @@ async def test_the_probe_token_list_shows_only_probe_tokens_the_scope_covers(hub
         assert (await listing(NOTOKENS_TOKEN))[0] == 403
         assert (await listing(minted["token"]))[0] == 403
     finally:
-        for token_id in (minted["id"], users_own["id"]):
+        for token_id in (minted["id"], users_own["id"], look_alike["id"]):
             await api.request("DELETE", f"/users/mallory/tokens/{token_id}")
 
 

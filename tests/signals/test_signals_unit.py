@@ -403,7 +403,9 @@ async def test_prometheus_errors(server, answer, needle):
     server.app.router.add_get("/api/v1/query", query)
     await server.start()
     url = "http://127.0.0.1:1" if answer == "refused" else server.url
-    async with PrometheusSignal(url, timeout=0.2) as prom:
+    # the short timeout for the hanging answer only: on a loaded machine (CI: five workers on
+    # two cores) an answer the test server gives at once took longer than 0.2 s
+    async with PrometheusSignal(url, timeout=0.2 if answer == "hang" else 30.0) as prom:
         with pytest.raises(SignalError) as err:
             await prom.utilization()
     assert err.value.source == "prometheus" and needle in err.value.message, err.value

@@ -146,7 +146,8 @@ def _value_from(worker: PodWorker, src: Obj, c: Obj) -> str:
 def mounts(pod: Obj, c: Obj, env: dict[str, str], volume_paths: dict[str, Path], pod_dir: Path) -> list[dict[str, Any]]:
     """What the container mounts: its volumes (set up at `volume_paths`, or a `subPath` of
     one: a file or a directory), read-only where the volume is; and the pod's /etc/hosts
-    and /etc/hostname (in `pod_dir`) unless it mounts its own."""
+    and /etc/hostname (in `pod_dir`) unless it mounts its own: /etc/hosts as a link into
+    its directory, mounted read-only at `hosts.NAMES_DIR` (`hosts.write` replaces the file)."""
     vols = {v["name"]: v for v in pod["spec"].get("volumes", [])}
     out = []
     for vm in c.get("volumeMounts", []):
@@ -161,7 +162,9 @@ def mounts(pod: Obj, c: Obj, env: dict[str, str], volume_paths: dict[str, Path],
             or bool((vol.get("persistentVolumeClaim") or {}).get("readOnly"))
         out.append({"source": str(source), "target": vm["mountPath"], "readonly": readonly})
     taken = {m["target"] for m in out}
-    for name, target in (("etc-hosts", "/etc/hosts"), ("etc-hostname", "/etc/hostname")):
-        if target not in taken:
-            out.append({"source": str(pod_dir / name), "target": target, "readonly": False})
+    if "/etc/hosts" not in taken:
+        out.append({"source": str(pod_dir / "names"), "target": hosts.NAMES_DIR, "readonly": True,
+                    "links": {"/etc/hosts": "hosts"}})
+    if "/etc/hostname" not in taken:
+        out.append({"source": str(pod_dir / "etc-hostname"), "target": "/etc/hostname", "readonly": False})
     return out

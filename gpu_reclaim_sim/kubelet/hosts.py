@@ -3,10 +3,15 @@ kubelet writes for it, in the kubelet's own format (pkg/kubelet/kubelet_pods.go)
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 CLUSTER_DOMAIN = "cluster.local"
+# Where a container sees the directory of its pod's hosts file (read-only); its /etc/hosts
+# is a link to the file there (sim.kubelet.sandbox), so that the file can be replaced whole.
+NAMES_DIR = "/run/kubernetes-names"
 HEADER = "# Kubernetes-managed hosts file.\n"
 _LOCAL = ("127.0.0.1\tlocalhost\n"
           "::1\tlocalhost ip6-localhost ip6-loopback\n"
@@ -48,11 +53,22 @@ def hosts_file(pod: dict[str, Any], ip: str, services: HostEntries = ()) -> str:
 
 
 def write(path: Path, content: str) -> None:
-    """Write (or rewrite) a pod's hosts file in place: containers see it through a bind
-    mount of this very inode, so it is never replaced by a new file."""
-    with open(path, "a+") as f:
-        f.seek(0)
-        if f.read() == content:
+    """Write (or rewrite) a pod's hosts file: a new file renamed over the old one, so that
+    a lookup in the pod reads the old file or the new one, never a half-written one (a
+    rewrite in place, under a bind mount of the file, let a lookup made while a Service
+    was created elsewhere find no name at all). `mkstemp` creates the new file without
+    following a link the pod might have left in the directory."""
+    try:
+        if path.read_text() == content:
             return
-        f.truncate(0)
-        f.write(content)
+    except FileNotFoundError:
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd, new = tempfile.mkstemp(dir=path.parent, prefix=".hosts-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(content)
+        os.chmod(new, 0o644)  # read by the container's user
+        os.replace(new, path)
+    except BaseException:
+        os.unlink(new)
+        raise

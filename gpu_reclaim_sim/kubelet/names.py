@@ -15,8 +15,8 @@ file that stands in for cluster DNS.
   path in a pod makes `hub` mean `hub.<ns>.svc.cluster.local`). Headless Services list
   their ready pods (`pod-hostname.service.ns.svc...` and the service name).
 - `HostsFiles`: the hosts files of the running pods, rewritten in place when Services
-  change, so names created after a pod started resolve too. The kubelet bind-mounts each
-  over `/etc/hosts` in the pod's mount namespace.
+  change, so names created after a pod started resolve too. Each is replaced whole
+  (`hosts.write`); a container sees it through the link `/etc/hosts`.
 
 Not simulated: SRV records, ExternalName CNAMEs, `dnsPolicy`/`dnsConfig`, names of pods by
 IP (`1-2-3-4.ns.pod`), resolution where no mount namespace can be made (non-root).
@@ -108,8 +108,8 @@ def service_entries(store: Any, namespace: str) -> list[tuple[str, list[str]]]:
 class HostsFiles:
     """The hosts files of the running pods, kept current as Services change.
 
-    The kubelet `register`s a pod's file once the pod has its IP (and mounts it at
-    /etc/hosts) and `unregister`s it when the pod stops."""
+    The kubelet `register`s a pod's file once the pod has its IP (its containers see it
+    at /etc/hosts) and `unregister`s it when the pod stops."""
 
     def __init__(self, store: Any) -> None:
         self.store = store

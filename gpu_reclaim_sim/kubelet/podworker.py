@@ -205,7 +205,7 @@ class PodWorker:
         if self._runs_processes():
             await self.cluster.dataplane.add_pod(self.pod, self.ip)  # CNI ADD: in the rules before it runs
             self.dir.mkdir(parents=True, exist_ok=True)
-            self.cluster.hosts.register(self.pod, self.ip, self.dir / "etc-hosts")  # kept current (sim.kubelet.names)
+            self.cluster.hosts.register(self.pod, self.ip, self.dir / "names" / "hosts")  # kept current (sim.kubelet.names)
             (self.dir / "etc-hostname").write_text(hosts.pod_hostname(self.pod)[0] + "\n")
         try:
             for c in spec.get("initContainers", []):

@@ -16,8 +16,8 @@
    paths in `keep` (the Python environment the container's command runs from), bound
    read-only. `/proc` is the container's own, `/dev` a small tmpfs with the usual
    devices, a private `/dev/shm` and its own pseudo-terminals, `/sys` read-only.
-3. It moves into that root (pivot_root), binds the volumes (and the pod's /etc/hosts and
-   /etc/hostname) at their paths, lets go of the host's root, takes the container's
+3. It moves into that root (pivot_root), binds the volumes (and the pod's /etc/hostname, and
+   the directory of its hosts file with /etc/hosts a link into it) at their paths, lets go of the host's root, takes the container's
    user, groups and capabilities, and executes the command.
 
 A failure before the command runs is written to the file descriptor `status_fd` (closed
@@ -195,6 +195,11 @@ def _root_fs(spec: dict) -> None:
             if not os.path.exists(target):
                 open(target, "a").close()
         _bind(source, target, readonly=m.get("readonly", False), recursive=True)
+        for path, name in m.get("links", {}).items():  # e.g. /etc/hosts -> <mount>/hosts
+            link = os.path.join(_inside(os.path.dirname(path)), os.path.basename(path))
+            if os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(os.path.join(m["target"], name), link)
     _check(_libc.umount2(OLD_ROOT.encode(), MNT_DETACH), "umount old root")
     os.rmdir(OLD_ROOT)
     if spec.get("readonly_root"):

@@ -399,6 +399,42 @@ def test_the_hostname_is_the_pods_name_at_its_own_ip(sim, core):
 
 
 @needs_root
+def test_names_resolve_while_the_hosts_file_is_rewritten(sim, core):
+    """Every Service created or deleted rewrites every pod's hosts file: a lookup made
+    meanwhile still finds the names that were there (a rewrite in place once let a pod
+    starting up find none, and it crashed). The pod cannot write its /etc/hosts."""
+    core.create_namespaced_service(NS, {"metadata": {"name": "steady"}, "spec": {"ports": [{"port": 80}]}})
+    script = ("import socket, time\n"
+              "misses = looked = 0\n"
+              "end = time.time() + 8\n"
+              "while time.time() < end:\n"
+              "    try:\n"
+              "        socket.gethostbyname('steady')\n"
+              "    except OSError:\n"
+              "        misses += 1\n"
+              "    looked += 1\n"
+              "try:\n"
+              "    open('/etc/hosts', 'a')\n"
+              "except OSError:\n"
+              "    print('not writable')\n"
+              "print('misses', misses, 'of', looked > 100)\n")
+    body = pod("resolver", "")
+    body["spec"]["containers"][0]["command"] = ["python3", "-c", script]
+    create(core, body)
+    running(core, "resolver")
+    for i in range(40):  # each one a rewrite of the pod's file
+        name = f"churn-{i % 4}"
+        if i < 4:
+            core.create_namespaced_service(NS, {"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})
+        else:
+            core.delete_namespaced_service(name, NS, _preload_content=False)
+            wait_for(lambda name=name: not core.list_namespaced_service(NS, field_selector=f"metadata.name={name}").items,
+                     f"{name} gone")
+            core.create_namespaced_service(NS, {"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}})
+    assert output(core, "resolver").splitlines() == ["not writable", "misses 0 of True"]
+
+
+@needs_root
 def test_a_container_runs_as_its_images_user_in_a_file_system_of_its_own(sim, core, tmp_path):
     host_marker = Path("/tmp") / f"host-only-{uuid.uuid4().hex}"
     host_marker.write_text("host")

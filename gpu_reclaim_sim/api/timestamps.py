@@ -27,6 +27,13 @@ def rfc3339(t: dt.datetime | None = None) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def micro_time(t: dt.datetime | None = None) -> str:
+    """`metav1.MicroTime` (a Lease's renewTime, an Event's eventTime): RFC 3339 in UTC with
+    microseconds."""
+    t = t or utcnow()
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_time(value: object) -> dt.datetime | None:
     """An RFC 3339 time (`Time` or `MicroTime`) as an aware datetime in UTC; None for a
     missing one (None or ""); ValueError for anything else. A time without an offset is

@@ -33,9 +33,11 @@ def gpu_labels(group: NodeGroup) -> dict[str, str]:
 
 
 def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any = None,
-                  address: str = "127.100.0.1") -> dict[str, Any]:
+                  address: str = "127.100.0.1", version: str | None = None) -> dict[str, Any]:
     """The Node as registered: labels (incl. GPU feature discovery's), taints, capacity,
-    the images already pulled and a Ready condition. `images` is an ImageRegistry."""
+    the images already pulled and a Ready condition. `images` is an ImageRegistry;
+    `version` the kubelet's (the API server's by default)."""
+    version = version or kubernetes_version()
     capacity = {
         "cpu": group.cpu,
         "memory": group.memory,
@@ -85,8 +87,8 @@ def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any =
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {
                 "architecture": "amd64", "operatingSystem": "linux",
-                "containerRuntimeVersion": "sim://1.0", "kubeletVersion": kubernetes_version(),
-                "kubeProxyVersion": kubernetes_version(), "osImage": "jupyterhub-gpu-reclaim simulated node",
+                "containerRuntimeVersion": "sim://1.0", "kubeletVersion": version,
+                "kubeProxyVersion": version, "osImage": "jupyterhub-gpu-reclaim simulated node",
                 "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
             },
             "images": status_images,

@@ -1,0 +1,207 @@
+"""etcd, kube-apiserver, kube-scheduler and kube-controller-manager of one run, as kwok runs
+them: the binaries `scripts/build-controlplane.sh` builds from controlplane/'s Go module,
+each a local process listening on loopback, with the run's own CA (`credentials`), stopped
+by their PIDs.
+
+The API server authorizes with Node and RBAC and admits with NodeRestriction, so the node
+agent is held to its own node and the hub and the service get exactly what their Roles
+grant. It refuses a loopback advertise address, so it advertises TEST-NET-1 (192.0.2.1,
+RFC 5737), never routed, and no endpoint reconciler writes that into the `kubernetes`
+Service: nothing is ever sent there. etcd keeps its data in the run's directory without
+fsync (a test cluster: nothing survives the run). The scheduler and the controller-manager
+run alone, without leader election.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..paths import REPO
+from .credentials import Authority
+
+READY_TIMEOUT_S = 120.0
+SERVICE_NETWORK = "10.96.0.0/16"
+ADVERTISE_ADDRESS = "192.0.2.1"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+
+
+class ControlPlaneError(RuntimeError):
+    """A component that exited or did not become ready; the message ends with its log."""
+
+
+def binaries() -> Path:
+    """The folder of the built binaries: scripts/build-controlplane.sh finds them in its cache
+    (a fraction of a second) or builds them (minutes, once)."""
+    done = subprocess.run(["bash", str(REPO / "scripts" / "build-controlplane.sh")], check=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return Path(done.stdout.strip())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Component:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    started_at: float
+    ready_s: float = 0.0
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def usage(self) -> dict[str, float]:
+        """Resident memory now and at its peak, the part of it that is its own (RssAnon: the
+        four share the binary's pages), and CPU time so far."""
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines())
+        utime, stime = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]
+        return {"rss_mib": round(int(status["VmRSS"].split()[0]) / 1024),
+                "peak_rss_mib": round(int(status["VmHWM"].split()[0]) / 1024),
+                "anon_rss_mib": round(int(status["RssAnon"].split()[0]) / 1024),
+                "cpu_s": round((int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK"), 1)}
+
+
+@dataclass
+class ControlPlane:
+    """The control plane of one run, in `work` (0700: it holds the keys). `start` blocks
+    until each component is ready (from async code: `asyncio.to_thread`)."""
+    work: Path
+    bin_dir: Path = field(default_factory=binaries)
+    authority: Authority = field(init=False)
+    server: str = ""
+    admin_kubeconfig: Path = field(init=False)
+    components: list[Component] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.authority = Authority.create(self.work / "pki")
+        self.admin_kubeconfig = self.work / "admin.kubeconfig"
+
+    def tls(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.authority.cert))
+
+    def start(self) -> "ControlPlane":
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        pki = self.authority
+        client, peer = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{client}"
+        etcd = self._run("etcd", [
+            "--name=run", f"--data-dir={self.work / 'etcd'}", "--unsafe-no-fsync",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=run=http://127.0.0.1:{peer}", "--log-level=warn",
+        ])
+        self._wait(etcd, f"{etcd_url}/health")
+
+        serving = pki.issue("apiserver", "kube-apiserver", server_names=(
+            "127.0.0.1", "localhost", "10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local"))
+        to_kubelets = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
+        sa_key, sa_public = pki.signing_key()
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        apiserver = self._run("kube-apiserver", [
+            f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
+            f"--client-ca-file={pki.cert}",
+            f"--advertise-address={ADVERTISE_ADDRESS}", "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_NETWORK}",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            f"--kubelet-client-certificate={to_kubelets.cert}", f"--kubelet-client-key={to_kubelets.key}",
+            f"--kubelet-certificate-authority={pki.cert}", "--kubelet-preferred-address-types=InternalIP",
+            f"--service-account-key-file={sa_public}", f"--service-account-signing-key-file={sa_key}",
+            "--service-account-issuer=https://kubernetes.default.svc", "--profiling=false",
+        ])
+        pki.kubeconfig(self.admin_kubeconfig, self.server, pki.issue("admin", "admin", ("system:masters",)), "admin")
+        self._wait(apiserver, f"{self.server}/readyz", self.tls(), self._admin_tls())
+
+        for name, extra in (("kube-scheduler", []), ("kube-controller-manager", [
+                f"--service-account-private-key-file={sa_key}", f"--root-ca-file={pki.cert}",
+                "--use-service-account-credentials", f"--cluster-signing-cert-file={pki.cert}",
+                f"--cluster-signing-key-file={pki.key}"])):
+            user = f"system:{name}"
+            config = pki.kubeconfig(self.work / f"{name}.kubeconfig", self.server, pki.issue(name, user), user)
+            health = free_port()
+            component = self._run(name, [
+                f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",
+                f"--authorization-kubeconfig={config}", "--leader-elect=false",
+                "--bind-address=127.0.0.1", f"--secure-port={health}", f"--cert-dir={self.work / name}", *extra])
+            self._wait(component, f"https://127.0.0.1:{health}/healthz", ssl._create_unverified_context())
+
+    def _admin_tls(self) -> ssl.SSLContext:
+        context = self.tls()
+        context.load_cert_chain(self.authority.directory / "admin.crt", self.authority.directory / "admin.key")
+        return context
+
+    def _run(self, name: str, args: list[str]) -> Component:
+        log = self.work / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen([str(self.bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, cwd=self.work)
+        component = Component(name, process, log, time.monotonic())
+        self.components.append(component)
+        return component
+
+    def _wait(self, component: Component, url: str, *contexts: ssl.SSLContext) -> None:
+        """Until `url` answers 200 (with the first context that gets an answer)."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if component.process.poll() is not None:
+                raise ControlPlaneError(f"{component.name} exited ({component.process.returncode}):\n"
+                                        f"{component.tail()}")
+            if any(_answers(url, c) for c in contexts or (None,)):
+                component.ready_s = time.monotonic() - component.started_at
+                return
+            time.sleep(0.1)
+        raise ControlPlaneError(f"{component.name} not ready after {READY_TIMEOUT_S:.0f} s:\n{component.tail()}")
+
+    def get(self, path: str) -> tuple[int, dict]:
+        """GET `path` of the API server as the admin: (status, JSON body)."""
+        try:
+            with urllib.request.urlopen(self.server + path, timeout=10, context=self._admin_tls()) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def version(self) -> str:
+        return str(self.get("/version")[1]["gitVersion"])
+
+    def stop(self) -> None:
+        """Each by its PID, the API server's clients first."""
+        for component in reversed(self.components):
+            component.process.terminate()
+            try:
+                component.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                component.process.kill()
+                component.process.wait()
+        self.components.clear()
+
+
+def _answers(url: str, context: ssl.SSLContext | None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as r:
+            return r.status == 200
+    except (OSError, ssl.SSLError):  # HTTPError is an OSError: not ready yet
+        return False

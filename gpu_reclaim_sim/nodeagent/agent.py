@@ -1,0 +1,80 @@
+"""The node agent: what kubelets, device plugins and a CNI give a real cluster, for the
+simulated nodes of a scenario, through the real API server only. Each node authenticates as
+itself (`system:node:<name>`, a certificate from the run's CA), so the Node authorizer and
+NodeRestriction hold it to its own Node, Lease and pods.
+
+This increment registers the scenario's nodes and keeps them alive (`registration`); the
+pods bound to them are run by the simulator's own kubelet until it moves here (issue 37).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes_asyncio import client as k8s
+
+from ..controlplane.credentials import Authority
+from ..kubelet.images import ImageRegistry
+from ..kubelet.nodes import node_manifest
+from ..network.addresses import AddressPool
+from ..scenario import Scenario
+from .registration import NodeRegistration
+
+NODE_NETWORK = "127.100.0.0/16"
+
+
+def node_names(scenario: Scenario) -> list[tuple[str, int]]:
+    """(node name, index of its group) for every node the scenario starts with: `<group>-<n>`."""
+    return [(f"{g.name}-{n}", i) for i, g in enumerate(scenario.node_groups) for n in range(1, g.count + 1)]
+
+
+@dataclass
+class NodeAgent:
+    scenario: Scenario
+    server: str
+    authority: Authority
+    version: str
+    registrations: dict[str, NodeRegistration] = field(default_factory=dict)
+    _clients: list[k8s.ApiClient] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def client(self, node: str) -> k8s.ApiClient:
+        """An API client that is `node` to the API server."""
+        issued = self.authority.issue(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        config = k8s.Configuration(host=self.server)
+        config.ssl_ca_cert, config.cert_file, config.key_file = str(self.authority.cert), str(issued.cert), str(issued.key)
+        api = k8s.ApiClient(config)
+        self._clients.append(api)
+        return api
+
+    async def start(self) -> None:
+        images, addresses = ImageRegistry(self.scenario), AddressPool(NODE_NETWORK)
+        for name, group in node_names(self.scenario):
+            manifest = node_manifest(name, self.scenario.node_groups[group], self.scenario, images,
+                                     addresses.allocate(), self.version)
+            registration = self.registrations[name] = NodeRegistration(self.client(name), manifest)
+            await registration.register()
+            self._tasks.append(asyncio.create_task(registration.run(), name=f"node {name}"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for api in self._clients:
+            await api.close()
+
+
+async def serve(scenario: Scenario, server: str, pki: Path, version: str) -> None:
+    """Run the agent until cancelled (SIGTERM: __main__)."""
+    agent = NodeAgent(scenario, server, Authority(pki), version)
+    try:
+        await agent.start()
+        print(f"nodes registered: {' '.join(agent.registrations)}", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await agent.stop()

@@ -1,0 +1,160 @@
+"""The node agent on the real control plane (issue 37): the scenario's nodes registered and
+kept alive through the real API, the real kube-scheduler placing pods on them (GPU fit, taints,
+image locality) in its own words, which the product reads as "waiting for a GPU", and the
+Node authorizer holding each node to itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from gpu_reclaim_sim.api.timestamps import parse_time
+from gpu_reclaim_sim.controlplane.components import ControlPlane
+from jupyterhub_gpu_reclaim.signals import pod_facts
+
+from ..support.controlplane import NodeAgentProcess, admin_api, control_plane  # noqa: F401 (a fixture)
+from ..support.sim_cluster import wait_for
+
+PYTORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_NODE = {"cpu": "8", "memory": "32Gi", "gpus": 2, "gpuModel": "NVIDIA A100-SXM4-40GB", "gpuMemory": "40GiB",
+            "labels": {"hub.jupyter.org/node-purpose": "user"}, "taints": [GPU_TAINT]}
+SCENARIO = {
+    "name": "nodes", "namespaces": [], "mode": "process", "defaultImageSize": "1GB",
+    "images": [{"name": PYTORCH, "size": "5GB"}],
+    "nodeGroups": [
+        {"name": "gpu-warm", "count": 1, **GPU_NODE, "images": [PYTORCH]},  # has the image already
+        {"name": "gpu-cold", "count": 1, **GPU_NODE},
+        {"name": "cpu", "count": 1, "cpu": "4", "memory": "16Gi"},
+    ],
+}
+NODES = ["cpu-1", "gpu-cold-1", "gpu-warm-1"]
+
+
+@pytest.fixture(scope="module")
+def nodes(control_plane: ControlPlane, tmp_path_factory) -> Iterator[k8s.CoreV1Api]:  # noqa: F811
+    agent = NodeAgentProcess(control_plane, SCENARIO, tmp_path_factory.mktemp("nodeagent"))
+    core = k8s.CoreV1Api(admin_api(control_plane))
+    try:
+        wait_for(agent.registered, "the nodes registered")
+        # Ready, and the node lifecycle controller has taken the not-ready taint off again
+        wait_for(lambda: all(_ready(n) for n in core.list_node().items) and len(core.list_node().items) == 3,
+                 "three Ready nodes without the not-ready taint")
+        yield core
+    finally:
+        agent.stop()
+
+
+def _ready(node: k8s.V1Node) -> bool:
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
+
+
+def _pod(name: str, gpus: int = 0, image: str = PYTORCH) -> dict:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    return {"metadata": {"name": name}, "spec": {
+        "containers": [{"name": "notebook", "image": image, "resources": resources}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}],
+        "nodeSelector": {"hub.jupyter.org/node-purpose": "user"} if gpus else {},
+        "terminationGracePeriodSeconds": 0}}
+
+
+@pytest.fixture
+def ns(nodes: k8s.CoreV1Api, request) -> Iterator[str]:
+    name = f"t-{abs(hash(request.node.name)) % 10**8}"
+    nodes.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: nodes.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+             "the namespace's default ServiceAccount")
+    try:
+        yield name
+    finally:
+        for p in nodes.list_namespaced_pod(name).items:  # no kubelet confirms a pod's end yet
+            nodes.delete_namespaced_pod(p.metadata.name, name, grace_period_seconds=0)
+        nodes.delete_namespace(name)
+
+
+def test_the_scenarios_nodes_register_through_the_real_api_server(nodes, control_plane):  # noqa: F811
+    assert control_plane.version() == "v1.37.2"
+    by_name = {n.metadata.name: n for n in nodes.list_node().items}
+    assert sorted(by_name) == NODES
+    gpu = by_name["gpu-warm-1"]
+    assert gpu.status.capacity["nvidia.com/gpu"] == gpu.status.allocatable["nvidia.com/gpu"] == "2"
+    assert gpu.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert gpu.metadata.labels["hub.jupyter.org/node-purpose"] == "user"
+    assert [(t.key, t.value, t.effect) for t in gpu.spec.taints] == [("nvidia.com/gpu", "present", "NoSchedule")]
+    assert gpu.status.node_info.kubelet_version == "v1.37.2"
+    assert any(PYTORCH in i.names for i in gpu.status.images)
+    assert "nvidia.com/gpu" not in by_name["cpu-1"].status.capacity
+    # each node's Lease, held by the node and renewed (every 10 s)
+    leases = k8s.CoordinationV1Api(nodes.api_client)
+    lease = leases.read_namespaced_lease("gpu-cold-1", "kube-node-lease")
+    assert lease.spec.holder_identity == "gpu-cold-1" and lease.spec.lease_duration_seconds == 40
+    assert lease.metadata.owner_references[0].uid == by_name["gpu-cold-1"].metadata.uid
+    first = lease.spec.renew_time
+    wait_for(lambda: leases.read_namespaced_lease("gpu-cold-1", "kube-node-lease").spec.renew_time > first,
+             "a renewal of the lease", timeout=30)
+
+
+def test_the_real_scheduler_places_a_gpu_pod_on_the_node_that_has_its_image(nodes, ns):
+    nodes.create_namespaced_pod(ns, _pod("gpu-notebook", gpus=1))
+    pod = wait_for(lambda: (p := nodes.read_namespaced_pod("gpu-notebook", ns)).spec.node_name and p,
+                   "the pod bound to a node")
+    assert pod.spec.node_name == "gpu-warm-1"  # ImageLocality: 5 GB already there
+    events = nodes.list_namespaced_event(ns, field_selector="involvedObject.name=gpu-notebook,reason=Scheduled")
+    assert events.items[0].message == f"Successfully assigned {ns}/gpu-notebook to gpu-warm-1"
+    # a CPU pod is kept off the GPU nodes' taint... unless it tolerates it; without the
+    # toleration it goes to the CPU node
+    cpu = _pod("cpu-notebook", image="python:3.12-slim")
+    del cpu["spec"]["tolerations"]
+    nodes.create_namespaced_pod(ns, cpu)
+    assert wait_for(lambda: nodes.read_namespaced_pod("cpu-notebook", ns).spec.node_name, "a node") == "cpu-1"
+
+
+def test_a_pod_waiting_for_a_gpu_is_told_so_by_the_real_scheduler_and_the_product_reads_it(nodes, ns):
+    for i in range(2):  # both GPUs of each GPU node taken
+        nodes.create_namespaced_pod(ns, _pod(f"holder-{i}", gpus=2))
+    wait_for(lambda: all(nodes.read_namespaced_pod(f"holder-{i}", ns).spec.node_name for i in range(2)), "holders bound")
+    nodes.create_namespaced_pod(ns, _pod("waiting", gpus=1))
+
+    def unschedulable() -> dict | None:
+        raw = nodes.api_client.sanitize_for_serialization(nodes.read_namespaced_pod("waiting", ns))
+        conditions = raw.get("status", {}).get("conditions") or []
+        return raw if any(c.get("reason") == "Unschedulable" for c in conditions) else None
+
+    pod = wait_for(unschedulable, "the pod marked unschedulable")
+    [condition] = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+    message = condition["message"]
+    # the real scheduler's words: the GPU shortage on two nodes, the CPU node left out by the selector
+    assert message.startswith("0/3 nodes are available: ")
+    assert "2 Insufficient nvidia.com/gpu" in message
+    assert "1 node(s) didn't match Pod's node affinity/selector" in message
+    assert "preemption: " in message
+    events = nodes.list_namespaced_event(ns, field_selector="involvedObject.name=waiting,reason=FailedScheduling")
+    assert events.items and events.items[0].message == message
+    # what the product makes of it: a pod waiting for a GPU, since the condition's time
+    assert pod_facts.gpu_shortage(message)
+    wait = pod_facts.gpu_wait(pod)
+    assert wait is not None
+    assert wait.since == parse_time(condition["lastTransitionTime"])
+
+
+def test_the_node_authorizer_holds_each_node_to_itself(nodes, control_plane, tmp_path):  # noqa: F811
+    from kubernetes import config as k8s_config
+
+    issued = control_plane.authority.issue("node-gpu-cold-1-test", "system:node:gpu-cold-1", ("system:nodes",))
+    config = control_plane.authority.kubeconfig(tmp_path / "node.kubeconfig", control_plane.server, issued,
+                                                "system:node:gpu-cold-1")
+    as_node = k8s.CoreV1Api(k8s_config.new_client_from_config(str(config)))
+    as_node.patch_node_status("gpu-cold-1", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    with pytest.raises(ApiException) as refused:  # another node's status: NodeRestriction
+        as_node.patch_node_status("gpu-warm-1", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    assert refused.value.status == 403
+    with pytest.raises(ApiException) as refused:  # secrets of no pod on this node: the Node authorizer
+        as_node.list_secret_for_all_namespaces()
+    assert refused.value.status == 403
+    with pytest.raises(ApiException) as refused:  # a label only the cluster's admin may set
+        as_node.patch_node("gpu-cold-1", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}})
+    assert refused.value.status == 403

@@ -1,0 +1,62 @@
+"""The real control plane for tests (issue 37): one per test worker (a pytest session under
+xdist), started once by `control_plane` and stopped by its PIDs at the end; `node_agent`
+runs the node agent for a scenario against it, as its own process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from gpu_reclaim_sim.controlplane.components import ControlPlane
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(tmp_path_factory.mktemp("controlplane") / "run").start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+def admin_api(plane: ControlPlane) -> k8s.ApiClient:
+    """A client of the real API server as the cluster's admin (system:masters)."""
+    return k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
+
+
+class NodeAgentProcess:
+    """`python -m gpu_reclaim_sim.nodeagent` for `scenario` (a dict, written as YAML)."""
+
+    def __init__(self, plane: ControlPlane, scenario: dict, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        path = work / "scenario.yaml"
+        path.write_text(yaml.safe_dump(scenario))
+        self.log = work / "nodeagent.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gpu_reclaim_sim.nodeagent", "--server", plane.server,
+                 "--pki", str(plane.authority.directory), "--scenario", str(path), "--version", plane.version()],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def registered(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"the node agent exited ({self.process.returncode}):\n{self.log.read_text()}")
+        return "nodes registered:" in self.log.read_text()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

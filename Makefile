@@ -44,6 +44,6 @@ kubespawner-suite: setup
 	@bash scripts/kubespawner_suite.sh $(PYTEST_ARGS)
 
 # the real Kubernetes control plane, built from its Go modules (controlplane/) and cached outside
-# the clone (setup builds it too); `python3 scripts/controlplane_smoke.py` runs it
+# the clone (setup builds it too); `benchmarks/controlplane_startup.py` starts and measures it
 controlplane:
 	@bash scripts/build-controlplane.sh

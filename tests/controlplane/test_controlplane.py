@@ -1,34 +1,66 @@
 """The real Kubernetes control plane that `make setup` builds from controlplane/'s Go module
-(issue 37): etcd, kube-apiserver, kube-scheduler and kube-controller-manager start on loopback,
-the API server says the version go.mod pins, the controller-manager's controllers run, and RBAC
-refuses what it should. scripts/controlplane_smoke.py starts them (stopping each by its PID)."""
+(issue 37), as sim.controlplane starts it for a test worker: the API server says the version
+go.mod pins, the controller-manager's controllers run, and the API server authenticates and
+authorizes what it should (RBAC, and certificates only from the run's CA)."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
+import ssl
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from gpu_reclaim_sim.controlplane.components import ControlPlane
+from gpu_reclaim_sim.controlplane.credentials import Authority
+
+from ..support.controlplane import control_plane  # noqa: F401 (a fixture)
+from ..support.sim_cluster import wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
+GO_MOD = (ROOT / "controlplane" / "go.mod").read_text()
 
 
-def test_the_control_plane_built_from_its_go_modules_comes_up():
-    pinned = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (ROOT / "controlplane" / "go.mod").read_text(), re.M)
-    assert pinned is not None
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "controlplane_smoke.py")], capture_output=True,
-                          text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-4000:]
-    results = json.loads(done.stdout)
-    apiserver = results["kube-apiserver"]
-    assert apiserver["version"] == pinned[1] == "v1.37.2"
-    # RBAC enforces: anonymous may read /version and nothing else; the scheduler no secrets
-    assert apiserver["anonymous_list_pods"] == 403
-    assert apiserver["scheduler_list_secrets"] == 403
-    # the scheduler and the controller-manager each took their leader-election Lease, and the
-    # controller-manager's serviceaccount controller made the default namespace's account
-    assert results["kube-scheduler"]["lease_holder"] and results["kube-controller-manager"]["lease_holder"]
-    assert results["kube-controller-manager"]["default_serviceaccount_s"] > 0
-    etcd = re.search(r"^\s*go\.etcd\.io/etcd/server/v3 v(\S+)", (ROOT / "controlplane" / "go.mod").read_text(), re.M)
-    assert etcd is not None and results["etcd"]["version"] == etcd[1]
+def _status(plane: ControlPlane, path: str, context: ssl.SSLContext) -> int:
+    try:
+        with urllib.request.urlopen(plane.server + path, timeout=10, context=context) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_control_plane_is_the_version_go_mod_pins_and_its_controllers_run(control_plane):  # noqa: F811
+    pinned = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", GO_MOD, re.M)
+    assert pinned is not None and control_plane.version() == pinned[1] == "v1.37.2"
+    assert [c.name for c in control_plane.components] == ["etcd", "kube-apiserver", "kube-scheduler",
+                                                         "kube-controller-manager"]
+    # the serviceaccount controller gives each namespace its `default` account, the root-CA
+    # publisher the CA that pods trust
+    wait_for(lambda: control_plane.get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+             "the default ServiceAccount")
+    status, config_map = control_plane.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+    assert status == 200 and config_map["data"]["ca.crt"] == control_plane.authority.cert.read_text()
+
+
+def test_the_api_server_authorizes_by_rbac_and_trusts_only_the_runs_ca(control_plane, tmp_path):  # noqa: F811
+    anonymous = ssl.create_default_context(cafile=str(control_plane.authority.cert))
+    # anonymous: system:public-info-viewer lets anyone read /version, and RBAC nothing more
+    assert _status(control_plane, "/version", anonymous) == 200
+    assert _status(control_plane, "/api/v1/pods", anonymous) == 403
+    scheduler = k8s.CoreV1Api(k8s_config.new_client_from_config(
+        str(control_plane.work / "kube-scheduler.kubeconfig")))
+    assert scheduler.list_pod_for_all_namespaces(limit=1).items is not None  # its role reads pods
+    with pytest.raises(ApiException) as refused:
+        scheduler.list_secret_for_all_namespaces()
+    assert refused.value.status == 403
+    # a certificate from another CA, however named, is refused outright (401, not even anonymous)
+    other = Authority.create(tmp_path / "other")
+    forged = other.issue("admin", "admin", ("system:masters",))
+    context = ssl.create_default_context(cafile=str(control_plane.authority.cert))
+    context.load_cert_chain(forged.cert, forged.key)
+    assert _status(control_plane, "/api/v1/pods", context) == 401

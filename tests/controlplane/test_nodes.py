@@ -14,19 +14,21 @@ from kubernetes.client.rest import ApiException
 from gpu_reclaim_sim.api.timestamps import parse_time
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from jupyterhub_gpu_reclaim.signals import pod_facts
+from jupyterhub_gpu_reclaim.spawner import affinity
 
 from ..support.controlplane import NodeAgentProcess, admin_api, control_plane  # noqa: F401 (a fixture)
 from ..support.sim_cluster import wait_for
 
 PYTORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02"
+SMALL = "quay.io/jupyterhub/singleuser:5.3"  # 200 MB: ImageLocality scores it little
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_NODE = {"cpu": "8", "memory": "32Gi", "gpus": 2, "gpuModel": "NVIDIA A100-SXM4-40GB", "gpuMemory": "40GiB",
             "labels": {"hub.jupyter.org/node-purpose": "user"}, "taints": [GPU_TAINT]}
 SCENARIO = {
     "name": "nodes", "namespaces": [], "mode": "process", "defaultImageSize": "1GB",
-    "images": [{"name": PYTORCH, "size": "5GB"}],
+    "images": [{"name": PYTORCH, "size": "5GB"}, {"name": SMALL, "size": "200MB"}],
     "nodeGroups": [
-        {"name": "gpu-warm", "count": 1, **GPU_NODE, "images": [PYTORCH]},  # has the image already
+        {"name": "gpu-warm", "count": 1, **GPU_NODE, "images": [PYTORCH, SMALL]},  # has the images already
         {"name": "gpu-cold", "count": 1, **GPU_NODE},
         {"name": "cpu", "count": 1, "cpu": "4", "memory": "16Gi"},
     ],
@@ -53,8 +55,10 @@ def _ready(node: k8s.V1Node) -> bool:
     return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
 
 
-def _pod(name: str, gpus: int = 0, image: str = PYTORCH) -> dict:
-    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+def _pod(name: str, gpus: int = 0, image: str = PYTORCH, cpu: str = "") -> dict:
+    resources: dict = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+    if cpu:
+        resources["requests"] = {"cpu": cpu}
     return {"metadata": {"name": name}, "spec": {
         "containers": [{"name": "notebook", "image": image, "resources": resources}],
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}],
@@ -158,3 +162,54 @@ def test_the_node_authorizer_holds_each_node_to_itself(nodes, control_plane, tmp
     with pytest.raises(ApiException) as refused:  # a label only the cluster's admin may set
         as_node.patch_node("gpu-cold-1", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}})
     assert refused.value.status == 403
+
+
+def _json(core: k8s.CoreV1Api, obj) -> dict:
+    return core.api_client.sanitize_for_serialization(obj)
+
+
+def test_the_spawners_image_affinity_saves_the_pull_the_real_scheduler_would_make(nodes, ns):
+    """A small image on a busy node: the real scheduler's ImageLocality scores it too little to
+    outweigh the emptier node (LeastAllocated), so a plain pod pulls there; the affinity
+    spawner.affinity computes from the nodes the API server reports sends it to the holder, in
+    `prefer` and in `require` (merged with z2jh's node-purpose term), and the API server accepts
+    both as they are written."""
+    nodes.create_namespaced_pod(ns, _pod("busy", cpu="7"))  # on gpu-warm-1 (it has the big image)
+    busy = wait_for(lambda: nodes.read_namespaced_pod("busy", ns).spec.node_name, "the busy pod bound")
+    assert busy == "gpu-warm-1"  # no GPU asked: a tolerating pod still takes the image holder
+    plain = _pod("plain", gpus=1, image=SMALL)
+    nodes.create_namespaced_pod(ns, plain)
+    assert wait_for(lambda: nodes.read_namespaced_pod("plain", ns).spec.node_name, "plain bound") == "gpu-cold-1"
+
+    index = affinity.ImageIndex()
+    node_objects = {n.metadata.name: _json(nodes, n) for n in nodes.list_node().items}
+    index.replace(node_objects.values())
+    assert index.nodes_with(SMALL) == {"gpu-warm-1"}  # the names the node agent reports, read back
+    pods_by_node: dict[str, list[dict]] = {}
+    for p in nodes.list_pod_for_all_namespaces().items:
+        pods_by_node.setdefault(p.spec.node_name or "", []).append(_json(nodes, p))
+    purpose = [{"matchExpressions": [{"key": "hub.jupyter.org/node-purpose", "operator": "In", "values": ["user"]}]}]
+    candidates, fits = affinity.candidates_and_fits(
+        index.nodes_with(SMALL), node_objects, pods_by_node, {"nvidia.com/gpu": 1, "cpu": "100m"}, 0,
+        _pod("x")["spec"]["tolerations"], required_terms=purpose)
+    assert (candidates, fits) == (["gpu-warm-1"], ["gpu-warm-1"])
+    for mode in ("prefer", "require"):
+        required, preferred = affinity.apply(affinity.choose_mode(mode, candidates, fits), purpose, [])
+        body = _pod(f"with-{mode}", gpus=1, image=SMALL)
+        body["spec"]["affinity"] = {"nodeAffinity": {
+            **({"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": required}} if required else {}),
+            **({"preferredDuringSchedulingIgnoredDuringExecution": preferred} if preferred else {})}}
+        nodes.create_namespaced_pod(ns, body)
+        assert wait_for(lambda mode=mode: nodes.read_namespaced_pod(f"with-{mode}", ns).spec.node_name,
+                        f"the {mode} pod bound") == "gpu-warm-1"
+
+
+def test_the_api_server_holds_node_name_fields_to_one_value_as_the_spawner_assumes(nodes, ns):
+    body = _pod("two-names", gpus=1)
+    body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["gpu-warm-1", "gpu-cold-1"]}]}]}}}
+    with pytest.raises(ApiException) as refused:
+        nodes.create_namespaced_pod(ns, body)
+    assert refused.value.status == 422
+    assert "must be only one value when `operator` is 'In' or 'NotIn' for node field selector" in refused.value.body

@@ -133,7 +133,7 @@ class ControlPlane:
             f"--service-account-key-file={sa_public}", f"--service-account-signing-key-file={sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc", "--profiling=false",
         ])
-        pki.kubeconfig(self.admin_kubeconfig, self.server, pki.issue("admin", "admin", ("system:masters",)), "admin")
+        pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=pki.issue("admin", "admin", ("system:masters",)))
         self._wait(apiserver, f"{self.server}/readyz", self.tls(), self._admin_tls())
 
         for name, extra in (("kube-scheduler", []), ("kube-controller-manager", [
@@ -141,7 +141,7 @@ class ControlPlane:
                 "--use-service-account-credentials", f"--cluster-signing-cert-file={pki.cert}",
                 f"--cluster-signing-key-file={pki.key}"])):
             user = f"system:{name}"
-            config = pki.kubeconfig(self.work / f"{name}.kubeconfig", self.server, pki.issue(name, user), user)
+            config = pki.kubeconfig(self.work / f"{name}.kubeconfig", self.server, user, client=pki.issue(name, user))
             health = free_port()
             component = self._run(name, [
                 f"--kubeconfig={config}", f"--authentication-kubeconfig={config}",

@@ -112,17 +112,19 @@ class Authority:
         public.write_bytes(key.public_key().public_bytes(_PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         return _private(self.directory / f"{name}.key", _key_pem(key)), public
 
-    def kubeconfig(self, path: Path, server: str, client: Issued, user: str) -> Path:
+    def kubeconfig(self, path: Path, server: str, user: str, *, client: Issued | None = None,
+                   token: str | None = None) -> Path:
         """A kubeconfig (JSON is YAML) for `server` that trusts the CA and authenticates with
-        `client`'s certificate; 0600, for it names the key."""
+        `client`'s certificate or a bearer `token`; 0600, for it names the key."""
+        auth = {"token": token} if token else {"client-certificate": str(client.cert), "client-key": str(client.key)} \
+            if client else {}
+        path.touch(mode=0o600, exist_ok=True)
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": user,
             "clusters": [{"name": "cluster", "cluster": {"server": server, "certificate-authority": str(self.cert)}}],
-            "users": [{"name": user, "user": {"client-certificate": str(client.cert),
-                                              "client-key": str(client.key)}}],
+            "users": [{"name": user, "user": auth}],
             "contexts": [{"name": user, "context": {"cluster": "cluster", "user": user}}],
         }, indent=1))
-        path.chmod(0o600)
         return path
 
 

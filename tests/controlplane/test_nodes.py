@@ -149,8 +149,8 @@ def test_the_node_authorizer_holds_each_node_to_itself(nodes, control_plane, tmp
     from kubernetes import config as k8s_config
 
     issued = control_plane.authority.issue("node-gpu-cold-1-test", "system:node:gpu-cold-1", ("system:nodes",))
-    config = control_plane.authority.kubeconfig(tmp_path / "node.kubeconfig", control_plane.server, issued,
-                                                "system:node:gpu-cold-1")
+    config = control_plane.authority.kubeconfig(tmp_path / "node.kubeconfig", control_plane.server,
+                                                "system:node:gpu-cold-1", client=issued)
     as_node = k8s.CoreV1Api(k8s_config.new_client_from_config(str(config)))
     as_node.patch_node_status("gpu-cold-1", {"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     with pytest.raises(ApiException) as refused:  # another node's status: NodeRestriction

@@ -17,6 +17,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
+from gpu_reclaim_sim.nodeagent.agent import node_names
+from gpu_reclaim_sim.scenario import from_dict
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +39,7 @@ class NodeAgentProcess:
     """`python -m gpu_reclaim_sim.nodeagent` for `scenario` (a dict, written as YAML)."""
 
     def __init__(self, plane: ControlPlane, scenario: dict, work: Path) -> None:
+        self.plane, self.nodes = plane, [name for name, _ in node_names(from_dict(scenario))]
         work.mkdir(parents=True, exist_ok=True)
         path = work / "scenario.yaml"
         path.write_text(yaml.safe_dump(scenario))
@@ -53,6 +56,8 @@ class NodeAgentProcess:
         return "nodes registered:" in self.log.read_text()
 
     def stop(self) -> None:
+        """Stop the agent and delete its Nodes, so that the next module's agent on this
+        worker's control plane starts from none."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             try:
@@ -60,3 +65,10 @@ class NodeAgentProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        core = k8s.CoreV1Api(admin_api(self.plane))
+        for name in self.nodes:
+            try:
+                core.delete_node(name)
+            except k8s.ApiException as e:
+                if e.status != 404:
+                    raise

@@ -19,6 +19,7 @@ HUB_IMAGE_C_PACKAGES=("pycurl>=7.45" "psycopg2-binary>=2.9")
 # Debian packages the demo and tests use (binaries checked first, installed when missing)
 declare -A APT=([setsid]=util-linux [node]=nodejs [npm]=npm [/usr/bin/chromium]=chromium [/usr/bin/prometheus]=prometheus
              [/usr/sbin/nft]=nftables  # nft: the simulator's data plane (Services, NetworkPolicy)
+             [/usr/sbin/ip]=iproute2  # the run's network namespace (gpu_reclaim_sim/network/namespace.py)
              # the store's tests on PostgreSQL (tests/support/postgres.py) and the release tests' database
              [/usr/lib/postgresql/15/bin/postgres]=postgresql)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from gpu_reclaim_sim.network import namespace
 from gpu_reclaim_sim.paths import REPO
 
 from .support import live, order
@@ -44,6 +45,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # each worker (and a run without workers) in a network namespace of its own: the cluster's
+    # non-special addresses local to it, nothing outside reachable (sim.network.namespace)
+    if namespace.available():
+        namespace.enter()
     config.addinivalue_line("markers", "jupyterhub(major, reason): the test makes sense only on "
                                        "this JupyterHub major (of the hub the tests start)")
     for kind, meaning in KINDS.items():

@@ -5,9 +5,11 @@ by their PIDs.
 
 The API server authorizes with Node and RBAC and admits with NodeRestriction, so the node
 agent is held to its own node and the hub and the service get exactly what their Roles
-grant. It refuses a loopback advertise address, so it advertises TEST-NET-1 (192.0.2.1,
-RFC 5737), never routed, and no endpoint reconciler writes that into the `kubernetes`
-Service: nothing is ever sent there. etcd keeps its data in the run's directory without
+grant. It refuses a loopback advertise address: inside the run's network namespace
+(sim.network.namespace) it listens on every address there and advertises 10.0.0.1, which
+its endpoint reconciler writes into the `kubernetes` Service as a real cluster's does;
+outside one (no root) it listens on 127.0.0.1 and advertises TEST-NET-1 (192.0.2.1, RFC
+5737), never routed, with no reconciler to write it anywhere. etcd keeps its data in the run's directory without
 fsync (a test cluster: nothing survives the run). The scheduler and the controller-manager
 run alone, without leader election.
 """
@@ -25,12 +27,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..network import namespace
 from ..paths import REPO
 from .credentials import Authority
 
 READY_TIMEOUT_S = 120.0
-SERVICE_NETWORK = "10.96.0.0/16"
-ADVERTISE_ADDRESS = "192.0.2.1"
+NOWHERE = "192.0.2.1"  # the advertise address outside the run's network namespace
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
 
@@ -114,18 +116,21 @@ class ControlPlane:
         self._wait(etcd, f"{etcd_url}/health")
 
         serving = pki.issue("apiserver", "kube-apiserver", server_names=(
-            "127.0.0.1", "localhost", "10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+            "127.0.0.1", "localhost", namespace.API_SERVER_ADDRESS, str(namespace.SERVICES.network_address + 1),
+            "kubernetes", "kubernetes.default", "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local"))
         to_kubelets = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
         sa_key, sa_public = pki.signing_key()
         port = free_port()
         self.server = f"https://127.0.0.1:{port}"
+        addresses = ["--bind-address=0.0.0.0", f"--advertise-address={namespace.API_SERVER_ADDRESS}"] \
+            if namespace.inside() else ["--bind-address=127.0.0.1", f"--advertise-address={NOWHERE}",
+                                        "--endpoint-reconciler-type=none"]
         apiserver = self._run("kube-apiserver", [
-            f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--etcd-servers={etcd_url}", *addresses, f"--secure-port={port}",
             f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={pki.cert}",
-            f"--advertise-address={ADVERTISE_ADDRESS}", "--endpoint-reconciler-type=none",
-            f"--service-cluster-ip-range={SERVICE_NETWORK}",
+            f"--service-cluster-ip-range={namespace.SERVICES}",
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
             f"--kubelet-client-certificate={to_kubelets.cert}", f"--kubelet-client-key={to_kubelets.key}",

@@ -6,6 +6,7 @@ authorizes what it should (RBAC, and certificates only from the run's CA)."""
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -18,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.controlplane.credentials import Authority
+from gpu_reclaim_sim.network import namespace
 
 from ..support.controlplane import control_plane  # noqa: F401 (a fixture)
 from ..support.sim_cluster import wait_for
@@ -43,8 +45,9 @@ def test_the_control_plane_is_the_version_go_mod_pins_and_its_controllers_run(co
     # publisher the CA that pods trust
     wait_for(lambda: control_plane.get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
              "the default ServiceAccount")
-    status, config_map = control_plane.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
-    assert status == 200 and config_map["data"]["ca.crt"] == control_plane.authority.cert.read_text()
+    config_map = wait_for(lambda: (got := control_plane.get("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"))
+                          [0] == 200 and got[1], "kube-root-ca.crt")
+    assert config_map["data"]["ca.crt"] == control_plane.authority.cert.read_text()
 
 
 def test_the_api_server_authorizes_by_rbac_and_trusts_only_the_runs_ca(control_plane, tmp_path):  # noqa: F811
@@ -64,3 +67,31 @@ def test_the_api_server_authorizes_by_rbac_and_trusts_only_the_runs_ca(control_p
     context = ssl.create_default_context(cafile=str(control_plane.authority.cert))
     context.load_cert_chain(forged.cert, forged.key)
     assert _status(control_plane, "/api/v1/pods", context) == 401
+
+
+@pytest.mark.skipif(not namespace.available(), reason="a network namespace of the run's own needs root and ip")
+def test_the_api_server_advertises_a_real_address_in_the_runs_network(control_plane):  # noqa: F811
+    """Inside the run's network namespace the `kubernetes` Service has the API server's real
+    endpoint, written by its reconciler, reached there as pods reach it; the API server refuses
+    loopback endpoints, the reason the run has a namespace of its own; and nothing outside the
+    namespace can be reached."""
+    assert namespace.inside()
+    discovery = k8s.DiscoveryV1Api(k8s_config.new_client_from_config(str(control_plane.admin_kubeconfig)))
+    port = int(control_plane.server.rsplit(":", 1)[1])
+    [kubernetes] = wait_for(lambda: discovery.list_namespaced_endpoint_slice(
+        "default", label_selector="kubernetes.io/service-name=kubernetes").items, "the kubernetes EndpointSlice")
+    assert [e.addresses for e in kubernetes.endpoints] == [[namespace.API_SERVER_ADDRESS]]
+    assert [(p.name, p.port) for p in kubernetes.ports] == [("https", port)]
+    context = ssl.create_default_context(cafile=str(control_plane.authority.cert))
+    with urllib.request.urlopen(f"https://{namespace.API_SERVER_ADDRESS}:{port}/version", context=context) as r:
+        assert r.status == 200  # the serving certificate names the advertise address
+    loopback = {"metadata": {"name": "on-loopback", "labels": {"kubernetes.io/service-name": "x"}},
+                "addressType": "IPv4", "endpoints": [{"addresses": ["127.0.0.5"]}], "ports": [{"port": 80}]}
+    with pytest.raises(ApiException) as refused:
+        discovery.create_namespaced_endpoint_slice("default", loopback)
+    assert refused.value.status == 422 and "loopback" in refused.value.body
+    loopback["endpoints"] = [{"addresses": [str(namespace.PODS.network_address + 7)]}]
+    discovery.create_namespaced_endpoint_slice("default", loopback)  # a pod's address is accepted
+    discovery.delete_namespaced_endpoint_slice("on-loopback", "default")
+    with pytest.raises(OSError):  # no route out of the namespace
+        socket.create_connection(("192.0.2.1", 443), timeout=2)

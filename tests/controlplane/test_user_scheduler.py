@@ -66,6 +66,8 @@ def cluster(control_plane: ControlPlane, tmp_path_factory) -> Iterator[tuple[k8s
     api = admin_api(control_plane)
     core = k8s.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": NS}})
+    wait_for(lambda: core.list_namespaced_service_account(NS, field_selector="metadata.name=default").items,
+             "the namespace's default ServiceAccount")  # no pod is admitted before it
     for doc in docs:  # the user-scheduler's own objects, as the chart renders them
         if "user-scheduler" in doc["metadata"]["name"] and doc["kind"] in (
                 "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap"):

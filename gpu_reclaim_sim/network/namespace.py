@@ -1,0 +1,56 @@
+"""The run's own network namespace (issue 37): what a run of the simulator and each test
+worker lives in, so that the cluster's addresses can be the non-special ones a real cluster
+uses (the real API server refuses loopback addresses in EndpointSlices and as its advertise
+address) and its traffic can go nowhere else.
+
+`enter` moves the calling process (its main thread, before it starts servers: what it starts
+afterwards inherits the namespace) into a new network namespace with only its loopback
+interface up, and makes each of `NETWORKS` local to it (a `local` route, as 127.0.0.0/8
+always is): a process binds any address of them, with no interface per address, and
+every connection to them stays inside. Nothing outside the namespace can be reached (no
+route), and nothing outside reaches in; a socket opened before `enter` stays outside, which is
+how the demo hands a port of the machine's loopback in (later increments).
+
+Needs root (CAP_SYS_ADMIN) and iproute2's `ip`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import os
+import shutil
+import subprocess
+
+CLONE_NEWNET = 0x40000000
+NODES = ipaddress.IPv4Network("10.0.0.0/16")  # the nodes, the API server's advertise address first
+PODS = ipaddress.IPv4Network("10.244.0.0/16")
+SERVICES = ipaddress.IPv4Network("10.96.0.0/16")  # kube-apiserver's --service-cluster-ip-range
+NETWORKS = (NODES, PODS, SERVICES)
+API_SERVER_ADDRESS = str(NODES.network_address + 1)  # 10.0.0.1
+
+_entered = False
+
+
+def available() -> bool:
+    """Whether this process can make a network namespace of its own."""
+    return os.geteuid() == 0 and shutil.which("ip") is not None
+
+
+def inside() -> bool:
+    """Whether this process entered its own network namespace with `enter`."""
+    return _entered
+
+
+def enter() -> None:
+    """Move this process into a new network namespace with `NETWORKS` local to it."""
+    global _entered
+    if _entered:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    for network in NETWORKS:
+        subprocess.run(["ip", "route", "add", "local", str(network), "dev", "lo"], check=True)
+    _entered = True

@@ -27,10 +27,10 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
-    from .window import ReclaimWindow
+    from .window import KernelWindow
 
     return [{"module": "jupyterhub_gpu_reclaim_lab"},
-            {"module": "jupyterhub_gpu_reclaim_lab.window", "app": ReclaimWindow}]
+            {"module": "jupyterhub_gpu_reclaim_lab.window", "app": KernelWindow}]
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

@@ -89,4 +89,5 @@ def _run() -> None:
                 print(f"on_reclaim: {getattr(callback, '__qualname__', callback)!r} failed:", file=err)
                 traceback.print_exc(file=err)
     finally:
-        deadline_file(_connection_file).unlink(missing_ok=True)
+        if os.getpid() == _pid:  # not a forked child leaving a callback early
+            deadline_file(_connection_file).unlink(missing_ok=True)

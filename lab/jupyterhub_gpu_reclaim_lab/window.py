@@ -25,7 +25,7 @@ from .stopping import GRACE_ENV, remove_stale, write_deadline
 MARGIN = 5.0
 
 
-class ReclaimWindow(ExtensionApp):
+class KernelWindow(ExtensionApp):
     name = "jupyterhub_gpu_reclaim_lab_window"
     load_other_extensions = True
 

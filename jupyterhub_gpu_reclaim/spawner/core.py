@@ -22,6 +22,7 @@ from ..wording import expected_free
 from . import affinity, keepalive, messages
 from .images import normalize
 from .informer import Informer
+from .reclaim_window import ReclaimWindow
 from .timings import SpawnTimings, extract
 
 TIMINGS_ANNOTATION = "jupyterhub-gpu-reclaim/spawn-timings"
@@ -53,7 +54,7 @@ class GpuQueueTimeout(Exception):
         self.jupyterhub_message = message
 
 
-class GPUReclaimSpawner(KubeSpawner):
+class GPUReclaimSpawner(ReclaimWindow):
     image_locality = Enum(
         ["off", "prefer", "require", "auto"], "auto", config=True,
         help="""Keep pods on nodes that already hold their image, with node affinity (no
@@ -103,16 +104,6 @@ class GPUReclaimSpawner(KubeSpawner):
         help="""The PriorityClass of resumed sessions' pods (higher than the user pods'
         jhub-default-priority, so the scheduler tries them first). Required with
         resume_priority_window.""")
-
-    reclaim_service_url = Unicode(
-        "", config=True,
-        help="""The reclaim service's URL, asked for a user's recent reclaims
-        (`<url>api/reclaims?user=...`), e.g. http://127.0.0.1:10101/services/gpu-reclaim/.""")
-
-    reclaim_service_token = Unicode(
-        "", config=True,
-        help="""A hub API token with access to the reclaim service
-        (access:services!service=gpu-reclaim), e.g. of a service entry without a command.""")
 
     _priority_classes: dict[str, tuple[int, bool]] = {}  # name → (value, may preempt), shared
 
@@ -321,19 +312,6 @@ class GPUReclaimSpawner(KubeSpawner):
                 watch.cancel()
         await self._record_timings()
         return url
-
-    async def _ask_service(self, path: str, **params: str) -> dict:
-        """GET `path` of the reclaim service's API (reclaim_service_url) with
-        reclaim_service_token; RuntimeError for an answer other than 200."""
-        import aiohttp
-
-        url = self.reclaim_service_url.rstrip("/") + "/api/" + path
-        async with aiohttp.ClientSession() as http:
-            async with http.get(url, params=params, timeout=aiohttp.ClientTimeout(total=5),
-                                headers={"Authorization": f"token {self.reclaim_service_token}"}) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"HTTP {r.status}")
-                return await r.json()
 
     async def _recent_reclaim(self) -> dict | None:
         """This server's latest GPU reclaim within resume_priority_window, from the service."""

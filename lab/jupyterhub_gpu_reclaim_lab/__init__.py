@@ -2,12 +2,18 @@
 `gpu-reclaim/status`, `gpu-reclaim/keep-alive` and `gpu-reclaim/stop` under the server's
 base URL, answered by calling the reclaim service with the server's own hub token. The
 frontend (labextension/ in the repository, built into `labextensions/` here) reads them.
+When the server stops, its kernels get the window the spawner gave it (window.py), and code
+a kernel registered with `on_reclaim` runs (kernel.py).
 Its own distribution, jupyterhub-gpu-reclaim-lab (lab/pyproject.toml), for the user image:
 it imports nothing of jupyterhub_gpu_reclaim, the hub-side package."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .kernel import deadline, on_reclaim
+
+__all__ = ["deadline", "on_reclaim"]
 
 #: the release, the same as jupyterhub_gpu_reclaim.__version__ (tests/packaging checks it)
 __version__ = "0.1.0"
@@ -20,8 +26,11 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
     return [{"src": f"labextensions/{LABEXTENSION}", "dest": LABEXTENSION}]
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    return [{"module": "jupyterhub_gpu_reclaim_lab"}]
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from .window import KernelWindow
+
+    return [{"module": "jupyterhub_gpu_reclaim_lab"},
+            {"module": "jupyterhub_gpu_reclaim_lab.window", "app": KernelWindow}]
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

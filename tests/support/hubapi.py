@@ -101,8 +101,9 @@ class HubAPI:
 
     # --- the user's own server ------------------------------------------------------
 
-    async def run_code(self, name: str, code: str, timeout: float = 60) -> str:
-        """Execute `code` in a new kernel on the user's server; its stdout."""
+    async def run_code(self, name: str, code: str, timeout: float = 60, keep_kernel: bool = False) -> str:
+        """Execute `code` in a new kernel on the user's server; its stdout. The kernel is shut
+        down after, unless `keep_kernel` (it then runs until the server stops)."""
         base = f"{self.url}/user/{name}/api"
         async with self.session.post(f"{base}/kernels", json={"name": "python3"}) as r:
             assert r.status == 201, f"POST kernels: {r.status} {(await r.text())[:2000]}"
@@ -110,8 +111,9 @@ class HubAPI:
         try:
             return await asyncio.wait_for(self._execute(f"{base}/kernels/{kernel['id']}/channels", code), timeout)
         finally:
-            async with self.session.delete(f"{base}/kernels/{kernel['id']}"):
-                pass
+            if not keep_kernel:
+                async with self.session.delete(f"{base}/kernels/{kernel['id']}"):
+                    pass
 
     async def _execute(self, url: str, code: str) -> str:
         msg_id = uuid.uuid4().hex

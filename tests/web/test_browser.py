@@ -385,6 +385,10 @@ async def test_after_a_reclaim_the_home_page_says_what_happened_until_seen(hub, 
         await expect(notice).to_contain_text("an admin (admin) reclaimed it")
         await expect(notice).to_contain_text("Kept: files under your home directory")
         await page.screenshot(path=str(IMG / "home-after-reclaim.png"), full_page=True)
+        # her page's history says why, in words, not the rule's name
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        await expect(page.locator("table.reclaims td.why")).to_have_text(["an admin (admin) reclaimed it"])
+        await page.goto(f"{hub.info['url']}/hub/home")  # the notice again (a locator finds it anew)
         await notice.get_by_role("button", name="Start again").click()
         await page.wait_for_url(re.compile(r"/hub/spawn/carol$"))
         await page.goto(f"{hub.info['url']}/hub/home")

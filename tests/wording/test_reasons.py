@@ -15,6 +15,7 @@ from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.service.notify import Message
 from jupyterhub_gpu_reclaim.service.reasons import sentence, why
 from jupyterhub_gpu_reclaim.service.status import SessionStatus
+from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.timestamps import evidence_time
 from jupyterhub_gpu_reclaim.web import render
 from jupyterhub_gpu_reclaim.wording import clock, moment, relative
@@ -131,6 +132,24 @@ def test_the_banner_the_card_the_notice_and_the_api_say_the_same(monkeypatch):
     assert f"Why: {said}." in Message.build(d, session, keepalive_url="", now=NOW).text
     assert render.session_json(s, NOW)["why"] == said
     assert render.session_json(s, NOW)["state_text"] == "warned: reclaim at 14:02 UTC (in 2 min)"
+
+
+def test_the_history_says_why_not_the_rule(monkeypatch):
+    """The user page's reclaims of the last 7 days: why each was reclaimed, as it was said
+    when it was warned, never the rule's name."""
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    record = ReclaimRecord(1, "alice/", "ep", "gpu-never-used", at(hours=5, minutes=50), 1,
+                           {"idle_since": evidence_time(SINCE), "never_used": True}, at(hours=5, minutes=51), "stopped", "")
+    by_admin = ReclaimRecord(2, "alice/x", "ep2", "admin", NOW, 1, {"by": "root"}, None, None, "")
+    page = render._jinja.get_template("user.html").render(
+        prefix="/p/", hub_prefix="/hub/", user={"name": "alice"}, is_admin=False, dry_run=False, xsrf="t", now=NOW,
+        sparkline=render.sparkline, state_of=render.state_of, quote=quote, sessions=[], queue=[], selected="",
+        error="", notice="", presets=[1], cap_text="12 h", cycle_t=NOW,
+        reclaims=[(render.reclaim_json(r, NOW), why(r.rule, r.evidence)) for r in (by_admin, record)])
+    cells = [re.sub(r"<[^>]+>", "", m) for m in re.findall(r'<td class="why">(.*?)</td>', page)]
+    assert cells == ["an admin (root) reclaimed it", "nothing has run on the GPU since 13:22 UTC (38 min ago)"]
+    assert "gpu-never-used" not in page and ">admin<" not in page
+    assert render.reclaim_json(record, NOW)["why"] == cells[1]
 
 
 def test_a_sentence_on_a_page_escapes_its_words():

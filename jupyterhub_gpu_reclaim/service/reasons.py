@@ -59,6 +59,12 @@ def _since(t: dt.datetime | None) -> Sentence:
     return sentence(" since ", t) if t is not None else sentence(" since the server started")
 
 
+#: the rules `why` has words of their own for (the others: a general sentence)
+SAID = frozenset({"gpu-never-used", "gpu-idle", "shared-gpu-idle-kernels", "cpu-work-on-gpu",
+                  "job-ended-unattended", "intent-ended", "max-age", "admin", "idle-culler-timeout",
+                  "idle-culler-max-age"})
+
+
 def why(rule: str | None, evidence: Mapping[str, Any] | None) -> Sentence:
     """Why a warning, a reclaim or an idle state: what was measured, for the user."""
     ev = evidence if isinstance(evidence, Mapping) else {}

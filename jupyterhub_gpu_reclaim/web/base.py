@@ -366,8 +366,8 @@ class Base(HubOAuthenticated, RedactedLogs):
 
     def show_admin(self, notice: str = "", error: str = "") -> None:
         """The admin page: the admin data, and the week's GPU-hours per day with their chart."""
-        usage = daily_usage(self.ctx.store, utcnow()) if self.ctx.store is not None else []
         t = utcnow()
+        usage = daily_usage(self.ctx.store, t) if self.ctx.store is not None else []
         states = {sid: state_of(s, t)[1] for sid, s in self.ctx.controls.status().sessions.items()}
         self.finish(self.render_page("admin.html", data=self.admin_data(), states=states, notice=notice, error=error,
                                      usage=usage, usage_chart=usage_chart(usage) if usage else "",

@@ -16,7 +16,7 @@ from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
-from ..service.reasons import Sentence, sentence, why
+from ..service.reasons import SAID, Sentence, sentence, why
 from ..wording import KEEPS, LOSES, clock, expected_free, format_util, relative, spark_label
 from .paths import TEMPLATES
 
@@ -102,7 +102,7 @@ def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, Sentence]:
     if info.warned_at and info.reclaim_at:
         return "warned", sentence("warned: reclaim at ", info.reclaim_at)
     if info.action == "hold":
-        return "held", sentence(f"held: data missing ({info.reason or info.rule})")
+        return "held", sentence("held: data missing")  # what is missing: the reason beside it
     if not info.gpus:
         return "cpu", sentence("no GPU")
     since = info.idle_since
@@ -112,8 +112,10 @@ def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, Sentence]:
 
 
 def why_of(info: SessionStatus, kind: str) -> Sentence | None:
-    """Why a session is in its state, in plain words, for a warned or an idle session."""
-    return why(info.rule, info.evidence) if kind in ("warned", "idle") else None
+    """Why a session is in its state, in plain words, for a warned or an idle session; None
+    when its latest decision is not one of those (a warned session whose data went missing
+    is held: the hold says why)."""
+    return why(info.rule, info.evidence) if kind in ("warned", "idle") and info.rule in SAID else None
 
 
 def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
@@ -164,4 +166,4 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
 _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"))
-_jinja.globals.update(expected_free=expected_free, why=why, why_of=why_of)
+_jinja.globals.update(expected_free=expected_free, why_of=why_of)

@@ -35,7 +35,7 @@ def info(**kw):
     ({"intent_until": NOW - dt.timedelta(hours=1)}, "active", "active"),
     ({"exempt_until": NOW + dt.timedelta(hours=1)}, "exempt", "exempt until 15:00 UTC (in 1 h)"),
     ({"rule": "exempt"}, "exempt", "exempt"),
-    ({"action": "hold", "rule": "gpu-data-missing", "reason": "no GPU data"}, "held", "held: data missing (no GPU data)"),
+    ({"action": "hold", "rule": "gpu-data-missing", "reason": "no GPU data"}, "held", "held: data missing"),
     ({"gpus": 0}, "cpu", "no GPU"),
     ({"stopping": True}, "stopping", "stopping"),
 ])

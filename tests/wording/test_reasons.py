@@ -134,6 +134,24 @@ def test_the_banner_the_card_the_notice_and_the_api_say_the_same(monkeypatch):
     assert render.session_json(s, NOW)["state_text"] == "warned: reclaim at 14:02 UTC (in 2 min)"
 
 
+def test_a_warned_session_whose_data_went_missing_says_the_hold(monkeypatch):
+    """Warned, then the GPU data stopped: the warning stands, the latest decision is a hold,
+    and that is what the card says; the banner says when, with no why it cannot know."""
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    s = _warned()
+    s.action, s.rule, s.reason, s.evidence = "hold", "gpu-data-missing", "GPU data missing (no GPU samples)", {}
+    assert render.state_of(s, NOW)[0] == "warned" and render.why_of(s, "warned") is None
+    env = dict(prefix="/p/", hub_prefix="/hub/", user={"name": "alice"}, is_admin=False, dry_run=False, xsrf="t",
+               now=NOW, sparkline=render.sparkline, state_of=render.state_of, quote=quote)
+    page = render._jinja.get_template("user.html").render(
+        **env, sessions=[s], queue=[], reclaims=[], selected="", error="", notice="", presets=[1],
+        cap_text="12 h", cycle_t=NOW)
+    assert _texts(page, "reason") == ["GPU data missing (no GPU samples)"]
+    banner = render._jinja.get_template("embed_banner.html").render(**env, warned=[{**s.to_dict(), "why": None}])
+    assert 'class="reason"' not in banner and "(in 2 min). <a" in banner
+    assert "gpu-data-missing" not in page + banner
+
+
 def test_the_history_says_why_not_the_rule(monkeypatch):
     """The user page's reclaims of the last 7 days: why each was reclaimed, as it was said
     when it was warned, never the rule's name."""

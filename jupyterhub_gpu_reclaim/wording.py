@@ -1,6 +1,8 @@
-"""Words users read in more than one place, written once: what a reclaim keeps and loses
-(the warnings and reclaim notices, the user page and the API's reclaim records), when a
-waiting user can expect a GPU, and how GPU utilization is written (the notices' evidence, the pages' tables and sparklines).
+"""Words users read in more than one place, written once: how a time and how long until or
+since it are written (`clock`, `relative`, `moment`: the pages, the notices, the API's
+texts), what a reclaim keeps and loses (the warnings and reclaim notices, the user page and
+the API's reclaim records), when a waiting user can expect a GPU, and how GPU utilization is
+written (the notices' evidence, the pages' tables and sparklines).
 The JupyterLab extension shows KEEPS and LOSES as the user API sends them (web/api.py): it
 keeps no copy."""
 
@@ -14,6 +16,33 @@ from .durations import format_duration
 KEEPS = "files under your home directory"
 LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
          "and packages installed outside your home directory")
+
+
+def clock(t: dt.datetime, now: dt.datetime) -> str:
+    """A time as people read it: "13:33 UTC" on the (UTC) day of `now`, else
+    "2026-12-05 13:33 UTC". The pages show it in the browser's zone: static/reclaim.js
+    writes the same ("08:33", "2026-12-05 08:33") there, with this text on hover."""
+    t = t.astimezone(dt.timezone.utc)
+    same_day = t.date() == now.astimezone(dt.timezone.utc).date()
+    return t.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
+
+
+def relative(t: dt.datetime, now: dt.datetime) -> str:
+    """How soon or how long ago, within a day: "in 18 min", "3 min ago", "in 40 s", "now";
+    "" a day or more away. `format_duration`'s words and rounding (down: never overstated)."""
+    seconds = (t - now).total_seconds()
+    if abs(seconds) >= 86400:
+        return ""
+    if abs(seconds) < 1:
+        return "now"
+    words = format_duration(abs(seconds))
+    return f"in {words}" if seconds > 0 else f"{words} ago"
+
+
+def moment(t: dt.datetime, now: dt.datetime) -> str:
+    """`clock` and `relative` together, as text says a time: "13:33 UTC (in 18 min)"."""
+    rel = relative(t, now)
+    return clock(t, now) + (f" ({rel})" if rel else "")
 
 
 def format_util(values: Any, missing: str = "no data") -> str:

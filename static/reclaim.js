@@ -15,22 +15,16 @@
     }
   } catch (e) { /* a parent of another origin: the page keeps its own theme */ }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
-  // how soon or how long ago, within a day: "in 18 min", "42 min ago", "in 1 h 5 min"
-  function relative(d) {
-    var m = Math.round((d.getTime() - Date.now()) / 60000), a = Math.abs(m);
-    if (a >= 24 * 60) return "";
-    if (a < 1) return "now";
-    var h = Math.floor(a / 60), text = h ? h + " h" + (a % 60 ? " " + (a % 60) + " min" : "") : a + " min";
-    return m > 0 ? "in " + text : text + " ago";
-  }
-  // show times in the browser's zone, with how soon or how long ago; UTC on hover (the
-  // server wrote it in the title)
+  // each time in the browser's zone, written as the server writes it in UTC (wording.clock):
+  // "08:33" today, "2026-12-05 08:33" on another day. The server wrote UTC on hover and
+  // how soon or how long ago beside it (one computation for every page and notice).
+  var today = new Date().toDateString();
   document.querySelectorAll("time[datetime]").forEach(function (el) {
     var d = new Date(el.getAttribute("datetime"));
     if (isNaN(d)) return;
-    var clock = pad(d.getHours()) + ":" + pad(d.getMinutes()), rel = relative(d);
-    if (!rel) clock = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + clock;
-    el.textContent = clock + (rel ? " (" + rel + ")" : "");
+    var clock = pad(d.getHours()) + ":" + pad(d.getMinutes());
+    el.textContent = d.toDateString() === today ? clock
+      : d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + clock;
   });
   // the keep-alive time field is in the browser's zone: tell the server which
   document.querySelectorAll("input.tz-offset").forEach(function (el) { el.value = String(new Date().getTimezoneOffset()); });

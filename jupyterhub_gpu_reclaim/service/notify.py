@@ -1,9 +1,10 @@
 """Notifications: tell users (and admins) about warnings and reclaims.
 
 A :class:`Message` is built from a policy :class:`~.observations.Decision` ("warn" or
-"reclaim") and its :class:`~.observations.Session`. It names the session, the rule and its
-evidence, the reclaim time (UTC and "in N minutes"), how to keep the session (the keep-alive
-page) and what a reclaim keeps and loses.
+"reclaim") and its :class:`~.observations.Session`. It names the session, says why in plain
+words of what was measured (`reasons.why`: never the rule's name) and what was measured, the
+reclaim time (in UTC, saying so, and how soon: `wording.moment`), how to keep the session
+(the keep-alive page) and what a reclaim keeps and loses.
 
 Channels are pluggable :class:`Notifier` objects (``async send(message, recipients)``):
 :class:`LogNotifier`, :class:`WebhookNotifier` (JSON, or Slack incoming-webhook ``{"text"}``)
@@ -33,8 +34,10 @@ from urllib.parse import urlsplit
 
 from ..policy.observations import Decision, Session
 from ..oneline import one_line
-from ..timestamps import format_time, utcnow
-from ..wording import KEEPS, LOSES, format_util
+from ..durations import format_duration
+from ..timestamps import format_time, parse_time_lenient, utcnow
+from ..wording import KEEPS, LOSES, clock, format_util, moment
+from .reasons import why
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +47,15 @@ def _utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
 
 
-def format_utc(t: dt.datetime) -> str:
-    """``2024-05-01 14:30 UTC``."""
-    return _utc(t).strftime("%Y-%m-%d %H:%M UTC")
+def _evidence_lines(ev: Mapping[str, Any], now: dt.datetime) -> list[str]:
+    """What was measured, times as every text says them (`wording.moment`, in UTC)."""
+    def at(key: str) -> str:
+        t = parse_time_lenient(ev[key]) if isinstance(ev[key], str) else None
+        return moment(t, now) if t is not None else str(ev[key])
 
-
-def _in_minutes(at: dt.datetime, now: dt.datetime) -> str:
-    minutes = max(0, math.ceil((_utc(at) - _utc(now)).total_seconds() / 60))
-    return f"in {minutes} minute{'s' if minutes != 1 else ''}"
-
-
-def _evidence_lines(ev: Mapping[str, Any]) -> list[str]:
     lines = []
     if ev.get("idle_since"):
-        lines.append(f"  - idle since: {ev['idle_since']}")
+        lines.append(f"  - idle since: {at('idle_since')}")
     shared = bool(ev.get("gpu_shared"))  # its utilization is everyone's on the GPU: not the server's
     if shared:
         lines.append("  - the GPU is shared with other servers (time-sliced): its utilization is not "
@@ -65,21 +63,22 @@ def _evidence_lines(ev: Mapping[str, Any]) -> list[str]:
     elif ev.get("never_used"):
         lines.append("  - the GPU has not been used since the server started")
     elif ev.get("last_used"):
-        lines.append(f"  - GPU last used: {ev['last_used']}")
+        lines.append(f"  - GPU last used: {at('last_used')}")
     if "window_max_util" in ev and not shared:
         window = ev.get("window_minutes")
-        over = f" over the last {window:g} minutes" if isinstance(window, (int, float)) else ""
+        over = (f" over the last {format_duration(window * 60)}"
+                if isinstance(window, (int, float)) and math.isfinite(window) else "")
         lines.append(f"  - highest GPU utilization{over}: {format_util(ev['window_max_util'])}")
     if "latest_util" in ev and not shared:
         lines.append(f"  - latest GPU utilization: {format_util(ev['latest_util'])}")
     if ev.get("idle_gpus") is not None and ev.get("gpus"):
         lines.append(f"  - idle GPUs: {len(ev['idle_gpus'])} of {ev['gpus']}")
     if ev.get("hub_last_activity"):
-        lines.append(f"  - last activity seen by the hub: {ev['hub_last_activity']}")
-    if isinstance(ev.get("inactive_s"), (int, float)):
-        lines.append(f"  - inactive for: {ev['inactive_s'] / 60:.0f} minutes")
+        lines.append(f"  - last activity seen by the hub: {at('hub_last_activity')}")
+    if isinstance(ev.get("inactive_s"), (int, float)) and math.isfinite(ev["inactive_s"]):
+        lines.append(f"  - inactive for: {format_duration(ev['inactive_s'])}")
     if ev.get("max_age_at"):
-        lines.append(f"  - maximum age reached at: {ev['max_age_at']}")
+        lines.append(f"  - maximum age reached at: {at('max_age_at')}")
     return lines
 
 
@@ -91,8 +90,9 @@ class Message:
     session: str  # "user/server"
     user: str
     server: str
-    rule: str
+    rule: str  # the admin's word (the webhook's JSON, the log); the text says `why`
     reason: str
+    why: str  # in plain words of what was measured (reasons.why)
     reclaim_at: dt.datetime  # UTC
     now: dt.datetime  # UTC, when the message was built
     evidence: dict[str, Any]
@@ -122,12 +122,8 @@ class Message:
         gpus = f" with {session.gpus} GPU{'s' if session.gpus != 1 else ''}" if session.gpus else ""
         dry = "[dry run] " if dry_run else ""
         if event == "warning":
-            subject = (f"{dry}{hub_name}: your {server_label} ({sid}) will be stopped at "
-                       f"{format_utc(reclaim_at)} (idle GPU)")
-            head = [
-                f"{who}{gpus} will be stopped at {format_utc(reclaim_at)} "
-                f"({_in_minutes(reclaim_at, now)}) to free its GPUs for others.",
-            ]
+            subject = f"{dry}{hub_name}: your {server_label} ({sid}) will be stopped at {clock(reclaim_at, now)}"
+            head = [f"{who}{gpus} will be stopped at {moment(reclaim_at, now)} to free its GPUs for others."]
             use_it = "use the GPU / run a cell before the reclaim time."
             keep = ["How to keep your session:"]
             if keepalive_url:  # none without the service's pages
@@ -136,17 +132,18 @@ class Message:
             else:
                 keep += [f"  {use_it[0].upper()}{use_it[1:]}"]
         else:
-            subject = f"{dry}{hub_name}: your {server_label} ({sid}) was stopped (idle GPU)"
-            head = [f"{who}{gpus} was stopped at {format_utc(reclaim_at)} to free its GPUs."]
+            subject = f"{dry}{hub_name}: your {server_label} ({sid}) was stopped"
+            head = [f"{who}{gpus} was stopped at {clock(reclaim_at, now)} to free its GPUs."]
             keep = ["You can start it again from the hub at any time."]
             if keepalive_url:
                 keep += [f"Next time, to keep a session running, use {keepalive_url}."]
+        why_text = why(decision.rule, evidence).text(now)
         body = [
             *head,
             "",
-            one_line(f"Rule: {decision.rule} - {decision.reason}"),
-            "Evidence:",
-            *([one_line(line) for line in _evidence_lines(evidence)] or ["  - (none recorded)"]),
+            one_line(f"Why: {why_text}."),
+            "What was measured:",
+            *([one_line(line) for line in _evidence_lines(evidence, now)] or ["  - (none recorded)"]),
             "",
             *keep,
             "",
@@ -157,7 +154,7 @@ class Message:
         if dry_run:
             body += ["", "This hub runs the reclaimer in dry-run mode: nothing is stopped."]
         return cls(event, session.id, session.user, session.server, decision.rule,
-                   decision.reason, reclaim_at, now, evidence, keepalive_url,
+                   decision.reason, why_text, reclaim_at, now, evidence, keepalive_url,
                    hub_name, dry_run, subject, "\n".join(body) + "\n")
 
     def payload(self) -> dict[str, Any]:
@@ -169,6 +166,7 @@ class Message:
             "server": self.server,
             "rule": self.rule,
             "reason": self.reason,
+            "why": self.why,
             "reclaim_at": format_time(self.reclaim_at),
             "evidence": self.evidence,
             "keepalive_url": self.keepalive_url,

@@ -19,6 +19,7 @@ from tornado import web
 
 from ..durations import parse_duration
 from ..timestamps import format_time
+from ..wording import clock
 
 UTC = dt.timezone.utc
 OPTION = "keepalive_until"  # the user_options key
@@ -134,7 +135,7 @@ def from_form(form: Mapping[str, Any], *, now: dt.datetime, max_keepalive: dt.ti
 def _too_far(now: dt.datetime, max_keepalive: dt.timedelta) -> KeepaliveError:
     latest = now + max_keepalive
     return KeepaliveError(f"A session can be kept at most {_label(max_keepalive)} from now "
-                          f"(until {latest:%Y-%m-%d %H:%M} UTC).")
+                          f"(until {clock(latest, now)}).")
 
 
 def check(until: dt.datetime, *, now: dt.datetime, max_keepalive: dt.timedelta) -> dt.datetime:
@@ -143,7 +144,7 @@ def check(until: dt.datetime, *, now: dt.datetime, max_keepalive: dt.timedelta) 
     cannot be converted to UTC, and is refused as in the past or too far."""
     if until <= now:
         try:
-            shown = f"{until.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+            shown = clock(until, now)
         except OverflowError:
             shown = until.isoformat()
         raise KeepaliveError(f"The keep-alive time {shown} is in the past.")

@@ -113,7 +113,8 @@ class SessionsApi(ApiBase):
                          "spark_window_seconds": SPARK_WINDOW.total_seconds(),
                          "keeps": KEEPS, "loses": LOSES,
                          "sessions": [session_json(s, t) for s in self.my_sessions().values()],
-                         "waiting": [q.to_dict() for q in self.my_queue()], "reclaims": self.user_reclaims()})
+                         "waiting": [q.to_dict() for q in self.my_queue()],
+                         "reclaims": [reclaim_json(r, t) for r in self.user_reclaims()]})
 
 
 class IntentApi(ApiBase):

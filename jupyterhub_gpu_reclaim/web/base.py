@@ -26,6 +26,7 @@ from ..policy.decider import IDLE_RULES
 from ..settings import ServiceSettings
 from ..service.status import SessionStatus, WaitingServer
 from ..store import Store
+from ..store.reclaims import ReclaimRecord
 from ..durations import format_duration
 from ..timestamps import jsonable, parse_time_lenient, utcnow
 from .controls import Controls, Reclaiming
@@ -315,11 +316,12 @@ class Base(HubOAuthenticated, RedactedLogs):
         """The caller's running session `sid`; 404 for anyone else's (or none)."""
         return self.ctx.controls.own_session(self.user_name, sid)
 
-    def user_reclaims(self, days: int = 7) -> list[dict[str, Any]]:
+    def user_reclaims(self, days: int = 7) -> list[ReclaimRecord]:
+        """The caller's reclaims of the last `days`, newest first."""
         if self.ctx.store is None:
             return []
         since = utcnow() - dt.timedelta(days=days)
-        return [reclaim_json(r) for r in self.ctx.store.reclaims(since, user=self.user_name)][::-1]
+        return self.ctx.store.reclaims(since, user=self.user_name)[::-1]
 
     # ---- admin data
 
@@ -364,8 +366,10 @@ class Base(HubOAuthenticated, RedactedLogs):
 
     def show_admin(self, notice: str = "", error: str = "") -> None:
         """The admin page: the admin data, and the week's GPU-hours per day with their chart."""
-        usage = daily_usage(self.ctx.store, utcnow()) if self.ctx.store is not None else []
-        self.finish(self.render_page("admin.html", data=self.admin_data(), notice=notice, error=error,
+        t = utcnow()
+        usage = daily_usage(self.ctx.store, t) if self.ctx.store is not None else []
+        states = {sid: state_of(s, t)[1] for sid, s in self.ctx.controls.status().sessions.items()}
+        self.finish(self.render_page("admin.html", data=self.admin_data(), states=states, notice=notice, error=error,
                                      usage=usage, usage_chart=usage_chart(usage) if usage else "",
                                      freed_means=FREED_MEANS, waiting_means=WAITING_MEANS))
 

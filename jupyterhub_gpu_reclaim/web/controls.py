@@ -22,7 +22,7 @@ from ..store.reclaims import ReclaimRecord
 from ..durations import format_duration
 from ..timestamps import format_time, utcnow
 from .inputs import BadInput
-from .render import hhmm, notice
+from .render import notice
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
@@ -85,7 +85,7 @@ class Controls:
             raise BadInput(f"the time {format_time(until)} is in the past")
         if until > t + cap + dt.timedelta(minutes=1):
             raise BadInput(f"{format_time(until)} is beyond the cap: at most {format_duration(cap.total_seconds())} "
-                           f"from now ({hhmm(t + cap)})")
+                           f"from now ({format_time(t + cap)})")
         until = min(until, t + cap)
         self.store.set_intent(sid, until, t, by=user)
         self.store.audit(user, "keepalive", sid, t=t, until=until)
@@ -126,7 +126,7 @@ class Controls:
             return notice("reclaiming", session=sid)
         if action == "exempt":
             until = self._exempt(admin, sid, hours, running)
-            return notice("exempt", session=sid, until=hhmm(until))
+            return notice("exempt", session=sid, until=format_time(until))
         if action == "clear-intent":
             if not running and sid not in self.store.intents():
                 raise web.HTTPError(404, f"no session {sid!r} with an intent")

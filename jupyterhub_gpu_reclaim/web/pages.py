@@ -14,11 +14,12 @@ from ..report.render import HOURS, as_csv, as_json, estimate_sentence, headings,
 from ..replay.backtest import policy_to_dict
 from ..service.usage import FREED_MEANS, WAITING_MEANS
 from ..durations import format_duration
-from ..timestamps import utcnow
+from ..service.reasons import why
+from ..timestamps import format_time, utcnow
 from .base import Base, writes
 from .chart import report_chart, whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_days, parse_override, parse_until
-from .render import hhmm, notice, reclaim_notice, state_of
+from .render import notice, reclaim_json, reclaim_notice, state_of, why_of
 from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
 from .whatif import DEFAULT_SINCE, run_what_if
 
@@ -35,9 +36,11 @@ class UserPage(Base):
         sessions = sorted(self.my_sessions().values(), key=lambda s: (s.server != "", s.server))
         cap = self.ctx.max_keepalive
         presets: list[float] = [h for h in (1, 2, 4, 8, 12, 24, 48) if dt.timedelta(hours=h) <= cap] or [cap.total_seconds() / 3600]
+        t = utcnow()
+        reclaims = [(reclaim_json(r, t), why(r.rule, r.evidence)) for r in self.user_reclaims()]
         self.set_status(status)
         self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
-                                     reclaims=self.user_reclaims(), selected=selected, error=error,
+                                     reclaims=reclaims, selected=selected, error=error,
                                      notice=self.take_notice(), presets=presets,
                                      cap_text=format_duration(cap.total_seconds()), cycle_t=self.ctx.controls.status().t))
 
@@ -78,7 +81,7 @@ class KeepaliveForm(UserPage):
         except BadInput as e:
             self.show(error=f"{sid}: {e}", status=400)
             return
-        self.flash(notice("kept", until=hhmm(until)))
+        self.flash(notice("kept", until=format_time(until)))
         self.redirect(nxt + "?" + urlencode({"session": sid}), status=303)
 
 
@@ -140,12 +143,8 @@ class EmbedBanner(Base):
     @web.authenticated
     def get(self) -> None:
         t = utcnow()
-        warned = []
-        for s in self.my_sessions().values():
-            kind, _ = state_of(s, t)
-            if kind == "warned":
-                since = s.idle_since or s.started
-                warned.append({**s.to_dict(), "idle_for": format_duration((t - since).total_seconds()) if since else ""})
+        warned = [{**s.to_dict(), "why": why_of(s, "warned")} for s in self.my_sessions().values()
+                  if state_of(s, t)[0] == "warned"]
         self.finish(self.render_page("embed_banner.html", warned=warned))
 
 

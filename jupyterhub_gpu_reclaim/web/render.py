@@ -14,10 +14,10 @@ from markupsafe import Markup, escape
 from ..policy.decider import IDLE_RULES
 from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
-from ..durations import format_duration
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
-from ..wording import KEEPS, LOSES, expected_free, format_util, spark_label
+from ..service.reasons import SAID, Sentence, sentence, why
+from ..wording import KEEPS, LOSES, clock, expected_free, format_util, relative, spark_label
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -44,7 +44,7 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
-            "kept": KEEPS, "lost": LOSES}
+            "why": why(r.rule, r.evidence).text(t), "kept": KEEPS, "lost": LOSES}
 
 
 def audit_json(a: AuditRecord) -> dict[str, Any]:
@@ -52,23 +52,12 @@ def audit_json(a: AuditRecord) -> dict[str, Any]:
     return dataclasses.asdict(a)
 
 
-def reclaim_notice(r: Any) -> str:
+def reclaim_notice(r: Any) -> Sentence:
     """What the hub's home page tells a user about the reclaim `r` of their server, until
     they have seen it."""
     server = f"Your server {r.session.split('/', 1)[1]!r}" if r.session.split("/", 1)[1] else "Your server"
-    since = parse_time_lenient((r.evidence or {}).get("idle_since"))  # stored evidence: never trusted
-    by = (r.evidence or {}).get("by")
-    why = (f"its GPU was unused for {format_duration((r.t - since).total_seconds())}" if since is not None
-           else f"{by} reclaimed it" if by else f"rule {r.rule}")
-    return f"{server} was stopped at {format_time(r.finished_at or r.t)}: {why}. Kept: {KEEPS}. Lost: {LOSES}."
-
-
-def hhmm(value: Any) -> str:
-    """A time as "HH:MM UTC"; a string that is not a time as written, never an error."""
-    t = parse_time_lenient(value)
-    if t is None:
-        return "" if value is None else str(value)
-    return t.strftime("%H:%M UTC")
+    return sentence(f"{server} was stopped at ", r.finished_at or r.t, ": ", why(r.rule, r.evidence),
+                    f". Kept: {KEEPS}. Lost: {LOSES}.")
 
 
 #: an RFC 3339 instant inside free text (a decision's reason)
@@ -76,16 +65,23 @@ _INSTANT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d
 
 
 def when(value: Any) -> Markup:
-    """A time as the pages show it: a `<time>` holding the instant, "HH:MM UTC" as its text
-    and the full UTC time on hover; the pages' script shows it in the browser's zone with
-    how soon or how long ago ("14:05 (in 18 min)"). Anything that is not a time (a server
-    named like one, malformed stored evidence) is shown as written, escaped."""
+    """A time as the pages show it: a `<time>` holding the instant with `wording.clock` as
+    its text ("13:33 UTC") and the full UTC time on hover, then how soon or how long ago
+    (`wording.relative`: "(in 18 min)"); the pages' script shows the clock in the browser's
+    zone ("08:33"). Anything that is not a time (a server named like one, malformed stored
+    evidence) is shown as written, escaped."""
     t = parse_time_lenient(value)
     if t is None:
         return Markup("{}").format("" if value is None else value)
-    text = hhmm(t) if abs(utcnow() - t) < dt.timedelta(hours=20) else t.strftime("%Y-%m-%d %H:%M UTC")
-    return Markup('<time datetime="{}" title="{}">{}</time>').format(
-        format_time(t), t.strftime("%Y-%m-%d %H:%M:%S UTC"), text)
+    now = utcnow()
+    rel = relative(t, now)
+    return Markup('<time datetime="{}" title="{}">{}</time>{}').format(
+        format_time(t), t.strftime("%Y-%m-%d %H:%M:%S UTC"), clock(t, now), f" ({rel})" if rel else "")
+
+
+def say(words: Sentence) -> Markup:
+    """A sentence on a page: its words escaped, its times as `when` shows them."""
+    return Markup("").join(when(p) if isinstance(p, dt.datetime) else escape(p) for p in words.parts)
 
 
 def readable(text: Any) -> Markup:
@@ -94,34 +90,41 @@ def readable(text: Any) -> Markup:
     return Markup(_INSTANT.sub(lambda m: str(when(m.group(0))), str(escape("" if text is None else text))))
 
 
-
-
-def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, str]:
-    """(kind, text) of a session's reclaim state, as the pages show it."""
+def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, Sentence]:
+    """(kind, words) of a session's reclaim state, as the pages and the API say it."""
     if info.stopping:
-        return "stopping", "stopping"
+        return "stopping", sentence("stopping")
     if info.exempt_until or info.rule == "exempt":
         until = info.exempt_until
-        return "exempt", f"exempt until {hhmm(until)}" if until else "exempt"
+        return "exempt", sentence("exempt until ", until) if until else sentence("exempt")
     if info.intent_until and info.intent_until > now:  # a new intent ends the warning
-        return "kept", f"kept alive until {hhmm(info.intent_until)}"
+        return "kept", sentence("kept alive until ", info.intent_until)
     if info.warned_at and info.reclaim_at:
-        return "warned", f"warned: reclaim at {hhmm(info.reclaim_at)}"
+        return "warned", sentence("warned: reclaim at ", info.reclaim_at)
     if info.action == "hold":
-        return "held", f"held: data missing ({info.reason or info.rule})"
+        return "held", sentence("held: data missing")  # what is missing: the reason beside it
     if not info.gpus:
-        return "cpu", "no GPU"
+        return "cpu", sentence("no GPU")
     since = info.idle_since
     if info.rule in IDLE_RULES and since:
-        return "idle", f"idle since {hhmm(since)}"
-    return "active", "active"
+        return "idle", sentence("idle since ", since)
+    return "active", sentence("active")
+
+
+def why_of(info: SessionStatus, kind: str) -> Sentence | None:
+    """Why a session is in its state, in plain words, for a warned or an idle session; None
+    when its latest decision is not one of those (a warned session whose data went missing
+    is held: the hold says why)."""
+    return why(info.rule, info.evidence) if kind in ("warned", "idle") and info.rule in SAID else None
 
 
 def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
     """A session as the API and the admin page give it: its status (without the server's
     URL) and its state."""
-    kind, text = state_of(info, now)
-    return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind, "state_text": text,
+    kind, words = state_of(info, now)
+    reason = why_of(info, kind)
+    return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind,
+            "state_text": words.text(now), "why": reason.text(now) if reason else None,
             "util_text": format_util(info.util_now),
             "spark_label": spark_label(info.spark, info.idle_threshold, SPARK_WINDOW)}
 
@@ -162,5 +165,5 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
 
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(hhmm=hhmm, when=when, readable=readable, util=lambda values: format_util(values, missing="–"))
-_jinja.globals.update(expected_free=expected_free)
+_jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"))
+_jinja.globals.update(expected_free=expected_free, why_of=why_of)

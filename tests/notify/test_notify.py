@@ -67,13 +67,16 @@ def warning(user="alice", server="", dry_run=False) -> Message:
 def test_warning_message_has_every_required_part():
     m = warning("alice", "big")
     assert m.event == "warning"
-    assert "alice" in m.subject and "big" in m.subject and "2026-11-02 14:30 UTC" in m.subject
+    assert "alice" in m.subject and "big" in m.subject and "at 14:30 UTC" in m.subject
     t = m.text
     assert "alice" in t and "alice/big" in t                          # the session
-    assert "gpu-idle" in t and "idle for 60 minutes" in t             # rule + reason
-    assert "idle since: 2026-11-02T12:55:00Z" in t                    # evidence
-    assert "utilization over the last 60 minutes: 2 %" in t and "latest GPU utilization: 0 %" in t
-    assert "2026-11-02 14:30 UTC" in t and "in 30 minutes" in t       # reclaim time
+    # why, in words of what was measured; the rule's name is the admin's (the JSON's "rule")
+    assert ("Why: the GPU has not been used since 12:55 UTC (1 h 5 min ago); its highest use in "
+            "the last 1 h was 2 %.") in t and "gpu-idle" not in t and "gpu-idle" not in m.subject
+    assert m.payload()["rule"] == "gpu-idle" and m.payload()["why"] in t
+    assert "idle since: 12:55 UTC (1 h 5 min ago)" in t               # what was measured
+    assert "utilization over the last 1 h: 2 %" in t and "latest GPU utilization: 0 %" in t
+    assert "stopped at 14:30 UTC (in 30 min)" in t                    # reclaim time
     assert KEEP_URL in t                                              # how to keep it
     assert "home directory" in t                                      # what is kept
     for lost in ("running processes", "kernel state and variables", "GPU memory",
@@ -100,9 +103,9 @@ def test_times_are_utc_even_from_other_zones():
                  reclaim_at=dt.datetime(2026, 11, 2, 16, 30, tzinfo=tz), evidence={"never_used": True})
     m = Message.build(d, s, keepalive_url=KEEP_URL, now=dt.datetime(2026, 11, 2, 16, 0, tzinfo=tz))
     assert m.reclaim_at == dt.datetime(2026, 11, 2, 14, 30, tzinfo=UTC)
-    assert "2026-11-02 14:30 UTC" in m.text and "in 30 minutes" in m.text
+    assert "stopped at 14:30 UTC (in 30 min)" in m.text
     assert m.payload()["reclaim_at"] == "2026-11-02T14:30:00Z"
-    assert "not been used" in m.text
+    assert "Why: nothing has run on the GPU since the server started." in m.text
     assert "default server" in m.subject
 
 
@@ -110,7 +113,7 @@ def test_reclaim_message_and_invalid_actions():
     s = session()
     d = Decision(s.id, "reclaim", "gpu-idle", "idle", reclaim_at=None, evidence={})
     m = Message.build(d, s, keepalive_url=KEEP_URL, now=NOW)
-    assert m.event == "reclaim" and "was stopped" in m.subject and "2026-11-02 14:00 UTC" in m.text
+    assert m.event == "reclaim" and "was stopped" in m.subject and "stopped at 14:00 UTC" in m.text
     assert "GPU memory" in m.text and "home directory" in m.text
     with pytest.raises(ValueError):
         Message.build(Decision(s.id, "keep", "gpu-active", "busy"), s, keepalive_url=KEEP_URL)
@@ -206,9 +209,9 @@ async def test_email_reaches_a_real_smtp_server(smtp, caplog):
     rcpt, m = by_to["alice@uni.example"]
     assert rcpt == ["alice@uni.example"]
     assert m["From"] == "reclaim@hub.example.org"
-    assert "2026-11-02 14:30 UTC" in m["Subject"] and "alice" in m["Subject"]
+    assert "14:30 UTC" in m["Subject"] and "alice" in m["Subject"]
     body = m.get_content()
-    assert KEEP_URL in body and "gpu-idle" in body and "GPU memory" in body
+    assert KEEP_URL in body and "Why: the GPU has not been used since" in body and "GPU memory" in body
     assert PASSWORD not in our_logs(caplog)
 
 

@@ -1,6 +1,6 @@
 """Pages in Debian's Chromium driven by Playwright (never a downloaded browser): how it is
-launched (the `browser` fixture: tests/conftest.py), a page, a hub login, and where the
-screenshots go."""
+launched (the `browser` fixture: tests/conftest.py), a page (in a time zone), the times a
+page shows, a hub login, and where the screenshots go."""
 
 from __future__ import annotations
 
@@ -20,10 +20,19 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
 IMG = Path(os.environ.get("GPU_RECLAIM_SCREENSHOTS") or tempfile.mkdtemp(prefix="gpu-reclaim-screenshots-"))
 
 
-async def new_page(browser) -> Page:
-    context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC")
+async def new_page(browser, timezone_id: str = "UTC") -> Page:
+    context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id=timezone_id)
     context.set_default_timeout(30_000)
     return await context.new_page()
+
+
+async def times_in(where) -> list[dict[str, str]]:
+    """Each `<time>` in a locator (of a page or a frame) as the reader sees it: its instant
+    (`datetime`), its hover text (`title`), its text, and the text right after it (`after`:
+    how soon or how long ago, " (in 3 min)")."""
+    return await where.locator("time[datetime]").evaluate_all(
+        """els => els.map(e => ({datetime: e.getAttribute('datetime'), title: e.title, text: e.textContent,
+                                after: e.nextSibling && e.nextSibling.nodeType === 3 ? e.nextSibling.textContent : ''}))""")
 
 
 async def log_in(page: Page, url: str, user: str) -> None:

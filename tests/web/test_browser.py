@@ -14,17 +14,20 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
+from zoneinfo import ZoneInfo
 
 import pytest
 import pytest_asyncio
 from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.timestamps import parse_time
+from jupyterhub_gpu_reclaim.wording import clock, relative
 
 from ..support.live import api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, user_token
-from ..support.browser import IMG, log_in, new_page
+from ..support.browser import IMG, log_in, new_page, times_in
 from ..support.pods import pod_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -84,11 +87,101 @@ async def test_warned_session_shows_the_banner_on_hub_pages(hub, api, alice):
     await expect(banner).to_have_attribute("data-warned", "yes", timeout=30_000)
     frame = page.frame_locator("#gpu-reclaim-banner")
     await expect(frame.locator(".banner.warned")).to_contain_text(
-        re.compile(r"Your GPU session.* will be reclaimed at \d\d:\d\d \(in \d+ min\) — GPU idle for .*Keep it alive"))
+        re.compile(r"Your GPU session.* will be reclaimed at \d\d:\d\d \(in \d+ (min|s)\): "
+                   r"nothing has run on the GPU since \d\d:\d\d .*Keep it alive"))
     await page.screenshot(path=str(IMG / "hub-home-banner.png"), full_page=True)
     # on other hub pages too
     await page.goto(f"{url}/hub/token")
     await expect(page.locator("#gpu-reclaim-banner")).to_have_attribute("data-warned", "yes", timeout=30_000)
+
+
+# how soon or how long ago, after a time: " (in 3 min)", " (40 s ago)", " (now)"
+RELATIVE = re.compile(r"^ \((in [^()]+|[^()]+ ago|now)\)")
+
+
+async def said_in(where) -> tuple[str, list[dict[str, str]]]:
+    """A sentence on a page: its words without the "how long ago" (which moves by the
+    second) and its times (`times_in`)."""
+    times = await times_in(where)
+    text = await where.text_content() or ""
+    for t in times:
+        text = text.replace(t["text"] + t["after"], t["text"] + RELATIVE.sub("", t["after"]), 1)
+    return text, times
+
+
+def read_in(zone: ZoneInfo, t: dict[str, str], read: tuple[dt.datetime, dt.datetime]) -> dt.datetime:
+    """A `<time>` as a reader in `zone` must see it between the times `read` of its page's
+    loads: the clock in the zone (with its date on another day), UTC on hover, and how soon
+    or how long ago as the service computes it (wording.relative) at some moment of `read`.
+    Its instant."""
+    instant = parse_time(t["datetime"])
+    assert instant is not None
+    local = instant.astimezone(zone)
+    today = read[1].astimezone(zone).date()
+    assert t["text"] == local.strftime("%H:%M" if local.date() == today else "%Y-%m-%d %H:%M"), t
+    assert t["text"] != instant.strftime("%H:%M"), t  # not UTC's
+    assert t["title"] == instant.strftime("%Y-%m-%d %H:%M:%S UTC"), t
+    seconds = int((read[1] - read[0]).total_seconds()) + 2
+    rel = RELATIVE.match(t["after"])
+    assert rel and rel.group(1) in {relative(instant, read[0] + dt.timedelta(seconds=k)) for k in range(seconds)}, t
+    return instant
+
+
+async def test_one_clock_in_another_time_zone(hub, api, browser):
+    """A browser in New York: every time on the hub page's banner, the home page's panel, the
+    user page and the admin page is New York's, with UTC on hover; the warned session's
+    reclaim time and its why read the same on each, and as the API says them in UTC."""
+    url, zone = hub.info["url"], ZoneInfo("America/New_York")
+    pages = [await new_page(browser, "America/New_York") for _ in range(2)]
+    page, admin = pages
+    try:
+        await log_in(page, url, "alice")
+        await log_in(admin, url, "admin")
+        await page.goto(f"{url}/hub/home")  # the panel logs in to the service; the banner shows from then on
+        await expect(page.frame_locator("#gpu-reclaim-home").locator("p.more")).to_be_visible()
+        start = dt.datetime.now(UTC)
+        await page.goto(f"{url}/hub/home")
+        await expect(page.locator("#gpu-reclaim-banner")).to_have_attribute("data-warned", "yes")
+        banner = page.frame_locator("#gpu-reclaim-banner").locator(".banner.warned")
+        card = page.frame_locator("#gpu-reclaim-home").locator('section.session[data-session="alice/"]')
+        await expect(card.locator(".reason")).to_be_visible()
+        said = {"banner": await said_in(banner.locator(".reason")), "home": await said_in(card.locator(".reason"))}
+        reclaim = {"banner": (await times_in(banner))[0], "home": (await times_in(card.locator(".state-text")))[0]}
+        await page.goto(f"{url}{PREFIX}")
+        mine = page.locator('section.session[data-session="alice/"]')
+        said["user page"] = await said_in(mine.locator(".reason"))
+        reclaim["user page"] = (await times_in(mine.locator(".state-text")))[0]
+        await expect(mine.locator(".tz")).to_have_text("America/New_York")  # the keep-alive's time field
+        await admin.goto(f"{url}{PREFIX}admin")
+        reclaim["admin page"] = (await times_in(admin.locator('#sessions tr[data-session="alice/"] .state-text')))[0]
+        c = Client(url, await user_token(api, "alice"))
+        try:
+            _, body = await c.json("GET", "api/sessions")
+        finally:
+            await c.close()
+        read = (start, dt.datetime.now(UTC))
+    finally:
+        for p in pages:
+            await p.context.close()
+    session, = body["sessions"]
+    assert session["state"] == "warned"
+    # the reclaim time: one instant, one clock
+    for where, t in reclaim.items():
+        assert t["datetime"] == session["reclaim_at"], where
+        assert read_in(zone, t, read) and t["text"] == reclaim["banner"]["text"], where
+    # why: the same words everywhere, in plain words, no rule's name; the API's in UTC
+    words, times = said["banner"]
+    assert words.startswith("nothing has run on the GPU since") and "gpu-never-used" not in words
+    for where, (text, at) in said.items():
+        assert text == words and [t["datetime"] for t in at] == [t["datetime"] for t in times], where
+        for t in at:
+            read_in(zone, t, read)
+    in_utc = session["why"]
+    for t in times:  # the API's "13:22 UTC (38 s ago)" is the pages' "08:22"
+        instant = parse_time(t["datetime"])
+        assert instant is not None
+        in_utc = re.sub(re.escape(clock(instant, read[1])) + r" \([^()]+\)", t["text"], in_utc, count=1)
+    assert in_utc == words
 
 
 async def _is(value, expected):
@@ -289,9 +382,13 @@ async def test_after_a_reclaim_the_home_page_says_what_happened_until_seen(hub, 
         await page.goto(f"{hub.info['url']}/hub/home")
         notice = page.frame_locator("#gpu-reclaim-home").locator(f'.reclaimed[data-reclaim="{reclaim.id}"]')
         await expect(notice).to_contain_text("Your server was stopped at ")
-        await expect(notice).to_contain_text("admin reclaimed it")
+        await expect(notice).to_contain_text("an admin (admin) reclaimed it")
         await expect(notice).to_contain_text("Kept: files under your home directory")
         await page.screenshot(path=str(IMG / "home-after-reclaim.png"), full_page=True)
+        # her page's history says why, in words, not the rule's name
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        await expect(page.locator("table.reclaims td.why")).to_have_text(["an admin (admin) reclaimed it"])
+        await page.goto(f"{hub.info['url']}/hub/home")  # the notice again (a locator finds it anew)
         await notice.get_by_role("button", name="Start again").click()
         await page.wait_for_url(re.compile(r"/hub/spawn/carol$"))
         await page.goto(f"{hub.info['url']}/hub/home")

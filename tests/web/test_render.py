@@ -28,19 +28,20 @@ def info(**kw):
 
 @pytest.mark.parametrize("kw, kind, text", [
     ({}, "active", "active"),
-    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105)}, "idle", "idle since 12:15 UTC"),
-    ({"warned_at": NOW, "reclaim_at": NOW + dt.timedelta(minutes=5)}, "warned", "warned: reclaim at 14:05 UTC"),
+    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105)}, "idle", "idle since 12:15 UTC (1 h 45 min ago)"),
+    ({"warned_at": NOW, "reclaim_at": NOW + dt.timedelta(minutes=5)}, "warned", "warned: reclaim at 14:05 UTC (in 5 min)"),
     ({"warned_at": NOW, "reclaim_at": NOW, "intent_until": NOW + dt.timedelta(hours=2)}, "kept",
-     "kept alive until 16:00 UTC"),
+     "kept alive until 16:00 UTC (in 2 h)"),
     ({"intent_until": NOW - dt.timedelta(hours=1)}, "active", "active"),
-    ({"exempt_until": NOW + dt.timedelta(hours=1)}, "exempt", "exempt until 15:00 UTC"),
+    ({"exempt_until": NOW + dt.timedelta(hours=1)}, "exempt", "exempt until 15:00 UTC (in 1 h)"),
     ({"rule": "exempt"}, "exempt", "exempt"),
-    ({"action": "hold", "rule": "gpu-data-missing", "reason": "no GPU data"}, "held", "held: data missing (no GPU data)"),
+    ({"action": "hold", "rule": "gpu-data-missing", "reason": "no GPU data"}, "held", "held: data missing"),
     ({"gpus": 0}, "cpu", "no GPU"),
     ({"stopping": True}, "stopping", "stopping"),
 ])
 def test_state_texts(kw, kind, text):
-    assert state_of(info(**kw), NOW) == (kind, text)
+    state, words = state_of(info(**kw), NOW)
+    assert (state, words.text(NOW)) == (kind, text)
 
 
 def test_sparkline_is_svg_with_gaps_and_only_numbers():
@@ -288,15 +289,17 @@ def test_hostile_or_malformed_times_never_break_a_page():
     is shown as written (escaped), never a 500."""
     import types
 
-    from jupyterhub_gpu_reclaim.web.render import hhmm, readable, reclaim_notice, when
+    from jupyterhub_gpu_reclaim.web.render import readable, reclaim_notice, say, when
 
     out_of_range = "9999-12-31T23:59:59-23:59"
-    assert str(when(out_of_range)) == out_of_range and hhmm(out_of_range) == out_of_range
+    assert str(when(out_of_range)) == out_of_range
     assert str(when("<b>noon</b>")) == "&lt;b&gt;noon&lt;/b&gt;"
     assert out_of_range in str(readable(f"server {out_of_range} idle since 2026-11-02T13:00:00Z"))
     assert str(readable(f"server {out_of_range}")).count("<time ") == 0
     r = types.SimpleNamespace(session="ann/9999-12-31T23:59:59-23:59", evidence={"idle_since": "yesterday"},
                               rule="gpu-idle", t=dt.datetime(2026, 11, 2, 13, tzinfo=dt.timezone.utc),
                               finished_at=None)
-    text = reclaim_notice(r)
-    assert "Your server '9999-12-31T23:59:59-23:59' was stopped at" in text and "rule gpu-idle" in text
+    text = reclaim_notice(r).text(r.t)
+    assert "Your server '9999-12-31T23:59:59-23:59' was stopped at 13:00 UTC (now)" in text
+    assert "the GPU has not been used since the server started" in text and "gpu-idle" not in text
+    assert str(say(reclaim_notice(r))).count("<time ") == 1

@@ -22,8 +22,10 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
     pages carry the reclaim panel; she starts the spawn page's 1-GPU profile; the spawner
     annotates her pod (`patch`, rbac.yaml) and places it by image locality (the
     ClusterRole); the service warns her (her JupyterLab extension sees it), then reclaims
-    the never-used GPU through the hub; the admin sees the reclaim on the admin page;
-    nothing the hub's ServiceAccount asked was refused."""
+    the never-used GPU through the hub, and the spawner, asking the service with its own
+    token, gives the pod the reclaim's grace period; the admin sees the reclaim on the admin
+    page; nothing the hub's ServiceAccount asked was refused; no token of the service's or
+    the spawner's is in her pod or the hub's log."""
     await the_service_answers(release)
     alice = await logged_in(release, "alice")
     try:
@@ -90,7 +92,7 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
 
 def _no_token_for_the_user(release: z2jh.Release, pod: dict) -> None:
     """Neither the service's token nor the spawner's is in the user's pod (its spec, its
-    environment as a process in it sees it) or in any Secret it refers to."""
+    environment as a process in it sees it), and the pod refers to no Secret."""
     env = release.kubectl("exec", pod["metadata"]["name"], "--", "env")
     assert "JUPYTERHUB_API_TOKEN=" in env  # her server's own token is there: the exec saw it
     spec = json.dumps(pod)

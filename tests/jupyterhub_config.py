@@ -14,6 +14,8 @@ c.JupyterHub.custom_scopes = {}
 c.JupyterHub.extra_handlers = []  # the demo's probe-token API (configure_hub)
 c.Spawner.pop("server_token_scopes", None)  # the demo's JupyterLab extension wiring
 c.Spawner.pop("environment", None)
+c.GPUReclaimSpawner.pop("reclaim_service_url", None)  # the demo's link to its service (link_to_service)
+c.GPUReclaimSpawner.pop("reclaim_service_token", None)
 c.JupyterHub.services = [{"name": "tests", "api_token": os.environ["GPU_RECLAIM_TEST_TOKEN"]}]
 c.JupyterHub.load_roles = [{
     "name": "tests",

@@ -2,6 +2,7 @@
 # `jupyterhub-gpu-reclaim-sim demo` starts the cluster and runs `jupyterhub -f` on this file;
 # the integration tests load it too. Ports and the password come from the environment.
 import os
+import secrets
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # traitlets' config loader provides get_config() when it runs this file
@@ -88,6 +89,7 @@ import sys  # noqa: E402
 
 from jupyterhub_gpu_reclaim.hubcompat import grant_user_scopes, lab_server_token_scopes  # noqa: E402
 from jupyterhub_gpu_reclaim.spawner.probe_tokens import configure_hub  # noqa: E402
+from jupyterhub_gpu_reclaim.spawner.service_link import link_to_service  # noqa: E402
 from jupyterhub_gpu_reclaim.web import HUB_TEMPLATES  # noqa: E402
 
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
@@ -129,3 +131,22 @@ c.Spawner.server_token_scopes = lab_server_token_scopes()
 c.Spawner.environment = {
     "JUPYTERHUB_GPU_RECLAIM_URL": f"http://127.0.0.1:{env('GPU_RECLAIM_SERVICE_PORT', '10101')}/services/gpu-reclaim/",
 }
+
+
+def _kept_token(path: str) -> str:
+    """A token kept in `path` (the demo's data dir), made once: JupyterHub never revokes a
+    service's token from its configuration, so one made at each start would leave the old
+    ones valid in its database."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        token = secrets.token_hex(32)
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            f.write(token)
+        return token
+
+
+# the spawner asks the service (resume priority, the reclaim's grace period, the spawn page's
+# expected wait) with a token of its own that reaches the service and nothing else, as on z2jh
+link_to_service(c, c.JupyterHub.services[0]["url"], token=_kept_token(os.path.abspath("gpu_reclaim_spawner_token")))

@@ -25,9 +25,10 @@ pytestmark = pytest.mark.integration
 PASSWORD = "demo-password"
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, token: str | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(request, timeout=5) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -115,6 +116,12 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
         assert "Starting managed service gpu-reclaim" in hub_log
         assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in hub_log
         assert json.loads(get(f"{url}/hub/api/")[1])["version"]
+        # the spawner's own token (link_to_service, kept in the data dir) reaches the service, and no more
+        token = (demo.data / "gpu_reclaim_spawner_token").read_text()
+        status, body = get(f"{url}/services/gpu-reclaim/api/reclaims?user=alice", token)
+        assert status == 200 and json.loads(body) == {"reclaims": []}, (status, body)
+        assert get(f"{url}/hub/api/users", token)[0] == 403
+        assert token not in hub_log
     finally:
         code = demo.stop()
     assert code == 0, demo.text()[-3000:]

@@ -98,7 +98,8 @@ def settings(release: z2jh.Release) -> dict:
     return out
 
 
-def service_token(release: z2jh.Release) -> str:
-    """The service's API token, which the chart generated into the hub Secret."""
+def service_token(release: z2jh.Release, service: str = "gpu-reclaim") -> str:
+    """The API token of a hub.services entry (the service's; the spawner's: SPAWNER_SERVICE),
+    which the chart generated into the hub Secret."""
     secret = json.loads(release.kubectl("get", "secret", "hub", "-o", "json"))
-    return base64.b64decode(secret["data"]["hub.services.gpu-reclaim.apiToken"]).decode()
+    return base64.b64decode(secret["data"][f"hub.services.{service}.apiToken"]).decode()

@@ -7,9 +7,10 @@ import json
 
 from gpu_reclaim_sim.z2jh import release as z2jh
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
+from jupyterhub_gpu_reclaim.spawner.service_link import SPAWNER_SERVICE
 
 from .hubapi import HubAPI
-from .release import ADMINS, forbidden
+from .release import ADMINS, forbidden, service_token
 from .release_client import logged_in, metrics, the_service_answers
 from .service_hub import metric, until
 
@@ -21,8 +22,10 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
     pages carry the reclaim panel; she starts the spawn page's 1-GPU profile; the spawner
     annotates her pod (`patch`, rbac.yaml) and places it by image locality (the
     ClusterRole); the service warns her (her JupyterLab extension sees it), then reclaims
-    the never-used GPU through the hub; the admin sees the reclaim on the admin page;
-    nothing the hub's ServiceAccount asked was refused."""
+    the never-used GPU through the hub, and the spawner, asking the service with its own
+    token, gives the pod the reclaim's grace period; the admin sees the reclaim on the admin
+    page; nothing the hub's ServiceAccount asked was refused; no token of the service's or
+    the spawner's is in her pod or the hub's log."""
     await the_service_answers(release)
     alice = await logged_in(release, "alice")
     try:
@@ -43,6 +46,7 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
                 f"jupyter-alice has no {TIMINGS_ANNOTATION} annotation; the hub: "
                 + _record(release.hub_log(), "could not annotate"))
             assert json.loads(annotations[TIMINGS_ANNOTATION])
+            _no_token_for_the_user(release, pod)
 
             async def warned():
                 _, body = await alice.json("GET", "api/sessions")
@@ -78,6 +82,23 @@ async def gpu_story(sim, release: z2jh.Release) -> None:
     assert not forbidden(sim), forbidden(sim)
     log = release.hub_log()
     assert "image locality off" not in log and "could not annotate" not in log
+    # the spawner asked the service, with its own token, whether alice's stop was a reclaim:
+    # it was, so her pod got the reclaim's grace period (reclaim_grace_period's default)
+    assert "cannot ask the reclaim service" not in log, _record(log, "cannot ask the reclaim service")
+    assert "stopping alice with the reclaim's grace period, 60 s" in log, log[-3000:]
+    for token in (service_token(release), service_token(release, SPAWNER_SERVICE)):
+        assert token not in log
+
+
+def _no_token_for_the_user(release: z2jh.Release, pod: dict) -> None:
+    """Neither the service's token nor the spawner's is in the user's pod (its spec, its
+    environment as a process in it sees it), and the pod refers to no Secret."""
+    env = release.kubectl("exec", pod["metadata"]["name"], "--", "env")
+    assert "JUPYTERHUB_API_TOKEN=" in env  # her server's own token is there: the exec saw it
+    spec = json.dumps(pod)
+    for token in (service_token(release), service_token(release, SPAWNER_SERVICE)):
+        assert token not in spec and token not in env
+    assert '"secretKeyRef"' not in spec and '"secretRef"' not in spec
 
 
 def _record(log: str, needle: str) -> str:

@@ -107,7 +107,9 @@ def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, Sentence]:
         return "cpu", sentence("no GPU")
     since = info.idle_since
     if info.rule in IDLE_RULES and since:
-        return "idle", sentence("idle since ", since)
+        # where the why (why_of) says since when, in the rule's words, the state does not repeat it
+        said = info.rule in SAID and info.evidence.get("idle_since")
+        return "idle", sentence("idle") if said else sentence("idle since ", since)
     return "active", sentence("active")
 
 

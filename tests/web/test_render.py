@@ -29,6 +29,9 @@ def info(**kw):
 @pytest.mark.parametrize("kw, kind, text", [
     ({}, "active", "active"),
     ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105)}, "idle", "idle since 12:15 UTC (1 h 45 min ago)"),
+    # the why says since when: the state does not say it again
+    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105),
+      "evidence": {"idle_since": "2026-11-02T12:15:00Z"}}, "idle", "idle"),
     ({"warned_at": NOW, "reclaim_at": NOW + dt.timedelta(minutes=5)}, "warned", "warned: reclaim at 14:05 UTC (in 5 min)"),
     ({"warned_at": NOW, "reclaim_at": NOW, "intent_until": NOW + dt.timedelta(hours=2)}, "kept",
      "kept alive until 16:00 UTC (in 2 h)"),

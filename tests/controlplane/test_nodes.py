@@ -71,7 +71,7 @@ def ns(nodes: k8s.CoreV1Api, request) -> Iterator[str]:
     try:
         yield name
     finally:
-        for p in nodes.list_namespaced_pod(name).items:  # no kubelet confirms a pod's end yet
+        for p in nodes.list_namespaced_pod(name).items:  # at once: these pods need no grace period
             nodes.delete_namespaced_pod(p.metadata.name, name, grace_period_seconds=0)
         nodes.delete_namespace(name)
 
@@ -103,8 +103,9 @@ def test_the_real_scheduler_places_a_gpu_pod_on_the_node_that_has_its_image(node
     pod = wait_for(lambda: (p := nodes.read_namespaced_pod("gpu-notebook", ns)).spec.node_name and p,
                    "the pod bound to a node")
     assert pod.spec.node_name == "gpu-warm-1"  # ImageLocality: 5 GB already there
-    events = nodes.list_namespaced_event(ns, field_selector="involvedObject.name=gpu-notebook,reason=Scheduled")
-    assert events.items[0].message == f"Successfully assigned {ns}/gpu-notebook to gpu-warm-1"
+    events = wait_for(lambda: nodes.list_namespaced_event(  # the scheduler's recorder writes it after binding
+        ns, field_selector="involvedObject.name=gpu-notebook,reason=Scheduled").items, "the Scheduled event")
+    assert events[0].message == f"Successfully assigned {ns}/gpu-notebook to gpu-warm-1"
     # a CPU pod is kept off the GPU nodes' taint... unless it tolerates it; without the
     # toleration it goes to the CPU node
     cpu = _pod("cpu-notebook", image="python:3.12-slim")
@@ -132,8 +133,9 @@ def test_a_pod_waiting_for_a_gpu_is_told_so_by_the_real_scheduler_and_the_produc
     assert "2 Insufficient nvidia.com/gpu" in message
     assert "1 node(s) didn't match Pod's node affinity/selector" in message
     assert "preemption: " in message
-    events = nodes.list_namespaced_event(ns, field_selector="involvedObject.name=waiting,reason=FailedScheduling")
-    assert events.items and events.items[0].message == message
+    events = wait_for(lambda: nodes.list_namespaced_event(
+        ns, field_selector="involvedObject.name=waiting,reason=FailedScheduling").items, "the FailedScheduling event")
+    assert events[0].message == message
     # what the product makes of it: a pod waiting for a GPU, since the condition's time
     assert pod_facts.gpu_shortage(message)
     wait = pod_facts.gpu_wait(pod)

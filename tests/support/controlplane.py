@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
+from gpu_reclaim_sim.paths import pod_log_path
 
 
 @pytest.fixture(scope="session")
@@ -41,16 +42,23 @@ class NodeAgentProcess:
         path = work / "scenario.yaml"
         path.write_text(yaml.safe_dump(scenario))
         self.log = work / "nodeagent.log"
+        self.data_dir = work / "data"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "gpu_reclaim_sim.nodeagent", "--server", plane.server,
-                 "--pki", str(plane.authority.directory), "--scenario", str(path), "--version", plane.version()],
+                 "--pki", str(plane.authority.directory), "--scenario", str(path), "--version", plane.version(),
+                 "--data-dir", str(self.data_dir)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def registered(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"the node agent exited ({self.process.returncode}):\n{self.log.read_text()}")
         return "nodes registered:" in self.log.read_text()
+
+    def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> str:
+        """What a container wrote (the kubelet API's containerLogs comes later)."""
+        path = pod_log_path(self.data_dir, namespace, pod, container, previous)
+        return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
         if self.process.poll() is None:

@@ -198,7 +198,6 @@ class PodWorker:
             "containerStatuses": [_waiting(c, "ContainerCreating") for c in self._containers()],
         }))
         await self._wait_for_claims()
-        await self.api.prepare(self.pod)
         if self._runs_processes():  # stub containers see no files: none to write
             await self._mount_volumes()
         self.ip = self.cluster.network.pods.allocate()
@@ -237,14 +236,17 @@ class PodWorker:
 
     async def _wait_for_claims(self) -> None:
         """The volume manager's wait for a pod's claims: every claim it mounts must be
-        bound (a pod without claims, the usual case, costs nothing). An unbound one is
+        bound; what the pod refers to is fetched meanwhile (`PodApi.prepare`). An unbound one is
         looked at again every `CLAIM_POLL` seconds, with one FailedMount warning after
         `CLAIM_TIMEOUT`, as the kubelet reports a mount that timed out."""
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in self.pod["spec"].get("volumes", [])
                   if (v.get("persistentVolumeClaim") or {}).get("claimName")}
         deadline, warned = time.monotonic() + CLAIM_TIMEOUT, False
-        while unbound := [name for name, claim in claims.items()
-                          if self.api.claim_dir(self.ns, claim) is None]:
+        while True:
+            await self.api.prepare(self.pod)  # what it refers to, its claims among them, as they are now
+            unbound = [name for name, claim in claims.items() if self.api.claim_dir(self.ns, claim) is None]
+            if not unbound:
+                return
             if not warned and time.monotonic() >= deadline:
                 warned = True
                 every = " ".join(v["name"] for v in self.pod["spec"].get("volumes", []))
@@ -271,6 +273,7 @@ class PodWorker:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, MOUNT_RETRY_MAX)
+            await self.api.prepare(self.pod)  # a Secret or ConfigMap made since
 
     def _all_ready(self) -> bool:
         return all(self._is_ready(c["name"]) for c in self._containers())

@@ -11,7 +11,6 @@ Not yet (issue 37): the kubelet API, network namespaces and the data plane, `use
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,9 +69,7 @@ class NodeAgent:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for api in self._clients:
             await api.close()
         if self.local is not None:

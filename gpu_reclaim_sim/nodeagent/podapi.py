@@ -17,7 +17,6 @@ only what pods bound to it refer to, and NodeRestriction lets it write only thos
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from collections.abc import Callable, Iterable
@@ -82,9 +81,7 @@ class ApiPodApi:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _dict(self, obj: Any) -> Obj:
         return self.client.sanitize_for_serialization(obj)

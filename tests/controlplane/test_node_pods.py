@@ -25,7 +25,7 @@ from kubernetes_asyncio import client as ak8s
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.nodeagent import podwatch
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane  # noqa: F401 (a fixture)
+from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
 from ..support.sim_cluster import wait_for
 
 IMAGE = "docker.io/library/busybox:1.37"
@@ -42,7 +42,7 @@ def agent(control_plane: ControlPlane, tmp_path_factory) -> Iterator[NodeAgentPr
     core = k8s.CoreV1Api(admin_api(control_plane))
     try:
         wait_for(agent.registered, "the nodes registered")
-        wait_for(lambda: all(_ready(core.read_node(n)) for n in NODES), "the nodes Ready, untainted")
+        wait_for(lambda: all(node_ready(core.read_node(n)) for n in NODES), "the nodes Ready, untainted")
         yield agent
     finally:
         agent.stop()
@@ -55,21 +55,10 @@ def core(control_plane: ControlPlane) -> k8s.CoreV1Api:  # noqa: F811
     return k8s.CoreV1Api(admin_api(control_plane))
 
 
-def _ready(node: k8s.V1Node) -> bool:
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
-
-
 @pytest.fixture
 def ns(agent, core: k8s.CoreV1Api, request) -> Iterator[str]:
-    name = f"p-{abs(hash(request.node.name)) % 10**8}"
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
-             "the namespace's default ServiceAccount")
-    try:
+    with namespace(core, f"p-{abs(hash(request.node.name)) % 10**8}") as name:
         yield name
-    finally:
-        core.delete_namespace(name)
 
 
 def pod(name: str, script: str, *, node: str = "runner-1", restart: str = "Never", grace: int = 5,
@@ -165,6 +154,18 @@ def test_a_missing_secret_is_the_kubelets_create_container_config_error(agent, c
                        and s[0].state.waiting, "the container waiting")
     assert waiting.reason == "CreateContainerConfigError"
     assert agent.container_log(ns, "nosecret", "main") == ""
+
+
+def test_a_secret_volume_waits_for_its_secret_then_holds_it(agent, core, ns):
+    spec = pod("mounted", "cat /etc/creds/password", volumeMounts=[{"name": "creds", "mountPath": "/etc/creds"}])
+    spec["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "later"}}]
+    core.create_namespaced_pod(ns, spec)
+    failed = wait_for(lambda: [e for e in events(core, ns, "mounted") if e.reason == "FailedMount"], "a FailedMount")
+    assert failed[0].type == "Warning"
+    assert failed[0].message == 'MountVolume.SetUp failed for volume "creds" : secret "later" not found'
+    core.create_namespaced_secret(ns, {"metadata": {"name": "later"}, "stringData": {"password": "now"}})
+    phases(core, ns, "mounted", "Succeeded")
+    assert agent.container_log(ns, "mounted", "main") == "now"
 
 
 def test_deleting_a_running_pod_stops_its_processes_then_the_node_deletes_it(agent, core, ns):

@@ -15,7 +15,7 @@ from gpu_reclaim_sim.api.timestamps import parse_time
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from jupyterhub_gpu_reclaim.signals import pod_facts
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane  # noqa: F401 (a fixture)
+from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
 from ..support.sim_cluster import wait_for
 
 PYTORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02"
@@ -41,16 +41,11 @@ def nodes(control_plane: ControlPlane, tmp_path_factory) -> Iterator[k8s.CoreV1A
     try:
         wait_for(agent.registered, "the nodes registered")
         # Ready, and the node lifecycle controller has taken the not-ready taint off again
-        wait_for(lambda: all(_ready(n) for n in core.list_node().items) and len(core.list_node().items) == 3,
+        wait_for(lambda: all(node_ready(n) for n in core.list_node().items) and len(core.list_node().items) == 3,
                  "three Ready nodes without the not-ready taint")
         yield core
     finally:
         agent.stop()
-
-
-def _ready(node: k8s.V1Node) -> bool:
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
 
 
 def _pod(name: str, gpus: int = 0, image: str = PYTORCH) -> dict:
@@ -64,16 +59,10 @@ def _pod(name: str, gpus: int = 0, image: str = PYTORCH) -> dict:
 
 @pytest.fixture
 def ns(nodes: k8s.CoreV1Api, request) -> Iterator[str]:
-    name = f"t-{abs(hash(request.node.name)) % 10**8}"
-    nodes.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: nodes.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
-             "the namespace's default ServiceAccount")
-    try:
+    with namespace(nodes, f"t-{abs(hash(request.node.name)) % 10**8}") as name:
         yield name
-    finally:
         for p in nodes.list_namespaced_pod(name).items:  # at once: these pods need no grace period
             nodes.delete_namespaced_pod(p.metadata.name, name, grace_period_seconds=0)
-        nodes.delete_namespace(name)
 
 
 def test_the_scenarios_nodes_register_through_the_real_api_server(nodes, control_plane):  # noqa: F811

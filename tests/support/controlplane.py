@@ -4,6 +4,7 @@ runs the node agent for a scenario against it, as its own process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -19,6 +20,8 @@ from kubernetes import config as k8s_config
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.paths import pod_log_path
 
+from .sim_cluster import wait_for
+
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
@@ -32,6 +35,25 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
 def admin_api(plane: ControlPlane) -> k8s.ApiClient:
     """A client of the real API server as the cluster's admin (system:masters)."""
     return k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
+
+
+def node_ready(node: k8s.V1Node) -> bool:
+    """Ready, and the node lifecycle controller has taken its not-ready taints off."""
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
+
+
+@contextlib.contextmanager
+def namespace(core: k8s.CoreV1Api, name: str) -> Iterator[str]:
+    """A namespace for one test, once the controller-manager has made its default ServiceAccount
+    (the ServiceAccount admission plugin refuses pods before); deleted afterwards."""
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+             "the namespace's default ServiceAccount")
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
 
 
 class NodeAgentProcess:

@@ -106,8 +106,10 @@ class PodWorker:
                     self.event("Killing", f"Stopping container {c['name']}", c)
             await self.shutdown(self._grace)
         finally:  # whatever happened, the pod goes once its processes have
-            self.kubelet.workers.pop(self.uid, None)
-            await self.api.remove(self.pod)
+            try:
+                await self.api.remove(self.pod)
+            finally:  # changes seen meanwhile came to this worker, not to a new one
+                self.kubelet.workers.pop(self.uid, None)
 
     async def abandon(self, grace: float) -> None:
         """Its kubelet stops: the containers stop (not restarted), the pod object stays."""

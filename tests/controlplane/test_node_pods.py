@@ -232,13 +232,19 @@ def test_a_node_cannot_write_another_nodes_pod_status(agent, core, ns, control_p
     config = control_plane.authority.kubeconfig(tmp_path / "node.kubeconfig", control_plane.server, issued,
                                                 "system:node:runner-2")
     as_other = k8s.CoreV1Api(k8s_config.new_client_from_config(str(config)))
-    with pytest.raises(ApiException) as refused:
+    with pytest.raises(ApiException) as refused:  # NodeRestriction
         as_other.patch_namespaced_pod_status("elsewhere", ns, {"status": {"phase": "Failed"}})
     assert refused.value.status == 403
+    assert ('pods \\"elsewhere\\" is forbidden: node \\"runner-2\\" can only update pod status for pods with '
+            "spec.nodeName set to itself") in refused.value.body
     assert core.read_namespaced_pod("elsewhere", ns).status.phase == "Running"
-    with pytest.raises(ApiException) as refused:  # nor read it
+    with pytest.raises(ApiException) as refused:  # nor delete it (NodeRestriction)
+        as_other.delete_namespaced_pod("elsewhere", ns)
+    assert refused.value.status == 403 and "can only delete pods with spec.nodeName set to itself" in refused.value.body
+    with pytest.raises(ApiException) as refused:  # nor read it (the Node authorizer)
         as_other.read_namespaced_pod("elsewhere", ns)
     assert refused.value.status == 403
+    assert "node: no relationship found between node 'runner-2' and this object" in refused.value.body
 
 
 async def test_the_nodes_pod_watch_resumes_from_its_resource_version(agent, core, ns, control_plane,  # noqa: F811

@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from . import paths
 from .rbac import authn, serviceaccounts
 from .admission.pipeline import admit_create
 from .apiserver.server import ApiServer
@@ -190,9 +191,7 @@ class Cluster:
         self.started = False
 
     def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
-        """Where a container's output goes (`kubectl logs` reads it); `previous`: that of
-        its last run before a restart (`kubectl logs --previous`)."""
-        return self.data_dir / "logs" / f"{namespace}_{pod}_{container}{'.previous' if previous else ''}.log"
+        return paths.pod_log_path(self.data_dir, namespace, pod, container, previous)
 
     def service_account_token(self, namespace: str, name: str, *, pod: Obj, expiration_seconds: int,
                               audience: str | None) -> str:

@@ -46,32 +46,8 @@ class EventRecorder:
                 o["lastTimestamp"] = rfc3339()
 
             return self.store.update(EVENT, ns, name, bump)
-        ref: dict[str, Any] = {
-            "kind": involved.get("kind"),
-            "namespace": ns,
-            "name": meta["name"],
-            "uid": meta.get("uid"),
-            "apiVersion": involved.get("apiVersion", "v1"),
-            "resourceVersion": meta.get("resourceVersion"),
-        }
-        if field_path:
-            ref["fieldPath"] = field_path
-        source = {"component": component, **({"host": host} if host else {})}
-        stamp = rfc3339()
-        event = {
-            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": ns},
-            "involvedObject": ref,
-            "reason": reason,
-            "message": message,
-            "source": source,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-            "type": type_,
-            "eventTime": None,
-            "reportingComponent": component,
-            "reportingInstance": host or "",
-        }
+        event = event_body(involved, reason, message, type_=type_, component=component, host=host,
+                           field_path=field_path)
         created = self.store.create(EVENT, event, ns)
         self._index[key] = created["metadata"]["name"]
         return created
@@ -95,3 +71,36 @@ class EventRecorder:
         while True:
             await asyncio.sleep(min(ttl, 60.0))
             self.expire(ttl)
+
+
+def event_body(involved: Obj, reason: str, message: str, *, type_: str, component: str, host: str | None,
+               field_path: str | None) -> Obj:
+    """A new core/v1 Event about `involved`, as client-go's recorder writes it."""
+    meta = involved["metadata"]
+    ns = meta.get("namespace") or "default"
+    ref: dict[str, Any] = {
+        "kind": involved.get("kind"),
+        "namespace": ns,
+        "name": meta["name"],
+        "uid": meta.get("uid"),
+        "apiVersion": involved.get("apiVersion", "v1"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    if field_path:
+        ref["fieldPath"] = field_path
+    source = {"component": component, **({"host": host} if host else {})}
+    stamp = rfc3339()
+    return {
+        "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": ns},
+        "involvedObject": ref,
+        "reason": reason,
+        "message": message,
+        "source": source,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "type": type_,
+        "eventTime": None,
+        "reportingComponent": component,
+        "reportingInstance": host or "",
+    }

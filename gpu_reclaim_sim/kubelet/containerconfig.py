@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import hosts, names, runtime, volumes
+from .podapi import PodApi
 from ..paths import REPO
-from ..resources import BY_KIND
 from ..store import Obj
 
-NODE = BY_KIND["Node"]
 READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
 
 
@@ -44,6 +43,7 @@ class PodWorker(Protocol):
     dir: Path
     volume_paths: dict[str, Path]
     cluster: Any
+    api: PodApi
 
     @property
     def kubelet(self) -> Node: ...
@@ -109,7 +109,7 @@ def environment(worker: PodWorker, c: Obj, image_env: dict[str, str], gpu_uuids:
         "LANG": os.environ.get("LANG", "C.UTF-8"),
         **image_env,
     }
-    env.update(names.service_env(cluster.store, worker.ns, pod["spec"].get("enableServiceLinks", True)))
+    env.update(names.service_env(worker.api.services(worker.ns), worker.ns, pod["spec"].get("enableServiceLinks", True)))
     if gpu_uuids:
         env["NVIDIA_VISIBLE_DEVICES"] = gpu_uuids
         env.update(cluster.control.pod_env(worker.ns, worker.name, worker.uid))
@@ -127,7 +127,7 @@ def _value_from(worker: PodWorker, src: Obj, c: Obj) -> str:
                                         "hostIP": worker.kubelet.address}}
         return volumes.downward_field(pod, src["fieldRef"]["fieldPath"])
     if "resourceFieldRef" in src:
-        node = worker.cluster.store.find(NODE, None, worker.kubelet.name) or {}
+        node = worker.api.node(worker.kubelet.name) or {}
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         return volumes.resource_field(worker.pod, c["name"], src["resourceFieldRef"], allocatable)
     for kind, key in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):

@@ -25,6 +25,7 @@ IP (`1-2-3-4.ns.pod`), resolution where no mount namespace can be made (non-root
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,13 @@ def _env_name(name: str) -> str:
     return name.upper().replace("-", "_")
 
 
-def service_env(store: Any, namespace: str, enable_service_links: bool = True) -> dict[str, str]:
-    """The variables the kubelet sets for the Services visible to a pod of `namespace`:
-    the `kubernetes` Service of `default` always (unless the pod's namespace has its own),
-    the namespace's Services unless `enable_service_links` is false (getServiceEnvVarMap)."""
+def service_env(services: Iterable[Obj], namespace: str, enable_service_links: bool = True) -> dict[str, str]:
+    """The variables the kubelet sets for the Services visible to a pod of `namespace`, of
+    `services` (at least those of `namespace` and `default`): the `kubernetes` Service of
+    `default` always (unless the pod's namespace has its own), the namespace's Services unless
+    `enable_service_links` is false (getServiceEnvVarMap)."""
     visible: dict[str, Obj] = {}
-    for svc in store.objects(SVC):
+    for svc in services:
         meta = svc["metadata"]
         if _cluster_ip(svc) is None:
             continue

@@ -94,3 +94,11 @@ def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any =
             "images": status_images,
         },
     }
+
+
+def with_image(images: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Node's `status.images` with `entry` (ImageRegistry.status_entry) added: the largest
+    `MAX_IMAGES`, as the kubelet reports them."""
+    names = set(entry["names"])
+    kept = [i for i in images if not names & set(i["names"])]
+    return sorted(kept + [entry], key=lambda e: -e["sizeBytes"])[:MAX_IMAGES]

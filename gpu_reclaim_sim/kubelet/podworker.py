@@ -1,8 +1,10 @@
 """One pod on a simulated kubelet's node, from binding to removal (`PodWorker`): its
 claims, volumes, /etc/hosts and Service variables, its containers started through the
 container runtime (with what `containerconfig` gives each), probed for readiness
-(`probes`) and restarted with back-off, its status and events in the kubelet's words, and SIGTERM then SIGKILL before the pod
-object goes."""
+(`probes`) and restarted with back-off, its status and events in the kubelet's words, and
+SIGTERM then SIGKILL before the pod object goes. What it reads and writes of the cluster goes
+through its kubelet's `api` (sim.kubelet.podapi: the old simulator's store or the real API
+server); `dispatch` hands a kubelet's pod changes to their workers."""
 
 from __future__ import annotations
 
@@ -15,18 +17,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import cgroups, containerconfig, hosts, probes, runtime, volumes
-from .. import errors
-from ..controllers import persistentvolumes
 from .backoff import RestartBackoff
 from .containerconfig import ContainerError
 from .images import repo_digest
-from ..resources import BY_KIND
+from .podapi import PodApi
 from ..store import Obj
 from ..api.timestamps import go_duration, rfc3339
 
 log = logging.getLogger("gpu_reclaim_sim.kubelet.kubelet")
 
-POD = BY_KIND["Pod"]
 MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePeriodInSeconds)
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
 CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
@@ -42,6 +41,9 @@ class Kubelet(Protocol):
     address: str
     workers: dict[str, PodWorker]
 
+    @property
+    def api(self) -> PodApi: ...
+
     async def pull(self, worker: PodWorker, container: Obj) -> None: ...
 
 
@@ -51,6 +53,7 @@ class PodWorker:
     def __init__(self, kubelet: Kubelet, pod: Obj) -> None:
         self.kubelet = kubelet
         self.cluster = kubelet.cluster
+        self.api = kubelet.api
         self.pod = pod
         meta = pod["metadata"]
         self.ns, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
@@ -77,24 +80,12 @@ class PodWorker:
 
     def event(self, reason: str, message: str, container: Obj | None = None, type_: str = "Normal") -> None:
         field_path = f"spec.containers{{{container['name']}}}" if container else None
-        current = self.cluster.store.find(POD, self.ns, self.name) or self.pod
-        try:
-            self.cluster.events.record(current, reason, message, type_=type_, component="kubelet",
-                                       host=self.kubelet.name, field_path=field_path)
-        except errors.ApiError as e:  # e.g. in a terminating namespace: refused, and the kubelet carries on
-            log.debug("node %s: event %s of pod %s/%s refused: %s", self.kubelet.name, reason, self.ns,
-                      self.name, e.message)
+        self.api.event(self.pod, reason, message, type_=type_, host=self.kubelet.name, field_path=field_path)
 
     def update_status(self, mutate) -> None:
-        store = self.cluster.store
-        current = store.find(POD, self.ns, self.name)
-        if current is None or current["metadata"]["uid"] != self.uid:
-            return
-
-        def apply(o: Obj) -> None:
-            mutate(o.setdefault("status", {}))
-
-        self.pod = store.update(POD, self.ns, self.name, apply)
+        pod = self.api.write_status(self.pod, mutate)
+        if pod is not None:
+            self.pod = pod
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -115,8 +106,18 @@ class PodWorker:
                     self.event("Killing", f"Stopping container {c['name']}", c)
             await self.shutdown(self._grace)
         finally:  # whatever happened, the pod goes once its processes have
-            _remove_pod(self.cluster.store, self.pod)
-            self.kubelet.workers.pop(self.uid, None)
+            try:
+                await self.api.remove(self.pod)
+            finally:  # changes seen meanwhile came to this worker, not to a new one
+                self.kubelet.workers.pop(self.uid, None)
+
+    async def abandon(self, grace: float) -> None:
+        """Its kubelet stops: the containers stop (not restarted), the pod object stays."""
+        for task in (self._life, self.task):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (self._life, self.task) if t is not None), return_exceptions=True)
+        await self.shutdown(grace)
 
     async def shutdown(self, grace: float) -> None:
         """SIGTERM to every container, SIGKILL to all their processes after `grace`
@@ -237,14 +238,17 @@ class PodWorker:
 
     async def _wait_for_claims(self) -> None:
         """The volume manager's wait for a pod's claims: every claim it mounts must be
-        bound (a pod without claims, the usual case, costs nothing). An unbound one is
+        bound; what the pod refers to is fetched meanwhile (`PodApi.prepare`). An unbound one is
         looked at again every `CLAIM_POLL` seconds, with one FailedMount warning after
         `CLAIM_TIMEOUT`, as the kubelet reports a mount that timed out."""
         claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in self.pod["spec"].get("volumes", [])
                   if (v.get("persistentVolumeClaim") or {}).get("claimName")}
         deadline, warned = time.monotonic() + CLAIM_TIMEOUT, False
-        while unbound := [name for name, claim in claims.items()
-                          if persistentvolumes.claim_dir(self.cluster.store, self.ns, claim) is None]:
+        while True:
+            await self.api.prepare(self.pod)  # what it refers to, its claims among them, as they are now
+            unbound = [name for name, claim in claims.items() if self.api.claim_dir(self.ns, claim) is None]
+            if not unbound:
+                return
             if not warned and time.monotonic() >= deadline:
                 warned = True
                 every = " ".join(v["name"] for v in self.pod["spec"].get("volumes", []))
@@ -271,6 +275,7 @@ class PodWorker:
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, MOUNT_RETRY_MAX)
+            await self.api.prepare(self.pod)  # a Secret or ConfigMap made since
 
     def _all_ready(self) -> bool:
         return all(self._is_ready(c["name"]) for c in self._containers())
@@ -336,6 +341,7 @@ class PodWorker:
             self._restarts[name] = self._restarts.get(name, 0) + 1
             self._rotate_log(name)
             try:
+                await self.api.prepare(self.pod)  # what its environment refers to, as it is now
                 proc = await self._start_or_fail(c, gpu_uuids, terminated)
             except ContainerError as e:  # e.g. a secret its environment needs is gone
                 self._set_state(c, {"terminated": {**terminated, "exitCode": 128, "reason": "StartError",
@@ -409,14 +415,13 @@ class PodWorker:
     # --- what the volumes read -------------------------------------------------------
 
     def lookup(self, kind: str, name: str) -> Obj | None:
-        return self.cluster.store.find(BY_KIND[kind], self.ns, name)
+        return self.api.lookup(self.ns, kind, name)
 
     def _claim_dir(self, claim: str) -> Path | None:
-        return persistentvolumes.claim_dir(self.cluster.store, self.ns, claim)
+        return self.api.claim_dir(self.ns, claim)
 
     def _token(self, service_account: str, expiration: int, audience: str | None) -> str:
-        return self.cluster.service_account_token(self.ns, service_account, pod=self.pod,
-                                                  expiration_seconds=expiration, audience=audience)
+        return self.api.token(self.pod, service_account, expiration, audience)
 
 
 def _conditions(pod: Obj, initialized: bool, ready: bool) -> list[dict[str, Any]]:
@@ -446,12 +451,23 @@ def _set_container(status: Obj, cs: dict[str, Any]) -> None:
     status["containerStatuses"] = [cs if s["name"] == cs["name"] else s for s in status.get("containerStatuses", [])]
 
 
-def _remove_pod(store: Any, pod: Obj) -> None:
-    """The kubelet's final delete: the object goes once its containers have stopped."""
-    meta = pod["metadata"]
-    current = store.find(POD, meta["namespace"], meta["name"])
-    if current is not None and current["metadata"]["uid"] == meta["uid"]:
-        try:
-            store.remove(POD, meta["namespace"], meta["name"])
-        except errors.ApiError:
-            pass
+def dispatch(kubelet: Kubelet, type_: str, pod: Obj) -> None:
+    """A change to a pod bound to `kubelet`'s node: a new pod gets a worker (one that has
+    already finished, and is not being deleted, none), a deleted one stops its worker with its
+    grace period (at once when the object is gone). One bad pod must not stop the node."""
+    try:
+        uid = pod["metadata"]["uid"]
+        worker = kubelet.workers.get(uid)
+        if type_ == "DELETED":
+            if worker:
+                worker.request_stop(grace=0)
+            return
+        if worker is None:
+            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
+                return
+            worker = kubelet.workers[uid] = PodWorker(kubelet, pod)
+            worker.task = asyncio.create_task(worker.run())
+        if pod["metadata"].get("deletionTimestamp"):
+            worker.request_stop(grace=pod["metadata"].get("deletionGracePeriodSeconds", 30))
+    except Exception:
+        log.exception("node %s: handling pod %s", kubelet.name, pod["metadata"].get("name"))

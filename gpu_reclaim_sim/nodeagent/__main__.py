@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the run's CA folder (ca.crt, ca.key): each node's certificate is signed with it")
     parser.add_argument("--scenario", required=True, type=Path, help="the scenario whose nodes to run")
     parser.add_argument("--version", required=True, help="the kubelet version the nodes report (the API server's)")
+    parser.add_argument("--data-dir", required=True, type=Path,
+                        help="where the pods' files and their containers' logs go (logs/<ns>_<pod>_<container>.log)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(e))
 
     async def run() -> None:
-        task = asyncio.create_task(serve(scenario, args.server, args.pki, args.version))
+        task = asyncio.create_task(serve(scenario, args.server, args.pki, args.version, args.data_dir))
         for sig in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
         try:

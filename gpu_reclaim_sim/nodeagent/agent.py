@@ -3,24 +3,25 @@ simulated nodes of a scenario, through the real API server only. Each node authe
 itself (`system:node:<name>`, a certificate from the run's CA), so the Node authorizer and
 NodeRestriction hold it to its own Node, Lease and pods.
 
-This increment registers the scenario's nodes and keeps them alive (`registration`); the
-pods bound to them are run by the simulator's own kubelet until it moves here (issue 37).
+It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
+the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs).
+Not yet (issue 37): the kubelet API, network namespaces and the data plane, `use_gpu`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes_asyncio import client as k8s
 
 from ..controlplane.credentials import Authority
-from ..kubelet.images import ImageRegistry
 from ..kubelet.nodes import node_manifest
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
+from .local import NodeLocal
+from .pods import NodePods
 from .registration import NodeRegistration
 
 NODE_NETWORK = "127.100.0.0/16"
@@ -37,7 +38,10 @@ class NodeAgent:
     server: str
     authority: Authority
     version: str
+    data_dir: Path
     registrations: dict[str, NodeRegistration] = field(default_factory=dict)
+    pods: dict[str, NodePods] = field(default_factory=dict)
+    local: NodeLocal | None = None
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -51,27 +55,30 @@ class NodeAgent:
         return api
 
     async def start(self) -> None:
-        images, addresses = ImageRegistry(self.scenario), AddressPool(NODE_NETWORK)
-        for name, group in node_names(self.scenario):
-            manifest = node_manifest(name, self.scenario.node_groups[group], self.scenario, images,
-                                     addresses.allocate(), self.version)
-            registration = self.registrations[name] = NodeRegistration(self.client(name), manifest)
+        local = self.local = NodeLocal(self.scenario, self.data_dir)
+        addresses = AddressPool(NODE_NETWORK)
+        for name, index in node_names(self.scenario):
+            group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
+            manifest = node_manifest(name, group, self.scenario, local.images, address, self.version)
+            registration = self.registrations[name] = NodeRegistration(api, manifest)
             await registration.register()
-            self._tasks.append(asyncio.create_task(registration.run(), name=f"node {name}"))
+            pods = self.pods[name] = NodePods(local, api, name, group, address, manifest)
+            self._tasks += [asyncio.create_task(registration.run(), name=f"node {name}"),
+                            asyncio.create_task(pods.run(), name=f"pods of {name}")]
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         for api in self._clients:
             await api.close()
+        if self.local is not None:
+            self.local.close()
 
 
-async def serve(scenario: Scenario, server: str, pki: Path, version: str) -> None:
+async def serve(scenario: Scenario, server: str, pki: Path, version: str, data_dir: Path) -> None:
     """Run the agent until cancelled (SIGTERM: __main__)."""
-    agent = NodeAgent(scenario, server, Authority(pki), version)
+    agent = NodeAgent(scenario, server, Authority(pki), version, data_dir)
     try:
         await agent.start()
         print(f"nodes registered: {' '.join(agent.registrations)}", flush=True)

@@ -16,7 +16,7 @@ from gpu_reclaim_sim.controlplane.components import ControlPlane
 from jupyterhub_gpu_reclaim.signals import pod_facts
 from jupyterhub_gpu_reclaim.spawner import affinity
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane  # noqa: F401 (a fixture)
+from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
 from ..support.sim_cluster import wait_for
 
 PYTORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02"
@@ -43,16 +43,11 @@ def nodes(control_plane: ControlPlane, tmp_path_factory) -> Iterator[k8s.CoreV1A
     try:
         wait_for(agent.registered, "the nodes registered")
         # Ready, and the node lifecycle controller has taken the not-ready taint off again
-        wait_for(lambda: all(_ready(n) for n in core.list_node().items) and len(core.list_node().items) == 3,
+        wait_for(lambda: all(node_ready(n) for n in core.list_node().items) and len(core.list_node().items) == 3,
                  "three Ready nodes without the not-ready taint")
         yield core
     finally:
         agent.stop()
-
-
-def _ready(node: k8s.V1Node) -> bool:
-    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
-    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
 
 
 def _pod(name: str, gpus: int = 0, image: str = PYTORCH, cpu: str = "") -> dict:
@@ -68,16 +63,10 @@ def _pod(name: str, gpus: int = 0, image: str = PYTORCH, cpu: str = "") -> dict:
 
 @pytest.fixture
 def ns(nodes: k8s.CoreV1Api, request) -> Iterator[str]:
-    name = f"t-{abs(hash(request.node.name)) % 10**8}"
-    nodes.create_namespace({"metadata": {"name": name}})
-    wait_for(lambda: nodes.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
-             "the namespace's default ServiceAccount")
-    try:
+    with namespace(nodes, f"t-{abs(hash(request.node.name)) % 10**8}") as name:
         yield name
-    finally:
-        for p in nodes.list_namespaced_pod(name).items:  # no kubelet confirms a pod's end yet
+        for p in nodes.list_namespaced_pod(name).items:  # at once: these pods need no grace period
             nodes.delete_namespaced_pod(p.metadata.name, name, grace_period_seconds=0)
-        nodes.delete_namespace(name)
 
 
 def test_the_scenarios_nodes_register_through_the_real_api_server(nodes, control_plane):  # noqa: F811
@@ -107,8 +96,9 @@ def test_the_real_scheduler_places_a_gpu_pod_on_the_node_that_has_its_image(node
     pod = wait_for(lambda: (p := nodes.read_namespaced_pod("gpu-notebook", ns)).spec.node_name and p,
                    "the pod bound to a node")
     assert pod.spec.node_name == "gpu-warm-1"  # ImageLocality: 5 GB already there
-    events = nodes.list_namespaced_event(ns, field_selector="involvedObject.name=gpu-notebook,reason=Scheduled")
-    assert events.items[0].message == f"Successfully assigned {ns}/gpu-notebook to gpu-warm-1"
+    events = wait_for(lambda: nodes.list_namespaced_event(  # the scheduler's recorder writes it after binding
+        ns, field_selector="involvedObject.name=gpu-notebook,reason=Scheduled").items, "the Scheduled event")
+    assert events[0].message == f"Successfully assigned {ns}/gpu-notebook to gpu-warm-1"
     # a CPU pod is kept off the GPU nodes' taint... unless it tolerates it; without the
     # toleration it goes to the CPU node
     cpu = _pod("cpu-notebook", image="python:3.12-slim")
@@ -136,8 +126,9 @@ def test_a_pod_waiting_for_a_gpu_is_told_so_by_the_real_scheduler_and_the_produc
     assert "2 Insufficient nvidia.com/gpu" in message
     assert "1 node(s) didn't match Pod's node affinity/selector" in message
     assert "preemption: " in message
-    events = nodes.list_namespaced_event(ns, field_selector="involvedObject.name=waiting,reason=FailedScheduling")
-    assert events.items and events.items[0].message == message
+    events = wait_for(lambda: nodes.list_namespaced_event(
+        ns, field_selector="involvedObject.name=waiting,reason=FailedScheduling").items, "the FailedScheduling event")
+    assert events[0].message == message
     # what the product makes of it: a pod waiting for a GPU, since the condition's time
     assert pod_facts.gpu_shortage(message)
     wait = pod_facts.gpu_wait(pod)

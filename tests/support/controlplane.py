@@ -4,6 +4,7 @@ runs the node agent for a scenario against it, as its own process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,7 +19,10 @@ from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.nodeagent.agent import node_names
+from gpu_reclaim_sim.paths import pod_log_path
 from gpu_reclaim_sim.scenario import from_dict
+
+from .sim_cluster import wait_for
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +39,25 @@ def admin_api(plane: ControlPlane) -> k8s.ApiClient:
     return k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
 
 
+def node_ready(node: k8s.V1Node) -> bool:
+    """Ready, and the node lifecycle controller has taken its not-ready taints off."""
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    return ready and not any(t.key.startswith("node.kubernetes.io/") for t in node.spec.taints or [])
+
+
+@contextlib.contextmanager
+def namespace(core: k8s.CoreV1Api, name: str) -> Iterator[str]:
+    """A namespace for one test, once the controller-manager has made its default ServiceAccount
+    (the ServiceAccount admission plugin refuses pods before); deleted afterwards."""
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+             "the namespace's default ServiceAccount")
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
 class NodeAgentProcess:
     """`python -m gpu_reclaim_sim.nodeagent` for `scenario` (a dict, written as YAML)."""
 
@@ -44,16 +67,23 @@ class NodeAgentProcess:
         path = work / "scenario.yaml"
         path.write_text(yaml.safe_dump(scenario))
         self.log = work / "nodeagent.log"
+        self.data_dir = work / "data"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "gpu_reclaim_sim.nodeagent", "--server", plane.server,
-                 "--pki", str(plane.authority.directory), "--scenario", str(path), "--version", plane.version()],
+                 "--pki", str(plane.authority.directory), "--scenario", str(path), "--version", plane.version(),
+                 "--data-dir", str(self.data_dir)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def registered(self) -> bool:
         if self.process.poll() is not None:
             raise AssertionError(f"the node agent exited ({self.process.returncode}):\n{self.log.read_text()}")
         return "nodes registered:" in self.log.read_text()
+
+    def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> str:
+        """What a container wrote (the kubelet API's containerLogs comes later)."""
+        path = pod_log_path(self.data_dir, namespace, pod, container, previous)
+        return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
         """Stop the agent and delete its Nodes, so that the next module's agent on this

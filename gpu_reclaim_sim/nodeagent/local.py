@@ -1,0 +1,74 @@
+"""What the node agent's machine gives the pods of all its nodes (the `cluster` a pod's worker
+reads, sim.kubelet.podworker): the scenario, the folder of the pods' files and logs, the
+images, the GPUs, the pods' addresses and their hosts files.
+
+This increment gives each pod a loopback address (the real API server accepts one as a pod
+IP, not in Endpoints or EndpointSlices: pods move into network namespaces next, issue 37), a
+hosts file with the pod's own name but no Service names yet (`OwnNameOnly`), no data plane
+(`NoDataPlane`) and no control endpoint for `use_gpu` (`NoGpuControl`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import paths
+from ..gpu.gpus import GpuFleet
+from ..kubelet.hosts import hosts_file, write
+from ..kubelet.images import ImageRegistry
+from ..network.addresses import PodNetwork
+from ..scenario import Scenario
+from ..store import Obj
+
+
+class OwnNameOnly:
+    """A pod's /etc/hosts with its own name (Service names come with the data plane)."""
+
+    def register(self, pod: Obj, pod_ip: str, path: Path) -> None:
+        write(path, hosts_file(pod, pod_ip))
+
+    def unregister(self, pod_uid: str) -> None:
+        pass
+
+
+class NoDataPlane:
+    """No Service or NetworkPolicy rules yet: pods reach each other by address only."""
+
+    async def add_pod(self, pod: Obj, ip: str) -> None:
+        pass
+
+    async def remove_pod(self, uid: str) -> None:
+        pass
+
+
+class NoGpuControl:
+    """No endpoint for `use_gpu` yet: a GPU pod sees its devices, and sets no load."""
+
+    def pod_env(self, namespace: str, pod: str, uid: str) -> dict[str, str]:
+        return {}
+
+
+@dataclass
+class NodeLocal:
+    scenario: Scenario
+    data_dir: Path
+    images: ImageRegistry = field(init=False)
+    gpus: GpuFleet = field(init=False)
+    network: PodNetwork = field(init=False)
+    hosts: Any = field(default_factory=OwnNameOnly)
+    dataplane: Any = field(default_factory=NoDataPlane)
+    control: Any = field(default_factory=NoGpuControl)
+
+    def __post_init__(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.images = ImageRegistry(self.scenario)
+        self.gpus = GpuFleet(self.scenario)
+        self.network = PodNetwork(self.scenario.pod_network, service_cidr=self.scenario.service_network)
+
+    def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
+        return paths.pod_log_path(self.data_dir, namespace, pod, container, previous)
+
+    def close(self) -> None:
+        self.network.close()

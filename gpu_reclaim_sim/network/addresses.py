@@ -11,6 +11,8 @@ import socket
 from pathlib import Path
 from typing import TypeGuard
 
+from . import namespace
+
 LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
@@ -24,8 +26,9 @@ class AddressPool:
 
     def __init__(self, cidr: str) -> None:
         network = ipaddress.ip_network(cidr)
-        if not on_loopback(network):
-            raise ValueError(f"{cidr}: simulated addresses must lie in 127.0.0.0/8 (loopback)")
+        if not on_loopback(network) and not namespace.holds(network):
+            raise ValueError(f"{cidr}: simulated addresses must lie in 127.0.0.0/8 (loopback) or in the "
+                             f"run's network namespace ({', '.join(map(str, namespace.NETWORKS))})")
         self.network = network
         self._hosts = self.network.hosts()
         self._free: list[str] = []

@@ -20,6 +20,7 @@ import ctypes
 import ipaddress
 import os
 import shutil
+import socket
 import subprocess
 
 CLONE_NEWNET = 0x40000000
@@ -38,8 +39,20 @@ def available() -> bool:
 
 
 def inside() -> bool:
-    """Whether this process entered its own network namespace with `enter`."""
-    return _entered
+    """Whether this process lives in a run's network namespace: it entered one (`enter`), or
+    its parent did (the pods' network is local here)."""
+    if not _entered:
+        try:
+            with socket.socket() as s:
+                s.bind((str(PODS.network_address + 1), 0))
+        except OSError:
+            return False
+    return True
+
+
+def holds(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    """Whether `network` lies inside one of the run's networks."""
+    return isinstance(network, ipaddress.IPv4Network) and any(network.subnet_of(n) for n in NETWORKS)
 
 
 def enter() -> None:

@@ -2,8 +2,9 @@
 reads, sim.kubelet.podworker): the scenario, the folder of the pods' files and logs, the
 images, the GPUs, the pods' addresses and their hosts files.
 
-This increment gives each pod a loopback address (the real API server accepts one as a pod
-IP, not in Endpoints or EndpointSlices: pods move into network namespaces next, issue 37), a
+Each pod gets an address of the pods' network of the run's network namespace
+(sim.network.namespace: the real API server accepts it in EndpointSlices), or, outside one
+(no root), a loopback address (accepted as a pod IP, refused in EndpointSlices); a
 hosts file with the pod's own name but no Service names yet (`OwnNameOnly`), no data plane
 (`NoDataPlane`) and no control endpoint for `use_gpu` (`NoGpuControl`).
 """
@@ -18,6 +19,7 @@ from .. import paths
 from ..gpu.gpus import GpuFleet
 from ..kubelet.hosts import hosts_file, write
 from ..kubelet.images import ImageRegistry
+from ..network import namespace
 from ..network.addresses import PodNetwork
 from ..scenario import Scenario
 from ..store import Obj
@@ -65,7 +67,8 @@ class NodeLocal:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.images = ImageRegistry(self.scenario)
         self.gpus = GpuFleet(self.scenario)
-        self.network = PodNetwork(self.scenario.pod_network, service_cidr=self.scenario.service_network)
+        self.network = PodNetwork(str(namespace.PODS), service_cidr=str(namespace.SERVICES)) if namespace.inside() \
+            else PodNetwork(self.scenario.pod_network, service_cidr=self.scenario.service_network)
 
     def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
         return paths.pod_log_path(self.data_dir, namespace, pod, container, previous)

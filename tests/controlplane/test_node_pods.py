@@ -10,7 +10,9 @@ from the last resourceVersion it saw; and one node cannot write another node's p
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
+import urllib.request
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes_asyncio import client as ak8s
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
+from gpu_reclaim_sim.network import namespace as namespace_of_run
 from gpu_reclaim_sim.nodeagent import podwatch
 
 from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
@@ -34,6 +37,7 @@ SCENARIO = {
     "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
 }
 NODES = ["runner-1", "runner-2"]
+LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +49,7 @@ def agent(control_plane: ControlPlane, tmp_path_factory) -> Iterator[NodeAgentPr
         wait_for(lambda: all(node_ready(core.read_node(n)) for n in NODES), "the nodes Ready, untainted")
         yield agent
     finally:
-        agent.stop()
-        for node in NODES:  # other modules' scenarios meet no node of this one
-            core.delete_node(node)
+        agent.stop()  # and its nodes deleted: other modules' scenarios meet none of them
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +97,8 @@ def test_a_pod_runs_its_command_and_reports_as_a_kubelet_does(agent, core, ns):
     internal = next(a.address for a in node.status.addresses if a.type == "InternalIP")
     assert p.spec.node_name == "runner-1"
     assert p.status.host_ip == internal and [i.ip for i in p.status.host_ips] == [internal]
-    assert re.fullmatch(r"127\.\d+\.\d+\.\d+", p.status.pod_ip) and [i.ip for i in p.status.pod_ips] == [p.status.pod_ip]
+    assert ipaddress.ip_address(p.status.pod_ip) in (namespace_of_run.PODS if namespace_of_run.inside() else LOOPBACK)
+    assert [i.ip for i in p.status.pod_ips] == [p.status.pod_ip]
     assert p.status.start_time is not None
     conditions = {c.type: c.status for c in p.status.conditions}
     assert conditions == {"PodReadyToStartContainers": "True", "Initialized": "True", "Ready": "False",
@@ -229,8 +232,8 @@ def test_a_node_cannot_write_another_nodes_pod_status(agent, core, ns, control_p
     core.create_namespaced_pod(ns, pod("elsewhere", "sleep 30", node="runner-1"))
     phases(core, ns, "elsewhere", "Running")
     issued = control_plane.authority.issue("node-runner-2-test", "system:node:runner-2", ("system:nodes",))
-    config = control_plane.authority.kubeconfig(tmp_path / "node.kubeconfig", control_plane.server, issued,
-                                                "system:node:runner-2")
+    config = control_plane.authority.kubeconfig(tmp_path / "node.kubeconfig", control_plane.server,
+                                                "system:node:runner-2", client=issued)
     as_other = k8s.CoreV1Api(k8s_config.new_client_from_config(str(config)))
     with pytest.raises(ApiException) as refused:  # NodeRestriction
         as_other.patch_namespaced_pod_status("elsewhere", ns, {"status": {"phase": "Failed"}})
@@ -275,3 +278,27 @@ async def test_the_nodes_pod_watch_resumes_from_its_resource_version(agent, core
     assert seen[0] == ("DELETED", "gone")
     assert [name for type_, name in seen if type_ == "ADDED"] == ["watched-0", "watched-1", "watched-2"]
     assert watch.lists == 1
+
+
+@pytest.mark.skipif(not namespace_of_run.available(), reason="the run's network namespace needs root and ip")
+def test_a_service_gets_its_pods_address_from_the_real_controller_manager(agent, core, ns):
+    """In the run's network namespace a pod's address is one the real API server takes in an
+    EndpointSlice: the controller-manager writes the ready pod behind a Service, and the pod
+    answers there."""
+    ready = {"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}, "ports": [{"containerPort": 8080}]}
+    body = pod("web", "echo ok > index.html; exec python3 -m http.server 8080 --bind 0.0.0.0", **ready)
+    body["metadata"]["labels"] = {"app": "web"}
+    core.create_namespaced_pod(ns, body)
+    core.create_namespaced_service(ns, {"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    discovery = k8s.DiscoveryV1Api(core.api_client)
+
+    def endpoints() -> list:
+        slices = discovery.list_namespaced_endpoint_slice(ns, label_selector="kubernetes.io/service-name=web").items
+        return [e for s in slices for e in s.endpoints or [] if e.conditions.ready]
+
+    [endpoint] = wait_for(endpoints, "the pod's ready endpoint in the Service's EndpointSlice")
+    ip = core.read_namespaced_pod("web", ns).status.pod_ip
+    assert endpoint.addresses == [ip] and ipaddress.ip_address(ip) in namespace_of_run.PODS
+    with urllib.request.urlopen(f"http://{ip}:8080/index.html", timeout=5) as r:
+        assert r.read() == b"ok\n"

@@ -48,10 +48,15 @@ def node_ready(node: k8s.V1Node) -> bool:
 @contextlib.contextmanager
 def namespace(core: k8s.CoreV1Api, name: str) -> Iterator[str]:
     """A namespace for one test, once the controller-manager has made its default ServiceAccount
-    (the ServiceAccount admission plugin refuses pods before); deleted afterwards."""
+    (the ServiceAccount admission plugin refuses pods before) and its kube-root-ca.crt; deleted
+    afterwards."""
     core.create_namespace({"metadata": {"name": name}})
     wait_for(lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
              "the namespace's default ServiceAccount")
+    # and the CA its pods' kube-api-access volume projects (the root-CA publisher's): a pod
+    # made before it would first get a FailedMount, as on a real cluster
+    wait_for(lambda: core.list_namespaced_config_map(name, field_selector="metadata.name=kube-root-ca.crt").items,
+             "the namespace's kube-root-ca.crt")
     try:
         yield name
     finally:

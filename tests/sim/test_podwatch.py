@@ -16,6 +16,8 @@ from kubernetes_asyncio import client as k8s
 
 from gpu_reclaim_sim.nodeagent.podwatch import PodWatch
 
+from ..support.fakes import serve
+
 
 def _pod(name: str, version: str) -> dict:
     return {"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": version},
@@ -47,14 +49,10 @@ async def test_an_expired_watch_lists_again_and_reports_what_went_meanwhile():
 
     app = web.Application()
     app.router.add_get("/api/v1/pods", pods)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+    runner, url = await serve(app)
     seen: list[tuple[str, str]] = []
     try:
-        async with k8s.ApiClient(k8s.Configuration(host=f"http://127.0.0.1:{port}")) as api:
+        async with k8s.ApiClient(k8s.Configuration(host=url)) as api:
             watch = PodWatch(api, "node-1", lambda type_, pod: seen.append((type_, pod["metadata"]["name"])))
             task = asyncio.create_task(watch.run())
             await asyncio.wait_for(watching.wait(), 10)

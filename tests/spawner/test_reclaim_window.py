@@ -16,6 +16,8 @@ from jupyterhub_gpu_reclaim.spawner import GPUReclaimSpawner
 from jupyterhub_gpu_reclaim.spawner.reclaim_window import ReclaimWindow
 from jupyterhub_gpu_reclaim.spawner.service_link import ServiceLink
 
+from ..support.fakes import serve
+
 GRACE = 90
 
 
@@ -44,12 +46,8 @@ async def service():
 
     app = web.Application()
     app.router.add_get("/services/gpu-reclaim/api/reclaims", reclaims)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    state.url = f"http://127.0.0.1:{port}/services/gpu-reclaim/"
+    runner, url = await serve(app)
+    state.url = f"{url}/services/gpu-reclaim/"
     yield state
     await runner.cleanup()
 

@@ -5,8 +5,9 @@ NodeRestriction hold it to its own Node, Lease and pods.
 
 It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
 the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs).
-Their Services are served as kube-proxy and cluster DNS serve them (`services`).
-Not yet (issue 37): the kubelet API, NetworkPolicies, `use_gpu`.
+Their Services and NetworkPolicies are served as kube-proxy, cluster DNS and a network plugin
+serve them (`services`); the plugin's ClusterRole it installs as the cluster's admin (it holds
+the run's CA) would (`networkplugin`). Not yet (issue 37): the kubelet API, `use_gpu`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..controlplane.credentials import Authority
 from ..kubelet.nodes import node_manifest
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
+from . import networkplugin
 from .local import NodeLocal
 from .pods import NodePods
 from .registration import NodeRegistration
@@ -62,7 +64,10 @@ class NodeAgent:
 
     async def start(self) -> None:
         local = self.local = NodeLocal(self.scenario, self.data_dir)
-        self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()), local)
+        admin = self._client("network-plugin-installer", "gpu-reclaim-sim:installer", ("system:masters",))
+        await networkplugin.install(admin)
+        self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()),
+                                     self._client("network-plugin", networkplugin.USER, ()), local)
         await self.services.start()
         local.hosts, local.dataplane = self.services.hosts, self.services.dataplane
         addresses = AddressPool(NODE_NETWORK)

@@ -3,17 +3,18 @@ the node agent's machine (issue 37).
 
 `ApiMirror` keeps the Services, EndpointSlices (written by the real controller-manager, and the
 API server's own for the `kubernetes` Service) and Endpoints (headless Services' pods) of every
-namespace as the API server has them, one informer-style `ListWatch` each, and offers them as
-the old simulator's store offers its objects (`objects`, `find`, `subscribe`). From it
+namespace as the API server has them, and the NetworkPolicies, namespaces and pods the network
+plugin reads (sim.nodeagent.networkplugin), one informer-style `ListWatch` each, and offers them
+as the old simulator's store offers its objects (`objects`, `find`, `subscribe`). From it
 `NodeServices` runs the simulator's data plane (sim.network.dataplane: kube-proxy's nftables
-rules, DNAT from each cluster IP to the ready endpoints) and keeps the pods' hosts files
-(sim.kubelet.names: the Service names cluster DNS would answer) current.
+rules, DNAT from each cluster IP to the ready endpoints, and the NetworkPolicies' rules) and
+keeps the pods' hosts files (sim.kubelet.names: the Service names cluster DNS would answer)
+current.
 
 The mirror reads as `system:kube-proxy`, the user the API server's bootstrap policy binds to
 `system:node-proxier` (list and watch of Services, Endpoints, EndpointSlices): what a real
 kube-proxy is. Cluster DNS (CoreDNS) reads the same with a role of its own.
-Not yet: NetworkPolicies (the data plane compiles them, but nothing here mirrors NetworkPolicies,
-namespaces and pods), UDP and DNS proper (sim.kubelet.names).
+Not here: UDP, DNS proper (sim.kubelet.names).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..kubelet.names import HostsFiles
 from ..network.dataplane import DataPlane
 from ..resources import BY_KIND, ResourceType
 from ..store import Change, Obj
+from . import networkplugin
 from .podwatch import ListWatch
 
 SVC, SLICE, EP = BY_KIND["Service"], BY_KIND["EndpointSlice"], BY_KIND["Endpoints"]
@@ -89,14 +91,15 @@ class ApiMirror:
 
 
 class NodeServices:
-    """kube-proxy and cluster DNS for the pods of `local` (sim.nodeagent.local.NodeLocal), from
-    the API server `api` talks to (as `PROXY_USER`)."""
+    """kube-proxy, cluster DNS and NetworkPolicy for the pods of `local`
+    (sim.nodeagent.local.NodeLocal), from the API server `proxy` talks to as `PROXY_USER` and
+    `plugin` as the network plugin (sim.nodeagent.networkplugin)."""
 
-    def __init__(self, api: k8s.ApiClient, local: Any) -> None:
-        core, discovery = k8s.CoreV1Api(api), k8s.DiscoveryV1Api(api)
+    def __init__(self, proxy: k8s.ApiClient, plugin: k8s.ApiClient, local: Any) -> None:
+        core, discovery = k8s.CoreV1Api(proxy), k8s.DiscoveryV1Api(proxy)
         self.mirror = ApiMirror([(SVC, core.list_service_for_all_namespaces),
                                  (SLICE, discovery.list_endpoint_slice_for_all_namespaces),
-                                 (EP, core.list_endpoints_for_all_namespaces)])
+                                 (EP, core.list_endpoints_for_all_namespaces), *networkplugin.lists(plugin)])
         self.dataplane = DataPlane(local, self.mirror)
         self.hosts = HostsFiles(self.mirror)
 

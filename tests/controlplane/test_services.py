@@ -3,11 +3,13 @@ node agent follows the real API server's Services and the real controller-manage
 EndpointSlices (sim.nodeagent.services) into the data plane's nftables rules and the pods'
 hosts files. A pod reaches another through its Service's cluster IP and by its names, reaches
 the API server through the `kubernetes` Service with its ServiceAccount token (in-cluster
-configuration) and gets what RBAC gives it, resolves a Service made after it started, and a
-pod that is not ready gets no traffic."""
+configuration) and gets what RBAC gives it, resolves a Service made after it started; a
+pod that is not ready gets no traffic; and a NetworkPolicy admits only the pods it names
+(the network plugin reads the real API's NetworkPolicies, namespaces and pods)."""
 
 from __future__ import annotations
 
+import errno
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -42,18 +44,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
-# fetches each argument, once the data plane lets it (it follows the API a moment later)
+# `fetch(url)`: the answer, once the Service's rules are there (refused until then: the data
+# plane follows the API a moment later), or the error's name (a NetworkPolicy's refusal)
 FETCH = """
-import sys, time, urllib.request
+import errno, time, urllib.error, urllib.request
 def fetch(url):
     for _ in range(50):
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
                 return r.read().decode()
-        except OSError as e:
-            error = e
+        except urllib.error.URLError as e:
+            error = errno.errorcode.get(getattr(e.reason, "errno", None), str(e.reason))
+            if error != "ECONNREFUSED":
+                break
             time.sleep(0.1)
-    return f"failed: {error}"
+    return error
 """
 
 
@@ -203,3 +208,21 @@ def test_a_pod_that_is_not_ready_gets_no_traffic(agent, core, ns):
         assert r.read() == b"web-b"
     wait_for(lambda: ready_endpoints(core, ns, "web") == sorted([a, b]), "web-b ready behind web too")
     assert wait_for(lambda: answers(20) == {"web-a", "web-b"}, "web-b reached through the Service")
+
+
+def test_a_network_policy_admits_only_the_pods_it_names(agent, core, ns):
+    k8s.NetworkingV1Api(core.api_client).create_namespaced_network_policy(ns, {
+        "metadata": {"name": "web-from-clients"}, "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}], "ports": [{"port": 8080}]}]}})
+    core.create_namespaced_pod(ns, web_pod("web-a"))  # its readiness probes come from its node: admitted
+    ip = core.create_namespaced_service(ns, service("web")).spec.cluster_ip
+    wait_for(lambda: ready_endpoints(core, ns, "web") == [pod_ip(core, ns, "web-a")], "web-a ready behind web")
+    code = FETCH + "print(fetch('http://web/'))"
+    core.create_namespaced_pod(ns, python_pod("client", code, labels={"role": "client"}))
+    core.create_namespaced_pod(ns, python_pod("stranger", code))
+    assert output(agent, core, ns, "client") == ["web-a"]
+    assert output(agent, core, ns, "stranger") == ["EHOSTUNREACH"]  # ICMP admin-prohibited, at once
+    with pytest.raises(urllib.error.URLError) as refused:  # nor from outside the cluster (this process)
+        urllib.request.urlopen(f"http://{ip}/", timeout=5)
+    assert getattr(refused.value.reason, "errno", None) == errno.EHOSTUNREACH

@@ -6,8 +6,8 @@ NodeRestriction hold it to its own Node, Lease and pods.
 It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
 the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs).
 Their Services and NetworkPolicies are served as kube-proxy, cluster DNS and a network plugin
-serve them (`services`); the plugin's ClusterRole it installs as the cluster's admin (it holds
-the run's CA) would (`networkplugin`). Not yet (issue 37): the kubelet API, `use_gpu`.
+serve them (`services`); it installs the plugin's ClusterRole as a cluster's admin would (it
+holds the run's CA: `networkplugin`). Not yet (issue 37): the kubelet API, `use_gpu`.
 """
 
 from __future__ import annotations

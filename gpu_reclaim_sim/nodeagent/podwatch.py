@@ -6,7 +6,7 @@ deletion of are handed on as DELETED, as the informer's Replace does.
 
 `PodWatch`: the pods bound to one node, as a kubelet's informer sees them (field selector
 `spec.nodeName=<node>`, all the Node authorizer lets a node list). sim.nodeagent.services
-follows Services and EndpointSlices with it.
+follows Services, EndpointSlices and the rest with a `ListWatch` each.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import re
 import urllib.request
 import time
 from collections.abc import Iterator
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -28,14 +28,13 @@ from gpu_reclaim_sim.network import namespace as namespace_of_run
 from gpu_reclaim_sim.nodeagent import podwatch
 
 from ..support.controlplane import (IMAGE, NodeAgentProcess, admin_api, control_plane, namespace,  # noqa: F401 (a fixture)
-                                    node_ready, phases, pod, running_agent)
+                                    phases, pod, running_agent)
 from ..support.sim_cluster import wait_for
 
 SCENARIO = {
     "name": "node-pods", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
     "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
 }
-NODES = ["runner-1", "runner-2"]
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 

@@ -3,7 +3,8 @@ a CNI network plugin that enforces NetworkPolicies, in one nftables table of its
 (sim.network.nftables; the policy model: sim.network.netpol).
 
 It follows Services, EndpointSlices, NetworkPolicies, namespaces' and pods' labels as
-they change (store subscriptions, no polling) and writes the whole table again, at most
+they change (subscriptions to their source, no polling: the simulator's store, or the node
+agent's mirror of the real API server, sim.nodeagent.services) and writes the whole table again, at most
 once per `DEBOUNCE`, only when the rules changed. The kubelet tells it of each pod that
 runs processes before its containers start and after they have all stopped (what CNI
 ADD and DEL are to a real plugin): a new pod is in the rules before its first process
@@ -36,12 +37,14 @@ SYNC_TIMEOUT = 30.0
 
 
 class DataPlane:
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Any, source: Any = None) -> None:
+        """`source`: where the objects come from (`objects`, `find`, `subscribe` as
+        sim.store.Store has them); `cluster.store` unless given."""
         self.cluster = cluster
-        self.store = cluster.store
+        self.store = cluster.store if source is None else source
         self.unavailable = ("no writable cgroup2 mount, or not root" if not cgroups.available()
                             else nftables.unavailable())
-        self.proxy = ServiceProxy(cluster) if self.unavailable else None
+        self.proxy = ServiceProxy(cluster, self.store) if self.unavailable else None
         self.table = "" if self.unavailable else nftables.table_name()
         self.deny = cluster.scenario.network_policy_deny
         self.view = netpol.AddressView([cluster.network.pods.network, cluster.network.services])

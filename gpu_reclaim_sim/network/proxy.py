@@ -81,9 +81,9 @@ def slices_of(store: Any, namespace: str, name: str) -> list[Any]:
 
 
 class ServiceProxy:
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Any, source: Any = None) -> None:
         self.cluster = cluster
-        self.store = cluster.store
+        self.store = cluster.store if source is None else source  # as sim.network.dataplane's
         self._listeners: dict[tuple[str, int], tuple[Frontend, asyncio.AbstractServer]] = {}
         self._backends: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
         self._dirty: set[tuple[str, str]] = set()

@@ -5,7 +5,9 @@ NodeRestriction hold it to its own Node, Lease and pods.
 
 It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
 the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs).
-Not yet (issue 37): the kubelet API, network namespaces and the data plane, `use_gpu`.
+Their Services and NetworkPolicies are served as kube-proxy, cluster DNS and a network plugin
+serve them (`services`); it installs the plugin's ClusterRole as a cluster's admin would (it
+holds the run's CA: `networkplugin`). Not yet (issue 37): the kubelet API, `use_gpu`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from ..controlplane.credentials import Authority
 from ..kubelet.nodes import node_manifest
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
+from . import networkplugin
 from .local import NodeLocal
 from .pods import NodePods
 from .registration import NodeRegistration
+from .services import PROXY_USER, NodeServices
 
 NODE_NETWORK = "127.100.0.0/16"
 
@@ -42,12 +46,16 @@ class NodeAgent:
     registrations: dict[str, NodeRegistration] = field(default_factory=dict)
     pods: dict[str, NodePods] = field(default_factory=dict)
     local: NodeLocal | None = None
+    services: NodeServices | None = None
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def client(self, node: str) -> k8s.ApiClient:
         """An API client that is `node` to the API server."""
-        issued = self.authority.issue(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        return self._client(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+
+    def _client(self, file: str, user: str, groups: tuple[str, ...]) -> k8s.ApiClient:
+        issued = self.authority.issue(file, user, groups)
         config = k8s.Configuration(host=self.server)
         config.ssl_ca_cert, config.cert_file, config.key_file = str(self.authority.cert), str(issued.cert), str(issued.key)
         api = k8s.ApiClient(config)
@@ -56,6 +64,12 @@ class NodeAgent:
 
     async def start(self) -> None:
         local = self.local = NodeLocal(self.scenario, self.data_dir)
+        admin = self._client("network-plugin-installer", "gpu-reclaim-sim:installer", ("system:masters",))
+        await networkplugin.install(admin)
+        self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()),
+                                     self._client("network-plugin", networkplugin.USER, ()), local)
+        await self.services.start()
+        local.hosts, local.dataplane = self.services.hosts, self.services.dataplane
         addresses = AddressPool(NODE_NETWORK)
         for name, index in node_names(self.scenario):
             group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
@@ -70,6 +84,8 @@ class NodeAgent:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.services is not None:
+            await self.services.stop()
         for api in self._clients:
             await api.close()
         if self.local is not None:

@@ -5,8 +5,9 @@ images, the GPUs, the pods' addresses and their hosts files.
 Each pod gets an address of the pods' network of the run's network namespace
 (sim.network.namespace: the real API server accepts it in EndpointSlices), or, outside one
 (no root), a loopback address (accepted as a pod IP, refused in EndpointSlices); a
-hosts file with the pod's own name but no Service names yet (`OwnNameOnly`), no data plane
-(`NoDataPlane`) and no control endpoint for `use_gpu` (`NoGpuControl`).
+hosts file with its own name and the Services' (`hosts`) and the data plane's rules
+(`dataplane`), both kept from the real API by sim.nodeagent.services, which sets them; and no
+control endpoint for `use_gpu` yet (`NoGpuControl`).
 """
 
 from __future__ import annotations
@@ -17,32 +18,10 @@ from typing import Any
 
 from .. import paths
 from ..gpu.gpus import GpuFleet
-from ..kubelet.hosts import hosts_file, write
 from ..kubelet.images import ImageRegistry
 from ..network import namespace
 from ..network.addresses import PodNetwork
 from ..scenario import Scenario
-from ..store import Obj
-
-
-class OwnNameOnly:
-    """A pod's /etc/hosts with its own name (Service names come with the data plane)."""
-
-    def register(self, pod: Obj, pod_ip: str, path: Path) -> None:
-        write(path, hosts_file(pod, pod_ip))
-
-    def unregister(self, pod_uid: str) -> None:
-        pass
-
-
-class NoDataPlane:
-    """No Service or NetworkPolicy rules yet: pods reach each other by address only."""
-
-    async def add_pod(self, pod: Obj, ip: str) -> None:
-        pass
-
-    async def remove_pod(self, uid: str) -> None:
-        pass
 
 
 class NoGpuControl:
@@ -59,8 +38,8 @@ class NodeLocal:
     images: ImageRegistry = field(init=False)
     gpus: GpuFleet = field(init=False)
     network: PodNetwork = field(init=False)
-    hosts: Any = field(default_factory=OwnNameOnly)
-    dataplane: Any = field(default_factory=NoDataPlane)
+    hosts: Any = None  # sim.kubelet.names.HostsFiles
+    dataplane: Any = None  # sim.network.dataplane.DataPlane
     control: Any = field(default_factory=NoGpuControl)
 
     def __post_init__(self) -> None:

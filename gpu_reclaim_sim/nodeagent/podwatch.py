@@ -1,9 +1,12 @@
-"""The pods bound to one node, as a kubelet's informer sees them: a list (field selector
-`spec.nodeName=<node>`, all the Node authorizer lets a node list), then a watch from the list's
-resourceVersion, resumed from the last one it saw (bookmarks included) when the server ends it
+"""Objects of one kind as a client-go informer sees them (`ListWatch`): a list, then a watch from
+the list's resourceVersion, resumed from the last one it saw (bookmarks included) when the server ends it
 (every few minutes, `timeout_seconds`) or the connection drops, and a new list when the server
 answers 410 Gone (that version compacted away). After a new list, pods the watch missed the
 deletion of are handed on as DELETED, as the informer's Replace does.
+
+`PodWatch`: the pods bound to one node, as a kubelet's informer sees them (field selector
+`spec.nodeName=<node>`, all the Node authorizer lets a node list). sim.nodeagent.services
+follows Services, EndpointSlices and the rest with a `ListWatch` each.
 """
 
 from __future__ import annotations
@@ -31,13 +34,15 @@ class Gone(Exception):
     """The watch's resourceVersion is too old (410): list again."""
 
 
-class PodWatch:
-    def __init__(self, api: k8s.ApiClient, node: str, handle: Callable[[str, Obj], None]) -> None:
-        self.core = k8s.CoreV1Api(api)
-        self.selector = f"spec.nodeName={node}"
-        self.node = node
+class ListWatch:
+    """`list_call` (a kubernetes_asyncio list method, with `params`: selectors) listed, then
+    watched; each change handed to `handle(type, object)`. `what` names it in the log."""
+
+    def __init__(self, list_call: Callable[..., Any], what: str, handle: Callable[[str, Obj], None],
+                 **params: Any) -> None:
+        self.list_call, self.what, self.params = list_call, what, params
         self.handle = handle
-        self.known: dict[str, Obj] = {}  # uid -> the pod as last seen
+        self.known: dict[str, Obj] = {}  # uid -> the object as last seen
         self.lists = 0  # how many lists it made (the first, then one per 410)
 
     async def run(self) -> None:
@@ -48,29 +53,28 @@ class PodWatch:
                     version = await self._list()
                 version = await self._watch(version)
             except Gone:
-                log.info("node %s: watch of its pods expired (410 Gone): listing again", self.node)
+                log.info("%s: watch expired (410 Gone): listing again", self.what)
                 version = None
             except (ApiException, aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError) as e:
-                log.warning("node %s: watching its pods: %s", self.node, e)
+                log.warning("%s: watching: %s", self.what, e)
                 await asyncio.sleep(RETRY_S)
 
     async def _list(self) -> str:
-        response: Any = await self.core.list_pod_for_all_namespaces(field_selector=self.selector,
-                                                                    _preload_content=False)
+        response: Any = await self.list_call(_preload_content=False, **self.params)
         listing = await _json(response)
         self.lists += 1
-        pods = {p["metadata"]["uid"]: p for p in listing.get("items") or []}
-        for uid in [u for u in self.known if u not in pods]:
+        objects = {o["metadata"]["uid"]: o for o in listing.get("items") or []}
+        for uid in [u for u in self.known if u not in objects]:
             self._deliver("DELETED", self.known[uid])
-        for uid, pod in pods.items():
-            self._deliver("MODIFIED" if uid in self.known else "ADDED", pod)
+        for uid, obj in objects.items():
+            self._deliver("MODIFIED" if uid in self.known else "ADDED", obj)
         return str(listing["metadata"]["resourceVersion"])
 
     async def _watch(self, version: str) -> str:
         """Follow the watch from `version` until the server ends it; the last version seen."""
-        response: Any = await self.core.list_pod_for_all_namespaces(
-            field_selector=self.selector, watch=True, resource_version=version, allow_watch_bookmarks=True,
-            timeout_seconds=random.randint(*WATCH_TIMEOUT_S), _preload_content=False)
+        response: Any = await self.list_call(
+            watch=True, resource_version=version, allow_watch_bookmarks=True,
+            timeout_seconds=random.randint(*WATCH_TIMEOUT_S), _preload_content=False, **self.params)
         try:
             if response.status == 410:
                 raise Gone()
@@ -92,13 +96,20 @@ class PodWatch:
             response.release()
         return version
 
-    def _deliver(self, type_: str, pod: Obj) -> None:
-        uid = pod["metadata"]["uid"]
+    def _deliver(self, type_: str, obj: Obj) -> None:
+        uid = obj["metadata"]["uid"]
         if type_ == "DELETED":
             self.known.pop(uid, None)
         else:
-            self.known[uid] = pod
-        self.handle(type_, pod)
+            self.known[uid] = obj
+        self.handle(type_, obj)
+
+
+class PodWatch(ListWatch):
+    def __init__(self, api: k8s.ApiClient, node: str, handle: Callable[[str, Obj], None]) -> None:
+        super().__init__(k8s.CoreV1Api(api).list_pod_for_all_namespaces, f"node {node}: its pods", handle,
+                         field_selector=f"spec.nodeName={node}")
+        self.node = node
 
 
 async def _json(response: Any) -> Obj:

@@ -11,11 +11,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.nodeagent.agent import node_names
@@ -23,6 +25,8 @@ from gpu_reclaim_sim.paths import pod_log_path
 from gpu_reclaim_sim.scenario import from_dict
 
 from .sim_cluster import wait_for
+
+IMAGE = "docker.io/library/busybox:1.37"  # the image the tests' scenarios pre-pull
 
 
 @pytest.fixture(scope="session")
@@ -107,3 +111,38 @@ class NodeAgentProcess:
             except k8s.ApiException as e:
                 if e.status != 404:
                     raise
+
+
+@contextlib.contextmanager
+def running_agent(plane: ControlPlane, scenario: dict, work: Path) -> Iterator[NodeAgentProcess]:
+    """The node agent for `scenario`, once its nodes are Ready and untainted; stopped and its
+    nodes deleted afterwards (other modules' scenarios meet none of them)."""
+    agent = NodeAgentProcess(plane, scenario, work)
+    core = k8s.CoreV1Api(admin_api(plane))
+    try:
+        wait_for(agent.registered, "the nodes registered")
+        wait_for(lambda: all(node_ready(core.read_node(n)) for n in agent.nodes), "the nodes Ready, untainted")
+        yield agent
+    finally:
+        agent.stop()
+
+
+def pod(name: str, script: str, *, node: str = "runner-1", restart: str = "Never", grace: int = 5,
+        **container: Any) -> dict:
+    return {"metadata": {"name": name}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": restart,
+        "terminationGracePeriodSeconds": grace,
+        "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", script], **container}]}}
+
+
+def phases(core: k8s.CoreV1Api, ns: str, name: str, until: str, timeout: int = 60) -> list[str]:
+    """The phases the pod goes through, as a watch sees them, until `until`."""
+    seen: list[str] = []
+    for event in k8s_watch.Watch().stream(core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                                          timeout_seconds=timeout):
+        phase = event["object"].status.phase
+        if not seen or seen[-1] != phase:
+            seen.append(phase)
+        if phase == until:
+            return seen
+    raise AssertionError(f"pod {name} never {until}: {seen}")

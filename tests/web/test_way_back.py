@@ -51,3 +51,20 @@ def test_a_path_that_would_leave_the_lab_is_not_offered(path):
 def test_without_a_record_start_again_is_the_spawn_page():
     assert start_again_url("/hub/", "alice/", None) == "/hub/spawn/alice"
     assert start_again_url("/hub/", "alice/", WhatRan.of([Ran("terminal", "1", at(1))])) == "/hub/spawn/alice"
+
+
+def test_what_ran_is_shown_as_text_in_the_pages_clock(monkeypatch):
+    """The pages' macro (`what_ran`): each name escaped and isolated (<bdi>), its last activity
+    as `when` shows times, how many more, and "not known" without a record."""
+    from jupyterhub_gpu_reclaim.web import render
+
+    monkeypatch.setattr(render, "utcnow", lambda: at(10))
+    macro = render._jinja.get_template("_macros.html").module.what_ran  # type: ignore[attr-defined]
+    ran = WhatRan.of([Ran("notebook", '<img src=x onerror="alert(1)">.ipynb', at(1)),
+                      Ran("terminal", "\u202e1", None), Ran("notebook", "\ud800", at(2))])
+    html = str(macro(ran.shown()))
+    assert "<img" not in html and '<bdi class="path">&lt;img src=x onerror=&#34;alert(1)&#34;&gt;.ipynb</bdi>' in html
+    assert '<bdi class="path">\u202e1</bdi></li>' in html  # no activity known: no time
+    assert html.count("<time ") == 1 and "(9 min ago)" in html
+    assert '<li class="more">and 1 more not shown</li>' in html
+    assert "not known" in str(macro(None)) and "no notebook or terminal" in str(macro(WhatRan().shown()))

@@ -54,7 +54,8 @@ class WhatRan:
     more: int = 0
 
     @classmethod
-    def of(cls, entries: list[Ran] | tuple[Ran, ...]) -> WhatRan:
+    def of(cls, entries: list[Ran] | tuple[Ran, ...], unreadable: int = 0) -> WhatRan:
+        """The record of `entries` (and of `unreadable` more that could not be read)."""
         def keepable(r: Ran) -> bool:
             try:
                 r.path.encode("utf-8")
@@ -64,7 +65,7 @@ class WhatRan:
             return 0 < len(r.path) <= MAX_PATH and 0 < len(r.kind) <= 32
 
         kept = sorted((r for r in entries if keepable(r)), key=_latest_first)
-        return cls(tuple(kept[:MAX_RAN]), len(entries) - min(len(kept), MAX_RAN))
+        return cls(tuple(kept[:MAX_RAN]), unreadable + len(entries) - min(len(kept), MAX_RAN))
 
     def shown(self) -> dict[str, Any]:
         """As the API, the pages' data and a dry run's evidence write it."""

@@ -59,13 +59,14 @@ def ran_from_models(sessions: Any, terminals: Any) -> WhatRan | None:
     if not isinstance(sessions, list):
         return None
     entries: list[Ran] = []
+    unreadable = 0
     for model, read in ((sessions, _document), (terminals if isinstance(terminals, list) else [], _terminal)):
         for entry in model:
             try:
                 entries.append(read(entry))
             except ValueError:
-                entries.append(Ran("", ""))  # unreadable: WhatRan.of counts it, keeps it not
-    return WhatRan.of(entries)
+                unreadable += 1
+    return WhatRan.of(entries, unreadable)
 
 
 def _document(model: Any) -> Ran:
@@ -156,7 +157,7 @@ class KernelSignal(HttpSource):
                 raise result
         sessions = results[2]
         if isinstance(sessions, SignalError):
-            log.info("what runs in %s is not known: %s", base, sessions.message)
+            log.debug("what runs in %s is not known: %s", base, sessions.message)
             sessions = None
         elif isinstance(sessions, BaseException):
             raise sessions

@@ -27,6 +27,56 @@ class Kernel:
     last_activity: dt.datetime | None = None
 
 
+#: the most entries a record of what ran keeps (`WhatRan`), and the longest path: a user
+#: controls how many kernels and terminals their server reports, and their names
+MAX_RAN = 50
+MAX_PATH = 1024
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One thing that ran in a server: a document with a kernel as `/api/sessions` reports
+    it (`kind` "notebook", "console", "file": the session's type) or a terminal (`kind`
+    "terminal", `path` its name), and its last activity."""
+
+    kind: str
+    path: str
+    last_activity: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class WhatRan:
+    """What ran in a server when it was reclaimed (or would have been, in dry run): at most
+    MAX_RAN entries, the latest active first, and how many more there were (or could not be
+    kept: a path too long or not valid Unicode). Untrusted text: escape it on display."""
+
+    ran: tuple[Ran, ...] = ()
+    more: int = 0
+
+    @classmethod
+    def of(cls, entries: list[Ran] | tuple[Ran, ...], unreadable: int = 0) -> WhatRan:
+        """The record of `entries` (and of `unreadable` more that could not be read)."""
+        def keepable(r: Ran) -> bool:
+            try:
+                r.path.encode("utf-8")
+                r.kind.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: no database or page can hold it
+                return False
+            return 0 < len(r.path) <= MAX_PATH and 0 < len(r.kind) <= 32
+
+        kept = sorted((r for r in entries if keepable(r)), key=_latest_first)
+        return cls(tuple(kept[:MAX_RAN]), unreadable + len(entries) - min(len(kept), MAX_RAN))
+
+    def shown(self) -> dict[str, Any]:
+        """As the API, the pages' data and a dry run's evidence write it."""
+        return {"ran": [{"kind": r.kind, "path": r.path, "last_activity": evidence_time(r.last_activity)}
+                        for r in self.ran], "more": self.more}
+
+
+def _latest_first(r: Ran) -> tuple[bool, float, str, str]:
+    return (r.last_activity is None, -r.last_activity.timestamp() if r.last_activity else 0.0, r.kind, r.path)
+
+
 @dataclass(frozen=True)
 class Sample:
     """One observation of one session at time `t`.

@@ -313,6 +313,9 @@ class Reclaimer:
                             out.new_sessions.append(o.session)
             if seen.pods_as_of is not None and sid not in seen.held:  # decided with the last pod list
                 d = replace(d, evidence={**d.evidence, "pods_as_of": format_time(seen.pods_as_of)})
+            if d.action == "reclaim" and self.settings.dry_run and o.ran is not None:
+                # what a real stop's record would have kept: the decisions log holds it
+                d = replace(d, evidence={**d.evidence, "ran": o.ran.shown()})
             report.decisions[sid] = d
             if self._last.get(sid) != (d.action, d.rule):
                 self._last[sid] = (d.action, d.rule)
@@ -320,7 +323,7 @@ class Reclaimer:
             if d.action == "warn":
                 out.warns.append((o.session, d))
             elif d.action == "reclaim":
-                out.reclaims.setdefault(o.session.user, []).append(Reclaim(o.session, d, _episode(d, o.session)))
+                out.reclaims.setdefault(o.session.user, []).append(Reclaim(o.session, d, _episode(d, o.session), o.ran))
         return out
 
     def _decide_session(self, o: Observed, decided: Decisions, warnings: tuple[Warning, ...],

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from ..policy.observations import Decision, Exemption, Intent, Sample, Session, SessionSample
+from ..policy.observations import Decision, Exemption, Intent, Sample, Session, SessionSample, WhatRan
 from ..policy.config import PolicyConfig
 from ..policy.rules import AppliedPolicy
 from ..signals.hub import HubServer
@@ -26,6 +26,7 @@ class Reclaim:
     session: Session
     decision: Decision
     episode: str
+    ran: WhatRan | None = None  # what ran in it (its kernels' probe this cycle), None: not known
 
 
 class PodSource(Protocol):
@@ -69,6 +70,7 @@ class Observed:
     pod: PodInfo | None
     policy: AppliedPolicy  # the settings it is decided under: its policy rule's, else the base policy's
     cull_arbiter: bool | None = None  # a server without GPUs: what the cull_arbiter_hook answered
+    ran: WhatRan | None = None  # what runs in it, from its kernels' probe this cycle (None: not probed)
 
     @property
     def config(self) -> PolicyConfig:

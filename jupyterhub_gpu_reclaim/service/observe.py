@@ -92,8 +92,8 @@ async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observa
     async def one(sid: str) -> None:
         o = seen.sessions[sid]
         try:
-            kernels, terminals = await kernels_of.probe(o.server.user, o.server.name, o.server.url,
-                                                        o.pod.direct_url if o.pod else None)
+            probed = await kernels_of.probe_all(o.server.user, o.server.name, o.server.url,
+                                                o.pod.direct_url if o.pod else None)
         except SignalError as e:
             if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
                 metrics.signal_errors.labels(e.source).inc()
@@ -103,7 +103,8 @@ async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observa
         except Exception as e:
             seen.held[sid] = hold(sid, e)
             return
-        o.sample = replace(o.sample, kernels=tuple(kernels), terminals=tuple(terminals))
+        o.sample = replace(o.sample, kernels=tuple(probed.kernels), terminals=tuple(probed.terminals))
+        o.ran = probed.ran
 
     report.probes = len(sids)
     await asyncio.gather(*(one(sid) for sid in sids))

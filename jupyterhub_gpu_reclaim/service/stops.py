@@ -76,7 +76,7 @@ class Stops:
                 continue
             # one record per attempt: after a failed stop the next cycle tries again
             rid = self.store.begin_reclaim(session.id, d.rule, now, d.shown(), session.gpus,
-                                           episode=f"{episode} {format_time(now)}")
+                                           episode=f"{episode} {format_time(now)}", ran=reclaim.ran)
             if rid is None:
                 continue  # a stop of it is under way or stuck
             begun.append((session, d, rid))

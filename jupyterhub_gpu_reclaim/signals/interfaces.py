@@ -3,13 +3,12 @@ another (Prometheus for a direct dcgm-exporter scrape) or faked in unit tests.""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from ..policy.observations import Kernel
     from .gpu_readings import GpuReading
     from .hub import HubServer
+    from .kernels import Probed
 
 
 @runtime_checkable
@@ -29,8 +28,7 @@ class GpuSource(Protocol):
 
 @runtime_checkable
 class KernelSource(Protocol):
-    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None
-                    ) -> tuple[list[Kernel], list[dt.datetime | None]]:
-        """Kernels and terminal activity of `user`'s server `server`; raises
+    async def probe_all(self, user: str, server: str, server_url_path: str, direct_url: str | None) -> Probed:
+        """Kernels, terminal activity and what runs in `user`'s server `server`; raises
         SignalError("kernels", ...), NoProbeCredential when it has no credential for it."""
         ...

@@ -1,7 +1,9 @@
 """The kernel signal: a server's kernels and terminals, read without counting as activity.
 
 `GET <base><server.url>api/kernels?no_track_activity=1` and `.../api/terminals?no_track_activity=1`
-with a token owned by the server's user and good for that server only (probe_tokens.py),
+(what the policy reads), and `.../api/sessions?no_track_activity=1` (which documents those kernels
+run: what a reclaim record keeps, `WhatRan`; a server that does not answer it only leaves that
+unknown), with a token owned by the server's user and good for that server only (probe_tokens.py),
 never the service's own: the user controls the server and can record every request to it.
 No cookie is ever sent and no redirect followed (a server could send the probe elsewhere).
 `no_track_activity=1` keeps the single-user server from reporting the probe as activity
@@ -22,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from ..policy.observations import Kernel
+from ..policy.observations import MAX_PATH, Kernel, Ran, WhatRan
 from ..oneline import brief
 from .base import HttpSource, SignalError, entry_field, entry_time, get_json
 from .probe_tokens import NoProbeCredential, ProbeCredentials
@@ -49,6 +52,34 @@ def terminals_from_model(model: Any) -> list[dt.datetime | None]:
     return _each(model, "/api/terminals", lambda t: entry_time(t, "last_activity"))
 
 
+def ran_from_models(sessions: Any, terminals: Any) -> WhatRan | None:
+    """What ran, from `/api/sessions` (the documents with a kernel) and `/api/terminals`;
+    None when the sessions' answer is not a list. The user controls both: an entry that
+    cannot be read is left out and counted (`WhatRan.more`), never trusted."""
+    if not isinstance(sessions, list):
+        return None
+    entries: list[Ran] = []
+    unreadable = 0
+    for model, read in ((sessions, _document), (terminals if isinstance(terminals, list) else [], _terminal)):
+        for entry in model:
+            try:
+                entries.append(read(entry))
+            except ValueError:
+                unreadable += 1
+    return WhatRan.of(entries, unreadable)
+
+
+def _document(model: Any) -> Ran:
+    return Ran(kind=entry_field(model, "type", str, "notebook", max_length=32),
+               path=_required(entry_field(model, "path", str, max_length=MAX_PATH), "path"),
+               last_activity=entry_time(entry_field(model, "kernel", dict, {}), "last_activity"))
+
+
+def _terminal(model: Any) -> Ran:
+    return Ran("terminal", _required(entry_field(model, "name", str, max_length=MAX_PATH), "name"),
+               entry_time(model, "last_activity"))
+
+
 def _required(value: T | None, key: str) -> T:
     if value is None:
         raise ValueError(f"no {key}")
@@ -64,6 +95,16 @@ def _each(model: Any, path: str, read: Callable[[Any], T]) -> list[T]:
         raise SignalError("kernels", f"{path}: a malformed entry: {e}") from None
 
 
+@dataclass(frozen=True)
+class Probed:
+    """One server's answers: its kernels and the last activity of each terminal (what the
+    policy reads) and what ran there (None: the server did not say)."""
+
+    kernels: list[Kernel]
+    terminals: list[dt.datetime | None]
+    ran: WhatRan | None
+
+
 class KernelSignal(HttpSource):
     """Probes users' servers at their own address (the proxy would move the hub's
     last_activity). `credentials` gives the token for each server; None: no credential, so
@@ -76,9 +117,14 @@ class KernelSignal(HttpSource):
 
     async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None
                     ) -> tuple[list[Kernel], list[dt.datetime | None]]:
-        """(kernels, last_activity of each terminal) of `user`'s server `server`, its `url`
-        path (`/user/alice/`) at `direct_url` (http://{podIP}:{port}; None: not known, so
-        no probe). A token the server refuses (401/403) is replaced once."""
+        """(kernels, last_activity of each terminal) of `user`'s server (`probe_all`)."""
+        probed = await self.probe_all(user, server, server_url_path, direct_url)
+        return probed.kernels, probed.terminals
+
+    async def probe_all(self, user: str, server: str, server_url_path: str, direct_url: str | None) -> Probed:
+        """The answers of `user`'s server `server`, its `url` path (`/user/alice/`) at
+        `direct_url` (http://{podIP}:{port}; None: not known, so no probe). A token the
+        server refuses (401/403) is replaced once."""
         if self.credentials is None:
             raise NoProbeCredential("kernel probes have no credential (kernel_probe_credential = 'none')")
         if not direct_url:
@@ -90,23 +136,32 @@ class KernelSignal(HttpSource):
             token = await self.credentials.token(user, server)
             try:
                 async with self._semaphore:
-                    kernels, terminals = await self._get_both(base, token)
+                    kernels, terminals, sessions = await self._get_all(base, token)
                 break
             except SignalError as e:
                 if e.status not in (401, 403) or attempt == 2:
                     raise
                 await self.credentials.rejected(user, server, token)
-        return kernels_from_model(kernels), terminals_from_model(terminals)
+        return Probed(kernels_from_model(kernels), terminals_from_model(terminals),
+                      ran_from_models(sessions, terminals))
 
-    async def _get_both(self, base: str, token: str) -> tuple[Any, Any]:
+    async def _get_all(self, base: str, token: str) -> tuple[Any, Any, Any]:
+        """The kernels', terminals' and sessions' answers; a sessions' answer that failed is
+        None (what ran is not known; the policy's data is)."""
         headers = {"Authorization": f"token {token}"}
         results = await asyncio.gather(
             self._get(base + "api/kernels", headers), self._terminals(base, headers),
-            return_exceptions=True)
-        for result in results:
+            self._get(base + "api/sessions", headers), return_exceptions=True)
+        for result in results[:2]:
             if isinstance(result, BaseException):
                 raise result
-        return results[0], results[1]
+        sessions = results[2]
+        if isinstance(sessions, SignalError):
+            log.debug("what runs in %s is not known: %s", base, sessions.message)
+            sessions = None
+        elif isinstance(sessions, BaseException):
+            raise sessions
+        return results[0], results[1], sessions
 
     async def _get(self, url: str, headers: dict[str, str]) -> Any:
         return await get_json(self._client(), url, source="kernels", timeout=self.timeout,

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from ..policy.observations import Kernel
+from ..policy.observations import Kernel, Ran, WhatRan
 from ..timestamps import format_time, parse_time
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps with options makes one per call
@@ -121,6 +121,25 @@ class StringSet(_JsonArray):
     @staticmethod
     def decode(items: list) -> frozenset[str]:
         return frozenset(items)
+
+
+class WhatRanColumn(sa.types.TypeDecorator):
+    """What ran in a reclaimed server (schema v7): {"ran": [[kind, path, last_activity or
+    null], ...], "more": n}; None: not known. JSON escapes what a database's text cannot hold."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: WhatRan | None, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        return _dumps({"ran": [[r.kind, r.path, _text(r.last_activity)] for r in value.ran], "more": value.more})
+
+    def process_result_value(self, value: str | None, dialect: Any) -> WhatRan | None:
+        if value is None:
+            return None
+        data = json.loads(value)
+        return WhatRan(tuple(Ran(kind, path, _time(last)) for kind, path, last in data["ran"]), int(data["more"]))
 
 
 def v6_sample(line: dict) -> dict[str, Any]:

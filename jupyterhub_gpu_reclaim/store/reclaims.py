@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence, get_args
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from ..policy.observations import Outcome, Warning
+from ..policy.observations import Outcome, Warning, WhatRan
 from ..timestamps import format_time, utcnow
 from .base import StoreBase, rowcount
 from .schema import ReclaimRow, WarningRow, aware, dumps, stored, unstorable
@@ -33,12 +33,14 @@ class ReclaimRecord:
     outcome: str | None  # None: begun, not finished (e.g. the service died mid-stop)
     detail: str
     seen_at: dt.datetime | None = None  # when its user saw the notice of it (the hub's home page)
+    ran: WhatRan | None = None  # what ran in the server at the stop; None: not known
 
 
 def reclaim_record(row: ReclaimRow) -> ReclaimRecord:
     return ReclaimRecord(id=row.id, session=row.session, episode=row.episode, rule=row.rule, t=row.t,
                          gpus=row.gpus, evidence=json.loads(row.evidence), finished_at=row.finished_at,
-                         outcome=row.outcome, detail=row.detail, seen_at=row.seen_at)
+                         outcome=row.outcome, detail=row.detail, seen_at=row.seen_at,
+                         ran=row.ran)
 
 
 
@@ -98,12 +100,13 @@ class ReclaimStore(StoreBase):
             return rowcount(db.execute(query.values(cleared_at=t)))
 
     def begin_reclaim(self, session: str, rule: str, t: dt.datetime, evidence: dict[str, Any],
-                      gpus: int, *, episode: str | None = None) -> int | None:
+                      gpus: int, *, episode: str | None = None, ran: WhatRan | None = None) -> int | None:
         """Record a reclaim before stopping the server; returns its id, or None when it must
         not be stopped: a reclaim of this (session, episode) is already recorded, or another
         reclaim of the session is unfinished (begun or stuck). ``episode`` defaults to the
         episode of the session's latest open warning, else to ``rule@t`` (which guards only
-        against concurrent stops)."""
+        against concurrent stops). ``ran``: what ran in the server (its kernels' probe),
+        kept with the reclaim for the way back."""
         t = aware(t, "t")
         try:
             with self._session.begin() as db:
@@ -120,7 +123,7 @@ class ReclaimStore(StoreBase):
                 if blocked is not None:
                     return None
                 row = ReclaimRow(session=session, episode=episode, rule=rule, t=t, gpus=gpus,
-                                 evidence=dumps(dict(evidence)))
+                                 evidence=dumps(dict(evidence)), ran=ran)
                 db.add(row)
                 db.flush()
                 return row.id

@@ -7,7 +7,8 @@ first; version 2 added the web pages' exemptions and audit log; version 3 keeps 
 row per session (a new intent replaces it, a clear marks it); version 4 notes when a user
 saw the notice of a reclaim; version 5 holds what users choose (user and server names, so
 session ids) in unbounded text columns; version 6 holds the observations in typed columns
-(`ObservationRow`, `SessionRow`), no longer as trace lines.
+(`ObservationRow`, `SessionRow`), no longer as trace lines; version 7 keeps what ran in a
+reclaimed server with its reclaim (`ReclaimRow.ran`).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..oneline import brief
-from ..policy.observations import Kernel
+from ..policy.observations import Kernel, WhatRan
 from ..timestamps import format_time
-from .columns import Kernels, PerGpu, StringSet, Times, v6_sample
+from .columns import Kernels, PerGpu, StringSet, Times, WhatRanColumn, v6_sample
 
 UTC = dt.timezone.utc
 
@@ -183,6 +184,7 @@ class ReclaimRow(Base):
     outcome: Mapped[str | None] = mapped_column(sa.String(16), index=True)
     detail: Mapped[str] = mapped_column(sa.Text, default="")
     seen_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # its user saw the notice of it
+    ran: Mapped[WhatRan | None] = mapped_column(WhatRanColumn)  # v7: what ran in it (None: not known)
 
 
 class SessionRow(Base):
@@ -373,6 +375,16 @@ def _v6_observation(row: Any) -> dict[str, Any] | None:
 
 
 MIGRATIONS.append(_v5_to_v6)
+
+
+def _v6_to_v7(conn: Connection) -> None:
+    """v6 → v7: what ran in a reclaimed server, kept with its reclaim (null for the reclaims
+    before: not known)."""
+    if "ran" not in {c["name"] for c in sa.inspect(conn).get_columns(ReclaimRow.__tablename__)}:
+        conn.execute(sa.text("ALTER TABLE reclaims ADD COLUMN ran TEXT"))
+
+
+MIGRATIONS.append(_v6_to_v7)
 
 OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 

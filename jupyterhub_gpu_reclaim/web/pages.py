@@ -20,6 +20,7 @@ from .base import Base, writes
 from .chart import report_chart, whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_days, parse_override, parse_until
 from .render import notice, reclaim_json, reclaim_notice, state_of, why_of
+from .way_back import start_again_url
 from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
 from .whatif import DEFAULT_SINCE, run_what_if
 
@@ -37,7 +38,16 @@ class UserPage(Base):
         cap = self.ctx.max_keepalive
         presets: list[float] = [h for h in (1, 2, 4, 8, 12, 24, 48) if dt.timedelta(hours=h) <= cap] or [cap.total_seconds() / 3600]
         t = utcnow()
-        reclaims = [(reclaim_json(r, t), why(r.rule, r.evidence)) for r in self.user_reclaims()]
+        records = self.user_reclaims()
+        # Start again: the latest stop of each server that is not running again
+        latest: dict[str, int] = {}
+        running = {s.session for s in sessions}
+        for r in records:
+            if r.outcome == "stopped" and r.session not in running:
+                latest.setdefault(r.session, r.id)
+        reclaims = [(reclaim_json(r, t), why(r.rule, r.evidence),
+                     start_again_url(self.ctx.hub_prefix, r.session, r.ran) if latest.get(r.session) == r.id else None)
+                    for r in records]
         self.set_status(status)
         self.finish(self.render_page(self.template, sessions=sessions, queue=self.my_queue(),
                                      reclaims=reclaims, selected=selected, error=error,
@@ -104,7 +114,8 @@ class EmbedHome(UserPage):
 
     def render_page(self, name: str, **ns: Any) -> str:
         user = self.user_name
-        reclaimed = [{"id": r.id, "text": reclaim_notice(r), "session": r.session}
+        reclaimed = [{"id": r.id, "text": reclaim_notice(r), "session": r.session,
+                      "ran": r.ran.shown() if r.ran is not None else None}
                      for r in self.ctx.controls.reclaims_to_tell(user)]
         return super().render_page(name, reclaimed=reclaimed, **ns)
 
@@ -124,10 +135,11 @@ class ReclaimSeenForm(Base):
         then = self.get_argument("then", "")
         if then not in ("start", "dismiss"):
             raise web.HTTPError(400, f"then: start or dismiss, not {then!r}")
-        user, _, server = self.ctx.controls.reclaim_seen(self.user_name, reclaim_id).partition("/")
-        # the hub's spawn page: the start of that server, with its resume priority
-        spawn = self.ctx.hub_prefix + "spawn/" + quote(user, safe="") + ("/" + quote(server, safe="") if server else "")
-        self.redirect(spawn if then == "start" else self.ctx.prefix + "embed/home", status=303)
+        ran = next((r.ran for r in self.ctx.controls.reclaims_to_tell(self.user_name) if r.id == reclaim_id), None)
+        session = self.ctx.controls.reclaim_seen(self.user_name, reclaim_id)
+        # the hub's spawn page (the start of that server, with its resume priority), then the lab
+        self.redirect(start_again_url(self.ctx.hub_prefix, session, ran) if then == "start"
+                      else self.ctx.prefix + "embed/home", status=303)
 
 
 class EmbedBanner(Base):

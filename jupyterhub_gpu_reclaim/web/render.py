@@ -44,7 +44,8 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
-            "why": why(r.rule, r.evidence).text(t), "kept": KEEPS, "lost": LOSES}
+            "why": why(r.rule, r.evidence).text(t), "kept": KEEPS, "lost": LOSES,
+            "ran": r.ran.shown() if r.ran is not None else None}
 
 
 def audit_json(a: AuditRecord) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import datetime as dt
 from jupyterhub_gpu_reclaim.service.hub_stopper import StopResult
 from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
-from jupyterhub_gpu_reclaim.policy.observations import Kernel
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, WhatRan
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
@@ -17,6 +17,7 @@ from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.base import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
+from jupyterhub_gpu_reclaim.signals.kernels import Probed
 from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot
 from jupyterhub_gpu_reclaim.store import Store
 
@@ -78,11 +79,13 @@ class FakeGpu:
 class FakeKernels:
     def __init__(self) -> None:
         self.states: dict[str, list[str]] = {}  # server url → kernel states
+        self.ran: dict[str, WhatRan] = {}  # server url → what runs there (absent: not known)
         self.calls: list[tuple[str, str | None]] = []
 
-    async def probe(self, user: str, server: str, server_url_path: str, direct_url: str | None = None):
+    async def probe_all(self, user: str, server: str, server_url_path: str, direct_url: str | None = None) -> Probed:
         self.calls.append((server_url_path, direct_url))
-        return [Kernel(execution_state=s) for s in self.states.get(server_url_path, [])], []
+        return Probed([Kernel(execution_state=s) for s in self.states.get(server_url_path, [])], [],
+                      self.ran.get(server_url_path))
 
 
 class FakeStopper:

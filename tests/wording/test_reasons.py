@@ -163,7 +163,7 @@ def test_the_history_says_why_not_the_rule(monkeypatch):
         prefix="/p/", hub_prefix="/hub/", user={"name": "alice"}, is_admin=False, dry_run=False, xsrf="t", now=NOW,
         sparkline=render.sparkline, state_of=render.state_of, quote=quote, sessions=[], queue=[], selected="",
         error="", notice="", presets=[1], cap_text="12 h", cycle_t=NOW,
-        reclaims=[(render.reclaim_json(r, NOW), why(r.rule, r.evidence)) for r in (by_admin, record)])
+        reclaims=[(render.reclaim_json(r, NOW), why(r.rule, r.evidence), None) for r in (by_admin, record)])
     cells = [re.sub(r"<[^>]+>", "", m) for m in re.findall(r'<td class="why">(.*?)</td>', page)]
     assert cells == ["an admin (root) reclaimed it", "nothing has run on the GPU since 13:22 UTC (38 min ago)"]
     assert "gpu-never-used" not in page and ">admin<" not in page

@@ -10,6 +10,7 @@ allowed by RBAC; any other user only as far as RBAC grants `nodes/proxy`."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
+
+log = logging.getLogger("gpu_reclaim_sim.nodeagent.kubeletauth")
 
 ALLOWED_TTL_S, DENIED_TTL_S = 300.0, 30.0  # the kubelet's webhook cache
 VERBS = {"POST": "create", "GET": "get", "HEAD": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -70,6 +73,8 @@ class Authorizer:
     async def middleware(self, request: web.Request,
                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         user = peer_user(request)
+        log.debug("%s %s from %s", request.method, request.path, user.name if user else "no one")  # (the query
+        # may hold what a user typed: an exec's command)
         if user is None:
             return web.Response(status=401, text="Unauthorized")
         attrs = attributes(request, self.node)

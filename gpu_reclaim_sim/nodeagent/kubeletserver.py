@@ -17,11 +17,15 @@ from kubernetes_asyncio import client as k8s
 from ..controlplane.credentials import Authority
 from ..kubelet.podworker import PodWorker
 from .containerlogs import ContainerLogs
+from .containerstreams import FEATURE, ContainerStreams
 from .kubeletauth import Authorizer
 
 
 class KubeletServer:
-    """`find(namespace, pod)`: the worker of a pod on this node; `api`: the node's client."""
+    """`find(namespace, pod)`: the worker of a pod on this node; `api`: the node's client;
+    `features`: what its Node declares for what it serves."""
+
+    features = (FEATURE,)
 
     def __init__(self, name: str, address: str, authority: Authority, api: k8s.ApiClient,
                  find: Callable[[str, str], PodWorker | None]) -> None:
@@ -29,6 +33,9 @@ class KubeletServer:
         self.port = 0
         app = web.Application(middlewares=[Authorizer(api, name).middleware])
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", ContainerLogs(find).serve)
+        streams = ContainerStreams(find)
+        for method in ("GET", "POST"):
+            app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", streams.exec)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
 
     def _tls(self) -> ssl.SSLContext:

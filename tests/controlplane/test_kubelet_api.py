@@ -160,3 +160,46 @@ def test_the_node_lets_only_the_api_server_in(agent, core, ns, control_plane, tm
     foreign = stranger.issue("admin", "admin", ("system:masters",))
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
         _direct(agent, core, path, (foreign.cert, foreign.key))
+
+
+def _websocket_requests(plane: ControlPlane, how: str) -> float:
+    """The API server's count of exec WebSockets it routed `how` (proxied_to_kubelet or
+    translated_at_apiserver)."""
+    with urllib.request.urlopen(plane.server + "/metrics", context=plane._admin_tls(), timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+               if line.startswith("apiserver_websocket_streaming_requests_total{")
+               and f'proxy_type="{how}"' in line and 'subresource="exec"' in line)
+
+
+def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_plane):  # noqa: F811
+    """kubectl's WebSocket goes through to the node as it is (the node declares
+    ExtendWebSocketsToKubelet): its output, its stdin and its exit code."""
+    assert control_plane.get("/api/v1/nodes/api-1")[1]["status"]["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
+    body = pod("shell", "echo inside > /data/mark; sleep 120", node="api-1",
+               volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    body["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    core.create_namespaced_pod(ns, body)
+    phases(core, ns, "shell", "Running")
+    wait_for(lambda: kubectl(control_plane, "exec", "-n", ns, "shell", "--", "cat", "/data/mark").stdout == "inside\n",
+             "the container's file through exec")
+    proxied = _websocket_requests(control_plane, "proxied_to_kubelet")
+    done = kubectl(control_plane, "exec", "-n", ns, "shell", "--", "sh", "-c", 'echo "out $HOSTNAME"; echo err >&2')
+    assert (done.returncode, done.stdout, done.stderr) == (0, "out shell\n", "err\n")
+    assert _websocket_requests(control_plane, "proxied_to_kubelet") == proxied + 1
+    assert _websocket_requests(control_plane, "translated_at_apiserver") == 0
+    done = kubectl(control_plane, "exec", "-i", "-n", ns, "shell", "--", "sh", "-c", "tr a-z A-Z; echo done",
+                   input="hello\nworld\n")
+    assert (done.returncode, done.stdout) == (0, "HELLO\nWORLD\ndone\n"), done.stderr
+    done = kubectl(control_plane, "exec", "-n", ns, "shell", "--", "sh", "-c", "echo failing; exit 7")
+    assert (done.returncode, done.stdout) == (7, "failing\n")
+    assert "command terminated with exit code 7" in done.stderr
+    done = kubectl(control_plane, "exec", "-n", ns, "shell", "--", "no-such-command")
+    assert done.returncode != 0 and 'exec: "no-such-command": executable file not found in $PATH' in done.stderr
+
+
+def test_kubectl_exec_into_a_finished_container_is_refused(agent, core, ns, control_plane):  # noqa: F811
+    core.create_namespaced_pod(ns, pod("over", "true", node="api-2"))
+    phases(core, ns, "over", "Succeeded")
+    done = kubectl(control_plane, "exec", "-n", ns, "over", "--", "true")
+    assert done.returncode == 1 and "cannot exec into a container in a completed pod" in done.stderr, done.stderr

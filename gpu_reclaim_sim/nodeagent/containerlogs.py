@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import BinaryIO
 
 from aiohttp import web
@@ -76,31 +76,40 @@ class ContainerLogs:
             first = tail(await asyncio.to_thread(f.read) if f else b"", lines, limit)
             if not _flag(request, "follow") or previous or f is None:
                 return web.Response(body=first, content_type="text/plain")
-            return await self._follow(request, worker, container, running, f, first)
+            return await self._follow(request, worker, container, running, f, first, limit)
         finally:
             if f is not None:
                 f.close()
 
     async def _follow(self, request: web.Request, worker: PodWorker, container: str, running: object,
-                      f: BinaryIO, first: bytes) -> web.StreamResponse:
-        """What the container writes from here on (read from the file it had open: a restart
-        moves it aside), until that run of it ends and all it wrote is sent, or the pod goes."""
+                      f: BinaryIO, first: bytes, limit: int | None) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         response.enable_chunked_encoding()
         await response.prepare(request)
         try:
             await response.write(first)
-            while True:
-                data = await asyncio.to_thread(f.read, READ_SIZE)
-                if data:
-                    await response.write(data)
-                    continue
-                proc = worker.procs.get(container)
-                if running is None or proc is not running or getattr(proc, "returncode", None) is not None \
-                        or self.find(worker.ns, worker.name) is not worker:
-                    break
-                await asyncio.sleep(POLL_S)
+            if limit is None or len(first) < limit:
+                await follow(self.find, worker, container, running, f, response.write,
+                             None if limit is None else limit - len(first))
             await response.write_eof()
         except ConnectionResetError:
             log.debug("log follower went away: %s", request.path)
         return response
+
+
+async def follow(find: Callable[[str, str], PodWorker | None], worker: PodWorker, container: str, running: object,
+                 f: BinaryIO, write: Callable[[bytes], Awaitable[None]], limit: int | None = None) -> None:
+    """Write what the container writes from here on (read from the file it had open: a
+    restart moves it aside), until that run of it (`running`) ends and all it wrote is
+    written, the pod goes, or `limit` bytes are written."""
+    while limit is None or limit > 0:
+        data = await asyncio.to_thread(f.read, READ_SIZE if limit is None else min(limit, READ_SIZE))
+        if data:
+            await write(data)
+            limit = None if limit is None else limit - len(data)
+            continue
+        proc = worker.procs.get(container)
+        if running is None or proc is not running or getattr(proc, "returncode", None) is not None \
+                or find(worker.ns, worker.name) is not worker:
+            return
+        await asyncio.sleep(POLL_S)

@@ -36,6 +36,7 @@ class KubeletServer:
         streams = ContainerStreams(find)
         for method in ("GET", "POST"):
             app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", streams.exec)
+            app.router.add_route(method, "/attach/{namespace}/{pod}/{container}", streams.attach)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
 
     def _tls(self) -> ssl.SSLContext:

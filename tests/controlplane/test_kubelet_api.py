@@ -162,14 +162,14 @@ def test_the_node_lets_only_the_api_server_in(agent, core, ns, control_plane, tm
         _direct(agent, core, path, (foreign.cert, foreign.key))
 
 
-def _websocket_requests(plane: ControlPlane, how: str) -> float:
-    """The API server's count of exec WebSockets it routed `how` (proxied_to_kubelet or
-    translated_at_apiserver)."""
+def _websocket_requests(plane: ControlPlane, how: str, subresource: str = "exec") -> float:
+    """The API server's count of `subresource` WebSockets it routed `how` (proxied_to_kubelet
+    or translated_at_apiserver)."""
     with urllib.request.urlopen(plane.server + "/metrics", context=plane._admin_tls(), timeout=10) as r:
         lines = r.read().decode().splitlines()
     return sum(float(line.rsplit(" ", 1)[1]) for line in lines
                if line.startswith("apiserver_websocket_streaming_requests_total{")
-               and f'proxy_type="{how}"' in line and 'subresource="exec"' in line)
+               and f'proxy_type="{how}"' in line and f'subresource="{subresource}"' in line)
 
 
 def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_plane):  # noqa: F811
@@ -203,3 +203,27 @@ def test_kubectl_exec_into_a_finished_container_is_refused(agent, core, ns, cont
     phases(core, ns, "over", "Succeeded")
     done = kubectl(control_plane, "exec", "-n", ns, "over", "--", "true")
     assert done.returncode == 1 and "cannot exec into a container in a completed pod" in done.stderr, done.stderr
+
+
+def test_kubectl_attach_streams_what_the_container_writes_from_then_on(agent, core, ns, control_plane):  # noqa: F811
+    script = "echo before; while [ ! -e /data/go ]; do sleep 0.1; done; for i in 1 2 3; do echo after $i; sleep 0.3; done"
+    body = pod("talker", script, node="api-2", volumeMounts=[{"name": "data", "mountPath": "/data"}])
+    body["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    core.create_namespaced_pod(ns, body)
+    phases(core, ns, "talker", "Running")
+    wait_for(lambda: kubectl(control_plane, "logs", "-n", ns, "talker").stdout == "before\n", "the first line")
+    before = _websocket_requests(control_plane, "proxied_to_kubelet", "attach")
+    attached = subprocess.Popen([str(KUBECTL), "--kubeconfig", str(control_plane.admin_kubeconfig), "attach", "-n",
+                                 ns, "talker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: _websocket_requests(control_plane, "proxied_to_kubelet", "attach") > before,
+                 "the attach proxied to the node")
+        time.sleep(0.5)  # and the node's answer on its way back (kubectl says nothing once attached)
+        assert kubectl(control_plane, "exec", "-n", ns, "talker", "--", "touch", "/data/go").returncode == 0
+        out, err = attached.communicate(timeout=30)  # it ends with the container
+    finally:
+        if attached.poll() is None:
+            attached.kill()
+            attached.wait()
+    assert attached.returncode == 0, err
+    assert out == "after 1\nafter 2\nafter 3\n"  # from then on: not what it wrote before

@@ -86,7 +86,8 @@ class NodeAgentProcess:
         return "nodes registered:" in self.log.read_text()
 
     def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> str:
-        """What a container wrote (the kubelet API's containerLogs comes later)."""
+        """What a container wrote, read from its log file (tests/controlplane/test_kubelet_api
+        reads it through the API server with kubectl)."""
         path = pod_log_path(self.data_dir, namespace, pod, container, previous)
         return path.read_text() if path.exists() else ""
 

@@ -19,28 +19,22 @@ from kubernetes import client as k8s
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.controlplane.credentials import Authority
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
+from ..support.controlplane import (BUSYBOX, NodeAgentProcess, admin_api, busybox_pod as pod,  # noqa: F401
+                                   control_plane, namespace, phases, running_agent)  # (a fixture)
 from ..support.sim_cluster import wait_for
-from .test_node_pods import IMAGE, phases, pod
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
 SCENARIO = {
     "name": "kubelet-api", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
-    "nodeGroups": [{"name": "api", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
+    "nodeGroups": [{"name": "api", "count": 2, "cpu": "4", "memory": "8Gi", "images": [BUSYBOX]}],
 }
 NODES = ["api-1", "api-2"]
 
 
 @pytest.fixture(scope="module")
 def agent(control_plane: ControlPlane, tmp_path_factory) -> Iterator[NodeAgentProcess]:  # noqa: F811
-    agent = NodeAgentProcess(control_plane, SCENARIO, tmp_path_factory.mktemp("kubeletapi"))
-    core = k8s.CoreV1Api(admin_api(control_plane))
-    try:
-        wait_for(agent.registered, "the nodes registered")
-        wait_for(lambda: all(node_ready(core.read_node(n)) for n in NODES), "the nodes Ready, untainted")
+    with running_agent(control_plane, SCENARIO, tmp_path_factory.mktemp("kubeletapi")) as agent:
         yield agent
-    finally:
-        agent.stop()
 
 
 @pytest.fixture(scope="module")

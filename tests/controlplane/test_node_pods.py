@@ -10,6 +10,7 @@ from the last resourceVersion it saw; and one node cannot write another node's p
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import re
 import urllib.request
@@ -20,7 +21,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
-from kubernetes import watch as k8s_watch
 from kubernetes.client.rest import ApiException
 from kubernetes_asyncio import client as ak8s
 
@@ -28,28 +28,23 @@ from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.network import namespace as namespace_of_run
 from gpu_reclaim_sim.nodeagent import podwatch
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
+from ..support.controlplane import (BUSYBOX, NodeAgentProcess, admin_api, busybox_pod, control_plane,  # noqa: F401 (a fixture)
+                                   namespace, phases, running_agent)
 from ..support.sim_cluster import wait_for
 
-IMAGE = "docker.io/library/busybox:1.37"
+IMAGE = BUSYBOX
+pod = functools.partial(busybox_pod, node="runner-1")
 SCENARIO = {
     "name": "node-pods", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
     "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
 }
-NODES = ["runner-1", "runner-2"]
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 
 @pytest.fixture(scope="module")
 def agent(control_plane: ControlPlane, tmp_path_factory) -> Iterator[NodeAgentProcess]:  # noqa: F811
-    agent = NodeAgentProcess(control_plane, SCENARIO, tmp_path_factory.mktemp("nodepods"))
-    core = k8s.CoreV1Api(admin_api(control_plane))
-    try:
-        wait_for(agent.registered, "the nodes registered")
-        wait_for(lambda: all(node_ready(core.read_node(n)) for n in NODES), "the nodes Ready, untainted")
+    with running_agent(control_plane, SCENARIO, tmp_path_factory.mktemp("nodepods")) as agent:
         yield agent
-    finally:
-        agent.stop()  # and its nodes deleted: other modules' scenarios meet none of them
 
 
 @pytest.fixture(scope="module")
@@ -61,27 +56,6 @@ def core(control_plane: ControlPlane) -> k8s.CoreV1Api:  # noqa: F811
 def ns(agent, core: k8s.CoreV1Api, request) -> Iterator[str]:
     with namespace(core, f"p-{abs(hash(request.node.name)) % 10**8}") as name:
         yield name
-
-
-def pod(name: str, script: str, *, node: str = "runner-1", restart: str = "Never", grace: int = 5,
-        **container: Any) -> dict:
-    return {"metadata": {"name": name}, "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": restart,
-        "terminationGracePeriodSeconds": grace,
-        "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", script], **container}]}}
-
-
-def phases(core: k8s.CoreV1Api, ns: str, name: str, until: str, timeout: int = 60) -> list[str]:
-    """The phases the pod goes through, as a watch sees them, until `until`."""
-    seen: list[str] = []
-    for event in k8s_watch.Watch().stream(core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-                                          timeout_seconds=timeout):
-        phase = event["object"].status.phase
-        if not seen or seen[-1] != phase:
-            seen.append(phase)
-        if phase == until:
-            return seen
-    raise AssertionError(f"pod {name} never {until}: {seen}")
 
 
 def events(core: k8s.CoreV1Api, ns: str, name: str) -> list[k8s.CoreV1Event]:

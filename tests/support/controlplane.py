@@ -11,11 +11,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.nodeagent.agent import node_names
@@ -61,6 +63,45 @@ def namespace(core: k8s.CoreV1Api, name: str) -> Iterator[str]:
         yield name
     finally:
         core.delete_namespace(name)
+
+
+BUSYBOX = "docker.io/library/busybox:1.37"
+
+
+def busybox_pod(name: str, script: str, *, node: str, restart: str = "Never", grace: int = 5,
+                **container: Any) -> dict:
+    """A pod on `node` whose one container, `main`, runs `script` with sh."""
+    return {"metadata": {"name": name}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": restart,
+        "terminationGracePeriodSeconds": grace,
+        "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script], **container}]}}
+
+
+def phases(core: k8s.CoreV1Api, ns: str, name: str, until: str, timeout: int = 60) -> list[str]:
+    """The phases the pod goes through, as a watch sees them, until `until`."""
+    seen: list[str] = []
+    for event in k8s_watch.Watch().stream(core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                                          timeout_seconds=timeout):
+        phase = event["object"].status.phase
+        if not seen or seen[-1] != phase:
+            seen.append(phase)
+        if phase == until:
+            return seen
+    raise AssertionError(f"pod {name} never {until}: {seen}")
+
+
+@contextlib.contextmanager
+def running_agent(plane: ControlPlane, scenario: dict, work: Path) -> Iterator["NodeAgentProcess"]:
+    """The node agent for `scenario`, once its nodes are Ready and untainted; stopped (its
+    Nodes deleted) afterwards."""
+    agent = NodeAgentProcess(plane, scenario, work)
+    core = k8s.CoreV1Api(admin_api(plane))
+    try:
+        wait_for(agent.registered, "the nodes registered")
+        wait_for(lambda: all(node_ready(core.read_node(n)) for n in agent.nodes), "the nodes Ready, untainted")
+        yield agent
+    finally:
+        agent.stop()  # and its nodes deleted: other modules' scenarios meet none of them
 
 
 class NodeAgentProcess:

@@ -66,8 +66,9 @@ class Channels:
         await self.ws.close()
 
 
-
 async def run_exec(channels: Channels, container: Any, command: list[str], streams: containerexec.Streams) -> None:
+    """Run `command` in `container` (a running ContainerProcess) with the client's `streams`,
+    until it ends (its exit status sent last) or the client goes (then it is killed)."""
     if not isinstance(container, runtime.ContainerProcess):  # stub mode: no process to join
         await channels.finish(failure(
             "Internal error occurred: error executing command in container: the container has no "
@@ -94,6 +95,7 @@ async def run_exec(channels: Channels, container: Any, command: list[str], strea
         await asyncio.gather(*pumps, reading, return_exceptions=True)
         process.close()
 
+
 async def _pump(channels: Channels, reader: asyncio.StreamReader, channel: int) -> None:
     while True:
         try:
@@ -103,6 +105,7 @@ async def _pump(channels: Channels, reader: asyncio.StreamReader, channel: int) 
         if not data:
             return
         await channels.send(channel, data)
+
 
 async def _read_client(channels: Channels, process: containerexec.ExecProcess) -> None:
     """What the client sends: stdin, a terminal's size, v5's close of stdin; the

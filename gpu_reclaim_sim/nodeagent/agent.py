@@ -6,7 +6,8 @@ NodeRestriction hold it to its own Node, Lease and pods.
 It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
 the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs),
 and serves each node's kubelet API at its address (`kubeletserver`) for the API server to
-proxy `kubectl logs` to. Not yet (issue 37): the data plane, `use_gpu`.
+proxy `kubectl logs`, `exec` and `attach` to. Not yet (issue 37): `kubectl port-forward`,
+the data plane, `use_gpu`.
 """
 
 from __future__ import annotations

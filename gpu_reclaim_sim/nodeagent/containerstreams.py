@@ -19,12 +19,11 @@ from aiohttp import web
 
 from ..kubelet import containerexec, remotecommand
 from ..kubelet.podworker import PodWorker
-from .containerlogs import follow
+from .containerlogs import TRUE, follow
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.containerstreams")
 
 FEATURE = "ExtendWebSocketsToKubelet"  # what the node declares for it
-TRUE = ("1", "true", "True")
 
 
 class ContainerStreams:
@@ -91,7 +90,12 @@ class ContainerStreams:
             if out is not None:
                 await channels.send(out, data)
 
-        with path.open("rb") as f:  # noqa: ASYNC230 - opening reads nothing
+        try:
+            f = path.open("rb")  # noqa: ASYNC230 - opening reads nothing
+        except FileNotFoundError:  # moved aside by a restart just now: that run has ended
+            await channels.finish(remotecommand.SUCCESS)
+            return channels.ws
+        with f:
             f.seek(0, 2)
             tasks = [asyncio.create_task(follow(self.find, worker, container, proc, f, write)),
                      asyncio.create_task(_until_closed(channels))]

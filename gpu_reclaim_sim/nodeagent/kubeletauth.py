@@ -5,19 +5,23 @@ kubelet's GetRequestAttributes: verb from the method, resource `nodes`, subresou
 path, `proxy` for containerLogs, exec, attach and portForward); a SubjectAccessReview asks
 the real API server whether that user may, and the answer is cached as the kubelet caches
 it (allowed 5 min, denied 30 s). A request without a certificate is 401, one not allowed
-403, in the kubelet's words. The API server's client certificate (`system:masters`) is
-allowed by RBAC; any other user only as far as RBAC grants `nodes/proxy`."""
+403, one the API server could not be asked about 500, in the kubelet's words. The API
+server's client certificate (`system:masters`) is allowed by RBAC; any other user only as
+far as RBAC grants it `nodes/proxy`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.client.rest import ApiException
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.kubeletauth")
 
@@ -78,7 +82,12 @@ class Authorizer:
         if user is None:
             return web.Response(status=401, text="Unauthorized")
         attrs = attributes(request, self.node)
-        if not await self.allowed(user, attrs):
-            return web.Response(status=403, text=f"Forbidden (user={user.name}, verb={attrs['verb']}, "
-                                                 f"resource=nodes, subresource={attrs['subresource']})")
+        said = f"(user={user.name}, verb={attrs['verb']}, resource=nodes, subresource={attrs['subresource']})"
+        try:
+            allowed = await self.allowed(user, attrs)
+        except (ApiException, aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            log.warning("node %s: SubjectAccessReview for %s: %s", self.node, user.name, e)
+            return web.Response(status=500, text=f"Authorization error {said}")
+        if not allowed:
+            return web.Response(status=403, text=f"Forbidden {said}")
         return await handler(request)

@@ -1,9 +1,9 @@
-"""A node's kubelet API over HTTPS, the one the API server proxies `kubectl logs`, `exec`,
-`attach` and `port-forward` to: at the node's InternalIP, on a port of its own (chosen when
-it binds, then advertised in the Node's `status.daemonEndpoints.kubeletEndpoint`), with a
-serving certificate from the run's CA for that address (the API server checks it with
-`--kubelet-certificate-authority`) and clients' certificates checked against the same CA
-and authorized as the kubelet does (`kubeletauth`)."""
+"""A node's kubelet API over HTTPS, the one the API server proxies `kubectl logs`, `exec`
+and `attach` to (not yet `port-forward`: a 404): at the node's InternalIP, on a port of its
+own (chosen when it binds, then advertised in the Node's
+`status.daemonEndpoints.kubeletEndpoint`), with a serving certificate from the run's CA for
+that address (the API server checks it with `--kubelet-certificate-authority`) and clients'
+certificates checked against the same CA and authorized as the kubelet does (`kubeletauth`)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from ..kubelet.podworker import PodWorker
 from .containerlogs import ContainerLogs
 from .containerstreams import FEATURE, ContainerStreams
 from .kubeletauth import Authorizer
+
+STOP_S = 1.0
 
 
 class KubeletServer:
@@ -37,7 +39,8 @@ class KubeletServer:
         for method in ("GET", "POST"):
             app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", streams.exec)
             app.router.add_route(method, "/attach/{namespace}/{pod}/{container}", streams.attach)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # stopping, a follower or an exec still open is cut after a second, not aiohttp's 60
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_S)
 
     def _tls(self) -> ssl.SSLContext:
         serving = self.authority.issue(f"kubelet-{self.name}", f"system:node:{self.name}", ("system:nodes",),

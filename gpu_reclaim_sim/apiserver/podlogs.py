@@ -13,6 +13,7 @@ from aiohttp import web
 from .. import errors
 from .discovery import Target
 from .httpio import _client_gone, _int_param
+from ..kubelet.containerlogs import container_state, no_previous, not_started, read_log, tail
 from ..rbac.authorizer import TRUE
 from ..resources import BY_KIND
 from ..store import Obj
@@ -37,17 +38,17 @@ class PodLogs:
         container = _log_container(pod, request.query.get("container"))
         previous = request.query.get("previous") in TRUE
         path = Path(self.cluster.pod_log_path(t.namespace, t.name, container, previous=previous))
-        whole = await asyncio.to_thread(_read_log, path)
+        whole = await asyncio.to_thread(read_log, path)
         if previous:
             if whole is None:
-                raise errors.bad_request(f'previous terminated container "{container}" in pod "{t.name}" not found')
-            return web.Response(body=_tail(whole, _int_param(request.query, "tailLines"),
+                raise errors.bad_request(no_previous(pod, container))
+            return web.Response(body=tail(whole, _int_param(request.query, "tailLines"),
                                            _int_param(request.query, "limitBytes")),
                                 headers={"Content-Type": "text/plain"})
         if whole is None:
             _explain_missing_log(pod, container)
             whole = b""
-        text = _tail(whole, _int_param(request.query, "tailLines"), _int_param(request.query, "limitBytes"))
+        text = tail(whole, _int_param(request.query, "tailLines"), _int_param(request.query, "limitBytes"))
         if request.query.get("follow") not in TRUE:
             return web.Response(body=text, headers={"Content-Type": "text/plain"})
         return await self._follow(request, pod, container, path, text, len(whole))
@@ -73,7 +74,7 @@ class PodLogs:
         written meanwhile is lost)."""
         meta = pod["metadata"]
         while not self._stopping.is_set() and not _client_gone(request):
-            data = await asyncio.to_thread(_read_log, path, offset) or b""
+            data = await asyncio.to_thread(read_log, path, offset) or b""
             offset += len(data)
             if data:
                 await response.write(data)
@@ -104,46 +105,16 @@ def _log_container(pod: Obj, requested: str | None) -> str:
                              f"[{' '.join(main)}]")
 
 
-def _container_state(pod: Obj, container: str) -> dict[str, Any] | None:
-    status = pod.get("status") or {}
-    for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        for c in status.get(key) or []:
-            if c.get("name") == container:
-                return c.get("state") or {}
-    return None
-
-
 def _explain_missing_log(pod: Obj, container: str) -> None:
     """No log file yet: answer what the kubelet would, or carry on with an empty log."""
     name = pod["metadata"]["name"]
     if not (pod.get("spec") or {}).get("nodeName"):
         raise errors.bad_request(f"pod {name} does not have a host assigned")
-    state = _container_state(pod, container)
-    if state is None or state.get("waiting") is not None:
-        reason = ((state or {}).get("waiting") or {}).get("reason") or "ContainerCreating"
-        raise errors.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
+    waiting = not_started(pod, container)
+    if waiting:
+        raise errors.bad_request(waiting)
 
 
 def _terminated(pod: Obj, container: str) -> bool:
-    state = _container_state(pod, container) or {}
+    state = container_state(pod, container) or {}
     return bool(state.get("terminated")) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _read_log(path: Path, offset: int = 0) -> bytes | None:
-    """The log from byte `offset` on, or None when there is no log file. Blocking: a log can
-    be megabytes on a slow disk, so the apiserver calls it in a thread."""
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
-def _tail(data: bytes, lines: int | None, limit_bytes: int | None) -> bytes:
-    if lines is not None and lines >= 0:
-        parts = data.splitlines(keepends=True)
-        data = b"".join(parts[-lines:]) if lines else b""
-    if limit_bytes is not None and limit_bytes > 0:
-        data = data[:limit_bytes]
-    return data

@@ -9,6 +9,7 @@ from ..scenario import NodeGroup, Scenario
 from ..api.timestamps import rfc3339
 
 GROUP_LABEL = "sim.jupyterhub-gpu-reclaim/node-group"
+KUBELET_PORT = 10250  # the kubelet API's port, unless a node says otherwise
 MAX_IMAGES = 50  # the kubelet reports only the largest 50 images (nodeStatusMaxImages)
 
 
@@ -33,10 +34,12 @@ def gpu_labels(group: NodeGroup) -> dict[str, str]:
 
 
 def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any = None,
-                  address: str = "127.100.0.1", version: str | None = None) -> dict[str, Any]:
+                  address: str = "127.100.0.1", version: str | None = None, port: int = KUBELET_PORT,
+                  features: tuple[str, ...] = ()) -> dict[str, Any]:
     """The Node as registered: labels (incl. GPU feature discovery's), taints, capacity,
     the images already pulled and a Ready condition. `images` is an ImageRegistry;
-    `version` the kubelet's (the API server's by default)."""
+    `version` the kubelet's (the API server's by default); `port` where its kubelet API
+    listens at `address`; `features` what it declares (status.declaredFeatures)."""
     version = version or kubernetes_version()
     capacity = {
         "cpu": group.cpu,
@@ -84,7 +87,7 @@ def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any =
                   "message": "kubelet is posting ready status", **condition}],
             "addresses": [{"type": "InternalIP", "address": address},
                           {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {
                 "architecture": "amd64", "operatingSystem": "linux",
                 "containerRuntimeVersion": "sim://1.0", "kubeletVersion": version,
@@ -92,6 +95,7 @@ def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any =
                 "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": "",
             },
             "images": status_images,
+            **({"declaredFeatures": list(features)} if features else {}),
         },
     }
 

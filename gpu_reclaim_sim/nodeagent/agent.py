@@ -4,15 +4,18 @@ itself (`system:node:<name>`, a certificate from the run's CA), so the Node auth
 NodeRestriction hold it to its own Node, Lease and pods.
 
 It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
-the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs).
-Their Services and NetworkPolicies are served as kube-proxy, cluster DNS and a network plugin
-serve them (`services`); it installs the plugin's ClusterRole as a cluster's admin would (it
-holds the run's CA: `networkplugin`). Not yet (issue 37): the kubelet API, `use_gpu`.
+the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs),
+and serves each node's kubelet API at its address (`kubeletserver`) for the API server to
+proxy `kubectl logs`, `exec` and `attach` to. Their Services and NetworkPolicies are served
+as kube-proxy, cluster DNS and a network plugin serve them (`services`); it installs the
+plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`).
+Not yet (issue 37): `kubectl port-forward`, `use_gpu`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,9 +23,11 @@ from kubernetes_asyncio import client as k8s
 
 from ..controlplane.credentials import Authority
 from ..kubelet.nodes import node_manifest
+from ..kubelet.podworker import PodWorker
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
 from . import networkplugin
+from .kubeletserver import KubeletServer
 from .local import NodeLocal
 from .pods import NodePods
 from .registration import NodeRegistration
@@ -45,6 +50,7 @@ class NodeAgent:
     data_dir: Path
     registrations: dict[str, NodeRegistration] = field(default_factory=dict)
     pods: dict[str, NodePods] = field(default_factory=dict)
+    servers: dict[str, KubeletServer] = field(default_factory=dict)
     local: NodeLocal | None = None
     services: NodeServices | None = None
     _clients: list[k8s.ApiClient] = field(default_factory=list)
@@ -73,14 +79,23 @@ class NodeAgent:
         addresses = AddressPool(NODE_NETWORK)
         for name, index in node_names(self.scenario):
             group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
-            manifest = node_manifest(name, group, self.scenario, local.images, address, self.version)
+            server = self.servers[name] = KubeletServer(name, address, self.authority, api, self._finder(name))
+            port = await server.start()
+            manifest = node_manifest(name, group, self.scenario, local.images, address, self.version, port,
+                                     server.features)
             registration = self.registrations[name] = NodeRegistration(api, manifest)
             await registration.register()
             pods = self.pods[name] = NodePods(local, api, name, group, address, manifest)
             self._tasks += [asyncio.create_task(registration.run(), name=f"node {name}"),
                             asyncio.create_task(pods.run(), name=f"pods of {name}")]
 
+    def _finder(self, node: str) -> Callable[[str, str], PodWorker | None]:
+        """The worker of a pod on `node` by namespace and name (what its kubelet API serves)."""
+        return lambda namespace, pod: self.pods[node].worker(namespace, pod) if node in self.pods else None
+
     async def stop(self) -> None:
+        for server in self.servers.values():
+            await server.stop()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -57,6 +57,12 @@ class NodePods:
             report.cancel()
         await self.api.stop()
 
+    def worker(self, namespace: str, name: str) -> PodWorker | None:
+        """The worker of the pod `namespace/name` on this node (the newest, should a pod of
+        that name have been made again while the old one's ends)."""
+        found = [w for w in self.workers.values() if w.ns == namespace and w.name == name]
+        return found[-1] if found else None
+
     async def pull(self, worker: PodWorker, container: Obj) -> None:
         await self.puller.pull(worker, container)
 

@@ -10,6 +10,7 @@ from the last resourceVersion it saw; and one node cannot write another node's p
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import re
 import urllib.request
@@ -27,10 +28,12 @@ from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.network import namespace as namespace_of_run
 from gpu_reclaim_sim.nodeagent import podwatch
 
-from ..support.controlplane import (IMAGE, NodeAgentProcess, admin_api, control_plane, namespace,  # noqa: F401 (a fixture)
-                                    phases, pod, running_agent)
+from ..support.controlplane import (BUSYBOX, NodeAgentProcess, admin_api, busybox_pod, control_plane,  # noqa: F401 (a fixture)
+                                   namespace, phases, running_agent)
 from ..support.sim_cluster import wait_for
 
+IMAGE = BUSYBOX
+pod = functools.partial(busybox_pod, node="runner-1")
 SCENARIO = {
     "name": "node-pods", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
     "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],

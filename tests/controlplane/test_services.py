@@ -20,14 +20,15 @@ from kubernetes import client as k8s
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.network import namespace as namespace_of_run
 
-from ..support.controlplane import IMAGE, admin_api, control_plane, namespace, phases, pod, running_agent  # noqa: F401 (a fixture)
+from ..support.controlplane import (BUSYBOX, admin_api, busybox_pod, control_plane,  # noqa: F401 (a fixture)
+                                   namespace, phases, running_agent)
 from ..support.sim_cluster import wait_for
 
 pytestmark = pytest.mark.skipif(not namespace_of_run.inside(), reason="needs the run's network namespace (root)")
 
 SCENARIO = {
     "name": "services", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
-    "nodeGroups": [{"name": "svc", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
+    "nodeGroups": [{"name": "svc", "count": 2, "cpu": "4", "memory": "8Gi", "images": [BUSYBOX]}],
 }
 # answers its own name; /ready answers 503 until someone asked for /make-ready
 SERVER = """
@@ -80,7 +81,7 @@ def ns(agent, core: k8s.CoreV1Api, request) -> Iterator[str]:
 
 
 def python_pod(name: str, code: str, *, node: str = "svc-2", labels: dict | None = None, **container) -> dict:
-    body = pod(name, "", node=node, **container)
+    body = busybox_pod(name, "", node=node, **container)
     body["spec"]["containers"][0]["command"] = ["python3", "-c", code]
     body["metadata"]["labels"] = labels or {}
     return body

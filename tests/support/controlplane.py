@@ -26,9 +26,6 @@ from gpu_reclaim_sim.scenario import from_dict
 
 from .sim_cluster import wait_for
 
-IMAGE = "docker.io/library/busybox:1.37"  # the image the tests' scenarios pre-pull
-
-
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     plane = ControlPlane(tmp_path_factory.mktemp("controlplane") / "run").start()
@@ -67,6 +64,45 @@ def namespace(core: k8s.CoreV1Api, name: str) -> Iterator[str]:
         core.delete_namespace(name)
 
 
+BUSYBOX = "docker.io/library/busybox:1.37"  # the image the tests' scenarios pre-pull
+
+
+def busybox_pod(name: str, script: str, *, node: str, restart: str = "Never", grace: int = 5,
+                **container: Any) -> dict:
+    """A pod on `node` whose one container, `main`, runs `script` with sh."""
+    return {"metadata": {"name": name}, "spec": {
+        "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": restart,
+        "terminationGracePeriodSeconds": grace,
+        "containers": [{"name": "main", "image": BUSYBOX, "command": ["sh", "-c", script], **container}]}}
+
+
+def phases(core: k8s.CoreV1Api, ns: str, name: str, until: str, timeout: int = 60) -> list[str]:
+    """The phases the pod goes through, as a watch sees them, until `until`."""
+    seen: list[str] = []
+    for event in k8s_watch.Watch().stream(core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                                          timeout_seconds=timeout):
+        phase = event["object"].status.phase
+        if not seen or seen[-1] != phase:
+            seen.append(phase)
+        if phase == until:
+            return seen
+    raise AssertionError(f"pod {name} never {until}: {seen}")
+
+
+@contextlib.contextmanager
+def running_agent(plane: ControlPlane, scenario: dict, work: Path) -> Iterator["NodeAgentProcess"]:
+    """The node agent for `scenario`, once its nodes are Ready and untainted; stopped (its
+    Nodes deleted) afterwards."""
+    agent = NodeAgentProcess(plane, scenario, work)
+    core = k8s.CoreV1Api(admin_api(plane))
+    try:
+        wait_for(agent.registered, "the nodes registered")
+        wait_for(lambda: all(node_ready(core.read_node(n)) for n in agent.nodes), "the nodes Ready, untainted")
+        yield agent
+    finally:
+        agent.stop()  # and its nodes deleted: other modules' scenarios meet none of them
+
+
 class NodeAgentProcess:
     """`python -m gpu_reclaim_sim.nodeagent` for `scenario` (a dict, written as YAML)."""
 
@@ -90,7 +126,8 @@ class NodeAgentProcess:
         return "nodes registered:" in self.log.read_text()
 
     def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> str:
-        """What a container wrote (the kubelet API's containerLogs comes later)."""
+        """What a container wrote, read from its log file (tests/controlplane/test_kubelet_api
+        reads it through the API server with kubectl)."""
         path = pod_log_path(self.data_dir, namespace, pod, container, previous)
         return path.read_text() if path.exists() else ""
 
@@ -111,38 +148,3 @@ class NodeAgentProcess:
             except k8s.ApiException as e:
                 if e.status != 404:
                     raise
-
-
-@contextlib.contextmanager
-def running_agent(plane: ControlPlane, scenario: dict, work: Path) -> Iterator[NodeAgentProcess]:
-    """The node agent for `scenario`, once its nodes are Ready and untainted; stopped and its
-    nodes deleted afterwards (other modules' scenarios meet none of them)."""
-    agent = NodeAgentProcess(plane, scenario, work)
-    core = k8s.CoreV1Api(admin_api(plane))
-    try:
-        wait_for(agent.registered, "the nodes registered")
-        wait_for(lambda: all(node_ready(core.read_node(n)) for n in agent.nodes), "the nodes Ready, untainted")
-        yield agent
-    finally:
-        agent.stop()
-
-
-def pod(name: str, script: str, *, node: str = "runner-1", restart: str = "Never", grace: int = 5,
-        **container: Any) -> dict:
-    return {"metadata": {"name": name}, "spec": {
-        "nodeSelector": {"kubernetes.io/hostname": node}, "restartPolicy": restart,
-        "terminationGracePeriodSeconds": grace,
-        "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", script], **container}]}}
-
-
-def phases(core: k8s.CoreV1Api, ns: str, name: str, until: str, timeout: int = 60) -> list[str]:
-    """The phases the pod goes through, as a watch sees them, until `until`."""
-    seen: list[str] = []
-    for event in k8s_watch.Watch().stream(core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
-                                          timeout_seconds=timeout):
-        phase = event["object"].status.phase
-        if not seen or seen[-1] != phase:
-            seen.append(phase)
-        if phase == until:
-            return seen
-    raise AssertionError(f"pod {name} never {until}: {seen}")

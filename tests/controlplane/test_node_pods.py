@@ -127,8 +127,12 @@ def test_env_and_args_are_expanded_as_kubernetes_expands_them(agent, core, ns):
 def test_a_missing_secret_is_the_kubelets_create_container_config_error(agent, core, ns):
     env = [{"name": "P", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "k"}}}]
     core.create_namespaced_pod(ns, pod("nosecret", "echo never", env=env))
-    waiting = wait_for(lambda: (s := core.read_namespaced_pod("nosecret", ns).status.container_statuses)
-                       and s[0].state.waiting, "the container waiting")
+    def waiting_past_creation():  # the kubelet reports ContainerCreating first
+        statuses = core.read_namespaced_pod("nosecret", ns).status.container_statuses
+        state = statuses[0].state.waiting if statuses else None
+        return state if state and state.reason != "ContainerCreating" else None
+
+    waiting = wait_for(waiting_past_creation, "the container waiting on its config")
     assert waiting.reason == "CreateContainerConfigError"
     assert agent.container_log(ns, "nosecret", "main") == ""
 
@@ -190,8 +194,9 @@ def test_a_crashing_container_is_restarted_with_back_off(agent, core, ns):
                         status.state.waiting.message)
     last = status.last_state.terminated
     assert (last.exit_code, last.reason) == (3, "Error")
-    backoff = [e for e in events(core, ns, "crash") if e.reason == "BackOff"]
-    assert backoff and backoff[0].type == "Warning"
+    # written on its own, beside the status
+    backoff = wait_for(lambda: [e for e in events(core, ns, "crash") if e.reason == "BackOff"], "the BackOff event")
+    assert backoff[0].type == "Warning"
     assert backoff[0].message == f"Back-off restarting failed container main in pod crash_{ns}({uid})"
     assert agent.container_log(ns, "crash", "main", previous=True) == "run\n"
     # the same event again is counted on the first one, as client-go's correlator does

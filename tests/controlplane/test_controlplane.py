@@ -21,7 +21,6 @@ from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.controlplane.credentials import Authority
 from gpu_reclaim_sim.network import namespace
 
-from ..support.controlplane import control_plane  # noqa: F401 (a fixture)
 from ..support.sim_cluster import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +35,7 @@ def _status(plane: ControlPlane, path: str, context: ssl.SSLContext) -> int:
         return e.code
 
 
-def test_the_control_plane_is_the_version_go_mod_pins_and_its_controllers_run(control_plane):  # noqa: F811
+def test_the_control_plane_is_the_version_go_mod_pins_and_its_controllers_run(control_plane):
     pinned = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", GO_MOD, re.M)
     assert pinned is not None and control_plane.version() == pinned[1] == "v1.37.2"
     assert [c.name for c in control_plane.components] == ["etcd", "kube-apiserver", "kube-scheduler",
@@ -50,7 +49,7 @@ def test_the_control_plane_is_the_version_go_mod_pins_and_its_controllers_run(co
     assert config_map["data"]["ca.crt"] == control_plane.authority.cert.read_text()
 
 
-def test_the_api_server_authorizes_by_rbac_and_trusts_only_the_runs_ca(control_plane, tmp_path):  # noqa: F811
+def test_the_api_server_authorizes_by_rbac_and_trusts_only_the_runs_ca(control_plane, tmp_path):
     anonymous = ssl.create_default_context(cafile=str(control_plane.authority.cert))
     # anonymous: system:public-info-viewer lets anyone read /version, and RBAC nothing more
     assert _status(control_plane, "/version", anonymous) == 200
@@ -70,7 +69,7 @@ def test_the_api_server_authorizes_by_rbac_and_trusts_only_the_runs_ca(control_p
 
 
 @pytest.mark.skipif(not namespace.available(), reason="a network namespace of the run's own needs root and ip")
-def test_the_api_server_advertises_a_real_address_in_the_runs_network(control_plane):  # noqa: F811
+def test_the_api_server_advertises_a_real_address_in_the_runs_network(control_plane):
     """Inside the run's network namespace the `kubernetes` Service has the API server's real
     endpoint, written by its reconciler, reached there as pods reach it; the API server refuses
     loopback endpoints, the reason the run has a namespace of its own; and nothing outside the

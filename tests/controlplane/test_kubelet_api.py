@@ -10,7 +10,6 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,7 @@ from kubernetes import client as k8s
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.controlplane.credentials import Authority
 
-from ..support.controlplane import (BUSYBOX, NodeAgentProcess, admin_api, busybox_pod as pod,  # noqa: F401
-                                   control_plane, namespace, phases, running_agent)  # (a fixture)
+from ..support.controlplane import BUSYBOX, NodeAgentProcess, busybox_pod as pod, phases
 from ..support.sim_cluster import wait_for
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
@@ -29,23 +27,6 @@ SCENARIO = {
     "nodeGroups": [{"name": "api", "count": 2, "cpu": "4", "memory": "8Gi", "images": [BUSYBOX]}],
 }
 NODES = ["api-1", "api-2"]
-
-
-@pytest.fixture(scope="module")
-def agent(control_plane: ControlPlane, tmp_path_factory) -> Iterator[NodeAgentProcess]:  # noqa: F811
-    with running_agent(control_plane, SCENARIO, tmp_path_factory.mktemp("kubeletapi")) as agent:
-        yield agent
-
-
-@pytest.fixture(scope="module")
-def core(control_plane: ControlPlane) -> k8s.CoreV1Api:  # noqa: F811
-    return k8s.CoreV1Api(admin_api(control_plane))
-
-
-@pytest.fixture
-def ns(agent, core: k8s.CoreV1Api, request) -> Iterator[str]:
-    with namespace(core, f"k-{abs(hash(request.node.name)) % 10**8}") as name:
-        yield name
 
 
 def kubectl(plane: ControlPlane, *args: str, input: str | None = None, timeout: float = 60
@@ -72,7 +53,7 @@ def test_each_node_serves_its_kubelet_api_where_its_node_says(agent, core):
         assert anonymous.value.code == 401
 
 
-def test_kubectl_logs_reads_what_the_container_wrote(agent, core, ns, control_plane):  # noqa: F811
+def test_kubectl_logs_reads_what_the_container_wrote(agent, core, ns, control_plane):
     core.create_namespaced_pod(ns, pod("talk", "for i in 1 2 3 4 5; do echo line $i; done", node="api-2"))
     phases(core, ns, "talk", "Succeeded")
     done = kubectl(control_plane, "logs", "-n", ns, "talk")
@@ -90,7 +71,7 @@ def test_kubectl_logs_reads_what_the_container_wrote(agent, core, ns, control_pl
     assert done.returncode == 1 and "timestamps: not supported by this node" in done.stderr
 
 
-def test_kubectl_logs_previous_after_a_restart(agent, core, ns, control_plane):  # noqa: F811
+def test_kubectl_logs_previous_after_a_restart(agent, core, ns, control_plane):
     # the emptyDir outlives the container's first run, as on a real node
     script = 'if [ -e /state/ran ]; then echo second run; sleep 60; fi; touch /state/ran; echo first run; exit 1'
     body = pod("again", script, node="api-1", restart="Always", volumeMounts=[{"name": "state", "mountPath": "/state"}])
@@ -103,7 +84,7 @@ def test_kubectl_logs_previous_after_a_restart(agent, core, ns, control_plane): 
     wait_for(lambda: kubectl(control_plane, "logs", "-n", ns, "again").stdout == "second run\n", "the second run's log")
 
 
-def test_kubectl_logs_follow_streams_while_the_pod_writes(agent, core, ns, control_plane):  # noqa: F811
+def test_kubectl_logs_follow_streams_while_the_pod_writes(agent, core, ns, control_plane):
     core.create_namespaced_pod(ns, pod("ticker", "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.5; done", node="api-1"))
     phases(core, ns, "ticker", "Running")
     follower = subprocess.Popen([str(KUBECTL), "--kubeconfig", str(control_plane.admin_kubeconfig), "logs", "-f",
@@ -138,7 +119,7 @@ def _direct(agent: NodeAgentProcess, core: k8s.CoreV1Api, path: str, cert: tuple
         return e.code
 
 
-def test_the_node_lets_only_the_api_server_in(agent, core, ns, control_plane, tmp_path):  # noqa: F811
+def test_the_node_lets_only_the_api_server_in(agent, core, ns, control_plane, tmp_path):
     core.create_namespaced_pod(ns, pod("secretive", "echo only for the api server", node="api-1"))
     phases(core, ns, "secretive", "Succeeded")
     path = f"/containerLogs/{ns}/secretive/main"
@@ -166,7 +147,7 @@ def _websocket_requests(plane: ControlPlane, how: str, subresource: str = "exec"
                and f'proxy_type="{how}"' in line and f'subresource="{subresource}"' in line)
 
 
-def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_plane):  # noqa: F811
+def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_plane):
     """kubectl's WebSocket goes through to the node as it is (the node declares
     ExtendWebSocketsToKubelet): its output, its stdin and its exit code."""
     assert control_plane.get("/api/v1/nodes/api-1")[1]["status"]["declaredFeatures"] == ["ExtendWebSocketsToKubelet"]
@@ -192,14 +173,14 @@ def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_p
     assert done.returncode != 0 and 'exec: "no-such-command": executable file not found in $PATH' in done.stderr
 
 
-def test_kubectl_exec_into_a_finished_container_is_refused(agent, core, ns, control_plane):  # noqa: F811
+def test_kubectl_exec_into_a_finished_container_is_refused(agent, core, ns, control_plane):
     core.create_namespaced_pod(ns, pod("over", "true", node="api-2"))
     phases(core, ns, "over", "Succeeded")
     done = kubectl(control_plane, "exec", "-n", ns, "over", "--", "true")
     assert done.returncode == 1 and "cannot exec into a container in a completed pod" in done.stderr, done.stderr
 
 
-def test_kubectl_attach_streams_what_the_container_writes_from_then_on(agent, core, ns, control_plane):  # noqa: F811
+def test_kubectl_attach_streams_what_the_container_writes_from_then_on(agent, core, ns, control_plane):
     script = "echo before; while [ ! -e /data/go ]; do sleep 0.1; done; for i in 1 2 3; do echo after $i; sleep 0.3; done"
     body = pod("talker", script, node="api-2", volumeMounts=[{"name": "data", "mountPath": "/data"}])
     body["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]

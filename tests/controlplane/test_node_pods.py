@@ -15,7 +15,6 @@ import ipaddress
 import re
 import urllib.request
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes_asyncio import client as ak8s
 
-from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.network import namespace as namespace_of_run
 from gpu_reclaim_sim.nodeagent import podwatch
 
-from ..support.controlplane import (BUSYBOX, NodeAgentProcess, admin_api, busybox_pod, control_plane,  # noqa: F401 (a fixture)
-                                   namespace, phases, running_agent)
+from ..support.controlplane import BUSYBOX, busybox_pod, phases
 from ..support.sim_cluster import wait_for
 
 IMAGE = BUSYBOX
@@ -39,23 +36,6 @@ SCENARIO = {
     "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
 }
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
-
-
-@pytest.fixture(scope="module")
-def agent(control_plane: ControlPlane, tmp_path_factory) -> Iterator[NodeAgentProcess]:  # noqa: F811
-    with running_agent(control_plane, SCENARIO, tmp_path_factory.mktemp("nodepods")) as agent:
-        yield agent
-
-
-@pytest.fixture(scope="module")
-def core(control_plane: ControlPlane) -> k8s.CoreV1Api:  # noqa: F811
-    return k8s.CoreV1Api(admin_api(control_plane))
-
-
-@pytest.fixture
-def ns(agent, core: k8s.CoreV1Api, request) -> Iterator[str]:
-    with namespace(core, f"p-{abs(hash(request.node.name)) % 10**8}") as name:
-        yield name
 
 
 def events(core: k8s.CoreV1Api, ns: str, name: str) -> list[k8s.CoreV1Event]:
@@ -205,7 +185,7 @@ def test_a_crashing_container_is_restarted_with_back_off(agent, core, ns):
     assert [e.reason for e in events(core, ns, "crash")].count("Started") == 1
 
 
-def test_a_node_cannot_write_another_nodes_pod_status(agent, core, ns, control_plane, tmp_path):  # noqa: F811
+def test_a_node_cannot_write_another_nodes_pod_status(agent, core, ns, control_plane, tmp_path):
     from kubernetes import config as k8s_config
 
     core.create_namespaced_pod(ns, pod("elsewhere", "sleep 30", node="runner-1"))
@@ -229,7 +209,7 @@ def test_a_node_cannot_write_another_nodes_pod_status(agent, core, ns, control_p
     assert "node: no relationship found between node 'runner-2' and this object" in refused.value.body
 
 
-async def test_the_nodes_pod_watch_resumes_from_its_resource_version(agent, core, ns, control_plane,  # noqa: F811
+async def test_the_nodes_pod_watch_resumes_from_its_resource_version(agent, core, ns, control_plane,
                                                                      monkeypatch):
     """The server ends each watch after a second here: the watch goes on from the last version
     it saw (no new list, no pod seen twice); its first list reports a pod it knew of that went

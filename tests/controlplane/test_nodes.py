@@ -16,7 +16,7 @@ from gpu_reclaim_sim.controlplane.components import ControlPlane
 from jupyterhub_gpu_reclaim.signals import pod_facts
 from jupyterhub_gpu_reclaim.spawner import affinity
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane, namespace, node_ready  # noqa: F401 (a fixture)
+from ..support.controlplane import NodeAgentProcess, admin_api, namespace, node_ready
 from ..support.sim_cluster import wait_for
 
 PYTORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-02"
@@ -37,7 +37,7 @@ NODES = ["cpu-1", "gpu-cold-1", "gpu-warm-1"]
 
 
 @pytest.fixture(scope="module")
-def nodes(control_plane: ControlPlane, tmp_path_factory) -> Iterator[k8s.CoreV1Api]:  # noqa: F811
+def nodes(control_plane: ControlPlane, tmp_path_factory) -> Iterator[k8s.CoreV1Api]:
     agent = NodeAgentProcess(control_plane, SCENARIO, tmp_path_factory.mktemp("nodeagent"))
     core = k8s.CoreV1Api(admin_api(control_plane))
     try:
@@ -69,7 +69,7 @@ def ns(nodes: k8s.CoreV1Api, request) -> Iterator[str]:
             nodes.delete_namespaced_pod(p.metadata.name, name, grace_period_seconds=0)
 
 
-def test_the_scenarios_nodes_register_through_the_real_api_server(nodes, control_plane):  # noqa: F811
+def test_the_scenarios_nodes_register_through_the_real_api_server(nodes, control_plane):
     assert control_plane.version() == "v1.37.2"
     by_name = {n.metadata.name: n for n in nodes.list_node().items}
     assert sorted(by_name) == NODES
@@ -136,7 +136,7 @@ def test_a_pod_waiting_for_a_gpu_is_told_so_by_the_real_scheduler_and_the_produc
     assert wait.since == parse_time(condition["lastTransitionTime"])
 
 
-def test_the_node_authorizer_holds_each_node_to_itself(nodes, control_plane, tmp_path):  # noqa: F811
+def test_the_node_authorizer_holds_each_node_to_itself(nodes, control_plane, tmp_path):
     from kubernetes import config as k8s_config
 
     issued = control_plane.authority.issue("node-gpu-cold-1-test", "system:node:gpu-cold-1", ("system:nodes",))

@@ -1,6 +1,6 @@
 """Services on the real control plane (issue 37), as kube-proxy and cluster DNS give them: the
 node agent follows the real API server's Services and the real controller-manager's
-EndpointSlices (sim.nodeagent.services) into the data plane's nftables rules and the pods'
+EndpointSlices (sim.nodeagent.nodeservices) into the data plane's nftables rules and the pods'
 hosts files. A pod reaches another through its Service's cluster IP and by its names, reaches
 the API server through the `kubernetes` Service with its ServiceAccount token (in-cluster
 configuration) and gets what RBAC gives it, resolves a Service made after it started; a
@@ -12,16 +12,13 @@ from __future__ import annotations
 import errno
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from kubernetes import client as k8s
 
-from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.network import namespace as namespace_of_run
 
-from ..support.controlplane import (BUSYBOX, admin_api, busybox_pod, control_plane,  # noqa: F401 (a fixture)
-                                   namespace, phases, running_agent)
+from ..support.controlplane import BUSYBOX, busybox_pod, phases
 from ..support.sim_cluster import wait_for
 
 pytestmark = pytest.mark.skipif(not namespace_of_run.inside(), reason="needs the run's network namespace (root)")
@@ -61,23 +58,6 @@ def fetch(url):
             time.sleep(0.1)
     return error
 """
-
-
-@pytest.fixture(scope="module")
-def agent(control_plane: ControlPlane, tmp_path_factory):  # noqa: F811
-    with running_agent(control_plane, SCENARIO, tmp_path_factory.mktemp("services")) as agent:
-        yield agent
-
-
-@pytest.fixture(scope="module")
-def core(control_plane: ControlPlane) -> k8s.CoreV1Api:  # noqa: F811
-    return k8s.CoreV1Api(admin_api(control_plane))
-
-
-@pytest.fixture
-def ns(agent, core: k8s.CoreV1Api, request) -> Iterator[str]:
-    with namespace(core, f"s-{abs(hash(request.node.name)) % 10**8}") as name:
-        yield name
 
 
 def python_pod(name: str, code: str, *, node: str = "svc-2", labels: dict | None = None, **container) -> dict:

@@ -20,7 +20,7 @@ from kubernetes.utils import create_from_dict
 from gpu_reclaim_sim.controlplane.components import ControlPlane, free_port
 from gpu_reclaim_sim.z2jh import release
 
-from ..support.controlplane import NodeAgentProcess, admin_api, control_plane  # noqa: F401 (a fixture)
+from ..support.controlplane import NodeAgentProcess, admin_api
 from ..support.sim_cluster import wait_for
 
 pytestmark = pytest.mark.skipif(bool(release.chart_missing()), reason="the z2jh chart is not beside the clone")
@@ -60,7 +60,7 @@ def _started(docs: list[dict], plane: ControlPlane, work: Path) -> subprocess.Po
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane: ControlPlane, tmp_path_factory) -> Iterator[tuple[k8s.CoreV1Api, Path]]:  # noqa: F811
+def cluster(control_plane: ControlPlane, tmp_path_factory) -> Iterator[tuple[k8s.CoreV1Api, Path]]:
     work = tmp_path_factory.mktemp("user-scheduler")
     docs = release.render(release.BASE)
     api = admin_api(control_plane)

@@ -4,7 +4,7 @@ ConfigMaps it refers to, the Services whose variables its containers get, its no
 claims' volumes and its service account tokens.
 
 Two implementations: `StorePodApi`, the old simulator's in-process store (sim.cluster), and
-the real API server's, with the node's own credentials (sim.nodeagent.podapi). The reads
+the real API server's, with the node's own credentials (sim.nodeagent.apipodapi). The reads
 are synchronous, as the volume and environment code that makes them: an implementation
 that must ask over the network fetches what a pod refers to in `prepare`, which the worker
 awaits before it mounts the pod's volumes and before each start of a container (the

@@ -4,7 +4,7 @@ a CNI network plugin that enforces NetworkPolicies, in one nftables table of its
 
 It follows Services, EndpointSlices, NetworkPolicies, namespaces' and pods' labels as
 they change (subscriptions to their source, no polling: the simulator's store, or the node
-agent's mirror of the real API server, sim.nodeagent.services) and writes the whole table again, at most
+agent's mirror of the real API server, sim.nodeagent.nodeservices) and writes the whole table again, at most
 once per `DEBOUNCE`, only when the rules changed. The kubelet tells it of each pod that
 runs processes before its containers start and after they have all stopped (what CNI
 ADD and DEL are to a real plugin): a new pod is in the rules before its first process

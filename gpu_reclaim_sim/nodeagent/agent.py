@@ -4,10 +4,10 @@ itself (`system:node:<name>`, a certificate from the run's CA), so the Node auth
 NodeRestriction hold it to its own Node, Lease and pods.
 
 It registers the scenario's nodes and keeps them alive (`registration`), and runs the pods
-the scheduler binds to them as local processes (`pods`), in `data_dir` (their files and logs),
+the scheduler binds to them as local processes (`nodepods`), in `data_dir` (their files and logs),
 and serves each node's kubelet API at its address (`kubeletserver`) for the API server to
 proxy `kubectl logs`, `exec` and `attach` to. Their Services and NetworkPolicies are served
-as kube-proxy, cluster DNS and a network plugin serve them (`services`); it installs the
+as kube-proxy, cluster DNS and a network plugin serve them (`nodeservices`); it installs the
 plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`).
 Not yet (issue 37): `kubectl port-forward`, `use_gpu`.
 """
@@ -29,9 +29,9 @@ from ..scenario import Scenario
 from . import networkplugin
 from .kubeletserver import KubeletServer
 from .local import NodeLocal
-from .pods import NodePods
+from .nodepods import NodePods
 from .registration import NodeRegistration
-from .services import PROXY_USER, NodeServices
+from .nodeservices import PROXY_USER, NodeServices
 
 NODE_NETWORK = "127.100.0.0/16"
 

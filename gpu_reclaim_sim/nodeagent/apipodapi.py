@@ -30,7 +30,7 @@ from ..events import event_body
 from ..network import kubernetes_service
 from ..store import Obj
 
-log = logging.getLogger("gpu_reclaim_sim.nodeagent.podapi")
+log = logging.getLogger("gpu_reclaim_sim.nodeagent.apipodapi")
 
 RETRY_S = 1.0  # between tries of a write the API server did not answer
 MERGE_PATCH: dict[str, Any] = {"_content_type": "application/merge-patch+json"}  # the client's typing lacks it

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ..kubelet import containerexec, remotecommand
 from ..kubelet.podworker import PodWorker
-from .containerlogs import TRUE, follow
+from .kubeletlogs import TRUE, follow
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.containerstreams")
 

@@ -17,7 +17,7 @@ from aiohttp import web
 from ..kubelet.containerlogs import no_previous, not_started, tail
 from ..kubelet.podworker import PodWorker
 
-log = logging.getLogger("gpu_reclaim_sim.nodeagent.containerlogs")
+log = logging.getLogger("gpu_reclaim_sim.nodeagent.kubeletlogs")
 
 POLL_S = 0.2  # how often a follower looks for more output
 READ_SIZE = 64 * 1024

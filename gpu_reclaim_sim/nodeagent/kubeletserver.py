@@ -16,7 +16,7 @@ from kubernetes_asyncio import client as k8s
 
 from ..controlplane.credentials import Authority
 from ..kubelet.podworker import PodWorker
-from .containerlogs import ContainerLogs
+from .kubeletlogs import ContainerLogs
 from .containerstreams import FEATURE, ContainerStreams
 from .kubeletauth import Authorizer
 

@@ -6,7 +6,7 @@ Each pod gets an address of the pods' network of the run's network namespace
 (sim.network.namespace: the real API server accepts it in EndpointSlices), or, outside one
 (no root), a loopback address (accepted as a pod IP, refused in EndpointSlices); a
 hosts file with its own name and the Services' (`hosts`) and the data plane's rules
-(`dataplane`), both kept from the real API by sim.nodeagent.services, which sets them; and no
+(`dataplane`), both kept from the real API by sim.nodeagent.nodeservices, which sets them; and no
 control endpoint for `use_gpu` yet (`NoGpuControl`).
 """
 

@@ -40,7 +40,7 @@ async def install(admin: k8s.ApiClient) -> None:
 
 
 def lists(api: k8s.ApiClient) -> list[tuple[ResourceType, Callable[..., Any]]]:
-    """What it follows (sim.nodeagent.services.ApiMirror), through `api` (as `USER`)."""
+    """What it follows (sim.nodeagent.nodeservices.ApiMirror), through `api` (as `USER`)."""
     core, networking = k8s.CoreV1Api(api), k8s.NetworkingV1Api(api)
     return [(BY_KIND["NetworkPolicy"], networking.list_network_policy_for_all_namespaces),
             (BY_KIND["Namespace"], core.list_namespace), (BY_KIND["Pod"], core.list_pod_for_all_namespaces)]

@@ -1,6 +1,6 @@
 """The pods the real scheduler binds to one node, run by the node agent as a kubelet runs
 them: `PodWatch` follows them, each gets a `PodWorker` (sim.kubelet.podworker, the old
-simulator's, reading and writing through the real API: `podapi.ApiPodApi`) that runs its
+simulator's, reading and writing through the real API: `apipodapi.ApiPodApi`) that runs its
 containers as local processes through the container runtime (sim.kubelet.runtime), and the
 images it pulls are reported in the Node's `status.images`."""
 
@@ -18,10 +18,10 @@ from ..kubelet.pulls import ImagePuller
 from ..scenario import NodeGroup
 from ..store import Obj
 from .local import NodeLocal
-from .podapi import ApiPodApi
+from .apipodapi import ApiPodApi
 from .podwatch import PodWatch
 
-log = logging.getLogger("gpu_reclaim_sim.nodeagent.pods")
+log = logging.getLogger("gpu_reclaim_sim.nodeagent.nodepods")
 
 STOP_GRACE_S = 2  # the agent stopping: its containers get this long after SIGTERM
 

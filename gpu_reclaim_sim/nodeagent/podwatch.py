@@ -5,7 +5,7 @@ answers 410 Gone (that version compacted away). After a new list, pods the watch
 deletion of are handed on as DELETED, as the informer's Replace does.
 
 `PodWatch`: the pods bound to one node, as a kubelet's informer sees them (field selector
-`spec.nodeName=<node>`, all the Node authorizer lets a node list). sim.nodeagent.services
+`spec.nodeName=<node>`, all the Node authorizer lets a node list). sim.nodeagent.nodeservices
 follows Services, EndpointSlices and the rest with a `ListWatch` each.
 """
 

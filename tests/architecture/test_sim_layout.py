@@ -104,3 +104,13 @@ def test_the_real_control_planes_folders_are_in_no_import_circle():
     knotted = {f for circle in circles(folders) for f in circle}
     assert not knotted & {"controlplane", "nodeagent"}, circles(folders)
     assert knotted <= LEGACY_KNOT, sorted(knotted - LEGACY_KNOT)
+
+
+def test_the_real_control_planes_modules_have_names_of_their_own():
+    """No module in controlplane/ or nodeagent/ shares its file name with another module of
+    the simulator: one name, one thing (the old control plane's own repeats go with it)."""
+    new = [p for folder in ("controlplane", "nodeagent") for p in (SIM / folder).glob("*.py")
+           if p.name not in ("__init__.py", "__main__.py")]
+    others = {p.name: p for p in SIM.rglob("*.py") if p not in new}
+    assert new and {p.name for p in new if p.name in others} == set(), \
+        sorted(f"{p.relative_to(SIM)} ~ {others[p.name].relative_to(SIM)}" for p in new if p.name in others)

@@ -1,6 +1,6 @@
 """The real control plane for tests (issue 37): one per test worker (a pytest session under
-xdist), started once by `control_plane` and stopped by its PIDs at the end; `node_agent`
-runs the node agent for a scenario against it, as its own process."""
+xdist), started once by `control_plane` and stopped by its PIDs at the end; `running_agent`
+runs the node agent for a scenario against it, as its own process (`NodeAgentProcess`)."""
 
 from __future__ import annotations
 

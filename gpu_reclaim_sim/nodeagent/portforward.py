@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from ..kubelet.podworker import PodWorker
+from ..kubelet.probes import _why as dial_error  # a failed connection in Go's words, as the prober says it
 from . import spdyframes
 from .spdysession import Session, Stream, StreamReset
 
@@ -45,15 +46,6 @@ STREAM_CREATION_TIMEOUT_S = 30.0  # the kubelet's default
 CONNECT_TIMEOUT_S = 10.0
 READ_SIZE = 32 * 1024  # io.Copy's buffer, as the kubelet copies
 READ_AHEAD = 4 << 20  # bytes of an upgraded connection read before the session is waited for
-
-
-def why(e: BaseException) -> str:
-    """A failed connection in the words of Go's net package."""
-    if isinstance(e, asyncio.TimeoutError):
-        return "i/o timeout"
-    if isinstance(e, OSError) and e.strerror:
-        return f"connect: {e.strerror.lower()}"
-    return str(e)
 
 
 def stream_error(headers: spdyframes.Headers) -> str | None:
@@ -245,7 +237,7 @@ class _Forwarding:
                 reader, writer = await asyncio.wait_for(asyncio.open_connection(
                     worker.ip, port, local_addr=(worker.kubelet.address, 0)), CONNECT_TIMEOUT_S)
             except (OSError, asyncio.TimeoutError) as e:
-                raise ConnectionRefusedError(f"dial tcp4 {worker.ip}:{port}: {why(e)}") from None
+                raise ConnectionRefusedError(f"dial tcp4 {worker.ip}:{port}: {dial_error(e)}") from None
             try:
                 await _copy(reader, writer, data)
             finally:

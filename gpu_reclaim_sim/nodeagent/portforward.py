@@ -94,6 +94,7 @@ class PortForward:
         _negotiate(tunneled)
         ws = web.WebSocketResponse(protocols=(TUNNEL_PREFIX + PROTOCOL,), autoping=True)
         await ws.prepare(request)
+        log.info("port-forward to %s/%s: SPDY/3.1 in a WebSocket", worker.ns, worker.name)
         forwarding = _Forwarding(self.find, worker, ws.send_bytes)
         try:
             async for message in ws:
@@ -114,6 +115,7 @@ class PortForward:
             "Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": PROTOCOL})
         response.force_close()
         writer = await response.prepare(request)
+        log.info("port-forward to %s/%s: SPDY/3.1 upgrade", worker.ns, worker.name)
         transport = request.protocol.transport
         assert writer is not None and transport is not None
 

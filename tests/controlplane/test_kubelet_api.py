@@ -106,8 +106,10 @@ def test_kubectl_logs_follow_streams_while_the_pod_writes(agent, core, ns, contr
     assert ended - arrived >= 1  # the lines came as they were written, not in one piece at the end
 
 
-def _direct(agent: NodeAgentProcess, core: k8s.CoreV1Api, path: str, cert: tuple[Path, Path] | None) -> int:
-    address, port = endpoint(core, "api-1")
+def _direct(agent: NodeAgentProcess, core: k8s.CoreV1Api, path: str, cert: tuple[Path, Path] | None,
+            node: str = "api-1") -> int:
+    """The status `node`'s kubelet API answers a GET of `path` with, from a client with `cert`."""
+    address, port = endpoint(core, node)
     context = ssl.create_default_context(cafile=str(agent.plane.authority.cert))
     if cert:
         context.load_cert_chain(*cert)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,17 +95,16 @@ class PortForward:
         ws = web.WebSocketResponse(protocols=(TUNNEL_PREFIX + PROTOCOL,), autoping=True)
         await ws.prepare(request)
         log.info("port-forward to %s/%s: SPDY/3.1 in a WebSocket", worker.ns, worker.name)
-        forwarding = _Forwarding(self.find, worker, ws.send_bytes)
-        try:
+
+        async def received() -> AsyncIterator[bytes]:
             async for message in ws:
                 if message.type != WSMsgType.BINARY:  # what client-go's tunnel refuses too
-                    log.warning("port-forward to %s/%s: a %s message in the tunnel", worker.ns, worker.name, message.type)
-                    break
-                await forwarding.session.receive(message.data)
-        except spdyframes.SessionError as e:
-            log.warning("port-forward to %s/%s: %s", worker.ns, worker.name, e)
+                    raise ConnectionResetError(f"a {message.type.name} message in the tunnel")
+                yield message.data
+
+        try:
+            await self._session(worker, ws.send_bytes, received())
         finally:
-            await forwarding.end()
             await ws.close()
         return ws
 
@@ -115,29 +114,37 @@ class PortForward:
             "Connection": "Upgrade", "Upgrade": "SPDY/3.1", "X-Stream-Protocol-Version": PROTOCOL})
         response.force_close()
         writer = await response.prepare(request)
-        log.info("port-forward to %s/%s: SPDY/3.1 upgrade", worker.ns, worker.name)
         transport = request.protocol.transport
-        assert writer is not None and transport is not None
+        if writer is None or transport is None:
+            raise ConnectionResetError("the connection is gone")
+        log.info("port-forward to %s/%s: SPDY/3.1 upgrade", worker.ns, worker.name)
 
         async def send(data: bytes) -> None:
             if transport.is_closing():
-                raise StreamReset("the connection is closed")
+                raise ConnectionResetError("the connection is closed")
             transport.write(data)
             await writer.drain()
 
         incoming = _Incoming(transport)
         request.protocol.keep_alive(False)
         request.protocol.set_parser(incoming)  # type: ignore[arg-type]  # (typed for its WebSocket reader)
+        try:
+            await self._session(worker, send, incoming)
+        finally:
+            transport.close()
+        return response
+
+    async def _session(self, worker: PodWorker, send: Callable[[bytes], Awaitable[None]],
+                       received: AsyncIterator[bytes]) -> None:
+        """The SPDY session on a connection, until the client ends it, breaks it, or it breaks."""
         forwarding = _Forwarding(self.find, worker, send)
         try:
-            while data := await incoming.get():
+            async for data in received:
                 await forwarding.session.receive(data)
-        except spdyframes.SessionError as e:
+        except (spdyframes.SessionError, ConnectionError) as e:
             log.warning("port-forward to %s/%s: %s", worker.ns, worker.name, e)
         finally:
             await forwarding.end()
-            transport.close()
-        return response
 
 
 def _negotiate(offered: list[str]) -> None:
@@ -166,19 +173,25 @@ class _Incoming:
     def feed_eof(self) -> None:
         self._queue.put_nowait(b"")
 
-    async def get(self) -> bytes:
+    def __aiter__(self) -> _Incoming:
+        return self
+
+    async def __anext__(self) -> bytes:
         data = await self._queue.get()
         self._held -= len(data)
         if self._paused and self._held <= READ_AHEAD // 2 and not self._transport.is_closing():
             self._paused = False
             self._transport.resume_reading()
+        if not data:
+            raise StopAsyncIteration
         return data
 
 
 class _Forwarding:
     """One port-forward session: its streams paired by requestID, each pair forwarded."""
 
-    def __init__(self, find: Callable[[str, str], PodWorker | None], worker: PodWorker, send: Any) -> None:
+    def __init__(self, find: Callable[[str, str], PodWorker | None], worker: PodWorker,
+                 send: Callable[[bytes], Awaitable[None]]) -> None:
         self.find, self.worker = find, worker
         self.session = Session(send, self._refused, self._opened)
         self.pairs: dict[str, _Pair] = {}

@@ -6,6 +6,7 @@ nobody but the API server gets to forward into a node's pods."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -17,14 +18,17 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import aiohttp
 import pytest
 from kubernetes import client as k8s
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
+from gpu_reclaim_sim.nodeagent import spdyframes
 
 from ..support.controlplane import BUSYBOX, busybox_pod as pod, phases
 from ..support.sim_cluster import wait_for
 from .test_kubelet_api import KUBECTL, _direct, _websocket_requests
+from .test_spdy_session import header_bomb
 
 SCENARIO = {
     "name": "port-forward", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
@@ -151,6 +155,27 @@ def test_deleting_the_pod_ends_its_forwarded_connections(agent, core, ns, contro
         _, err = process.communicate(timeout=30)  # kubectl says so and ends
     assert process.returncode == 1 and "error forwarding port 8000 to pod" in err, err
     assert agent.process.poll() is None
+
+
+def test_a_hostile_session_is_ended_and_the_node_goes_on(agent, core, ns, control_plane):
+    """What a user allowed pods/portforward sends reaches the node as it is: a header block
+    that would inflate to 64 MiB is answered with GOAWAY and the end of the connection."""
+    serving(core, ns, "web", SERVERS, (8000, 8001))
+
+    async def hostile() -> list[spdyframes.Frame]:
+        url = f"{control_plane.server}/api/v1/namespaces/{ns}/pods/web/portforward"
+        answered = b""
+        async with aiohttp.ClientSession() as session, session.ws_connect(
+                url, protocols=("SPDY/3.1+portforward.k8s.io",), ssl=control_plane._admin_tls()) as ws:
+            await ws.send_bytes(header_bomb())
+            async for message in ws:
+                answered += message.data
+        return spdyframes.FrameReader().feed(answered)
+
+    assert asyncio.run(asyncio.wait_for(hostile(), 60)) == [spdyframes.GoAway(0, spdyframes.GOAWAY_PROTOCOL_ERROR)]
+    assert "header block of more than" in agent.log.read_text()
+    with forwarding(control_plane, ns, "web", 8000) as (_, local):
+        assert get(local[8000], "/name") == b"a\n"
 
 
 def test_only_the_api_server_may_forward_into_a_nodes_pods(agent, core, ns, control_plane, tmp_path):

@@ -76,17 +76,21 @@ def _pairs(*pairs: tuple[bytes, bytes], count: int | None = None) -> bytes:
         struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
 
 
-def test_a_header_block_that_inflates_past_the_bound_is_refused():
-    """64 MiB of one header value, deflated to some 64 KiB: refused once MAX_HEADER_BYTES are
-    out, without inflating the rest."""
+def header_bomb(stream_id: int = 1) -> bytes:
+    """A session's first SYN_STREAM whose one header value is 64 MiB of zeros, deflated to
+    some 64 KiB."""
     deflate = zlib.compressobj(zdict=f.DICTIONARY)
     head = struct.pack(">II", 1, 4) + b"port" + struct.pack(">I", 64 << 20)
     block = deflate.compress(head) + b"".join(deflate.compress(b"\0" * (1 << 20)) for _ in range(64))
     block += deflate.flush(zlib.Z_SYNC_FLUSH)
     assert len(block) < 256 * 1024
-    wire = control(f.SYN_STREAM, struct.pack(">IIBB", 1, 0, 0, 0) + block)
+    return control(f.SYN_STREAM, struct.pack(">IIBB", stream_id, 0, 0, 0) + block)
+
+
+def test_a_header_block_that_inflates_past_the_bound_is_refused():
+    """Refused once MAX_HEADER_BYTES are out, without inflating the rest."""
     with pytest.raises(f.SessionError, match=f"more than {f.MAX_HEADER_BYTES} bytes"):
-        f.FrameReader().feed(wire)
+        f.FrameReader().feed(header_bomb())
 
 
 @pytest.mark.parametrize("raw, said", [

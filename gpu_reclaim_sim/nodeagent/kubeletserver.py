@@ -1,9 +1,9 @@
-"""A node's kubelet API over HTTPS, the one the API server proxies `kubectl logs`, `exec`
-and `attach` to (not yet `port-forward`: a 404): at the node's InternalIP, on a port of its
-own (chosen when it binds, then advertised in the Node's
-`status.daemonEndpoints.kubeletEndpoint`), with a serving certificate from the run's CA for
-that address (the API server checks it with `--kubelet-certificate-authority`) and clients'
-certificates checked against the same CA and authorized as the kubelet does (`kubeletauth`)."""
+"""A node's kubelet API over HTTPS, the one the API server proxies `kubectl logs`, `exec`,
+`attach` and `port-forward` to: at the node's InternalIP, on a port of its own (chosen when
+it binds, then advertised in the Node's `status.daemonEndpoints.kubeletEndpoint`), with a
+serving certificate from the run's CA for that address (the API server checks it with
+`--kubelet-certificate-authority`) and clients' certificates checked against the same CA and
+authorized as the kubelet does (`kubeletauth`)."""
 
 from __future__ import annotations
 

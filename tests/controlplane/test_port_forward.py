@@ -26,9 +26,8 @@ from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.nodeagent import spdyframes
 
 from ..support.controlplane import BUSYBOX, busybox_pod as pod, phases
+from ..support.kubeletapi import KUBECTL, direct, header_bomb, websocket_requests
 from ..support.sim_cluster import wait_for
-from .test_kubelet_api import KUBECTL, _direct, _websocket_requests
-from .test_spdy_session import header_bomb
 
 SCENARIO = {
     "name": "port-forward", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
@@ -98,7 +97,7 @@ def test_kubectl_port_forward_carries_many_connections_to_two_ports(agent, core,
     proxied_to_kubelet by the API server): one request after another and eight at once,
     each a connection of its own (a stream pair in the one session)."""
     serving(core, ns, "web", SERVERS, (8000, 8001))
-    proxied = _websocket_requests(control_plane, "proxied_to_kubelet", "portforward")
+    proxied = websocket_requests(control_plane, "proxied_to_kubelet", "portforward")
     with forwarding(control_plane, ns, "web", 8000, 8001) as (process, local):
         assert sorted(local) == [8000, 8001]
         for _ in range(3):
@@ -108,8 +107,8 @@ def test_kubectl_port_forward_carries_many_connections_to_two_ports(agent, core,
                                    range(8)))
         assert bodies == [b"b\n", BIG] * 4
         assert process.poll() is None
-    assert _websocket_requests(control_plane, "proxied_to_kubelet", "portforward") == proxied + 1
-    assert _websocket_requests(control_plane, "translated_at_apiserver", "portforward") == 0
+    assert websocket_requests(control_plane, "proxied_to_kubelet", "portforward") == proxied + 1
+    assert websocket_requests(control_plane, "translated_at_apiserver", "portforward") == 0
     assert f"port-forward to {ns}/web: SPDY/3.1 in a WebSocket" in agent.log.read_text()
 
 
@@ -184,12 +183,12 @@ def test_only_the_api_server_may_forward_into_a_nodes_pods(agent, core, ns, cont
     serving(core, ns, "web", SERVERS, (8000, 8001), node="pf-1")
     path, pki = f"/portForward/{ns}/web", control_plane.authority
     apiserver = (pki.directory / "apiserver-kubelet-client.crt", pki.directory / "apiserver-kubelet-client.key")
-    assert _direct(agent, core, path, apiserver, "pf-1") == 400
+    assert direct(agent, core, path, apiserver, "pf-1") == 400
     other_node = pki.issue("node-pf-2-forward", "system:node:pf-2", ("system:nodes",))
-    assert _direct(agent, core, path, (other_node.cert, other_node.key), "pf-1") == 403
+    assert direct(agent, core, path, (other_node.cert, other_node.key), "pf-1") == 403
     user = pki.issue("forwarder", "forwarder", ("developers",))
-    assert _direct(agent, core, path, (user.cert, user.key), "pf-1") == 403
-    assert _direct(agent, core, path, None, "pf-1") == 401
+    assert direct(agent, core, path, (user.cert, user.key), "pf-1") == 403
+    assert direct(agent, core, path, None, "pf-1") == 401
     for node, cert, refusal in (  # the pod's own node gets the pod, but no further; another not even that
             ("pf-1", pki.issue("node-pf-1-forward", "system:node:pf-1", ("system:nodes",)), 'resource "pods/portforward"'),
             ("pf-2", other_node, "no relationship found between node 'pf-2' and this object")):

@@ -13,11 +13,9 @@ import pytest
 from gpu_reclaim_sim.nodeagent import spdyframes as f
 from gpu_reclaim_sim.nodeagent.spdysession import Session, Stream, StreamReset
 
+from ..support.kubeletapi import control, header_bomb
+
 PAIR = {"streamtype": "error", "port": "8000", "requestid": "0"}
-
-
-def control(kind: int, body: bytes, flags: int = 0, version: int = 3) -> bytes:
-    return struct.pack(">HHI", 0x8000 | version, kind, (flags << 24) | len(body)) + body
 
 
 def test_header_blocks_are_deflated_with_the_spdy3_dictionary():
@@ -74,17 +72,6 @@ def _syn_stream(raw_block: bytes, stream_id: int = 1) -> bytes:
 def _pairs(*pairs: tuple[bytes, bytes], count: int | None = None) -> bytes:
     return struct.pack(">I", len(pairs) if count is None else count) + b"".join(
         struct.pack(">I", len(k)) + k + struct.pack(">I", len(v)) + v for k, v in pairs)
-
-
-def header_bomb(stream_id: int = 1) -> bytes:
-    """A session's first SYN_STREAM whose one header value is 64 MiB of zeros, deflated to
-    some 64 KiB."""
-    deflate = zlib.compressobj(zdict=f.DICTIONARY)
-    head = struct.pack(">II", 1, 4) + b"port" + struct.pack(">I", 64 << 20)
-    block = deflate.compress(head) + b"".join(deflate.compress(b"\0" * (1 << 20)) for _ in range(64))
-    block += deflate.flush(zlib.Z_SYNC_FLUSH)
-    assert len(block) < 256 * 1024
-    return control(f.SYN_STREAM, struct.pack(">IIBB", stream_id, 0, 0, 0) + block)
 
 
 def test_a_header_block_that_inflates_past_the_bound_is_refused():

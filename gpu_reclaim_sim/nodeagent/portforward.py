@@ -53,7 +53,7 @@ def stream_error(headers: spdyframes.Headers) -> str | None:
     port = headers.get("port", "")
     if not port:
         return '"port" header is required'
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):  # as ParseUint(16)
         return f'unable to parse "{port}" as a port'
     if not headers.get("streamtype"):
         return '"streamType" header is required'
@@ -143,6 +143,8 @@ class PortForward:
                 await forwarding.session.receive(data)
         except (spdyframes.SessionError, ConnectionError) as e:
             log.warning("port-forward to %s/%s: %s", worker.ns, worker.name, e)
+        except Exception:  # nothing a client sends may take the node down
+            log.exception("port-forward to %s/%s failed", worker.ns, worker.name)
         finally:
             await forwarding.end()
 

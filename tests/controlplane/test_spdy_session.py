@@ -11,6 +11,7 @@ import zlib
 import pytest
 
 from gpu_reclaim_sim.nodeagent import spdyframes as f
+from gpu_reclaim_sim.nodeagent.portforward import stream_error
 from gpu_reclaim_sim.nodeagent.spdysession import Session, Stream, StreamReset
 
 from ..support.kubeletapi import control, header_bomb
@@ -182,3 +183,18 @@ async def test_a_broken_frame_is_answered_with_goaway():
     assert client.reader.feed(bytes(client.out)) == [f.GoAway(1, f.GOAWAY_PROTOCOL_ERROR)]
     client.session.end()
     assert await client.opened[0].read() == b""
+
+
+@pytest.mark.parametrize("headers, refused", [
+    ({"streamtype": "data", "port": "8000"}, None),
+    ({"streamtype": "error", "port": "65535", "requestid": "x"}, None),
+    ({"streamtype": "data"}, '"port" header is required'),
+    ({"streamtype": "data", "port": "0"}, 'unable to parse "0" as a port'),
+    ({"streamtype": "data", "port": "65536"}, 'unable to parse "65536" as a port'),
+    ({"streamtype": "data", "port": "\uff18\uff10"}, 'unable to parse "\uff18\uff10" as a port'),  # not Go's digits
+    ({"streamtype": "data", "port": "9" * 5000}, f'unable to parse "{"9" * 5000}" as a port'),  # past int()'s limit
+    ({"port": "80"}, '"streamType" header is required'),
+    ({"streamtype": "other", "port": "80"}, 'invalid stream type "other"'),
+])
+def test_port_forward_streams_are_checked_as_the_kubelet_checks_them(headers, refused):
+    assert stream_error(headers) == refused

@@ -5,6 +5,7 @@ end). The session against kubectl itself: test_port_forward."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import zlib
 
@@ -12,7 +13,7 @@ import pytest
 
 from gpu_reclaim_sim.nodeagent import spdyframes as f
 from gpu_reclaim_sim.nodeagent.portforward import stream_error
-from gpu_reclaim_sim.nodeagent.spdysession import Session, Stream, StreamReset
+from gpu_reclaim_sim.nodeagent.spdysession import INPUT_LIMIT, Session, Stream, StreamReset
 
 from ..support.kubeletapi import control, header_bomb
 
@@ -198,3 +199,33 @@ async def test_a_broken_frame_is_answered_with_goaway():
 ])
 def test_port_forward_streams_are_checked_as_the_kubelet_checks_them(headers, refused):
     assert stream_error(headers) == refused
+
+
+async def test_data_after_fin_and_streams_past_the_bound_are_refused(monkeypatch):
+    monkeypatch.setattr("gpu_reclaim_sim.nodeagent.spdysession.MAX_STREAMS", 2)
+    client = Client()
+    w = client.writer
+    await client.send(w.syn_stream(1, PAIR), w.data(1, b"", fin=True))
+    assert await client.send(w.data(1, b"more")) == [f.RstStream(1, f.STREAM_ALREADY_CLOSED)]
+    assert await client.send(w.syn_stream(3, PAIR), w.syn_stream(5, PAIR)) == [
+        f.SynReply(3, {}), f.RstStream(5, f.REFUSED_STREAM)]
+
+
+async def test_a_stream_holds_a_bounded_input_and_drops_it_once_discarded():
+    """Past INPUT_LIMIT the session waits for the stream's reader (back-pressure on the
+    connection), and a stream whose reader has gone drops what still comes."""
+    client = Client()
+    w = client.writer
+    await client.send(w.syn_stream(1, PAIR))
+    stream = client.opened[0]
+    chunk = b"x" * (64 * 1024)
+    for _ in range(INPUT_LIMIT // len(chunk)):
+        await client.session.receive(w.data(1, chunk))
+    waiting = asyncio.create_task(client.session.receive(w.data(1, b"one more")))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    assert await stream.read() == chunk  # room again: the session goes on
+    await asyncio.wait_for(waiting, 5)
+    stream.discard()
+    await asyncio.wait_for(client.session.receive(w.data(1, chunk * 32)), 5)
+    assert await client.send(w.data(1, b"", fin=True)) == [] and await stream.read() == b""

@@ -1,8 +1,9 @@
 """`kubectl port-forward` (v1.37) through the real API server to the node agent's kubelet
 API (issue 37): kubectl's WebSocket tunnel (SPDY/3.1 inside it) passed on to the node as it
 is, and its SPDY upgrade where it is told not to use WebSockets; several connections at
-once, two ports, a port nothing listens on, a pod deleted while a connection is open; and
-nobody but the API server gets to forward into a node's pods."""
+once, two ports, megabytes both ways and the client's half-close, a port nothing listens on,
+a pod deleted while a connection is open, a hostile session; and nobody but the API server
+gets to forward into a node's pods."""
 
 from __future__ import annotations
 
@@ -47,6 +48,15 @@ TICKER = ("exec python3 -c 'import socket, threading, time\n"
           "s = socket.create_server((\"0.0.0.0\", 8000))\n"
           "while True:\n"
           "    threading.Thread(target=tick, args=(s.accept()[0],), daemon=True).start()\n'")
+# a server that sends back what it gets, and closes once its client has closed its side
+ECHO = ("exec python3 -c 'import socket, threading\n"
+        "def echo(c):\n"
+        "    while data := c.recv(65536):\n"
+        "        c.sendall(data)\n"
+        "    c.close()\n"
+        "s = socket.create_server((\"0.0.0.0\", 8000))\n"
+        "while True:\n"
+        "    threading.Thread(target=echo, args=(s.accept()[0],), daemon=True).start()\n'")
 
 
 def serving(core: k8s.CoreV1Api, ns: str, name: str, script: str, ports: tuple[int, ...], node: str = "pf-1") -> str:
@@ -121,6 +131,24 @@ def test_kubectl_port_forward_over_a_spdy_upgrade(agent, core, ns, control_plane
     said = agent.log.read_text()
     assert f"port-forward to {ns}/web: SPDY/3.1 upgrade" in said
     assert f"port-forward to {ns}/web: SPDY/3.1 in a WebSocket" not in said
+
+
+def test_what_the_client_sends_reaches_the_pod_and_its_close_too(agent, core, ns, control_plane):
+    """8 MiB each way at once, and the client's half-close: kubectl's FIN on the data
+    stream, the node's EOF to the pod, whose close ends the stream back."""
+    serving(core, ns, "echo", ECHO, (8000,))
+    payload = bytes(range(251)) * (8 * 4096 + 7)  # not a multiple of any buffer's size
+    with forwarding(control_plane, ns, "echo", 8000) as (_, local):
+        with socket.create_connection(("127.0.0.1", local[8000]), timeout=60) as conn:
+            def send() -> None:
+                conn.sendall(payload)
+                conn.shutdown(socket.SHUT_WR)
+
+            with ThreadPoolExecutor(1) as pool:
+                sent = pool.submit(send)
+                received = b"".join(iter(lambda: conn.recv(1 << 16), b""))
+                sent.result()
+    assert len(received) == len(payload) and received == payload
 
 
 def test_a_port_nothing_listens_on_is_reported_and_the_node_goes_on(agent, core, ns, control_plane):

@@ -1,9 +1,9 @@
-"""A node's kubelet API over HTTPS, the one the API server proxies `kubectl logs`, `exec`
-and `attach` to (not yet `port-forward`: a 404): at the node's InternalIP, on a port of its
-own (chosen when it binds, then advertised in the Node's
-`status.daemonEndpoints.kubeletEndpoint`), with a serving certificate from the run's CA for
-that address (the API server checks it with `--kubelet-certificate-authority`) and clients'
-certificates checked against the same CA and authorized as the kubelet does (`kubeletauth`)."""
+"""A node's kubelet API over HTTPS, the one the API server proxies `kubectl logs`, `exec`,
+`attach` and `port-forward` to: at the node's InternalIP, on a port of its own (chosen when
+it binds, then advertised in the Node's `status.daemonEndpoints.kubeletEndpoint`), with a
+serving certificate from the run's CA for that address (the API server checks it with
+`--kubelet-certificate-authority`) and clients' certificates checked against the same CA and
+authorized as the kubelet does (`kubeletauth`)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ..kubelet.podworker import PodWorker
 from .kubeletlogs import ContainerLogs
 from .containerstreams import FEATURE, ContainerStreams
 from .kubeletauth import Authorizer
+from .portforward import PortForward
 
 STOP_S = 1.0
 
@@ -35,10 +36,12 @@ class KubeletServer:
         self.port = 0
         app = web.Application(middlewares=[Authorizer(api, name).middleware])
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", ContainerLogs(find).serve)
-        streams = ContainerStreams(find)
+        streams, forward = ContainerStreams(find), PortForward(find)
         for method in ("GET", "POST"):
             app.router.add_route(method, "/exec/{namespace}/{pod}/{container}", streams.exec)
             app.router.add_route(method, "/attach/{namespace}/{pod}/{container}", streams.attach)
+            for path in ("/portForward/{namespace}/{pod}", "/portForward/{namespace}/{pod}/{uid}"):
+                app.router.add_route(method, path, forward.serve)
         # stopping, a follower or an exec still open is cut after a second, not aiohttp's 60
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=STOP_S)
 

@@ -10,36 +10,20 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from kubernetes import client as k8s
 
-from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.controlplane.credentials import Authority
 
-from ..support.controlplane import BUSYBOX, NodeAgentProcess, busybox_pod as pod, phases
+from ..support.controlplane import BUSYBOX, busybox_pod as pod, phases
+from ..support.kubeletapi import KUBECTL, direct, endpoint, kubectl, websocket_requests
 from ..support.sim_cluster import wait_for
 
-KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
 SCENARIO = {
     "name": "kubelet-api", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
     "nodeGroups": [{"name": "api", "count": 2, "cpu": "4", "memory": "8Gi", "images": [BUSYBOX]}],
 }
 NODES = ["api-1", "api-2"]
-
-
-def kubectl(plane: ControlPlane, *args: str, input: str | None = None, timeout: float = 60
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(KUBECTL), "--kubeconfig", str(plane.admin_kubeconfig), *args], input=input,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def endpoint(core: k8s.CoreV1Api, node: str) -> tuple[str, int]:
-    """Where the Node says its kubelet API is."""
-    n = core.read_node(node)
-    address = next(a.address for a in n.status.addresses if a.type == "InternalIP")
-    return address, n.status.daemon_endpoints.kubelet_endpoint.port
 
 
 def test_each_node_serves_its_kubelet_api_where_its_node_says(agent, core):
@@ -106,45 +90,22 @@ def test_kubectl_logs_follow_streams_while_the_pod_writes(agent, core, ns, contr
     assert ended - arrived >= 1  # the lines came as they were written, not in one piece at the end
 
 
-def _direct(agent: NodeAgentProcess, core: k8s.CoreV1Api, path: str, cert: tuple[Path, Path] | None) -> int:
-    address, port = endpoint(core, "api-1")
-    context = ssl.create_default_context(cafile=str(agent.plane.authority.cert))
-    if cert:
-        context.load_cert_chain(*cert)
-    try:
-        with urllib.request.urlopen(f"https://{address}:{port}{path}", context=context, timeout=10) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        assert e.code != 403 or e.read().decode().startswith("Forbidden (user=")
-        return e.code
-
-
 def test_the_node_lets_only_the_api_server_in(agent, core, ns, control_plane, tmp_path):
     core.create_namespaced_pod(ns, pod("secretive", "echo only for the api server", node="api-1"))
     phases(core, ns, "secretive", "Succeeded")
     path = f"/containerLogs/{ns}/secretive/main"
     pki = control_plane.authority
     apiserver = (pki.directory / "apiserver-kubelet-client.crt", pki.directory / "apiserver-kubelet-client.key")
-    assert _direct(agent, core, path, apiserver) == 200
+    assert direct(agent, core, path, apiserver) == 200
     user = pki.issue("someone", "someone", ("developers",))  # of the run's CA, not allowed nodes/proxy
-    assert _direct(agent, core, path, (user.cert, user.key)) == 403
+    assert direct(agent, core, path, (user.cert, user.key)) == 403
     other_node = pki.issue("node-api-2-probe", "system:node:api-2", ("system:nodes",))
-    assert _direct(agent, core, path, (other_node.cert, other_node.key)) == 403
-    assert _direct(agent, core, path, None) == 401
+    assert direct(agent, core, path, (other_node.cert, other_node.key)) == 403
+    assert direct(agent, core, path, None) == 401
     stranger = Authority.create(tmp_path / "other-ca")  # a certificate the run's CA did not sign
     foreign = stranger.issue("admin", "admin", ("system:masters",))
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
-        _direct(agent, core, path, (foreign.cert, foreign.key))
-
-
-def _websocket_requests(plane: ControlPlane, how: str, subresource: str = "exec") -> float:
-    """The API server's count of `subresource` WebSockets it routed `how` (proxied_to_kubelet
-    or translated_at_apiserver)."""
-    with urllib.request.urlopen(plane.server + "/metrics", context=plane._admin_tls(), timeout=10) as r:
-        lines = r.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
-               if line.startswith("apiserver_websocket_streaming_requests_total{")
-               and f'proxy_type="{how}"' in line and f'subresource="{subresource}"' in line)
+        direct(agent, core, path, (foreign.cert, foreign.key))
 
 
 def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_plane):
@@ -158,11 +119,11 @@ def test_kubectl_exec_runs_a_command_in_the_container(agent, core, ns, control_p
     phases(core, ns, "shell", "Running")
     wait_for(lambda: kubectl(control_plane, "exec", "-n", ns, "shell", "--", "cat", "/data/mark").stdout == "inside\n",
              "the container's file through exec")
-    proxied = _websocket_requests(control_plane, "proxied_to_kubelet")
+    proxied = websocket_requests(control_plane, "proxied_to_kubelet")
     done = kubectl(control_plane, "exec", "-n", ns, "shell", "--", "sh", "-c", 'echo "out $HOSTNAME"; echo err >&2')
     assert (done.returncode, done.stdout, done.stderr) == (0, "out shell\n", "err\n")
-    assert _websocket_requests(control_plane, "proxied_to_kubelet") == proxied + 1
-    assert _websocket_requests(control_plane, "translated_at_apiserver") == 0
+    assert websocket_requests(control_plane, "proxied_to_kubelet") == proxied + 1
+    assert websocket_requests(control_plane, "translated_at_apiserver") == 0
     done = kubectl(control_plane, "exec", "-i", "-n", ns, "shell", "--", "sh", "-c", "tr a-z A-Z; echo done",
                    input="hello\nworld\n")
     assert (done.returncode, done.stdout) == (0, "HELLO\nWORLD\ndone\n"), done.stderr
@@ -187,11 +148,11 @@ def test_kubectl_attach_streams_what_the_container_writes_from_then_on(agent, co
     core.create_namespaced_pod(ns, body)
     phases(core, ns, "talker", "Running")
     wait_for(lambda: kubectl(control_plane, "logs", "-n", ns, "talker").stdout == "before\n", "the first line")
-    before = _websocket_requests(control_plane, "proxied_to_kubelet", "attach")
+    before = websocket_requests(control_plane, "proxied_to_kubelet", "attach")
     attached = subprocess.Popen([str(KUBECTL), "--kubeconfig", str(control_plane.admin_kubeconfig), "attach", "-n",
                                  ns, "talker"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: _websocket_requests(control_plane, "proxied_to_kubelet", "attach") > before,
+        wait_for(lambda: websocket_requests(control_plane, "proxied_to_kubelet", "attach") > before,
                  "the attach proxied to the node")
         time.sleep(0.5)  # and the node's answer on its way back (kubectl says nothing once attached)
         assert kubectl(control_plane, "exec", "-n", ns, "talker", "--", "touch", "/data/go").returncode == 0

@@ -90,20 +90,30 @@
   filters.forEach(function (input) { input.addEventListener("input", function () { filter(input); }); });
   // live parts (the admin page): the page is fetched again every data-refresh-s seconds and
   // each [data-live] part replaced by the new one, so its numbers and states are the latest
-  // cycle's and its age ("as of 13:20 (12 s ago)") is the server's. Not while the reader is
-  // typing in a part, or while the page is hidden; details left open stay open.
+  // cycle's and its age ("as of 13:20 (12 s ago)") is the server's. Not while the page is
+  // hidden; details left open stay open.
   var head = document.querySelector("[data-refresh-s]");
   if (head && window.fetch && window.DOMParser) {
     var every = 1000 * Number(head.getAttribute("data-refresh-s"));
     var refresh = function () {
+      // not while the reader is on a control in a live part (typing hours, on a row's
+      // button): only a header's sort button is given back after the swap
       var active = document.activeElement;
-      var typing = active && active.closest("[data-live]") && /^(INPUT|SELECT|TEXTAREA)$/.test(active.tagName);
-      if (document.hidden || typing) return;
-      fetch(window.location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
-        .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.text(); })
+      var busy = active && active.closest("[data-live]") && !active.matches("th button.sort");
+      if (document.hidden || busy) return;
+      // the hub's login cookie is taken from a script's request only with the page's XSRF
+      // token; a redirect (to log in again) is not followed: reloading the page does that
+      var xsrf = document.querySelector("input[name=_xsrf]");
+      fetch(window.location.pathname, { credentials: "same-origin", redirect: "manual",
+                                        headers: { Accept: "text/html", "X-XSRFToken": xsrf ? xsrf.value : "" } })
+        .then(function (r) {
+          if (r.type === "opaqueredirect") throw new Error("logged out? reload the page");
+          if (!r.ok) throw new Error("HTTP " + r.status);
+          return r.text();
+        })
         .then(function (html) {
           var doc = new DOMParser().parseFromString(html, "text/html");
-          if (!doc.querySelector("[data-refresh-s]")) throw new Error("not the admin page (logged out?)");
+          if (!doc.querySelector("[data-refresh-s]")) throw new Error("not the admin page");
           document.querySelectorAll("[data-live]").forEach(function (old) {
             var fresh = doc.getElementById(old.id);
             if (!fresh) return;

@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import app, inputs, render
 from jupyterhub_gpu_reclaim.web.inputs import BadInput, local_time_to_utc, parse_until
 from jupyterhub_gpu_reclaim.report.render import csv_cell
-from jupyterhub_gpu_reclaim.web.render import session_json, sparkline, state_of
+from jupyterhub_gpu_reclaim.web.render import sparkline, state_of
 
 from ..support.clock import at
 

@@ -331,7 +331,7 @@ class Base(HubOAuthenticated, RedactedLogs):
         status = self.ctx.controls.status()
         data = admin_data(status, self.ctx.store, self.ctx.settings, utcnow())
         self.finish(self.render_page("admin.html", data=data, infos=status.sessions, notice=notice, error=error,
-                                     usage=data["usage"], usage_chart=usage_chart(data["usage"]) if data["usage"] else "",
+                                     usage_chart=usage_chart(data["usage"]) if data["usage"] else "",
                                      freed_means=FREED_MEANS, waiting_means=WAITING_MEANS,
                                      refresh_s=min(60, max(5, round(self.ctx.settings.cycle_interval.total_seconds())))))
 

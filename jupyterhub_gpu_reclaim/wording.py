@@ -1,6 +1,6 @@
 """Words users read in more than one place, written once: how a time and how long until or
 since it are written (`clock`, `relative`, `moment`: the pages, the notices, the API's
-texts), what a reclaim keeps and loses (the warnings and reclaim notices, the user page and
+texts), how a count of things is written (`count`, `plural`: "1 GPU", "2 GPUs"), what a reclaim keeps and loses (the warnings and reclaim notices, the user page and
 the API's reclaim records), when a waiting user can expect a GPU, and how GPU utilization is
 written (the notices' evidence, the pages' tables and sparklines).
 The JupyterLab extension shows KEEPS and LOSES as the user API sends them (web/api.py): it
@@ -43,6 +43,17 @@ def moment(t: dt.datetime, now: dt.datetime) -> str:
     """`clock` and `relative` together, as text says a time: "13:33 UTC (in 18 min)"."""
     rel = relative(t, now)
     return clock(t, now) + (f" ({rel})" if rel else "")
+
+
+def plural(n: float, noun: str) -> str:
+    """`noun` as it follows the number `n`: "GPU" after 1, "GPUs" after 0, 2 or 1.5; the one
+    place the pages' counted words get their plural."""
+    return noun if n == 1 else noun + "s"
+
+
+def count(n: float, noun: str) -> str:
+    """A number of things as people read it: "1 GPU", "2 GPUs", "0 spawns", "1.5 GPU-hours"."""
+    return f"{n:.10g} {plural(n, noun)}"
 
 
 def format_util(values: Any, missing: str = "no data") -> str:

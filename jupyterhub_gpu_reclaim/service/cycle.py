@@ -418,7 +418,7 @@ class Reclaimer:
             exemption=decided.exemptions.get(sid), max_keepalive=self.policy.max_keepalive,
             stopping=sid in self.stops.tasks, idle_threshold=o.config.gpu_idle_threshold)
             for sid, o in seen.sessions.items()
-            if sid not in self._stopped_since_observed})
+            if sid not in self._stopped_since_observed}, gpu_capacity=seen.pods.gpu_capacity)
         due = [f for sid, info in status.sessions.items()
                if (f := freeing(info, seen.sessions[sid].session, now)) is not None]
         status.queue = expect_free(waiting_servers(seen.pods.by_session.values(), now), due)

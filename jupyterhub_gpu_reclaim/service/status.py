@@ -150,12 +150,14 @@ def expect_free(queue: list[WaitingServer], due: Iterable[Freeing]) -> list[Wait
 @dataclass
 class CycleStatus:
     """The latest cycle: when (None before the first), the signal that skipped it (its
-    sessions are then the cycle's before), the sessions and the GPU queue."""
+    sessions are then the cycle's before), the sessions, the GPU queue and the cluster's
+    GPUs (None: not known)."""
 
     t: dt.datetime | None = None
     skipped: str | None = None
     sessions: dict[str, SessionStatus] = field(default_factory=dict)
     queue: list[WaitingServer] = field(default_factory=list)  # in the GPU queue's order (waiting_servers)
+    gpu_capacity: int | None = None
 
     def amend(self, sid: str, **changes: Any) -> None:
         """A change made between cycles (a new intent, an exemption, a stop begun), shown at

@@ -28,6 +28,7 @@ from typing import Any
 from . import pod_facts
 from ..oneline import brief
 from .base import MAX_BODY, SignalError, entry_field, entry_objects, entry_time, read_capped
+from .node_gpus import EVERY_S, read_gpu_capacity
 from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
@@ -139,6 +140,7 @@ class PodSnapshot:
 
     by_session: dict[str, PodInfo]
     pending_gpus: int
+    gpu_capacity: int | None = None  # the cluster's GPUs (node_gpus; None: not known)
 
 
 class PodSignal:
@@ -164,6 +166,9 @@ class PodSignal:
         self._resource_version: str | None = None
         self.last_ok: float | None = None  # time.monotonic() when the view was last known current
         self.failing: str | None = None  # why the watch is down, while it is
+        self.gpu_capacity: int | None = None  # the cluster's GPUs (node_gpus), read every EVERY_S
+        self._capacity_at = -EVERY_S
+        self._capacity_failing = ""
 
     async def _connect(self) -> None:
         from kubernetes_asyncio import client, config  # after KUBECONFIG is set
@@ -240,6 +245,7 @@ class PodSignal:
         if self._task is not None:
             return
         await self.list_once()
+        await self._read_capacity()
         self._task = asyncio.create_task(self._run(), name="pods-watch")
 
     async def stop(self) -> None:
@@ -263,7 +269,19 @@ class PodSignal:
         if self.failing and (self.last_ok is None or time.monotonic() - self.last_ok > max_age):
             raise SignalError("pods", f"the pod watch has been down for over {max_age:g} s: {self.failing}")
         return PodSnapshot(by_session={p.session_id: p for p in pods.values() if p.user},
-                           pending_gpus=sum(p.gpu_wait.gpus for p in pods.values() if p.gpu_wait))
+                           pending_gpus=sum(p.gpu_wait.gpus for p in pods.values() if p.gpu_wait),
+                           gpu_capacity=self.gpu_capacity)
+
+    async def _read_capacity(self) -> None:
+        """The cluster's GPUs again, at most every EVERY_S; why not, logged once a failure."""
+        if time.monotonic() - self._capacity_at < EVERY_S:
+            return
+        self._capacity_at = time.monotonic()
+        self.gpu_capacity, why = await read_gpu_capacity(self._api, self.request_timeout)
+        if why and why != self._capacity_failing:
+            log.info("the cluster's GPUs are not known (the admin page says what is held): "
+                     "listing nodes: %s", why)
+        self._capacity_failing = why
 
     async def _run(self) -> None:
         from kubernetes_asyncio import watch
@@ -283,6 +301,7 @@ class PodSignal:
                 # the server ended this watch (timeoutSeconds): resume where we were
                 self.last_ok, self.failing = time.monotonic(), None
                 backoff = 0.5
+                await self._read_capacity()
             except asyncio.CancelledError:
                 raise
             except ApiException as e:

@@ -22,22 +22,20 @@ from tornado.http1connection import HTTP1Connection
 from tornado.log import app_log, gen_log
 
 from ..service.metrics import Metrics
-from ..policy.decider import IDLE_RULES
 from ..settings import ServiceSettings
 from ..service.status import SessionStatus, WaitingServer
 from ..store import Store
 from ..store.reclaims import ReclaimRecord
-from ..durations import format_duration
-from ..timestamps import jsonable, parse_time_lenient, utcnow
+from ..timestamps import jsonable, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import READS_PER_MINUTE, WriteLimiter
-from ..service.usage import FREED_MEANS, WAITING_MEANS, daily_usage
+from ..service.usage import FREED_MEANS, WAITING_MEANS
+from .admin_view import admin_data
 from .chart import usage_chart
-from .render import _jinja, audit_json, reclaim_json, session_json, sparkline, state_of
+from .render import _jinja, sparkline, state_of
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.web")
 
-ADMIN_PAGE_ROWS = 100  # the newest reclaims and audit records on the admin page (all: api/admin/history)
 #: the largest request body taken (the forms and JSON bodies are a few hundred bytes);
 #: the HTTP server refuses a larger one without reading it
 MAX_BODY = 64 * 1024
@@ -326,52 +324,16 @@ class Base(HubOAuthenticated, RedactedLogs):
     # ---- admin data
 
     def admin_data(self) -> dict[str, Any]:
-        status = self.ctx.controls.status()
-        t = utcnow()
-        sessions = [session_json(s, t) for s in status.sessions.values() if s.gpus]
-        sessions.sort(key=lambda s: (s["user"], s["server"]))
-        today = t.replace(hour=0, minute=0, second=0, microsecond=0)
-        idle_hours = 0.0
-        for s in sessions:
-            since = parse_time_lenient((s.get("evidence") or {}).get("idle_since"))
-            if s.get("rule") in IDLE_RULES and since is not None:
-                idle_hours += s["gpus"] * max(0.0, (t - max(since, today)).total_seconds()) / 3600
-        store = self.ctx.store
-        reclaims = [reclaim_json(r, t) for r in (store.reclaims(t - dt.timedelta(days=7)) if store else [])][::-1]
-        stuck = [reclaim_json(r, t) for r in (store.stuck_reclaims() if store else [])]
-        queue = [{**q.to_dict(), "waited": format_duration(q.waited_s)} for q in status.queue]
-        totals = {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
-                  "gpus_idle": sum(s["gpus"] for s in sessions if s.get("rule") in IDLE_RULES),
-                  "gpu_hours_idle_today": round(idle_hours, 2), "waiting": len(queue),
-                  "gpus_waited_for": sum(q["gpus"] for q in queue),
-                  "gpu_hours_freed_7d": round(sum(r["gpu_hours_freed"] for r in reclaims), 2)}
-        p = self.ctx.settings.policy
-        policy = {
-            "gpu_idle_threshold_percent": p.gpu_idle_threshold,
-            "never_used_warn_after": format_duration(p.never_used_warn_after.total_seconds()),
-            "never_used_reclaim_after": format_duration(p.never_used_reclaim_after.total_seconds()),
-            "idle_warn_after": format_duration(p.idle_warn_after.total_seconds()),
-            "idle_reclaim_after": format_duration(p.idle_reclaim_after.total_seconds()),
-            "warning_lead": format_duration(p.warning_lead.total_seconds()),
-            "max_keepalive": format_duration(p.max_keepalive.total_seconds()),
-        }
-        if self.ctx.settings.rules.rules:
-            policy["policy_rules"] = ", ".join(self.ctx.settings.rules.names) + " (first match wins)"
-        return {"t": status.t, "skipped": status.skipped, "dry_run": self.ctx.settings.dry_run,
-                "sessions": sessions, "queue": queue, "reclaims": reclaims[:ADMIN_PAGE_ROWS], "stuck": stuck,
-                "totals": totals, "policy": policy,
-                "audit": [audit_json(a) for a in store.audit_log(t - dt.timedelta(days=7), limit=ADMIN_PAGE_ROWS)]
-                if store else []}
-
+        return admin_data(self.ctx.controls.status(), self.ctx.store, self.ctx.settings, utcnow())
 
     def show_admin(self, notice: str = "", error: str = "") -> None:
         """The admin page: the admin data, and the week's GPU-hours per day with their chart."""
-        t = utcnow()
-        usage = daily_usage(self.ctx.store, t) if self.ctx.store is not None else []
-        states = {sid: state_of(s, t)[1] for sid, s in self.ctx.controls.status().sessions.items()}
-        self.finish(self.render_page("admin.html", data=self.admin_data(), states=states, notice=notice, error=error,
-                                     usage=usage, usage_chart=usage_chart(usage) if usage else "",
-                                     freed_means=FREED_MEANS, waiting_means=WAITING_MEANS))
+        status = self.ctx.controls.status()
+        data = admin_data(status, self.ctx.store, self.ctx.settings, utcnow())
+        self.finish(self.render_page("admin.html", data=data, infos=status.sessions, notice=notice, error=error,
+                                     usage_chart=usage_chart(data["usage"]) if data["usage"] else "",
+                                     freed_means=FREED_MEANS, waiting_means=WAITING_MEANS,
+                                     refresh_s=min(60, max(5, round(self.ctx.settings.cycle_interval.total_seconds())))))
 
 
 class OAuthCallback(HubOAuthCallbackHandler, RedactedLogs):

@@ -177,7 +177,9 @@ class AdminActionForm(Base):
         sid = self.get_argument("session", "")
         hours = self.get_argument("hours", None)
         if self.get_argument("confirm", "") != "yes":
-            self.finish(self.render_page("confirm.html", action=action, session=sid, hours=hours))
+            # the session as the page showed it: its keep-alive and exemption, which the action overrides
+            info = self.ctx.controls.status().sessions.get(sid)
+            self.finish(self.render_page("confirm.html", action=action, session=sid, hours=hours, info=info))
             return
         try:
             message = self.ctx.controls.admin_action(self.actor, action, sid, hours)

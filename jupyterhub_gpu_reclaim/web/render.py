@@ -17,7 +17,7 @@ from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
 from ..service.reasons import SAID, Sentence, sentence, why
-from ..wording import KEEPS, LOSES, clock, expected_free, format_util, relative, spark_label
+from ..wording import KEEPS, LOSES, clock, count, expected_free, format_util, plural, relative, spark_label
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -167,6 +167,30 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
             f'<line x1="0" x2="{width}" y1="{height - 0.5}" y2="{height - 0.5}" stroke="#ccc"/>{idle}{lines}</svg>')
 
 
+def sort_value(info: SessionStatus, now: dt.datetime) -> float:
+    """Where a session's state sorts on the admin page (its `data-sort`): the most urgent
+    first (a stop under way, then the warned by their reclaim time, the held, the idle by
+    how long), then the kept, the exempt, the active."""
+    kind = state_of(info, now)[0]
+    rank = ("stopping", "warned", "held", "idle", "kept", "exempt", "active", "cpu").index(kind)
+    at = {"warned": info.reclaim_at, "idle": info.idle_since, "kept": info.intent_until,
+          "exempt": info.exempt_until}.get(kind)
+    return rank * 1e11 + (at.timestamp() if at else 0)
+
+
+def epoch(value: Any) -> str:
+    """A time as the pages' tables sort it (`data-sort`): seconds since 1970; "" for none."""
+    t = parse_time_lenient(value)
+    return f"{t.timestamp():.0f}" if t else ""
+
+
+def mean(values: Any) -> float | None:
+    """The mean of the values that are there (a session's utilization per GPU); None for none."""
+    there = [float(v) for v in values or () if v is not None]
+    return sum(there) / len(there) if there else None
+
+
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
-_jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"))
-_jinja.globals.update(expected_free=expected_free, why_of=why_of)
+_jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"),
+                      epoch=epoch, mean=mean)
+_jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value)

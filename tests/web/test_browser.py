@@ -342,7 +342,6 @@ async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub,
         await page.locator("input.table-filter").fill("carol")
         await expect(page.locator('#sessions tr[data-session="alice/"]')).to_be_hidden()
         await page.locator("input.table-filter").fill("")
-        await page.screenshot(path=str(IMG / "admin-page.png"), full_page=True)
         # reclaim carol: the button, then the confirmation
         await page.locator('#sessions tr[data-session="carol/"]').get_by_role("button", name="Reclaim now").click()
         await expect(page.locator(".confirm-text")).to_contain_text("Reclaim carol/ now")

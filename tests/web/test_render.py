@@ -8,12 +8,14 @@ from urllib.parse import quote
 
 import pytest
 
-from jupyterhub_gpu_reclaim.service.status import SessionStatus
+from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus
+from jupyterhub_gpu_reclaim.settings import ServiceSettings
+from jupyterhub_gpu_reclaim.web.admin_view import admin_data
 from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import app, inputs, render
 from jupyterhub_gpu_reclaim.web.inputs import BadInput, local_time_to_utc, parse_until
 from jupyterhub_gpu_reclaim.report.render import csv_cell
-from jupyterhub_gpu_reclaim.web.render import session_json, sparkline, state_of
+from jupyterhub_gpu_reclaim.web.render import sparkline, state_of
 
 from ..support.clock import at
 
@@ -87,15 +89,14 @@ def test_csv_cells_are_not_formulas():
     assert csv_cell(None) == ""
 
 
-def render_admin(dry_run: bool, sessions=()):
-    data = {"t": NOW, "skipped": None, "dry_run": dry_run, "sessions": list(sessions), "queue": [],
-            "reclaims": [], "stuck": [], "policy": {}, "audit": [],
-            "totals": {"gpus_held": 0, "gpus_idle": 0, "gpu_hours_idle_today": 0, "waiting": 0,
-                       "gpus_waited_for": 0, "gpu_hours_freed_7d": 0}}
+def render_admin(dry_run: bool, sessions=(), queue=(), **kw):
+    """The admin page of `sessions` (SessionStatus) and `queue`, as admin_view gives it."""
+    status = CycleStatus(t=NOW, sessions={s.session: s for s in sessions}, queue=list(queue), **kw)
+    data = admin_data(status, None, ServiceSettings(dry_run=dry_run), NOW)
     return render._jinja.get_template("admin.html").render(
         prefix="/services/gpu-reclaim/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True,
         dry_run=dry_run, xsrf="tok", now=NOW, sparkline=sparkline, state_of=state_of, quote=quote,
-        max_keepalive=dt.timedelta(hours=12), data=data, notice="", error="")
+        max_keepalive=dt.timedelta(hours=12), data=data, infos=status.sessions, notice="", error="", refresh_s=10)
 
 
 def test_admin_page_has_a_prominent_dry_run_banner_only_in_dry_run():
@@ -106,13 +107,13 @@ def test_admin_page_escapes_names():
     evil = '<script>alert("x")</script>\''
     s = info(user=evil, server=evil, session=f"{evil}/{evil}", profile=evil, node="n", util_mean=[1.0],
              util_max=[2.0], util_now=[1.0], mem_mib=[10.0], spark=[1.0], hub_last_activity=NOW)
-    page = render_admin(False, [session_json(s, NOW)])
+    page = render_admin(False, [s])
     assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;&#39;" in page
 
 
 def test_admin_page_shows_each_sessions_policy_rule_escaped():
     ruled = info(session="bob/", user="bob", policy_rule='gpu-<b>short</b>', evidence={"policy_rule": "x"})
-    page = render_admin(False, [session_json(info(), NOW), session_json(ruled, NOW)])
+    page = render_admin(False, [info(), ruled])
     assert page.count('class="policy-rule"') == 1  # alice has the base policy: no badge
     assert "rules: gpu-&lt;b&gt;short&lt;/b&gt;" in page and "<b>short" not in page
 

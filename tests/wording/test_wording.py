@@ -8,11 +8,18 @@ from jupyterhub_gpu_reclaim.service.notify import Message
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
-from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util
+from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, count, format_util, plural
 
 from ..support.clock import at
 
 NOW = at(hours=6)  # 14:00 UTC
+
+
+def test_counts_have_their_plural():
+    assert [count(n, "GPU") for n in (0, 1, 2, 1.5, 0.25)] == ["0 GPUs", "1 GPU", "2 GPUs", "1.5 GPUs", "0.25 GPUs"]
+    assert count(1, "spawn") == "1 spawn" and count(3, "GPU-hour") == "3 GPU-hours"
+    assert (plural(1, "reclaim"), plural(7, "reclaim")) == ("reclaim", "reclaims")
+    assert count(123456789, "GPU-hour") == "123456789 GPU-hours"
 
 
 def test_format_util():

@@ -1,0 +1,116 @@
+"""The admin page's headline numbers (web/admin_view.py) from a store filled as the service
+fills it, and its words: capacity first, counts with their plurals, what a confirmation
+overrides. Without a hub (tests/web/test_browser.py drives the page in Chromium)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
+from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus, WaitingServer
+from jupyterhub_gpu_reclaim.service.usage import daily_usage
+from jupyterhub_gpu_reclaim.settings import ServiceSettings
+from jupyterhub_gpu_reclaim.store import Store
+from jupyterhub_gpu_reclaim.web import render
+from jupyterhub_gpu_reclaim.web.admin_view import admin_data
+
+from ..support.clock import at
+
+NOW = at(hours=6)  # 14:00 UTC
+MIN = dt.timedelta(minutes=1)
+
+
+def running(sid: str, gpus: int, **kw) -> SessionStatus:
+    user, _, server = sid.partition("/")
+    return SessionStatus(**{"session": sid, "user": user, "server": server, "gpus": gpus, "action": "keep",
+                            "rule": "gpu-active", **kw})
+
+
+@pytest.fixture
+def store(tmp_path):
+    """The demo's story an instant after the admin's reclaims: alice (2 GPUs) and carol
+    (1 GPU) started at 12:00, idle from 12:30, reclaimed two minutes ago; bob (1 GPU) busy."""
+    with Store.open(tmp_path / "reclaim.sqlite") as s:
+        for sid, gpus in (("alice/", 2), ("carol/", 1), ("bob/", 1)):
+            user = sid.rstrip("/")
+            session = Session(id=sid, user=user, server="", gpus=gpus, started=at(hours=4))
+            s.record_observations(at(hours=4), [SessionSample(sid, Sample(t=at(hours=4), gpu_util=(0.0,) * gpus))],
+                                  pending_gpus=None, sessions=[session])
+            s.record_decisions([Decision(session=sid, action="keep", rule="gpu-busy", reason="")], at(hours=4))
+        for sid, gpus in (("alice/", 2), ("carol/", 1)):
+            s.record_decisions([Decision(session=sid, action="keep", rule="gpu-idle", reason="")], at(hours=4.5))
+            rid = s.begin_reclaim(sid, "admin", NOW - 3 * MIN, {"by": "admin"}, gpus, episode="e")
+            s.finish_reclaim(rid, NOW - 2 * MIN, "stopped")
+            s.session_stopped(sid, NOW - 2 * MIN)
+        yield s
+
+
+def test_numbers_right_after_reclaims_are_true(store):
+    """The reclaims count from their stop (3 GPUs freed by 2 reclaims), and the idle time of
+    the reclaimed sessions still counts today: the headline's numbers are the chart's."""
+    status = CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, gpu_capacity=4)
+    totals = admin_data(status, store, ServiceSettings(), NOW)["totals"]
+    today = daily_usage(store, NOW)[-1]
+    assert (totals["gpus_held"], totals["gpu_capacity"], totals["gpus_idle"]) == (1, 4, 0)
+    assert (totals["reclaims_7d"], totals["gpus_freed_7d"]) == (2, 3)
+    # alice 2 GPUs and carol 1, idle from 12:30 to 13:58
+    assert totals["gpu_hours_idle_today"] == today.idle == round(3 * (88 / 60), 2)
+    assert totals["gpu_hours_freed_7d"] == round(sum(d.freed for d in daily_usage(store, NOW)), 2) == 0.1
+
+
+def test_an_idle_session_reclaimed_still_counts_idle_today(store):
+    """Once the idle sessions are gone from the cycle, "idle today" stays what the record says."""
+    before = admin_data(CycleStatus(t=NOW - 5 * MIN, sessions={}), store, ServiceSettings(), NOW - 5 * MIN)
+    after = admin_data(CycleStatus(t=NOW, sessions={}), store, ServiceSettings(), NOW)
+    assert 0 < before["totals"]["gpu_hours_idle_today"] < after["totals"]["gpu_hours_idle_today"]
+
+
+def headline(status: CycleStatus, store=None) -> str:
+    page = render._jinja.get_template("admin.html").render(
+        prefix="/p/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True, dry_run=False, xsrf="t",
+        now=NOW, sparkline=render.sparkline, state_of=render.state_of, quote=lambda s, safe="": s,
+        data=admin_data(status, store, ServiceSettings(), NOW), infos=status.sessions, notice="", error="",
+        refresh_s=10)
+    section = re.search(r'<section id="headline".*?</section>', page, re.S)
+    assert section
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", section.group(0))).strip()
+
+
+def test_the_headline_says_capacity_first_with_plurals(monkeypatch, store):
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    sessions = {"alice/": running("alice/", 2), "bob/": running("bob/", 1, rule="gpu-idle")}
+    dave = WaitingServer(session="dave/", user="dave", server="", gpus=2, since=NOW - 4 * MIN, waited_s=240,
+                         reason="", expected_free_at=NOW + 6 * MIN)
+    text = headline(CycleStatus(t=NOW, sessions=sessions, queue=[dave], gpu_capacity=4), store)
+    assert text.startswith("3 of 4 GPUs held, 1 idle; 1 spawn waiting for 2 GPUs, expected free 14:06 UTC (in 6 min)")
+    assert "2 reclaims freed 3 GPUs in the last 7 days (0.1 GPU-hours given back so far)" in text
+    one = headline(CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, queue=[dave, dave], gpu_capacity=1))
+    assert one.startswith("1 of 1 GPU held, 0 idle; 2 spawns waiting for 4 GPUs, the first expected free")
+    assert "0 GPU-hours idle today · no reclaim in the last 7 days · as of 14:00 UTC (now)" in one
+    # the cluster's GPUs not known: what is held
+    assert headline(CycleStatus(t=NOW, sessions=sessions)).startswith("3 GPUs held, 1 idle; nobody waiting for a GPU")
+
+
+def confirm(action: str, info: SessionStatus | None) -> str:
+    page = render._jinja.get_template("confirm.html").render(
+        prefix="/p/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True, dry_run=False, xsrf="t",
+        now=NOW, action=action, session="alice/", hours="4" if action == "exempt" else None, info=info)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", page[page.index("<main"):page.index("<form")]))
+
+
+def test_the_confirmation_names_the_keep_alive_it_overrides(monkeypatch):
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    kept = running("alice/", 1, intent_until=NOW + 90 * MIN, warned_at=NOW - 5 * MIN, reclaim_at=NOW + MIN)
+    assert "alice asked to keep this server alive until 15:30 UTC (in 1 h 30 min); reclaiming now overrides that." \
+        in confirm("reclaim", kept)
+    assert "alice asked to keep this server alive until 15:30 UTC" in confirm("clear-intent", kept)
+    assert "asked to keep" not in confirm("exempt", kept)
+    # a keep-alive that ran out, or none: nothing to override
+    for info in (running("alice/", 1, intent_until=NOW - MIN), running("alice/", 1), None):
+        assert "asked to keep" not in confirm("reclaim", info)
+    exempt = running("alice/", 1, exempt_until=NOW + 60 * MIN, exempt_by="root")
+    assert "It is exempt from reclaim until 15:00 UTC (in 1 h) (root); reclaiming now overrides that." \
+        in confirm("reclaim", exempt)

@@ -33,6 +33,21 @@ def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, exp
             f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
 
 
+def smaller_fit_message(profile: str, gpus: int) -> str:
+    """What a user waiting for more GPUs is offered when a smaller GPU profile would start at
+    once. Said, not linked: stopping a pending spawn is a write the hub's own Stop Server
+    button makes (with the hub's XSRF token); a link would make it a GET anyone could send."""
+    free = f"{_plural(gpus, 'GPU')} {'is' if gpus == 1 else 'are'} free now"
+    return f"{free}: “{profile}” would start at once. To take it, stop this request (Stop Server) and start that profile."
+
+
+def room_message(free: int, total: int, waiting: int, waiting_gpus: int) -> str:
+    """The spawn form's line beside the GPU profiles: "GPUs free now: 1 of 4. Waiting for a
+    GPU: 1 request (2 GPUs)." """
+    queue = (f"{_plural(waiting, 'request')} ({_plural(waiting_gpus, 'GPU')})" if waiting else "no one")
+    return f"GPUs free now: {free} of {total}. Waiting for a GPU: {queue}."
+
+
 def gpu_wait(pod: dict) -> GpuWait | None:
     """pod_facts.gpu_wait; None too for a pod it cannot read (the progress stream never
     breaks over one: KubeSpawner's own line is shown)."""

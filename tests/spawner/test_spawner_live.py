@@ -72,6 +72,8 @@ async def test_timings_of_a_spawn_that_pulls(hub, sim, api):
                    (("phase", "pull"), ("profile", "gpu-1")))] == 1
     assert values[("jupyterhub_gpu_reclaim_spawn_image_pulls_total", (("profile", "gpu-1"),))] == 1
     assert any(name == "jupyterhub_server_spawn_duration_seconds_count" for name, _ in values)  # the same registry
+    # the profile is KubeSpawner's option, applied at the start: not "unhandled" (issue 39)
+    assert "unhandled user_options" not in hub_log(hub)
 
 
 async def test_image_locality_requires_the_node_that_holds_the_image(hub, sim, api):
@@ -104,6 +106,37 @@ async def test_gpu_wait_is_said_plainly_then_the_queue_timeout_withdraws_it(hub,
     assert (await api.server("erin")) is None
     pods = [p["metadata"]["name"] for p in kubectl_json(sim, "get", "pods")["items"]]
     assert "jupyter-dave" in pods and "jupyter-erin" not in pods  # withdrawn: no pod left waiting
+
+
+async def test_the_form_says_what_is_free_and_a_waiting_user_is_offered_what_fits_now(hub, sim, api):
+    """carol's GPU given back (alice and dave hold 3 of the 4): the spawn form says so beside
+    the GPU profiles, and the queue once gina waits for 2 GPUs; gina's spawn page offers the
+    1-GPU profile, which would start at once, and says how to take it (issue 39)."""
+    await api.stop("carol")
+    assert "jupyter-carol" not in [p["metadata"]["name"] for p in kubectl_json(sim, "get", "pods")["items"]]
+    for user in ("gina", "ivan"):
+        await api.ensure_user(user)
+    gina, ivan = await _login(hub, "gina"), await _login(hub, "ivan")
+    try:
+        form, _ = await _spawn_form(gina, hub, "gina")
+        assert '<p class="gpu-room">GPUs free now: 1 of 4. Waiting for a GPU: no one.</p>' in form, form
+        await api.start("gina", "gpu-2")
+        progress = asyncio.create_task(api.progress("gina", timeout=90))
+        while not progress.done():  # ivan's form, once gina's pod waits (until it is withdrawn)
+            form, _ = await _spawn_form(ivan, hub, "ivan")
+            if "Waiting for a GPU: 1 request (2 GPUs)." in form:
+                break
+            await asyncio.sleep(0.5)
+        assert "GPUs free now: 1 of 4. Waiting for a GPU: 1 request (2 GPUs)." in form, form
+        texts = [e.get("message", "") for e in await progress]
+    finally:
+        await gina.close()
+        await ivan.close()
+    offer = ("1 GPU is free now: “1 × NVIDIA A100 (40 GB)” would start at once. To take it, stop this "
+             "request (Stop Server) and start that profile.")
+    offered = [t for t in texts if t.startswith("Waiting for a free GPU (2 GPUs requested") and t.endswith(offer)]
+    assert offered, texts
+    assert "No GPU became free" in texts[-1]  # the queue timeout still applies
 
 
 async def _login(hub, user: str) -> aiohttp.ClientSession:

@@ -231,7 +231,7 @@ async def test_stop_that_never_completes_is_stuck_and_retried(world, caplog):
     assert [r.id for r in w.store.stuck_reclaims()] == [record.id]
     assert w.metric(P + "stuck_stops") == 1
     assert w.metric(P + "reclaims_total", rule="gpu-never-used", outcome="stuck") == 1
-    assert "stop alice/: stuck" in caplog.text
+    assert "stop alice: stuck" in caplog.text
 
     await w.cycle()  # retried, still stuck
     assert len(w.hub.deletes) == 2

@@ -8,7 +8,7 @@ from jupyterhub_gpu_reclaim.service.notify import Message
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
-from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util
+from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, format_util, server_name
 
 from ..support.clock import at
 
@@ -21,6 +21,11 @@ def test_format_util():
     assert format_util(None) == format_util([]) == "no data"
     assert format_util([None, 3], missing="–") == "– / 3 %"
     assert format_util(["x"]) == "x"  # evidence read back as JSON is shown, never a crash
+
+
+def test_a_server_is_named_as_the_hub_names_it():
+    assert server_name("alice/") == "alice"  # the default server: never "alice/"
+    assert server_name("alice/gpu") == "alice/gpu"
 
 
 def test_notices_and_pages_say_the_same():

@@ -44,6 +44,11 @@ A shell in alice's server: KUBECONFIG={kubeconfig} {kubectl} -n jhub exec -it ju
 Press Ctrl-C to stop."""
 DEMO_VALUES = DEMO_CONFIG / "values.yaml"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
+OWN_HUB_PORT = 8000
+PORT_WITH_CHART = ("demo: --port is the port of the demo's own hub, and the chart {chart} was found: the Zero to "
+                   "JupyterHub release's hub is at the address of its proxy-public Service, printed once it runs. "
+                   "Leave out --port, or give --chart a folder without the chart to run the demo's own hub on "
+                   "that port.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,9 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the Zero to JupyterHub chart the demo installs on the simulated cluster, with "
                              "helm-values/gpu-reclaim.yaml (default: ../shared/z2jh/chart beside the clone); "
                              "without it the demo runs its own JupyterHub (--config) instead")
-    parser.add_argument("--port", type=port, default=8000,
-                        help="the demo's own hub's public port on 127.0.0.1 (the release's hub is at the "
-                             "address of its proxy-public Service)")
+    parser.add_argument("--port", type=port, default=None,
+                        help=f"the demo's own hub's public port on 127.0.0.1 (default: {OWN_HUB_PORT}); an "
+                             "error with the chart: the release's hub is at the address of its proxy-public "
+                             "Service")
     parser.add_argument("--scenario", metavar="FILE", default=str(DEFAULT_SCENARIO),
                         help="the simulated cluster (default: %(default)s)")
     parser.add_argument("--config", metavar="FILE", default=str(DEMO_CONFIG / "jupyterhub_config.py"),
@@ -79,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     chart = Path(args.chart).resolve() if args.chart else z2jh.CHART
     reason = z2jh.unavailable(chart)
     if reason is None:
+        if args.port is not None:  # never silently ignored
+            print(PORT_WITH_CHART.format(chart=chart), file=sys.stderr)
+            return 2
         return _run_release(args, chart, workdir, password, stop)
     print(f"demo: not installing the Zero to JupyterHub release: {reason}.\n"
           f"demo: running the demo's own JupyterHub instead ({args.config}).", flush=True)
@@ -146,7 +155,7 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
     hub = None
     try:
         print(f"Starting JupyterHub (logs: {workdir / 'jupyterhub.log'}) ...", flush=True)
-        hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port,
+        hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port or OWN_HUB_PORT,
                         env={"GPU_RECLAIM_DEMO_PASSWORD": password,
                              "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
                              "GPU_RECLAIM_DCGM_URL": sim.info["metrics"]})

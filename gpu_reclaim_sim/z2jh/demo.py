@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -82,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    # the users' servers run from this environment: a half-installed JupyterLab extension is
+    # said here (the check prints which half is missing), not found out from a silent JupyterLab
+    if subprocess.run([sys.executable, "-m", "jupyterhub_gpu_reclaim_lab.install_check"],
+                      stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL).returncode:
+        print("demo: JupyterLab will show no GPU state (above: what is missing; docs/troubleshooting.md).",
+              flush=True)
     chart = Path(args.chart).resolve() if args.chart else z2jh.CHART
     reason = z2jh.unavailable(chart)
     if reason is None:

@@ -39,3 +39,14 @@ def test_notices_and_pages_say_the_same():
     assert reclaim_json(record, NOW)["kept"] == KEEPS and reclaim_json(record, NOW)["lost"] == LOSES
     assert _jinja.filters["util"]([2.5, None]) == "2.5 % / –"
     assert "latest 2.5 %" in sparkline([1.0, 2.5])
+
+
+def test_gpu_time_and_settings_read_in_words():
+    from jupyterhub_gpu_reclaim.durations import format_exact, format_hours
+
+    # the report's GPU time: never "0.10" for 6 min; hours beyond a day (GPU time is counted in them)
+    assert [format_hours(h) for h in (0.1, 0, None, 2.5, 0.004, 30, 312.25)] == [
+        "6 min", "0", "0", "2 h 30 min", "14 s", "30 h", "312 h 15 min"]
+    # a setting as it was set, nothing rounded away (the what-if echoes "3m" so)
+    assert [format_exact(s) for s in (180, 90, 0, 0.5, 90000, 7200)] == [
+        "3 min", "1 min 30 s", "0 s", "0.5 s", "1 d 1 h", "2 h"]

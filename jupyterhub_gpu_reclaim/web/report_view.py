@@ -1,13 +1,11 @@
-"""How the usage report page lays out the report's figures: a run of days without data as
-one row, the share of each row's GPU time that was used, and the idle leaderboard (who
+"""How the usage report page lays out the report's figures: a run of empty days as one
+row, the share of each row's GPU time that was used, and the idle leaderboard (who
 held GPUs idle the longest, as gpu-pruner's dashboard ranks them). The downloads keep every
 day and every figure as they are."""
 
 from __future__ import annotations
 
 from typing import Any
-
-from .usage_report import NONE
 
 LEADERBOARD_SIZE = 10
 
@@ -17,18 +15,24 @@ def share_used(row: dict[str, Any]) -> int | None:
     return round(100 * row["used"] / row["held"]) if row.get("held") else None
 
 
+def _empty(row: dict[str, Any]) -> bool:
+    """Nothing on the day: no GPU held, waited for or freed, no wait or start counted."""
+    return not (row["held"] or row["gpu_hours_waited"] or row["gpu_hours_freed"] or row.get("waits")
+                or row.get("starts"))
+
+
 def day_rows(by_day: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The days, oldest first, a run of days with no data (no source, nothing held) as one
-    row {"empty": True, "first", "last", "days"}; every other day as it is."""
+    """The days, oldest first, a run of empty days of one source (no data, or nothing on
+    them) as one row {"empty": True, "source", "first", "last", "days"}; every other day
+    as it is."""
     out: list[dict[str, Any]] = []
     for row in by_day:
-        if row["source"] == NONE and not row["held"]:
-            if out and out[-1].get("empty"):
-                out[-1].update(last=row["day"], days=out[-1]["days"] + 1)
-            else:
-                out.append({"empty": True, "first": row["day"], "last": row["day"], "days": 1})
-        else:
+        if not _empty(row):
             out.append({**row, "empty": False})
+        elif out and out[-1]["empty"] and out[-1]["source"] == row["source"]:
+            out[-1].update(last=row["day"], days=out[-1]["days"] + 1)
+        else:
+            out.append({"empty": True, "source": row["source"], "first": row["day"], "last": row["day"], "days": 1})
     return out
 
 

@@ -390,20 +390,6 @@ async def test_pages_cannot_be_framed_but_the_hubs_embeds_can(scene):
         assert r.headers["X-Frame-Options"] == "SAMEORIGIN"
 
 
-async def test_the_banner_is_empty_not_refused_before_the_users_first_visit(hub, scene):
-    """Every hub page asks for the banner; a user logged in to the hub but not yet to the
-    service gets an empty one (no login started, no 403 in the console or the log)."""
-    browser = Client(hub.info["url"])
-    try:
-        await browser.log_in_to_hub("gina")
-        status, page, r = await browser.call("GET", "embed/banner")
-        assert status == 200 and "frame-ancestors 'self'" in r.headers["Content-Security-Policy"], (status, page)
-        assert "banner warned" not in page and "Location" not in r.headers
-        assert (await browser.call("GET", "api/sessions"))[0] == 403  # the API still refuses
-    finally:
-        await browser.close()
-
-
 async def test_the_login_cookies_are_same_site(hub, scene):
     browser = Client(hub.info["url"])
     try:

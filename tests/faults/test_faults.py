@@ -168,7 +168,7 @@ async def test_hanging_kernel_endpoint_holds_gpu_idle_session_then_recovers(worl
     assert w.stopped(gpu) == [] and w.hub.deletes == []
     assert w.metric(P + "signal_errors_total", source="kernels") == 5
     assert w.metric(P + "holds", reason="kernel-data-missing") == 1
-    assert "kernels of alice/" in caplog.text
+    assert "kernels of alice:" in caplog.text
     assert all("kernels" in r.problems.get(gpu, {}) for r in w.reports[-5:])
 
     await w.run_until(at(80), each)

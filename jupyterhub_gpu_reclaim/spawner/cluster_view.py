@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jupyterhub.utils import maybe_future
+from jupyterhub.utils import maybe_future, url_path_join
 
 from . import free_gpus, messages
 from .informer import Informer
@@ -57,11 +57,13 @@ class ClusterView(ReclaimWindow):
         room = free_gpus.gpu_room(cluster[0].values(), cluster[1])
         return messages.room_message(room.free, room.total, room.waiting, room.waiting_gpus)
 
-    async def smaller_offer(self, pod: dict) -> str:
-        """What a pod waiting for GPUs is offered: a smaller GPU profile that would start now
-        ("" when none would)."""
+    async def smaller_offer(self, pod: dict) -> tuple[str, str] | None:
+        """What a pod waiting for GPUs is offered, as text and as HTML (linking to the hub's
+        home page): a smaller GPU profile that would start now; None when none would."""
         cluster = await self._cluster()
-        if cluster is None:
-            return ""
-        fit = free_gpus.smaller_fit(pod, await self._profiles(), *cluster)
-        return messages.smaller_fit_message(fit[0].get("display_name") or fit[0].get("slug", ""), fit[1]) if fit else ""
+        fit = free_gpus.smaller_fit(pod, await self._profiles(), *cluster) if cluster else None
+        if fit is None:
+            return None
+        name = fit[0].get("display_name") or fit[0].get("slug", "")
+        return (messages.smaller_fit_message(name, fit[1]),
+                messages.smaller_fit_message(name, fit[1], url_path_join(self.hub.base_url, "home")))

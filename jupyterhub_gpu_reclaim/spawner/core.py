@@ -403,32 +403,34 @@ class GPUReclaimSpawner(ClusterView):
                 except TimeoutError:
                     pod = self._pod()
                     if pod is not None and messages.gpu_wait(pod):
-                        yield {"message": await self._gpu_wait_line(pod)}
+                        yield await self._gpu_wait_event(pod)
                     continue
                 if event is done:
                     break
                 pod = self._pod()
                 if pod is not None:
                     raw = event.get("raw_event")
+                    waiting = messages.gpu_wait(pod) is not None
                     if raw is not None:
                         text = messages.translate_event(raw, pod, self._pending_gpu_pods(), utcnow(),
                                                         self._image_size)
-                        if text and raw.get("reason") == "FailedScheduling" and messages.gpu_wait(pod):
+                        if text and raw.get("reason") == "FailedScheduling" and waiting:
                             # the scheduler's retries come more often than the line below:
                             # they say when and what fits now too
-                            text = await self._gpu_wait_line(pod)
-                    else:  # KubeSpawner's patience message
-                        text = await self._gpu_wait_line(pod) if messages.gpu_wait(pod) else None
-                    if text:
-                        event = dict(event, message=text)
+                            event = dict(event, **await self._gpu_wait_event(pod))
+                        elif text:
+                            event = dict(event, message=text)
+                    elif waiting:  # KubeSpawner's patience message
+                        event = dict(event, **await self._gpu_wait_event(pod))
                 yield event
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def _gpu_wait_line(self, pod: dict) -> str:
-        """The waiting line: the queue, when a GPU is expected (the service's), and a
-        smaller profile that would start now."""
+    async def _gpu_wait_event(self, pod: dict) -> dict[str, str]:
+        """The waiting line's progress fields: the queue, when a GPU is expected (the
+        service's), and a smaller profile that would start now (then also as HTML, the hub's
+        home page linked: the spawn page shows `html_message` in place of `message`)."""
         expected, offer = await self._expected_free(), await self.smaller_offer(pod)
         now = utcnow()
         wait = messages.gpu_wait(pod)
@@ -436,7 +438,9 @@ class GPUReclaimSpawner(ClusterView):
         line = messages.gpu_wait_message(wait.gpus if wait else messages.requested_gpus(pod),
                                          messages.queue_position(pod, self._pending_gpu_pods()),
                                          now - since, expected_free(expected, now) if expected else "")
-        return f"{line}. {offer}" if offer else line
+        if offer is None:
+            return {"message": line}
+        return {"message": f"{line}. {offer[0]}", "html_message": f"{html.escape(line, quote=False)}. {offer[1]}"}
 
     async def _expected_free(self) -> dt.datetime | None:
         """When the reclaim service expects a GPU to be free for this server, from the

@@ -1,5 +1,5 @@
 """Durations as admins write them in config files and on the command line (`parse_duration`),
-and as the pages and messages say them to people (`format_duration`)."""
+and as the pages and messages say them to people (`format_duration`; GPU-hours: `format_hours`)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,32 @@ def format_duration(seconds: float | dt.timedelta | None) -> str:
     if not hours:
         return f"{minutes} min"
     return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def format_exact(seconds: float) -> str:
+    """A configured duration as people read it, nothing rounded away: "3 min", "1 min 30 s",
+    "2 d 1 h", "0.5 s" (the what-if echoes a setting so)."""
+    whole, fraction = divmod(float(seconds), 1)
+    days, rest = divmod(int(whole), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{n} {unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "min")) if n]
+    if secs or fraction or not parts:
+        parts.append(f"{secs + fraction:g} s")
+    return " ".join(parts)
+
+
+def format_hours(hours: float | None) -> str:
+    """GPU-hours (or hours) as people read them: "6 min", not "0.1 h"; "2 h 30 min", "312 h"
+    (hours, not days: GPU time is counted in them); "0" for none; `format_duration`'s words
+    and rounding."""
+    if not hours or hours <= 0:
+        return "0"
+    seconds = hours * HOUR.total_seconds()
+    if hours < 24:
+        return format_duration(seconds)
+    whole, minutes = divmod(int(seconds) // 60, 60)
+    return f"{whole} h {minutes} min" if minutes else f"{whole} h"
 
 
 def parse_duration(value: Any) -> dt.timedelta:

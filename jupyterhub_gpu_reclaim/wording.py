@@ -1,4 +1,5 @@
-"""Words users read in more than one place, written once: how a time and how long until or
+"""Words users read in more than one place, written once: how a server is named (the logs,
+the pages' confirmations), how a time and how long until or
 since it are written (`clock`, `relative`, `moment`: the pages, the notices, the API's
 texts), how a count of things is written (`count`, `plural`: "1 GPU", "2 GPUs"), what a reclaim keeps and loses (the warnings and reclaim notices, the user page and
 the API's reclaim records), when a waiting user can expect a GPU, and how GPU utilization is
@@ -16,6 +17,12 @@ from .durations import format_duration
 KEEPS = "files under your home directory"
 LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
          "and packages installed outside your home directory")
+
+
+def server_name(session: str) -> str:
+    """A server as people name it, from its session id ("user/servername"): "alice" for
+    alice's default server (the id "alice/"), "alice/gpu" for her server named gpu."""
+    return session[:-1] if session.endswith("/") else session
 
 
 def clock(t: dt.datetime, now: dt.datetime) -> str:

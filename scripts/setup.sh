@@ -134,6 +134,9 @@ if [ "$(readlink "$labext_config" 2>/dev/null)" != "$PWD/$LAB_CONFIG" ]; then
   mkdir -p "$(dirname "$labext_config")"
   ln -sf "$PWD/$LAB_CONFIG" "$labext_config"
 fi
+# both halves where the single-user servers find them, or the set-up fails saying which is
+# missing (a half-installed extension gives users nothing: docs/troubleshooting.md)
+"$VENV/bin/python" -m jupyterhub_gpu_reclaim_lab.install_check >/dev/null
 
 wait "$hub_image_pid"  # its exit status: set -e stops here when it failed
 

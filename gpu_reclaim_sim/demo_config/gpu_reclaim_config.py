@@ -21,5 +21,8 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "values.yaml"
 c.GpuReclaim.namespace = "jhub"
 c.GpuReclaim.kubeconfig = env("KUBECONFIG", "")
 c.GpuReclaim.dcgm_exporter_urls = [env("GPU_RECLAIM_DCGM_URL", "")]
+# the demo's Prometheus (z2jh/demo_prometheus.py), where it runs: the GPU readings from it, as
+# on a z2jh hub, and the usage report's history before the service's own record
+c.GpuReclaim.prometheus_url = env("GPU_RECLAIM_PROMETHEUS_URL", "")
 c.GpuReclaim.store_url = "sqlite:///" + os.path.abspath("gpu_reclaim.sqlite")  # in the demo's data dir
 c.GpuReclaim.notifiers = [{"type": "log"}]   # the warnings appear in the hub's log (jupyterhub.log)

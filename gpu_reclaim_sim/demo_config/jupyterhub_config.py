@@ -102,7 +102,8 @@ c.JupyterHub.services = [{
     "command": [sys.executable, "-m", "jupyterhub_gpu_reclaim",
                 f"--config={os.path.join(_demo, 'gpu_reclaim_config.py')}"],
     # a hub-managed service does not inherit the hub's environment
-    "environment": {"KUBECONFIG": env("KUBECONFIG", ""), "GPU_RECLAIM_DCGM_URL": env("GPU_RECLAIM_DCGM_URL", "")},
+    "environment": {"KUBECONFIG": env("KUBECONFIG", ""), "GPU_RECLAIM_DCGM_URL": env("GPU_RECLAIM_DCGM_URL", ""),
+                    "GPU_RECLAIM_PROMETHEUS_URL": env("GPU_RECLAIM_PROMETHEUS_URL", "")},
     "oauth_no_confirm": True,
     "oauth_client_allowed_scopes": ["custom:gpu-reclaim:admin"],
 }]

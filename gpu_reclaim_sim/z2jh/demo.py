@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
 
+from . import demo_prometheus
 from . import release as z2jh
 from ..launch import Child, free_port, start_hub, start_sim
 from ..main import port
@@ -44,6 +46,11 @@ A shell in alice's server: KUBECONFIG={kubeconfig} {kubectl} -n jhub exec -it ju
 Press Ctrl-C to stop."""
 DEMO_VALUES = DEMO_CONFIG / "values.yaml"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
+OWN_HUB_PORT = 8000
+PORT_WITH_CHART = ("demo: --port is the port of the demo's own hub, and the chart {chart} was found: the Zero to "
+                   "JupyterHub release's hub is at the address of its proxy-public Service, printed once it runs. "
+                   "Leave out --port, or give --chart a folder without the chart to run the demo's own hub on "
+                   "that port.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,9 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the Zero to JupyterHub chart the demo installs on the simulated cluster, with "
                              "helm-values/gpu-reclaim.yaml (default: ../shared/z2jh/chart beside the clone); "
                              "without it the demo runs its own JupyterHub (--config) instead")
-    parser.add_argument("--port", type=port, default=8000,
-                        help="the demo's own hub's public port on 127.0.0.1 (the release's hub is at the "
-                             "address of its proxy-public Service)")
+    parser.add_argument("--port", type=port, default=None,
+                        help=f"the demo's own hub's public port on 127.0.0.1 (default: {OWN_HUB_PORT}); an "
+                             "error with the chart: the release's hub is at the address of its proxy-public "
+                             "Service")
     parser.add_argument("--scenario", metavar="FILE", default=str(DEFAULT_SCENARIO),
                         help="the simulated cluster (default: %(default)s)")
     parser.add_argument("--config", metavar="FILE", default=str(DEMO_CONFIG / "jupyterhub_config.py"),
@@ -76,9 +84,18 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    # the users' servers run from this environment: a half-installed JupyterLab extension is
+    # said here (the check prints which half is missing), not found out from a silent JupyterLab
+    if subprocess.run([sys.executable, "-m", "jupyterhub_gpu_reclaim_lab.install_check"],
+                      stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL).returncode:
+        print("demo: JupyterLab will show no GPU state (above: what is missing; docs/troubleshooting.md).",
+              flush=True)
     chart = Path(args.chart).resolve() if args.chart else z2jh.CHART
     reason = z2jh.unavailable(chart)
     if reason is None:
+        if args.port is not None:  # never silently ignored
+            print(PORT_WITH_CHART.format(chart=chart), file=sys.stderr)
+            return 2
         return _run_release(args, chart, workdir, password, stop)
     print(f"demo: not installing the Zero to JupyterHub release: {reason}.\n"
           f"demo: running the demo's own JupyterHub instead ({args.config}).", flush=True)
@@ -101,15 +118,26 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
     (gpu_reclaim_sim.z2jh.release): the chart with helm-values/gpu-reclaim.yaml and
     the demo's values, and helm-values/rbac.yaml."""
     print(f"Rendering the Zero to JupyterHub chart {chart} with helm-values/gpu-reclaim.yaml ...", flush=True)
+    with_prometheus = demo_prometheus.unavailable() is None  # the service then reads it, by its Service
+    prometheus_port = free_port()
     docs = z2jh.render(z2jh.BASE, DEMO_VALUES, chart=chart,
-                       extra=z2jh.sim_values(password=password, users=USERS, admins=ADMINS))
+                       extra=z2jh.sim_values(password=password, users=USERS, admins=ADMINS,
+                                             options=demo_prometheus.RELEASE_OPTIONS if with_prometheus else None))
     print(f"Starting the simulated cluster (logs: {workdir / 'sim.log'}) ...", flush=True)
     try:
         sim = z2jh.start_cluster(workdir, docs, base=Path(args.scenario))
     except RuntimeError as e:
         print(f"demo: the simulated cluster did not start: {e}", file=sys.stderr)
         return 1
+    prometheus = None
     try:
+        try:
+            prometheus = _prometheus(workdir, sim, prometheus_port)
+            if prometheus is not None:
+                z2jh.apply(sim.info["kubeconfig"], demo_prometheus.as_service(prometheus_port))
+        except RuntimeError as e:
+            print(f"demo: Prometheus did not start: {e}", file=sys.stderr)
+            return 1
         print("Installing the release in namespace jhub (and helm-values/rbac.yaml) ...", flush=True)
         try:
             release = z2jh.install(sim.info["kubeconfig"], docs)
@@ -124,10 +152,23 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
                            metrics=sim.info["metrics"], kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl(),
                            values=DEMO_VALUES),
               flush=True)
-        return _watch(stop, sim)
+        return _watch(stop, sim, *([prometheus.child] if prometheus else []))
     finally:
         print("Stopping ...", flush=True)
+        if prometheus is not None:
+            prometheus.stop()
         sim.stop()  # the release's pods with it
+
+
+def _prometheus(workdir: Path, sim: Child, port: int | None = None) -> demo_prometheus.DemoPrometheus | None:
+    """The demo's Prometheus (demo_prometheus), or None where Debian's is not installed (said
+    so); RuntimeError when it does not start."""
+    if reason := demo_prometheus.unavailable():
+        print(f"demo: no Prometheus ({reason}): the usage report shows only the service's own record.", flush=True)
+        return None
+    prometheus = demo_prometheus.start(workdir, sim.info["metrics"], sim.info["kubeconfig"], _kubectl(), port)
+    print(f"Prometheus (the usage report's history): {prometheus.url}", flush=True)
+    return prometheus
 
 
 def _profile(docs: list[dict], slug: str) -> str:
@@ -143,13 +184,19 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
     except RuntimeError as e:
         print(f"demo: the simulated cluster did not start: {e}", file=sys.stderr)
         return 1
-    hub = None
+    hub = prometheus = None
     try:
+        try:
+            prometheus = _prometheus(workdir, sim)
+        except RuntimeError as e:
+            print(f"demo: Prometheus did not start: {e}", file=sys.stderr)
+            return 1
         print(f"Starting JupyterHub (logs: {workdir / 'jupyterhub.log'}) ...", flush=True)
-        hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port,
+        hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port or OWN_HUB_PORT,
                         env={"GPU_RECLAIM_DEMO_PASSWORD": password,
                              "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
-                             "GPU_RECLAIM_DCGM_URL": sim.info["metrics"]})
+                             "GPU_RECLAIM_DCGM_URL": sim.info["metrics"],
+                             "GPU_RECLAIM_PROMETHEUS_URL": prometheus.url if prometheus else ""})
         url = hub.info["url"]
         print(STORY.format(what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
                                 "reclaim service", url=url, password=password,
@@ -157,7 +204,7 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
                            log=workdir / "jupyterhub.log", metrics=sim.info["metrics"],
                            kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl(),
                            values=DEMO_VALUES), flush=True)
-        return _watch(stop, sim, hub)
+        return _watch(stop, sim, hub, *([prometheus.child] if prometheus else []))
     except RuntimeError as e:
         print(f"demo: JupyterHub did not start: {e}", file=sys.stderr)
         return 1
@@ -165,4 +212,6 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
         print("Stopping ...", flush=True)
         if hub is not None:
             hub.stop(grace=60)  # the hub stops the users' servers first
+        if prometheus is not None:
+            prometheus.stop()
         sim.stop()

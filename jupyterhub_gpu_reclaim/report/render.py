@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..durations import format_hours
 from ..oneline import one_line
 
 HOURS = ("held", "used", "idle", "idle_long", "no_reading")
@@ -58,8 +59,9 @@ def totals_sentence(report: dict) -> str:
     """The report's totals in one sentence, and what counts as used."""
     t = report["totals"]
     used = f" ({100 * t['used'] / t['held']:.0f}% of held)" if t["held"] else ""
-    return (f"GPU-hours held {t['held']:.2f}: used {t['used']:.2f}{used}, idle {t['idle']:.2f} "
-            f"(in stretches of {long_idle(report)} or more: {t['idle_long']:.2f}), no reading {t['no_reading']:.2f}. "
+    return (f"GPU time held {format_hours(t['held'])}: used {format_hours(t['used'])}{used}, "
+            f"idle {format_hours(t['idle'])} (in stretches of {long_idle(report)} or more: "
+            f"{format_hours(t['idle_long'])}), no reading {format_hours(t['no_reading'])}. "
             f"Used: at least {report['idle_threshold_percent']:g}% in a step.")
 
 

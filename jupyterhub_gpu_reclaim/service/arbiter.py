@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import Any, Callable
 
+from ..wording import server_name
 from ..oneline import one_line
 from ..policy.observations import Decision
 from .cycle_types import Observation
@@ -61,7 +62,7 @@ class CullArbiter:
         what = str(error)
         if self._logged.get(sid) != what:
             self._logged[sid] = what
-            log.warning("server %s kept: %s", sid, what, exc_info=error.__cause__)
+            log.warning("server %s kept: %s", server_name(sid), what, exc_info=error.__cause__)
         return Decision(sid, "hold", "cull-arbiter-failed",
                         f"{what}; kept, as idle-culler keeps a server its hook fails on",
                         evidence={"problem": what})

@@ -47,6 +47,7 @@ from .hub_stopper import HubStopper
 from .cycle_types import CycleReport, Decisions, Observation, Observed, PodSource, Reclaim
 from .metrics import Metrics
 from .notify import Dispatcher
+from ..wording import server_name
 from ..policy.observations import Decision, Sample, Session, SessionSample, SessionView, Warning
 from ..oneline import brief
 from ..policy.decider import IDLE_RULES
@@ -258,7 +259,7 @@ class Reclaimer:
         what = f"{type(e).__name__}: {brief(str(e))}"
         if self._failing.get(sid) != what:
             self._failing[sid] = what
-            log.error("session %s held: unexpected %s", sid, what, exc_info=e)
+            log.error("session %s held: unexpected %s", server_name(sid), what, exc_info=e)
         self.metrics.session_errors.inc()
         report.problem(sid, "session", what)
         return Decision(sid, "hold", "session-error",
@@ -362,7 +363,7 @@ class Reclaimer:
             if changed is not None and (changed >= set_at or pod.created is None):
                 return
         intents[sid] = self.store.set_intent(sid, pod.keepalive_until, set_at, by="spawn form")
-        log.info("intent of %s from the spawn form: keep until %s", sid, format_time(pod.keepalive_until))
+        log.info("intent of %s from the spawn form: keep until %s", server_name(sid), format_time(pod.keepalive_until))
 
     # ------------------------------------------------------------------ act
 
@@ -465,10 +466,10 @@ class Reclaimer:
                 return
             report.warned.append(session.id)
             self.metrics.warnings.labels(d.rule).inc()
-            log.info("warn %s (%s): %s", session.id, d.rule, d.reason)
+            log.info("warn %s (%s): %s", server_name(session.id), d.rule, d.reason)
             await self._notify(d, session, now)
         except Exception:  # one warning must not keep the others, or the reclaims, from going out
-            log.exception("the warning of %s failed", session.id)
+            log.exception("the warning of %s failed", server_name(session.id))
 
     async def _notify(self, d: Decision, session: Session, now: dt.datetime) -> None:
         url = self.settings.keepalive_url

@@ -35,6 +35,7 @@ import aiohttp
 from jupyterhub.utils import exponential_backoff
 from yarl import URL
 
+from ..wording import server_name
 from ..policy.observations import Outcome
 from ..oneline import brief
 from ..signals.base import HttpSource, SignalError, get_json, hub_message
@@ -104,7 +105,7 @@ class HubStopper(HttpSource):
         def result(outcome: Outcome, attempts: int, detail: str) -> StopResult:
             r = StopResult(outcome, attempts, round(time.monotonic() - t0, 3), detail)
             level = logging.INFO if r.ok else logging.WARNING
-            log.log(level, "stop %s: %s after %d attempt(s), %.1f s%s", sid, outcome, attempts,
+            log.log(level, "stop %s: %s after %d attempt(s), %.1f s%s", server_name(sid), outcome, attempts,
                     r.seconds, f" ({detail})" if detail else "")
             return r
 
@@ -118,7 +119,7 @@ class HubStopper(HttpSource):
         if status not in (202, 204):
             return result("failed", attempts, f"hub DELETE: HTTP {status}: {hub_message(text)}")
 
-        log.info("stop %s: hub answered %d; following the stop", sid, status)
+        log.info("stop %s: hub answered %d; following the stop", server_name(sid), status)
         gone, detail = await self._wait_hub(user, server)
         if not gone:
             return result("stuck", attempts, detail)

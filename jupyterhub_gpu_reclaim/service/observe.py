@@ -11,6 +11,7 @@ import logging
 from dataclasses import replace
 from typing import Callable, Literal
 
+from ..wording import server_name
 from ..policy.observations import Decision, Sample, Session
 from ..signals.base import SignalError
 from ..signals.hub import HubServer
@@ -97,7 +98,7 @@ async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observa
         except SignalError as e:
             if not isinstance(e, NoProbeCredential):  # that one is logged once, where found
                 metrics.signal_errors.labels(e.source).inc()
-                log.warning("kernels of %s: %s", sid, e.message)
+                log.warning("kernels of %s: %s", server_name(sid), e.message)
             report.problem(sid, "kernels", e.message)
             return  # kernels stay None: the policy holds a reclaim
         except Exception as e:

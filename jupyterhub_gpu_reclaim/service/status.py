@@ -15,6 +15,7 @@ import logging
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
+from ..wording import server_name
 from ..policy.observations import Decision, Exemption, Intent, Sample, Session, Warning
 
 if TYPE_CHECKING:
@@ -181,7 +182,7 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         per_gpu, spark = _utilization(history, session.gpus, sample.t)
         kernels = _kernels(sample)
     except Exception as e:  # shown blank; the decision is already made
-        log.warning("session %s: its activity cannot be shown: %s: %s", session.id, type(e).__name__, e)
+        log.warning("session %s: its activity cannot be shown: %s: %s", server_name(session.id), type(e).__name__, e)
         per_gpu, spark, kernels = [[] for _ in range(session.gpus)], [], None
     d = decision
     return SessionStatus(

@@ -16,6 +16,7 @@ from typing import Awaitable, Callable
 from .hub_stopper import HubStopper, StopResult
 from .cycle_types import Reclaim
 from .metrics import Metrics
+from ..wording import server_name
 from ..policy.observations import Decision, Session
 from ..policy.decider import decide_user
 from ..policy.config import PolicyConfig
@@ -72,7 +73,7 @@ class Stops:
                     self._would_reclaim.add(key)
                     would.append(session.id)
                     self.metrics.reclaims.labels(d.rule, "dry-run").inc()
-                    log.info("[dry run] would reclaim %s (%s): %s", session.id, d.rule, d.reason)
+                    log.info("[dry run] would reclaim %s (%s): %s", server_name(session.id), d.rule, d.reason)
                 continue
             # one record per attempt: after a failed stop the next cycle tries again
             rid = self.store.begin_reclaim(session.id, d.rule, now, d.shown(), session.gpus,
@@ -100,7 +101,7 @@ class Stops:
                     self.metrics.users_deleted.inc()
 
     async def _stop_one(self, session: Session, d: Decision, rid: int) -> StopResult:
-        log.info("reclaim %s (%s): %s", session.id, d.rule, d.reason)
+        log.info("reclaim %s (%s): %s", server_name(session.id), d.rule, d.reason)
         result = await self.stopper.stop(session.user, session.server)
         self._finish(rid, session.id, d.rule, session.gpus, result)
         if result.ok and session.gpus:
@@ -160,7 +161,7 @@ class Stops:
                 return False
 
         async def stop() -> None:
-            log.info("stop %s now, asked by %s", sid, by)
+            log.info("stop %s now, asked by %s", server_name(sid), by)
             result = await self.stopper.stop(user, server)
             if rid is not None:
                 self._finish(rid, sid, rule, gpus, result)

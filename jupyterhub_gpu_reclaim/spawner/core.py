@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import html
 import json
 from typing import Any
 
-from kubespawner import KubeSpawner
 from prometheus_client import Counter, Histogram
 from traitlets import Enum, Float, Int, List, Unicode, default
 
@@ -21,8 +21,7 @@ from ..timestamps import parse_time_lenient, utcnow
 from ..wording import expected_free
 from . import affinity, keepalive, messages
 from .images import normalize
-from .informer import Informer
-from .reclaim_window import ReclaimWindow
+from .cluster_view import ClusterView
 from .timings import SpawnTimings, extract
 
 TIMINGS_ANNOTATION = "jupyterhub-gpu-reclaim/spawn-timings"
@@ -54,7 +53,19 @@ class GpuQueueTimeout(Exception):
         self.jupyterhub_message = message
 
 
-class GPUReclaimSpawner(ReclaimWindow):
+def _options_applied_at_start(spawner: GPUReclaimSpawner, user_options: dict) -> None:
+    """JupyterHub's (5.3+) apply_user_options hook. KubeSpawner applies the profile and its
+    options in load_user_options, at the start, as this spawner does the keep-alive, so
+    without a hook the hub said "Received unhandled user_options: profile" at every spawn.
+    Options neither of them reads are still named, as the hub names them."""
+    unknown = [k for k in user_options
+               if k not in ("profile", keepalive.OPTION) and not str(k).startswith("profile-option-")]
+    if unknown:
+        spawner.log.warning("Received unhandled user_options for %s: %s", spawner._log_name,
+                            ", ".join(map(str, unknown)))
+
+
+class GPUReclaimSpawner(ClusterView):
     image_locality = Enum(
         ["off", "prefer", "require", "auto"], "auto", config=True,
         help="""Keep pods on nodes that already hold their image, with node affinity (no
@@ -143,13 +154,14 @@ class GPUReclaimSpawner(ReclaimWindow):
         base = super()._options_form_default()
         extra = keepalive.form_html(self.keepalive_choices, self._max_keepalive)
 
-        async def form(spawner: KubeSpawner) -> str:
+        async def form(spawner: GPUReclaimSpawner) -> str:
             text = base
             if callable(base):
                 text = await base(spawner) if asyncio.iscoroutinefunction(base) else base(spawner)
                 if asyncio.iscoroutine(text):
                     text = await text
-            return (text or "") + extra
+            room = await spawner.room_line()  # beside the GPU profiles: what is free, who waits
+            return (f'<p class="gpu-room">{html.escape(room)}</p>' if room else "") + (text or "") + extra
 
         return form
 
@@ -170,6 +182,10 @@ class GPUReclaimSpawner(ReclaimWindow):
         query = user_options_from_query(query_data)
         keepalive.refuse_from_link(query)
         return super().options_from_query(query)
+
+    @default("apply_user_options")
+    def _apply_user_options_default(self) -> Any:
+        return _options_applied_at_start
 
     async def load_user_options(self) -> None:
         self.applied_profile = ""
@@ -196,22 +212,6 @@ class GPUReclaimSpawner(ReclaimWindow):
         if self.image_locality != "off":
             await self._apply_image_locality(pod)
         return pod
-
-    _informers: dict[str, Informer] = {}  # shared by every spawner of the hub
-
-    async def _informer(self, what: str) -> Informer:
-        """The shared list+watch of every node ("nodes") or every pod ("pods"); started on
-        first use, tried again on the next spawn if it could not start."""
-        informer = GPUReclaimSpawner._informers.get(what)
-        if informer is None:
-            method = self.api.list_node if what == "nodes" else self.api.list_pod_for_all_namespaces
-            informer = GPUReclaimSpawner._informers[what] = Informer(method, what)
-        try:
-            await informer.start()
-        except Exception:
-            GPUReclaimSpawner._informers.pop(what, None)
-            raise
-        return informer
 
     async def _priority_of(self, name: str | None) -> tuple[int, bool]:
         """(value, may preempt) of a PriorityClass, as admission gives them to the pod;
@@ -403,33 +403,44 @@ class GPUReclaimSpawner(ReclaimWindow):
                 except TimeoutError:
                     pod = self._pod()
                     if pod is not None and messages.gpu_wait(pod):
-                        yield {"message": self._gpu_wait_text(pod, await self._expected_free())}
+                        yield await self._gpu_wait_event(pod)
                     continue
                 if event is done:
                     break
                 pod = self._pod()
                 if pod is not None:
                     raw = event.get("raw_event")
+                    waiting = messages.gpu_wait(pod) is not None
                     if raw is not None:
                         text = messages.translate_event(raw, pod, self._pending_gpu_pods(), utcnow(),
                                                         self._image_size)
-                    else:  # KubeSpawner's patience message
-                        text = (self._gpu_wait_text(pod, await self._expected_free())
-                                if messages.gpu_wait(pod) else None)
-                    if text:
-                        event = dict(event, message=text)
+                        if text and raw.get("reason") == "FailedScheduling" and waiting:
+                            # the scheduler's retries come more often than the line below:
+                            # they say when and what fits now too
+                            event = dict(event, **await self._gpu_wait_event(pod))
+                        elif text:
+                            event = dict(event, message=text)
+                    elif waiting:  # KubeSpawner's patience message
+                        event = dict(event, **await self._gpu_wait_event(pod))
                 yield event
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    def _gpu_wait_text(self, pod: dict, expected: dt.datetime | None = None) -> str:
+    async def _gpu_wait_event(self, pod: dict) -> dict[str, str]:
+        """The waiting line's progress fields: the queue, when a GPU is expected (the
+        service's), and a smaller profile that would start now (then also as HTML, the hub's
+        home page linked: the spawn page shows `html_message` in place of `message`)."""
+        expected, offer = await self._expected_free(), await self.smaller_offer(pod)
         now = utcnow()
         wait = messages.gpu_wait(pod)
         since = (wait.since if wait else None) or self._requested or now
-        return messages.gpu_wait_message(wait.gpus if wait else messages.requested_gpus(pod),
+        line = messages.gpu_wait_message(wait.gpus if wait else messages.requested_gpus(pod),
                                          messages.queue_position(pod, self._pending_gpu_pods()),
                                          now - since, expected_free(expected, now) if expected else "")
+        if offer is None:
+            return {"message": line}
+        return {"message": f"{line}. {offer[0]}", "html_message": f"{html.escape(line, quote=False)}. {offer[1]}"}
 
     async def _expected_free(self) -> dt.datetime | None:
         """When the reclaim service expects a GPU to be free for this server, from the
@@ -448,7 +459,7 @@ class GPUReclaimSpawner(ReclaimWindow):
             return None
 
     def _image_size(self, image: str) -> int | None:
-        reflector = GPUReclaimSpawner._informers.get("nodes")
+        reflector = ClusterView._informers.get("nodes")
         if reflector is None or not reflector.first_load.done():
             return None
         index = affinity.ImageIndex()

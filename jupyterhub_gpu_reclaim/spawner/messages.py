@@ -10,6 +10,7 @@ service counts its pending GPUs by: the two never disagree.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import re
 from typing import Callable, Iterable
 
@@ -31,6 +32,24 @@ def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, exp
     queue = "no requests ahead of you" if ahead <= 0 else f"{_plural(ahead, 'request')} ahead of you"
     return (f"Waiting for a free GPU ({_plural(requested_gpus, 'GPU')} requested, {queue}, "
             f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
+
+
+def smaller_fit_message(profile: str, gpus: int, home: str = "") -> str:
+    """What a user waiting for more GPUs is offered when a smaller GPU profile would start at
+    once; with `home`, the hub's home page's URL, as HTML linking to it. The stop is the
+    hub's own (Stop My Server, with the hub's XSRF token; JupyterHub 5's spawn page has no
+    stop button): a link that stopped the spawn would be a GET any page could send."""
+    free = f"{_plural(gpus, 'GPU')} {'is' if gpus == 1 else 'are'} free now: “{profile}” would start at once."
+    where = f'<a href="{html.escape(home)}">the hub\'s home page</a>' if home else "the hub's home page"
+    return (html.escape(free, quote=False) if home else free) + (
+        f" To take it, stop this request on {where} (Stop My Server) and start that profile.")
+
+
+def room_message(free: int, total: int, waiting: int, waiting_gpus: int) -> str:
+    """The spawn form's line beside the GPU profiles: "GPUs free now: 1 of 4. Waiting for a
+    GPU: 1 request (2 GPUs)." """
+    queue = (f"{_plural(waiting, 'request')} ({_plural(waiting_gpus, 'GPU')})" if waiting else "no one")
+    return f"GPUs free now: {free} of {total}. Waiting for a GPU: {queue}."
 
 
 def gpu_wait(pod: dict) -> GpuWait | None:

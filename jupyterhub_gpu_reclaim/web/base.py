@@ -244,8 +244,11 @@ class Base(HubOAuthenticated, RedactedLogs):
         self.set_header("Cache-Control", "no-store")
         # as the hub: no framing, except the embeds in the hub's own pages
         ancestors = "'self'" if self.embedded else "'none'"
+        # data: images: the hub's Bootstrap draws a select's arrow and a checkbox's tick as
+        # data: SVGs (refused by default-src, the report's period control had no arrow)
         self.set_header("Content-Security-Policy",
-                        f"default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors {ancestors}")
+                        f"default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; "
+                        f"frame-ancestors {ancestors}")
         self.set_header("X-Frame-Options", "SAMEORIGIN" if self.embedded else "DENY")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

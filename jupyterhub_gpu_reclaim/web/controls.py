@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from tornado import web
 
+from ..wording import server_name
 from ..service.status import CycleStatus, SessionStatus, WaitingServer
 from ..service.stops import Stops
 from ..store import Store
@@ -90,7 +91,7 @@ class Controls:
         self.store.set_intent(sid, until, t, by=user)
         self.store.audit(user, "keepalive", sid, t=t, until=until)
         self.status().amend(sid, intent_until=until, intent_set_at=t)
-        log.info("%s keeps %s alive until %s", user, sid, format_time(until))
+        log.info("%s keeps %s alive until %s", user, server_name(sid), format_time(until))
         return until
 
     def clear_intent(self, actor: str, sid: str) -> bool:

@@ -20,6 +20,7 @@ from .base import Base, writes
 from .chart import report_chart, whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_days, parse_override, parse_until
 from .render import notice, reclaim_json, reclaim_notice, state_of, why_of
+from .report_view import LEADERBOARD_SIZE, day_rows, idle_leaderboard, share_used
 from .way_back import start_again_url
 from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
 from .whatif import DEFAULT_SINCE, run_what_if
@@ -147,16 +148,15 @@ class EmbedBanner(Base):
 
     embedded = True
 
-    def get_login_url(self) -> str:
-        # never start an OAuth dance for the banner: it shows nothing until the user
-        # has visited the service once (the home page's panel logs in)
-        raise web.HTTPError(403, "not logged in to the service")
-
-    @web.authenticated
     def get(self) -> None:
+        # never an OAuth dance for the banner (one per hub page): before the user's first
+        # visit to the service (the home page's panel logs in) there is no login cookie, and
+        # the banner is empty, not refused: a 403 here was an error in the console and the
+        # log for every hub page a new user opened
         t = utcnow()
-        warned = [{**s.to_dict(), "why": why_of(s, "warned")} for s in self.my_sessions().values()
-                  if state_of(s, t)[0] == "warned"]
+        warned = [] if self.current_user is None else [
+            {**s.to_dict(), "why": why_of(s, "warned")} for s in self.my_sessions().values()
+            if state_of(s, t)[0] == "warned"]
         self.finish(self.render_page("embed_banner.html", warned=warned))
 
 
@@ -193,18 +193,20 @@ class AdminActionForm(Base):
 
 class AdminWhatIfForm(Base):
     """The what-if: the recorded history under the live policy and under an override (a
-    form of `setting: value` lines), side by side with a chart. Changes nothing, but posts
-    (with the form's XSRF token) as the admin page's other forms do."""
+    form of `setting: value` lines), side by side with a chart. It changes nothing, so the
+    form sends GET: a what-if's address (its period and settings) can be bookmarked and
+    shared; without them, the form alone. One at a time, in a process of its own
+    (web.whatif), as from the API."""
+
+    FIELDS = ("since", "until", "override")
 
     @web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         self.require_admin()
-        self.show({"since": DEFAULT_SINCE, "until": "", "override": ""})
-
-    @web.authenticated
-    async def post(self) -> None:
-        self.require_admin()
-        form = {k: self.get_argument(k, "") for k in ("since", "until", "override")}
+        if not any(k in self.request.arguments for k in self.FIELDS):
+            self.show({"since": DEFAULT_SINCE, "until": "", "override": ""})
+            return
+        form = {k: self.get_argument(k, "") for k in self.FIELDS}
         try:
             result = await run_what_if(self, form["since"], form["until"], parse_override(form["override"]))
         except BadInput as e:
@@ -216,6 +218,7 @@ class AdminWhatIfForm(Base):
         live = self.ctx.settings.rules
         self.set_status(status)
         self.finish(self.render_page("whatif.html", form=form, result=result, error=error,
+                                     form_query=urlencode({k: v for k, v in form.items() if v}),
                                      chart=whatif_chart(result) if result is not None else "",
                                      settings=policy_to_dict(live.base), rules=live.names,
                                      returned_labels=interruptions.LABELS))
@@ -256,6 +259,8 @@ class AdminReportPage(Base):
                                      chart=report_chart(report), totals=totals_sentence(report),
                                      hours=HOURS, headings=headings(report), long=long_idle(report),
                                      sources=SOURCES, freed_means=FREED_MEANS, waiting_means=WAITING_MEANS,
+                                     day_rows=day_rows, share_used=share_used, idle_leaderboard=idle_leaderboard,
+                                     leaders_max=LEADERBOARD_SIZE,
                                      waits_known=WAITS_FROM_PROMETHEUS,
                                      queue=queue_sentence(report["queue"]) if report["queue"] else "",
                                      estimate=estimate_sentence(report["policy_estimate"])

@@ -11,13 +11,15 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
+from ..durations import format_exact, format_hours
+from ..policy.config import PolicyConfig
 from ..policy.decider import IDLE_RULES
 from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
 from ..service.reasons import SAID, Sentence, sentence, why
-from ..wording import KEEPS, LOSES, clock, count, expected_free, format_util, plural, relative, spark_label
+from ..wording import KEEPS, LOSES, clock, count, expected_free, format_util, plural, relative, server_name, spark_label
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -33,6 +35,8 @@ NOTICES = {
 
 
 def notice(code: str, **values: str) -> str:
+    if "session" in values:  # named as people name it: "alice", not the id "alice/"
+        values["session"] = server_name(values["session"])
     return NOTICES[code].format(**values)
 
 
@@ -190,7 +194,23 @@ def mean(values: Any) -> float | None:
     return sum(there) / len(there) if there else None
 
 
+_DURATION_SETTINGS = frozenset(f.name for f in dataclasses.fields(PolicyConfig) if "timedelta" in str(f.type))
+
+
+def setting_text(name: str, value: Any) -> str:
+    """A policy setting's value, as the policy JSON writes it (durations in seconds), as
+    people read it: "3 min" for idle_reclaim_after 180, "alice, bob", "none"."""
+    if name in _DURATION_SETTINGS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format_exact(value)
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "none"
+    if value is None:
+        return "none"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
 _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"),
-                      epoch=epoch, mean=mean)
-_jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value)
+                      epoch=epoch, mean=mean, gpu_time=format_hours)
+_jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value,
+                      server_name=server_name, setting_text=setting_text)

@@ -35,5 +35,11 @@ def _jupyter_server_extension_points() -> list[dict[str, Any]]:
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from .handlers import setup_handlers
+    from .install_check import FRONTEND_MISSING, frontend_folder
 
     setup_handlers(serverapp)
+    if frontend_folder() is None:  # half installed: said once, where the admin looks
+        from jupyter_core.paths import jupyter_path
+
+        serverapp.log.warning("jupyterhub-gpu-reclaim-lab: " + FRONTEND_MISSING.format(
+            where=", ".join(jupyter_path("labextensions"))))

@@ -30,7 +30,9 @@ def product_references(path: Path) -> set[str]:
     """The product's modules `path` imports, or names in a string (`importlib`, `-m`)."""
     names = {n for n in imported_modules(path) if n.partition(".")[0] == PRODUCT}
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(PRODUCT):
+        # the package's name, not a prefix: jupyterhub_gpu_reclaim_lab (the user image's
+        # distribution, which the demo checks is installed) is not the product
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.partition(".")[0] == PRODUCT:
             names.add(node.value)
     return names
 

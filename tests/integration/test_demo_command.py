@@ -91,6 +91,9 @@ def test_demo_installs_the_z2jh_release(tmp_path):
         assert "Loading extra config: gpu-reclaim" in hub_log  # the chart's jupyterhub_config.py
         assert "Using Spawner: jupyterhub_gpu_reclaim.spawner.core.GPUReclaimSpawner" in hub_log
         assert "never_used_warn_after = 120.0" in hub_log  # gpu_reclaim_sim/demo_config/values.yaml
+        # the service reads the demo's Prometheus (demo_prometheus) by its Service, as on a hub
+        assert "Prometheus (the usage report's history): http://127.0.0.1:" in text
+        assert "http://prometheus-server.monitoring.svc:9090" in hub_log, hub_log[-3000:]
     finally:
         code = demo.stop()
     assert code == 0, demo.text()[-3000:]
@@ -122,7 +125,33 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
         assert status == 200 and json.loads(body) == {"reclaims": []}, (status, body)
         assert get(f"{url}/hub/api/users", token)[0] == 403
         assert token not in hub_log
+        # Debian's Prometheus scrapes the simulated dcgm-exporter and the kube-state-metrics
+        # stand-in, and the service reads it (the GPU readings, the usage report's history)
+        prometheus = re.search(r"Prometheus \(the usage report's history\): (http://\S+)", demo.text()).group(1)
+        for job in ("dcgm-exporter", "kube-state-metrics"):
+            for _ in range(60):  # its first scrape of each comes within a scrape interval (5 s)
+                status, body = get(f"{prometheus}/api/v1/query?query=up%7Bjob%3D%22{job}%22%7D")
+                if status == 200 and [r["value"][1] for r in json.loads(body)["data"]["result"]] == ["1"]:
+                    break
+                time.sleep(1)
+            else:
+                raise AssertionError((job, status, body))
+        status, body = get(f"{prometheus}/api/v1/query?query=DCGM_FI_DEV_GPU_UTIL")
+        assert status == 200 and json.loads(body)["data"]["result"], body
+        assert prometheus in hub_log  # the service's settings at its start
     finally:
         code = demo.stop()
     assert code == 0, demo.text()[-3000:]
     assert "Stopping" in demo.text()
+
+
+def test_demo_with_the_chart_refuses_a_port_it_cannot_honour(tmp_path):
+    """--port is the demo's own hub's: with the chart found it is an error that says why and
+    what to do, before anything starts (it was silently ignored: issue 39)."""
+    if reason := z2jh.unavailable():
+        pytest.skip(reason)
+    demo = Demo(tmp_path, "--port", str(free_port()))
+    assert demo.proc.wait(60) == 2, demo.text()
+    text = demo.text()
+    assert f"--port is the port of the demo's own hub, and the chart {z2jh.CHART} was found" in text
+    assert "Leave out --port" in text and "Starting the simulated cluster" not in text

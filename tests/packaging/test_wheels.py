@@ -85,12 +85,12 @@ def wheels(tmp_path_factory) -> dict[str, Wheel]:
 def test_the_lab_wheel_needs_only_jupyter_server(wheels):
     lab, hub = wheels["jupyterhub-gpu-reclaim-lab"], wheels["jupyterhub-gpu-reclaim"]
     assert {"jupyterhub", "jupyterhub-kubespawner", "sqlalchemy", "kubernetes-asyncio", "aiosmtplib"} <= set(hub.requires())
-    assert set(lab.requires()) == {"jupyter-server", "tornado", "traitlets"}
+    assert set(lab.requires()) == {"jupyter-core", "jupyter-server", "tornado", "traitlets"}
     assert not lab.metadata.get_all("Provides-Extra")
     # its modules import nothing of the hub side: they run where it is not installed
     modules = {n: body for n, body in lab.files.items() if n.endswith(".py")}
     assert set(modules) == {f"jupyterhub_gpu_reclaim_lab/{m}.py"
-                            for m in ("__init__", "handlers", "kernel", "stopping", "window")}
+                            for m in ("__init__", "handlers", "install_check", "kernel", "stopping", "window")}
     for name, body in modules.items():
         for node in ast.walk(ast.parse(body)):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)

@@ -51,7 +51,7 @@ async def test_never_used_gpu_is_warned_at_30_then_reclaimed_at_60(harness, capl
     assert (record.session, record.rule, record.outcome, record.gpus) == (sid, "gpu-never-used", "stopped", 1)
     assert len(h.store.open_warnings().get(sid, ())) == 0  # the episode ended with the stop
     assert log_notices(caplog) == ["warning", "reclaim"]
-    assert "warn alice/ (gpu-never-used)" in caplog.text
+    assert "warn alice (gpu-never-used)" in caplog.text
 
 
 async def test_busy_gpu_with_stale_activity_is_kept_while_cpu_server_is_culled(harness):

@@ -73,9 +73,9 @@ async def test_registered_as_idle_cullers_readme_it_stays_up_and_culls(culler_sh
     assert "Service jupyterhub-idle-culler-service exited" not in log, log[-3000:]
     assert "--bind-url must be" not in log
     assert log.count(NO_WEB_SERVER) == 1, log[-3000:]
-    assert "reclaim bob/ (idle-culler-timeout)" in log
+    assert "reclaim bob (idle-culler-timeout)" in log
     # the service's lines keep a name on one line (the hub's own lines are the hub's)
-    assert "reclaim x\\r\\nINFO forged/ (idle-culler-timeout)" in log
+    assert "reclaim x\\r\\nINFO forged (idle-culler-timeout)" in log
 
 
 async def _server(api: HubAPI, user: str) -> dict | None:

@@ -16,10 +16,12 @@ from urllib.parse import urlencode
 
 import aiohttp
 import pytest
+from playwright.async_api import expect
 from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
+from ..support.browser import IMG, log_in, new_page
 from ..support.live import hub_fixture, api_fixture
 from ..support.hubapi import HubAPI
 
@@ -72,6 +74,8 @@ async def test_timings_of_a_spawn_that_pulls(hub, sim, api):
                    (("phase", "pull"), ("profile", "gpu-1")))] == 1
     assert values[("jupyterhub_gpu_reclaim_spawn_image_pulls_total", (("profile", "gpu-1"),))] == 1
     assert any(name == "jupyterhub_server_spawn_duration_seconds_count" for name, _ in values)  # the same registry
+    # the profile is KubeSpawner's option, applied at the start: not "unhandled" (issue 39)
+    assert "unhandled user_options" not in hub_log(hub)
 
 
 async def test_image_locality_requires_the_node_that_holds_the_image(hub, sim, api):
@@ -104,6 +108,45 @@ async def test_gpu_wait_is_said_plainly_then_the_queue_timeout_withdraws_it(hub,
     assert (await api.server("erin")) is None
     pods = [p["metadata"]["name"] for p in kubectl_json(sim, "get", "pods")["items"]]
     assert "jupyter-dave" in pods and "jupyter-erin" not in pods  # withdrawn: no pod left waiting
+
+
+async def test_the_form_says_what_is_free_and_a_waiting_user_is_offered_what_fits_now(hub, sim, api, browser):
+    """carol's GPU given back (alice and dave hold 3 of the 4): in Chromium, gina's spawn form
+    says so beside the GPU profiles; she starts the 2-GPU profile and her spawn page offers the
+    1-GPU one, which would start at once, with the hub's home page (its Stop My Server) linked;
+    another user's form shows her in the queue (issue 39)."""
+    await api.stop("carol")
+    assert "jupyter-carol" not in [p["metadata"]["name"] for p in kubectl_json(sim, "get", "pods")["items"]]
+    for user in ("gina", "ivan"):
+        await api.ensure_user(user)
+    page, ivan = await new_page(browser), await _login(hub, "ivan")
+    try:
+        await log_in(page, hub.info["url"], "gina")
+        await expect(page.locator("p.gpu-room")).to_have_text("GPUs free now: 1 of 4. Waiting for a GPU: no one.")
+        await page.get_by_label("2 × NVIDIA A100 (40 GB)").check()
+        await page.get_by_role("button", name="Start").click()
+        progress = asyncio.create_task(api.progress("gina", timeout=90))
+        message = page.locator("#progress-message")
+        await expect(message).to_contain_text("would start at once", timeout=30_000)
+        await expect(message.get_by_role("link", name="the hub's home page")).to_have_attribute("href", "/hub/home")
+        await page.screenshot(path=str(IMG / "spawn-offer.png"))
+        while not progress.done():  # ivan's form, once gina's pod waits (until it is withdrawn)
+            form, _ = await _spawn_form(ivan, hub, "ivan")
+            if "Waiting for a GPU: 1 request (2 GPUs)." in form:
+                break
+            await asyncio.sleep(0.5)
+        assert "GPUs free now: 1 of 4. Waiting for a GPU: 1 request (2 GPUs)." in form, form
+        events = await progress
+    finally:
+        await page.context.close()
+        await ivan.close()
+    offer = ("1 GPU is free now: “1 × NVIDIA A100 (40 GB)” would start at once. To take it, stop this "
+             "request on {} (Stop My Server) and start that profile.")
+    offered = [e for e in events if e.get("message", "").startswith("Waiting for a free GPU (2 GPUs requested")
+               and e["message"].endswith(offer.format("the hub's home page"))]
+    assert offered, events
+    assert offered[-1]["html_message"].endswith(offer.format('<a href="/hub/home">the hub\'s home page</a>'))
+    assert "No GPU became free" in events[-1]["message"]  # the queue timeout still applies
 
 
 async def _login(hub, user: str) -> aiohttp.ClientSession:

@@ -261,23 +261,26 @@ async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme)
     context.set_default_timeout(30_000)
     page = await context.new_page()
     try:
+        problems: list[str] = []
+        page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
         await log_in(page, hub.info["url"], "admin")
         await page.wait_for_url(lambda u: "/hub/login" not in u)
+        # a hub page before the first visit to the service: its banner is empty, not a 403
+        # (it never starts a login: issue 39)
+        await page.goto(f"{hub.info['url']}/hub/token")
+        await expect(page.locator("#gpu-reclaim-banner")).to_have_attribute("data-warned", "no")
+        assert problems == [], problems
         stylesheets: list[tuple[str, int]] = []
         page.on("response", lambda r: stylesheets.append((r.url, r.status))
                 if r.url.split("?")[0].endswith(HUB_STYLESHEET) else None)
-        # logged in to the service (OAuth) before listening for errors: until then the hub
-        # pages' banner is refused by design (it never starts a login)
         await page.goto(f"{hub.info['url']}{PREFIX}")
         # the very file the hub's own pages load (so the browser has it cached from them)
         assert stylesheets and all(status in (200, 304) for _, status in stylesheets), stylesheets
         css = await page.request.get(stylesheets[0][0])
         assert css.status == 200 and css.headers["content-type"].startswith("text/css")
         assert "Bootstrap" in await css.text()
-        problems: list[str] = []
-        page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
-        page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
         for path, button in (("", None), ("admin", "Replay the history")):
             stylesheets.clear()
             response = await page.goto(f"{hub.info['url']}{PREFIX}{path}")
@@ -346,7 +349,7 @@ async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub,
         await page.locator('#sessions tr[data-session="carol/"]').get_by_role("button", name="Reclaim now").click()
         await expect(page.locator(".confirm-text")).to_contain_text("Reclaim carol/ now")
         await page.get_by_role("button", name="Confirm").click()
-        await expect(page.locator(".notice")).to_contain_text("reclaiming carol/")
+        await expect(page.locator(".notice")).to_contain_text(re.compile(r"reclaiming carol(?!/)"))
     finally:
         await page.context.close()
     await until(lambda: _none(api.server("carol")), 60, "carol's server stopped")

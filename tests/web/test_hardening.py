@@ -167,7 +167,7 @@ ADMIN_ENDPOINTS = [
     ("POST", "admin/action", {"data": {"action": "reclaim", "session": "gina/", "confirm": "yes"}}),
     ("GET", "api/reclaims?user=gina", None),
     ("GET", "admin/whatif", None),
-    ("POST", "admin/whatif", {"data": {"since": "1h", "override": "gpu_idle_threshold: 9"}}),
+    ("GET", "admin/whatif", {"params": {"since": "1h", "override": "gpu_idle_threshold: 9"}}),
     ("POST", "api/admin/whatif", {"json": {"since": "1h", "override": {"gpu_idle_threshold": 9}}}),
     ("GET", "admin/report", None), ("GET", "admin/report?format=csv", None), ("GET", "admin/report?format=json", None),
     ("GET", "admin/report?format=days-csv", None),

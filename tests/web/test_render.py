@@ -198,7 +198,9 @@ def test_whatif_page_shows_numbers_side_by_side_and_escapes_names():
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;/" in page
     assert ('<td>kept</td><td>reclaimed <time datetime="2026-11-02T14:00:00Z" title="2026-11-02 14:00:00 UTC">'
             '2026-11-02 14:00 UTC</time> (gpu-idle)</td><td>0.00 → 2.50</td>') in page
-    assert 'name="_xsrf" value="tok"' in page and "idle_reclaim_after: 90m</textarea>" in page
+    # a GET form (bookmarkable): no XSRF token goes into its address
+    assert '<form method="get" action="/services/gpu-reclaim/admin/whatif"' in page and 'name="_xsrf"' not in page
+    assert "idle_reclaim_after: 90m</textarea>" in page
     # per rule, the users interrupted by how soon they came back; the live arm reclaimed by no rule here
     assert ('<tr data-arm="override" data-rule="gpu-idle"><td>Override</td><td>gpu-idle</td><td>2</td><td>9.00</td>'
             '<td>1</td><td>1</td><td>0</td><td>0</td><td>0</td><td>1</td></tr>') in page

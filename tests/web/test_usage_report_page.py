@@ -16,6 +16,7 @@ import csv
 import datetime as dt
 import io
 import json
+import re
 
 import pytest
 import pytest_asyncio
@@ -149,7 +150,14 @@ async def test_bad_input_is_refused_and_says_why(clients, query, message):
 
 
 async def test_the_page_in_a_browser(hub, clients, browser):
+    """As an admin reads it (issue 39): GPU time in words ("6 min", not "0.10"), the seven
+    days before Prometheus's history as one row, a share-used column, the idle leaderboard,
+    and the period control whole (its arrow, a data: image the page's CSP once refused,
+    with an error in the console)."""
     page = await new_page(browser)
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
     try:
         await log_in(page, hub.info["url"], "admin")
         await page.goto(f"{hub.info['url']}{PREFIX}admin")
@@ -157,7 +165,27 @@ async def test_the_page_in_a_browser(hub, clients, browser):
         await expect(page.locator("h1")).to_have_text("GPU usage")
         await page.get_by_label("Period").select_option("14")
         await page.get_by_role("button", name="Show").click()
-        await expect(page.locator("#report-days tbody tr")).to_have_count(14)
+        # the days before Prometheus's history (a week at least) as one row
+        status, text, _ = await clients["admin"].call("GET", "admin/report?days=14&format=json")
+        days = json.loads(text)["by_day"]
+        lead = next(i for i, d in enumerate(days) if d["held"] or d["gpu_hours_waited"] or d["gpu_hours_freed"])
+        assert status == 200 and len(days) == 14 and lead >= 7, days
+        first = page.locator("#report-days tbody tr").first
+        await expect(first).to_have_class("empty-days")
+        await expect(first).to_have_text(re.compile(
+            rf"^{days[0]['day']} to {days[lead - 1]['day']}\s*Prometheus\s*{lead} days: no GPU held, no wait$"))
+        rows = await page.locator("#report-days tbody tr").count()
+        assert rows <= 14 - lead + 1, rows
+        cells = await page.locator("#report-users td[data-sort], #report-days td[data-sort]").all_text_contents()
+        assert cells and not [c for c in cells if re.fullmatch(r"\d+\.\d+", c)], cells  # no bare "0.10"
+        assert any(re.fullmatch(r"\d+ (h|min)( \d+ min)?", c) for c in cells), cells
+        await expect(page.locator("#report-users thead")).to_contain_text("share used")
+        idle = [float(v) for v in await page.locator("#report-idle-leaders tbody tr td:nth-child(3)").evaluate_all(
+            "cells => cells.map(c => c.dataset.sort)")]
+        assert idle and idle == sorted(idle, reverse=True), idle
+        arrow = await page.get_by_label("Period").evaluate("s => getComputedStyle(s).backgroundImage")
+        assert arrow.startswith('url("data:image/svg+xml'), arrow
+        assert problems == [], problems
         await expect(page.locator("#report-users")).to_contain_text(HOSTILE_USER)
         await expect(page.locator("#report-groups")).to_contain_text(HOSTILE_GROUP)
         await expect(page.locator("svg.report-chart")).to_be_visible()

@@ -65,9 +65,7 @@ async def test_the_admin_page_replays_an_override(hub, scene):
     before = unchanged(hub)
     status, page, _ = await browser.call("GET", "admin")
     assert status == 200 and 'action="/services/gpu-reclaim/admin/whatif"' in page
-    xsrf = await browser.xsrf("admin")
-    status, page, _ = await browser.call("POST", "admin/whatif",
-                                         data={"_xsrf": xsrf, "since": "3h", "until": "", "override": OVERRIDE})
+    status, page, _ = await browser.call("GET", "admin/whatif", params={"since": "3h", "until": "", "override": OVERRIDE})
     assert status == 200, page
     # live: dave reclaimed 15 min after his last use, erin kept (5 % is use); the override:
     # dave 5 min later, erin idle (below 9 %, but her loader ran on the GPU) after 20 min
@@ -85,6 +83,31 @@ async def test_the_admin_page_replays_an_override(hub, scene):
     assert '<svg class="whatif-chart"' in page and '<title id="whatif-chart-title">' in page
     assert '<table id="whatif-series" ' in page
     assert html.escape("idle_reclaim_after: 20m") in page  # the form keeps what was asked
+    assert unchanged(hub) == before
+
+
+async def test_a_what_if_is_a_bookmarkable_address_that_says_durations_in_words(hub, scene):
+    """The form sends GET: the what-if's address carries its period and settings (never an
+    XSRF token), opening it replays the same, and the settings read as set: 20m is
+    "20 min", not 1200 seconds (issue 39)."""
+    browser = scene["browser"]
+    before = unchanged(hub)
+    status, page, _ = await browser.call("GET", "admin/whatif")
+    form = re.search(r'<form method="get" action="/services/gpu-reclaim/admin/whatif" class="whatif[^"]*">(.*?)</form>',
+                     page, re.S)
+    assert status == 200 and form and "_xsrf" not in form.group(1), page
+    status, page, _ = await browser.call("GET", "admin/whatif", params={"since": "3h", "override": OVERRIDE})
+    assert status == 200, page
+    assert cell(page, "reclaims") == ("1", "2")
+    assert "<code>idle_reclaim_after: 20 min</code>" in page and "<code>gpu_idle_threshold: 9.0</code>" in page
+    assert "durations in seconds" not in page
+    assert "<td><code>idle_reclaim_after</code></td><td>15 min</td>" in page  # the live policy's, 900 s
+    link = html.unescape(re.search(r'<a class="whatif-link" href="([^"]+)"', page).group(1))
+    status, again, _ = await browser.call("GET", link.removeprefix("/services/gpu-reclaim/"))
+    assert status == 200 and cell(again, "reclaims") == ("1", "2") and cell(again, "gpu_hours_freed") == cell(
+        page, "gpu_hours_freed")
+    status, bad, _ = await browser.call("GET", "admin/whatif", params={"since": "3h", "override": "idle_reclaim_after: soon"})
+    assert status == 400 and "idle_reclaim_after: " in bad and 'id="whatif-result"' not in bad
     assert unchanged(hub) == before
 
 
@@ -118,8 +141,7 @@ async def test_the_api_gives_the_same(scene):
 async def test_bad_input_is_refused_with_a_clear_error(hub, scene, form, message):
     browser = scene["browser"]
     before = unchanged(hub)
-    xsrf = await browser.xsrf("admin")
-    status, page, _ = await browser.call("POST", "admin/whatif", data={"_xsrf": xsrf, **form})
+    status, page, _ = await browser.call("GET", "admin/whatif", params=form)
     assert status == 400 and html.escape(message, quote=False) in page, page
     assert 'id="whatif-result"' not in page and form["override"] in html.unescape(page)
     assert unchanged(hub) == before
@@ -137,17 +159,17 @@ async def test_the_api_refuses_bad_input(scene):
         assert status == 400 and message in answer["message"], (body, answer)
 
 
-async def test_only_admins_and_only_with_the_xsrf_token(hub, scene):
+async def test_only_admins_and_the_api_only_with_a_token_or_the_xsrf_token(hub, scene):
     status, _ = await scene["alice"].json("POST", "api/admin/whatif",
                                           {"since": "3h", "override": {"gpu_idle_threshold": 9}})
     assert status == 403
-    status, page, _ = await scene["alice"].call("POST", "admin/whatif",
-                                                data={"since": "3h", "override": "gpu_idle_threshold: 9"})
+    status, page, _ = await scene["alice"].call("GET", "admin/whatif",
+                                                params={"since": "3h", "override": "gpu_idle_threshold: 9"})
     assert status == 403 and "admins only" in page
-    # the logged-in admin's browser without the form's XSRF token
+    # the page is a GET (it changes nothing): a POST is not one of its methods
     status, page, _ = await scene["browser"].call("POST", "admin/whatif",
                                                   data={"since": "3h", "override": "gpu_idle_threshold: 9"})
-    assert status == 403 and 'id="whatif-result"' not in page
+    assert status == 405 and 'id="whatif-result"' not in page
     status, _ = await scene["browser"].json("POST", "api/admin/whatif",
                                             {"since": "3h", "override": {"gpu_idle_threshold": 9}})
     assert status == 403
@@ -188,9 +210,8 @@ async def test_a_what_if_whose_process_dies_says_so(hub, scene):
         "POST", "api/admin/whatif", {"since": "3h", "override": {"gpu_idle_threshold": 9}}))
     assert killed and (status, answer) == (500, {"status": 500, "message": message})
     browser = scene["browser"]
-    xsrf = await browser.xsrf("admin")
     (status, page, _), killed = await killing_what_ifs(hub, browser.call(
-        "POST", "admin/whatif", data={"_xsrf": xsrf, "since": "3h", "until": "", "override": OVERRIDE}))
+        "GET", "admin/whatif", params={"since": "3h", "until": "", "override": OVERRIDE}))
     assert killed and status == 500 and f'role="alert">{message}</p>' in html.unescape(page), page
     assert unchanged(hub) == before
     status, _ = await scene["admin"].json("POST", "api/admin/whatif",  # the next one runs as usual

@@ -8,7 +8,7 @@ from jupyterhub_gpu_reclaim.service.notify import Message
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
-from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, count, format_util, plural
+from jupyterhub_gpu_reclaim.wording import KEEPS, LOSES, count, format_util, plural, server_name
 
 from ..support.clock import at
 
@@ -30,6 +30,11 @@ def test_format_util():
     assert format_util(["x"]) == "x"  # evidence read back as JSON is shown, never a crash
 
 
+def test_a_server_is_named_as_the_hub_names_it():
+    assert server_name("alice/") == "alice"  # the default server: never "alice/"
+    assert server_name("alice/gpu") == "alice/gpu"
+
+
 def test_notices_and_pages_say_the_same():
     session = Session("alice/", "alice", "", 1, NOW - dt.timedelta(hours=3))
     d = Decision("alice/", "reclaim", "gpu-idle", "idle", reclaim_at=NOW,
@@ -41,3 +46,14 @@ def test_notices_and_pages_say_the_same():
     assert reclaim_json(record, NOW)["kept"] == KEEPS and reclaim_json(record, NOW)["lost"] == LOSES
     assert _jinja.filters["util"]([2.5, None]) == "2.5 % / –"
     assert "latest 2.5 %" in sparkline([1.0, 2.5])
+
+
+def test_gpu_time_and_settings_read_in_words():
+    from jupyterhub_gpu_reclaim.durations import format_exact, format_hours
+
+    # the report's GPU time: never "0.10" for 6 min; hours beyond a day (GPU time is counted in them)
+    assert [format_hours(h) for h in (0.1, 0, None, 2.5, 0.004, 30, 312.25)] == [
+        "6 min", "0", "0", "2 h 30 min", "14 s", "30 h", "312 h 15 min"]
+    # a setting as it was set, nothing rounded away (the what-if echoes "3m" so)
+    assert [format_exact(s) for s in (180, 90, 0, 0.5, 90000, 7200)] == [
+        "3 min", "1 min 30 s", "0 s", "0.5 s", "1 d 1 h", "2 h"]

@@ -17,7 +17,7 @@ from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
 from ..service.reasons import SAID, Sentence, sentence, why
-from ..wording import KEEPS, LOSES, clock, expected_free, format_util, relative, spark_label
+from ..wording import KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, expected_free, format_util, relative, spark_label
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -45,7 +45,8 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
             "why": why(r.rule, r.evidence).text(t), "kept": KEEPS, "lost": LOSES,
-            "ran": r.ran.shown() if r.ran is not None else None}
+            "ran": r.ran.shown() if r.ran is not None else None,
+            "saved": r.saved.shown() if r.saved is not None else None}
 
 
 def audit_json(a: AuditRecord) -> dict[str, Any]:
@@ -169,4 +170,4 @@ def sparkline(values: list[float | None], threshold: float | None = None, width:
 
 _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True)
 _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"))
-_jinja.globals.update(expected_free=expected_free, why_of=why_of)
+_jinja.globals.update(expected_free=expected_free, why_of=why_of, SAVE_OUTCOME_WORDS=SAVE_OUTCOME_WORDS)

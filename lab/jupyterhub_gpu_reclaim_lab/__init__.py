@@ -37,3 +37,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     from .handlers import setup_handlers
 
     setup_handlers(serverapp)
+
+
+async def _start_jupyter_server_extension(serverapp: Any) -> None:
+    from .handlers import WATCHER
+
+    serverapp.web_app.settings[WATCHER].start()

@@ -220,6 +220,14 @@ class GpuReclaim {
     this.saveNote.className = 'jp-GpuReclaim-saved';
     this.item.node.append(this.text, this.spark, this.saveNote);
     this.item.hide();
+    // while warned, the item shows the warning's actions again (once closed, it stays closed)
+    this.item.node.addEventListener('click', () => this.reopen());
+    this.item.node.addEventListener('keydown', (event: KeyboardEvent) => {
+      if (event.key === 'Enter' || event.key === ' ') {
+        event.preventDefault();
+        this.reopen();
+      }
+    });
     if (statusBar) {
       statusBar.registerStatusItem('jupyterhub-gpu-reclaim:status', {
         item: this.item,
@@ -277,6 +285,14 @@ class GpuReclaim {
           ? `${shown.title}. A stop keeps ${status.keeps}; it loses ${status.loses}.`
           : shown.title;
       this.item.node.dataset.state = session!.state;
+      const actionable = session!.state === 'warned' && !!session!.reclaim_at;
+      if (actionable) {
+        this.item.node.setAttribute('role', 'button');
+        this.item.node.tabIndex = 0;
+      } else {
+        this.item.node.removeAttribute('role');
+        this.item.node.removeAttribute('tabindex');
+      }
       this.item.show();
     } else if (!this.saveNote.textContent) {
       this.item.hide();
@@ -285,6 +301,15 @@ class GpuReclaim {
       this.warn(session);
     } else {
       this.clearWarning();
+    }
+  }
+
+  /** The warning raised again with its actions, from the status bar item. */
+  private reopen(): void {
+    const s = this.status.available ? this.status.session : null;
+    if (s && s.state === 'warned' && s.reclaim_at) {
+      this.clearWarning();
+      this.warn(s);
     }
   }
 

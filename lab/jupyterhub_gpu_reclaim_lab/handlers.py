@@ -12,7 +12,8 @@ frontend polls only while its tab is shown, when JupyterLab's own polls of kerne
 sessions count as much, and a tab in the background polls nothing (docs/lab.md).
 
 Where the service is not configured, not reachable or refuses the token, `status` answers
-{"available": false} and the frontend shows nothing."""
+{"available": false} and the frontend shows nothing. `save` (the service, as it stops the
+server) and `saved` (the tabs' reports) are the save before the stop: saving.py."""
 
 from __future__ import annotations
 

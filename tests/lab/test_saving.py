@@ -136,24 +136,25 @@ async def test_another_token_cannot_make_the_server_save(server):
             await tab.ws.receive(timeout=2)  # no ask went out
 
 
-@pytest.mark.parametrize("body", [
+BAD_REPORTS = [
     b"not json", b"[]", {"round": 1, "tab": "t"}, {"round": "r", "tab": ""}, {"round": "r", "tab": "t" * 65},
     {"round": "r", "tab": "t", "documents": "a.ipynb"}, {"round": "r", "tab": "t", "done": "yes"},
     {"round": "r", "tab": "t", "documents": [{"path": "a", "outcome": "deleted"}]},
     {"round": "r", "tab": "t", "documents": [{"path": "", "outcome": "saved"}]},
     {"round": "r", "tab": "t", "documents": [{"path": "x" * 1025, "outcome": "saved"}]},
     {"round": "r", "tab": "t", "documents": [{"path": f"{i}", "outcome": "saved"} for i in range(MAX_DOCUMENTS + 1)]},
-])
-async def test_bad_reports_are_refused(server, body):
-    kw = {"data": body} if isinstance(body, bytes) else {"json": body}
-    async with server.http.post(f"{server.base}/gpu-reclaim/saved", **kw) as r:
-        assert r.status == 400, await r.text()
+]
+BAD_ASKS = [{"wait": -1}, {"wait": 121}, {"wait": "10"}, {"wait": True}, {"dry_run": "no"}, []]
 
 
-@pytest.mark.parametrize("body", [{"wait": -1}, {"wait": 121}, {"wait": "10"}, {"wait": True}, {"dry_run": "no"}, []])
-async def test_bad_asks_are_refused(server, body):
-    async with server.http.post(f"{server.base}/gpu-reclaim/save", json=body) as r:
-        assert r.status == 400, await r.text()
+async def test_bad_reports_and_asks_are_refused_and_change_nothing(server):
+    for path, bodies in (("saved", BAD_REPORTS), ("save", BAD_ASKS)):
+        for body in bodies:
+            kw = {"data": body} if isinstance(body, bytes) else {"json": body}
+            async with server.http.post(f"{server.base}/gpu-reclaim/{path}", **kw) as r:
+                assert r.status == 400, (path, body, await r.text())
+    _, answer = await ask(server, wait=1)
+    assert answer == {"tabs": 0, "documents": []}
 
 
 async def test_a_server_stopped_while_a_round_runs_exits_at_once(server):

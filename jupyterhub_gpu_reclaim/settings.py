@@ -347,7 +347,7 @@ class ServiceSettings:
         Before it stops a GPU server, how long the service waits for the server's open
         JupyterLab tabs to save their documents with unsaved changes (seconds or "30s"; at
         most {SAVE_WAIT_MAX:g}; 0: it does not ask). A server without a tab open answers at once, and a
-        save still running then is cut by the stop (the file on disk keeps its last save).
+        save still running then is cut by the stop (jupyter-server keeps the last whole save).
         In dry run the tabs only say what they would save. Needs the JupyterLab extension
         in the user image and the kernel probe's credential (docs/lab.md).
         """)

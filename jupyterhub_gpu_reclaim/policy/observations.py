@@ -76,6 +76,8 @@ class WhatRan:
 #: what a tab did with a document it was asked to save before the stop (the lab package's
 #: saving.py): "saving" is a save the stop cut short
 SAVE_OUTCOMES = ("saved", "would-save", "saving", "read-only", "conflict", "failed")
+#: when: `save_lead` before the reclaim time, or as the stop began
+SAVE_REASONS = ("lead", "stop")
 
 
 @dataclass(frozen=True)

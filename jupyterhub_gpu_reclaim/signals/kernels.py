@@ -30,7 +30,7 @@ from typing import Any, Callable, TypeVar
 
 import aiohttp
 
-from ..policy.observations import MAX_PATH, MAX_RAN, SAVE_OUTCOMES, Kernel, Ran, SavedDoc, WhatRan, WhatSaved
+from ..policy.observations import MAX_PATH, MAX_RAN, SAVE_OUTCOMES, SAVE_REASONS, Kernel, Ran, SavedDoc, WhatRan, WhatSaved
 from ..oneline import brief
 from .base import MAX_BODY, HttpSource, SignalError, entry_field, entry_time, get_json, read_capped
 from .probe_tokens import NoProbeCredential, ProbeCredentials
@@ -95,13 +95,19 @@ def saved_from_model(model: Any) -> WhatSaved | None:
         try:
             path = _required(entry_field(doc, "path", str, max_length=MAX_PATH), "path")
             outcome, reason = entry_field(doc, "outcome", str), entry_field(doc, "reason", str, "stop")
-            if outcome not in SAVE_OUTCOMES or reason not in ("lead", "stop"):
+            if outcome not in SAVE_OUTCOMES or reason not in SAVE_REASONS:
                 raise ValueError(f"outcome {brief(outcome)}, reason {brief(reason)}")
             path.encode("utf-8")  # a lone surrogate: no database or page can hold it
             kept.append(SavedDoc(path, outcome, entry_time(doc, "at"), reason))
         except (ValueError, UnicodeEncodeError):
             continue
     return WhatSaved(min(tabs, 10_000), tuple(kept[:MAX_RAN]), len(documents) - min(len(kept), MAX_RAN))
+
+
+def server_base(direct_url: str, server_url_path: str) -> str:
+    """The server's own address with its url path (`/user/alice/`), ending in "/"."""
+    path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
+    return direct_url.rstrip("/") + path
 
 
 def _required(value: T | None, key: str) -> T:
@@ -153,8 +159,7 @@ class KernelSignal(HttpSource):
             raise NoProbeCredential("kernel probes have no credential (kernel_probe_credential = 'none')")
         if not direct_url:
             raise SignalError("kernels", "the server's own address is not known (its pod has no IP yet)")
-        path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
-        base = direct_url.rstrip("/") + path
+        base = server_base(direct_url, server_url_path)
         for attempt in (1, 2):
             # the token first, outside the semaphore: slow servers never delay minting
             token = await self.credentials.token(user, server)
@@ -207,8 +212,7 @@ class KernelSignal(HttpSource):
         credential or address, a server without the lab package, no answer in time)."""
         if self.credentials is None or not direct_url:
             return None
-        path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
-        url = direct_url.rstrip("/") + path + "gpu-reclaim/save"
+        url = server_base(direct_url, server_url_path) + "gpu-reclaim/save"
         try:
             token = await self.credentials.token(user, server)
             async with self._client().post(

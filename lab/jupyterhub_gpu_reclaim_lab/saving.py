@@ -31,7 +31,7 @@ import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 from tornado import web
 
@@ -54,13 +54,16 @@ SCHEMA = {
     "required": ["action", "round", "reason"],
 }
 
-Outcome = Literal["saving", "saved", "would-save", "read-only", "conflict", "failed"]
-OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+#: what a tab reports of a document ("saving": begun, not yet done); the hub-side package reads
+#: them (observations.SAVE_OUTCOMES, with "would-save" for a dry run's list): this package
+#: imports nothing of it
+OUTCOMES = ("saving", "saved", "would-save", "read-only", "conflict", "failed")
 #: what one server keeps of its saves: its user chooses how many documents and their names
+#: (the path as long as the hub-side record keeps, observations.MAX_PATH)
 MAX_DOCUMENTS = 100
 MAX_PATH = 1024
 MAX_MESSAGE = 200
-#: the longest the service may ask a stop's save to wait
+#: the longest the service may ask a stop's save to wait (settings.SAVE_WAIT_MAX)
 MAX_WAIT = 120.0
 
 

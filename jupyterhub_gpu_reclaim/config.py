@@ -47,7 +47,7 @@ from .errors import ConfigError
 from .oneline import LogFormatter
 from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
-from .settings import Duration, ServiceSettings, effective_cull_every, options
+from .settings import SAVE_WAIT_MAX, Duration, ServiceSettings, effective_cull_every, options
 from .signals.probe_tokens import PROBE_TOKEN_MAX_LIFETIME
 from .signals.prometheus import check_matchers
 
@@ -218,6 +218,14 @@ class GpuReclaim(Application):
         if not 60 <= value <= PROBE_TOKEN_MAX_LIFETIME:
             raise TraitError(f"--kernel-probe-token-lifetime must be from 60 s to {PROBE_TOKEN_MAX_LIFETIME} s "
                              f"(the most the probe-token API mints), got {value:g}")
+        return value
+
+    @validate("save_before_stop")
+    def _save_wait_valid(self, proposal: Any) -> float:
+        value = proposal["value"]
+        if value > SAVE_WAIT_MAX:
+            raise TraitError(f"--save-before-stop must be at most {SAVE_WAIT_MAX:g} s (a stop is not held longer), "
+                             f"got {value:g}")
         return value
 
     @validate("prometheus_gpu_matchers")

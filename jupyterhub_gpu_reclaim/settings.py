@@ -52,6 +52,10 @@ class Duration(TraitType):
         return s
 
 
+#: the longest a stop waits for the tabs' saves (the lab package's saving.MAX_WAIT)
+SAVE_WAIT_MAX = 120.0
+
+
 def _option(trait: type[TraitType], *args: Any, help: str, command_line: bool = True,
             idle_culler: bool = False, secret: bool = False, **kwargs: Any) -> Any:
     """A field set by the option of its name, the trait `trait(*args, **kwargs)` with `help`;
@@ -337,6 +341,15 @@ class ServiceSettings:
     stop_timeout: float = _option(Duration, 300.0, help="""
         How long a stop may take (the hub's stop, then the pod's removal) before it is
         reported as stuck (log, metric, store) and retried next cycle (seconds or "5m").
+        """)
+
+    save_before_stop: float = _option(Duration, 15.0, help=f"""
+        Before it stops a GPU server, how long the service waits for the server's open
+        JupyterLab tabs to save their documents with unsaved changes (seconds or "30s"; at
+        most {SAVE_WAIT_MAX:g}; 0: it does not ask). A server without a tab open answers at once, and a
+        save still running then is cut by the stop (jupyter-server keeps the last whole save).
+        In dry run the tabs only say what they would save. Needs the JupyterLab extension
+        in the user image and the kernel probe's credential (docs/lab.md).
         """)
 
     verify_pod_gone: bool = _option(Bool, True, help="""

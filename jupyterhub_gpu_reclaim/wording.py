@@ -17,6 +17,16 @@ from .durations import format_duration
 KEEPS = "files under your home directory"
 LOSES = ("running processes, kernel state and variables, GPU memory, files in /tmp, "
          "and packages installed outside your home directory")
+#: what became of a document a JupyterLab tab was asked to save before the stop
+#: (`observations.SAVE_OUTCOMES`), as the pages say it after its name
+SAVE_OUTCOME_WORDS = {
+    "saved": "saved",
+    "would-save": "would have been saved (dry run)",
+    "saving": "not saved: its save had not finished when the server stopped",
+    "read-only": "not saved: read-only",
+    "conflict": "not saved: the file changed on disk since it was opened (not overwritten)",
+    "failed": "not saved: the save failed",
+}
 
 
 def server_name(session: str) -> str:

@@ -73,6 +73,42 @@ class WhatRan:
                         for r in self.ran], "more": self.more}
 
 
+#: what a tab did with a document it was asked to save before the stop (the lab package's
+#: saving.py): "saving" is a save the stop cut short
+SAVE_OUTCOMES = ("saved", "would-save", "saving", "read-only", "conflict", "failed")
+#: when: `save_lead` before the reclaim time, or as the stop began
+SAVE_REASONS = ("lead", "stop")
+
+
+@dataclass(frozen=True)
+class SavedDoc:
+    """One document with unsaved changes that a JupyterLab tab of the server saved before the
+    stop (or could not: `outcome`; or would have, in dry run), when (the server's clock) and
+    whether at the lead before the reclaim or as the stop started (`reason`)."""
+
+    path: str
+    outcome: str
+    at: dt.datetime | None = None
+    reason: str = "stop"
+
+
+@dataclass(frozen=True)
+class WhatSaved:
+    """What the server's open tabs saved before a reclaim: how many tabs were open (0: none,
+    so nothing could be saved) and each document, at most MAX_RAN, with how many more
+    there were. Untrusted text (the user's server says it): escape it on display."""
+
+    tabs: int = 0
+    documents: tuple[SavedDoc, ...] = ()
+    more: int = 0
+
+    def shown(self) -> dict[str, Any]:
+        """As the API, the pages' data and a dry run's evidence write it."""
+        return {"tabs": self.tabs, "more": self.more,
+                "documents": [{"path": d.path, "outcome": d.outcome, "at": evidence_time(d.at), "reason": d.reason}
+                              for d in self.documents]}
+
+
 def _latest_first(r: Ran) -> tuple[bool, float, str, str]:
     return (r.last_activity is None, -r.last_activity.timestamp() if r.last_activity else 0.0, r.kind, r.path)
 

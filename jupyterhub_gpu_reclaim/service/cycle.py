@@ -97,7 +97,8 @@ class Reclaimer:
         self.history = SampleHistory(policy, settings.cycle_interval, self.rules.configs[1:])
         self.stops = Stops(stopper=stopper, store=store, metrics=self.metrics, policy=policy, clock=clock,
                            dry_run=settings.dry_run, cull_users=settings.cull_users,
-                           notify=self._notify, forget=self._stopped)
+                           notify=self._notify, forget=self._stopped, kernels=kernels,
+                           save_wait=settings.save_before_stop)
         self._failing: dict[str, str] = {}  # sid → the unexpected error already logged for it
         self._last: dict[str, tuple[str, str]] = {}  # sid → (action, rule) of the last cycle
         self._live: set[str] = set()
@@ -324,7 +325,8 @@ class Reclaimer:
             if d.action == "warn":
                 out.warns.append((o.session, d))
             elif d.action == "reclaim":
-                out.reclaims.setdefault(o.session.user, []).append(Reclaim(o.session, d, _episode(d, o.session), o.ran))
+                out.reclaims.setdefault(o.session.user, []).append(Reclaim(
+                    o.session, d, _episode(d, o.session), o.ran, (o.server.url, o.pod.direct_url if o.pod else None)))
         return out
 
     def _decide_session(self, o: Observed, decided: Decisions, warnings: tuple[Warning, ...],

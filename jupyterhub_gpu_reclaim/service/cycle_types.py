@@ -27,6 +27,7 @@ class Reclaim:
     decision: Decision
     episode: str
     ran: WhatRan | None = None  # what ran in it (its kernels' probe this cycle), None: not known
+    address: tuple[str, str | None] | None = None  # its url path on the hub, its own address (the pod's)
 
 
 class PodSource(Protocol):

@@ -17,7 +17,7 @@ from .hub_stopper import HubStopper, StopResult
 from .cycle_types import Reclaim
 from .metrics import Metrics
 from ..wording import server_name
-from ..policy.observations import Decision, Session
+from ..policy.observations import Decision, Session, WhatSaved
 from ..policy.decider import decide_user
 from ..policy.config import PolicyConfig
 from ..signals.base import entry_field, entry_time
@@ -31,10 +31,14 @@ class Stops:
     def __init__(self, *, stopper: HubStopper, store: Store, metrics: Metrics, policy: PolicyConfig,
                  clock: Callable[[], dt.datetime], dry_run: bool, cull_users: bool,
                  notify: Callable[[Decision, Session, dt.datetime], Awaitable[None]],
-                 forget: Callable[[str], None]) -> None:
-        """`notify` tells the user of a reclaim done; `forget` drops a stopped session's history."""
+                 forget: Callable[[str], None], kernels: object = None, save_wait: float = 0.0) -> None:
+        """`notify` tells the user of a reclaim done; `forget` drops a stopped session's history;
+        `kernels` (the kernel signal) asks a server's tabs to save before its stop, waiting
+        at most `save_wait` s (0: not asked)."""
         self.stopper, self.store, self.metrics, self.policy, self.clock = stopper, store, metrics, policy, clock
         self.dry_run, self.cull_users = dry_run, cull_users
+        self.kernels, self.save_wait = kernels, save_wait
+        self._dry_saves: set[asyncio.Task] = set()
         self._notify, self._forget = notify, forget
         self.tasks: dict[str, asyncio.Task] = {}  # sid (or "user:NAME") → its stop
         self._would_reclaim: set[str] = set()  # dry run: episodes already reported
@@ -63,7 +67,7 @@ class Stops:
                 now: dt.datetime) -> tuple[list[str], list[str]]:
         """Begin the stops of one user's sessions that the policy reclaims (in dry run, report
         them). Returns (the sessions whose stop began, those reported as dry run)."""
-        begun: list[tuple[Session, Decision, int]] = []
+        begun: list[tuple[Reclaim, int]] = []
         would: list[str] = []
         for reclaim in reclaims:
             session, d, episode = reclaim.session, reclaim.decision, reclaim.episode
@@ -74,23 +78,44 @@ class Stops:
                     would.append(session.id)
                     self.metrics.reclaims.labels(d.rule, "dry-run").inc()
                     log.info("[dry run] would reclaim %s (%s): %s", server_name(session.id), d.rule, d.reason)
+                    task = asyncio.create_task(self._would_save(reclaim), name=f"would save {session.id}")
+                    self._dry_saves.add(task)
+                    task.add_done_callback(self._dry_saves.discard)
                 continue
             # one record per attempt: after a failed stop the next cycle tries again
             rid = self.store.begin_reclaim(session.id, d.rule, now, d.shown(), session.gpus,
                                            episode=f"{episode} {format_time(now)}", ran=reclaim.ran)
             if rid is None:
                 continue  # a stop of it is under way or stuck
-            begun.append((session, d, rid))
+            begun.append((reclaim, rid))
         if begun:
             # with --cull-users the user goes too once all of their servers are stopped
             mine = [s for s in servers if s.user == user]
             cull_user = self.cull_users and len(begun) == len(mine)
             task = asyncio.create_task(self._stop_all(begun, mine[0] if cull_user else None), name=f"stop {user}")
-            self._track(task, [f"user:{user}", *(s.id for s, _, _ in begun)])
-        return [s.id for s, _, _ in begun], would
+            self._track(task, [f"user:{user}", *(r.session.id for r, _ in begun)])
+        return [r.session.id for r, _ in begun], would
 
-    async def _stop_all(self, begun: list[tuple[Session, Decision, int]], user: HubServer | None) -> None:
-        results = await asyncio.gather(*(self._stop_one(s, d, rid) for s, d, rid in begun))
+    async def _save_first(self, reclaim: Reclaim, dry_run: bool) -> WhatSaved | None:
+        """What the server's tabs saved as its stop begins (dry run: would save); None: not known."""
+        ask = getattr(self.kernels, "ask_to_save", None)
+        if ask is None or reclaim.address is None or self.save_wait <= 0:
+            return None
+        return await ask(reclaim.session.user, reclaim.session.server, *reclaim.address, dry_run=dry_run,
+                         wait=self.save_wait)
+
+    async def _would_save(self, reclaim: Reclaim) -> None:
+        """Dry run: the decisions log keeps what the tabs would have saved (nothing is saved)."""
+        saved = await self._save_first(reclaim, True)
+        if saved is not None:
+            d = reclaim.decision
+            log.info("[dry run] %s: its %d tab(s) would have saved %d document(s)", d.session, saved.tabs,
+                     len(saved.documents) + saved.more)
+            self.store.record_decisions([Decision(d.session, "reclaim", d.rule, d.reason, evidence={
+                **d.evidence, "would_save": saved.shown()})], self.clock())
+
+    async def _stop_all(self, begun: list[tuple[Reclaim, int]], user: HubServer | None) -> None:
+        results = await asyncio.gather(*(self._stop_one(r, rid) for r, rid in begun))
         if user is not None and all(r.ok for r in results):
             now = self.clock()
             delete, why = decide_user(admin=user.admin, created=user.user_created,
@@ -100,8 +125,12 @@ class Stops:
                 if (await self.stopper.delete_user(user.user)).ok:
                     self.metrics.users_deleted.inc()
 
-    async def _stop_one(self, session: Session, d: Decision, rid: int) -> StopResult:
+    async def _stop_one(self, reclaim: Reclaim, rid: int) -> StopResult:
+        session, d = reclaim.session, reclaim.decision
         log.info("reclaim %s (%s): %s", server_name(session.id), d.rule, d.reason)
+        saved = await self._save_first(reclaim, False)
+        if saved is not None:
+            self.store.record_saved(rid, saved)
         result = await self.stopper.stop(session.user, session.server)
         self._finish(rid, session.id, d.rule, session.gpus, result)
         if result.ok and session.gpus:

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from ..policy.observations import MAX_PATH, Kernel, Ran, WhatRan
+import aiohttp
+
+from ..policy.observations import MAX_PATH, MAX_RAN, SAVE_OUTCOMES, SAVE_REASONS, Kernel, Ran, SavedDoc, WhatRan, WhatSaved
 from ..oneline import brief
-from .base import HttpSource, SignalError, entry_field, entry_time, get_json
+from .base import MAX_BODY, HttpSource, SignalError, entry_field, entry_time, get_json, read_capped
 from .probe_tokens import NoProbeCredential, ProbeCredentials
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.kernels")
@@ -78,6 +81,33 @@ def _document(model: Any) -> Ran:
 def _terminal(model: Any) -> Ran:
     return Ran("terminal", _required(entry_field(model, "name", str, max_length=MAX_PATH), "name"),
                entry_time(model, "last_activity"))
+
+
+def saved_from_model(model: Any) -> WhatSaved | None:
+    """What the server's tabs saved, from its `gpu-reclaim/save` answer (the lab package's
+    saving.py); None when the answer is not one. The user controls it: a document that
+    cannot be read is counted (`more`), never trusted."""
+    tabs, documents = (model.get("tabs"), model.get("documents")) if isinstance(model, dict) else (None, None)
+    if not isinstance(tabs, int) or isinstance(tabs, bool) or tabs < 0 or not isinstance(documents, list):
+        return None
+    kept: list[SavedDoc] = []
+    for doc in documents:
+        try:
+            path = _required(entry_field(doc, "path", str, max_length=MAX_PATH), "path")
+            outcome, reason = entry_field(doc, "outcome", str), entry_field(doc, "reason", str, "stop")
+            if outcome not in SAVE_OUTCOMES or reason not in SAVE_REASONS:
+                raise ValueError(f"outcome {brief(outcome)}, reason {brief(reason)}")
+            path.encode("utf-8")  # a lone surrogate: no database or page can hold it
+            kept.append(SavedDoc(path, outcome, entry_time(doc, "at"), reason))
+        except (ValueError, UnicodeEncodeError):
+            continue
+    return WhatSaved(min(tabs, 10_000), tuple(kept[:MAX_RAN]), len(documents) - min(len(kept), MAX_RAN))
+
+
+def server_base(direct_url: str, server_url_path: str) -> str:
+    """The server's own address with its url path (`/user/alice/`), ending in "/"."""
+    path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
+    return direct_url.rstrip("/") + path
 
 
 def _required(value: T | None, key: str) -> T:
@@ -129,8 +159,7 @@ class KernelSignal(HttpSource):
             raise NoProbeCredential("kernel probes have no credential (kernel_probe_credential = 'none')")
         if not direct_url:
             raise SignalError("kernels", "the server's own address is not known (its pod has no IP yet)")
-        path = "/" + server_url_path.strip("/") + "/" if server_url_path.strip("/") else "/"
-        base = direct_url.rstrip("/") + path
+        base = server_base(direct_url, server_url_path)
         for attempt in (1, 2):
             # the token first, outside the semaphore: slow servers never delay minting
             token = await self.credentials.token(user, server)
@@ -174,6 +203,30 @@ class KernelSignal(HttpSource):
             if e.status == 404:  # terminals disabled on this server: there are none
                 return []
             raise
+
+    async def ask_to_save(self, user: str, server: str, server_url_path: str, direct_url: str | None, *,
+                          dry_run: bool, wait: float) -> WhatSaved | None:
+        """Ask `user`'s server, as its stop begins, to have its JupyterLab tabs save their
+        documents with unsaved changes (in dry run: say which they would save), waiting at
+        most `wait` s for them; what they saved since it started. None: not known (no
+        credential or address, a server without the lab package, no answer in time)."""
+        if self.credentials is None or not direct_url:
+            return None
+        url = server_base(direct_url, server_url_path) + "gpu-reclaim/save"
+        try:
+            token = await self.credentials.token(user, server)
+            async with self._client().post(
+                    url, json={"dry_run": dry_run, "wait": wait}, params=NO_TRACK, allow_redirects=False,
+                    headers={"Authorization": f"token {token}"},
+                    timeout=aiohttp.ClientTimeout(total=wait + self.timeout)) as r:
+                body = await read_capped(r.content, r.content_length, MAX_BODY["kernels"])
+                if r.status != 200 or body is None:
+                    log.info("what the tabs of %s/%s saved is not known: HTTP %s", user, server, r.status)
+                    return None
+                return saved_from_model(json.loads(body))
+        except (SignalError, aiohttp.ClientError, asyncio.TimeoutError, ValueError, RecursionError) as e:
+            log.info("what the tabs of %s/%s saved is not known: %s", user, server, brief(str(e)))
+            return None
 
     def release(self, sid: str) -> None:
         """Session `sid` left the ready list: its credential goes too."""

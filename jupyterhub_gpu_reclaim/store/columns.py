@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from ..policy.observations import Kernel, Ran, WhatRan
+from ..policy.observations import Kernel, Ran, SavedDoc, WhatRan, WhatSaved
 from ..timestamps import format_time, parse_time
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps with options makes one per call
@@ -140,6 +140,29 @@ class WhatRanColumn(sa.types.TypeDecorator):
             return None
         data = json.loads(value)
         return WhatRan(tuple(Ran(kind, path, _time(last)) for kind, path, last in data["ran"]), int(data["more"]))
+
+
+class WhatSavedColumn(sa.types.TypeDecorator):
+    """What the tabs saved before a reclaim (schema v8): {"tabs": n, "documents": [[path,
+    outcome, at or null, reason], ...], "more": n}; None: not known (nobody asked the server,
+    or it did not answer)."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: WhatSaved | None, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        return _dumps({"tabs": value.tabs, "more": value.more,
+                       "documents": [[d.path, d.outcome, _text(d.at), d.reason] for d in value.documents]})
+
+    def process_result_value(self, value: str | None, dialect: Any) -> WhatSaved | None:
+        if value is None:
+            return None
+        data = json.loads(value)
+        return WhatSaved(int(data["tabs"]), tuple(SavedDoc(path, outcome, _time(at), reason)
+                                                  for path, outcome, at, reason in data["documents"]),
+                         int(data["more"]))
 
 
 def v6_sample(line: dict) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence, get_args
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from ..policy.observations import Outcome, Warning, WhatRan
+from ..policy.observations import Outcome, Warning, WhatRan, WhatSaved
 from ..timestamps import format_time, utcnow
 from .base import StoreBase, rowcount
 from .schema import ReclaimRow, WarningRow, aware, dumps, stored, unstorable
@@ -34,13 +34,14 @@ class ReclaimRecord:
     detail: str
     seen_at: dt.datetime | None = None  # when its user saw the notice of it (the hub's home page)
     ran: WhatRan | None = None  # what ran in the server at the stop; None: not known
+    saved: WhatSaved | None = None  # what its JupyterLab tabs saved before the stop; None: not known
 
 
 def reclaim_record(row: ReclaimRow) -> ReclaimRecord:
     return ReclaimRecord(id=row.id, session=row.session, episode=row.episode, rule=row.rule, t=row.t,
                          gpus=row.gpus, evidence=json.loads(row.evidence), finished_at=row.finished_at,
                          outcome=row.outcome, detail=row.detail, seen_at=row.seen_at,
-                         ran=row.ran)
+                         ran=row.ran, saved=row.saved)
 
 
 
@@ -129,6 +130,11 @@ class ReclaimStore(StoreBase):
                 return row.id
         except sa_exc.IntegrityError:
             return None
+
+    def record_saved(self, reclaim_id: int, saved: WhatSaved) -> None:
+        """What the server's tabs saved before this reclaim's stop (asked as it began)."""
+        with self._session.begin() as db:
+            db.execute(sa.update(ReclaimRow).where(ReclaimRow.id == reclaim_id).values(saved=saved))
 
     def finish_reclaim(self, reclaim_id: int, t: dt.datetime, outcome: Outcome, detail: str = "") -> None:
         """Record how the stop ended: "stopped" (also for a server found "already-stopped":

@@ -8,7 +8,8 @@ row per session (a new intent replaces it, a clear marks it); version 4 notes wh
 saw the notice of a reclaim; version 5 holds what users choose (user and server names, so
 session ids) in unbounded text columns; version 6 holds the observations in typed columns
 (`ObservationRow`, `SessionRow`), no longer as trace lines; version 7 keeps what ran in a
-reclaimed server with its reclaim (`ReclaimRow.ran`).
+reclaimed server with its reclaim (`ReclaimRow.ran`); version 8 what its JupyterLab tabs
+saved before the stop (`ReclaimRow.saved`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..oneline import brief
-from ..policy.observations import Kernel, WhatRan
+from ..policy.observations import Kernel, WhatRan, WhatSaved
 from ..timestamps import format_time
-from .columns import Kernels, PerGpu, StringSet, Times, WhatRanColumn, v6_sample
+from .columns import Kernels, PerGpu, StringSet, Times, WhatRanColumn, WhatSavedColumn, v6_sample
 
 UTC = dt.timezone.utc
 
@@ -185,6 +186,7 @@ class ReclaimRow(Base):
     detail: Mapped[str] = mapped_column(sa.Text, default="")
     seen_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)  # its user saw the notice of it
     ran: Mapped[WhatRan | None] = mapped_column(WhatRanColumn)  # v7: what ran in it (None: not known)
+    saved: Mapped[WhatSaved | None] = mapped_column(WhatSavedColumn)  # v8: what its tabs saved (None: not known)
 
 
 class SessionRow(Base):
@@ -385,6 +387,16 @@ def _v6_to_v7(conn: Connection) -> None:
 
 
 MIGRATIONS.append(_v6_to_v7)
+
+
+def _v7_to_v8(conn: Connection) -> None:
+    """v7 → v8: what a reclaimed server's JupyterLab tabs saved before the stop (null for the
+    reclaims before: not known)."""
+    if "saved" not in {c["name"] for c in sa.inspect(conn).get_columns(ReclaimRow.__tablename__)}:
+        conn.execute(sa.text("ALTER TABLE reclaims ADD COLUMN saved TEXT"))
+
+
+MIGRATIONS.append(_v7_to_v8)
 
 OUR_TABLES = {t for t in Base.metadata.tables if t != "schema_version"}
 

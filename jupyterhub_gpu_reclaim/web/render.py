@@ -19,7 +19,8 @@ from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
 from ..service.reasons import SAID, Sentence, sentence, why
-from ..wording import KEEPS, LOSES, clock, count, expected_free, format_util, plural, relative, server_name, spark_label
+from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, expected_free, format_util, plural, relative,
+                       server_name, spark_label)
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -49,7 +50,8 @@ def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
             "why": why(r.rule, r.evidence).text(t), "kept": KEEPS, "lost": LOSES,
-            "ran": r.ran.shown() if r.ran is not None else None}
+            "ran": r.ran.shown() if r.ran is not None else None,
+            "saved": r.saved.shown() if r.saved is not None else None}
 
 
 def audit_json(a: AuditRecord) -> dict[str, Any]:
@@ -213,4 +215,5 @@ _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), auto
 _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"),
                       epoch=epoch, mean=mean, gpu_time=format_hours)
 _jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value,
-                      server_name=server_name, setting_text=setting_text)
+                      server_name=server_name, setting_text=setting_text,
+                      SAVE_OUTCOME_WORDS=SAVE_OUTCOME_WORDS)

@@ -2,6 +2,7 @@
 `gpu-reclaim/status`, `gpu-reclaim/keep-alive` and `gpu-reclaim/stop` under the server's
 base URL, answered by calling the reclaim service with the server's own hub token. The
 frontend (labextension/ in the repository, built into `labextensions/` here) reads them.
+Before a reclaim stops the server, its open tabs save their unsaved documents (saving.py).
 When the server stops, its kernels get the window the spawner gave it (window.py), and code
 a kernel registered with `on_reclaim` runs (kernel.py).
 Its own distribution, jupyterhub-gpu-reclaim-lab (lab/pyproject.toml), for the user image:
@@ -43,3 +44,9 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
 
         serverapp.log.warning("jupyterhub-gpu-reclaim-lab: " + FRONTEND_MISSING.format(
             where=", ".join(jupyter_path("labextensions"))))
+
+
+async def _start_jupyter_server_extension(serverapp: Any) -> None:
+    from .handlers import WATCHER
+
+    serverapp.web_app.settings[WATCHER].start()

@@ -12,7 +12,8 @@ frontend polls only while its tab is shown, when JupyterLab's own polls of kerne
 sessions count as much, and a tab in the background polls nothing (docs/lab.md).
 
 Where the service is not configured, not reachable or refuses the token, `status` answers
-{"available": false} and the frontend shows nothing."""
+{"available": false} and the frontend shows nothing. `save` (the service, as it stops the
+server) and `saved` (the tabs' reports) are the save before the stop: saving.py."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
+from .saving import MAX_WAIT, SCHEMA, SaveRounds, Watcher, read_report
+
 
 log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
 
@@ -35,6 +38,8 @@ log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
 URL_ENV = "JUPYTERHUB_GPU_RECLAIM_URL"
 #: the session fields the frontend reads (the service's API has more)
 FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until", "idle_threshold")
+#: where the web app's settings keep the save watch until the server's loop runs (__init__.py)
+WATCHER = "gpu_reclaim_save_watcher"
 #: states in which the GPU is idle and `idle_since` means something
 IDLE_STATES = ("idle", "warned")
 
@@ -46,6 +51,15 @@ class GpuReclaimLab(Configurable):
         http://hub:10101/services/gpu-reclaim/ (default: ${URL_ENV}; none: the extension
         shows nothing).""")
     timeout = Float(5, config=True, help="Seconds to wait for the reclaim service's answer.")
+    save_lead = Float(
+        120, config=True,
+        help="""Seconds before the reclaim time at which the open JupyterLab tabs save their
+        documents with unsaved changes (saving.py; they save again when the stop starts).
+        0: only when the stop starts.""")
+    watch_interval = Float(
+        30, config=True,
+        help="""Seconds between two reads of the reclaim time from the service (server to
+        service: not the user's activity), so that the tabs save `save_lead` before it.""")
 
     def _service_url_default(self) -> str:
         return os.environ.get(URL_ENV, "")
@@ -181,15 +195,62 @@ class StopHandler(Handler):
         self.forward(status, answer)
 
 
+class SaveHandler(Handler):
+    """The service, as it stops this server (with the probe's token, owned by this server's
+    user and good for this server only): the tabs save now, or in dry run say what they
+    would save; the answer is what they saved since the server started, and when.
+    {"dry_run": bool, "wait": seconds (at most MAX_WAIT)}."""
+
+    def initialize(self, client: ServiceClient, rounds: SaveRounds) -> None:  # type: ignore[override]
+        super().initialize(client)
+        self.rounds = rounds
+
+    @web.authenticated
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        dry_run, wait = (body.get("dry_run", False), body.get("wait", 10)) if isinstance(body, dict) else (None, None)
+        if not isinstance(dry_run, bool) or not isinstance(wait, (int, float)) or isinstance(wait, bool) \
+                or not 0 <= wait <= MAX_WAIT:
+            raise web.HTTPError(400, f"dry_run must be a boolean, wait a number of seconds up to {MAX_WAIT:g}")
+        tabs = await self.rounds.ask("list" if dry_run else "save", "stop", float(wait))
+        self.finish({"tabs": tabs, "documents": self.rounds.shown(dry_run)})
+
+
+class SavedHandler(Handler):
+    """A tab's report of a round: {"round", "tab", "documents": [{"path", "outcome", "message"}], "done"}."""
+
+    def initialize(self, client: ServiceClient, rounds: SaveRounds) -> None:  # type: ignore[override]
+        super().initialize(client)
+        self.rounds = rounds
+
+    @web.authenticated
+    async def post(self) -> None:
+        rid, tab, documents, done = read_report(self.request.body)
+        try:
+            self.rounds.report(rid, tab, documents, done)
+        except KeyError:
+            raise web.HTTPError(409, "that round is over") from None
+        self.set_status(204)
+        self.finish()
+
+
 def setup_handlers(serverapp: Any) -> None:
     settings = GpuReclaimLab(config=serverapp.config)
     client = ServiceClient(settings)
+    serverapp.event_logger.register_event_schema(SCHEMA)
+    rounds = SaveRounds(serverapp.event_logger)
     base = serverapp.web_app.settings["base_url"].rstrip("/") + "/gpu-reclaim/"
     serverapp.web_app.add_handlers(".*$", [
         (base + "status", StatusHandler, {"client": client}),
         (base + "keep-alive", KeepAliveHandler, {"client": client}),
         (base + "stop", StopHandler, {"client": client}),
+        (base + "save", SaveHandler, {"client": client, "rounds": rounds}),
+        (base + "saved", SavedHandler, {"client": client, "rounds": rounds}),
     ])
+    serverapp.web_app.settings[WATCHER] = Watcher(client, rounds, settings.save_lead, settings.watch_interval)
     if not client.configured:
         log.info("GPU reclaim: $%s or the server's token is not set; the JupyterLab extension shows nothing",
                  URL_ENV)

@@ -2,7 +2,8 @@
  * The session's GPU state inside JupyterLab: a status bar item ("GPU idle 42 min · stopped
  * at 14:05 unless used", and a sparkline of the GPU's last two hours) and, while the reclaim
  * service warns, a notification with Keep alive 2 h, Keep alive until… and Stop and free the
- * GPU.
+ * GPU. Before a reclaim stops the server, its documents with unsaved changes are saved
+ * (saving.ts).
  *
  * Everything goes through this server's own extension (`gpu-reclaim/…` under the server's
  * base URL), which calls the service with the server's token: the browser holds no new
@@ -14,6 +15,8 @@ import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
+
+import { SaveBeforeStop } from './saving';
 
 /** How often the state is read while the tab is shown (the service answers from memory; one cycle is ~30 s). */
 const POLL_MS = 10_000;
@@ -214,8 +217,17 @@ class GpuReclaim {
     this.item = new Widget();
     this.item.addClass('jp-GpuReclaim-status');
     this.text.className = 'jp-GpuReclaim-text';
-    this.item.node.append(this.text, this.spark);
+    this.saveNote.className = 'jp-GpuReclaim-saved';
+    this.item.node.append(this.text, this.spark, this.saveNote);
     this.item.hide();
+    // while warned, the item shows the warning's actions again (once closed, it stays closed)
+    this.item.node.addEventListener('click', () => this.reopen());
+    this.item.node.addEventListener('keydown', (event: KeyboardEvent) => {
+      if (event.key === 'Enter' || event.key === ' ') {
+        event.preventDefault();
+        this.reopen();
+      }
+    });
     if (statusBar) {
       statusBar.registerStatusItem('jupyterhub-gpu-reclaim:status', {
         item: this.item,
@@ -228,6 +240,13 @@ class GpuReclaim {
   start(): void {
     document.addEventListener('visibilitychange', () => this.poll());
     this.poll();
+  }
+
+  /** What the last save before a stop did ("saved 2 at 14:03"), after the state. */
+  noteSaved(note: string, title: string): void {
+    this.saveNote.textContent = ` · ${note}`;
+    this.saveNote.title = title;
+    this.item.show();
   }
 
   /**
@@ -266,14 +285,31 @@ class GpuReclaim {
           ? `${shown.title}. A stop keeps ${status.keeps}; it loses ${status.loses}.`
           : shown.title;
       this.item.node.dataset.state = session!.state;
+      const actionable = session!.state === 'warned' && !!session!.reclaim_at;
+      if (actionable) {
+        this.item.node.setAttribute('role', 'button');
+        this.item.node.tabIndex = 0;
+      } else {
+        this.item.node.removeAttribute('role');
+        this.item.node.removeAttribute('tabindex');
+      }
       this.item.show();
-    } else {
+    } else if (!this.saveNote.textContent) {
       this.item.hide();
     }
     if (session && session.state === 'warned' && session.reclaim_at) {
       this.warn(session);
     } else {
       this.clearWarning();
+    }
+  }
+
+  /** The warning raised again with its actions, from the status bar item. */
+  private reopen(): void {
+    const s = this.status.available ? this.status.session : null;
+    if (s && s.state === 'warned' && s.reclaim_at) {
+      this.clearWarning();
+      this.warn(s);
     }
   }
 
@@ -362,6 +398,7 @@ class GpuReclaim {
   private readonly settings: ServerConnection.ISettings;
   private readonly item: Widget;
   private readonly text = document.createElement('span');
+  private readonly saveNote = document.createElement('span');
   private spark: Element = document.createElement('span'); // an empty span: no series
   private status: IStatus = { available: false };
   private warningId: string | null = null;
@@ -375,7 +412,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   optional: [IStatusBar],
   activate: (app: JupyterFrontEnd, statusBar: IStatusBar | null) => {
-    new GpuReclaim(app.serviceManager.serverSettings, statusBar).start();
+    const reclaim = new GpuReclaim(app.serviceManager.serverSettings, statusBar);
+    reclaim.start();
+    new SaveBeforeStop(app, (note, title) => reclaim.noteSaved(note, title)).listen();
   }
 };
 

@@ -34,7 +34,7 @@ from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 from ..support.live import LAB, api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
-from ..support.browser import IMG, log_in, new_page
+from ..support.browser import IMG, log_in, new_page, show
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -158,16 +158,6 @@ window.fetch = (input, init) => {
 """
 
 
-async def show(page: Page, state: str) -> None:
-    """The tab put in the background ("hidden") or in front ("visible"), as the Page
-    Visibility API tells a page: its visibilityState, then a visibilitychange event."""
-    await page.evaluate("""state => {
-        Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => state});
-        Object.defineProperty(document, 'hidden', {configurable: true, get: () => state === 'hidden'});
-        document.dispatchEvent(new Event('visibilitychange'));
-    }""", state)
-
-
 async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alice, browser):
     """Every request the proxy passes to the server moves the hub's last_activity: in a tab
     left in the background the extension asks nothing (two minutes on the page's clock), and
@@ -202,6 +192,22 @@ async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alic
         await page.context.close()
 
 
+# the contrast ratio (WCAG 2.1) of an element's text colour against the first background
+# behind it that is not transparent
+CONTRAST = """selector => {
+  const rgb = c => c.match(/[\\d.]+/g).map(Number);
+  const lum = ([r, g, b]) => [r, g, b].map(v => v / 255).map(v => v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4)
+    .reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
+  const el = document.querySelector(selector);
+  let bg = el;
+  while (bg && (getComputedStyle(bg).backgroundColor === 'rgba(0, 0, 0, 0)' || getComputedStyle(bg).backgroundColor === 'transparent')) {
+    bg = bg.parentElement;
+  }
+  const [a, b] = [lum(rgb(getComputedStyle(el).color)), lum(rgb(getComputedStyle(bg || document.body).backgroundColor))];
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+
 async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api, alice, browser):
     await until(lambda: warned(hub, api, "alice"), 60, "alice's GPU session is warned")
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at \d\d:\d\d unless used"),
@@ -214,6 +220,14 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     await expect(toast.get_by_role("button", name="Keep alive until…")).to_be_visible()
     await expect(toast.get_by_role("button", name="Stop and free the GPU")).to_be_visible()
     await alice.screenshot(path=str(IMG / "lab-notification.png"))
+    # once closed, the status bar item (a button while warned) shows it again
+    await toast.get_by_title("Hide notification").click()
+    await expect(toast).to_have_count(0)
+    await expect(alice.locator(STATUS)).to_have_attribute("role", "button")
+    await alice.locator(STATUS).click()
+    await expect(toast).to_be_visible()
+    # the warned text is legible: at least 4.5:1 against the status bar (WCAG 2.1, 1.4.3)
+    assert await alice.evaluate(CONTRAST, f"{STATUS} .jp-GpuReclaim-text") >= 4.5
     await toast.get_by_role("button", name="Keep alive 2 h").click()
     await expect(toast).to_have_count(0, timeout=30_000)
     session = await service_session(hub, api, "alice")

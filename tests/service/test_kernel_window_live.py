@@ -24,7 +24,6 @@ import datetime as dt
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -34,7 +33,7 @@ from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.hubapi import HubAPI
 from ..support.service_hub import HERE, TIMINGS, start_service_hub, until
-from ..support.sim_cluster import kubectl
+from ..support.sim_cluster import home
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -102,12 +101,6 @@ class PodEvents:
                             self.deleting.setdefault(meta.name, (time.time(), meta.deletion_grace_period_seconds))
         finally:
             await api.close()
-
-
-def home(sim, user: str) -> Path:
-    """The host directory of the user's home volume (the simulator's PVs are hostPath)."""
-    volume = kubectl(sim, "get", "pvc", "-n", "jhub", f"claim-{user}", "-o", "jsonpath={.spec.volumeName}").stdout
-    return Path(kubectl(sim, "get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout)
 
 
 def gpu_pods(sim) -> str:

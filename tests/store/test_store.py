@@ -57,18 +57,18 @@ def warning(session="alice/", t=at(60), rule="gpu-idle"):  # noqa: B008 - a date
 
 def test_new_store_is_current_version_and_reopens(path):
     with Store.open(path) as s:  # a plain path means a SQLite file
-        assert schema_version(s) == store_mod.current_version() == 7
+        assert schema_version(s) == store_mod.current_version() == 8
     with Store.open(f"sqlite:///{path}") as s:
-        assert schema_version(s) == 7
+        assert schema_version(s) == 8
     with sqlite3.connect(path) as conn:
-        assert conn.execute("select version from schema_version").fetchall() == [(7,)]
+        assert conn.execute("select version from schema_version").fetchall() == [(8,)]
 
 
 def test_newer_unknown_version_is_refused(path):
     Store.open(path).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("update schema_version set version = 8")
-    with pytest.raises(StoreVersionError, match=r"schema version 8.*up to 7"):
+        conn.execute("update schema_version set version = 9")
+    with pytest.raises(StoreVersionError, match=r"schema version 9.*up to 8"):
         Store.open(path)
 
 

@@ -150,7 +150,7 @@ def make_v3(path):
 def test_v3_store_is_upgraded_to_note_when_a_reclaim_was_seen(path):
     make_v3(path)
     with Store.open(path) as s:
-        assert schema_version(s) == store_mod.current_version() == 7
+        assert schema_version(s) == store_mod.current_version() == 8
         [r] = s.unseen_reclaims("alice", since=START)
         assert r.seen_at is None and s.unseen_reclaims("bob", since=START) == []
         assert s.mark_seen("bob", r.id, at(70)) is None  # not bob's: nothing changes

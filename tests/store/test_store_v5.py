@@ -151,7 +151,7 @@ def make_v4(url: str) -> None:
 def test_a_v4_store_is_upgraded_to_unbounded_names(url):
     make_v4(url)
     with Store.open(url) as s:
-        assert schema_version(s) == store_mod.current_version() == 7
+        assert schema_version(s) == store_mod.current_version() == 8
         assert decided_sessions(s) == ["alice/"] and set(s.intents()) == {"alice/"}
         s.record_decisions([Decision(f"student42/{LONG}", "keep", "gpu-active", "busy")], at(2))
         s.set_intent(f"student42/{LONG}", at(60), at(2), by=LONG_USER)

@@ -106,7 +106,7 @@ def test_a_v5_store_is_upgraded_to_typed_rows(url, tmp_path):
     make_v5(url)
     with Store.open(f"sqlite:///{tmp_path / 'v6.sqlite'}") as fresh, Store.open(url) as upgraded:
         record_v6(fresh)
-        assert schema_version(upgraded) == store_mod.current_version() == 7
+        assert schema_version(upgraded) == store_mod.current_version() == 8
         with upgraded.engine.connect() as conn:
             tables = set(sa.inspect(conn).get_table_names())
             assert "trace_sessions" not in tables and "observations_v5" not in tables

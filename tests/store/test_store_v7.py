@@ -63,7 +63,7 @@ def test_a_v6_store_is_upgraded_its_reclaims_ran_not_known(url):
         conn.execute(sa.text("UPDATE schema_version SET version = 6"))
     engine.dispose()
     with Store.open(url) as s:
-        assert schema_version(s) == store_mod.current_version() == 7
+        assert schema_version(s) == store_mod.current_version() == 8
         (old,) = s.reclaims()
         assert old.ran is None and old.evidence == {"idle_since": "x"}
         ran = WhatRan.of([Ran("notebook", "train.ipynb", at(9))])

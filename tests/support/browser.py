@@ -40,3 +40,13 @@ async def log_in(page: Page, url: str, user: str) -> None:
     await page.get_by_label("Username").fill(user)
     await page.get_by_label("Password").fill(PASSWORD)
     await page.get_by_role("button", name="Sign in").click()
+
+
+async def show(page: Page, state: str) -> None:
+    """The tab put in the background ("hidden") or in front ("visible"), as the Page
+    Visibility API tells a page: its visibilityState, then a visibilitychange event."""
+    await page.evaluate("""state => {
+        Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => state});
+        Object.defineProperty(document, 'hidden', {configurable: true, get: () => state === 'hidden'});
+        document.dispatchEvent(new Event('visibilitychange'));
+    }""", state)

@@ -9,7 +9,7 @@ import datetime as dt
 from jupyterhub_gpu_reclaim.service.hub_stopper import StopResult
 from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
-from jupyterhub_gpu_reclaim.policy.observations import Kernel, WhatRan
+from jupyterhub_gpu_reclaim.policy.observations import Kernel, WhatRan, WhatSaved
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
@@ -81,11 +81,18 @@ class FakeKernels:
         self.states: dict[str, list[str]] = {}  # server url → kernel states
         self.ran: dict[str, WhatRan] = {}  # server url → what runs there (absent: not known)
         self.calls: list[tuple[str, str | None]] = []
+        self.saved: dict[str, WhatSaved] = {}  # server url → what its tabs save (absent: not known)
+        self.asks: list[tuple[str, bool, float]] = []  # (server url, dry run, wait) of each ask to save
 
     async def probe_all(self, user: str, server: str, server_url_path: str, direct_url: str | None = None) -> Probed:
         self.calls.append((server_url_path, direct_url))
         return Probed([Kernel(execution_state=s) for s in self.states.get(server_url_path, [])], [],
                       self.ran.get(server_url_path))
+
+    async def ask_to_save(self, user: str, server: str, server_url_path: str, direct_url: str | None, *,
+                          dry_run: bool, wait: float) -> WhatSaved | None:
+        self.asks.append((server_url_path, dry_run, wait))
+        return self.saved.get(server_url_path)
 
 
 class FakeStopper:

@@ -85,3 +85,9 @@ def wait_for(check: Callable[[], Any], what: str, timeout: float = 60, every: fl
             return value
         time.sleep(every)
     raise AssertionError(f"no {what} after {timeout:.0f} s")
+
+
+def home(sim, user: str) -> Path:
+    """The host directory of the user's home volume (the simulator's PVs are hostPath)."""
+    volume = kubectl(sim, "get", "pvc", "-n", "jhub", f"claim-{user}", "-o", "jsonpath={.spec.volumeName}").stdout
+    return Path(kubectl(sim, "get", "pv", volume, "-o", "jsonpath={.spec.hostPath.path}").stdout)

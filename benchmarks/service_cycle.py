@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -62,38 +63,46 @@ if str(REPO) not in sys.path:
 from benchmarks.cycle.culler import run_culler  # noqa: E402
 from benchmarks.cycle.fakes import serve_fakes  # noqa: E402
 from benchmarks.cycle.ours import run_ours  # noqa: E402
-from benchmarks.cycle.report import pooled, table, verdict  # noqa: E402
+from benchmarks.cycle.report import pooled, sizes_table, table, verdict  # noqa: E402
+from benchmarks.cycle.scene import Scene  # noqa: E402
 from benchmarks.support.process import machine  # noqa: E402
 
 
-def tool_main(args: argparse.Namespace) -> None:
+def tool_main(args: argparse.Namespace, scene: Scene) -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     ports = json.loads(args.ports)
     runner = run_ours if args.tool == "ours" else run_culler
-    result = asyncio.run(runner(ports, args.cycles, args.profile, args.pods))
+    result = asyncio.run(runner(ports, args.cycles, args.profile, args.pods, scene))
+    if args.decisions and "last_decisions" in result:
+        with open(args.decisions, "w") as f:
+            json.dump({k: result.pop(k) for k in ("first_decisions", "last_decisions")}, f, indent=0, sort_keys=True)
+    result.pop("first_decisions", None), result.pop("last_decisions", None)
     print(json.dumps(result))
 
 
 def run_tool(tool: str, ports: dict[str, int], cycles: int, profile: str | None,
-             pods: str) -> dict[str, Any]:
+             pods: str, scene: Scene, decisions: str | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--tool", tool, "--ports", json.dumps(ports), "--cycles", str(cycles),
-           "--pods", pods]
+           "--pods", pods, *scene.args()]
     if profile:
         cmd += ["--profile", profile]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    if decisions:
+        cmd += ["--decisions", decisions]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
     if out.stderr.strip():
         sys.stderr.write(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def driver(args: argparse.Namespace) -> None:
+def run_size(args: argparse.Namespace, scene: Scene) -> dict[str, dict[str, Any]]:
+    """Every variant's rounds on one fake hub of `scene`'s size, pooled."""
     tmp = tempfile.mkdtemp(prefix="bench-fakes-")
     port_file = os.path.join(tmp, "ports.json")
-    fakes = subprocess.Popen([sys.executable, __file__, "--serve-fakes", port_file])
+    fakes = subprocess.Popen([sys.executable, __file__, "--serve-fakes", port_file, *scene.args()])
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not os.path.exists(port_file):
             if time.monotonic() > deadline or fakes.poll() is not None:
                 raise SystemExit("the fakes did not start")
@@ -106,22 +115,27 @@ def driver(args: argparse.Namespace) -> None:
         runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for k in range(args.rounds):  # alternate the tools: a busy machine hurts both alike
             for tool, (kind, pods) in variants.items():
-                profile = f"{args.profile}.{tool}" if args.profile and k == 0 else None
-                runs[tool].append(run_tool(kind, ports, args.cycles, profile, pods))
-                print(f"round {k + 1} {tool}: first {runs[tool][-1]['first']:.2f} s, cycles "
-                      + " ".join(f"{t:.2f}" for t in runs[tool][-1]["times"]), file=sys.stderr)
+                first_round = k == 0
+                profile = f"{args.profile}.{scene.servers}.{tool}" if args.profile and first_round else None
+                decisions = (f"{args.decisions}.{scene.servers}.json"
+                             if args.decisions and first_round and tool == "ours" else None)
+                runs[tool].append(run_tool(kind, ports, args.cycles, profile, pods, scene, decisions))
+                print(f"{scene.servers} servers, round {k + 1} {tool}: first {runs[tool][-1]['first']:.2f} s, "
+                      "cycles " + " ".join(f"{t:.2f}" for t in runs[tool][-1]["times"])
+                      + f", peak {runs[tool][-1]['VmHWM']:.0f} MiB", file=sys.stderr)
     finally:
         fakes.terminate()
         fakes.wait(10)
-    results = {tool: pooled(r) for tool, r in runs.items()}
+    return {tool: pooled(r) for tool, r in runs.items()}
+
+
+def print_size(scene: Scene, results: dict[str, dict[str, Any]]) -> None:
     ours, culler = results["ours"], results["culler"]
-    print(f"Machine: {machine()}; {dt.date.today()}; {args.rounds} rounds x {args.cycles} "
-          f"timed cycles per tool\n")
     print(table(ours, culler, results.get("ours-prefilled")))
     print()
-    print(verdict(ours, culler))
+    print(verdict(ours, culler, scene))
     print(f"\n- ours: {ours['servers']} servers, {ours['gpu_sessions']} with GPUs; decisions "
-          f"{ours['decisions']}; pods view (5,000 PodInfo) {ours['pods_view_mib']:.1f} MiB")
+          f"{ours['decisions']}; pods view ({scene.servers:,} PodInfo) {ours['pods_view_mib']:.1f} MiB")
     for name in ("ours", "ours-prefilled"):
         r = results.get(name)
         if r:
@@ -130,8 +144,26 @@ def driver(args: argparse.Namespace) -> None:
                   f"then first cycle {r['first']:.2f} s: pods signal start {sp['pods_start']:.2f} s, "
                   f"decision log {sp['record_decision']:.2f} s, rest "
                   f"{r['first'] - sp['pods_start'] - sp['record_decision']:.2f} s; requests {r['first_counts']}")
+
+
+def driver(args: argparse.Namespace, scenes: list[Scene]) -> None:
+    print(f"Machine: {machine()}; {dt.date.today()}; load average {load()} at the start; "
+          f"{args.rounds} rounds x {args.cycles} timed cycles per tool\n")
+    sizes = {}
+    for scene in scenes:
+        sizes[scene.servers] = results = run_size(args, scene)
+        print(f"### {scene.servers:,} servers ({scene.gpu_servers:,} with GPUs)\n")
+        print_size(scene, results)
+        print()
+    if len(scenes) > 1:
+        print(sizes_table(scenes, sizes))
+    print(f"\nload average {load()} at the end")
     if args.json:
-        print(json.dumps(results, indent=1))
+        print(json.dumps(sizes, indent=1))
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -144,18 +176,30 @@ def main() -> None:
                         "pre-filled in-process view (fake)")
     p.add_argument("--no-fake-pods", action="store_true",
                    help="do not also run ours with the pods view pre-filled")
+    p.add_argument("--servers", type=int, default=Scene.servers,
+                   help="users with one ready server each on the fake hub")
+    p.add_argument("--gpu-share", type=Fraction, default=Scene.gpu_share,
+                   help="the share of the servers with a GPU (a fraction: 1/5, 0.2)")
+    p.add_argument("--sizes", type=lambda v: [int(n) for n in v.split(",")],
+                   help="several sizes, one after the other, into one table: 1000,5000,10000,20000 "
+                        "(each with --gpu-share; overrides --servers)")
+    p.add_argument("--decisions", help="write ours' decisions of the first and the last cycle "
+                                       "(each session's action and rule) to PATH.SERVERS.json")
     p.add_argument("--json", action="store_true", help="also print the raw results")
     p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.ours / PATH.culler")
     p.add_argument("--serve-fakes", help=argparse.SUPPRESS)
     p.add_argument("--tool", choices=("ours", "culler"), help=argparse.SUPPRESS)
     p.add_argument("--ports", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if not 0 <= args.gpu_share <= 1 or args.servers < 1 or any(n < 1 for n in args.sizes or ()):
+        p.error("--servers and --sizes are counts of 1 or more, --gpu-share a share from 0 to 1")
+    scenes = [Scene(n, args.gpu_share) for n in args.sizes or [args.servers]]
     if args.serve_fakes:
-        serve_fakes(args.serve_fakes)
+        serve_fakes(args.serve_fakes, scenes[0])
     elif args.tool:
-        tool_main(args)
+        tool_main(args, scenes[0])
     else:
-        driver(args)
+        driver(args, scenes)
 
 
 if __name__ == "__main__":

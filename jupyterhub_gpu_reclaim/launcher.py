@@ -134,7 +134,8 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     s = settings
     context = s.ssl_context
     hub = HubSignal(s.url, s.api_token, page_size=s.api_page_size,
-                    concurrency=s.concurrency or 1_000_000, ssl_context=context)
+                    concurrency=s.concurrency or 1_000_000, ssl_context=context,
+                    keep_models=s.cull_arbiter_hook is not None)
     found = kubernetes_configuration(s.kubeconfig)
     pods = None
     if s.kubernetes == "true" or s.kubernetes == "auto" and found:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from traitlets.config import Application
 
+from .service import collector
 from .service.hub_stopper import HubStopper
 from .config import GpuReclaim
 from .errors import ConfigError, ServiceError
@@ -191,6 +192,7 @@ async def serve(settings: ServiceSettings) -> None:
     from .web.base import Context
 
     s = settings
+    collector.set_thresholds()
     try:
         store = Store.open(s.store_url)
     except StoreError as e:

@@ -110,8 +110,11 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
 
     pods.start = timed("pods_start", pods.start)  # type: ignore[method-assign]
     store.record_decisions = timed("record_decision", store.record_decisions)  # type: ignore[method-assign]
-    # as the service does (launcher.serve): connect to Kubernetes and list the pods before
-    # the first cycle
+    # as the service does (launcher.serve): the collector's thresholds, then connect to
+    # Kubernetes and list the pods before the first cycle
+    from jupyterhub_gpu_reclaim.service import collector
+
+    collector.set_thresholds()
     t0 = time.perf_counter()
     await pods.start()
     startup = time.perf_counter() - t0

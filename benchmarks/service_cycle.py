@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Benchmark: one reclaim cycle over 5,000 ready servers, side by side with
-jupyterhub-idle-culler's cycle on the same (fake) hub.
+"""Benchmark: one reclaim cycle over 5,000 ready servers (`--servers`, `--gpu-share`; `--sizes`
+for several into one table), side by side with jupyterhub-idle-culler's cycle on the same
+(fake) hub.
 
-Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
+Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,000 servers;
+`--sizes 1000,5000,10000,20000` for the table of docs/benchmarks.md). At each size it
 
 1. starts one *fakes* process (its CPU is not the measured process's) serving, on three
    127.0.0.1 ports:
@@ -11,15 +13,15 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
      size capped at 200, JupyterHub's `api_page_max_limit`; `_pagination.next.url` built
      as the hub builds it), `GET /hub/api/users/NAME`, `DELETE .../server` (204),
      `POST`/`DELETE /hub/api/users/NAME/tokens` (the kernel-probe tokens). 5,000
-     users, each with one ready default server, all active in the last 30 minutes, so
+     (`--servers`) users, each with one ready default server, all active in the last 30 minutes, so
      neither tool stops anything: what is timed is the decision cycle, not stops;
    - Prometheus `GET /api/v1/query`: the default query's answer (`field="util"` and
      `field="fb_used"` series, dcgm-exporter's labels renamed `exported_*` as with
-     `honor_labels: false`) for the 1,000 GPU pods; 100 of them (10 %) at 0 % (GPU-idle),
+     `honor_labels: false`) for the 1,000 GPU pods (`--gpu-share`, 1/5); one in 10 at 0 % (GPU-idle),
      the others busy;
    - the single-user servers' own `/user/NAME/api/kernels` and `/api/terminals` (one idle
      kernel, no terminal), reached at `PodInfo.direct_url`;
-   - the Kubernetes API's pod list (`limit`/`continue`; 5,000 KubeSpawner-shaped pods of
+   - the Kubernetes API's pod list (`limit`/`continue`; a KubeSpawner-shaped pod a server, of
      about 2.9 KB of JSON each) and a pod watch that stays quiet until its timeout;
    and counting every request by kind;
 2. runs each tool in its own fresh Python process (so that peak RSS compares), a warm-up
@@ -29,16 +31,16 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
      LogNotifier, a Store on a temporary SQLite file, `ServiceSettings()` (the default policy and options) and
      the real PodSignal (kubernetes_asyncio list + watch) against the fake API; a second
      variant ("pods view pre-filled", `--pods fake` alone) replaces the pods signal by an
-     in-process view holding the same 5,000 `PodInfo` (built by `signals.pods.pod_info`),
+     in-process view holding the same `PodInfo` (built by `signals.pods.pod_info`),
      which is what `snapshot()` reads; the memory of that view is measured with tracemalloc;
    - jupyterhub-idle-culler 2.0's `cull_idle(...)` with the equivalent settings
      (`inactive_limit=3600, concurrency=10, api_page_size=200, cull_users=False`);
    3 rounds (`--rounds`), the tools alternating, timed cycles pooled;
 3. prints a markdown table, the targets met or not, and where the first cycle's time went
-   (and `--json` the raw results).
+   (and `--json` the raw results); with several sizes, one table of them all.
 
-Logging is at WARNING in both tool processes. The first cycle of ours writes the 5,000
-first decisions and 1,000 session lines to the store; it is reported apart.
+Logging is at WARNING in both tool processes. The first cycle of ours writes every server's
+first decision and every GPU server's session line to the store; it is reported apart.
 """
 
 from __future__ import annotations

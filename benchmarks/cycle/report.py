@@ -80,13 +80,11 @@ def sizes_table(scenes: list[Scene], sizes: dict[int, dict[str, dict[str, Any]]]
     each grows from the smallest size."""
     rows = ["| servers (GPU) | ours: cycle p50 (CPU) / first / peak RSS | pods view pre-filled: p50 / peak "
             "| idle-culler 2.0: p50 (CPU) / peak | ours / idle-culler (p50; CPU) | growth from the first size: "
-            "ours / idle-culler (p50; peak RSS) |",
+            "ours / idle-culler (CPU p50; peak RSS) |",
             "|---|---|---|---|---|---|"]
     base = sizes[scenes[0].servers]
 
     def grown(r: dict[str, dict[str, Any]], tool: str, key: str) -> float:
-        if key == "p50":
-            return r[tool]["cycles"]["p50"] / base[tool]["cycles"]["p50"]
         return r[tool][key] / base[tool][key]
 
     for scene in scenes:
@@ -102,6 +100,6 @@ def sizes_table(scenes: list[Scene], sizes: dict[int, dict[str, dict[str, Any]]]
             f"| {pre_cell} "
             f"| {culler['cycles']['p50']:.2f} s ({culler['cpu_p50']:.2f} s) / {culler['VmHWM']:.0f} MiB "
             f"| {ours['cycles']['p50'] / culler['cycles']['p50']:.2f}×; {ours['cpu_p50'] / culler['cpu_p50']:.2f}× "
-            f"| {grown(r, 'ours', 'p50'):.1f}× / {grown(r, 'culler', 'p50'):.1f}×; "
+            f"| {grown(r, 'ours', 'cpu_p50'):.1f}× / {grown(r, 'culler', 'cpu_p50'):.1f}×; "
             f"{grown(r, 'ours', 'VmHWM'):.1f}× / {grown(r, 'culler', 'VmHWM'):.1f}× |")
     return "\n".join(rows)

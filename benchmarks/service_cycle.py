@@ -77,10 +77,10 @@ def tool_main(args: argparse.Namespace, scene: Scene) -> None:
     ports = json.loads(args.ports)
     runner = run_ours if args.tool == "ours" else run_culler
     result = asyncio.run(runner(ports, args.cycles, args.profile, args.pods, scene))
-    if args.decisions and "last_decisions" in result:
+    decisions = {k: result.pop(k) for k in ("first_decisions", "last_decisions") if k in result}
+    if args.decisions and decisions:  # ours' only
         with open(args.decisions, "w") as f:
-            json.dump({k: result.pop(k) for k in ("first_decisions", "last_decisions")}, f, indent=0, sort_keys=True)
-    result.pop("first_decisions", None), result.pop("last_decisions", None)
+            json.dump(decisions, f, indent=0, sort_keys=True)
     print(json.dumps(result))
 
 
@@ -188,7 +188,7 @@ def main() -> None:
     p.add_argument("--decisions", help="write ours' decisions of the first and the last cycle "
                                        "(each session's action and rule) to PATH.SERVERS.json")
     p.add_argument("--json", action="store_true", help="also print the raw results")
-    p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.ours / PATH.culler")
+    p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.SERVERS.ours / .culler")
     p.add_argument("--serve-fakes", help=argparse.SUPPRESS)
     p.add_argument("--tool", choices=("ours", "culler"), help=argparse.SUPPRESS)
     p.add_argument("--ports", help=argparse.SUPPRESS)

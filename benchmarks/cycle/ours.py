@@ -151,6 +151,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     store.close()
     if prof:
         prof.dump_stats(profile)
+
     def decisions(report: Any) -> dict[str, list[str]]:  # what --decisions compares across versions
         return {sid: [d.action, d.rule] for sid, d in report.decisions.items()}
 

@@ -168,6 +168,11 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def sizes(text: str) -> list[int]:
+    """--sizes: server counts separated by commas."""
+    return [int(n) for n in text.split(",")]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cycles", type=int, default=5, help="timed cycles after the warm-up one")
@@ -182,7 +187,7 @@ def main() -> None:
                    help="users with one ready server each on the fake hub")
     p.add_argument("--gpu-share", type=Fraction, default=Scene.gpu_share,
                    help="the share of the servers with a GPU (a fraction: 1/5, 0.2)")
-    p.add_argument("--sizes", type=lambda v: [int(n) for n in v.split(",")],
+    p.add_argument("--sizes", type=sizes,
                    help="several sizes, one after the other, into one table: 1000,5000,10000,20000 "
                         "(each with --gpu-share; overrides --servers)")
     p.add_argument("--decisions", help="write ours' decisions of the first and the last cycle "

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Benchmark: one reclaim cycle over 5,000 ready servers, side by side with
-jupyterhub-idle-culler's cycle on the same (fake) hub.
+"""Benchmark: one reclaim cycle over 5,000 ready servers (`--servers`, `--gpu-share`; `--sizes`
+for several into one table), side by side with jupyterhub-idle-culler's cycle on the same
+(fake) hub.
 
-Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
+Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,000 servers;
+`--sizes 1000,5000,10000,20000` for the table of docs/benchmarks.md). At each size it
 
 1. starts one *fakes* process (its CPU is not the measured process's) serving, on three
    127.0.0.1 ports:
@@ -11,15 +13,15 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
      size capped at 200, JupyterHub's `api_page_max_limit`; `_pagination.next.url` built
      as the hub builds it), `GET /hub/api/users/NAME`, `DELETE .../server` (204),
      `POST`/`DELETE /hub/api/users/NAME/tokens` (the kernel-probe tokens). 5,000
-     users, each with one ready default server, all active in the last 30 minutes, so
+     (`--servers`) users, each with one ready default server, all active in the last 30 minutes, so
      neither tool stops anything: what is timed is the decision cycle, not stops;
    - Prometheus `GET /api/v1/query`: the default query's answer (`field="util"` and
      `field="fb_used"` series, dcgm-exporter's labels renamed `exported_*` as with
-     `honor_labels: false`) for the 1,000 GPU pods; 100 of them (10 %) at 0 % (GPU-idle),
+     `honor_labels: false`) for the 1,000 GPU pods (`--gpu-share`, 1/5); one in 10 at 0 % (GPU-idle),
      the others busy;
    - the single-user servers' own `/user/NAME/api/kernels` and `/api/terminals` (one idle
      kernel, no terminal), reached at `PodInfo.direct_url`;
-   - the Kubernetes API's pod list (`limit`/`continue`; 5,000 KubeSpawner-shaped pods of
+   - the Kubernetes API's pod list (`limit`/`continue`; a KubeSpawner-shaped pod a server, of
      about 2.9 KB of JSON each) and a pod watch that stays quiet until its timeout;
    and counting every request by kind;
 2. runs each tool in its own fresh Python process (so that peak RSS compares), a warm-up
@@ -29,16 +31,16 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute). It
      LogNotifier, a Store on a temporary SQLite file, `ServiceSettings()` (the default policy and options) and
      the real PodSignal (kubernetes_asyncio list + watch) against the fake API; a second
      variant ("pods view pre-filled", `--pods fake` alone) replaces the pods signal by an
-     in-process view holding the same 5,000 `PodInfo` (built by `signals.pods.pod_info`),
+     in-process view holding the same `PodInfo` (built by `signals.pods.pod_info`),
      which is what `snapshot()` reads; the memory of that view is measured with tracemalloc;
    - jupyterhub-idle-culler 2.0's `cull_idle(...)` with the equivalent settings
      (`inactive_limit=3600, concurrency=10, api_page_size=200, cull_users=False`);
    3 rounds (`--rounds`), the tools alternating, timed cycles pooled;
 3. prints a markdown table, the targets met or not, and where the first cycle's time went
-   (and `--json` the raw results).
+   (and `--json` the raw results); with several sizes, one table of them all.
 
-Logging is at WARNING in both tool processes. The first cycle of ours writes the 5,000
-first decisions and 1,000 session lines to the store; it is reported apart.
+Logging is at WARNING in both tool processes. The first cycle of ours writes every server's
+first decision and every GPU server's session line to the store; it is reported apart.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -62,38 +65,46 @@ if str(REPO) not in sys.path:
 from benchmarks.cycle.culler import run_culler  # noqa: E402
 from benchmarks.cycle.fakes import serve_fakes  # noqa: E402
 from benchmarks.cycle.ours import run_ours  # noqa: E402
-from benchmarks.cycle.report import pooled, table, verdict  # noqa: E402
+from benchmarks.cycle.report import pooled, sizes_table, table, verdict  # noqa: E402
+from benchmarks.cycle.scene import Scene  # noqa: E402
 from benchmarks.support.process import machine  # noqa: E402
 
 
-def tool_main(args: argparse.Namespace) -> None:
+def tool_main(args: argparse.Namespace, scene: Scene) -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
     ports = json.loads(args.ports)
     runner = run_ours if args.tool == "ours" else run_culler
-    result = asyncio.run(runner(ports, args.cycles, args.profile, args.pods))
+    result = asyncio.run(runner(ports, args.cycles, args.profile, args.pods, scene))
+    decisions = {k: result.pop(k) for k in ("first_decisions", "last_decisions") if k in result}
+    if args.decisions and decisions:  # ours' only
+        with open(args.decisions, "w") as f:
+            json.dump(decisions, f, indent=0, sort_keys=True)
     print(json.dumps(result))
 
 
 def run_tool(tool: str, ports: dict[str, int], cycles: int, profile: str | None,
-             pods: str) -> dict[str, Any]:
+             pods: str, scene: Scene, decisions: str | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--tool", tool, "--ports", json.dumps(ports), "--cycles", str(cycles),
-           "--pods", pods]
+           "--pods", pods, *scene.args()]
     if profile:
         cmd += ["--profile", profile]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    if decisions:
+        cmd += ["--decisions", decisions]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
     if out.stderr.strip():
         sys.stderr.write(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def driver(args: argparse.Namespace) -> None:
+def run_size(args: argparse.Namespace, scene: Scene) -> dict[str, dict[str, Any]]:
+    """Every variant's rounds on one fake hub of `scene`'s size, pooled."""
     tmp = tempfile.mkdtemp(prefix="bench-fakes-")
     port_file = os.path.join(tmp, "ports.json")
-    fakes = subprocess.Popen([sys.executable, __file__, "--serve-fakes", port_file])
+    fakes = subprocess.Popen([sys.executable, __file__, "--serve-fakes", port_file, *scene.args()])
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not os.path.exists(port_file):
             if time.monotonic() > deadline or fakes.poll() is not None:
                 raise SystemExit("the fakes did not start")
@@ -106,22 +117,27 @@ def driver(args: argparse.Namespace) -> None:
         runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         for k in range(args.rounds):  # alternate the tools: a busy machine hurts both alike
             for tool, (kind, pods) in variants.items():
-                profile = f"{args.profile}.{tool}" if args.profile and k == 0 else None
-                runs[tool].append(run_tool(kind, ports, args.cycles, profile, pods))
-                print(f"round {k + 1} {tool}: first {runs[tool][-1]['first']:.2f} s, cycles "
-                      + " ".join(f"{t:.2f}" for t in runs[tool][-1]["times"]), file=sys.stderr)
+                first_round = k == 0
+                profile = f"{args.profile}.{scene.servers}.{tool}" if args.profile and first_round else None
+                decisions = (f"{args.decisions}.{scene.servers}.json"
+                             if args.decisions and first_round and tool == "ours" else None)
+                runs[tool].append(run_tool(kind, ports, args.cycles, profile, pods, scene, decisions))
+                print(f"{scene.servers} servers, round {k + 1} {tool}: first {runs[tool][-1]['first']:.2f} s, "
+                      "cycles " + " ".join(f"{t:.2f}" for t in runs[tool][-1]["times"])
+                      + f", peak {runs[tool][-1]['VmHWM']:.0f} MiB", file=sys.stderr)
     finally:
         fakes.terminate()
         fakes.wait(10)
-    results = {tool: pooled(r) for tool, r in runs.items()}
+    return {tool: pooled(r) for tool, r in runs.items()}
+
+
+def print_size(scene: Scene, results: dict[str, dict[str, Any]]) -> None:
     ours, culler = results["ours"], results["culler"]
-    print(f"Machine: {machine()}; {dt.date.today()}; {args.rounds} rounds x {args.cycles} "
-          f"timed cycles per tool\n")
     print(table(ours, culler, results.get("ours-prefilled")))
     print()
-    print(verdict(ours, culler))
+    print(verdict(ours, culler, scene))
     print(f"\n- ours: {ours['servers']} servers, {ours['gpu_sessions']} with GPUs; decisions "
-          f"{ours['decisions']}; pods view (5,000 PodInfo) {ours['pods_view_mib']:.1f} MiB")
+          f"{ours['decisions']}; pods view ({scene.servers:,} PodInfo) {ours['pods_view_mib']:.1f} MiB")
     for name in ("ours", "ours-prefilled"):
         r = results.get(name)
         if r:
@@ -130,8 +146,31 @@ def driver(args: argparse.Namespace) -> None:
                   f"then first cycle {r['first']:.2f} s: pods signal start {sp['pods_start']:.2f} s, "
                   f"decision log {sp['record_decision']:.2f} s, rest "
                   f"{r['first'] - sp['pods_start'] - sp['record_decision']:.2f} s; requests {r['first_counts']}")
+
+
+def driver(args: argparse.Namespace, scenes: list[Scene]) -> None:
+    print(f"Machine: {machine()}; {dt.date.today()}; load average {load()} at the start; "
+          f"{args.rounds} rounds x {args.cycles} timed cycles per tool\n")
+    sizes = {}
+    for scene in scenes:
+        sizes[scene.servers] = results = run_size(args, scene)
+        print(f"### {scene.servers:,} servers ({scene.gpu_servers:,} with GPUs)\n")
+        print_size(scene, results)
+        print()
+    if len(scenes) > 1:
+        print(sizes_table(scenes, sizes))
+    print(f"\nload average {load()} at the end")
     if args.json:
-        print(json.dumps(results, indent=1))
+        print(json.dumps(sizes, indent=1))
+
+
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def sizes(text: str) -> list[int]:
+    """--sizes: server counts separated by commas."""
+    return [int(n) for n in text.split(",")]
 
 
 def main() -> None:
@@ -144,18 +183,30 @@ def main() -> None:
                         "pre-filled in-process view (fake)")
     p.add_argument("--no-fake-pods", action="store_true",
                    help="do not also run ours with the pods view pre-filled")
+    p.add_argument("--servers", type=int, default=Scene.servers,
+                   help="users with one ready server each on the fake hub")
+    p.add_argument("--gpu-share", type=Fraction, default=Scene.gpu_share,
+                   help="the share of the servers with a GPU (a fraction: 1/5, 0.2)")
+    p.add_argument("--sizes", type=sizes,
+                   help="several sizes, one after the other, into one table: 1000,5000,10000,20000 "
+                        "(each with --gpu-share; overrides --servers)")
+    p.add_argument("--decisions", help="write ours' decisions of the first and the last cycle "
+                                       "(each session's action and rule) to PATH.SERVERS.json")
     p.add_argument("--json", action="store_true", help="also print the raw results")
-    p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.ours / PATH.culler")
+    p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.SERVERS.ours / .culler")
     p.add_argument("--serve-fakes", help=argparse.SUPPRESS)
     p.add_argument("--tool", choices=("ours", "culler"), help=argparse.SUPPRESS)
     p.add_argument("--ports", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if not 0 <= args.gpu_share <= 1 or args.servers < 1 or any(n < 1 for n in args.sizes or ()):
+        p.error("--servers and --sizes are counts of 1 or more, --gpu-share a share from 0 to 1")
+    scenes = [Scene(n, args.gpu_share) for n in args.sizes or [args.servers]]
     if args.serve_fakes:
-        serve_fakes(args.serve_fakes)
+        serve_fakes(args.serve_fakes, scenes[0])
     elif args.tool:
-        tool_main(args)
+        tool_main(args, scenes[0])
     else:
-        driver(args)
+        driver(args, scenes)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from traitlets.config import Application
 
+from .service import collector
 from .service.hub_stopper import HubStopper
 from .config import GpuReclaim
 from .errors import ConfigError, ServiceError
@@ -134,7 +135,8 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     s = settings
     context = s.ssl_context
     hub = HubSignal(s.url, s.api_token, page_size=s.api_page_size,
-                    concurrency=s.concurrency or 1_000_000, ssl_context=context)
+                    concurrency=s.concurrency or 1_000_000, ssl_context=context,
+                    keep_models=s.cull_arbiter_hook is not None)
     found = kubernetes_configuration(s.kubeconfig)
     pods = None
     if s.kubernetes == "true" or s.kubernetes == "auto" and found:
@@ -190,6 +192,7 @@ async def serve(settings: ServiceSettings) -> None:
     from .web.base import Context
 
     s = settings
+    collector.set_thresholds()
     try:
         store = Store.open(s.store_url)
     except StoreError as e:

@@ -6,12 +6,12 @@ import time
 from typing import Any
 
 from benchmarks.cycle.measure import diff, fake_counters, summary
-from benchmarks.cycle.scene import TOKEN
+from benchmarks.cycle.scene import TOKEN, Scene
 from benchmarks.support.process import proc_status
 
 
-async def run_culler(ports: dict[str, int], cycles: int, profile: str | None,
-                     pods_mode: str = "") -> dict[str, Any]:
+async def run_culler(ports: dict[str, int], cycles: int, profile: str | None, pods_mode: str,
+                     scene: Scene) -> dict[str, Any]:
     import logging
 
     from jupyterhub_idle_culler import cull_idle
@@ -32,16 +32,19 @@ async def run_culler(ports: dict[str, int], cycles: int, profile: str | None,
     if profile:
         import cProfile
         prof = cProfile.Profile()
-    times = []
+    times, cpu = [], []
     for _ in range(cycles):
         if prof:
             prof.enable()
+        c0 = time.process_time()
         times.append(await cycle())
+        cpu.append(time.process_time() - c0)
         if prof:
             prof.disable()
     after = fake_counters(hub_base)
     if prof:
         prof.dump_stats(profile)
     return {"tool": "jupyterhub-idle-culler 2.0", "first": first, "cycles": summary(times), "times": times,
+            "cpu": cpu,
             "fake_counts_per_cycle": {k: v / cycles for k, v in diff(after, before).items()},
             **proc_status()}

@@ -10,11 +10,10 @@ import os
 import time
 from typing import Any
 
-from benchmarks.cycle.scene import (DEFAULT_PAGE, GPU_EVERY, IDLE_EVERY, MAX_PAGE, N_USERS, NAMESPACE, iso,
-                                    pod_json, user_name)
+from benchmarks.cycle.scene import DEFAULT_PAGE, MAX_PAGE, NAMESPACE, Scene, iso, pod_json, user_name
 
 
-def serve_fakes(port_file: str) -> None:
+def serve_fakes(port_file: str, scene: Scene) -> None:
     from aiohttp import web
 
     now = dt.datetime.now(dt.timezone.utc)
@@ -24,9 +23,9 @@ def serve_fakes(port_file: str) -> None:
         counts[kind] = counts.get(kind, 0) + 1
 
     users = []
-    for i in range(N_USERS):
+    for i in range(scene.servers):
         name = user_name(i)
-        gpu = i % GPU_EVERY == 0
+        gpu = scene.gpu(i)
         active = iso(now - dt.timedelta(seconds=(i * 7) % 1800))
         started = iso(now - dt.timedelta(hours=3, seconds=i % 3600))
         users.append({
@@ -112,9 +111,9 @@ def serve_fakes(port_file: str) -> None:
         count("prometheus:query")
         ts = time.time()
         result = []
-        for i in range(0, N_USERS, GPU_EVERY):
+        for i in filter(scene.gpu, range(scene.servers)):
             pod = f"jupyter-{user_name(i)}"
-            util = 0.0 if i % IDLE_EVERY == 0 else float(30 + i % 60)
+            util = 0.0 if scene.idle(i) else float(30 + i % 60)
             base = {"exported_pod": pod, "exported_namespace": NAMESPACE, "gpu": "0",
                     "pod": f"dcgm-exporter-{i % 125}", "namespace": "gpu-operator"}
             result.append({"metric": {**base, "field": "util"}, "value": [ts, f"{util:g}"]})
@@ -147,7 +146,7 @@ def serve_fakes(port_file: str) -> None:
         count("k8s:list")
         if pod_list is None:
             created = iso(now - dt.timedelta(hours=3))
-            pod_list = [pod_json(i, server_port, created) for i in range(N_USERS)]
+            pod_list = [pod_json(i, scene.gpu(i), server_port, created) for i in range(scene.servers)]
         start = int(request.query.get("continue") or 0)  # limit/continue as the apiserver pages
         limit = int(request.query.get("limit") or 0) or len(pod_list)
         meta: dict[str, Any] = {"resourceVersion": "10000"}

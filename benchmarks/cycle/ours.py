@@ -13,20 +13,20 @@ import time
 from typing import Any
 
 from benchmarks.cycle.measure import diff, fake_counters, summary
-from benchmarks.cycle.scene import N_USERS, NAMESPACE, TOKEN, iso, pod_json
+from benchmarks.cycle.scene import NAMESPACE, TOKEN, Scene, iso, pod_json
 from benchmarks.support.process import proc_status
 
 
 class FakePods:
     """The pods signal's in-memory view (what PodSignal.snapshot reads), pre-filled."""
 
-    def __init__(self, server_port: int) -> None:
+    def __init__(self, server_port: int, scene: Scene) -> None:
         from jupyterhub_gpu_reclaim.signals.pods import PodInfo, pod_info
 
         created = iso(dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=3))
         self.pods: dict[str, PodInfo] = {}
-        for i in range(N_USERS):
-            info = pod_info(pod_json(i, server_port, created))
+        for i in range(scene.servers):
+            info = pod_info(pod_json(i, scene.gpu(i), server_port, created))
             self.pods[info.name] = info
 
     async def start(self) -> None:
@@ -40,8 +40,8 @@ class FakePods:
                            pending_gpus=sum(p.gpus for p in pods.values() if p.waits_for_gpu))
 
 
-async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
-                   pods_mode: str = "watch") -> dict[str, Any]:
+async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods_mode: str,
+                   scene: Scene) -> dict[str, Any]:
     import tracemalloc
 
     from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
@@ -57,7 +57,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     hub_base = f"http://127.0.0.1:{ports['hub']}"
     api = f"{hub_base}/hub/api"
     tracemalloc.start()
-    pods = FakePods(ports["servers"])
+    pods = FakePods(ports["servers"], scene)
     pods_bytes = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
 
@@ -76,7 +76,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
                                                                    "namespace": NAMESPACE}}]}, f)
         pods = PodSignal(NAMESPACE, kubeconfig)
     else:
-        pods = FakePods(ports["servers"])
+        pods = FakePods(ports["servers"], scene)
     rss_before = proc_status()
     store = Store.open(f"sqlite:///{tmp}/store.sqlite")
     hub = HubSignal(api, TOKEN, page_size=200, concurrency=10)
@@ -110,8 +110,11 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
 
     pods.start = timed("pods_start", pods.start)  # type: ignore[method-assign]
     store.record_decisions = timed("record_decision", store.record_decisions)  # type: ignore[method-assign]
-    # as the service does (launcher.serve): connect to Kubernetes and list the pods before
-    # the first cycle
+    # as the service does (launcher.serve): the collector's thresholds, then connect to
+    # Kubernetes and list the pods before the first cycle
+    from jupyterhub_gpu_reclaim.service import collector
+
+    collector.set_thresholds()
     t0 = time.perf_counter()
     await pods.start()
     startup = time.perf_counter() - t0
@@ -122,7 +125,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     before = fake_counters(hub_base)
     first_counts = diff(before, counts0)
     hub_req0, prom0 = hub.requests, gpu.queries
-    times, probes = [], []
+    times, cpu, probes = [], [], []
     prof = None
     if profile:
         import cProfile
@@ -131,7 +134,9 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     for _ in range(cycles):
         if prof:
             prof.enable()
+        c0 = time.process_time()
         last = await reclaimer.run_cycle()
+        cpu.append(time.process_time() - c0)
         if prof:
             prof.disable()
         times.append(last.seconds)
@@ -146,6 +151,10 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
     store.close()
     if prof:
         prof.dump_stats(profile)
+
+    def decisions(report: Any) -> dict[str, list[str]]:  # what --decisions compares across versions
+        return {sid: [d.action, d.rule] for sid, d in report.decisions.items()}
+
     actions: dict[str, int] = {}
     for d in last.decisions.values():
         actions[f"{d.action}/{d.rule}"] = actions.get(f"{d.action}/{d.rule}", 0) + 1
@@ -153,12 +162,14 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None,
         "tool": "jupyterhub-gpu-reclaim", "startup": startup, "first": first.seconds, "first_probes": first.probes,
         "first_spent": first_spent, "first_counts": first_counts,
         "steady_record_decision_s": (spent["record_decision"] - first_spent["record_decision"]) / cycles,
-        "cycles": summary(times), "times": times, "servers": last.servers,
+        "cycles": summary(times), "times": times, "cpu": cpu,
+        "servers": last.servers,
         "gpu_sessions": last.gpu_sessions, "probes_per_cycle": statistics.mean(probes),
         "stops": len(last.stops), "warned": len(last.warned), "decisions": actions,
         "hub_requests_per_cycle_client": (hub.requests - hub_req0) / cycles,
         "prometheus_queries_per_cycle_client": (gpu.queries - prom0) / cycles,
         "fake_counts_per_cycle": {k: v / cycles for k, v in diff(after, before).items()},
+        "first_decisions": decisions(first), "last_decisions": decisions(last),
         "pods_view_mib": pods_bytes / 2**20, "pods": pods_mode, "rss_before_cycles": rss_before,
         **proc_status(),
     }

@@ -1,18 +1,52 @@
-"""The hub benchmarks/service_cycle.py fakes: 5,000 users with a ready server each, which of
-them have a GPU and which an idle one, and their pods as KubeSpawner makes them."""
+"""The hub benchmarks/service_cycle.py fakes: its users with a ready server each (5,000 by
+default), which of them have a GPU and which an idle one, and their pods as KubeSpawner makes
+them."""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
-N_USERS = 5000
-GPU_EVERY = 5  # user i has a GPU when i % 5 == 0 → 1,000
-IDLE_EVERY = 50  # ...and an idle one when i % 50 == 0 → 100
+IDLE_EVERY = 10  # one GPU server in 10 has an idle GPU (its kernels get probed)
 NAMESPACE = "jhub"
 TOKEN = "bench-token"
 MAX_PAGE = 200  # JupyterHub's api_page_max_limit
 DEFAULT_PAGE = 50  # api_page_default_limit
+
+
+@dataclass(frozen=True)
+class Scene:
+    """How many users (one ready server each), and the share of them with a GPU, spread
+    evenly: with a share of 1/5 user i has one when i % 5 == 0."""
+
+    servers: int = 5000
+    gpu_share: Fraction = Fraction(1, 5)
+
+    def gpu_rank(self, i: int) -> int:
+        """How many users before user i have a GPU."""
+        return math.ceil(i * self.gpu_share)
+
+    def gpu(self, i: int) -> bool:
+        return self.gpu_rank(i + 1) > self.gpu_rank(i)
+
+    def idle(self, i: int) -> bool:
+        """Whether user i's GPU is idle (every IDLE_EVERY-th GPU server, the first included)."""
+        return self.gpu(i) and self.gpu_rank(i) % IDLE_EVERY == 0
+
+    @property
+    def gpu_servers(self) -> int:
+        return self.gpu_rank(self.servers)
+
+    @property
+    def idle_servers(self) -> int:
+        return math.ceil(self.gpu_servers / IDLE_EVERY)
+
+    def args(self) -> list[str]:
+        """The command-line options that give this scene (service_cycle.py's)."""
+        return ["--servers", str(self.servers), "--gpu-share", str(self.gpu_share)]
 
 
 def user_name(i: int) -> str:
@@ -23,11 +57,10 @@ def iso(t: dt.datetime) -> str:
     return t.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def pod_json(i: int, server_port: int, created: str) -> dict[str, Any]:
+def pod_json(i: int, gpu: bool, server_port: int, created: str) -> dict[str, Any]:
     """A single-user pod as KubeSpawner makes it and the API serves it (the fields
     signals.pods.pod_info reads, plus the usual bulk)."""
     name = user_name(i)
-    gpu = i % GPU_EVERY == 0
     resources = {"limits": {"cpu": "4", "memory": "16Gi", **({"nvidia.com/gpu": "1"} if gpu else {})},
                  "requests": {"cpu": "1", "memory": "4Gi", **({"nvidia.com/gpu": "1"} if gpu else {})}}
     return {

@@ -12,7 +12,7 @@ import datetime as dt
 import logging
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 from urllib.parse import urlencode
 
 
@@ -25,7 +25,7 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 PAGINATION_MEDIA_TYPE = "application/jupyterhub-pagination+json"
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class HubServer:
     """One ready server of one user, as the hub's user model describes it."""
 
@@ -43,6 +43,7 @@ class HubServer:
     user_created: dt.datetime | None = None
     invalid: str | None = None  # why the models could not be read: the session is held
     # the server model as the hub gave it: what idle-culler 2.0 hands its cull_arbiter_hook
+    # ({} unless kept: HubSignal's keep_models)
     model: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -51,10 +52,11 @@ class HubServer:
         return f"{self.user}/{self.name}"
 
     @classmethod
-    def from_models(cls, user: dict[str, Any], name: str, server: Any) -> HubServer:
-        """The server `name` of the user model `user` (whose "name" is a string). Never
-        raises: a malformed field of either model gives a HubServer with only its identity
-        and `invalid` saying what is wrong (the service holds it)."""
+    def from_models(cls, user: dict[str, Any], name: str, server: Any, keep_model: bool = True) -> HubServer:
+        """The server `name` of the user model `user` (whose "name" is a string), with the
+        server's model as `model` if `keep_model`. Never raises: a malformed field of either
+        model gives a HubServer with only its identity and `invalid` saying what is wrong
+        (the service holds it)."""
         try:
             user_options = entry_field(server, "user_options", dict, {})
             entry_field(user_options, "profile", str)
@@ -71,7 +73,7 @@ class HubServer:
                 user_options=user_options,
                 user_last_activity=entry_time(user, "last_activity"),
                 user_created=entry_time(user, "created"),
-                model=server,
+                model=server if keep_model else {},
             )
         except ValueError as e:
             return cls(user=user["name"], name=name, invalid=f"the hub's model of this server: {e}")
@@ -95,7 +97,8 @@ class HubSignal(HttpSource):
     and the admin flag)."""
 
     def __init__(self, api_url: str, token: str, page_size: int = 50, concurrency: int = 10,
-                 timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None) -> None:
+                 timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None,
+                 keep_models: bool = False) -> None:
         if page_size < 0:
             raise ValueError("page_size must be >= 0 (0: the hub's default page size)")
         if concurrency < 1:
@@ -106,6 +109,8 @@ class HubSignal(HttpSource):
         self._headers = {"Authorization": f"token {token}"}
         self._semaphore = asyncio.Semaphore(concurrency)
         self.ssl_context = ssl_context
+        # each HubServer's `model`: only a cull_arbiter_hook reads it (20,000 of them are ~20 MiB)
+        self.keep_models = keep_models
         self.requests = 0  # hub requests made, for benchmarks and metrics
 
     async def _get(self, url: str, headers: dict[str, str] | None = None) -> Any:
@@ -114,8 +119,9 @@ class HubSignal(HttpSource):
             return await get_json(self._client(), url, source="hub", timeout=self.timeout,
                                   headers=headers)
 
-    async def users(self, state: str | None = "ready") -> list[dict[str, Any]]:
-        """Every user model `GET /users` lists (with `state` if given), across pages."""
+    async def pages(self, state: str | None = "ready") -> AsyncIterator[list[dict[str, Any]]]:
+        """The user models `GET /users` lists (with `state` if given), a page at a time: a
+        caller that keeps a few fields of each holds one page of JSON at a time, not all."""
         params = {}
         if state:
             params["state"] = state
@@ -123,7 +129,6 @@ class HubSignal(HttpSource):
             params["limit"] = str(self.page_size)
         url = f"{self.api_url}/users" + (f"?{urlencode(params)}" if params else "")
         headers = {"Accept": PAGINATION_MEDIA_TYPE}
-        users: list[dict[str, Any]] = []
         pages = 0
         while url:
             page_url, url = url, ""
@@ -143,11 +148,13 @@ class HubSignal(HttpSource):
                         url = f"{self.api_url}/users?{urlencode(params)}"
             except (KeyError, TypeError, ValueError):
                 raise SignalError("hub", f"GET {page_url.split('?')[0]}: not a user list: {brief(model)}") from None
-            users.extend(_named(items))
-            if url:
-                log.debug("fetching page %d of /users", pages + 1)
-        log.debug("fetched %d users in %d page(s)", len(users), pages)
-        return users
+            del model
+            yield _named(items)
+        log.debug("fetched %d page(s) of /users", pages)
+
+    async def users(self, state: str | None = "ready") -> list[dict[str, Any]]:
+        """Every user model `GET /users` lists (with `state` if given), across pages."""
+        return [user async for page in self.pages(state) for user in page]
 
     async def inactive_users(self) -> list[dict[str, Any]]:
         """Users with no active server (`state=inactive`), for --cull-users as the culler
@@ -156,21 +163,23 @@ class HubSignal(HttpSource):
 
     async def ready_servers(self) -> list[HubServer]:
         """The ready servers; a server whose models are malformed is listed with `invalid`
-        set (HubServer.from_models), so that only its own session is held."""
-        users = await self.users("ready")
+        set (HubServer.from_models), so that only its own session is held. Each page is read
+        into HubServers as it comes (docs/benchmarks.md: with 20,000 users, holding every
+        page's models was the cycle's largest memory)."""
         servers = []
-        for user in users:
-            models = user.get("servers") or {}
-            if not isinstance(models, dict):  # which servers? none can be named
-                log.warning("hub: user %s: servers is not an object: %s", user["name"], brief(models))
-                continue
-            for name, server in models.items():
-                # with state=ready the hub lists only ready servers; check anyway (a
-                # malformed model is kept: it is held)
-                if isinstance(server, dict) and (server.get("ready") is False
-                                                 or isinstance(server.get("pending"), str) and server["pending"]):
+        async for page in self.pages("ready"):
+            for user in page:
+                models = user.get("servers") or {}
+                if not isinstance(models, dict):  # which servers? none can be named
+                    log.warning("hub: user %s: servers is not an object: %s", user["name"], brief(models))
                     continue
-                servers.append(HubServer.from_models(user, name, server))
+                for name, server in models.items():
+                    # with state=ready the hub lists only ready servers; check anyway (a
+                    # malformed model is kept: it is held)
+                    if isinstance(server, dict) and (server.get("ready") is False
+                                                     or isinstance(server.get("pending"), str) and server["pending"]):
+                        continue
+                    servers.append(HubServer.from_models(user, name, server, keep_model=self.keep_models))
         return servers
 
 

@@ -34,7 +34,7 @@ from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     namespace: str
     name: str

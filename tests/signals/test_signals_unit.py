@@ -94,6 +94,22 @@ async def test_hub_follows_pagination_over_three_pages(server):
     assert alice.user_options == {"profile": "gpu-1"}
 
 
+async def test_hub_keeps_the_server_models_only_when_asked(server):
+    """A cull_arbiter_hook is handed the hub's own server model (the launcher asks for them
+    then); otherwise none is kept: with 20,000 servers they are ~20 MiB (docs/benchmarks.md)."""
+    paginated_hub(server)
+    await server.start()
+    async with HubSignal(server.url + "/hub/api", TOKEN, page_size=2) as hub:
+        plain = await hub.ready_servers()
+    async with HubSignal(server.url + "/hub/api", TOKEN, page_size=2, keep_models=True) as hub:
+        kept = await hub.ready_servers()
+    assert [s.model for s in plain] == [{}] * 4
+    assert [s.model for s in kept] == [ready_server("/user/alice/"), ready_server("/user/bob/"),
+                                       ready_server("/user/bob/big/", name="big"), ready_server("/user/carol/")]
+    assert [s.session_id for s in plain] == [s.session_id for s in kept]
+    assert [s.user_options for s in plain] == [{"profile": "gpu-1"}] * 4
+
+
 async def test_a_plain_list_is_not_a_user_list(server):
     """JupyterHub 5 (what the package requires) paginates and filters by state: a plain list,
     as hubs before 2.0 answered, is refused, not read as every user."""

@@ -71,7 +71,7 @@ class Cluster:
         self.gpus = GpuFleet(scenario)
         self.apiserver = ApiServer(self)
         self.serviceaccounts = ServiceAccountController(self.store, self.create, self.apiserver.ca_pem)
-        self.control = ControlServer(self)
+        self.control = ControlServer(self.gpus, self.token, self._pod_uid, scenario.control_host, scenario.control_port)
         self.scheduler = Scheduler(self, names=scenario.scheduler_names)
         self.autoscaler = Autoscaler(self)
         self.placeholders = PlaceholderController(self)
@@ -189,6 +189,10 @@ class Cluster:
         self.store.close()
         self.network.close()
         self.started = False
+
+    def _pod_uid(self, namespace: str, pod: str) -> str | None:
+        found = self.store.find(BY_KIND["Pod"], namespace, pod)
+        return found["metadata"]["uid"] if found else None
 
     def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
         return paths.pod_log_path(self.data_dir, namespace, pod, container, previous)

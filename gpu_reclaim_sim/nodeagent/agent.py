@@ -9,18 +9,22 @@ and serves each node's kubelet API at its address (`kubeletserver`) for the API 
 proxy `kubectl logs`, `exec` and `attach` to. Their Services and NetworkPolicies are served
 as kube-proxy, cluster DNS and a network plugin serve them (`nodeservices`); it installs the
 plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`).
-Not yet (issue 37): `kubectl port-forward`, `use_gpu`.
+The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
+dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
+finds a pod's UID among its pod workers. Not yet (issue 37): `kubectl port-forward`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes_asyncio import client as k8s
 
+from ..control import ControlServer
 from ..controlplane.credentials import Authority
 from ..kubelet.nodes import node_manifest
 from ..kubelet.podworker import PodWorker
@@ -53,6 +57,8 @@ class NodeAgent:
     servers: dict[str, KubeletServer] = field(default_factory=dict)
     local: NodeLocal | None = None
     services: NodeServices | None = None
+    control: ControlServer | None = None
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # the control endpoint's admin
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -76,6 +82,10 @@ class NodeAgent:
                                      self._client("network-plugin", networkplugin.USER, ()), local)
         await self.services.start()
         local.hosts, local.dataplane = self.services.hosts, self.services.dataplane
+        s = self.scenario
+        local.control = self.control = ControlServer(local.gpus, self.token, self._pod_uid, s.control_host, s.control_port)
+        await self.control.start()
+        await local.gpus.start()
         addresses = AddressPool(NODE_NETWORK)
         for name, index in node_names(self.scenario):
             group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
@@ -93,6 +103,11 @@ class NodeAgent:
         """The worker of a pod on `node` by namespace and name (what its kubelet API serves)."""
         return lambda namespace, pod: self.pods[node].worker(namespace, pod) if node in self.pods else None
 
+    def _pod_uid(self, namespace: str, pod: str) -> str | None:
+        """The UID of a pod that runs on one of the agent's nodes (the control endpoint's)."""
+        workers = [w for pods in self.pods.values() if (w := pods.worker(namespace, pod))]
+        return workers[0].uid if workers else None
+
     async def stop(self) -> None:
         for server in self.servers.values():
             await server.stop()
@@ -101,9 +116,12 @@ class NodeAgent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.services is not None:
             await self.services.stop()
+        if self.control is not None:
+            await self.control.stop()
         for api in self._clients:
             await api.close()
         if self.local is not None:
+            await self.local.gpus.stop()
             self.local.close()
 
 
@@ -112,6 +130,7 @@ async def serve(scenario: Scenario, server: str, pki: Path, version: str, data_d
     agent = NodeAgent(scenario, server, Authority(pki), version, data_dir)
     try:
         await agent.start()
+        print(f"control endpoint: {agent.control.url if agent.control else ''}", flush=True)
         print(f"nodes registered: {' '.join(agent.registrations)}", flush=True)
         await asyncio.Event().wait()
     finally:

@@ -43,7 +43,8 @@ from .kubelet.kubelet import Kubelet
 from .network.loadbalancers import LoadBalancerController
 from .kubelet.names import HostsFiles
 from .network.addresses import PodNetwork
-from .controllers.persistentvolumes import VolumeController, default_storage_class
+from .api.storageclasses import default_storage_class
+from .controllers.persistentvolumes import VolumeController
 from .controllers.placeholders import PlaceholderController
 from .rbac.authorizer import RBAC_KINDS
 from .rbac.escalation import confirm_no_escalation

@@ -8,7 +8,8 @@ the scheduler binds to them as local processes (`nodepods`), in `data_dir` (thei
 and serves each node's kubelet API at its address (`kubeletserver`) for the API server to
 proxy `kubectl logs`, `exec` and `attach` to. Their Services and NetworkPolicies are served
 as kube-proxy, cluster DNS and a network plugin serve them (`nodeservices`); it installs the
-plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`).
+plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`), and
+the default StorageClass, whose volumes it provisions (`provisioner`).
 The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
 dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
 finds a pod's UID among its pod workers. Not yet (issue 37): `kubectl port-forward`.
@@ -30,7 +31,7 @@ from ..kubelet.nodes import node_manifest
 from ..kubelet.podworker import PodWorker
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
-from . import networkplugin
+from . import clusterroles, networkplugin, provisioner
 from .kubeletserver import KubeletServer
 from .local import NodeLocal
 from .nodepods import NodePods
@@ -58,6 +59,7 @@ class NodeAgent:
     local: NodeLocal | None = None
     services: NodeServices | None = None
     control: ControlServer | None = None
+    provisioner: provisioner.Provisioner | None = None
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # the control endpoint's admin
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -77,7 +79,11 @@ class NodeAgent:
     async def start(self) -> None:
         local = self.local = NodeLocal(self.scenario, self.data_dir)
         admin = self._client("network-plugin-installer", "gpu-reclaim-sim:installer", ("system:masters",))
-        await networkplugin.install(admin)
+        await clusterroles.install(admin, networkplugin.USER, networkplugin.RULES)
+        await provisioner.install(admin)
+        self.provisioner = provisioner.Provisioner(self._client("provisioner", provisioner.USER, ()),
+                                                   self.data_dir / "volumes")
+        self.provisioner.start()
         self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()),
                                      self._client("network-plugin", networkplugin.USER, ()), local)
         await self.services.start()
@@ -118,6 +124,8 @@ class NodeAgent:
             await self.services.stop()
         if self.control is not None:
             await self.control.stop()
+        if self.provisioner is not None:
+            await self.provisioner.stop()
         for api in self._clients:
             await api.close()
         if self.local is not None:

@@ -1,0 +1,66 @@
+"""A port of the machine's loopback that leads into the run's network namespace
+(sim.network.namespace): the socket is bound before the process enters the namespace, so it
+stays outside, and each connection to it is relayed to an address inside (connected after
+entering, so inside). How a run of the real control plane made in a namespace of its own
+offers its API server and its control endpoint to the programs outside that started it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+
+CHUNK = 64 * 1024
+
+
+class Relay:
+    def __init__(self, port: int = 0) -> None:
+        """Bind 127.0.0.1:`port` (0: a free one) now, in the namespace the process is in."""
+        self._socket = socket.socket()
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", port))
+        self._socket.listen(128)
+        self.port: int = self._socket.getsockname()[1]
+        self._target = ("", 0)
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> None:
+        """Relay each connection to `host:port` from now on."""
+        self._target = (host, port)
+        self._server = await asyncio.start_server(self._relay, sock=self._socket)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        self._socket.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            inner_reader, inner_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        pipes = [asyncio.create_task(_pipe(reader, inner_writer)), asyncio.create_task(_pipe(inner_reader, writer))]
+        self._pipes.update(pipes)
+        try:
+            await asyncio.gather(*pipes, return_exceptions=True)
+        finally:
+            self._pipes.difference_update(pipes)
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until either side ends, then close the writer (its peer sees the end)."""
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.close()

@@ -213,9 +213,7 @@ class Cluster:
     def kubeconfig(self, namespace: str | None = None) -> dict[str, Any]:
         """A kubeconfig kubectl and the Kubernetes clients accept."""
         name = "gpu-reclaim-sim"
-        # the scenario's own namespace (jhub in the demo), else "default" as on a new cluster
-        own = [n for n in self.scenario.namespaces if n not in ("default", "kube-system")]
-        ns = namespace or (own[-1] if own else "default")
+        ns = namespace or self.scenario.home_namespace
         return {
             "apiVersion": "v1",
             "kind": "Config",

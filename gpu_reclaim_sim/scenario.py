@@ -196,6 +196,13 @@ class Scenario:
     network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.network.nftables)
     source: str = "<scenario>"
 
+    @property
+    def home_namespace(self) -> str:
+        """The kubeconfig's namespace: the scenario's own (jhub in the demo), the last it names,
+        else "default" as on a new cluster."""
+        own = [n for n in self.namespaces if n not in ("default", "kube-system")]
+        return own[-1] if own else "default"
+
 
 def _loopback_network(data: dict[str, Any], key: str, source: str, min_size: int) -> str:
     """A network inside 127.0.0.0/8 (tests reach every simulated address on loopback), or "auto"."""

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..network import namespace
 from ..paths import REPO
-from .credentials import Authority
+from .credentials import Authority, Issued
 
 READY_TIMEOUT_S = 120.0
 NOWHERE = "192.0.2.1"  # the advertise address outside the run's network namespace
@@ -82,8 +82,10 @@ class ControlPlane:
     until each component is ready (from async code: `asyncio.to_thread`)."""
     work: Path
     bin_dir: Path = field(default_factory=binaries)
+    port: int = 0  # the API server's (0: a free one)
     authority: Authority = field(init=False)
     server: str = ""
+    admin: Issued = field(init=False)  # the admin's client certificate (system:masters)
     admin_kubeconfig: Path = field(init=False)
     components: list[Component] = field(default_factory=list)
 
@@ -121,7 +123,7 @@ class ControlPlane:
             "kubernetes.default.svc.cluster.local"))
         to_kubelets = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
         sa_key, sa_public = pki.signing_key()
-        port = free_port()
+        port = self.port or free_port()
         self.server = f"https://127.0.0.1:{port}"
         addresses = ["--bind-address=0.0.0.0", f"--advertise-address={namespace.API_SERVER_ADDRESS}"] \
             if namespace.inside() else ["--bind-address=127.0.0.1", f"--advertise-address={NOWHERE}",
@@ -138,7 +140,8 @@ class ControlPlane:
             f"--service-account-key-file={sa_public}", f"--service-account-signing-key-file={sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc", "--profiling=false",
         ])
-        pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=pki.issue("admin", "admin", ("system:masters",)))
+        self.admin = pki.issue("admin", "admin", ("system:masters",))
+        pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=self.admin)
         self._wait(apiserver, f"{self.server}/readyz", self.tls(), self._admin_tls())
 
         for name, extra in (("kube-scheduler", []), ("kube-controller-manager", [
@@ -156,7 +159,7 @@ class ControlPlane:
 
     def _admin_tls(self) -> ssl.SSLContext:
         context = self.tls()
-        context.load_cert_chain(self.authority.directory / "admin.crt", self.authority.directory / "admin.key")
+        context.load_cert_chain(self.admin.cert, self.admin.key)
         return context
 
     def _run(self, name: str, args: list[str]) -> Component:

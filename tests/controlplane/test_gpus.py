@@ -1,5 +1,5 @@
 """The node agent's GPUs on the real control plane (issue 37): the real kube-scheduler places a
-pod that asks for `nvidia.com/gpu` (or a MIG instance) by the Node's allocatable, the agent's
+pod that asks for `nvidia.com/gpu` (a MIG instance, a time-sliced replica) by the Node's allocatable, the agent's
 device plugin hands it the devices (NVIDIA_VISIBLE_DEVICES), `use_gpu` from inside the pod sets
 its load at the agent's control endpoint with the pod's own token, and dcgm-exporter's
 metrics show it; another pod's token is refused; a pod asking for more GPUs than are free
@@ -25,6 +25,7 @@ SCENARIO = {
     "nodeGroups": [
         {"name": "whole", "count": 1, **GPU_GROUP},
         {"name": "mig", "count": 1, **GPU_GROUP, "gpus": 1, "mig": {"profile": "1g.10gb"}},
+        {"name": "sliced", "count": 1, **GPU_GROUP, "gpus": 1, "timeSlicing": {"replicas": 2, "renameByDefault": True}},
     ],
 }
 # what the pod runs: its devices and its use_gpu answer to its log, then it keeps its GPUs
@@ -36,7 +37,7 @@ USE_GPU = ("echo devices=$NVIDIA_VISIBLE_DEVICES; echo token=$GPU_RECLAIM_SIM_GP
 
 def gpu_pod(name: str, resource: str = "nvidia.com/gpu", count: int = 1, script: str = USE_GPU) -> dict:
     """A pod that asks for `count` of `resource`, placed by the scheduler (no node named)."""
-    body = busybox_pod(name, script, node="", resources={"limits": {resource: str(count)}})
+    body = busybox_pod(name, script, node="", grace=1, resources={"limits": {resource: str(count)}})
     del body["spec"]["nodeSelector"]
     body["spec"]["tolerations"] = [{**TAINT, "operator": "Equal"}]
     return body
@@ -113,12 +114,21 @@ def test_a_mig_pod_gets_a_mig_instance(agent, core, ns):
     assert core.read_namespaced_pod("small", ns).spec.node_name == "mig-1"
 
 
+def test_two_pods_share_a_time_sliced_gpu(agent, core, ns):
+    for name in ("first", "second"):
+        core.create_namespaced_pod(ns, gpu_pod(name, resource="nvidia.com/gpu.shared",
+                                               script="echo devices=$NVIDIA_VISIBLE_DEVICES; sleep 600"))
+    first, second = logged(agent, ns, "first", "devices"), logged(agent, ns, "second", "devices")
+    assert first == second and first.startswith("GPU-")  # the replicas' physical GPU, as the plugin hands it
+    assert {core.read_namespaced_pod(name, ns).spec.node_name for name in ("first", "second")} == {"sliced-1"}
+
+
 def test_a_pod_asking_for_more_gpus_than_free_waits_with_the_real_schedulers_words(agent, core, ns):
     core.create_namespaced_pod(ns, gpu_pod("holder", count=2, script="sleep 600"))
     assert phases(core, ns, "holder", "Running") == ["Pending", "Running"]
     core.create_namespaced_pod(ns, gpu_pod("waiting", count=1, script="sleep 600"))
     events = wait_for(lambda: core.list_namespaced_event(
         ns, field_selector="involvedObject.name=waiting,reason=FailedScheduling").items, "the FailedScheduling event")
-    # both nodes short of it: the one whose two the holder has, and the MIG node that has none
-    assert events[0].message.startswith("0/2 nodes are available: 2 Insufficient nvidia.com/gpu.")
+    # every node short of it: the one whose two the holder has, and the MIG and shared ones that have none
+    assert events[0].message.startswith("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     assert core.read_namespaced_pod("waiting", ns).status.phase == "Pending"

@@ -9,7 +9,8 @@ and serves each node's kubelet API at its address (`kubeletserver`) for the API 
 proxy `kubectl logs`, `exec` and `attach` to. Their Services and NetworkPolicies are served
 as kube-proxy, cluster DNS and a network plugin serve them (`nodeservices`); it installs the
 plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`), and
-the default StorageClass, whose volumes it provisions (`provisioner`).
+the default StorageClass, whose volumes it provisions (`provisioner`), and is the cloud's
+service controller: LoadBalancer Services' addresses (`servicecontroller`).
 The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
 dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
 finds a pod's UID among its pod workers. Not yet (issue 37): `kubectl port-forward`.
@@ -31,7 +32,7 @@ from ..kubelet.nodes import node_manifest
 from ..kubelet.podworker import PodWorker
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
-from . import clusterroles, networkplugin, provisioner
+from . import clusterroles, networkplugin, provisioner, servicecontroller
 from .kubeletserver import KubeletServer
 from .local import NodeLocal
 from .nodepods import NodePods
@@ -60,6 +61,7 @@ class NodeAgent:
     services: NodeServices | None = None
     control: ControlServer | None = None
     provisioner: provisioner.Provisioner | None = None
+    balancers: servicecontroller.ServiceController | None = None
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # the control endpoint's admin
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -84,6 +86,9 @@ class NodeAgent:
         self.provisioner = provisioner.Provisioner(self._client("provisioner", provisioner.USER, ()),
                                                    self.data_dir / "volumes")
         self.provisioner.start()
+        await clusterroles.install(admin, servicecontroller.USER, servicecontroller.RULES)
+        self.balancers = servicecontroller.ServiceController(self._client("service-controller", servicecontroller.USER, ()))
+        self.balancers.start()
         self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()),
                                      self._client("network-plugin", networkplugin.USER, ()), local)
         await self.services.start()
@@ -124,8 +129,9 @@ class NodeAgent:
             await self.services.stop()
         if self.control is not None:
             await self.control.stop()
-        if self.provisioner is not None:
-            await self.provisioner.stop()
+        for part in (self.provisioner, self.balancers):
+            if part is not None:
+                await part.stop()
         for api in self._clients:
             await api.close()
         if self.local is not None:

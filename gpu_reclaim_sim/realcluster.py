@@ -152,12 +152,14 @@ class RealCluster:
             "ca_file": str(self.plane.authority.cert),
             "control": self.control_url(),
             "metrics": self.control_url() + "/metrics",
+            "metrics_in_cluster": self._control_url() + "/metrics",  # where pods reach them
             "nodes": sorted(self.agent.registrations),
             "pod_network": str(network.pods.network),
             "service_network": str(network.services),
             "namespaces": self.scenario.namespaces,
             "data_dir": str(self.data_dir),
             "pids": {c.name: c.process.pid for c in self.plane.components},
+            "audit_log": str(self.plane.audit_log),  # the requests of pods' ServiceAccounts and their answers
         }
 
 

@@ -83,6 +83,9 @@ class Image:
     working_dir: str | None = None
     user: ImageUser | None = None  # the image's USER; None: root
     stub: bool = False  # never runs a process (e.g. the pause image of placeholders)
+    # the image's programs: at a path (the key), a program of this machine (bound there) and
+    # arguments put before the container's own: e.g. /usr/local/bin/kube-scheduler, the control plane's
+    programs: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -269,6 +272,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
             working_dir=d.get("workingDir", defaults.working_dir),
             user=_user(d["user"]) if "user" in d else defaults.user,
             stub=bool(d.get("stub", False)),
+            programs={path: list(command) for path, command in d.get("programs", {}).items()},
         )
 
     dd = data.get("imageDefaults", {})

@@ -30,6 +30,7 @@ from ..control import ControlServer
 from ..controlplane.credentials import Authority
 from ..kubelet.nodes import node_manifest
 from ..kubelet.podworker import PodWorker
+from ..network import namespace
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
 from . import clusterroles, networkplugin, provisioner, servicecontroller
@@ -94,7 +95,10 @@ class NodeAgent:
         await self.services.start()
         local.hosts, local.dataplane = self.services.hosts, self.services.dataplane
         s = self.scenario
-        local.control = self.control = ControlServer(local.gpus, self.token, self._pod_uid, s.control_host, s.control_port)
+        # in the run's network namespace at the machine's address there (as dcgm-exporter listens
+        # on its node's), which a Service's EndpointSlice may name; loopback is refused there
+        host = namespace.API_SERVER_ADDRESS if namespace.inside() else s.control_host
+        local.control = self.control = ControlServer(local.gpus, self.token, self._pod_uid, host, s.control_port)
         await self.control.start()
         await local.gpus.start()
         addresses = AddressPool(NODE_NETWORK)

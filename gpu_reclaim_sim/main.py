@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the control plane: the simulator's own model of Kubernetes (model, the default "
                              "for now), or the real kube-apiserver, etcd, kube-scheduler and "
                              "kube-controller-manager with the simulator as node agent (real; see docs/sim.md)")
+    parser.add_argument("--publish", metavar="PORT=NAMESPACE/SERVICE:PORT", action="append", default=[],
+                        help="with --plane real: offer a Service's port at this port of the machine's loopback, "
+                             "as a cloud's load balancer would (e.g. 8000=jhub/proxy-public:80); repeatable")
     parser.add_argument("--mode", choices=["process", "stub"],
                         help="override the scenario's run mode for pods")
     parser.add_argument("--api-port", type=port, help="override the API server's port (with --plane real: "
@@ -100,12 +103,22 @@ def run_cluster(args: argparse.Namespace) -> int:
         scenario.mode = args.mode
     if args.api_port is not None:
         scenario.api_port = args.api_port
+    from .realcluster import Published
+
+    try:
+        publish = [Published.parse(text) for text in args.publish]
+    except ValueError as e:
+        print(f"jupyterhub-gpu-reclaim-sim run: --publish: {e}", file=sys.stderr)
+        return 2
+    if publish and args.plane != "real":
+        print("jupyterhub-gpu-reclaim-sim run: --publish needs --plane real", file=sys.stderr)
+        return 2
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-sim-"))
     cluster: Any
     if args.plane == "real":
         from .realcluster import RealCluster
 
-        cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0)
+        cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0, publish=publish)
     else:
         from .cluster import Cluster
 

@@ -14,7 +14,8 @@ Addresses (sim.network.namespace): a run started inside a run's network namespac
 worker's) stays there. Otherwise, as root, it makes one of its own, so that pods and Services
 get the addresses a real cluster gives them; programs outside reach its API server and control
 endpoint through ports of the machine's loopback bound before it entered (sim.network.relay),
-which its info and kubeconfig name. Without root it stays on the machine's loopback and says
+which its info and kubeconfig name; `--publish` offers a Service there too (a browser's way to
+the z2jh release's proxy-public). Without root it stays on the machine's loopback and says
 what does not work there.
 
 Not on the real control plane (the old simulator's, sim.cluster): the scenario's autoscaler,
@@ -25,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,14 +51,35 @@ NO_NAMESPACE = ("not root: the cluster stays on this machine's loopback. Pods ge
                 "run as root for a network namespace of the run's own")
 
 
+@dataclass(frozen=True)
+class Published:
+    """A Service's port offered at a port of the machine's loopback, as a cloud's load balancer
+    offers one to the world (`run --publish PORT=NAMESPACE/SERVICE:PORT`)."""
+    port: int
+    namespace: str
+    service: str
+    service_port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Published":
+        m = re.fullmatch(r"(\d+)=([a-z0-9-]+)/([a-z0-9-]+):(\d+)", text)
+        if not m or not 0 < int(m.group(1)) < 65536 or not 0 < int(m.group(4)) < 65536:
+            raise ValueError(f"{text!r} is not PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)")
+        return cls(int(m.group(1)), m.group(2), m.group(3), int(m.group(4)))
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.service}:{self.service_port}"
+
+
 @dataclass
 class RealCluster:
     scenario: Scenario
     data_dir: Path
     api_port: int = 0  # where programs outside reach the API server (0: a free port)
+    publish: list[Published] = field(default_factory=list)  # Services offered on the machine's loopback
     plane: ControlPlane | None = None
     agent: NodeAgent | None = None
-    relays: dict[str, Relay] = field(default_factory=dict)  # "api", "control": ports from outside
+    relays: dict[str, Relay] = field(default_factory=dict)  # "api", "control" from outside; published Services
     _admin: k8s.ApiClient | None = None
 
     async def start(self) -> None:
@@ -70,7 +94,7 @@ class RealCluster:
         self._network()  # first: before any thread or socket (a namespace is per thread)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         plane = self.plane = ControlPlane(self.data_dir / "controlplane",
-                                          port=0 if self.relays else self.api_port)
+                                          port=0 if "api" in self.relays else self.api_port)
         await asyncio.to_thread(plane.start)
         self._admin = await k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
         await self._set_up(self._admin)
@@ -81,17 +105,21 @@ class RealCluster:
             if name in self.relays:
                 target = urlsplit(url)
                 await self.relays[name].start(target.hostname or "127.0.0.1", target.port or 0)
+        for published in self.publish:
+            await self.relays[str(published)].start_to(self._address_of(published))
         log.info("cluster %r up on the real control plane: API %s, control %s", self.scenario.name,
                  self.api_url(), self.control_url())
 
     def _network(self) -> None:
+        # bound first, in the namespace the run starts in (outside its own, if it makes one)
+        self.relays = {str(p): Relay(p.port) for p in self.publish}
         if namespace.inside():
             return
         if not namespace.available():
             log.warning("%s", NO_NAMESPACE)
             return
         # bound while still outside: they stay outside, and lead in
-        self.relays = {"api": Relay(self.api_port), "control": Relay(self.scenario.control_port)}
+        self.relays.update(api=Relay(self.api_port), control=Relay(self.scenario.control_port))
         namespace.enter()
 
     async def _set_up(self, admin: k8s.ApiClient) -> None:
@@ -109,6 +137,20 @@ class RealCluster:
         if self.scenario.placeholders or any(g.autoscaler for g in self.scenario.node_groups):
             log.warning("the scenario's placeholders and autoscaler are the old simulator's (--plane model): "
                         "not started on the real control plane")
+
+    def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
+        """Where a connection to `published` goes: its Service's load-balancer address, else its
+        cluster IP, as the Service is at that moment."""
+        async def address() -> tuple[str, int]:
+            assert self._admin is not None
+            try:
+                svc = await k8s.CoreV1Api(self._admin).read_namespaced_service(published.service, published.namespace)
+            except ApiException as e:
+                raise LookupError(f"service {published}: {e.reason}") from None
+            ingress = [i.ip for i in (svc.status.load_balancer.ingress or []) if i.ip] \
+                if svc.status and svc.status.load_balancer else []
+            return (ingress or [svc.spec.cluster_ip])[0], published.service_port
+        return address
 
     def _control_url(self) -> str:
         return self.agent.control.url if self.agent and self.agent.control else ""
@@ -160,6 +202,7 @@ class RealCluster:
             "data_dir": str(self.data_dir),
             "pids": {c.name: c.process.pid for c in self.plane.components},
             "audit_log": str(self.plane.audit_log),  # the requests of pods' ServiceAccounts and their answers
+            "published": {str(p): f"127.0.0.1:{self.relays[str(p)].port}" for p in self.publish},
         }
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Awaitable, Callable
+
+Target = Callable[[], Awaitable[tuple[str, int]]]  # where a connection goes, asked at each one
 
 CHUNK = 64 * 1024
 
@@ -22,13 +25,19 @@ class Relay:
         self._socket.bind(("127.0.0.1", port))
         self._socket.listen(128)
         self.port: int = self._socket.getsockname()[1]
-        self._target = ("", 0)
+        self._target: Target | None = None
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
         """Relay each connection to `host:port` from now on."""
-        self._target = (host, port)
+        async def fixed() -> tuple[str, int]:
+            return host, port
+        await self.start_to(fixed)
+
+    async def start_to(self, target: Target) -> None:
+        """Relay each connection to where `target()` says then (e.g. a Service's address)."""
+        self._target = target
         self._server = await asyncio.start_server(self._relay, sock=self._socket)
 
     async def stop(self) -> None:
@@ -41,8 +50,9 @@ class Relay:
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            inner_reader, inner_writer = await asyncio.open_connection(*self._target)
-        except OSError:
+            assert self._target is not None
+            inner_reader, inner_writer = await asyncio.open_connection(*await self._target())
+        except (OSError, LookupError):  # LookupError: the target is not there (yet)
             writer.close()
             return
         pipes = [asyncio.create_task(_pipe(reader, inner_writer)), asyncio.create_task(_pipe(inner_reader, writer))]

@@ -52,13 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "helm-values/gpu-reclaim.yaml (default: ../shared/z2jh/chart beside the clone); "
                              "without it the demo runs its own JupyterHub (--config) instead")
     parser.add_argument("--port", type=port, default=8000,
-                        help="the demo's own hub's public port on 127.0.0.1 (the release's hub is at the "
-                             "address of its proxy-public Service)")
+                        help="the hub's public port on 127.0.0.1: the demo's own hub's, or, on the real plane, "
+                             "where the release's proxy-public is offered (on the model plane the release's "
+                             "hub is at its proxy-public Service's address)")
     parser.add_argument("--scenario", metavar="FILE", default=str(DEFAULT_SCENARIO),
                         help="the simulated cluster (default: %(default)s)")
     parser.add_argument("--config", metavar="FILE", default=str(DEMO_CONFIG / "jupyterhub_config.py"),
                         help="the demo's own hub's JupyterHub configuration, without the chart "
                              "(default: %(default)s)")
+    parser.add_argument("--plane", choices=["model", "real"], default="real",
+                        help="the cluster's control plane for the release (`run --plane`): the real "
+                             "kube-apiserver, kube-scheduler and kube-controller-manager (default), or the "
+                             "simulator's own model")
     parser.add_argument("--data-dir", metavar="DIR", default=".demo",
                         help="where the cluster's data, the hub database and the logs go (default: ./.demo)")
     parser.add_argument("--password", help="the demo users' password (default: a new random one)")
@@ -105,14 +110,17 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
                        extra=z2jh.sim_values(password=password, users=USERS, admins=ADMINS))
     print(f"Starting the simulated cluster (logs: {workdir / 'sim.log'}) ...", flush=True)
     try:
-        sim = z2jh.start_cluster(workdir, docs, base=Path(args.scenario))
+        sim = z2jh.start_cluster(workdir, docs, base=Path(args.scenario), plane=args.plane,
+                                 publish=args.port if args.plane == "real" else None)
     except RuntimeError as e:
         print(f"demo: the simulated cluster did not start: {e}", file=sys.stderr)
         return 1
     try:
         print("Installing the release in namespace jhub (and helm-values/rbac.yaml) ...", flush=True)
         try:
-            release = z2jh.install(sim.info["kubeconfig"], docs)
+            # on the real plane proxy-public is offered at --port (the run's addresses are its own)
+            release = z2jh.install(sim.info["kubeconfig"], docs,
+                                   url=f"http://127.0.0.1:{args.port}" if args.plane == "real" else None)
         except RuntimeError as e:
             print(f"demo: the release did not come up: {e}", file=sys.stderr)
             return 1

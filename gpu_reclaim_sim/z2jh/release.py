@@ -241,13 +241,17 @@ def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
     return _merge_maps(data, overrides or {})
 
 
-def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", **kw: Any) -> Child:
+def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", publish: int | None = None,
+                  **kw: Any) -> Child:
     """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`, on
-    `plane` (launch.start_sim's), with the simulated dcgm-exporter as a Service."""
+    `plane` (launch.start_sim's), with the simulated dcgm-exporter as a Service; on the real
+    plane, `publish` is the port of this machine's loopback where proxy-public is offered
+    (`run --publish`: for a browser outside the run's network namespace)."""
     path = workdir / "scenario.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(scenario(docs, plane=plane, **kw)))
-    sim = start_sim(workdir, path, plane=plane, timeout=120)
+    extra = ["--publish", f"{publish}={NAMESPACE}/proxy-public:80"] if publish else []
+    sim = start_sim(workdir, path, plane=plane, timeout=120, extra_args=extra)
     try:
         apply(sim.info["kubeconfig"], dcgm_exporter(sim.info.get("metrics_in_cluster", sim.info["metrics"])))
     except BaseException:
@@ -340,9 +344,10 @@ def apply(kubeconfig: str, objects: list[dict], *args: str) -> str:
 
 
 def install(kubeconfig: str, docs: list[dict], *, namespace: str = NAMESPACE, with_rbac: list[dict] | None = None,
-            timeout: float = 180) -> Release:
+            timeout: float = 180, url: str | None = None) -> Release:
     """Apply the rendered release (and `with_rbac`, default helm-values/rbac.yaml) in
-    Helm's install order, then wait until the hub answers through proxy-public."""
+    Helm's install order, then wait until the hub answers through proxy-public: at its
+    load-balancer address, or at `url` where it is offered (start_cluster's `publish`)."""
     apply(kubeconfig, install_order(docs + (rbac(namespace) if with_rbac is None else with_rbac)), "-n", namespace)
     deadline = time.monotonic() + timeout
     for workload in ("deploy/proxy", "deploy/hub"):
@@ -356,7 +361,7 @@ def install(kubeconfig: str, docs: list[dict], *, namespace: str = NAMESPACE, wi
             time.sleep(0.2)
     if not ingress:
         raise RuntimeError("proxy-public got no load-balancer address")
-    release = Release(kubeconfig, namespace, f"http://{ingress[0]['ip']}")
+    release = Release(kubeconfig, namespace, url or f"http://{ingress[0]['ip']}")
     _until(lambda: _answers(f"{release.url}/hub/health"), deadline,
            lambda: f"the hub does not answer at {release.url}/hub/health; its log:\n{release.hub_log()[-4000:]}")
     return release

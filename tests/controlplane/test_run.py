@@ -2,7 +2,8 @@
 control plane, started as the demo and the test harnesses start the simulator (launch.start_sim):
 the same info file, a kubeconfig the official client uses, the scenario's namespaces ready for
 pods and its priority classes, a GPU pod placed by the real scheduler that gets its device, a
-claim of the default StorageClass bound; SIGTERM stops every process it started. And the relay
+claim of the default StorageClass bound, a Service offered at a port of the machine (--publish);
+SIGTERM stops every process it started. And the relay
 by which a run in a network namespace of its own is reached from outside."""
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpu_reclaim_sim.launch import Child, start_sim
+from gpu_reclaim_sim.launch import Child, free_port, start_sim
 
 from ..support.controlplane import BUSYBOX, phases
+from ..support.sim_cluster import wait_for
 
 SCENARIO = {
     "name": "real-run", "namespaces": ["jhub"], "mode": "process", "defaultImageSize": "10MB",
@@ -40,7 +42,8 @@ INFO_KEYS = {"scenario", "api", "api_secure", "ca_file", "control", "metrics", "
 def run(tmp_path_factory) -> Iterator[Child]:
     work = tmp_path_factory.mktemp("real-run")
     (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
-    child = start_sim(work, work / "scenario.yaml", timeout=120, plane="real")
+    child = start_sim(work, work / "scenario.yaml", timeout=120, plane="real",
+                      extra_args=["--publish", f"{free_port()}=jhub/web:80"])
     try:
         yield child
     finally:
@@ -86,6 +89,26 @@ def test_a_gpu_pod_with_a_claim_runs_on_the_run(run, core):
     with urllib.request.urlopen(run.info["control"] + "/gpus", timeout=10) as r:
         [gpu] = json.load(r)
     assert (directory / "devices").read_text() == gpu["uuid"] + "\n"
+
+
+def test_a_published_service_answers_at_its_port_of_the_machine(run, core):
+    """`run --publish PORT=jhub/web:80`: as the demo offers the release's proxy-public to a browser."""
+    script = ("mkdir -p /tmp/www && echo published > /tmp/www/index.html && cd /tmp/www && "
+              "exec python3 -m http.server --bind 0.0.0.0 8080")
+    core.create_namespaced_pod("jhub", {"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {
+        "terminationGracePeriodSeconds": 1, "containers": [{"name": "web", "image": BUSYBOX, "command": ["sh", "-c", script],
+                                                            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}})
+    core.create_namespaced_service("jhub", {"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    address = run.info["published"]["jhub/web:80"]
+
+    def answer() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://{address}/", timeout=5) as r:
+                return r.read().decode()
+        except OSError:  # the relay closes at once while the Service has no ready endpoint
+            return None
+    assert wait_for(answer, "the published Service's answer") == "published\n"
 
 
 def test_sigterm_stops_every_process_the_run_started(run):

@@ -34,15 +34,17 @@ def pod_token(cluster_token: str, namespace: str, pod: str, uid: str) -> str:
 
 
 class ControlServer:
-    """The endpoint of `gpus`, at `host:port` (0: a free one); `token` is the admin's, and
-    `pod_uid(namespace, pod)` the UID of a pod that runs here (None: no such pod)."""
+    """The endpoint of `gpus`, at `host:port` (0: a free one), and at the same port of each of
+    `also` (other addresses of the machine); `token` is the admin's, and `pod_uid(namespace,
+    pod)` the UID of a pod that runs here (None: no such pod)."""
 
     def __init__(self, gpus: GpuFleet, token: str, pod_uid: Callable[[str, str], str | None],
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, also: tuple[str, ...] = ()) -> None:
         self.fleet, self.token, self.pod_uid = gpus, token, pod_uid
-        self.host, self.port = host, port
+        self.host, self.port, self.also = host, port, also
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.urls: dict[str, str] = {}  # each address's
 
     def pod_env(self, namespace: str, pod: str, uid: str) -> dict[str, str]:
         """What a GPU pod's processes need to call `use_gpu()`."""
@@ -68,7 +70,10 @@ class ControlServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         port = self._runner.addresses[0][1]
-        self.url = f"http://{self.host}:{port}"
+        for host in self.also:
+            await web.TCPSite(self._runner, host, port).start()
+        self.urls = {host: f"http://{host}:{port}" for host in (self.host, *self.also)}
+        self.url = self.urls[self.host]
 
     async def stop(self) -> None:
         if self._runner:

@@ -153,7 +153,10 @@ class RealCluster:
         return address
 
     def _control_url(self) -> str:
-        return self.agent.control.url if self.agent and self.agent.control else ""
+        return self._control_urls()[0]
+
+    def _control_urls(self) -> list[str]:
+        return list(self.agent.control.urls.values()) if self.agent and self.agent.control else [""]
 
     def api_url(self) -> str:
         """The API server as programs that started the run reach it."""
@@ -194,7 +197,8 @@ class RealCluster:
             "ca_file": str(self.plane.authority.cert),
             "control": self.control_url(),
             "metrics": self.control_url() + "/metrics",
-            "metrics_in_cluster": self._control_url() + "/metrics",  # where pods reach them
+            # where a Service's EndpointSlice may lead to them (not loopback)
+            "metrics_in_cluster": self._control_urls()[-1] + "/metrics",
             "nodes": sorted(self.agent.registrations),
             "pod_network": str(network.pods.network),
             "service_network": str(network.services),

@@ -95,10 +95,13 @@ class NodeAgent:
         await self.services.start()
         local.hosts, local.dataplane = self.services.hosts, self.services.dataplane
         s = self.scenario
-        # in the run's network namespace at the machine's address there (as dcgm-exporter listens
-        # on its node's), which a Service's EndpointSlice may name; loopback is refused there
-        host = namespace.API_SERVER_ADDRESS if namespace.inside() else s.control_host
-        local.control = self.control = ControlServer(local.gpus, self.token, self._pod_uid, host, s.control_port)
+        # pods reach it at the scenario's host (loopback: to a NetworkPolicy the machine, outside
+        # the cluster, as the GPU it stands for is no pod's peer); in the run's network namespace
+        # also at the machine's address there, which an EndpointSlice may name (the release's
+        # dcgm-exporter Service) where it refuses loopback
+        also = (namespace.API_SERVER_ADDRESS,) if namespace.inside() else ()
+        local.control = self.control = ControlServer(local.gpus, self.token, self._pod_uid, s.control_host,
+                                                     s.control_port, also)
         await self.control.start()
         await local.gpus.start()
         addresses = AddressPool(NODE_NETWORK)

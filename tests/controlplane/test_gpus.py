@@ -11,6 +11,7 @@ import json
 import urllib.error
 import urllib.request
 
+from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..support.controlplane import BUSYBOX, busybox_pod, phases
@@ -28,6 +29,7 @@ SCENARIO = {
         {"name": "sliced", "count": 1, **GPU_GROUP, "gpus": 1, "timeSlicing": {"replicas": 2, "renameByDefault": True}},
     ],
 }
+PRIVATE = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.169.254/32"]  # z2jh's nonPrivateIPs' except
 # what the pod runs: its devices and its use_gpu answer to its log, then it keeps its GPUs
 USE_GPU = ("echo devices=$NVIDIA_VISIBLE_DEVICES; echo token=$GPU_RECLAIM_SIM_GPU_TOKEN; "
            "python -c 'import json; from gpu_reclaim_sim.gpu import use_gpu; "
@@ -76,8 +78,16 @@ def gpu_util(agent, ns: str, pod: str) -> float | None:
 
 
 def test_a_gpu_pod_placed_by_the_real_scheduler_gets_its_device_and_sets_its_load(agent, core, ns):
-    core.create_namespaced_pod(ns, gpu_pod("trainer"))
+    # z2jh's user pods may reach no private address (its singleuser NetworkPolicy): use_gpu
+    # works all the same, as a real GPU needs no network
+    k8s.NetworkingV1Api(core.api_client).create_namespaced_network_policy(ns, {
+        "metadata": {"name": "singleuser"}, "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE}}]}]}})
+    probe = ("python -c 'import errno, socket; s = socket.socket(); s.settimeout(5); "
+             "print(\"api=\" + errno.errorcode.get(s.connect_ex((\"10.96.0.1\", 443)), \"open\"))'; ")
+    core.create_namespaced_pod(ns, gpu_pod("trainer", script=probe + USE_GPU))
     assert phases(core, ns, "trainer", "Running") == ["Pending", "Running"]
+    assert logged(agent, ns, "trainer", "api") == "EHOSTUNREACH"  # the policy holds: the API server is private
     assert core.read_namespaced_pod("trainer", ns).spec.node_name == "whole-1"
     device = logged(agent, ns, "trainer", "devices")
     _, gpus = control(agent, "/gpus")

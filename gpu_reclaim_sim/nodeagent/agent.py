@@ -81,15 +81,16 @@ class NodeAgent:
 
     async def start(self) -> None:
         local = self.local = NodeLocal(self.scenario, self.data_dir)
-        admin = self._client("network-plugin-installer", "gpu-reclaim-sim:installer", ("system:masters",))
-        await clusterroles.install(admin, networkplugin.USER, networkplugin.RULES)
-        await provisioner.install(admin)
+        admin = self._client("add-on-installer", "gpu-reclaim-sim:installer", ("system:masters",))
+        for add_on in (networkplugin, provisioner, servicecontroller):  # as their manifests install them
+            await clusterroles.install(admin, add_on.USER, add_on.RULES)
+        await provisioner.install_storage_class(admin)
         self.provisioner = provisioner.Provisioner(self._client("provisioner", provisioner.USER, ()),
                                                    self.data_dir / "volumes")
-        self.provisioner.start()
-        await clusterroles.install(admin, servicecontroller.USER, servicecontroller.RULES)
-        self.balancers = servicecontroller.ServiceController(self._client("service-controller", servicecontroller.USER, ()))
-        self.balancers.start()
+        self.balancers = servicecontroller.ServiceController(
+            self._client("service-controller", servicecontroller.USER, ()))
+        for part in (self.provisioner, self.balancers):
+            part.start()
         self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()),
                                      self._client("network-plugin", networkplugin.USER, ()), local)
         await self.services.start()

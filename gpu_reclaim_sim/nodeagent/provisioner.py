@@ -10,8 +10,8 @@ images, writes there), of the requested capacity (not enforced), with a `claimRe
 claim, which the PV controller then binds. It follows the PVs too: one of its own that is
 `Released` with reclaim policy Delete goes, with its directory (the PV controller leaves
 deleting an external provisioner's volumes to it). It works as a user of its own (`USER`) with a
-ClusterRole (`RULES`); `install` applies them and the default StorageClass as local-path's
-manifest does.
+ClusterRole (`RULES`, installed by the agent: sim.nodeagent.clusterroles), beside the default
+StorageClass it serves (`install_storage_class`), as local-path's manifest installs them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from kubernetes_asyncio.client.rest import ApiException
 from ..api.storageclasses import PROVISIONER, default_storage_class
 from ..events import event_body
 from ..store import Obj
-from . import clusterroles
 from .podwatch import ListWatch
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.provisioner")
@@ -42,9 +41,8 @@ SELECTED = "volume.kubernetes.io/storage-provisioner"  # set on a claim by the P
 PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
 
 
-async def install(admin: k8s.ApiClient) -> None:
-    """Its ClusterRole, and the StorageClass (left as it is if there: the admin's to change)."""
-    await clusterroles.install(admin, USER, RULES)
+async def install_storage_class(admin: k8s.ApiClient) -> None:
+    """The StorageClass (left as it is if there: the admin's to change)."""
     try:
         await k8s.StorageV1Api(admin).create_storage_class(default_storage_class())  # type: ignore[arg-type]
     except ApiException as e:

@@ -114,8 +114,7 @@ class ControlServer:
             utilization = float(body.get("utilization", 100))
             seconds = float(body.get("seconds", 60))
             memory = body.get("memory_mib")
-            load = self.fleet.set_load(ns, name, utilization, seconds,
-                                              int(memory) if memory is not None else None)
+            load = self.fleet.set_load(ns, name, utilization, seconds, int(memory) if memory is not None else None)
         except KeyError as e:
             return _error(409, str(e.args[0]))
         except (ValueError, TypeError) as e:

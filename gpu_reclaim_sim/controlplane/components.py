@@ -147,6 +147,7 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc", "--profiling=false",
             f"--audit-policy-file={self._write('audit-policy.json', AUDIT_POLICY)}",
             f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking",
+            "--audit-log-maxsize=100", "--audit-log-maxbackup=1",  # MB: a demo may run for days
         ])
         self.admin = pki.issue("admin", "admin", ("system:masters",))
         pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=self.admin)

@@ -155,3 +155,15 @@ def test_a_relay_leads_from_outside_into_the_namespace_entered_after_it(tmp_path
     finally:
         child.terminate()
         child.wait()
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--plane", "real", "--publish", "8000=proxy-public"], "--publish: '8000=proxy-public' is not "
+                                                             "PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)"),
+    (["--publish", "8000=jhub/proxy-public:80"], "--publish needs --plane real"),
+])
+def test_a_bad_publish_is_refused_before_anything_starts(tmp_path, args, error):
+    done = subprocess.run([sys.executable, "-m", "gpu_reclaim_sim", "run", "--kubeconfig", str(tmp_path / "kc"),
+                           "--data-dir", str(tmp_path / "data"), *args], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (2, f"jupyterhub-gpu-reclaim-sim run: {error}")
+    assert list(tmp_path.iterdir()) == []

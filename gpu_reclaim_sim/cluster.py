@@ -43,7 +43,8 @@ from .kubelet.kubelet import Kubelet
 from .network.loadbalancers import LoadBalancerController
 from .kubelet.names import HostsFiles
 from .network.addresses import PodNetwork
-from .controllers.persistentvolumes import VolumeController, default_storage_class
+from .api.storageclasses import default_storage_class
+from .controllers.persistentvolumes import VolumeController
 from .controllers.placeholders import PlaceholderController
 from .rbac.authorizer import RBAC_KINDS
 from .rbac.escalation import confirm_no_escalation
@@ -71,7 +72,7 @@ class Cluster:
         self.gpus = GpuFleet(scenario)
         self.apiserver = ApiServer(self)
         self.serviceaccounts = ServiceAccountController(self.store, self.create, self.apiserver.ca_pem)
-        self.control = ControlServer(self)
+        self.control = ControlServer(self.gpus, self.token, self._pod_uid, scenario.control_host, scenario.control_port)
         self.scheduler = Scheduler(self, names=scenario.scheduler_names)
         self.autoscaler = Autoscaler(self)
         self.placeholders = PlaceholderController(self)
@@ -190,6 +191,10 @@ class Cluster:
         self.network.close()
         self.started = False
 
+    def _pod_uid(self, namespace: str, pod: str) -> str | None:
+        found = self.store.find(BY_KIND["Pod"], namespace, pod)
+        return found["metadata"]["uid"] if found else None
+
     def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
         return paths.pod_log_path(self.data_dir, namespace, pod, container, previous)
 
@@ -208,9 +213,7 @@ class Cluster:
     def kubeconfig(self, namespace: str | None = None) -> dict[str, Any]:
         """A kubeconfig kubectl and the Kubernetes clients accept."""
         name = "gpu-reclaim-sim"
-        # the scenario's own namespace (jhub in the demo), else "default" as on a new cluster
-        own = [n for n in self.scenario.namespaces if n not in ("default", "kube-system")]
-        ns = namespace or (own[-1] if own else "default")
+        ns = namespace or self.scenario.home_namespace
         return {
             "apiVersion": "v1",
             "kind": "Config",

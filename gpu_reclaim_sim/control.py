@@ -7,6 +7,9 @@
   "memory_mib": 8000}`. Callers are the cluster's admin (the cluster token) or the pod
   itself (its own token, given to it in GPU_RECLAIM_SIM_GPU_TOKEN);
 - `GET /healthz`.
+
+It serves a `GpuFleet` for whoever runs the GPUs: the old simulator's Cluster (its pods from
+its store) or the node agent on the real control plane (its pods from its pod workers).
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ import hashlib
 import hmac
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
 
 from aiohttp import web
 
-log = logging.getLogger("gpu_reclaim_sim.control")
+from .gpu import TOKEN_ENV, URL_ENV
+from .gpu.gpus import GpuFleet
 
-LOAD_URL_ENV = "GPU_RECLAIM_SIM_GPU_URL"
-LOAD_TOKEN_ENV = "GPU_RECLAIM_SIM_GPU_TOKEN"
+log = logging.getLogger("gpu_reclaim_sim.control")
 
 
 def pod_token(cluster_token: str, namespace: str, pod: str, uid: str) -> str:
@@ -31,16 +34,23 @@ def pod_token(cluster_token: str, namespace: str, pod: str, uid: str) -> str:
 
 
 class ControlServer:
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+    """The endpoint of `gpus`, at `host:port` (0: a free one), and at the same port of each of
+    `also` (other addresses of the machine); `token` is the admin's, and `pod_uid(namespace,
+    pod)` the UID of a pod that runs here (None: no such pod)."""
+
+    def __init__(self, gpus: GpuFleet, token: str, pod_uid: Callable[[str, str], str | None],
+                 host: str = "127.0.0.1", port: int = 0, also: tuple[str, ...] = ()) -> None:
+        self.fleet, self.token, self.pod_uid = gpus, token, pod_uid
+        self.host, self.port, self.also = host, port, also
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.urls: dict[str, str] = {}  # each address's
 
     def pod_env(self, namespace: str, pod: str, uid: str) -> dict[str, str]:
         """What a GPU pod's processes need to call `use_gpu()`."""
         return {
-            LOAD_URL_ENV: f"{self.url}/gpus/{namespace}/{pod}",
-            LOAD_TOKEN_ENV: pod_token(self.cluster.token, namespace, pod, uid),
+            URL_ENV: f"{self.url}/gpus/{namespace}/{pod}",
+            TOKEN_ENV: pod_token(self.token, namespace, pod, uid),
         }
 
     def app(self) -> web.Application:
@@ -55,13 +65,15 @@ class ControlServer:
         return app
 
     async def start(self) -> None:
-        s = self.cluster.scenario
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, s.control_host, s.control_port)
+        site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         port = self._runner.addresses[0][1]
-        self.url = f"http://{s.control_host}:{port}"
+        for host in self.also:
+            await web.TCPSite(self._runner, host, port).start()
+        self.urls = {host: f"http://{host}:{port}" for host in (self.host, *self.also)}
+        self.url = self.urls[self.host]
 
     async def stop(self) -> None:
         if self._runner:
@@ -73,23 +85,23 @@ class ControlServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         node = request.match_info.get("node")
-        if node is not None and node not in self.cluster.gpus.gpus:
+        if node is not None and node not in self.fleet.gpus:
             raise web.HTTPNotFound(text=f"no node {node!r} with GPUs\n")
-        return web.Response(body=self.cluster.gpus.metrics(node),
+        return web.Response(body=self.fleet.metrics(node),
                             content_type="text/plain", charset="utf-8",
                             headers={"Cache-Control": "no-store"})
 
     async def gpus(self, request: web.Request) -> web.Response:
-        return web.json_response(self.cluster.gpus.state())
+        return web.json_response(self.fleet.state())
 
     async def set_load(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["namespace"], request.match_info["pod"]
-        pod = self.cluster.store.find(_pod_type(), ns, name)
-        if pod is None:
+        uid = self.pod_uid(ns, name)
+        if uid is None:
             return _error(404, f"pod {ns}/{name} not found")
         auth = request.headers.get("Authorization", "")
         token = auth.split(" ", 1)[1] if auth.lower().startswith(("bearer ", "token ")) else ""
-        allowed = {self.cluster.token, pod_token(self.cluster.token, ns, name, pod["metadata"]["uid"])}
+        allowed = {self.token, pod_token(self.token, ns, name, uid)}
         if not token or not any(hmac.compare_digest(token, t) for t in allowed):
             return _error(403, "a cluster token or the pod's own token is required")
         try:
@@ -102,8 +114,7 @@ class ControlServer:
             utilization = float(body.get("utilization", 100))
             seconds = float(body.get("seconds", 60))
             memory = body.get("memory_mib")
-            load = self.cluster.gpus.set_load(ns, name, utilization, seconds,
-                                              int(memory) if memory is not None else None)
+            load = self.fleet.set_load(ns, name, utilization, seconds, int(memory) if memory is not None else None)
         except KeyError as e:
             return _error(409, str(e.args[0]))
         except (ValueError, TypeError) as e:
@@ -111,12 +122,6 @@ class ControlServer:
         log.info("GPU load of %s/%s: %.0f%% for %.0f s", ns, name, utilization, seconds)
         return web.json_response({"utilization": load.utilization, "seconds": seconds,
                                   "memory_mib": load.memory_mib})
-
-
-def _pod_type():
-    from .resources import BY_KIND
-
-    return BY_KIND["Pod"]
 
 
 def _error(code: int, message: str) -> web.Response:

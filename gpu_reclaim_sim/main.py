@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .paths import DEFAULT_SCENARIO
 from .scenario import ScenarioError, load
@@ -33,9 +34,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where volumes and pod logs live (default: a new temporary directory)")
     parser.add_argument("--info-file", metavar="PATH",
                         help="also write the cluster's addresses as JSON to this file once it is up")
+    parser.add_argument("--plane", choices=["model", "real"], default="model",
+                        help="the control plane: the simulator's own model of Kubernetes (model, the default "
+                             "for now), or the real kube-apiserver, etcd, kube-scheduler and "
+                             "kube-controller-manager with the simulator as node agent (real; see docs/sim.md)")
+    parser.add_argument("--publish", metavar="PORT=NAMESPACE/SERVICE:PORT", action="append", default=[],
+                        help="with --plane real: offer a Service's port at this port of the machine's loopback, "
+                             "as a cloud's load balancer would (e.g. 8000=jhub/proxy-public:80); repeatable")
     parser.add_argument("--mode", choices=["process", "stub"],
                         help="override the scenario's run mode for pods")
-    parser.add_argument("--api-port", type=port, help="override the API server's port")
+    parser.add_argument("--api-port", type=port, help="override the API server's port (with --plane real: "
+                                                         "where this machine's programs reach it)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
 
@@ -94,13 +103,29 @@ def run_cluster(args: argparse.Namespace) -> int:
         scenario.mode = args.mode
     if args.api_port is not None:
         scenario.api_port = args.api_port
-    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-sim-"))
-    from .cluster import Cluster
+    from .realcluster import Published
 
-    cluster = Cluster(scenario, data_dir)
+    try:
+        publish = [Published.parse(text) for text in args.publish]
+    except ValueError as e:
+        print(f"jupyterhub-gpu-reclaim-sim run: --publish: {e}", file=sys.stderr)
+        return 2
+    if publish and args.plane != "real":
+        print("jupyterhub-gpu-reclaim-sim run: --publish needs --plane real", file=sys.stderr)
+        return 2
+    data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-sim-"))
+    cluster: Any
+    if args.plane == "real":
+        from .realcluster import RealCluster
+
+        cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0, publish=publish)
+    else:
+        from .cluster import Cluster
+
+        cluster = Cluster(scenario, data_dir)
     try:
         asyncio.run(serve(cluster, args))
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # RuntimeError: sim.controlplane's ControlPlaneError
         print(f"jupyterhub-gpu-reclaim-sim run: cannot start: {e}", file=sys.stderr)
         return 1
     return 0

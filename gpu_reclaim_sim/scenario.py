@@ -83,6 +83,9 @@ class Image:
     working_dir: str | None = None
     user: ImageUser | None = None  # the image's USER; None: root
     stub: bool = False  # never runs a process (e.g. the pause image of placeholders)
+    # the image's programs: at a path (the key), a program of this machine (bound there) and
+    # arguments put before the container's own: e.g. /usr/local/bin/kube-scheduler, the control plane's
+    programs: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -196,6 +199,13 @@ class Scenario:
     network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.network.nftables)
     source: str = "<scenario>"
 
+    @property
+    def home_namespace(self) -> str:
+        """The kubeconfig's namespace: the scenario's own (jhub in the demo), the last it names,
+        else "default" as on a new cluster."""
+        own = [n for n in self.namespaces if n not in ("default", "kube-system")]
+        return own[-1] if own else "default"
+
 
 def _loopback_network(data: dict[str, Any], key: str, source: str, min_size: int) -> str:
     """A network inside 127.0.0.0/8 (tests reach every simulated address on loopback), or "auto"."""
@@ -262,6 +272,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
             working_dir=d.get("workingDir", defaults.working_dir),
             user=_user(d["user"]) if "user" in d else defaults.user,
             stub=bool(d.get("stub", False)),
+            programs={path: list(command) for path, command in d.get("programs", {}).items()},
         )
 
     dd = data.get("imageDefaults", {})

@@ -27,6 +27,10 @@ _image: dict[str, Any] = {
             },
         },
         "stub": {"type": "boolean"},
+        # a program the image holds at a path (the key): a program of this machine, bound
+        # there, then arguments put before the container's own
+        "programs": {"type": "object", "additionalProperties": {
+            "type": "array", "minItems": 1, "items": {"type": "string"}}},
     },
 }
 _taint = {

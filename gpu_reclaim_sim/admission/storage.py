@@ -6,14 +6,12 @@ from __future__ import annotations
 import copy
 import json
 
+from ..api.storageclasses import DEFAULT_CLASS_ANNOTATION
 from ..resources import BY_KIND
 from ..store import Obj, Store
 from .validation import Cause, _cause, _quantity
 
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
-
-
-DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 
 
 def _default_pvc(store: Store, pvc: Obj, old: Obj | None = None) -> None:

@@ -31,7 +31,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Hashable
 
-from ..admission.storage import DEFAULT_CLASS_ANNOTATION, PVC_PROTECTION
+from ..admission.storage import PVC_PROTECTION
+from ..api.storageclasses import PROVISIONER
 from .controller import Controller
 from ..errors import ApiError
 from ..api.quantity import parse as parse_quantity
@@ -41,15 +42,7 @@ from .workloads import record
 
 POD, PVC, PV, SC = BY_KIND["Pod"], BY_KIND["PersistentVolumeClaim"], BY_KIND["PersistentVolume"], \
     BY_KIND["StorageClass"]
-PROVISIONER = "sim.jupyterhub-gpu-reclaim/local-path"
-DEFAULT_CLASS = "standard"
 COMPONENT = "persistentvolume-controller"
-
-
-def default_storage_class() -> Obj:
-    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": DEFAULT_CLASS, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
-            "provisioner": PROVISIONER, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate"}
 
 
 def claim_dir(store: Any, namespace: str, claim: str) -> Path | None:

@@ -29,11 +29,15 @@ from pathlib import Path
 
 from ..network import namespace
 from ..paths import REPO
-from .credentials import Authority
+from .credentials import Authority, Issued
 
 READY_TIMEOUT_S = 120.0
 NOWHERE = "192.0.2.1"  # the advertise address outside the run's network namespace
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+# what the API server's audit log records: every request of a pod's ServiceAccount (the hub's,
+# the service's), with its answer's code, so a test can read what was refused; nothing else
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"]}, {"level": "None"}]}
 
 
 class ControlPlaneError(RuntimeError):
@@ -82,15 +86,19 @@ class ControlPlane:
     until each component is ready (from async code: `asyncio.to_thread`)."""
     work: Path
     bin_dir: Path = field(default_factory=binaries)
+    port: int = 0  # the API server's (0: a free one)
     authority: Authority = field(init=False)
     server: str = ""
+    admin: Issued = field(init=False)  # the admin's client certificate (system:masters)
     admin_kubeconfig: Path = field(init=False)
+    audit_log: Path = field(init=False)  # JSON lines (AUDIT_POLICY)
     components: list[Component] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.authority = Authority.create(self.work / "pki")
         self.admin_kubeconfig = self.work / "admin.kubeconfig"
+        self.audit_log = self.work / "audit.log"
 
     def tls(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.authority.cert))
@@ -121,7 +129,7 @@ class ControlPlane:
             "kubernetes.default.svc.cluster.local"))
         to_kubelets = pki.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
         sa_key, sa_public = pki.signing_key()
-        port = free_port()
+        port = self.port or free_port()
         self.server = f"https://127.0.0.1:{port}"
         addresses = ["--bind-address=0.0.0.0", f"--advertise-address={namespace.API_SERVER_ADDRESS}"] \
             if namespace.inside() else ["--bind-address=127.0.0.1", f"--advertise-address={NOWHERE}",
@@ -137,8 +145,12 @@ class ControlPlane:
             f"--kubelet-certificate-authority={pki.cert}", "--kubelet-preferred-address-types=InternalIP",
             f"--service-account-key-file={sa_public}", f"--service-account-signing-key-file={sa_key}",
             "--service-account-issuer=https://kubernetes.default.svc", "--profiling=false",
+            f"--audit-policy-file={self._write('audit-policy.json', AUDIT_POLICY)}",
+            f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking",
+            "--audit-log-maxsize=100", "--audit-log-maxbackup=1",  # MB: a demo may run for days
         ])
-        pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=pki.issue("admin", "admin", ("system:masters",)))
+        self.admin = pki.issue("admin", "admin", ("system:masters",))
+        pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=self.admin)
         self._wait(apiserver, f"{self.server}/readyz", self.tls(), self._admin_tls())
 
         for name, extra in (("kube-scheduler", []), ("kube-controller-manager", [
@@ -154,9 +166,14 @@ class ControlPlane:
                 "--bind-address=127.0.0.1", f"--secure-port={health}", f"--cert-dir={self.work / name}", *extra])
             self._wait(component, f"https://127.0.0.1:{health}/healthz", ssl._create_unverified_context())
 
+    def _write(self, name: str, content: dict) -> Path:
+        path = self.work / name
+        path.write_text(json.dumps(content))
+        return path
+
     def _admin_tls(self) -> ssl.SSLContext:
         context = self.tls()
-        context.load_cert_chain(self.authority.directory / "admin.crt", self.authority.directory / "admin.key")
+        context.load_cert_chain(self.admin.cert, self.admin.key)
         return context
 
     def _run(self, name: str, args: list[str]) -> Component:

@@ -113,9 +113,10 @@ class Authority:
         return _private(self.directory / f"{name}.key", _key_pem(key)), public
 
     def kubeconfig(self, path: Path, server: str, user: str, *, client: Issued | None = None,
-                   token: str | None = None) -> Path:
+                   token: str | None = None, namespace: str | None = None) -> Path:
         """A kubeconfig (JSON is YAML) for `server` that trusts the CA and authenticates with
-        `client`'s certificate or a bearer `token`; 0600, for it names the key."""
+        `client`'s certificate or a bearer `token`, in `namespace` if given; 0600, for it names
+        the key."""
         auth = {"token": token} if token else {"client-certificate": str(client.cert), "client-key": str(client.key)} \
             if client else {}
         path.touch(mode=0o600, exist_ok=True)
@@ -123,7 +124,8 @@ class Authority:
             "apiVersion": "v1", "kind": "Config", "current-context": user,
             "clusters": [{"name": "cluster", "cluster": {"server": server, "certificate-authority": str(self.cert)}}],
             "users": [{"name": user, "user": auth}],
-            "contexts": [{"name": user, "context": {"cluster": "cluster", "user": user}}],
+            "contexts": [{"name": user, "context": {"cluster": "cluster", "user": user,
+                                                    **({"namespace": namespace} if namespace else {})}}],
         }, indent=1))
         return path
 

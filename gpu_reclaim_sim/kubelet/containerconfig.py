@@ -61,6 +61,9 @@ async def start(worker: PodWorker, c: Obj, image: Any, gpu_uuids: str | None, ci
     sc = c.get("securityContext") or {}
     try:
         container_mounts = mounts(worker.pod, c, env, worker.volume_paths, worker.dir)
+        # the image's programs, each this machine's at its path in the image
+        container_mounts += [{"source": command[0], "target": path, "readonly": True}
+                             for path, command in image.programs.items()]
     except volumes.MountError as e:
         raise runtime.StartError(str(e)) from None
     box = runtime.Sandbox(
@@ -87,7 +90,7 @@ def command_line(c: Obj, image: Any, env: dict[str, str]) -> list[str]:
     argv = command + args if command else list(image.entrypoint) + (args or list(image.cmd))
     if not argv:
         raise runtime.StartError("no command specified")
-    return argv
+    return [argv[0], *image.programs[argv[0]][1:], *argv[1:]] if argv[0] in image.programs else argv
 
 
 def rewrite(value: str, ip: str | None) -> str:

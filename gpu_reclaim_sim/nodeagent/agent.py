@@ -8,25 +8,32 @@ the scheduler binds to them as local processes (`nodepods`), in `data_dir` (thei
 and serves each node's kubelet API at its address (`kubeletserver`) for the API server to
 proxy `kubectl logs`, `exec` and `attach` to. Their Services and NetworkPolicies are served
 as kube-proxy, cluster DNS and a network plugin serve them (`nodeservices`); it installs the
-plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`).
-Not yet (issue 37): `kubectl port-forward`, `use_gpu`.
+plugin's ClusterRole as a cluster's admin would (it holds the run's CA: `networkplugin`), and
+the default StorageClass, whose volumes it provisions (`provisioner`), and is the cloud's
+service controller: LoadBalancer Services' addresses (`servicecontroller`).
+The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
+dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
+finds a pod's UID among its pod workers. Not yet (issue 37): `kubectl port-forward`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubernetes_asyncio import client as k8s
 
+from ..control import ControlServer
 from ..controlplane.credentials import Authority
 from ..kubelet.nodes import node_manifest
 from ..kubelet.podworker import PodWorker
+from ..network import namespace
 from ..network.addresses import AddressPool
 from ..scenario import Scenario
-from . import networkplugin
+from . import clusterroles, networkplugin, provisioner, servicecontroller
 from .kubeletserver import KubeletServer
 from .local import NodeLocal
 from .nodepods import NodePods
@@ -53,6 +60,10 @@ class NodeAgent:
     servers: dict[str, KubeletServer] = field(default_factory=dict)
     local: NodeLocal | None = None
     services: NodeServices | None = None
+    control: ControlServer | None = None
+    provisioner: provisioner.Provisioner | None = None
+    balancers: servicecontroller.ServiceController | None = None
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # the control endpoint's admin
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -70,12 +81,30 @@ class NodeAgent:
 
     async def start(self) -> None:
         local = self.local = NodeLocal(self.scenario, self.data_dir)
-        admin = self._client("network-plugin-installer", "gpu-reclaim-sim:installer", ("system:masters",))
-        await networkplugin.install(admin)
+        admin = self._client("add-on-installer", "gpu-reclaim-sim:installer", ("system:masters",))
+        for add_on in (networkplugin, provisioner, servicecontroller):  # as their manifests install them
+            await clusterroles.install(admin, add_on.USER, add_on.RULES)
+        await provisioner.install_storage_class(admin)
+        self.provisioner = provisioner.Provisioner(self._client("provisioner", provisioner.USER, ()),
+                                                   self.data_dir / "volumes")
+        self.balancers = servicecontroller.ServiceController(
+            self._client("service-controller", servicecontroller.USER, ()))
+        for part in (self.provisioner, self.balancers):
+            part.start()
         self.services = NodeServices(self._client("kube-proxy", PROXY_USER, ()),
                                      self._client("network-plugin", networkplugin.USER, ()), local)
         await self.services.start()
         local.hosts, local.dataplane = self.services.hosts, self.services.dataplane
+        s = self.scenario
+        # pods reach it at the scenario's host (loopback: to a NetworkPolicy the machine, outside
+        # the cluster, as the GPU it stands for is no pod's peer); in the run's network namespace
+        # also at the machine's address there, which an EndpointSlice may name (the release's
+        # dcgm-exporter Service) where it refuses loopback
+        also = (namespace.API_SERVER_ADDRESS,) if namespace.inside() else ()
+        local.control = self.control = ControlServer(local.gpus, self.token, self._pod_uid, s.control_host,
+                                                     s.control_port, also)
+        await self.control.start()
+        await local.gpus.start()
         addresses = AddressPool(NODE_NETWORK)
         for name, index in node_names(self.scenario):
             group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
@@ -93,6 +122,11 @@ class NodeAgent:
         """The worker of a pod on `node` by namespace and name (what its kubelet API serves)."""
         return lambda namespace, pod: self.pods[node].worker(namespace, pod) if node in self.pods else None
 
+    def _pod_uid(self, namespace: str, pod: str) -> str | None:
+        """The UID of a pod that runs on one of the agent's nodes (the control endpoint's)."""
+        workers = [w for pods in self.pods.values() if (w := pods.worker(namespace, pod))]
+        return workers[0].uid if workers else None
+
     async def stop(self) -> None:
         for server in self.servers.values():
             await server.stop()
@@ -101,9 +135,15 @@ class NodeAgent:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.services is not None:
             await self.services.stop()
+        if self.control is not None:
+            await self.control.stop()
+        for part in (self.provisioner, self.balancers):
+            if part is not None:
+                await part.stop()
         for api in self._clients:
             await api.close()
         if self.local is not None:
+            await self.local.gpus.stop()
             self.local.close()
 
 
@@ -112,6 +152,7 @@ async def serve(scenario: Scenario, server: str, pki: Path, version: str, data_d
     agent = NodeAgent(scenario, server, Authority(pki), version, data_dir)
     try:
         await agent.start()
+        print(f"control endpoint: {agent.control.url if agent.control else ''}", flush=True)
         print(f"nodes registered: {' '.join(agent.registrations)}", flush=True)
         await asyncio.Event().wait()
     finally:

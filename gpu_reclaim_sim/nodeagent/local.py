@@ -6,8 +6,8 @@ Each pod gets an address of the pods' network of the run's network namespace
 (sim.network.namespace: the real API server accepts it in EndpointSlices), or, outside one
 (no root), a loopback address (accepted as a pod IP, refused in EndpointSlices); a
 hosts file with its own name and the Services' (`hosts`) and the data plane's rules
-(`dataplane`), both kept from the real API by sim.nodeagent.nodeservices, which sets them; and no
-control endpoint for `use_gpu` yet (`NoGpuControl`).
+(`dataplane`), both kept from the real API by sim.nodeagent.nodeservices, which sets them; and the
+endpoint of `use_gpu` (`control`, sim.control.ControlServer: the agent sets it).
 """
 
 from __future__ import annotations
@@ -17,18 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths
+from ..control import ControlServer
 from ..gpu.gpus import GpuFleet
 from ..kubelet.images import ImageRegistry
 from ..network import namespace
 from ..network.addresses import PodNetwork
 from ..scenario import Scenario
-
-
-class NoGpuControl:
-    """No endpoint for `use_gpu` yet: a GPU pod sees its devices, and sets no load."""
-
-    def pod_env(self, namespace: str, pod: str, uid: str) -> dict[str, str]:
-        return {}
 
 
 @dataclass
@@ -40,7 +34,7 @@ class NodeLocal:
     network: PodNetwork = field(init=False)
     hosts: Any = None  # sim.kubelet.names.HostsFiles
     dataplane: Any = None  # sim.network.dataplane.DataPlane
-    control: Any = field(default_factory=NoGpuControl)
+    control: ControlServer | None = None  # set by the agent
 
     def __post_init__(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

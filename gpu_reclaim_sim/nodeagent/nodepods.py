@@ -56,6 +56,7 @@ class NodePods:
         for report in list(self._image_reports):
             report.cancel()
         await self.api.stop()
+        self.cluster.gpus.remove_node(self.name)
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         """The worker of the pod `namespace/name` on this node (the newest, should a pod of

@@ -15,10 +15,11 @@ What stands in for the images (`scenario`): each image the chart names runs its 
 from this machine's environment, as the image's user: the hub image from a Python
 environment with the package (this one, or another one, e.g. one with the chart's own hub
 requirements: `hub_python=`), the single-user image from this one,
-configurable-http-proxy from npm's global install, the pause and kube-scheduler images as
-stubs. The simulated scheduler
-serves the user-scheduler's name (its Deployment runs, as a stub); the prePuller's Helm
-hook (a Job, run by `helm install` before the release) is left out, as the simulator has
+configurable-http-proxy from npm's global install, the pause image as a stub. On the real
+control plane (`plane="real"`) the kube-scheduler image holds the real kube-scheduler
+(`user_scheduler`), so z2jh's user-scheduler is the real one with the chart's configuration;
+on the old one it is a stub and the simulated scheduler serves its name. The prePuller's Helm
+hook (a Job, run by `helm install` before the release) is left out, as the old simulator has
 no Jobs.
 """
 
@@ -179,7 +180,7 @@ def _path(python: str | Path) -> str:
     return f"{Path(python).absolute().parent}:/usr/local/bin:/usr/bin:/bin"
 
 
-def _images(docs: list[dict], hub_python: str | Path) -> dict[str, dict]:
+def _images(docs: list[dict], hub_python: str | Path, plane: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for doc in docs:
         spec = (doc.get("spec") or {}).get("template", {}).get("spec")
@@ -196,6 +197,8 @@ def _images(docs: list[dict], hub_python: str | Path) -> dict[str, dict]:
                                       "NB_USER": "jovyan"}}
             elif c["name"] == "chp":
                 out[image] = {"name": image, "size": "50MB", "entrypoint": ["configurable-http-proxy"]}
+            elif c["name"] == "kube-scheduler" and plane == "real":
+                out[image] = {"name": image, "size": "50MB", "programs": {c["command"][0]: user_scheduler()}}
             elif c["name"] in STUBS:
                 out[image] = {"name": image, "size": "1MB", "stub": True}
             else:
@@ -203,9 +206,20 @@ def _images(docs: list[dict], hub_python: str | Path) -> dict[str, dict]:
     return out
 
 
+def user_scheduler() -> list[str]:
+    """What z2jh's user-scheduler image runs on the real control plane: the real kube-scheduler
+    (controlplane/'s, v1.37) on its pod's own address (two replicas share the machine), with
+    the two DRA gates the chart's v1.35 role does not cover off (tests/controlplane/
+    test_user_scheduler.py: with them on it waits for a watch the role refuses, for ever)."""
+    from ..controlplane.components import binaries
+
+    return [str((binaries() / "kube-scheduler").resolve()), "--bind-address=0.0.0.0",
+            "--feature-gates=DRADeviceTaints=false,DRADeviceTaintRules=false"]
+
+
 def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
              base: Path = DEFAULT_SCENARIO, extra_images: list[dict] | None = None,
-             overrides: dict | None = None) -> dict:
+             overrides: dict | None = None, plane: str = "model") -> dict:
     """The simulated cluster for the release `docs`: `base` (the demo's cluster: GPU and
     CPU user nodes) with a node for the core pods, the chart's user-placeholder instead of
     the simulator's own, the scheduler serving the user-scheduler's name too, and each
@@ -221,20 +235,25 @@ def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
         config = yaml.safe_load(schedulers[0]["data"]["config.yaml"])
         data.setdefault("scheduler", {})["names"] = [
             "default-scheduler", *(p["schedulerName"] for p in config["profiles"])]
-    images = [*data.get("images", []), *_images(docs, hub_python or sys.executable).values(), *(extra_images or [])]
+    images = [*data.get("images", []), *_images(docs, hub_python or sys.executable, plane).values(),
+              *(extra_images or [])]
     data["images"] = list({i["name"]: i for i in images}.values())
     return _merge_maps(data, overrides or {})
 
 
-def start_cluster(workdir: Path, docs: list[dict], **kw: Any) -> Child:
-    """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`,
-    with the simulated dcgm-exporter as a Service."""
+def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", publish: int | None = None,
+                  **kw: Any) -> Child:
+    """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`, on
+    `plane` (launch.start_sim's), with the simulated dcgm-exporter as a Service; on the real
+    plane, `publish` is the port of this machine's loopback where proxy-public is offered
+    (`run --publish`: for a browser outside the run's network namespace)."""
     path = workdir / "scenario.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(scenario(docs, **kw)))
-    sim = start_sim(workdir, path)
+    path.write_text(yaml.safe_dump(scenario(docs, plane=plane, **kw)))
+    extra = ["--publish", f"{publish}={NAMESPACE}/proxy-public:80"] if publish else []
+    sim = start_sim(workdir, path, plane=plane, timeout=120, extra_args=extra)
     try:
-        apply(sim.info["kubeconfig"], dcgm_exporter(sim.info["metrics"]))
+        apply(sim.info["kubeconfig"], dcgm_exporter(sim.info.get("metrics_in_cluster", sim.info["metrics"])))
     except BaseException:
         sim.stop()
         raise
@@ -283,7 +302,7 @@ def dcgm_exporter(metrics_url: str) -> list[dict]:
          "metadata": {"name": f"{DCGM_SERVICE}-host", "namespace": DCGM_NAMESPACE,
                       "labels": {"kubernetes.io/service-name": DCGM_SERVICE}},
          "addressType": "IPv4", "ports": [{"name": "metrics", "port": port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]},
+         "endpoints": [{"addresses": [urlsplit(metrics_url).hostname], "conditions": {"ready": True}}]},
     ]
 
 
@@ -325,9 +344,10 @@ def apply(kubeconfig: str, objects: list[dict], *args: str) -> str:
 
 
 def install(kubeconfig: str, docs: list[dict], *, namespace: str = NAMESPACE, with_rbac: list[dict] | None = None,
-            timeout: float = 180) -> Release:
+            timeout: float = 180, url: str | None = None) -> Release:
     """Apply the rendered release (and `with_rbac`, default helm-values/rbac.yaml) in
-    Helm's install order, then wait until the hub answers through proxy-public."""
+    Helm's install order, then wait until the hub answers through proxy-public: at its
+    load-balancer address, or at `url` where it is offered (start_cluster's `publish`)."""
     apply(kubeconfig, install_order(docs + (rbac(namespace) if with_rbac is None else with_rbac)), "-n", namespace)
     deadline = time.monotonic() + timeout
     for workload in ("deploy/proxy", "deploy/hub"):
@@ -341,7 +361,7 @@ def install(kubeconfig: str, docs: list[dict], *, namespace: str = NAMESPACE, wi
             time.sleep(0.2)
     if not ingress:
         raise RuntimeError("proxy-public got no load-balancer address")
-    release = Release(kubeconfig, namespace, f"http://{ingress[0]['ip']}")
+    release = Release(kubeconfig, namespace, url or f"http://{ingress[0]['ip']}")
     _until(lambda: _answers(f"{release.url}/hub/health"), deadline,
            lambda: f"the hub does not answer at {release.url}/hub/health; its log:\n{release.hub_log()[-4000:]}")
     return release

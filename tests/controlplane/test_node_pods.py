@@ -30,10 +30,13 @@ from ..support.controlplane import BUSYBOX, busybox_pod, phases
 from ..support.sim_cluster import wait_for
 
 IMAGE = BUSYBOX
+TOOL = "registry.example/tools/greet:1.0"
 pod = functools.partial(busybox_pod, node="runner-1")
 SCENARIO = {
     "name": "node-pods", "namespaces": [], "mode": "process", "defaultImageSize": "10MB",
-    "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE]}],
+    "nodeGroups": [{"name": "runner", "count": 2, "cpu": "4", "memory": "8Gi", "images": [IMAGE, TOOL]}],
+    # an image whose program is one of this machine's, as z2jh's user-scheduler image holds kube-scheduler
+    "images": [{"name": TOOL, "programs": {"/usr/local/bin/greet": ["/bin/echo", "greetings from the image:"]}}],
 }
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
@@ -102,6 +105,14 @@ def test_env_and_args_are_expanded_as_kubernetes_expands_them(agent, core, ns):
         "KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443",
         f"MY_DB_SERVICE_HOST={svc.spec.cluster_ip}", "MY_DB_SERVICE_PORT_SQL=5432",
         f"MY_DB_PORT=tcp://{svc.spec.cluster_ip}:5432", ns, "token"]
+
+
+def test_an_images_program_runs_at_its_path_in_the_image_as_the_pods_user(agent, core, ns):
+    body = pod("greet", "", image=TOOL, securityContext={"runAsUser": 65534, "runAsGroup": 65534})
+    body["spec"]["containers"][0]["command"] = ["/usr/local/bin/greet", "world"]
+    core.create_namespaced_pod(ns, body)
+    assert phases(core, ns, "greet", "Succeeded")[-1] == "Succeeded", agent.container_log(ns, "greet", "main")
+    assert agent.container_log(ns, "greet", "main") == "greetings from the image: world\n"
 
 
 def test_a_missing_secret_is_the_kubelets_create_container_config_error(agent, core, ns):

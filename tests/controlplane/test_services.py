@@ -207,3 +207,33 @@ def test_a_network_policy_admits_only_the_pods_it_names(agent, core, ns):
     with pytest.raises(urllib.error.URLError) as refused:  # nor from outside the cluster (this process)
         urllib.request.urlopen(f"http://{ip}/", timeout=5)
     assert getattr(refused.value.reason, "errno", None) == errno.EHOSTUNREACH
+
+
+def test_a_load_balancer_service_gets_an_address_that_leads_to_its_pods(agent, core, ns):
+    """As a cloud's service controller gives it (the agent's: the real control plane has none),
+    and taken back when the Service stops being a LoadBalancer."""
+    core.create_namespaced_pod(ns, web_pod("web-lb"))
+    body = service("public")
+    body["spec"]["type"] = "LoadBalancer"
+    core.create_namespaced_service(ns, body)
+
+    def ingress() -> list[str]:
+        balancer = core.read_namespaced_service("public", ns).status.load_balancer
+        return [i.ip for i in (balancer.ingress or [])] if balancer else []
+    [ip] = wait_for(ingress, "the load balancer's address")
+    assert ip.startswith("10.0.255.")
+    reasons = wait_for(lambda: (found := {e.reason for e in core.list_namespaced_event(
+        ns, field_selector="involvedObject.name=public").items}) >= {"EnsuringLoadBalancer", "EnsuredLoadBalancer"}
+        and found, "the service controller's events")
+    assert reasons >= {"EnsuringLoadBalancer", "EnsuredLoadBalancer"}
+    wait_for(lambda: ready_endpoints(core, ns, "public") == [pod_ip(core, ns, "web-lb")], "web-lb behind public")
+
+    def answer() -> str | None:  # from here, the machine: as a browser reaches a cloud's load balancer
+        try:
+            with urllib.request.urlopen(f"http://{ip}/", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return None
+    assert wait_for(answer, "an answer at the load balancer") == "web-lb"
+    core.patch_namespaced_service("public", ns, {"spec": {"type": "ClusterIP"}})
+    wait_for(lambda: not ingress(), "the address taken back")

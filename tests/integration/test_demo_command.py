@@ -1,5 +1,5 @@
 """`make demo` runs `jupyterhub-gpu-reclaim-sim demo`: the whole product on the simulated
-cluster — the Zero to JupyterHub release with GPUReclaimSpawner and the reclaim service
+cluster on the real control plane — the Zero to JupyterHub release with GPUReclaimSpawner and the reclaim service
 with its pages and shrunk timings, as the release tests install it — and stops cleanly on
 SIGTERM. Without the chart beside the clone it says so and runs a JupyterHub of its own."""
 
@@ -75,11 +75,14 @@ class Demo:
 def test_demo_installs_the_z2jh_release(tmp_path):
     if reason := z2jh.unavailable():
         pytest.skip(reason)
-    demo = Demo(tmp_path)
+    port = free_port()  # where the release's proxy-public is published (the real plane's)
+    demo = Demo(tmp_path, "--port", str(port))
     try:
         url, metrics = demo.running()
+        assert url == f"http://127.0.0.1:{port}"
         text = demo.text()
         assert "Installing the release in namespace jhub" in text and PASSWORD in text
+        assert json.loads((demo.data / "sim.json").read_text())["plane"] == "real"
         assert f"{url}/services/gpu-reclaim/admin" in text and "'1 × GPU'" in text
         assert "jupyterhub_gpu_reclaim_dry_run 0.0" in metrics
         # the hub's login page, and the service's pages asking for a login, through proxy-public

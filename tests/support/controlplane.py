@@ -125,6 +125,11 @@ class NodeAgentProcess:
             raise AssertionError(f"the node agent exited ({self.process.returncode}):\n{self.log.read_text()}")
         return "nodes registered:" in self.log.read_text()
 
+    def control_url(self) -> str:
+        """Where the agent serves its GPUs' metrics and `use_gpu` (sim.control)."""
+        lines = [line for line in self.log.read_text().splitlines() if line.startswith("control endpoint: ")]
+        return lines[-1].split(": ", 1)[1]
+
     def container_log(self, namespace: str, pod: str, container: str, previous: bool = False) -> str:
         """What a container wrote, read from its log file (tests/controlplane/test_kubelet_api
         reads it through the API server with kubectl)."""

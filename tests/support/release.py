@@ -9,6 +9,7 @@ import ast
 import base64
 import json
 import re
+from pathlib import Path
 
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.z2jh.release import BASE, HELM_VALUES, NAMESPACE
@@ -50,7 +51,7 @@ def install(sim, *variants: str, extra: dict | None = None, objects: list[dict] 
     z2jh.kubectl(kubeconfig, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true",
                  "--timeout=120s", timeout=130)
     z2jh.kubectl(kubeconfig, "create", "namespace", NAMESPACE)
-    sim.info["release_log_from"] = sim.log_path.stat().st_size
+    sim.info["release_log_from"] = _log(sim).stat().st_size
     if objects:
         z2jh.apply(kubeconfig, objects, "-n", NAMESPACE)
     values = z2jh.merge_values_files(sim_values(), extra or {})
@@ -70,12 +71,23 @@ def rbac_without_patch() -> list[dict]:
     return objects
 
 
+def _log(sim) -> Path:
+    """Where the API server's refusals are written: the real one's audit log, or the
+    simulator's log (its own API server logs each 403)."""
+    return Path(sim.info.get("audit_log") or sim.log_path)
+
+
 def forbidden(sim, user: str = HUB_SA) -> list[str]:
-    """The requests of `user` that the API server refused since the release was installed
-    (the simulator logs each 403)."""
-    with open(sim.log_path, errors="replace") as f:
+    """The requests of `user` that the API server refused since the release was installed,
+    one line each (`VERB /path ... forbidden: ... by user`)."""
+    with open(_log(sim), errors="replace") as f:
         f.seek(sim.info["release_log_from"])
-        return [line for line in f.read().splitlines() if "forbidden:" in line and line.endswith(f" by {user}")]
+        lines = f.read().splitlines()
+    if "audit_log" not in sim.info:
+        return [line for line in lines if "forbidden:" in line and line.endswith(f" by {user}")]
+    events = [json.loads(line) for line in lines if line.strip()]
+    return [f"{e['verb'].upper()} {e['requestURI']} forbidden: {e['responseStatus'].get('message', '')} by {user}"
+            for e in events if e["user"]["username"] == user and e.get("responseStatus", {}).get("code") == 403]
 
 
 def settings(release: z2jh.Release) -> dict:

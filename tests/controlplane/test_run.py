@@ -1,0 +1,169 @@
+"""`jupyterhub-gpu-reclaim-sim run --plane real` (issue 37): the scenario's cluster on the real
+control plane, started as the demo and the test harnesses start the simulator (launch.start_sim):
+the same info file, a kubeconfig the official client uses, the scenario's namespaces ready for
+pods and its priority classes, a GPU pod placed by the real scheduler that gets its device, a
+claim of the default StorageClass bound, a Service offered at a port of the machine (--publish);
+SIGTERM stops every process it started. And the relay
+by which a run in a network namespace of its own is reached from outside."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from gpu_reclaim_sim.launch import Child, free_port, start_sim
+
+from ..support.controlplane import BUSYBOX, phases
+from ..support.sim_cluster import wait_for
+
+SCENARIO = {
+    "name": "real-run", "namespaces": ["jhub"], "mode": "process", "defaultImageSize": "10MB",
+    "priorityClasses": [{"name": "jhub-default-priority", "value": 0, "globalDefault": True}],
+    "nodeGroups": [{"name": "gpu", "count": 1, "cpu": "8", "memory": "32Gi", "gpus": 1,
+                    "gpuModel": "NVIDIA A100-SXM4-40GB", "gpuMemory": "40GiB", "images": [BUSYBOX]}],
+}
+# what launch.start_sim's callers read, as the old simulator writes it
+INFO_KEYS = {"scenario", "api", "api_secure", "ca_file", "control", "metrics", "nodes", "pod_network",
+             "service_network", "namespaces", "data_dir", "kubeconfig"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Iterator[Child]:
+    work = tmp_path_factory.mktemp("real-run")
+    (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
+    child = start_sim(work, work / "scenario.yaml", timeout=120, plane="real",
+                      extra_args=["--publish", f"{free_port()}=jhub/web:80"])
+    try:
+        yield child
+    finally:
+        child.stop()
+
+
+@pytest.fixture(scope="module")
+def core(run) -> k8s.CoreV1Api:
+    return k8s.CoreV1Api(k8s_config.new_client_from_config(run.info["kubeconfig"]))
+
+
+def test_the_run_writes_the_simulators_info_and_a_working_kubeconfig(run, core):
+    info = run.info
+    assert INFO_KEYS <= set(info) and info["plane"] == "real"
+    assert info["api"] == info["api_secure"] and info["api"].startswith("https://")
+    assert info["nodes"] == ["gpu-1"] and info["namespaces"] == ["default", "kube-system", "jhub"]
+    version = k8s.VersionApi(core.api_client).get_code()
+    assert version.git_version == "v1.37.2"
+    # the scenario's namespace is the kubeconfig's, and ready for pods
+    assert k8s_config.list_kube_config_contexts(info["kubeconfig"])[1]["context"]["namespace"] == "jhub"
+    assert core.read_namespaced_service_account("default", "jhub").metadata.name == "default"
+    priority = k8s.SchedulingV1Api(core.api_client).read_priority_class("jhub-default-priority")
+    assert priority.global_default is True and priority.value == 0
+    [storage_class] = k8s.StorageV1Api(core.api_client).list_storage_class().items
+    assert storage_class.metadata.annotations["storageclass.kubernetes.io/is-default-class"] == "true"
+    with urllib.request.urlopen(info["control"] + "/healthz", timeout=10) as r:
+        assert r.read() == b"ok"
+
+
+def test_a_gpu_pod_with_a_claim_runs_on_the_run(run, core):
+    core.create_namespaced_persistent_volume_claim("jhub", {"metadata": {"name": "claim-alice"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    core.create_namespaced_pod("jhub", {"metadata": {"name": "jupyter-alice"}, "spec": {
+        "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "notebook", "image": BUSYBOX, "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        "command": ["sh", "-c", "echo $NVIDIA_VISIBLE_DEVICES > /home/jovyan/devices"],
+                        "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
+        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-alice"}}]}})
+    assert phases(core, "jhub", "jupyter-alice", "Succeeded")[-1] == "Succeeded"
+    pvc = core.read_namespaced_persistent_volume_claim("claim-alice", "jhub")
+    directory = Path(core.read_persistent_volume(pvc.spec.volume_name).spec.host_path.path)
+    assert directory.is_relative_to(run.info["data_dir"])
+    with urllib.request.urlopen(run.info["control"] + "/gpus", timeout=10) as r:
+        [gpu] = json.load(r)
+    assert (directory / "devices").read_text() == gpu["uuid"] + "\n"
+
+
+def test_a_published_service_answers_at_its_port_of_the_machine(run, core):
+    """`run --publish PORT=jhub/web:80`: as the demo offers the release's proxy-public to a browser."""
+    script = ("mkdir -p /tmp/www && echo published > /tmp/www/index.html && cd /tmp/www && "
+              "exec python3 -m http.server --bind 0.0.0.0 8080")
+    core.create_namespaced_pod("jhub", {"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {
+        "terminationGracePeriodSeconds": 1, "containers": [{"name": "web", "image": BUSYBOX, "command": ["sh", "-c", script],
+                                                            "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}})
+    core.create_namespaced_service("jhub", {"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+    address = run.info["published"]["jhub/web:80"]
+
+    def answer() -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://{address}/", timeout=5) as r:
+                return r.read().decode()
+        except OSError:  # the relay closes at once while the Service has no ready endpoint
+            return None
+    assert wait_for(answer, "the published Service's answer") == "published\n"
+
+
+def test_sigterm_stops_every_process_the_run_started(run):
+    pids = run.info["pids"]
+    assert set(pids) == {"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"}
+    assert run.stop() == 0
+    for name, pid in pids.items():
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(), name
+
+
+RELAYED = textwrap.dedent("""
+    import asyncio, sys
+    from gpu_reclaim_sim.network import namespace
+    from gpu_reclaim_sim.network.relay import Relay
+
+    async def main():
+        relay = Relay()  # bound here, outside
+        namespace.enter()
+        async def answer(reader, writer):
+            writer.write(b"inside " + await reader.readline())
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(answer, "10.0.0.7", 0)
+        await relay.start("10.0.0.7", server.sockets[0].getsockname()[1])
+        print(relay.port, server.sockets[0].getsockname()[1], flush=True)
+        await asyncio.sleep(60)
+    asyncio.run(main())
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs root")
+def test_a_relay_leads_from_outside_into_the_namespace_entered_after_it(tmp_path):
+    import socket
+
+    child = subprocess.Popen([sys.executable, "-c", RELAYED], stdout=subprocess.PIPE, text=True)
+    try:
+        port, inner = map(int, child.stdout.readline().split())  # type: ignore[union-attr]
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"hello\n")
+            assert s.makefile().readline() == "inside hello\n"
+        # the server itself is out of reach from here: its 10.0.0.7 is the child's namespace's
+        with pytest.raises(OSError):
+            socket.create_connection(("10.0.0.7", inner), timeout=2).close()
+    finally:
+        child.terminate()
+        child.wait()
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["--plane", "real", "--publish", "8000=proxy-public"], "--publish: '8000=proxy-public' is not "
+                                                             "PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)"),
+    (["--publish", "8000=jhub/proxy-public:80"], "--publish needs --plane real"),
+])
+def test_a_bad_publish_is_refused_before_anything_starts(tmp_path, args, error):
+    done = subprocess.run([sys.executable, "-m", "gpu_reclaim_sim", "run", "--kubeconfig", str(tmp_path / "kc"),
+                           "--data-dir", str(tmp_path / "data"), *args], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip()) == (2, f"jupyterhub-gpu-reclaim-sim run: {error}")
+    assert list(tmp_path.iterdir()) == []

@@ -102,7 +102,7 @@ async def test_the_hook_is_called_as_idle_culler_calls_it(harness):
     assert calls[0]["inactive"] == dt.timedelta(minutes=20) and calls[0]["inactive_limit"] == 3600
     assert calls[1]["inactive"] == dt.timedelta(0)
     assert calls[0]["server"] is h.hub.servers[cpu].model  # the hub's own model, as 2.0 passes it
-    assert h.reports[-1].decisions[never].evidence["cull_arbiter"] is False
+    assert h.reports[-1].decisions[never].measured.cull_arbiter is False
 
 
 async def test_idle_cullers_documented_profile_hook_keeps_unlimited(harness):

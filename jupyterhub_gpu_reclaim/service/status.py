@@ -64,8 +64,8 @@ class SessionStatus:
     reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     policy_rule: str | None = None  # the policy rule whose settings decided (None: the base policy)
-    # the decision's idle episode began and what it measured (the pages' own; the API has
-    # them in the evidence)
+    # when the decision's idle episode began; what it measured (typed, the pages' own: the
+    # API has it in the evidence)
     idle_since: dt.datetime | None = None
     measured: Measured = Measured()
     reclaim_at: dt.datetime | None = None
@@ -83,7 +83,7 @@ class SessionStatus:
         return out
 
 
-_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus) if f.name not in ("idle_since", "measured"))
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus) if f.name != "measured")
 
 
 @dataclass(frozen=True)

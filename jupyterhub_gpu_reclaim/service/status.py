@@ -64,9 +64,8 @@ class SessionStatus:
     reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     policy_rule: str | None = None  # the policy rule whose settings decided (None: the base policy)
-    # when the decision's idle episode began; what it measured (typed, the pages' own: the
-    # API has it in the evidence)
-    idle_since: dt.datetime | None = None
+    idle_since: dt.datetime | None = None  # when the decision's idle episode began
+    # what the decision measured, typed (the pages' own: the API has it in the evidence)
     measured: Measured = Measured()
     reclaim_at: dt.datetime | None = None
     warned_at: dt.datetime | None = None

@@ -140,6 +140,15 @@ class Recorded:
     idle_since: dt.datetime | None = None
     by: str | None = None
 
+    def shown(self) -> dict[str, Any]:
+        """As a reclaim's record keeps it (an admin's reclaim: `by`); `read` reads it back."""
+        out = self.measured.shown()
+        if self.idle_since is not None:
+            out["idle_since"] = evidence_time(self.idle_since)
+        if self.by is not None:
+            out["by"] = self.by
+        return out
+
     @classmethod
     def read(cls, stored: Any) -> Recorded:
         """Leniently: anything that does not read as its type is None."""

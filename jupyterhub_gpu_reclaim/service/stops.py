@@ -17,6 +17,7 @@ from .hub_stopper import HubStopper, StopResult
 from .cycle_types import Reclaim
 from .metrics import Metrics
 from ..wording import server_name
+from ..policy.evidence import Measured, Recorded
 from ..policy.observations import Decision, Session
 from ..policy.decider import decide_user
 from ..policy.config import PolicyConfig
@@ -156,7 +157,7 @@ class Stops:
         rid = None
         if record:
             now = self.clock()
-            rid = self.store.begin_reclaim(sid, rule, now, {"by": by}, gpus, episode=f"{rule}@{format_time(now)}")
+            rid = self.store.begin_reclaim(sid, rule, now, Recorded(Measured(), by=by).shown(), gpus, episode=f"{rule}@{format_time(now)}")
             if rid is None:
                 return False
 

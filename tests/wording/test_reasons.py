@@ -93,6 +93,13 @@ def test_stored_evidence_is_never_trusted_and_no_rule_name_shows(rule, evidence)
     assert "yesterday" not in text and "9999" not in text
 
 
+def test_a_reclaim_record_reads_back_what_it_wrote():
+    record = Recorded(Measured(window=dt.timedelta(hours=2), window_max_util=(0.4, None), last_seen=at(hours=2),
+                               inactive=dt.timedelta(minutes=90)), idle_since=SINCE, by="root")
+    assert Recorded.read(record.shown()) == record
+    assert Recorded.read({"by": ""}) == Recorded(Measured())  # no admin's name: none
+
+
 @PROP
 @given(views(), configs, nows)
 def test_every_decision_of_the_policy_is_said_in_plain_words(view, config, now):

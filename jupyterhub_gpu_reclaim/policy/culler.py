@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from .observations import Decision, Sample, SessionView
-from ..timestamps import evidence_time
+from .evidence import Measured
 from .config import PolicyConfig
 
 
@@ -26,31 +26,24 @@ def decide_without_gpu(
     last_activity = latest.hub_last_activity if latest is not None else None
     inactive = now - (last_activity or session.started)
     age = now - session.started
-    evidence = {
-        "gpus": session.gpus,
-        "hub_last_activity": evidence_time(last_activity),
-        "inactive_s": inactive.total_seconds(),
-        "age_s": age.total_seconds(),
-        "admin": session.admin,
-    }
+    measured = Measured(gpus=session.gpus, hub_last_activity=last_activity, inactive=inactive, age=age,
+                        admin=session.admin, cull_arbiter=view.cull_arbiter)
     kind_culled = config.cull_named_servers if session.server else config.cull_default_servers
     timed_out = (inactive.total_seconds() >= config.cpu_timeout.total_seconds() if view.cull_arbiter is None
                  else view.cull_arbiter)
-    if view.cull_arbiter is not None:
-        evidence["cull_arbiter"] = view.cull_arbiter
     if timed_out and kind_culled:
         why = (f"timeout {minutes(config.cpu_timeout)}" if view.cull_arbiter is None
                else "the cull_arbiter_hook says cull")
         return Decision(session.id, "reclaim", "idle-culler-timeout", f"inactive for {minutes(inactive)} ({why})",
-                        None, evidence)
+                        None, measured)
     if config.cpu_max_age and age.total_seconds() >= config.cpu_max_age.total_seconds():
         return Decision(session.id, "reclaim", "idle-culler-max-age",
                         f"age {minutes(age)} (max age {minutes(config.cpu_max_age)})",
-                        None, evidence)
+                        None, measured)
     return Decision(session.id, "keep", "idle-culler",
                     f"inactive for {minutes(inactive)}, " + ("under the timeout" if view.cull_arbiter is None
                                                             else "the cull_arbiter_hook says keep"),
-                    None, evidence)
+                    None, measured)
 
 
 def decide_user(

@@ -2,7 +2,8 @@
 
 `decide(view, now=..., pending_gpus=..., config=...)` returns one `Decision`
 (keep / warn / reclaim / hold) with the rule that fired, a sentence a user can read, the
-idle episode's start and the warnings it cleared, and JSON-serialisable evidence. It does no I/O and never reads the clock: the live service and
+idle episode's start and the warnings it cleared, and what was measured and the rule's
+clock, typed (policy/evidence.py; `Decision.shown()` is their display). It does no I/O and never reads the clock: the live service and
 `backtest` call the same code with their own `now`.
 
 Precedence (first match wins):
@@ -48,8 +49,8 @@ episode: they are ignored and the decision's `cleared` lists them (`policy.step`
 from the session's warnings); its `idle_since` is the episode's start. "max-age"
 warnings are never cleared (the lifetime does not restart). "warn" is emitted only when no
 warning of the same rule exists in the current episode; a warned session waiting for its
-reclaim time gets "keep" with the rule of the episode and evidence `warned_at`,
-`reclaim_at`.
+reclaim time gets "keep" with the rule of the episode and its `deadline` (`warned_at`,
+`due`).
 
 What the samples say (what counts as use, gaps, the samples a caller must keep) is `scan`'s.
 
@@ -59,14 +60,15 @@ Samples, warnings and intents dated after `now` are ignored (not yet observed).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
 from .config import PolicyConfig
 from .culler import decide_user, decide_without_gpu
 from .culler import minutes as _minutes
+from .evidence import Deadline, Exempt, Measured
 from .observations import Decision, SessionView
 from .readings import TOUCHED, cpu_work_since, kernel_busy
-from ..timestamps import evidence_time
 from .scan import cpu_window, gpu_utils, intent_ends_at, latest_of, scan, seen_before
 
 __all__ = ["IDLE_RULES", "TOUCHED", "decide", "decide_user"]
@@ -91,19 +93,19 @@ def decide(
 
     episode: dict[str, Any] = {}  # the episode's start and the warnings cleared, once known
 
-    def decision(_action, _rule, _reason, _reclaim_at=None, **evidence) -> Decision:
-        return Decision(session.id, _action, _rule, _reason, _reclaim_at, evidence, **episode)
+    def decision(_action, _rule, _reason, _reclaim_at=None, **facts) -> Decision:
+        return Decision(session.id, _action, _rule, _reason, _reclaim_at, **facts, **episode)
 
     # 2. exemptions
     if session.user in config.exempt_users:
-        return decision("keep", "exempt", f"user {session.user} is exempt", exempt="user")
+        return decision("keep", "exempt", f"user {session.user} is exempt", exempt=Exempt("user"))
     groups = sorted(session.groups & config.exempt_groups)
     if groups:
-        return decision("keep", "exempt", f"group {groups[0]} is exempt", exempt="group",
-                        groups=groups)
+        return decision("keep", "exempt", f"group {groups[0]} is exempt",
+                        exempt=Exempt("group", tuple(groups)))
     if session.profile and session.profile in config.exempt_profiles:
         return decision("keep", "exempt", f"profile {session.profile} is exempt",
-                        exempt="profile")
+                        exempt=Exempt("profile"))
 
     # 3. missing or stale GPU data (on a shared GPU: kernel data)
     shared = session.gpu_shared
@@ -117,12 +119,12 @@ def decide(
     if isinstance(util, str) and shared:
         return decision("hold", "kernel-data-missing",
                         f"kernel data missing ({util}); the GPU is shared, so only the kernels "
-                        "tell whether this server works", latest_sample=evidence_time(latest.t if latest else None),
-                        problem=util, gpu_shared=True)
+                        "tell whether this server works",
+                        measured=Measured(latest_sample=latest.t if latest else None, problem=util, gpu_shared=True))
     if isinstance(util, str):
         return decision("hold", "gpu-data-missing",
                         f"GPU data missing ({util}); never reclaimed on missing data",
-                        latest_sample=evidence_time(latest.t if latest else None), problem=util)
+                        measured=Measured(latest_sample=latest.t if latest else None, problem=util))
     assert latest is not None
 
     h = scan(samples, session.gpus, now, config, shared)
@@ -150,61 +152,52 @@ def decide(
         i for i, t in enumerate(h.last_used_per_gpu)
         if latest_of(session.started, t) <= now - config.idle_reclaim_after
     ]
-    evidence: dict[str, Any] = {
-        "gpus": session.gpus,
-        "latest_sample": evidence_time(latest.t),
-        "samples_considered": h.window_samples,
-        "window_minutes": config.idle_reclaim_after.total_seconds() / 60,
-        "window_max_util": h.window_max,
-        "latest_util": [float(u) for u in util],
-        "never_used": never_used,
-        "last_used": evidence_time(h.last_used),
-        "last_busy_kernel": evidence_time(h.last_busy),
-        "last_gpu_data_missing": evidence_time(h.last_unknown),
-        "cpu_work_since": evidence_time(cpu_since),
-        "hub_last_activity": evidence_time(latest.hub_last_activity),
-        "terminal_last_activity": evidence_time(latest_of(*(latest.terminals or ()))),
-    }
-    if shared:  # reported, never counted: the device's use is not this server's alone
-        evidence.update(gpu_shared=True, shared_gpu_util=list(latest.gpu_util or ()))
-    if h.bridged is not None and h.bridged[0] >= episode_start:
-        evidence["bridged_gap"] = [evidence_time(t) for t in h.bridged]
-    if intent is not None:
-        evidence["intent_until"] = evidence_time(intent.until)
-        evidence["intent_end"] = evidence_time(intent_end)
-        evidence["intent_capped"] = intent_end != intent.until
+    bridged = h.bridged if h.bridged is not None and h.bridged[0] >= episode_start else None
+    measured = Measured(
+        gpus=session.gpus, latest_sample=latest.t, samples_considered=h.window_samples,
+        window=config.idle_reclaim_after, window_max_util=tuple(h.window_max),
+        latest_util=tuple(float(u) for u in util), never_used=never_used, last_used=h.last_used,
+        last_busy_kernel=h.last_busy, last_gpu_data_missing=h.last_unknown, cpu_work_since=cpu_since,
+        hub_last_activity=latest.hub_last_activity,
+        terminal_last_activity=latest_of(*(latest.terminals or ())),
+        # reported, never counted: the device's use is not this server's alone
+        gpu_shared=shared, shared_gpu_util=tuple(latest.gpu_util or ()) if shared else None,
+        bridged_gap=bridged,
+        intent_until=intent.until if intent else None, intent_end=intent_end,
+        intent_capped=intent_end != intent.until if intent else None)
 
     # 4. a busy kernel is work in progress (CPU work on an untouched GPU has its own clock)
     if kernel_busy(latest) and cpu_since is None:
-        return decision("keep", "kernel-busy", "a kernel is busy: work in progress", **evidence)
+        return decision("keep", "kernel-busy", "a kernel is busy: work in progress", measured=measured)
 
     def timed(rule: str, warn_at: dt.datetime, reclaim_at: dt.datetime, what: str) -> Decision | None:
         """Warn / wait / reclaim for a rule whose warning is due at `warn_at`."""
         if now < warn_at:
             return None
         mine = [w for w in current if _FAMILY.get(w.rule, w.rule) == _FAMILY.get(rule, rule)]
-        ev = dict(evidence, rule_warn_at=evidence_time(warn_at), rule_reclaim_at=evidence_time(reclaim_at))
+        clock = Deadline(warn_at, reclaim_at)
         if not mine:
             at = max(reclaim_at, now + config.warning_lead)
             return decision("warn", rule, f"{what}; reclaim at {at.isoformat()} unless used",
-                            at, **ev)
+                            at, measured=measured, deadline=clock)
         first = mine[0]
         due = max(reclaim_at, first.reclaim_at, first.t + config.warning_lead)
-        ev.update(warned_at=evidence_time(first.t), reclaim_at=evidence_time(due))
+        clock = replace(clock, warned_at=first.t, due=due)
         if now < due:
-            return decision("keep", rule, f"warned; reclaim at {due.isoformat()}", **ev)
+            return decision("keep", rule, f"warned; reclaim at {due.isoformat()}",
+                            measured=measured, deadline=clock)
         if config.pressure_only and pending_gpus <= 0:
             return decision("keep", rule, "no GPU requested by pending pods",
-                            reclaim_deferred=True, **ev)
+                            measured=measured, deadline=replace(clock, deferred=True))
         if latest.kernels is None:
             return decision("hold", "kernel-data-missing",
                             f"{what}, but the server did not report its kernels",
-                            episode_rule=rule, **ev)
-        return decision("reclaim", rule, what, **ev)
+                            measured=measured, deadline=replace(clock, held_rule=rule))
+        return decision("reclaim", rule, what, measured=measured, deadline=clock)
 
     # 5. hard lifetime
     if max_age_at is not None:
-        evidence["max_age_at"] = evidence_time(max_age_at)
+        measured = replace(measured, max_age_at=max_age_at)
         d = timed("max-age", max_age_at - config.warning_lead, max_age_at,
                   f"the session reaches its maximum age {_minutes(config.max_age)}")
         if d is not None:
@@ -212,13 +205,13 @@ def decide(
 
     # 7. idleness, measured from the episode's start
     if idle_gpus and len(idle_gpus) < session.gpus:
-        evidence["idle_gpus"] = idle_gpus
+        measured = replace(measured, idle_gpus=tuple(idle_gpus))
     since = episode_start.isoformat()
     gap = ""
-    if h.bridged is not None and "bridged_gap" in evidence:
+    if bridged is not None:
         data, idle = ("kernel data", "") if shared else ("GPU data", "the GPU idle and ")
-        gap = (f" (across a gap in the {data}, {h.bridged[0].isoformat()} to "
-               f"{h.bridged[1].isoformat()}, with {idle}no kernel active on both sides)")
+        gap = (f" (across a gap in the {data}, {bridged[0].isoformat()} to "
+               f"{bridged[1].isoformat()}, with {idle}no kernel active on both sides)")
     if shared:
         rule, warn_after, reclaim_after = (
             "shared-gpu-idle-kernels", config.idle_warn_after, config.idle_reclaim_after)
@@ -244,7 +237,7 @@ def decide(
     warn_at, reclaim_at = start + warn_after, start + reclaim_after
     if rule == "gpu-idle" and (job := seen_before(h, latest, episode_start, intent)) is not None:
         seen, ended = job
-        evidence["last_seen"] = evidence_time(seen)
+        measured = replace(measured, last_seen=seen)
         if (seen <= episode_start - config.idle_reclaim_after
                 and ended + config.unattended_reclaim_after <= reclaim_at):
             # the work ran with nobody there for the whole idle window: whoever started it
@@ -265,16 +258,16 @@ def decide(
         reclaim_at = max(reclaim_at, intent_end + config.intent_grace)
         if intent_end > now and now < warn_at:
             return decision("keep", "intent", f"kept alive until {intent_end.isoformat()}",
-                            **evidence)
+                            measured=measured)
 
     d = timed(rule, warn_at, reclaim_at, what)
     if d is not None:
         return d
     if h.last_used == latest.t:
-        if "idle_gpus" in evidence:
+        if measured.idle_gpus is not None:
             return decision("keep", "gpu-partially-idle",
                             f"GPU in use; GPUs {idle_gpus} idle for "
                             f"{_minutes(config.idle_reclaim_after)} (reported, not reclaimed)",
-                            **evidence)
-        return decision("keep", "gpu-active", "the GPU is in use", **evidence)
-    return decision("keep", rule, f"{what}; warning at {warn_at.isoformat()}", **evidence)
+                            measured=measured)
+        return decision("keep", "gpu-active", "the GPU is in use", measured=measured)
+    return decision("keep", rule, f"{what}; warning at {warn_at.isoformat()}", measured=measured)

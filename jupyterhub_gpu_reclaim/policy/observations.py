@@ -8,10 +8,11 @@ service and `backtest` feed the policy the same things.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..timestamps import evidence_time
+from .evidence import Deadline, Exempt, Measured
 
 Action = Literal["keep", "warn", "reclaim", "hold"]
 #: how a stop through the hub ended (actions.HubStopper), as the store records it: "stuck"
@@ -238,16 +239,20 @@ class SessionView:
 class Decision:
     """What the policy decided for one session, and why.
 
-    The facts its callers act on are fields; `evidence` holds only the facts shown to people
-    (JSON-serialisable), and `shown()` is the evidence as the pages, the API, the notices
-    and the store write it."""
+    The facts its callers read are typed fields (`measured`, `deadline`, `exempt`,
+    `idle_since`, ...: policy/evidence.py); `shown()` is their display, the evidence the
+    pages, the API, the notices and the store write (built here and nowhere else)."""
 
     session: str
     action: Action
     rule: str  # e.g. "gpu-never-used", "gpu-idle", "max-age", "intent", "kernel-busy"
     reason: str  # one sentence a user or admin can read
     reclaim_at: dt.datetime | None = None  # with "warn": when the reclaim would come
-    evidence: dict[str, Any] = field(default_factory=dict)
+    measured: Measured = Measured()
+    deadline: Deadline | None = None  # a timed rule's clock and thresholds
+    exempt: Exempt | None = None
+    ran: WhatRan | None = None  # a dry run's reclaim: what would have been recorded as running
+    would_save: WhatSaved | None = None  # a dry run's reclaim: what its tabs would have saved
     # when the session's idle episode began (a GPU session past the data checks), else None
     idle_since: dt.datetime | None = None
     # warnings of a finished episode (the session's, passed in its view): no longer its own
@@ -258,9 +263,15 @@ class Decision:
     under_rules: bool = False
 
     def shown(self) -> dict[str, Any]:
-        """The evidence with the decision's episode, the warnings it cleared and its policy
-        rule, written as people read them (times as `evidence_time`)."""
-        out = dict(self.evidence)
+        """The evidence: the typed facts as people read them (times as `evidence_time`)."""
+        out = self.measured.shown()
+        for part in (self.deadline, self.exempt):
+            if part is not None:
+                out.update(part.shown())
+        if self.ran is not None:
+            out["ran"] = self.ran.shown()
+        if self.would_save is not None:
+            out["would_save"] = self.would_save.shown()
         if self.idle_since is not None:
             out["idle_since"] = evidence_time(self.idle_since)
         if self.cleared:

@@ -16,6 +16,7 @@ from typing import Callable
 
 from ..timestamps import format_time
 from . import decider
+from .evidence import Exempt
 from .observations import Decision, Exemption, SessionView, Warning
 from .rules import AppliedPolicy
 
@@ -55,5 +56,4 @@ def exempted(d: Decision, exemption: Exemption | None) -> Decision:
     return dataclasses.replace(
         d, action="keep", rule="exempt", reclaim_at=None,
         reason=f"exempted by {exemption.by} until {format_time(exemption.until)}",
-        evidence={**d.evidence, "exempt": "admin", "exempt_by": exemption.by,
-                  "exempt_until": format_time(exemption.until)})
+        exempt=Exempt("admin", by=exemption.by, until=exemption.until))

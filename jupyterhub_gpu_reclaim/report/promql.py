@@ -13,22 +13,32 @@ from __future__ import annotations
 import re
 
 from ..signals.gpu_readings import ENGINE_ACTIVE, GPU_UTIL
-from ..signals.pod_facts import PROFILE_ANNOTATION, SERVER_KEY, USER_KEY
+from ..signals.pod_facts import (PROFILE_ANNOTATION, SERVER_KEY, USER_KEY, gpu_resource_pattern,
+                                 replica_resource_pattern)
 
 # z2jh's pod labels (KubeSpawner's), as kube-state-metrics names them
 USERNAME = USER_KEY
 SERVERNAME = SERVER_KEY
 COMPONENT = "component"
 SINGLEUSER = "singleuser-server"
-GPU_RESOURCES = "nvidia_com_.+"  # nvidia.com/gpu, MIG profiles (nvidia.com/mig-1g.5gb), shared GPUs, sanitized
 PENDING = "Pending"
 READ_FIELDS = {"util": GPU_UTIL, "engine": ENGINE_ACTIVE}  # the fields the report reads
 
 
+def ksm_spelling(name: str) -> str:
+    """A Kubernetes name as kube-state-metrics writes it in a label's name or value (a
+    resource: nvidia_com_gpu): every character outside [a-zA-Z0-9_] an underscore."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
 def ksm_name(prefix: str, key: str) -> str:
     """kube-state-metrics' name for a Kubernetes label or annotation key: `label_` or
-    `annotation_` and the key with every character outside [a-zA-Z0-9_] an underscore."""
-    return f"{prefix}_{re.sub(r'[^a-zA-Z0-9_]', '_', key)}"
+    `annotation_` and the key as it spells it."""
+    return f"{prefix}_{ksm_spelling(key)}"
+
+
+# what a GPU is, as the service reads a pod (pod_facts), in kube-state-metrics' spelling
+GPU_RESOURCES = gpu_resource_pattern(ksm_spelling)
 
 
 USER_LABEL = ksm_name("label", USERNAME)
@@ -69,7 +79,7 @@ RUNNING = "Running"
 PHASES_SELECTOR = f'kube_pod_status_phase{{phase=~"{PENDING}|{RUNNING}"}}'
 GPU_REQUESTS = f'kube_pod_container_resource_requests{{resource=~"{GPU_RESOURCES}"}}'
 # a GPU asked for as a share: time-slicing's renamed resource (nvidia.com/gpu.shared, nvidia.com/mig-1g.5gb.shared)
-SHARED_REQUESTS = 'kube_pod_container_resource_requests{resource=~"nvidia_com_.+_shared"}'
+SHARED_REQUESTS = f'kube_pod_container_resource_requests{{resource=~"{replica_resource_pattern(ksm_spelling)}"}}'
 UNSCHEDULABLE = "kube_pod_status_unschedulable"
 # kube-state-metrics names the pod with these (exported_* where Prometheus renamed them)
 POD_KEYS = "namespace, pod, exported_namespace, exported_pod"

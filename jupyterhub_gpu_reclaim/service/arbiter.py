@@ -23,6 +23,7 @@ from typing import Any, Callable
 from ..wording import server_name
 from ..oneline import one_line
 from ..policy.observations import Decision
+from ..policy.evidence import Measured
 from .cycle_types import Observation
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
@@ -65,7 +66,7 @@ class CullArbiter:
             log.warning("server %s kept: %s", server_name(sid), what, exc_info=error.__cause__)
         return Decision(sid, "hold", "cull-arbiter-failed",
                         f"{what}; kept, as idle-culler keeps a server its hook fails on",
-                        evidence={"problem": what})
+                        measured=Measured(problem=what))
 
     async def _ask(self, sid: str, seen: Observation, now: dt.datetime) -> bool | CullArbiterError:
         running = self._calls.get(sid)

@@ -49,6 +49,7 @@ from .metrics import Metrics
 from .notify import Dispatcher
 from ..wording import server_name
 from ..policy.observations import Decision, Sample, Session, SessionSample, SessionView, Warning
+from ..policy.evidence import Measured
 from ..oneline import brief
 from ..policy.decider import IDLE_RULES
 from ..policy.step import step
@@ -265,7 +266,7 @@ class Reclaimer:
         report.problem(sid, "session", what)
         return Decision(sid, "hold", "session-error",
                         f"an unexpected error while deciding ({what}); never reclaimed on it",
-                        evidence={"problem": what})
+                        measured=Measured(problem=what))
 
     def _stopped(self, sid: str) -> None:
         """One of our stops completed: its history goes, and the pages stop showing it now,
@@ -314,10 +315,10 @@ class Reclaimer:
                         if (sid, o.session.started) not in self.history.recorded:
                             out.new_sessions.append(o.session)
             if seen.pods_as_of is not None and sid not in seen.held:  # decided with the last pod list
-                d = replace(d, evidence={**d.evidence, "pods_as_of": format_time(seen.pods_as_of)})
+                d = replace(d, measured=replace(d.measured, pods_as_of=seen.pods_as_of))
             if d.action == "reclaim" and self.settings.dry_run and o.ran is not None:
                 # what a real stop's record would have kept: the decisions log holds it
-                d = replace(d, evidence={**d.evidence, "ran": o.ran.shown()})
+                d = replace(d, ran=o.ran)
             report.decisions[sid] = d
             if self._last.get(sid) != (d.action, d.rule):
                 self._last[sid] = (d.action, d.rule)
@@ -342,9 +343,9 @@ class Reclaimer:
                  exemption=decided.exemptions.get(sid)).decision
         problems = report.problems.get(sid, {})
         if d.rule == "kernel-data-missing" and "kernels" in problems:
-            d = replace(d, evidence={**d.evidence, "problem": problems["kernels"]})
+            d = replace(d, measured=replace(d.measured, problem=problems["kernels"]))
         if d.rule == "gpu-data-missing" and "gpu" in problems:
-            d = replace(d, evidence={**d.evidence, "gpu_problem": problems["gpu"]})
+            d = replace(d, measured=replace(d.measured, gpu_problem=problems["gpu"]))
         if d.cleared:
             self.store.close_episode(sid, [w.t for w in d.cleared], t=now)
         self._failing.pop(sid, None)

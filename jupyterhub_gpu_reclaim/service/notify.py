@@ -24,7 +24,6 @@ import email.errors
 import email.utils
 import json
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.headerregistry import Address
@@ -32,10 +31,11 @@ from email.message import EmailMessage
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
+from ..policy.evidence import Measured
 from ..policy.observations import Decision, Session
 from ..oneline import one_line
 from ..durations import format_duration
-from ..timestamps import format_time, parse_time_lenient, utcnow
+from ..timestamps import format_time, utcnow
 from ..wording import KEEPS, LOSES, clock, format_util, moment
 from .reasons import why
 
@@ -47,38 +47,31 @@ def _utc(t: dt.datetime) -> dt.datetime:
     return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
 
 
-def _evidence_lines(ev: Mapping[str, Any], now: dt.datetime) -> list[str]:
+def _measured_lines(m: Measured, idle_since: dt.datetime | None, now: dt.datetime) -> list[str]:
     """What was measured, times as every text says them (`wording.moment`, in UTC)."""
-    def at(key: str) -> str:
-        t = parse_time_lenient(ev[key]) if isinstance(ev[key], str) else None
-        return moment(t, now) if t is not None else str(ev[key])
-
     lines = []
-    if ev.get("idle_since"):
-        lines.append(f"  - idle since: {at('idle_since')}")
-    shared = bool(ev.get("gpu_shared"))  # its utilization is everyone's on the GPU: not the server's
-    if shared:
+    if idle_since is not None:
+        lines.append(f"  - idle since: {moment(idle_since, now)}")
+    if m.gpu_shared:  # its utilization is everyone's on the GPU: not the server's
         lines.append("  - the GPU is shared with other servers (time-sliced): its utilization is not "
                      "this server's alone, so only the server's kernels and terminals count")
-    elif ev.get("never_used"):
+    elif m.never_used:
         lines.append("  - the GPU has not been used since the server started")
-    elif ev.get("last_used"):
-        lines.append(f"  - GPU last used: {at('last_used')}")
-    if "window_max_util" in ev and not shared:
-        window = ev.get("window_minutes")
-        over = (f" over the last {format_duration(window * 60)}"
-                if isinstance(window, (int, float)) and math.isfinite(window) else "")
-        lines.append(f"  - highest GPU utilization{over}: {format_util(ev['window_max_util'])}")
-    if "latest_util" in ev and not shared:
-        lines.append(f"  - latest GPU utilization: {format_util(ev['latest_util'])}")
-    if ev.get("idle_gpus") is not None and ev.get("gpus"):
-        lines.append(f"  - idle GPUs: {len(ev['idle_gpus'])} of {ev['gpus']}")
-    if ev.get("hub_last_activity"):
-        lines.append(f"  - last activity seen by the hub: {at('hub_last_activity')}")
-    if isinstance(ev.get("inactive_s"), (int, float)) and math.isfinite(ev["inactive_s"]):
-        lines.append(f"  - inactive for: {format_duration(ev['inactive_s'])}")
-    if ev.get("max_age_at"):
-        lines.append(f"  - maximum age reached at: {at('max_age_at')}")
+    elif m.last_used is not None:
+        lines.append(f"  - GPU last used: {moment(m.last_used, now)}")
+    if m.window_max_util is not None and not m.gpu_shared:
+        over = f" over the last {format_duration(m.window.total_seconds())}" if m.window else ""
+        lines.append(f"  - highest GPU utilization{over}: {format_util(m.window_max_util)}")
+    if m.latest_util is not None and not m.gpu_shared:
+        lines.append(f"  - latest GPU utilization: {format_util(m.latest_util)}")
+    if m.idle_gpus is not None and m.gpus:
+        lines.append(f"  - idle GPUs: {len(m.idle_gpus)} of {m.gpus}")
+    if m.hub_last_activity is not None:
+        lines.append(f"  - last activity seen by the hub: {moment(m.hub_last_activity, now)}")
+    if m.inactive is not None:
+        lines.append(f"  - inactive for: {format_duration(m.inactive.total_seconds())}")
+    if m.max_age_at is not None:
+        lines.append(f"  - maximum age reached at: {moment(m.max_age_at, now)}")
     return lines
 
 
@@ -95,7 +88,7 @@ class Message:
     why: str  # in plain words of what was measured (reasons.why)
     reclaim_at: dt.datetime  # UTC
     now: dt.datetime  # UTC, when the message was built
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]  # the decision's, shown (the webhook's JSON)
     keepalive_url: str
     hub_name: str
     dry_run: bool
@@ -112,7 +105,6 @@ class Message:
             event = "reclaim"
         else:
             raise ValueError(f"no message for a {decision.action!r} decision")
-        evidence = decision.shown()
         now = _utc(now or utcnow())
         reclaim_at = _utc(decision.reclaim_at or now)
         # names are the user's choice: one line each, in the subject (a header) and the text
@@ -137,13 +129,13 @@ class Message:
             keep = ["You can start it again from the hub at any time."]
             if keepalive_url:
                 keep += [f"Next time, to keep a session running, use {keepalive_url}."]
-        why_text = why(decision.rule, evidence).text(now)
+        why_text = why(decision.rule, decision.measured, decision.idle_since).text(now)
         body = [
             *head,
             "",
             one_line(f"Why: {why_text}."),
             "What was measured:",
-            *([one_line(line) for line in _evidence_lines(evidence, now)] or ["  - (none recorded)"]),
+            *([one_line(line) for line in _measured_lines(decision.measured, decision.idle_since, now)] or ["  - (none recorded)"]),
             "",
             *keep,
             "",
@@ -154,7 +146,7 @@ class Message:
         if dry_run:
             body += ["", "This hub runs the reclaimer in dry-run mode: nothing is stopped."]
         return cls(event, session.id, session.user, session.server, decision.rule,
-                   decision.reason, why_text, reclaim_at, now, evidence, keepalive_url,
+                   decision.reason, why_text, reclaim_at, now, decision.shown(), keepalive_url,
                    hub_name, dry_run, subject, "\n".join(body) + "\n")
 
     def payload(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Callable, Literal
 
 from ..wording import server_name
 from ..policy.observations import Decision, Sample, Session
+from ..policy.evidence import Measured
 from ..signals.base import SignalError
 from ..signals.hub import HubServer
 from ..signals.interfaces import KernelSource
@@ -70,7 +71,7 @@ def unusable(srv: HubServer, pod: PodInfo | None, *, kubernetes: bool, report: C
     metrics.signal_errors.labels(source).inc()
     report.problem(sid, source, problem)
     return Decision(sid, "hold", rule, f"{problem}; never reclaimed on data that cannot be read",
-                    evidence={"problem": problem})
+                    measured=Measured(problem=problem))
 
 def unseen(srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None, problem: str) -> Decision | None:
     """While the pod list cannot be read: None for a server the last list read (at
@@ -84,7 +85,7 @@ def unseen(srv: HubServer, pod: PodInfo | None, as_of: dt.datetime | None, probl
            "without GPUs" if as_of else "no pod list has been read since the service started")
     return Decision(srv.session_id, "hold", "pods-unavailable",
                     f"the pod list cannot be read ({problem}): {why}; never reclaimed unseen",
-                    evidence={"problem": problem, "pods_as_of": format_time(as_of) if as_of else None})
+                    measured=Measured(problem=problem, pods_as_of=as_of))
 
 
 async def probe_kernels(kernels_of: KernelSource, sids: list[str], seen: Observation, report: CycleReport,

@@ -1,9 +1,9 @@
 """Why a session is warned or was reclaimed, in plain words of what was measured ("nothing
 has run on the GPU since 13:22"): the warnings and reclaim notices (notify.py), the pages'
 cards, banner and history, and the API's `why` (web/). Read from a decision's rule and its
-evidence as people see it (`Decision.shown()`, the dict the store keeps with each warning
-and reclaim); stored evidence is never trusted: a time that does not read is left out, never
-an error. The rule's name never shows: it is the admin's word (the admin page, the logs).
+typed facts (`policy.evidence`: a live decision's, or a stored reclaim's `Recorded`, where
+what does not read is left out, never an error). The rule's name never shows: it is the
+admin's word (the admin page, the logs).
 
 A `Sentence` keeps its times as times, so each reader writes them its own way: the pages as
 <time> in the browser's zone (web.render.say), text in UTC, saying so (`Sentence.text`)."""
@@ -11,13 +11,11 @@ A `Sentence` keeps its times as times, so each reader writes them its own way: t
 from __future__ import annotations
 
 import datetime as dt
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Union
 
 from ..durations import format_duration
-from ..timestamps import parse_time_lenient
+from ..policy.evidence import Measured
 from ..wording import format_util, moment
 
 Part = Union[str, dt.datetime]
@@ -43,18 +41,6 @@ def sentence(*parts: Part | Sentence) -> Sentence:
     return Sentence(tuple(out))
 
 
-def _time(evidence: Mapping[str, Any], key: str) -> dt.datetime | None:
-    value = evidence.get(key)
-    return parse_time_lenient(value) if isinstance(value, str) else None
-
-
-def _number(evidence: Mapping[str, Any], key: str) -> float | None:
-    value = evidence.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return None
-    return float(value) if 0 <= value < 1e9 else None
-
-
 def _since(t: dt.datetime | None) -> Sentence:
     return sentence(" since ", t) if t is not None else sentence(" since the server started")
 
@@ -65,48 +51,45 @@ SAID = frozenset({"gpu-never-used", "gpu-idle", "shared-gpu-idle-kernels", "cpu-
                   "idle-culler-max-age"})
 
 
-def why(rule: str | None, evidence: Mapping[str, Any] | None) -> Sentence:
-    """Why a warning, a reclaim or an idle state: what was measured, for the user."""
-    ev = evidence if isinstance(evidence, Mapping) else {}
-    since = _time(ev, "idle_since")
+def why(rule: str | None, measured: Measured, idle_since: dt.datetime | None = None,
+        by: str | None = None) -> Sentence:
+    """Why a warning, a reclaim (`by` an admin) or an idle state: what was measured, for the user."""
+    m, since = measured, idle_since
     if rule == "gpu-never-used":
-        cell = _time(ev, "last_busy_kernel")
+        cell = m.last_busy_kernel
         if cell is not None and since is not None and cell >= since:
             return sentence("the GPU has not been used since the server started, and no cell has run since ", cell)
         return sentence("nothing has run on the GPU", _since(since))
     if rule == "gpu-idle":
-        peak, window = ev.get("window_max_util"), _number(ev, "window_minutes")
-        over = (f"; its highest use in the last {format_duration(window * 60)} was {format_util(peak)}"
+        peak, window = m.window_max_util, m.window
+        over = (f"; its highest use in the last {format_duration(window.total_seconds())} was {format_util(peak)}"
                 if peak and window else "")
         return sentence("the GPU has not been used", _since(since), over)
     if rule == "shared-gpu-idle-kernels":
         return sentence("no kernel or terminal of this server has run", _since(since),
                         " (its GPU is shared, so only the server's own work counts)")
     if rule == "cpu-work-on-gpu":
-        return sentence("only CPU work has run", _since(_time(ev, "cpu_work_since")),
+        return sentence("only CPU work has run", _since(m.cpu_work_since),
                         ", and the GPU has not been used since the server started: a profile without a GPU would do")
     if rule == "job-ended-unattended":
-        seen = _time(ev, "last_seen")
+        seen = m.last_seen
         return sentence("the work on the GPU ended", *((" at ", since) if since else ()),
                         *((", and nobody has been active since ", seen) if seen else ()))
     if rule == "intent-ended":
-        end = _time(ev, "intent_end")
+        end = m.intent_end
         return sentence(*(("kept alive only until ", end, ", and ") if end else ()),
                         "the GPU has not been used", _since(since))
     if rule == "max-age":
-        end = _time(ev, "max_age_at")
+        end = m.max_age_at
         return sentence("the session reaches the longest time a server may run",
                         *((" at ", end) if end else ()))
     if rule == "admin":
-        by = ev.get("by")
-        return sentence(f"an admin ({by}) reclaimed it" if isinstance(by, str) and by else "an admin reclaimed it")
+        return sentence(f"an admin ({by}) reclaimed it" if by else "an admin reclaimed it")
     if rule == "idle-culler-timeout":
-        last = _time(ev, "hub_last_activity")
-        inactive = _number(ev, "inactive_s")
-        if last is not None:
-            return sentence("no activity since ", last)
-        if inactive is not None:
-            return sentence(f"no activity for {format_duration(inactive)}")
+        if m.hub_last_activity is not None:
+            return sentence("no activity since ", m.hub_last_activity)
+        if m.inactive is not None:
+            return sentence(f"no activity for {format_duration(m.inactive.total_seconds())}")
         return sentence("no activity for longer than allowed")
     if rule == "idle-culler-max-age":
         return sentence("the server has run for the longest time a server may run")

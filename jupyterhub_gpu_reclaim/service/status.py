@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence, cast
 
 from ..wording import server_name
 from ..policy.observations import Decision, Exemption, Intent, Sample, Session, Warning
+from ..policy.evidence import Measured
 
 if TYPE_CHECKING:
     from ..signals.pods import PodInfo
@@ -63,8 +64,9 @@ class SessionStatus:
     reason: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
     policy_rule: str | None = None  # the policy rule whose settings decided (None: the base policy)
-    # the decision's idle episode began (the pages' own; the API has it in the evidence)
-    idle_since: dt.datetime | None = None
+    idle_since: dt.datetime | None = None  # when the decision's idle episode began
+    # what the decision measured, typed (the pages' own: the API has it in the evidence)
+    measured: Measured = Measured()
     reclaim_at: dt.datetime | None = None
     warned_at: dt.datetime | None = None
     intent_until: dt.datetime | None = None  # capped at max_keepalive from when it was set
@@ -80,7 +82,7 @@ class SessionStatus:
         return out
 
 
-_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus) if f.name != "idle_since")
+_SESSION_FIELDS = tuple(f.name for f in fields(SessionStatus) if f.name != "measured")
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         kernels=kernels, hub_last_activity=hub_last_activity,
         action=d.action if d else None, rule=d.rule if d else None, reason=d.reason if d else None,
         evidence=d.shown() if d else {}, policy_rule=d.policy_rule if d else None,
-        idle_since=d.idle_since if d else None,
+        idle_since=d.idle_since if d else None, measured=d.measured if d else Measured(),
         reclaim_at=warnings[-1].reclaim_at if warnings else (d.reclaim_at if d else None),
         warned_at=warnings[-1].t if warnings else None,
         intent_until=min(intent.until, intent.set_at + max_keepalive) if intent else None,

@@ -9,6 +9,7 @@ reclaim is reported once per episode and nothing is stopped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 from typing import Awaitable, Callable
@@ -17,6 +18,7 @@ from .hub_stopper import HubStopper, StopResult
 from .cycle_types import Reclaim
 from .metrics import Metrics
 from ..wording import server_name
+from ..policy.evidence import Measured, Recorded
 from ..policy.observations import Decision, Session, WhatSaved
 from ..policy.decider import decide_user
 from ..policy.config import PolicyConfig
@@ -111,8 +113,7 @@ class Stops:
             d = reclaim.decision
             log.info("[dry run] %s: its %d tab(s) would have saved %d document(s)", d.session, saved.tabs,
                      len(saved.documents) + saved.more)
-            self.store.record_decisions([Decision(d.session, "reclaim", d.rule, d.reason, evidence={
-                **d.evidence, "would_save": saved.shown()})], self.clock())
+            self.store.record_decisions([dataclasses.replace(d, would_save=saved)], self.clock())
 
     async def _stop_all(self, begun: list[tuple[Reclaim, int]], user: HubServer | None) -> None:
         results = await asyncio.gather(*(self._stop_one(r, rid) for r, rid in begun))
@@ -185,7 +186,7 @@ class Stops:
         rid = None
         if record:
             now = self.clock()
-            rid = self.store.begin_reclaim(sid, rule, now, {"by": by}, gpus, episode=f"{rule}@{format_time(now)}")
+            rid = self.store.begin_reclaim(sid, rule, now, Recorded(Measured(), by=by).shown(), gpus, episode=f"{rule}@{format_time(now)}")
             if rid is None:
                 return False
 

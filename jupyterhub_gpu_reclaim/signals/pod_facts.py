@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..oneline import brief
 from ..timestamps import parse_time
@@ -39,6 +39,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 # its MIG "mixed" strategy: one resource per profile, nvidia.com/mig-1g.10gb, ...
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# renameByDefault's suffix of a replica's resource (of a whole GPU or of a MIG profile)
+REPLICA_SUFFIX = ".shared"
 MAX_GPUS = 1024  # of one resource per pod; more is a malformed pod (per-GPU lists are sized by it)
 USER_KEY = "hub.jupyter.org/username"
 SERVER_KEY = "hub.jupyter.org/servername"
@@ -59,6 +61,21 @@ UNSCHEDULABLE = "Unschedulable"
 def is_gpu_resource(name: str) -> bool:
     """Whether an extended resource is a GPU a pod holds: whole, a MIG instance or a replica."""
     return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def gpu_resource_pattern(spell: Callable[[str], str]) -> str:
+    """`is_gpu_resource` as a regular expression (Python's and Prometheus' RE2 alike) over
+    resource names as `spell` writes them (kube-state-metrics: "nvidia_com_gpu")."""
+    return "|".join((re.escape(spell(GPU_RESOURCE)), re.escape(spell(SHARED_GPU_RESOURCE)),
+                     re.escape(spell(MIG_RESOURCE_PREFIX)) + ".+"))
+
+
+def replica_resource_pattern(spell: Callable[[str], str]) -> str:
+    """The resources of time-sliced replicas renamed by the device plugin, of a whole GPU or
+    of a MIG profile (nvidia.com/mig-1g.5gb.shared), as `gpu_resource_pattern` writes them.
+    (`gpu_shared` reads a pod's MIG replica as its own GPU.)"""
+    return "|".join((re.escape(spell(SHARED_GPU_RESOURCE)),
+                     re.escape(spell(MIG_RESOURCE_PREFIX)) + ".+" + re.escape(spell(REPLICA_SUFFIX))))
 
 
 # kube-scheduler's "3 Insufficient nvidia.com/mig-1g.10gb." (the resource, then a comma, a

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence, get_args
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
+from ..policy.evidence import Recorded
 from ..policy.observations import Outcome, Warning, WhatRan, WhatSaved
 from ..timestamps import format_time, utcnow
 from .base import StoreBase, rowcount
@@ -35,6 +36,11 @@ class ReclaimRecord:
     seen_at: dt.datetime | None = None  # when its user saw the notice of it (the hub's home page)
     ran: WhatRan | None = None  # what ran in the server at the stop; None: not known
     saved: WhatSaved | None = None  # what its JupyterLab tabs saved before the stop; None: not known
+
+    @property
+    def recorded(self) -> Recorded:
+        """Its evidence read back into the facts that say why (`Recorded.read`)."""
+        return Recorded.read(self.evidence)
 
 
 def reclaim_record(row: ReclaimRow) -> ReclaimRecord:

@@ -14,12 +14,11 @@ from ..report.render import HOURS, as_csv, as_json, estimate_sentence, headings,
 from ..replay.backtest import policy_to_dict
 from ..service.usage import FREED_MEANS, WAITING_MEANS
 from ..durations import format_duration
-from ..service.reasons import why
 from ..timestamps import format_time, utcnow
 from .base import Base, writes
 from .chart import report_chart, whatif_chart
 from .inputs import BadInput, local_time_to_utc, parse_days, parse_override, parse_until
-from .render import notice, reclaim_json, reclaim_notice, state_of, why_of
+from .render import notice, reclaim_json, reclaim_notice, reclaimed_why, state_of, why_of
 from .report_view import LEADERBOARD_SIZE, day_rows, idle_leaderboard, share_used
 from .way_back import start_again_url
 from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
@@ -46,7 +45,7 @@ class UserPage(Base):
         for r in records:
             if r.outcome == "stopped" and r.session not in running:
                 latest.setdefault(r.session, r.id)
-        reclaims = [(reclaim_json(r, t), why(r.rule, r.evidence),
+        reclaims = [(reclaim_json(r, t), reclaimed_why(r),
                      start_again_url(self.ctx.hub_prefix, r.session, r.ran) if latest.get(r.session) == r.id else None)
                     for r in records]
         self.set_status(status)

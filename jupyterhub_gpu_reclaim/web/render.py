@@ -18,6 +18,7 @@ from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
+from ..store.reclaims import ReclaimRecord
 from ..service.reasons import SAID, Sentence, sentence, why
 from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, expected_free, format_util, plural, relative,
                        server_name, spark_label)
@@ -41,15 +42,15 @@ def notice(code: str, **values: str) -> str:
     return NOTICES[code].format(**values)
 
 
-def reclaim_json(r: Any, t: dt.datetime | None = None) -> dict[str, Any]:
+def reclaim_json(r: ReclaimRecord, t: dt.datetime | None = None) -> dict[str, Any]:
     t = t or utcnow()
     end = r.finished_at or r.t
     freed = freed_gpu_hours(r.gpus, end, t) if r.outcome == "stopped" else 0.0
     return {"id": r.id, "session": r.session, "user": r.session.split("/", 1)[0],
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
-            "by": (r.evidence or {}).get("by"), "gpu_hours_freed": round(freed, 2),
-            "why": why(r.rule, r.evidence).text(t), "kept": KEEPS, "lost": LOSES,
+            "by": r.recorded.by, "gpu_hours_freed": round(freed, 2),
+            "why": reclaimed_why(r).text(t), "kept": KEEPS, "lost": LOSES,
             "ran": r.ran.shown() if r.ran is not None else None,
             "saved": r.saved.shown() if r.saved is not None else None}
 
@@ -59,11 +60,17 @@ def audit_json(a: AuditRecord) -> dict[str, Any]:
     return dataclasses.asdict(a)
 
 
-def reclaim_notice(r: Any) -> Sentence:
+def reclaimed_why(r: ReclaimRecord) -> Sentence:
+    """Why the reclaim `r` happened, from what its record kept (`Recorded`)."""
+    facts = r.recorded
+    return why(r.rule, facts.measured, facts.idle_since, facts.by)
+
+
+def reclaim_notice(r: ReclaimRecord) -> Sentence:
     """What the hub's home page tells a user about the reclaim `r` of their server, until
     they have seen it."""
     server = f"Your server {r.session.split('/', 1)[1]!r}" if r.session.split("/", 1)[1] else "Your server"
-    return sentence(f"{server} was stopped at ", r.finished_at or r.t, ": ", why(r.rule, r.evidence),
+    return sentence(f"{server} was stopped at ", r.finished_at or r.t, ": ", reclaimed_why(r),
                     f". Kept: {KEEPS}. Lost: {LOSES}.")
 
 
@@ -115,8 +122,7 @@ def state_of(info: SessionStatus, now: dt.datetime) -> tuple[str, Sentence]:
     since = info.idle_since
     if info.rule in IDLE_RULES and since:
         # where the why (why_of) says since when, in the rule's words, the state does not repeat it
-        said = info.rule in SAID and info.evidence.get("idle_since")
-        return "idle", sentence("idle") if said else sentence("idle since ", since)
+        return "idle", sentence("idle") if info.rule in SAID else sentence("idle since ", since)
     return "active", sentence("active")
 
 
@@ -124,7 +130,7 @@ def why_of(info: SessionStatus, kind: str) -> Sentence | None:
     """Why a session is in its state, in plain words, for a warned or an idle session; None
     when its latest decision is not one of those (a warned session whose data went missing
     is held: the hold says why)."""
-    return why(info.rule, info.evidence) if kind in ("warned", "idle") and info.rule in SAID else None
+    return why(info.rule, info.measured, info.idle_since) if kind in ("warned", "idle") and info.rule in SAID else None
 
 
 def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:

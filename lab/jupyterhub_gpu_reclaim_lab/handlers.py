@@ -141,8 +141,7 @@ class StatusHandler(Handler):
         if own is not None:
             session = {k: own.get(k) for k in FIELDS}
             session["util"] = own.get("util_text") or ""
-            session["idle_since"] = ((own.get("evidence") or {}).get("idle_since")
-                                     if own.get("state") in IDLE_STATES else None)
+            session["idle_since"] = own.get("idle_since") if own.get("state") in IDLE_STATES else None
             session.update(sparkline(own))
         # the words come from the service, their one home, whatever version it runs
         self.finish({"available": True, "session": session, "keeps": answer.get("keeps") or "",

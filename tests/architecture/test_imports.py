@@ -21,7 +21,7 @@ from pathlib import Path
 import gpu_reclaim_sim
 import jupyterhub_gpu_reclaim
 
-from ..support.imports import circles, import_graph, imported_modules, module_files, reachable
+from ..support.imports import circles, import_graph, imported_modules, module_files, reachable, readers_of
 
 PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
 NAME = PACKAGE.name
@@ -88,32 +88,38 @@ def test_the_layers_import_downwards():
     assert {f"{NAME}.policy.decider", f"{NAME}.signals.hub", f"{NAME}.store"} <= reachable(graph, f"{NAME}.service.cycle")
 
 
-def importers_of(name: str, module: str) -> set[str]:
-    """The package's modules that import `name` from `module` (relatively or not), anywhere."""
-    found = set()
-    for importer, path in module_files(PACKAGE).items():
-        package = importer if path.name == "__init__.py" else importer.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom):
-                source = node.module or ""
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                if source == module and any(a.name == name for a in node.names):
-                    found.add(importer)
-    return found
-
-
 def test_one_session_step_for_the_cycle_and_the_replays():
     """The per-session loop (decide, drop the warnings the decision cleared, add its own) is
-    `policy.step`'s alone: nothing outside policy/ calls `decide` itself."""
+    `policy.step`'s alone: nothing outside policy/ calls `decide` itself, however it imports it."""
     policy = modules_under(import_graph(PACKAGE), "policy")
-    deciders = importers_of("decide", f"{NAME}.policy.decider")
-    assert f"{NAME}.policy.step" in deciders | importers_of("decider", f"{NAME}.policy")  # the check sees it
+    deciders = readers_of(PACKAGE, "decide", f"{NAME}.policy.decider")
+    assert f"{NAME}.policy.step" in deciders  # the check sees it
     assert not deciders - policy, sorted(deciders - policy)
-    assert not importers_of("decider", f"{NAME}.policy") - policy
-    steppers = importers_of("step", f"{NAME}.policy.step")
+    steppers = readers_of(PACKAGE, "step", f"{NAME}.policy.step")
     assert {f"{NAME}.service.cycle", f"{NAME}.replay.backtest"} <= steppers, steppers
+
+
+def test_a_read_of_a_name_is_seen_however_its_module_is_imported(tmp_path):
+    # the check itself, on a package of its own: each way of reaching `decide` is a read of it
+    pkg = tmp_path / "pkg"
+    (pkg / "policy").mkdir(parents=True)
+    (pkg / "service").mkdir()
+    for init in (pkg, pkg / "policy", pkg / "service"):
+        (init / "__init__.py").write_text("")
+    (pkg / "policy" / "decider.py").write_text("IDLE = 1\ndef decide(): pass\n")
+    sources = {
+        "plain": "import pkg.policy.decider\npkg.policy.decider.decide()\n",
+        "alias": "import pkg.policy.decider as d\nd.decide()\n",
+        "module": "from ..policy import decider\ndecider.decide()\n",
+        "module_alias": "from pkg.policy import decider as dd\n\ndef f():\n    return dd.decide\n",
+        "name": "from ..policy.decider import IDLE, decide\n",
+        "other_name": "from ..policy.decider import IDLE\nimport pkg.policy.decider as d\nd.IDLE\n",
+        "unrelated": "import json as d\nd.decide = 1\n",
+    }
+    for module, source in sources.items():
+        (pkg / "service" / f"{module}.py").write_text(source)
+    assert readers_of(pkg, "decide", "pkg.policy.decider") == {
+        f"pkg.service.{m}" for m in ("plain", "alias", "module", "module_alias", "name")}
 
 
 def test_the_pod_facts_have_one_home():
@@ -137,6 +143,50 @@ def test_the_pod_facts_have_one_home():
                for node in ast.walk(ast.parse(path.read_text(), str(path)))
                if isinstance(node, ast.Constant) and node.value in names}
     assert written == {(facts, name) for name in names}
+
+
+#: a GPU resource or label as code names it: Kubernetes' spelling as a whole string
+#: ("nvidia.com/mig-1g.5gb"), or Prometheus' (kube-state-metrics': "nvidia_com_gpu") anywhere
+#: in one, an f-string's parts included; prose (help, messages) may mention them
+_KUBERNETES_NAME = re.compile(r"nvidia\.com/\S+")
+_PROMETHEUS_NAME = re.compile(r"nvidia_com_", re.IGNORECASE)
+
+
+def gpu_names_outside(package: Path, home: str) -> set[tuple[str, str]]:
+    """(module, string) of each GPU resource or label name written outside the module `home`."""
+    found = set()
+    for module, path in module_files(package).items():
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        found |= {(module, node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and (_KUBERNETES_NAME.fullmatch(node.value) or _PROMETHEUS_NAME.search(node.value))}
+    return {(module, value) for module, value in found if module != home}
+
+
+def test_what_a_gpu_is_is_decided_by_the_pod_facts_alone():
+    """Which resources are GPUs is pod_facts' (`is_gpu_resource`): no other module names one,
+    in Kubernetes' spelling or in Prometheus' (the usage report asks pod_facts for the pattern)."""
+    assert gpu_names_outside(PACKAGE, f"{NAME}.signals.pod_facts") == set()
+
+
+def test_gpu_names_are_found_in_either_spelling(tmp_path):
+    # the check itself, on a package of its own
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "facts.py").write_text('GPU = "nvidia.com/gpu"\n')
+    (pkg / "report.py").write_text(
+        '"""Counts nvidia.com/gpu and nvidia_com_gpu (a docstring says so)."""\n'
+        'Q = \'requests{resource=~"nvidia_com_.+"}\'\n'
+        'def mig(p):\n    return f"NVIDIA_COM_MIG_{p}"\n'
+        'HELP = "waiting for nvidia.com/gpu"\nMIG = "nvidia.com/mig-1g.5gb"\n')
+    assert gpu_names_outside(pkg, "pkg.facts") == {
+        ("pkg.report", 'requests{resource=~"nvidia_com_.+"}'), ("pkg.report", "NVIDIA_COM_MIG_"),
+        ("pkg.report", "nvidia.com/mig-1g.5gb")}
+    assert ("pkg.facts", "nvidia.com/gpu") in gpu_names_outside(pkg, "pkg.other")
 
 
 def test_the_store_never_imports_the_replays():

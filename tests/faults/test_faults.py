@@ -98,12 +98,12 @@ async def test_pods_failure_culls_the_servers_without_gpus_it_saw_and_holds_the_
     assert all(r.skipped is None and r.degraded == "pods" for r in degraded)
     assert w.stopped(cpu) == [at(60)]  # culled as it would have been
     d = next(r.decisions[cpu] for r in w.reports if r.t == at(60))
-    assert (d.action, d.rule) == ("reclaim", "idle-culler-timeout") and d.evidence["pods_as_of"] == "2026-11-02T08:10:00Z"
+    assert (d.action, d.rule) == ("reclaim", "idle-culler-timeout") and d.shown()["pods_as_of"] == "2026-11-02T08:10:00Z"
     assert w.decisions(busy, since=at(15), until=at(70)) == {("keep", "idle-culler")}
     assert w.decisions(gpu, since=at(15), until=at(70)) == {("hold", "pods-unavailable")}
     assert w.decisions(late, since=at(15), until=at(70)) == {("hold", "pods-unavailable")}
     held = next(r.decisions[gpu] for r in w.reports if r.t == at(60))
-    assert held.evidence == {"problem": down, "pods_as_of": "2026-11-02T08:10:00Z"}
+    assert held.shown() == {"problem": down, "pods_as_of": "2026-11-02T08:10:00Z"}
     assert "the pod list cannot be read" in held.reason and "its GPUs cannot be seen" in held.reason
     assert w.warned(gpu) == [] and w.stopped(gpu) == [] and w.stopped(late) == []
     assert w.hub.deletes == ["/hub/api/users/bob/server"]

@@ -202,7 +202,7 @@ async def test_malformed_prometheus_series_hold_only_their_gpu_session(make, cap
     w.assert_bystanders_on_schedule()
     for sid in victims:
         w.assert_held(sid, "gpu-data-missing", "")
-    assert {r.decisions[victims[0]].evidence["problem"] for r in w.reports} == {"no data for some GPUs"}
+    assert {r.decisions[victims[0]].measured.problem for r in w.reports} == {"no data for some GPUs"}
     assert_all_ok(w)
     assert w.metric(P + "holds", reason="gpu-data-missing") == len(victims)
     assert "Prometheus: a series whose labels cannot be read" in caplog.text

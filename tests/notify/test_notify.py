@@ -23,6 +23,7 @@ from jupyterhub_gpu_reclaim.service.notify import (
     redact_url,
     single_address,
 )
+from jupyterhub_gpu_reclaim.policy.evidence import Measured
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 
 from ..support.clock import at
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.timeout(15)
 UTC = dt.timezone.utc
 NOW = at(hours=6)  # 14:00 UTC
 KEEP_URL = "https://hub.example.org/services/gpu-reclaim/keepalive"
+IDLE_SINCE = at(hours=4, minutes=55)  # 12:55 UTC
 PASSWORD = "s3cr3t-Pa55word"
 TOKEN = "T0KEN-abc123"
 
@@ -50,10 +52,10 @@ def session(user="alice", server="") -> Session:
 def warn_decision(sess: Session) -> Decision:
     return Decision(sess.id, "warn", "gpu-idle", "the GPU has been idle for 60 minutes",
                     reclaim_at=NOW + dt.timedelta(minutes=30),
-                    evidence={"gpus": 1, "idle_since": "2026-11-02T12:55:00Z",
-                              "window_max_util": 2.0, "window_minutes": 60.0,
-                              "latest_util": [0.0], "never_used": False,
-                              "last_used": "2026-11-02T12:55:00Z", "idle_gpus": [0]})
+                    measured=Measured(gpus=1, window_max_util=(2.0,), window=dt.timedelta(minutes=60),
+                                      latest_util=(0.0,), never_used=False, last_used=IDLE_SINCE,
+                                      idle_gpus=(0,)),
+                    idle_since=IDLE_SINCE)
 
 
 def warning(user="alice", server="", dry_run=False) -> Message:
@@ -89,8 +91,9 @@ def test_a_shared_gpus_warning_says_its_utilization_did_not_count():
     s = session()
     d = Decision(s.id, "warn", "shared-gpu-idle-kernels", "no kernel or terminal of this server has worked",
                  reclaim_at=NOW + dt.timedelta(minutes=30),
-                 evidence={"gpus": 1, "idle_since": "2026-11-02T12:55:00Z", "window_max_util": [None],
-                           "latest_util": [], "never_used": True, "gpu_shared": True, "shared_gpu_util": [90.0]})
+                 measured=Measured(gpus=1, window_max_util=(None,), latest_util=(), never_used=True,
+                                   gpu_shared=True, shared_gpu_util=(90.0,)),
+                 idle_since=IDLE_SINCE)
     t = Message.build(d, s, keepalive_url=KEEP_URL, hub_name="TestHub", now=NOW).text
     assert "shared with other servers" in t and "not this server's alone" in t
     assert "GPU utilization" not in t and "has not been used" not in t
@@ -100,7 +103,7 @@ def test_times_are_utc_even_from_other_zones():
     s = session()
     tz = dt.timezone(dt.timedelta(hours=2))
     d = Decision(s.id, "warn", "gpu-never-used", "never used",
-                 reclaim_at=dt.datetime(2026, 11, 2, 16, 30, tzinfo=tz), evidence={"never_used": True})
+                 reclaim_at=dt.datetime(2026, 11, 2, 16, 30, tzinfo=tz), measured=Measured(never_used=True))
     m = Message.build(d, s, keepalive_url=KEEP_URL, now=dt.datetime(2026, 11, 2, 16, 0, tzinfo=tz))
     assert m.reclaim_at == dt.datetime(2026, 11, 2, 14, 30, tzinfo=UTC)
     assert "stopped at 14:30 UTC (in 30 min)" in m.text
@@ -111,7 +114,7 @@ def test_times_are_utc_even_from_other_zones():
 
 def test_reclaim_message_and_invalid_actions():
     s = session()
-    d = Decision(s.id, "reclaim", "gpu-idle", "idle", reclaim_at=None, evidence={})
+    d = Decision(s.id, "reclaim", "gpu-idle", "idle", reclaim_at=None)
     m = Message.build(d, s, keepalive_url=KEEP_URL, now=NOW)
     assert m.event == "reclaim" and "was stopped" in m.subject and "stopped at 14:00 UTC" in m.text
     assert "GPU memory" in m.text and "home directory" in m.text
@@ -126,7 +129,7 @@ def test_without_the_services_pages_no_keepalive_link():
     warn = Message.build(warn_decision(s), s, keepalive_url="", now=NOW)
     assert "How to keep your session:\n  Use the GPU / run a cell before the reclaim time." in warn.text
     assert "Open " not in warn.text and "keep alive until" not in warn.text
-    gone = Message.build(Decision(s.id, "reclaim", "gpu-idle", "idle", evidence={}), s, keepalive_url="", now=NOW)
+    gone = Message.build(Decision(s.id, "reclaim", "gpu-idle", "idle"), s, keepalive_url="", now=NOW)
     assert "start it again" in gone.text and "Next time" not in gone.text
 
 
@@ -240,7 +243,7 @@ async def test_webhook_json_and_slack_form(hook):
     assert full["event"] == "warning" and full["session"] == "alice/big"
     assert full["user"] == "alice" and full["rule"] == "gpu-idle"
     assert full["reclaim_at"] == "2026-11-02T14:30:00Z"
-    assert full["evidence"]["idle_since"] == "2026-11-02T12:55:00Z"
+    assert full["evidence"]["idle_since"] == "2026-11-02T12:55:00+00:00"  # evidence_time
     assert KEEP_URL in full["text"] and full["recipients"] == ["alice", "ops"]
     assert set(slack) == {"text"} and KEEP_URL in slack["text"] and "alice/big" in slack["text"]
 

@@ -30,7 +30,7 @@ def test_never_used_keep_before_30_min():
 def test_never_used_warns_at_30_min_with_reclaim_at_60():
     d = run(SessionView(session(), samples(lambda k: 0, 30)), at(30))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-never-used", at(60))
-    assert d.evidence["never_used"] is True and d.evidence["last_used"] is None
+    assert d.measured.never_used is True and d.measured.last_used is None
 
 
 def test_never_used_reclaims_at_60_after_warning_at_30():
@@ -39,7 +39,7 @@ def test_never_used_reclaims_at_60_after_warning_at_30():
     assert run(view, at(59.5)).action == "keep"
     d = run(view, at(60))
     assert (d.action, d.rule) == ("reclaim", "gpu-never-used")
-    assert d.evidence["warned_at"] == at(30).isoformat()
+    assert d.deadline.warned_at == at(30)
 
 
 def test_reclaim_time_without_warning_warns_with_lead():
@@ -52,7 +52,7 @@ def test_warning_too_recent_does_not_reclaim():
                        warnings=(warned("gpu-never-used", 85, 100),))
     d = run(view, at(90))
     assert (d.action, d.rule) == ("keep", "gpu-never-used")
-    assert d.evidence["reclaim_at"] == at(100).isoformat()
+    assert d.deadline.due == at(100)
     assert run(dataclasses.replace(view, samples=samples(lambda k: 0, 100)), at(100)).action == "reclaim"
 
 
@@ -68,7 +68,7 @@ def test_idle_warns_at_60_and_reclaims_at_120():
     d = run(SessionView(session(), used_then_idle(70)), at(70))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(130))
     assert d.idle_since == at(10)
-    assert d.evidence["last_used"] == at(10).isoformat()
+    assert d.measured.last_used == at(10)
     view = SessionView(session(), used_then_idle(130), warnings=(warned("gpu-idle", 70, 130),))
     assert run(view, at(129)).action == "keep"
     assert (run(view, at(130)).action, run(view, at(130)).rule) == ("reclaim", "gpu-idle")
@@ -78,7 +78,7 @@ def test_slow_data_loader_at_5_percent_is_not_idle():
     view = SessionView(session(), samples(lambda k: 5.0, 600))
     d = run(view, at(600))
     assert (d.action, d.rule) == ("keep", "gpu-active")
-    assert d.evidence["window_max_util"] == [5.0]
+    assert d.measured.window_max_util == (5.0,)
 
 
 def test_threshold_is_configurable():
@@ -86,7 +86,7 @@ def test_threshold_is_configurable():
     d = run(SessionView(session(), samples(lambda k: 5.0, 60)), at(60), config=cfg)
     # idle under a 9 % threshold, but something ran on it: the idle rule, not the never-used one
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(120))
-    assert d.evidence["never_used"] is False
+    assert d.measured.never_used is False
 
 
 def test_open_tab_hub_activity_does_not_keep():
@@ -99,7 +99,7 @@ def test_terminal_activity_does_not_keep_but_is_reported():
     s = tuple(dataclasses.replace(x, terminals=(x.t,)) for x in used_then_idle(70))
     d = run(SessionView(session(), s), at(70))
     assert d.action == "warn"
-    assert d.evidence["terminal_last_activity"] == at(70).isoformat()
+    assert d.measured.terminal_last_activity == at(70)
 
 
 # ---------------------------------------------------------------- missing / stale data
@@ -159,7 +159,7 @@ def test_an_idle_gap_with_quiet_kernels_on_both_sides_is_bridged():
     # the idle clock ran across the gap: warned as soon as the data is back
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "gpu-idle", at(130))
     assert d.idle_since == at(10)
-    assert d.evidence["bridged_gap"] == [at(39).isoformat(), at(80).isoformat()]
+    assert d.measured.bridged_gap == (at(39), at(80))
     assert "across a gap in the GPU data" in d.reason
 
 
@@ -173,8 +173,8 @@ def test_a_gap_is_not_bridged_without_proof(case):
          "terminals unknown": lambda: gap_samples(terminals=None)}[case]()
     end = round((s[-1].t - START) / mins(1))
     d = run(SessionView(session(), s), at(end))
-    assert "bridged_gap" not in d.evidence
-    assert d.evidence["last_gpu_data_missing"] == d.idle_since.isoformat()
+    assert d.measured.bridged_gap is None
+    assert d.measured.last_gpu_data_missing == d.idle_since
 
 
 def test_walk_trimmed_window_with_a_bridged_gap_gives_the_same_result():
@@ -222,7 +222,7 @@ def test_intent_capped_at_12_hours_from_when_it_was_set():
     intent = Intent("alice/", until=at(60 * 48), set_at=at(10))
     s = samples(lambda k: 0, 60 * 13)
     d = run(SessionView(session(), s, intent=intent), at(10 + 700))
-    assert d.rule == "intent" and d.evidence["intent_capped"] is True
+    assert d.rule == "intent" and d.measured.intent_capped is True
     d = run(SessionView(session(), s, intent=intent), at(10 + 705))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "intent-ended", at(10 + 735))
 
@@ -249,8 +249,8 @@ def test_warned_session_is_not_warned_again():
     view = SessionView(session(), used_then_idle(100), warnings=(warned("gpu-idle", 70, 130),))
     d = run(view, at(100))
     assert (d.action, d.rule) == ("keep", "gpu-idle")
-    assert d.evidence["warned_at"] == at(70).isoformat()
-    assert d.evidence["reclaim_at"] == at(130).isoformat()
+    assert d.deadline.warned_at == at(70)
+    assert d.deadline.due == at(130)
 
 
 # ---------------------------------------------------------------- pressure, exemptions, max-age
@@ -302,8 +302,8 @@ def test_partial_idleness_is_reported_not_reclaimed():
     s = samples(lambda k: (90.0, 0.0), 600, gpus=2)
     d = run(SessionView(session(gpus=2), s), at(600))
     assert (d.action, d.rule) == ("keep", "gpu-partially-idle")
-    assert d.evidence["idle_gpus"] == [1]
-    assert d.evidence["window_max_util"] == [90.0, 0.0]
+    assert d.measured.idle_gpus == (1,)
+    assert d.measured.window_max_util == (90.0, 0.0)
 
 
 def test_multi_gpu_idle_only_when_all_are_idle():

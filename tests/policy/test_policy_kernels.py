@@ -46,7 +46,7 @@ def test_work_that_ended_with_nobody_there_is_reclaimed_75_min_after_it_ended():
     assert (d.action, d.rule) == ("keep", "job-ended-unattended")
     d = run(SessionView(session(), silent_job(245, 290)), at(290))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "job-ended-unattended", at(320))
-    assert d.evidence["last_seen"] == at(5).isoformat() and d.idle_since == at(245)
+    assert d.measured.last_seen == at(5) and d.idle_since == at(245)
     assert "with nobody there" in d.reason and "keep it alive" in d.reason
     view = SessionView(session(), silent_job(245, 320), warnings=(warned("job-ended-unattended", 290, 320),))
     assert (run(view, at(320)).action, run(view, at(320)).rule) == ("reclaim", "job-ended-unattended")
@@ -91,7 +91,7 @@ def test_cpu_work_on_a_never_used_gpu_is_warned_then_reclaimed():
     d = run(SessionView(session(), s[:121]), at(120))
     assert (d.action, d.rule, d.reclaim_at) == ("warn", "cpu-work-on-gpu", at(180))
     assert "a CPU profile would do" in d.reason and "keep it alive" in d.reason
-    assert d.evidence["cpu_work_since"] == START.isoformat()
+    assert d.measured.cpu_work_since == START
     # the warning is answered by the keep-alive or the GPU, not by more CPU work
     view = SessionView(session(), s[:181], warnings=(warned("cpu-work-on-gpu", 120, 180),))
     assert (run(view, at(180)).action, run(view, at(180)).rule) == ("reclaim", "cpu-work-on-gpu")
@@ -126,7 +126,7 @@ def test_a_busy_kernel_keeps_a_gpu_touched_below_the_threshold():
     s = samples(lambda k: 3 + k % 6, 300, kernels=BUSY)
     d = run(SessionView(session(), s), at(300), config=nine)
     assert (d.action, d.rule) == ("keep", "kernel-busy")
-    assert d.evidence["never_used"] is False
+    assert d.measured.never_used is False
     # once the kernel stops, the idle rule counts from its last busy sample
     s = s[:100] + samples(lambda k: 0, 300, kernels=IDLE)[100:]
     d = run(SessionView(session(), s[:160]), at(159), config=nine)

@@ -22,7 +22,7 @@ from ..support.policy_inputs import PROP, configs, nows, views
 @given(views(), nows, st.integers(0, 3), configs)
 def test_property_gpu_invariants(view, now, pending, cfg):
     d = decide(view, now=now, pending_gpus=pending, config=cfg)
-    json.dumps(d.evidence)
+    json.dumps(d.shown())
     assert d.session == view.session.id
     if view.session.gpus == 0:
         return
@@ -43,7 +43,7 @@ def test_property_gpu_invariants(view, now, pending, cfg):
         if d.rule != "cpu-work-on-gpu":
             assert not any(k.execution_state == "busy" for k in (latest.kernels or ()))
         else:
-            assert d.evidence["last_used"] is None and not cfg.cpu_work_keeps_unused_gpu
+            assert d.measured.last_used is None and not cfg.cpu_work_keeps_unused_gpu
         assert latest.kernels is not None
         assert not (cfg.pressure_only and pending == 0)
     if missing:

@@ -71,7 +71,7 @@ def test_low_utilization_with_a_busy_kernel_is_use():
     assert not gpu_touched(dataclasses.replace(low, kernels=IDLE), (0.125,), 1.0)  # an idle engine's noise
     view = cells(set(range(0, 201)), gpu=lambda k: 0.4, until=200)
     d = run(view, at(200), config=DEFAULTS)
-    assert (d.action, d.rule, d.evidence["never_used"]) == ("keep", "kernel-busy", False)
+    assert (d.action, d.rule, d.measured.never_used) == ("keep", "kernel-busy", False)
     assert run(cells(set(range(0, 201)), until=200), at(200), config=DEFAULTS).rule == "cpu-work-on-gpu"
 
 
@@ -83,7 +83,7 @@ def test_gpu_memory_held_is_use_and_reserved_memory_is_not():
     assert not gpu_touched(dataclasses.replace(idle, gpu_mem_used_mib=None), (0.0,), 1.0)
     # CPU cells with the model in GPU memory: not a wrong profile, the idle rule from the last cell
     d = run(cells(set(range(0, 201)), mem=6000.0, until=200), at(200), config=DEFAULTS)
-    assert (d.rule, d.evidence["never_used"]) == ("kernel-busy", False)
+    assert (d.rule, d.measured.never_used) == ("kernel-busy", False)
 
 
 def test_data_preparation_that_goes_on_to_the_gpu_is_not_interrupted():

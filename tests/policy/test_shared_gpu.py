@@ -27,8 +27,8 @@ def test_a_busy_shared_gpu_does_not_keep_a_server_whose_kernels_are_idle():
     view = SessionView(shared(), samples(lambda k: 95, 60))
     d = run(view, at(60))
     assert (d.action, d.rule) == ("warn", RULE) and d.reclaim_at == at(120)
-    assert d.evidence["gpu_shared"] is True and d.evidence["shared_gpu_util"] == [95.0]
-    assert d.evidence["latest_util"] == [] and d.evidence["last_used"] is None
+    assert d.measured.gpu_shared is True and d.measured.shared_gpu_util == (95.0,)
+    assert d.measured.latest_util == () and d.measured.last_used is None
     assert "not this server's alone" in d.reason
     # the same server on a GPU of its own is busy
     assert (run(SessionView(session(), samples(lambda k: 95, 60)), at(60)).rule) == "gpu-active"
@@ -45,7 +45,7 @@ def test_idle_kernels_on_a_shared_gpu_are_reclaimed_on_the_idle_timings_after_a_
 def test_a_busy_kernel_keeps_a_shared_gpu_server_even_if_the_gpu_reads_idle():
     view = SessionView(shared(), samples(lambda k: 0, 200, kernels=BUSY))
     d = run(view, at(200))
-    assert (d.action, d.rule) == ("keep", "kernel-busy") and d.evidence["gpu_shared"] is True
+    assert (d.action, d.rule) == ("keep", "kernel-busy") and d.measured.gpu_shared is True
 
 
 def test_kernel_and_terminal_activity_between_samples_restart_the_clock_on_a_shared_gpu():
@@ -67,7 +67,7 @@ def test_kernel_and_terminal_activity_between_samples_restart_the_clock_on_a_sha
 def test_missing_kernel_data_holds_a_shared_gpu_server_and_missing_gpu_data_does_not():
     no_kernels = SessionView(shared(), samples(lambda k: 0, 200, kernels=None))
     d = run(no_kernels, at(200))
-    assert (d.action, d.rule) == ("hold", "kernel-data-missing") and d.evidence["gpu_shared"] is True
+    assert (d.action, d.rule) == ("hold", "kernel-data-missing") and d.measured.gpu_shared is True
     # no series for it (the exporter labelled the device with another pod): the kernels decide
     no_gpu = SessionView(shared(), samples(lambda k: None, 60))
     assert (run(no_gpu, at(60)).action, run(no_gpu, at(60)).rule) == ("warn", RULE)
@@ -87,8 +87,7 @@ def test_a_gap_in_the_kernel_data_restarts_the_clock_of_a_shared_gpu_server_unle
     # the same kernel, idle on both sides and no activity since: the clock runs on from
     # its last activity, before the gap
     d = run(SessionView(shared(), before + gap + after(1)), at(100))
-    assert d.idle_since == at(39) and d.evidence["bridged_gap"] == [
-        at(40).isoformat(), at(60).isoformat()]
+    assert d.idle_since == at(39) and d.measured.bridged_gap == (at(40), at(60))
     assert (d.action, d.rule) == ("warn", RULE)
 
 
@@ -101,7 +100,7 @@ def test_a_mig_instance_is_the_servers_own_gpu():
     # a MIG instance's engine activity (as percent) is the server's use: the normal rules
     view = SessionView(session(), samples(lambda k: 40 if k < 10 else 0, 70))
     d = run(view, at(70))
-    assert (d.action, d.rule) == ("warn", "gpu-idle") and "gpu_shared" not in d.evidence
+    assert (d.action, d.rule) == ("warn", "gpu-idle") and d.measured.gpu_shared is False
 
 
 @PROP

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 from jupyterhub_gpu_reclaim.policy.observations import Exemption, SessionView, Warning
+from jupyterhub_gpu_reclaim.policy.evidence import Exempt
 from jupyterhub_gpu_reclaim.policy.rules import AppliedPolicy, PolicyRules, load_rules
 from jupyterhub_gpu_reclaim.policy.step import step
 
@@ -38,7 +39,7 @@ def test_a_finished_episodes_warnings_are_dropped_before_the_new_one_is_added():
     assert done.warnings == (Warning("alice/", at(105), "gpu-idle", d.reclaim_at),)
     shown = d.shown()
     assert shown["episode_cleared"] is True and shown["cleared_warnings"] == [at(30).isoformat()]
-    assert shown["idle_since"] == at(45).isoformat() and "idle_since" not in d.evidence
+    assert shown["idle_since"] == at(45).isoformat()
 
 
 def test_a_kept_warning_stays_and_nothing_is_added_while_waiting():
@@ -53,7 +54,7 @@ def test_the_policy_rule_is_named_only_under_rules():
                          "set": {"never_used_warn_after": "10m"}}], CFG)
     d = step(never_used(10), now=at(10), pending_gpus=1, policy=rules.applied(session())).decision
     assert (d.action, d.policy_rule, d.under_rules) == ("warn", "short", True)
-    assert d.shown()["policy_rule"] == "short" and "policy_rule" not in d.evidence
+    assert d.shown()["policy_rule"] == "short"
     base = load_rules([{"name": "other", "match": {"users": ["bob"]}, "set": {}}], CFG)
     d = step(never_used(10), now=at(10), pending_gpus=1, policy=base.applied(session())).decision
     assert d.policy_rule is None and d.shown()["policy_rule"] is None  # the base policy, named
@@ -68,6 +69,7 @@ def test_an_exemption_keeps_the_session_and_sends_no_warning():
     done = step(view, now=at(30), pending_gpus=1, policy=POLICY, exemption=ex)
     d = done.decision
     assert (d.action, d.rule, d.reclaim_at) == ("keep", "exempt", None)
-    assert d.evidence["exempt_by"] == "root" and d.evidence["exempt_until"] == "2026-11-02T10:00:00Z"
+    assert d.exempt == Exempt("admin", by="root", until=at(120))
+    assert d.shown()["exempt_by"] == "root" and d.shown()["exempt_until"] == "2026-11-02T10:00:00Z"
     assert done.warnings == view.warnings  # nothing sent, nothing cleared
     json.dumps(d.shown())

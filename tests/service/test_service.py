@@ -196,7 +196,7 @@ async def test_without_a_probe_credential_the_session_is_held_with_the_cause(har
     assert h.warned(sid) == [at(30)] and h.stopped(sid) == []
     d = h.reports[-1].decisions[sid]
     assert (d.action, d.rule) == ("hold", "kernel-data-missing")
-    assert "kernel_probe_credential = 'none'" in d.evidence["problem"]
+    assert "kernel_probe_credential = 'none'" in d.measured.problem
     assert h.metric(P + "holds", reason="kernel-data-missing") == 1
     assert h.metric(P + "signal_errors_total", source="kernels") is None
     assert "kernels of alice/" not in caplog.text

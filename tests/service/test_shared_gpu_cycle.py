@@ -82,9 +82,9 @@ async def test_time_sliced_sessions_are_decided_by_their_kernels_not_the_shared_
     await h.run_until(at(150))
 
     first = h.reports[0].decisions[alice]
-    assert first.evidence["gpu_shared"] is True
+    assert first.measured.gpu_shared is True
     if virtual:  # the exporter (4.5.3-4.8.2) gives alice's own processes' use, not bob's
-        assert first.evidence["shared_gpu_util"] == [0.0]
+        assert first.measured.shared_gpu_util == (0.0,)
     assert h.warned(alice) == [at(60)] and h.stopped(alice) == [at(120)]
     assert {rule for _, _, rule in h.decisions(alice)} == {"shared-gpu-idle-kernels"}
     assert "not this server's alone" in h.reports[12].decisions[alice].reason
@@ -116,8 +116,8 @@ async def test_mig_sessions_follow_the_normal_rules_on_their_own_instance(make):
     assert {(a, r) for _, a, r in h.decisions(carol)} == {("keep", "gpu-active")}
     assert h.warned(dave) == [at(30)] and h.stopped(dave) == [at(60)]
     assert h.reports[0].decisions[dave].rule == "gpu-never-used"
-    assert "gpu_shared" not in h.reports[0].decisions[carol].evidence
-    assert h.reports[0].decisions[carol].evidence["latest_util"] == [pytest.approx(50.0)]
+    assert h.reports[0].decisions[carol].measured.gpu_shared is False
+    assert h.reports[0].decisions[carol].measured.latest_util == (pytest.approx(50.0),)
     shown = h.reclaimer.status.sessions[carol]
     assert (shown.gpu_type, shown.gpu_shared) == ("NVIDIA-A100-SXM4-80GB", False)
 
@@ -135,5 +135,5 @@ async def test_without_host_pid_a_busy_gpu_of_its_own_is_held_with_the_reason(ma
     await h.run_until(at(150))
     assert {(a, r) for _, a, r in h.decisions(erin)} == {("hold", "gpu-data-missing")}
     assert not h.warned(erin) and not h.stopped(erin)
-    assert "hostPID: true" in h.reports[0].decisions[erin].evidence["gpu_problem"]
+    assert "hostPID: true" in h.reports[0].decisions[erin].measured.gpu_problem
     assert {(a, r) for _, a, r in h.decisions(bob)} == {("keep", "kernel-busy")}

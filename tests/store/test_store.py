@@ -12,6 +12,7 @@ import sys
 import pytest
 import sqlalchemy as sa
 
+from jupyterhub_gpu_reclaim.policy.evidence import Measured
 from jupyterhub_gpu_reclaim.policy.observations import (
     Decision, IntentChange, Kernel, Pressure, Sample, Session, SessionSample, Warning,
 )
@@ -330,7 +331,7 @@ def test_prune_observations(store):
 
 def test_decisions_log(store):
     d = Decision("alice/", "warn", "gpu-idle", "GPU idle for 60 min", reclaim_at=at(120),
-                 evidence={"idle_since": at(0), "util": (0.0,)})
+                 measured=Measured(latest_util=(0.0,)), idle_since=at(0))
     store.record_decisions([d], at(60))
     store.record_decisions([Decision("bob/big", "keep", "kernel-busy", "a kernel is busy")], at(61))
     # each change of rule, and each session's rule as a window opens (the usage page's reading)
@@ -341,4 +342,4 @@ def test_decisions_log(store):
     # the whole decision, as the database holds it
     (row,) = rows(store, "select action, reason, reclaim_at, evidence from decisions where session = :s", s="alice/")
     assert (row.action, row.reason) == ("warn", "GPU idle for 60 min") and row.reclaim_at is not None
-    assert json.loads(row.evidence) == {"idle_since": "2026-11-02T08:00:00Z", "util": [0.0]}
+    assert json.loads(row.evidence) == {"idle_since": "2026-11-02T08:00:00+00:00", "latest_util": [0.0]}

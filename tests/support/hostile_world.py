@@ -126,7 +126,7 @@ class Hostile(World):
         evidence; warned only as given; never stopped."""
         decisions = [r.decisions[sid] for r in self.reports if r.t >= since]
         assert decisions and {(d.action, d.rule) for d in decisions} == {("hold", rule)}, (sid, decisions[-1])
-        assert all(problem in d.evidence["problem"] for d in decisions), (sid, decisions[-1].evidence)
+        assert all(problem in (d.measured.problem or "") for d in decisions), (sid, decisions[-1].measured)
         if rule in ("hub-data-invalid", "pod-data-invalid", "session-error"):  # the reason says it too
             assert problem in decisions[-1].reason
         assert self.warned(sid) == list(warned) and self.stopped(sid) == [], sid

@@ -31,6 +31,42 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def _source(here: str, node: ast.ImportFrom) -> str:
+    """The absolute module a `from … import` reads, in the package `here`."""
+    if not node.level:
+        return node.module or ""
+    base = here.split(".")[: len(here.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def readers_of(package: Path, name: str, module: str) -> set[str]:
+    """The package's modules that read `name` of `module` anywhere in their source: `from
+    module import name`, or `module.name` however the module was imported (`import a.module
+    [as m]`, `from a import module [as m]`, relative or not)."""
+    parent, _, last = module.rpartition(".")
+    found = set()
+    for importer, path in module_files(package).items():
+        here = _package_of(importer, path)
+        tree = ast.parse(path.read_text(), str(path))
+        bound = set()  # the expressions that name `module` in this file
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                bound |= {a.asname or module for a in node.names if a.name == module}
+            elif isinstance(node, ast.ImportFrom):
+                source = _source(here, node)
+                if source == module and any(a.name == name for a in node.names):
+                    found.add(importer)
+                bound |= {a.asname or last for a in node.names if source == parent and a.name == last}
+        if any(isinstance(n, ast.Attribute) and n.attr == name and ast.unparse(n.value) in bound
+               for n in ast.walk(tree)):
+            found.add(importer)
+    return found
+
+
 def import_graph(package: Path) -> dict[str, set[str]]:
     """Module → the package's modules it imports anywhere in its source. `from pkg import
     submodule` is an import of the submodule, not of the package's __init__."""
@@ -43,17 +79,13 @@ def import_graph(package: Path) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
-        here = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        here = _package_of(module, path)
         edges = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 edges |= {known(a.name) for a in node.names}
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
-                    source = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    source = node.module or ""
+                source = _source(here, node)
                 submodules = {f"{source}.{a.name}" for a in node.names} & files.keys()
                 edges |= submodules
                 if len(submodules) < len(node.names):  # names defined in `source` itself

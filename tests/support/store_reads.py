@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from jupyterhub_gpu_reclaim.policy.observations import Decision
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store.schema import DecisionRow
 
@@ -23,13 +23,25 @@ def decided_sessions(store: Store) -> list[str]:
     return [c.session for c in store.rules_between(*EVER)]
 
 
-def decisions_of(store: Store, session: str) -> list[tuple[dt.datetime, Decision]]:
+@dataclass(frozen=True)
+class RecordedDecision:
+    """A decision as the decisions log keeps it: its evidence as written (`Decision.shown()`)."""
+
+    session: str
+    action: str
+    rule: str
+    reason: str
+    reclaim_at: dt.datetime | None
+    evidence: dict[str, Any]
+
+
+def decisions_of(store: Store, session: str) -> list[tuple[dt.datetime, RecordedDecision]]:
     """The decisions recorded for `session`, oldest first, read from their rows (the store's
     own table mapping: times as UTC, names as they were)."""
     query = sa.select(DecisionRow).where(DecisionRow.session == session).order_by(DecisionRow.t, DecisionRow.id)
     with Session(store.engine) as db:
-        return [(r.t, Decision(session=r.session, action=r.action, rule=r.rule,  # type: ignore[arg-type]
-                               reason=r.reason, reclaim_at=r.reclaim_at, evidence=json.loads(r.evidence)))
+        return [(r.t, RecordedDecision(session=r.session, action=r.action, rule=r.rule,
+                                       reason=r.reason, reclaim_at=r.reclaim_at, evidence=json.loads(r.evidence)))
                 for r in db.scalars(query)]
 
 

@@ -30,10 +30,8 @@ def info(**kw):
 
 @pytest.mark.parametrize("kw, kind, text", [
     ({}, "active", "active"),
-    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105)}, "idle", "idle since 12:15 UTC (1 h 45 min ago)"),
     # the why says since when: the state does not say it again
-    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105),
-      "evidence": {"idle_since": "2026-11-02T12:15:00Z"}}, "idle", "idle"),
+    ({"rule": "gpu-idle", "idle_since": NOW - dt.timedelta(minutes=105)}, "idle", "idle"),
     ({"warned_at": NOW, "reclaim_at": NOW + dt.timedelta(minutes=5)}, "warned", "warned: reclaim at 14:05 UTC (in 5 min)"),
     ({"warned_at": NOW, "reclaim_at": NOW, "intent_until": NOW + dt.timedelta(hours=2)}, "kept",
      "kept alive until 16:00 UTC (in 2 h)"),
@@ -134,14 +132,15 @@ def test_access_log_hides_secret_query_values(caplog):
 
 
 def test_an_admin_exemption_turns_warn_and_reclaim_into_keep():
+    from jupyterhub_gpu_reclaim.policy.evidence import Measured
     from jupyterhub_gpu_reclaim.policy.observations import Decision, Exemption
     from jupyterhub_gpu_reclaim.policy.step import exempted
 
     ex = Exemption("alice/", until=NOW + dt.timedelta(hours=2), set_at=NOW, by="admin")
     for action in ("warn", "reclaim", "keep", "hold"):
-        d = exempted(Decision("alice/", action, "gpu-idle", "idle", evidence={"gpus": 1}, idle_since=NOW), ex)
-        assert (d.action, d.rule) == ("keep", "exempt") and d.evidence["exempt_by"] == "admin"
-        assert d.idle_since == NOW and d.evidence["gpus"] == 1 and "16:00" in d.reason
+        d = exempted(Decision("alice/", action, "gpu-idle", "idle", measured=Measured(gpus=1), idle_since=NOW), ex)
+        assert (d.action, d.rule) == ("keep", "exempt") and d.exempt.by == "admin"
+        assert d.idle_since == NOW and d.measured.gpus == 1 and "16:00" in d.reason
     d = Decision("alice/", "reclaim", "gpu-idle", "idle")
     assert exempted(d, None) is d
 
@@ -293,8 +292,7 @@ def test_usage_chart_stacks_in_use_idle_and_freed_beside_the_queue():
 def test_hostile_or_malformed_times_never_break_a_page():
     """A server named like an instant out of range, or stored evidence that is not a time,
     is shown as written (escaped), never a 500."""
-    import types
-
+    from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
     from jupyterhub_gpu_reclaim.web.render import readable, reclaim_notice, say, when
 
     out_of_range = "9999-12-31T23:59:59-23:59"
@@ -302,9 +300,9 @@ def test_hostile_or_malformed_times_never_break_a_page():
     assert str(when("<b>noon</b>")) == "&lt;b&gt;noon&lt;/b&gt;"
     assert out_of_range in str(readable(f"server {out_of_range} idle since 2026-11-02T13:00:00Z"))
     assert str(readable(f"server {out_of_range}")).count("<time ") == 0
-    r = types.SimpleNamespace(session="ann/9999-12-31T23:59:59-23:59", evidence={"idle_since": "yesterday"},
-                              rule="gpu-idle", t=dt.datetime(2026, 11, 2, 13, tzinfo=dt.timezone.utc),
-                              finished_at=None)
+    r = ReclaimRecord(1, "ann/9999-12-31T23:59:59-23:59", "ep", "gpu-idle",
+                      dt.datetime(2026, 11, 2, 13, tzinfo=dt.timezone.utc), 1, {"idle_since": "yesterday"},
+                      None, None, "")
     text = reclaim_notice(r).text(r.t)
     assert "Your server '9999-12-31T23:59:59-23:59' was stopped at 13:00 UTC (now)" in text
     assert "the GPU has not been used since the server started" in text and "gpu-idle" not in text

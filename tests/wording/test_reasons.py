@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 from hypothesis import given
 
+from jupyterhub_gpu_reclaim.policy.evidence import Measured, Recorded
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.service.notify import Message
 from jupyterhub_gpu_reclaim.service.reasons import sentence, why
@@ -42,6 +43,12 @@ def test_a_time_is_written_one_way():
     assert moment(NOW - dt.timedelta(days=2), NOW) == "2026-10-31 14:00 UTC"
 
 
+def said(rule, stored):
+    """Why, from a stored reclaim's evidence (read back by `Recorded.read`)."""
+    r = Recorded.read(stored)
+    return why(rule, r.measured, r.idle_since, r.by)
+
+
 @pytest.mark.parametrize("rule, evidence, text", [
     ("gpu-never-used", {"idle_since": evidence_time(SINCE), "never_used": True},
      "nothing has run on the GPU since 13:22 UTC (38 min ago)"),
@@ -67,7 +74,7 @@ def test_a_time_is_written_one_way():
     ("idle-culler-max-age", {}, "the server has run for the longest time a server may run"),
 ])
 def test_why_says_what_was_measured(rule, evidence, text):
-    assert why(rule, evidence).text(NOW) == text
+    assert said(rule, evidence).text(NOW) == text
 
 
 @pytest.mark.parametrize("evidence", [
@@ -81,26 +88,35 @@ def test_why_says_what_was_measured(rule, evidence, text):
 def test_stored_evidence_is_never_trusted_and_no_rule_name_shows(rule, evidence):
     """Evidence read back from the store may be anything: words still come, without the
     times that do not read, and never with the rule's name."""
-    text = why(rule, evidence).text(NOW)
+    text = said(rule, evidence).text(NOW)
     assert text and not SLUG.search(text), text
     assert "yesterday" not in text and "9999" not in text
+
+
+def test_a_reclaim_record_reads_back_what_it_wrote():
+    record = Recorded(Measured(window=dt.timedelta(hours=2), window_max_util=(0.4, None), last_seen=at(hours=2),
+                               inactive=dt.timedelta(minutes=90)), idle_since=SINCE, by="root")
+    assert Recorded.read(record.shown()) == record
+    assert Recorded.read({"by": ""}) == Recorded(Measured())  # no admin's name: none
 
 
 @PROP
 @given(views(), configs, nows)
 def test_every_decision_of_the_policy_is_said_in_plain_words(view, config, now):
     """Whatever the policy decides, its why names no rule, and each time it says is one the
-    policy measured (in the decision's evidence)."""
+    policy measured (in the decision's evidence); a reclaim's record, its evidence read back,
+    says the same."""
     d = run(view, now, config=config)
-    words = why(d.rule, d.shown())
+    words = why(d.rule, d.measured, d.idle_since)
     assert not SLUG.search(words.text(now)), (d.rule, words)
     measured = {v for v in d.shown().values() if isinstance(v, str)}
     assert {evidence_time(p) for p in words.parts if isinstance(p, dt.datetime)} <= measured
+    assert said(d.rule, d.shown()) == words
 
 
 def _warned() -> SessionStatus:
     return SessionStatus(session="alice/", user="alice", server="", gpus=1, action="keep", rule="gpu-never-used",
-                         reason="warned", evidence={"idle_since": evidence_time(SINCE), "never_used": True},
+                         reason="warned", measured=Measured(never_used=True),
                          idle_since=SINCE, warned_at=at(hours=5, minutes=52), reclaim_at=at(hours=6, minutes=2))
 
 
@@ -128,7 +144,7 @@ def test_the_banner_the_card_the_notice_and_the_api_say_the_same(monkeypatch):
     assert "gpu-never-used" not in banner + page
     session = Session("alice/", "alice", "", 1, at())
     d = Decision("alice/", "warn", "gpu-never-used", "GPU not used since ...", reclaim_at=s.reclaim_at,
-                 evidence=dict(s.evidence))
+                 measured=s.measured, idle_since=s.idle_since)
     assert f"Why: {said}." in Message.build(d, session, keepalive_url="", now=NOW).text
     assert render.session_json(s, NOW)["why"] == said
     assert render.session_json(s, NOW)["state_text"] == "warned: reclaim at 14:02 UTC (in 2 min)"
@@ -139,7 +155,7 @@ def test_a_warned_session_whose_data_went_missing_says_the_hold(monkeypatch):
     and that is what the card says; the banner says when, with no why it cannot know."""
     monkeypatch.setattr(render, "utcnow", lambda: NOW)
     s = _warned()
-    s.action, s.rule, s.reason, s.evidence = "hold", "gpu-data-missing", "GPU data missing (no GPU samples)", {}
+    s.action, s.rule, s.reason, s.measured = "hold", "gpu-data-missing", "GPU data missing (no GPU samples)", Measured()
     assert render.state_of(s, NOW)[0] == "warned" and render.why_of(s, "warned") is None
     env = dict(prefix="/p/", hub_prefix="/hub/", user={"name": "alice"}, is_admin=False, dry_run=False, xsrf="t",
                now=NOW, sparkline=render.sparkline, state_of=render.state_of, quote=quote)
@@ -163,7 +179,7 @@ def test_the_history_says_why_not_the_rule(monkeypatch):
         prefix="/p/", hub_prefix="/hub/", user={"name": "alice"}, is_admin=False, dry_run=False, xsrf="t", now=NOW,
         sparkline=render.sparkline, state_of=render.state_of, quote=quote, sessions=[], queue=[], selected="",
         error="", notice="", presets=[1], cap_text="12 h", cycle_t=NOW,
-        reclaims=[(render.reclaim_json(r, NOW), why(r.rule, r.evidence), None) for r in (by_admin, record)])
+        reclaims=[(render.reclaim_json(r, NOW), render.reclaimed_why(r), None) for r in (by_admin, record)])
     cells = [re.sub(r"<[^>]+>", "", m) for m in re.findall(r'<td class="why">(.*?)</td>', page)]
     assert cells == ["an admin (root) reclaimed it", "nothing has run on the GPU since 13:22 UTC (38 min ago)"]
     assert "gpu-never-used" not in page and ">admin<" not in page

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from jupyterhub_gpu_reclaim.service.notify import Message
+from jupyterhub_gpu_reclaim.policy.evidence import Measured
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Session
 from jupyterhub_gpu_reclaim.store.reclaims import ReclaimRecord
 from jupyterhub_gpu_reclaim.web.render import _jinja, reclaim_json, sparkline
@@ -38,7 +39,7 @@ def test_a_server_is_named_as_the_hub_names_it():
 def test_notices_and_pages_say_the_same():
     session = Session("alice/", "alice", "", 1, NOW - dt.timedelta(hours=3))
     d = Decision("alice/", "reclaim", "gpu-idle", "idle", reclaim_at=NOW,
-                 evidence={"window_max_util": [2.5], "latest_util": [0.0]})
+                 measured=Measured(window_max_util=(2.5,), latest_util=(0.0,)))
     text = Message.build(d, session, keepalive_url="", now=NOW).text
     assert f"Kept: {KEEPS}." in text and f"Lost: {LOSES}." in text
     assert f"highest GPU utilization: {format_util([2.5])}" in text

@@ -26,8 +26,8 @@
 # (JupyterLab and all), compiled by `make setup` as an image is, so those 6, and the 2
 # `*_override_namespace` tests that find a failed one's pod, need a core to spare for it:
 # on a machine busy with other work they can fail with `Connection refused`.
-# 7.1.0 on the real control plane: 205 passed, 2 deselected, in 140 s of pytest (docs/sim.md,
-# "KubeSpawner's own test suite").
+# 7.1.0 on the real control plane: 205 passed, 2 deselected, in 140-144 s of pytest
+# (docs/sim.md, "KubeSpawner's own test suite").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -39,6 +39,22 @@ if ! command -v configurable-http-proxy >/dev/null 2>&1; then
   npm install -g --no-fund --no-audit configurable-http-proxy@5 >/dev/null
 fi
 
+# The images' Python compiled, as an image's build compiles it (pip's default): containers
+# run these environments read-only (sim.kubelet.sandbox), where Python cannot write the
+# bytecode it compiles, so without it every container start compiled each module it
+# imported (a single-user server: 2.6 CPU-s more for its imports alone; on a busy machine
+# it listened 17 s after its start instead of 6 s, where KubeSpawner's suite gives it 5 s).
+# Once per install (its stamp).
+compile_image_python() {  # $1: a virtualenv
+  local want
+  want=$(cat "$1/.setup-stamp")
+  if [ "$(cat "$1/.compile-stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: compiling $1's bytecode (containers run it read-only)"
+    "$1/bin/python" -m compileall -q -j 0 "$1/lib" >/dev/null
+    echo "$want" > "$1/.compile-stamp"
+  fi
+}
+
 if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating $VENV"
   "$PYTHON" -m venv "$VENV"
@@ -52,12 +68,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$VENV/bin/python" scripts/
   echo "setup: installing the package, its test dependencies and the JupyterLab extension into $VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # the demo extra names jupyterhub-gpu-reclaim-lab: the same command installs it from lab/.
-  # --no-compile: Python compiles what the tests import on first import; compiling all of
-  # JupyterLab's and the rest's sources up front cost make test ~20 s of CPU
+  # --no-compile: compile_image_python compiles in parallel, also what an earlier install left
   "$VENV/bin/python" -m pip install -q --no-compile -e ./lab -e ".[test]"
   "$VENV/bin/python" scripts/venv_packages.py record
   echo "$want" > "$stamp"
 fi
+compile_image_python "$VENV"
 
 # The chart's hub image: its requirements, then the package installed as
 # examples/hub-image/Dockerfile installs it (constrained to the image's versions: it adds
@@ -91,6 +107,7 @@ PY
     "$VENV_JH5/bin/python" scripts/venv_packages.py record
     echo "$want" > "$stamp"
   fi
+  compile_image_python "$VENV_JH5"
 }
 # ... in the background while the JupyterLab extension builds (pip waits on the network and
 # the disk, npm on the CPU): they share no file, and the package's editable install into

@@ -11,6 +11,10 @@ every connection to them stays inside. Nothing outside the namespace can be reac
 route), and nothing outside reaches in; a socket opened before `enter` stays outside, which is
 how the demo hands a port of the machine's loopback in (later increments).
 
+`python -m gpu_reclaim_sim.network.namespace COMMAND [ARG...]` runs a command in a new one:
+programs that must reach the pods' addresses as a run's test worker does (KubeSpawner's own
+suite, scripts/kubespawner_suite.sh) run there with the `run` they start, which then stays in it.
+
 Needs root (CAP_SYS_ADMIN) and iproute2's `ip`.
 """
 
@@ -22,6 +26,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 
 CLONE_NEWNET = 0x40000000
 NODES = ipaddress.IPv4Network("10.0.0.0/16")  # the nodes, the API server's advertise address first
@@ -67,3 +72,10 @@ def enter() -> None:
     for network in NETWORKS:
         subprocess.run(["ip", "route", "add", "local", str(network), "dev", "lo"], check=True)
     _entered = True
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m gpu_reclaim_sim.network.namespace COMMAND [ARG...]")
+    enter()
+    os.execvp(sys.argv[1], sys.argv[1:])

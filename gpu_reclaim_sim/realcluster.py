@@ -79,9 +79,9 @@ class RealCluster:
     data_dir: Path
     api_port: int = 0  # where programs outside reach the API server (0: a free port)
     publish: list[Published] = field(default_factory=list)  # Services offered on the machine's loopback
+    reach: list[int] = field(default_factory=list)  # ports of the loopback the run started on, for its pods
     plane: ControlPlane | None = None
     agent: NodeAgent | None = None
-    reach: list[int] = field(default_factory=list)  # ports of the loopback the run started on, for its pods
     relays: dict[str, Relay] = field(default_factory=dict)  # "api", "control" from outside; published Services
     outward: dict[int, Relay] = field(default_factory=dict)  # each port of `reach`'s, inside
     _admin: k8s.ApiClient | None = None

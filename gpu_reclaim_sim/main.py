@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--publish", metavar="PORT=NAMESPACE/SERVICE:PORT", action="append", default=[],
                         help="with --plane real: offer a Service's port at this port of the machine's loopback, "
                              "as a cloud's load balancer would (e.g. 8000=jhub/proxy-public:80); repeatable")
+    parser.add_argument("--reach", metavar="PORT", type=port, action="append", default=[],
+                        help="with --plane real: offer this port of the machine's loopback to the cluster's pods, "
+                             "at an address an EndpointSlice may name (the info file's `reached`); repeatable")
     parser.add_argument("--mode", choices=["process", "stub"],
                         help="override the scenario's run mode for pods")
     parser.add_argument("--api-port", type=port, help="override the API server's port (with --plane real: "
@@ -110,15 +113,20 @@ def run_cluster(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"jupyterhub-gpu-reclaim-sim run: --publish: {e}", file=sys.stderr)
         return 2
-    if publish and args.plane != "real":
-        print("jupyterhub-gpu-reclaim-sim run: --publish needs --plane real", file=sys.stderr)
+    for option, given in (("--publish", publish), ("--reach", args.reach)):
+        if given and args.plane != "real":
+            print(f"jupyterhub-gpu-reclaim-sim run: {option} needs --plane real", file=sys.stderr)
+            return 2
+    if 0 in args.reach:
+        print("jupyterhub-gpu-reclaim-sim run: --reach 0: a port a program listens at (1-65535)", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-sim-"))
     cluster: Any
     if args.plane == "real":
         from .realcluster import RealCluster
 
-        cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0, publish=publish)
+        cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0, publish=publish,
+                              reach=args.reach)
     else:
         from .cluster import Cluster
 

@@ -15,8 +15,10 @@ worker's) stays there. Otherwise, as root, it makes one of its own, so that pods
 get the addresses a real cluster gives them; programs outside reach its API server and control
 endpoint through ports of the machine's loopback bound before it entered (sim.network.relay),
 which its info and kubeconfig name; `--publish` offers a Service there too (a browser's way to
-the z2jh release's proxy-public). Without root it stays on the machine's loopback and says
-what does not work there.
+the z2jh release's proxy-public). The other way, `--reach PORT` offers a port of the loopback
+the run started on at the node network's address inside (its info's `reached`), which an
+EndpointSlice may name (the demo's Prometheus as the release's service finds it). Without root
+it stays on the machine's loopback and says what does not work there.
 
 Not on the real control plane (the old simulator's, sim.cluster): the scenario's autoscaler,
 placeholders and its scheduler's and API server's settings.
@@ -39,7 +41,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from .controlplane.components import ControlPlane
 from .network import namespace
-from .network.relay import Relay
+from .network.relay import Outward, Relay
 from .nodeagent.agent import NodeAgent
 from .scenario import Scenario
 
@@ -77,9 +79,11 @@ class RealCluster:
     data_dir: Path
     api_port: int = 0  # where programs outside reach the API server (0: a free port)
     publish: list[Published] = field(default_factory=list)  # Services offered on the machine's loopback
+    reach: list[int] = field(default_factory=list)  # ports of the loopback the run started on, for its pods
     plane: ControlPlane | None = None
     agent: NodeAgent | None = None
     relays: dict[str, Relay] = field(default_factory=dict)  # "api", "control" from outside; published Services
+    outward: dict[int, Relay] = field(default_factory=dict)  # each port of `reach`'s, inside
     _admin: k8s.ApiClient | None = None
 
     async def start(self) -> None:
@@ -107,13 +111,16 @@ class RealCluster:
                 await self.relays[name].start(target.hostname or "127.0.0.1", target.port or 0)
         for published in self.publish:
             await self.relays[str(published)].start_to(self._address_of(published))
+        for port, relay in self.outward.items():
+            await relay.start("127.0.0.1", port)
         log.info("cluster %r up on the real control plane: API %s, control %s", self.scenario.name,
                  self.api_url(), self.control_url())
 
     def _network(self) -> None:
         # bound first, in the namespace the run starts in (outside its own, if it makes one)
         self.relays = {str(p): Relay(p.port) for p in self.publish}
-        if namespace.inside():
+        if namespace.inside():  # loopback is shared with the programs that started the run
+            self.outward = {port: Relay(0, namespace.API_SERVER_ADDRESS) for port in self.reach}
             return
         if not namespace.available():
             log.warning("%s", NO_NAMESPACE)
@@ -121,6 +128,9 @@ class RealCluster:
         # bound while still outside: they stay outside, and lead in
         self.relays.update(api=Relay(self.api_port), control=Relay(self.scenario.control_port))
         namespace.enter()
+        origin = namespace.origin()
+        assert origin is not None
+        self.outward = {port: Outward(namespace.API_SERVER_ADDRESS, origin) for port in self.reach}
 
     async def _set_up(self, admin: k8s.ApiClient) -> None:
         core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
@@ -166,8 +176,13 @@ class RealCluster:
     def control_url(self) -> str:
         return f"http://127.0.0.1:{self.relays['control'].port}" if "control" in self.relays else self._control_url()
 
+    def reached(self) -> dict[str, str]:
+        """Where the cluster's pods reach each port of `reach` (without a namespace: at itself)."""
+        return {str(port): f"{namespace.API_SERVER_ADDRESS}:{self.outward[port].port}" if self.outward
+                else f"127.0.0.1:{port}" for port in self.reach}
+
     async def stop(self) -> None:
-        for relay in self.relays.values():
+        for relay in (*self.relays.values(), *self.outward.values()):
             await relay.stop()
         if self.agent is not None:
             await self.agent.stop()
@@ -207,6 +222,7 @@ class RealCluster:
             "pids": {c.name: c.process.pid for c in self.plane.components},
             "audit_log": str(self.plane.audit_log),  # the requests of pods' ServiceAccounts and their answers
             "published": {str(p): f"127.0.0.1:{self.relays[str(p)].port}" for p in self.publish},
+            "reached": self.reached(),  # "PORT": "HOST:PORT", for an EndpointSlice
         }
 
 

@@ -8,8 +8,10 @@ afterwards inherits the namespace) into a new network namespace with only its lo
 interface up, and makes each of `NETWORKS` local to it (a `local` route, as 127.0.0.0/8
 always is): a process binds any address of them, with no interface per address, and
 every connection to them stays inside. Nothing outside the namespace can be reached (no
-route), and nothing outside reaches in; a socket opened before `enter` stays outside, which is
-how the demo hands a port of the machine's loopback in (later increments).
+route), and nothing outside reaches in. A socket belongs to the namespace its creator was in
+when it made it: one opened before `enter` stays outside (sim.network.relay's way in), and a
+thread that `join`s the namespace the process started in (`origin`) makes sockets there (the
+way out to a port of the machine's loopback).
 
 `python -m gpu_reclaim_sim.network.namespace COMMAND [ARG...]` runs a command in a new one:
 programs that must reach the pods' addresses as a run's test worker does (KubeSpawner's own
@@ -36,6 +38,7 @@ NETWORKS = (NODES, PODS, SERVICES)
 API_SERVER_ADDRESS = str(NODES.network_address + 1)  # 10.0.0.1
 
 _entered = False
+_origin: int | None = None  # a descriptor of the namespace the process was in before `enter`
 
 
 def available() -> bool:
@@ -62,16 +65,39 @@ def holds(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
 
 def enter() -> None:
     """Move this process into a new network namespace with `NETWORKS` local to it."""
-    global _entered
+    global _entered, _origin
     if _entered:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+    origin = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _call("unshare", CLONE_NEWNET)
+    except OSError:
+        os.close(origin)
+        raise
+    _origin = origin
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     for network in NETWORKS:
         subprocess.run(["ip", "route", "add", "local", str(network), "dev", "lo"], check=True)
     _entered = True
+
+
+def origin() -> int | None:
+    """A descriptor of the network namespace this process was in before it entered its own
+    (`enter`); None where it entered none."""
+    return _origin
+
+
+def join(descriptor: int) -> None:
+    """Move the calling thread (only it: a network namespace is per thread) into the network
+    namespace `descriptor` refers to; the sockets it makes from then on are that namespace's."""
+    _call("setns", descriptor, CLONE_NEWNET)
+
+
+def _call(name: str, *args: int) -> None:
+    """libc's `name`(`args`), its errno raised as OSError (Python 3.11 has no os.setns)."""
+    if getattr(ctypes.CDLL(None, use_errno=True), name)(*args) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{name}: {os.strerror(errno)}")
 
 
 if __name__ == "__main__":

@@ -130,8 +130,10 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
                                              options=demo_prometheus.RELEASE_OPTIONS if with_prometheus else None))
     print(f"Starting the simulated cluster (logs: {workdir / 'sim.log'}) ...", flush=True)
     try:
+        real = args.plane == "real"
         sim = z2jh.start_cluster(workdir, docs, base=Path(args.scenario), plane=args.plane,
-                                 publish=(args.port or OWN_HUB_PORT) if args.plane == "real" else None)
+                                 publish=(args.port or OWN_HUB_PORT) if real else None,
+                                 reach=prometheus_port if real and with_prometheus else None)
     except RuntimeError as e:
         print(f"demo: the simulated cluster did not start: {e}", file=sys.stderr)
         return 1
@@ -140,7 +142,7 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
         try:
             prometheus = _prometheus(workdir, sim, prometheus_port)
             if prometheus is not None:
-                z2jh.apply(sim.info["kubeconfig"], demo_prometheus.as_service(prometheus_port))
+                z2jh.apply(sim.info["kubeconfig"], demo_prometheus.as_service(z2jh.reached(sim, prometheus_port)))
         except RuntimeError as e:
             print(f"demo: Prometheus did not start: {e}", file=sys.stderr)
             return 1

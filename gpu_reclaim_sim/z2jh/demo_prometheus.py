@@ -7,7 +7,9 @@ The stand-in writes the series of the pods in the hub's namespace that kube-stat
 writes and the report reads (report/promql.py): their labels (the hub's username and server
 name, allow-listed as the docs tell admins), the profile annotation, the phase, the GPU
 requests and whether the scheduler found no node; read from the cluster's API with kubectl at
-each scrape. Everything listens on loopback and is stopped by its PID."""
+each scrape. Everything listens on the loopback of the machine (or of the test worker's network
+namespace) and is stopped by its PID; the release's pods reach Prometheus there through the
+address `run --reach` offers it at inside the run's network namespace (`as_service`)."""
 
 from __future__ import annotations
 
@@ -119,25 +121,28 @@ def unavailable() -> str | None:
     return None if PROMETHEUS.exists() else f"{PROMETHEUS} is not installed (apt-get install prometheus)"
 
 
-#: where the release's service finds it: a Service without a selector in front of the host's port
+#: where the release's service finds it: a Service without a selector in front of its port
 SERVICE_NAMESPACE, SERVICE, SERVICE_PORT = "monitoring", "prometheus-server", 9090
 RELEASE_OPTIONS = {"prometheus-url": f"http://{SERVICE}.{SERVICE_NAMESPACE}.svc:{SERVICE_PORT}",
                    "prometheus-pod-label": "auto"}
 
 
-def as_service(port: int) -> list[dict]:
-    """Prometheus on the host's `port` as the Service `monitoring/prometheus-server:9090` (as
-    the z2jh values name it: RELEASE_OPTIONS), for the release's service in the hub's pod; as
-    release.dcgm_exporter does for the simulated exporter."""
+def as_service(address: str) -> list[dict]:
+    """Prometheus as the Service `monitoring/prometheus-server:9090` (as the z2jh values name
+    it: RELEASE_OPTIONS), for the release's service in the hub's pod, its EndpointSlice leading
+    to `address` (`HOST:PORT` where the pods reach Prometheus's port: release.reached, as the
+    real API server refuses loopback in EndpointSlices and the run's network namespace has its
+    own); as release.dcgm_exporter does for the simulated exporter."""
+    host, port = address.rsplit(":", 1)
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SERVICE_NAMESPACE}},
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": SERVICE_NAMESPACE},
-         "spec": {"ports": [{"name": "web", "port": SERVICE_PORT, "targetPort": port}]}},
+         "spec": {"ports": [{"name": "web", "port": SERVICE_PORT, "targetPort": int(port)}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
          "metadata": {"name": f"{SERVICE}-host", "namespace": SERVICE_NAMESPACE,
                       "labels": {"kubernetes.io/service-name": SERVICE}},
-         "addressType": "IPv4", "ports": [{"name": "web", "port": port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": True}}]},
+         "addressType": "IPv4", "ports": [{"name": "web", "port": int(port), "protocol": "TCP"}],
+         "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]},
     ]
 
 

@@ -242,15 +242,17 @@ def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
 
 
 def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", publish: int | None = None,
-                  **kw: Any) -> Child:
+                  reach: int | None = None, **kw: Any) -> Child:
     """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`, on
     `plane` (launch.start_sim's), with the simulated dcgm-exporter as a Service; on the real
     plane, `publish` is the port of this machine's loopback where proxy-public is offered
-    (`run --publish`: for a browser outside the run's network namespace)."""
+    (`run --publish`: for a browser outside the run's network namespace), and `reach` one
+    the pods reach (`run --reach`: `reached`)."""
     path = workdir / "scenario.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(scenario(docs, plane=plane, **kw)))
-    extra = ["--publish", f"{publish}={NAMESPACE}/proxy-public:80"] if publish else []
+    extra = [*(["--publish", f"{publish}={NAMESPACE}/proxy-public:80"] if publish else []),
+             *(["--reach", str(reach)] if reach else [])]
     sim = start_sim(workdir, path, plane=plane, timeout=120, extra_args=extra)
     try:
         apply(sim.info["kubeconfig"], dcgm_exporter(sim.info.get("metrics_in_cluster", sim.info["metrics"])))
@@ -258,6 +260,13 @@ def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", publish
         sim.stop()
         raise
     return sim
+
+
+def reached(sim: Child, port: int) -> str:
+    """`HOST:PORT` where the pods of the cluster `sim` reach `port` of this machine's loopback:
+    `run --reach`'s address on the real plane (start_cluster's `reach`); the model plane's
+    pods share the machine's loopback."""
+    return sim.info["reached"][str(port)] if sim.info.get("plane") == "real" else f"127.0.0.1:{port}"
 
 
 def sim_values(*, password: str, users: list[str], admins: list[str], options: dict[str, Any] | None = None) -> dict:

@@ -2,15 +2,19 @@
 control plane, started as the demo and the test harnesses start the simulator (launch.start_sim):
 the same info file, a kubeconfig the official client uses, the scenario's namespaces ready for
 pods and its priority classes, a GPU pod placed by the real scheduler that gets its device, a
-claim of the default StorageClass bound, a Service offered at a port of the machine (--publish);
-SIGTERM stops every process it started. And the relay
-by which a run in a network namespace of its own is reached from outside."""
+claim of the default StorageClass bound, a Service offered at a port of the machine (--publish),
+a port of the machine offered to the pods where an EndpointSlice may name it (--reach);
+SIGTERM stops every process it started. And the relays by which a run in a network namespace
+of its own is reached from outside, and reaches out."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import socketserver
 import subprocess
+import threading
 import sys
 import textwrap
 import urllib.request
@@ -38,12 +42,35 @@ INFO_KEYS = {"scenario", "api", "api_secure", "ca_file", "control", "metrics", "
              "service_network", "namespaces", "data_dir", "kubeconfig"}
 
 
+class Echo(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        self.wfile.write(b"outside " + self.rfile.readline())
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Iterator[Child]:
+def outside() -> Iterator[int]:
+    """A port of this namespace's loopback that answers `outside LINE` to a LINE."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def echo(host: str, port: int) -> str:
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(b"hello\n")
+        return s.makefile().readline()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, outside) -> Iterator[Child]:
     work = tmp_path_factory.mktemp("real-run")
     (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
     child = start_sim(work, work / "scenario.yaml", timeout=120, plane="real",
-                      extra_args=["--publish", f"{free_port()}=jhub/web:80"])
+                      extra_args=["--publish", f"{free_port()}=jhub/web:80", "--reach", str(outside)])
     try:
         yield child
     finally:
@@ -111,6 +138,21 @@ def test_a_published_service_answers_at_its_port_of_the_machine(run, core):
     assert wait_for(answer, "the published Service's answer") == "published\n"
 
 
+def test_a_reached_port_is_offered_where_an_endpointslice_may_name_it(run, core, outside):
+    """`run --reach PORT`: as the demo offers its Prometheus to the release's service. The run
+    stays in this worker's namespace, whose loopback it shares; the address is the node
+    network's, which the real API server takes where it refuses 127.0.0.1."""
+    host, port = run.info["reached"][str(outside)].rsplit(":", 1)
+    assert host == "10.0.0.1" and echo(host, int(port)) == "outside hello\n"
+    slice_ = {"metadata": {"name": "outside", "labels": {"kubernetes.io/service-name": "outside"}},
+              "addressType": "IPv4", "ports": [{"port": int(port), "protocol": "TCP"}],
+              "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]}
+    k8s.DiscoveryV1Api(core.api_client).create_namespaced_endpoint_slice("jhub", slice_)
+    slice_["metadata"]["name"], slice_["endpoints"][0]["addresses"] = "loopback", ["127.0.0.1"]
+    with pytest.raises(k8s.ApiException, match="loopback"):
+        k8s.DiscoveryV1Api(core.api_client).create_namespaced_endpoint_slice("jhub", slice_)
+
+
 def test_sigterm_stops_every_process_the_run_started(run):
     pids = run.info["pids"]
     assert set(pids) == {"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"}
@@ -157,12 +199,44 @@ def test_a_relay_leads_from_outside_into_the_namespace_entered_after_it(tmp_path
         child.wait()
 
 
+REACHED = textwrap.dedent("""
+    import asyncio, socket, sys
+    from gpu_reclaim_sim.network import namespace
+    from gpu_reclaim_sim.network.relay import Outward
+
+    async def main(port):
+        namespace.enter()
+        relay = Outward("10.0.0.1", namespace.origin())  # bound here, inside
+        await relay.start("127.0.0.1", port)
+        reader, writer = await asyncio.open_connection("10.0.0.1", relay.port)
+        writer.write(b"hello\\n")
+        print((await reader.readline()).decode(), end="", flush=True)
+        try:  # this namespace's own loopback has nothing at the port
+            await asyncio.open_connection("127.0.0.1", port)
+            print("reached directly")
+        except OSError:
+            print("not reached directly")
+        await relay.stop()
+    asyncio.run(main(int(sys.argv[1])))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="entering a network namespace needs root")
+def test_an_outward_relay_leads_from_the_namespace_to_the_loopback_it_was_entered_from(outside):
+    """The other way (`run --reach` in a namespace of its own: the demo's by hand): the child
+    enters a namespace of its own from this worker's, whose loopback has the echo server."""
+    done = subprocess.run([sys.executable, "-c", REACHED, str(outside)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "outside hello\nnot reached directly\n"), done.stderr
+
+
 @pytest.mark.parametrize(("args", "error"), [
     (["--plane", "real", "--publish", "8000=proxy-public"], "--publish: '8000=proxy-public' is not "
                                                              "PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)"),
     (["--publish", "8000=jhub/proxy-public:80"], "--publish needs --plane real"),
+    (["--reach", "9090"], "--reach needs --plane real"),
+    (["--plane", "real", "--reach", "0"], "--reach 0: a port a program listens at (1-65535)"),
 ])
-def test_a_bad_publish_is_refused_before_anything_starts(tmp_path, args, error):
+def test_a_bad_publish_or_reach_is_refused_before_anything_starts(tmp_path, args, error):
     done = subprocess.run([sys.executable, "-m", "gpu_reclaim_sim", "run", "--kubeconfig", str(tmp_path / "kc"),
                            "--data-dir", str(tmp_path / "data"), *args], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (2, f"jupyterhub-gpu-reclaim-sim run: {error}")

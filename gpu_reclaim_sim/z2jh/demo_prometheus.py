@@ -29,6 +29,7 @@ from typing import Any, Callable
 import yaml
 
 from ..launch import Child, _spawn, free_port
+from .release import host_service
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 SCRAPE_INTERVAL = "5s"  # the demo's cycles come every 15 s
@@ -134,16 +135,7 @@ def as_service(address: str) -> list[dict]:
     real API server refuses loopback in EndpointSlices and the run's network namespace has its
     own); as release.dcgm_exporter does for the simulated exporter."""
     host, port = address.rsplit(":", 1)
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SERVICE_NAMESPACE}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": SERVICE_NAMESPACE},
-         "spec": {"ports": [{"name": "web", "port": SERVICE_PORT, "targetPort": int(port)}]}},
-        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": f"{SERVICE}-host", "namespace": SERVICE_NAMESPACE,
-                      "labels": {"kubernetes.io/service-name": SERVICE}},
-         "addressType": "IPv4", "ports": [{"name": "web", "port": int(port), "protocol": "TCP"}],
-         "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]},
-    ]
+    return host_service(SERVICE_NAMESPACE, SERVICE, "web", SERVICE_PORT, host, int(port))
 
 
 def start(workdir: Path, dcgm_url: str, kubeconfig: str, kubectl: str, port: int | None = None,

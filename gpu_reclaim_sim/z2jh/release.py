@@ -298,21 +298,26 @@ DCGM_NAMESPACE, DCGM_SERVICE, DCGM_PORT = "gpu-operator", "dcgm-exporter", 9400
 DCGM_URL = f"http://{DCGM_SERVICE}.{DCGM_NAMESPACE}.svc:{DCGM_PORT}/metrics"  # helm-values/dcgm-direct.yaml's
 
 
-def dcgm_exporter(metrics_url: str) -> list[dict]:
-    """The simulated dcgm-exporter (the simulator's metrics endpoint on the host) as the
-    NVIDIA GPU operator's Service `gpu-operator/dcgm-exporter:9400`: a Service without a
-    selector and its EndpointSlice, so pods reach it by name, through kube-proxy."""
-    port = urlsplit(metrics_url).port
+def host_service(namespace: str, name: str, port_name: str, port: int, host: str, target: int) -> list[dict]:
+    """`namespace/name:port` for pods, leading to `host:target`, a program outside the cluster's
+    pods: a Service without a selector and its EndpointSlice (its Namespace first), so pods
+    reach it by name, through kube-proxy."""
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DCGM_NAMESPACE}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": DCGM_SERVICE, "namespace": DCGM_NAMESPACE},
-         "spec": {"ports": [{"name": "metrics", "port": DCGM_PORT, "targetPort": port}]}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+         "spec": {"ports": [{"name": port_name, "port": port, "targetPort": target}]}},
         {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-         "metadata": {"name": f"{DCGM_SERVICE}-host", "namespace": DCGM_NAMESPACE,
-                      "labels": {"kubernetes.io/service-name": DCGM_SERVICE}},
-         "addressType": "IPv4", "ports": [{"name": "metrics", "port": port, "protocol": "TCP"}],
-         "endpoints": [{"addresses": [urlsplit(metrics_url).hostname], "conditions": {"ready": True}}]},
+         "metadata": {"name": f"{name}-host", "namespace": namespace, "labels": {"kubernetes.io/service-name": name}},
+         "addressType": "IPv4", "ports": [{"name": port_name, "port": target, "protocol": "TCP"}],
+         "endpoints": [{"addresses": [host], "conditions": {"ready": True}}]},
     ]
+
+
+def dcgm_exporter(metrics_url: str) -> list[dict]:
+    """The simulated dcgm-exporter (the simulator's metrics endpoint) as the NVIDIA GPU
+    operator's Service `gpu-operator/dcgm-exporter:9400`."""
+    url = urlsplit(metrics_url)
+    return host_service(DCGM_NAMESPACE, DCGM_SERVICE, "metrics", DCGM_PORT, url.hostname or "", url.port or 0)
 
 
 # --- installing it ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ..support.browser import IMG, log_in, new_page
 from ..support.live import api_fixture
 from ..support.service_hub import until
 from ..support.web_client import Client, start_web_hub, user_token
-from .test_lab import STATUS, WARNING, service_session, warned
+from ..support.lab_page import STATUS, WARNING, service_session, warned
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

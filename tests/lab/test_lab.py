@@ -35,6 +35,7 @@ from ..support.live import LAB, api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 from ..support.browser import IMG, log_in, new_page, show
+from ..support.lab_page import COUNT_POLLS, STATUS, WARNING, service_session, warned
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -42,10 +43,8 @@ HERE = Path(__file__).parent
 BUILD = LAB / "jupyterhub_gpu_reclaim_lab" / "labextensions" / LABEXTENSION  # scripts/setup.sh
 GPU = "gpu-1"
 UTC = dt.timezone.utc
-STATUS = ".jp-GpuReclaim-status"
 SPARK = f"{STATUS} svg.jp-GpuReclaim-spark"
 SPARK_HEIGHT = 16  # labextension/src/index.ts
-WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
 # the servers the tests open, started together (`servers`); dave's takes bob's GPU
 SERVERS = {"alice": GPU, "bob": GPU, "frank": GPU, "carol": GPU, "erin": "cpu"}
 
@@ -60,20 +59,6 @@ def hub(sim, tmp_path_factory):
 
 
 api = api_fixture("module")
-
-
-async def service_session(hub, api, user: str) -> dict | None:
-    """The user's session as the service's API gives it."""
-    c = Client(hub.info["url"], await user_token(api, user))
-    try:
-        _, body = await c.json("GET", "api/sessions")
-    finally:
-        await c.close()
-    return next(iter(body.get("sessions") or []), None)
-
-
-async def warned(hub, api, user: str) -> bool:
-    return ((await service_session(hub, api, user)) or {}).get("state") == "warned"
 
 
 async def server_get(hub, api, user: str, path: str) -> dict:
@@ -148,14 +133,6 @@ async def test_polling_the_state_is_not_the_servers_activity(hub, api, servers):
     await api.stop("erin")
 
 
-COUNT_POLLS = """
-window.__gpuReclaimPolls = 0;
-const fetch = window.fetch;
-window.fetch = (input, init) => {
-  if (String(input.url ?? input).split('?')[0].endsWith('/gpu-reclaim/status')) window.__gpuReclaimPolls++;
-  return fetch(input, init);
-};
-"""
 
 
 async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alice, browser):

@@ -12,7 +12,7 @@ from playwright.async_api import expect
 from ..support.browser import new_page
 from ..support.lab_server import Server
 from ..support.service_hub import until
-from .test_lab import COUNT_POLLS, STATUS
+from ..support.lab_page import COUNT_POLLS, STATUS
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 

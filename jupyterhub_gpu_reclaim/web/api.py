@@ -22,6 +22,7 @@ from .base import Base, writes
 from .inputs import BadInput, parse_days, parse_since, parse_until
 from ..report.render import csv_cell
 from .render import audit_json, reclaim_json, session_json
+from .way_back import start_again_url
 from .whatif import DEFAULT_SINCE, run_what_if
 
 #: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
@@ -114,7 +115,9 @@ class SessionsApi(ApiBase):
                          "keeps": KEEPS, "loses": LOSES,
                          "sessions": [session_json(s, t) for s in self.my_sessions().values()],
                          "waiting": [q.to_dict() for q in self.my_queue()],
-                         "reclaims": [reclaim_json(r, t) for r in self.user_reclaims()]})
+                         # with each its Start again (the JupyterLab extension's, as its server stops)
+                         "reclaims": [{**reclaim_json(r, t), "again": start_again_url(self.ctx.hub_prefix, r.session, r.ran)}
+                                      for r in self.user_reclaims()]})
 
 
 class IntentApi(ApiBase):

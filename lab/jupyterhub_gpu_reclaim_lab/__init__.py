@@ -3,8 +3,9 @@
 base URL, answered by calling the reclaim service with the server's own hub token. The
 frontend (labextension/ in the repository, built into `labextensions/` here) reads them.
 Before a reclaim stops the server, its open tabs save their unsaved documents (saving.py).
-When the server stops, its kernels get the window the spawner gave it (window.py), and code
-a kernel registered with `on_reclaim` runs (kernel.py).
+When the server stops, its tabs are told why if it is a reclaim (stopped.py), its kernels get
+the window the spawner gave it (window.py), and code a kernel registered with `on_reclaim`
+runs (kernel.py).
 Its own distribution, jupyterhub-gpu-reclaim-lab (lab/pyproject.toml), for the user image:
 it imports nothing of jupyterhub_gpu_reclaim, the hub-side package."""
 
@@ -28,10 +29,12 @@ def _jupyter_labextension_paths() -> list[dict[str, str]]:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    from .stopped import StopNoticeApp
     from .window import KernelWindow
 
     return [{"module": "jupyterhub_gpu_reclaim_lab"},
-            {"module": "jupyterhub_gpu_reclaim_lab.window", "app": KernelWindow}]
+            {"module": "jupyterhub_gpu_reclaim_lab.window", "app": KernelWindow},
+            {"module": "jupyterhub_gpu_reclaim_lab.stopped", "app": StopNoticeApp}]
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

@@ -30,6 +30,7 @@ from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
 from .saving import MAX_WAIT, SCHEMA, SaveRounds, Watcher, read_report
+from .stopped import NOTICE, SCHEMA as STOPPED_SCHEMA, StopNotice
 
 
 log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
@@ -83,11 +84,14 @@ class ServiceClient:
         user, _, server = self.session.partition("/")
         return f"api/sessions/{quote(user, safe='')}/{quote(server, safe='')}/{action}"
 
-    async def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict]:
-        """(status, JSON answer); (0, {}) when the service cannot be reached."""
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                      timeout: float | None = None) -> tuple[int, dict]:
+        """(status, JSON answer); (0, {}) when the service cannot be reached in `timeout` s
+        (default: the configured one)."""
         try:
             response = await AsyncHTTPClient().fetch(
-                self.url + path, method=method, raise_error=False, request_timeout=self.timeout,
+                self.url + path, method=method, raise_error=False,
+                request_timeout=self.timeout if timeout is None else min(timeout, self.timeout),
                 headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
                 body=json.dumps(body) if body is not None else ("" if method in ("POST", "PUT") else None))
         except (OSError, HTTPClientError) as e:
@@ -240,6 +244,7 @@ def setup_handlers(serverapp: Any) -> None:
     settings = GpuReclaimLab(config=serverapp.config)
     client = ServiceClient(settings)
     serverapp.event_logger.register_event_schema(SCHEMA)
+    serverapp.event_logger.register_event_schema(STOPPED_SCHEMA)
     rounds = SaveRounds(serverapp.event_logger)
     base = serverapp.web_app.settings["base_url"].rstrip("/") + "/gpu-reclaim/"
     serverapp.web_app.add_handlers(".*$", [
@@ -250,6 +255,7 @@ def setup_handlers(serverapp: Any) -> None:
         (base + "saved", SavedHandler, {"client": client, "rounds": rounds}),
     ])
     serverapp.web_app.settings[WATCHER] = Watcher(client, rounds, settings.save_lead, settings.watch_interval)
+    serverapp.web_app.settings[NOTICE] = StopNotice(client, rounds)
     if not client.configured:
         log.info("GPU reclaim: $%s or the server's token is not set; the JupyterLab extension shows nothing",
                  URL_ENV)

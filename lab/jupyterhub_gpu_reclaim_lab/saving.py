@@ -88,10 +88,11 @@ class SaveRounds:
         self._rounds: dict[str, tuple[str, str, int, set[str], asyncio.Event]] = {}
         self.would: dict[str, Saved] = {}  # dry run: the last listing
 
-    def tabs(self) -> int:
-        """The tabs listening on the event bus (each JupyterLab tab keeps one WebSocket)."""
+    def tabs(self, schema_id: str = SCHEMA_ID) -> int:
+        """The tabs listening on the event bus for `schema_id` (each JupyterLab tab keeps one
+        WebSocket, listening for every schema registered before it opened)."""
         listeners = getattr(self.events, "_modified_listeners", {})  # jupyter_events keeps them by schema
-        return len(listeners.get(SCHEMA_ID, ()))
+        return len(listeners.get(schema_id, ()))
 
     async def ask(self, action: str, reason: str, wait: float, reclaim_at: str | None = None) -> int:
         """Ask the tabs to save (or list) and wait until each has answered, at most `wait` s;

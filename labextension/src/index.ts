@@ -1,9 +1,9 @@
 /**
  * The session's GPU state inside JupyterLab: a status bar item ("GPU idle 42 min · stopped
  * at 14:05 unless used", and a sparkline of the GPU's last two hours) and, while the reclaim
- * service warns, a notification with Keep alive 2 h, Keep alive until… and Stop and free the
- * GPU. Before a reclaim stops the server, its documents with unsaved changes are saved
- * (saving.ts).
+ * service warns, a notification with Keep alive 2 h, Keep until… and Stop now. Before a
+ * reclaim stops the server, its documents with unsaved changes are saved (saving.ts); as it
+ * stops, the tab says why, what is kept, and offers Start again (stopped.ts).
  *
  * Everything goes through this server's own extension (`gpu-reclaim/…` under the server's
  * base URL), which calls the service with the server's token: the browser holds no new
@@ -17,9 +17,18 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
 import { SaveBeforeStop } from './saving';
+import { AfterStop } from './stopped';
 
 /** How often the state is read while the tab is shown (the service answers from memory; one cycle is ~30 s). */
 const POLL_MS = 10_000;
+/** How often the state is asked again of a server without the server side (404): the
+ * server side comes only with a restart of the server, and each request is its activity. */
+const NOT_INSTALLED_POLL_MS = 600_000;
+/** The one console line for an admin when the server side is missing. */
+const NOT_INSTALLED =
+  'jupyterhub-gpu-reclaim: this server has no gpu-reclaim/status (404): the extension\'s server side is not ' +
+  'installed or not enabled, so JupyterLab shows no GPU state. Run `python -m jupyterhub_gpu_reclaim_lab.install_check` ' +
+  'in the server\'s environment (docs/troubleshooting.md).';
 const KEEP_HOURS = 2;
 /** How the status bar and the notification write an idleness shorter than a minute. */
 const UNDER_A_MINUTE = '<1 min';
@@ -27,6 +36,7 @@ const UNDER_A_MINUTE = '<1 min';
 const SPARK_WIDTH = 60;
 const SPARK_HEIGHT = 16;
 const SVG = 'http://www.w3.org/2000/svg';
+const STOPPING = 'GPU · stopping the server';
 
 /** What `GET gpu-reclaim/status` answers (jupyterhub_gpu_reclaim/labext/handlers.py). */
 interface ISession {
@@ -148,7 +158,7 @@ export function describe(s: ISession): { text: string; title: string } | null {
         title: s.exempt_until ? `Exempt from reclaim until ${utc(s.exempt_until)}` : 'Exempt from reclaim'
       };
     case 'stopping':
-      return { text: 'GPU · stopping the server', title: '' };
+      return { text: STOPPING, title: '' };
     case 'idle':
       return {
         text: idle,
@@ -163,7 +173,7 @@ async function call(
   settings: ServerConnection.ISettings,
   path: string,
   init: RequestInit = {}
-): Promise<{ ok: boolean; body: any }> {
+): Promise<{ ok: boolean; status: number; body: any }> {
   const url = URLExt.join(settings.baseUrl, 'gpu-reclaim', path);
   const response = await ServerConnection.makeRequest(url, init, settings);
   let body: any = {};
@@ -172,7 +182,7 @@ async function call(
   } catch {
     body = {};
   }
-  return { ok: response.ok, body };
+  return { ok: response.ok, status: response.status, body };
 }
 
 /** The next HH:MM (local) from now, as an ISO time with the browser's offset. */
@@ -232,7 +242,9 @@ class GpuReclaim {
       statusBar.registerStatusItem('jupyterhub-gpu-reclaim:status', {
         item: this.item,
         align: 'left',
-        rank: 1000
+        rank: 1000,
+        // the status bar shows an item when it refreshes its items, unless it is not active
+        isActive: () => this.active
       });
     }
   }
@@ -246,7 +258,7 @@ class GpuReclaim {
   noteSaved(note: string, title: string): void {
     this.saveNote.textContent = ` · ${note}`;
     this.saveNote.title = title;
-    this.item.show();
+    this.setShown(true);
   }
 
   /**
@@ -257,18 +269,54 @@ class GpuReclaim {
   private poll(): void {
     window.clearInterval(this.timer);
     this.timer = undefined;
-    if (document.visibilityState === 'hidden') {
+    if (document.visibilityState === 'hidden' || this.stopped) {
       return;
     }
     void this.refresh();
-    this.timer = window.setInterval(() => void this.refresh(), POLL_MS);
+    this.schedule();
+  }
+
+  private schedule(): void {
+    window.clearInterval(this.timer);
+    this.timer = window.setInterval(() => void this.refresh(), this.notInstalled ? NOT_INSTALLED_POLL_MS : POLL_MS);
+  }
+
+  private setShown(on: boolean): void {
+    this.active = on;
+    if (on) {
+      this.item.show();
+    } else {
+      this.item.hide();
+    }
+  }
+
+  /** The server is stopping (the reclaim's message is shown): nothing more to ask. */
+  serverStopping(): void {
+    this.stopped = true;
+    window.clearInterval(this.timer);
+    this.timer = undefined;
+    this.clearWarning();
+    this.status = { available: false }; // the status bar item no longer reopens the warning
+    this.text.textContent = STOPPING;
+    this.item.node.removeAttribute('role');
+    this.item.node.removeAttribute('tabindex');
   }
 
   async refresh(): Promise<void> {
     let status: IStatus = { available: false };
     try {
-      const { ok, body } = await call(this.settings, 'status');
+      const { ok, status: code, body } = await call(this.settings, 'status');
       status = ok ? (body as IStatus) : { available: false };
+      if ((code === 404) !== this.notInstalled) {
+        // the server side is missing (or back, after a restart): ask rarely, and say it once
+        this.notInstalled = code === 404;
+        if (this.notInstalled) {
+          console.warn(NOT_INSTALLED);
+        }
+        if (this.timer !== undefined) {
+          this.schedule();
+        }
+      }
     } catch {
       status = { available: false }; // the server is gone or restarting: show nothing
     }
@@ -293,9 +341,9 @@ class GpuReclaim {
         this.item.node.removeAttribute('role');
         this.item.node.removeAttribute('tabindex');
       }
-      this.item.show();
+      this.setShown(true);
     } else if (!this.saveNote.textContent) {
-      this.item.hide();
+      this.setShown(false);
     }
     if (session && session.state === 'warned' && session.reclaim_at) {
       this.warn(session);
@@ -318,17 +366,30 @@ class GpuReclaim {
     // short: JupyterLab cuts a notification's message at 140 characters; what a stop keeps
     // and loses is in the status bar item's hover text
     const message = `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used.`;
+    // short labels: the three fit on one line at JupyterLab's toast width (25em); the
+    // captions (hover text) say the rest
     const actions: Notification.IAction[] = [
-      { label: `Keep alive ${KEEP_HOURS} h`, callback: () => void this.keepAlive({ hours: KEEP_HOURS }), displayType: 'accent' },
       {
-        label: 'Keep alive until…',
+        label: `Keep alive ${KEEP_HOURS} h`,
+        caption: `Keep the server and its GPU for ${KEEP_HOURS} hours`,
+        callback: () => void this.keepAlive({ hours: KEEP_HOURS }),
+        displayType: 'accent'
+      },
+      {
+        label: 'Keep until…',
+        caption: 'Keep the server and its GPU until a time',
         callback: (event: MouseEvent) => {
           event.preventDefault(); // the warning stays until the dialog has kept the session
           void this.keepUntil();
         },
         displayType: 'default'
       },
-      { label: 'Stop and free the GPU', callback: () => void this.stop(), displayType: 'warn' }
+      {
+        label: 'Stop now',
+        caption: 'Stop the server now and free its GPU',
+        callback: () => void this.stop(),
+        displayType: 'warn'
+      }
     ];
     // the same warning is updated in place; once closed it stays closed (the status bar
     // still shows the countdown), a new warning is raised anew
@@ -404,6 +465,9 @@ class GpuReclaim {
   private warningId: string | null = null;
   private warningFor: string | null = null;
   private timer: number | undefined = undefined;
+  private notInstalled = false;
+  private stopped = false;
+  private active = false;
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {
@@ -415,6 +479,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const reclaim = new GpuReclaim(app.serviceManager.serverSettings, statusBar);
     reclaim.start();
     new SaveBeforeStop(app, (note, title) => reclaim.noteSaved(note, title)).listen();
+    new AfterStop(app, () => reclaim.serverStopping()).listen();
   }
 };
 

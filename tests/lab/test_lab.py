@@ -7,7 +7,7 @@ hours and the idle threshold dashed; her never-used GPU is warned and JupyterLab
 notification; Keep alive 2 h records the intent (the service's API and its admin page show
 it) and the notification goes away. carol's first minute of idleness reads "idle <1 min";
 her warning goes away by itself once her GPU is used again. bob's warned server is stopped from the
-notification's Stop and free the GPU, through the hub; frank keeps his until a time, which
+notification's Stop now, through the hub; frank keeps his until a time, which
 must be within the service's cap. dave's server is not told where the
 service is: no status, no notification. The extension's polling is not the server's activity,
 a tab in the background polls nothing, and a server's token reaches only its own user's
@@ -35,6 +35,7 @@ from ..support.live import LAB, api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 from ..support.browser import IMG, log_in, new_page, show
+from ..support.lab_page import COUNT_POLLS, STATUS, WARNING, service_session, warned
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -42,10 +43,8 @@ HERE = Path(__file__).parent
 BUILD = LAB / "jupyterhub_gpu_reclaim_lab" / "labextensions" / LABEXTENSION  # scripts/setup.sh
 GPU = "gpu-1"
 UTC = dt.timezone.utc
-STATUS = ".jp-GpuReclaim-status"
 SPARK = f"{STATUS} svg.jp-GpuReclaim-spark"
 SPARK_HEIGHT = 16  # labextension/src/index.ts
-WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
 # the servers the tests open, started together (`servers`); dave's takes bob's GPU
 SERVERS = {"alice": GPU, "bob": GPU, "frank": GPU, "carol": GPU, "erin": "cpu"}
 
@@ -60,20 +59,6 @@ def hub(sim, tmp_path_factory):
 
 
 api = api_fixture("module")
-
-
-async def service_session(hub, api, user: str) -> dict | None:
-    """The user's session as the service's API gives it."""
-    c = Client(hub.info["url"], await user_token(api, user))
-    try:
-        _, body = await c.json("GET", "api/sessions")
-    finally:
-        await c.close()
-    return next(iter(body.get("sessions") or []), None)
-
-
-async def warned(hub, api, user: str) -> bool:
-    return ((await service_session(hub, api, user)) or {}).get("state") == "warned"
 
 
 async def server_get(hub, api, user: str, path: str) -> dict:
@@ -148,14 +133,6 @@ async def test_polling_the_state_is_not_the_servers_activity(hub, api, servers):
     await api.stop("erin")
 
 
-COUNT_POLLS = """
-window.__gpuReclaimPolls = 0;
-const fetch = window.fetch;
-window.fetch = (input, init) => {
-  if (String(input.url ?? input).split('?')[0].endsWith('/gpu-reclaim/status')) window.__gpuReclaimPolls++;
-  return fetch(input, init);
-};
-"""
 
 
 async def test_a_hidden_tab_polls_nothing_and_a_shown_one_at_once(hub, api, alice, browser):
@@ -217,9 +194,9 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
         "title", re.compile(r"A stop keeps files under your home directory; it loses running processes"))
     toast = alice.locator(".Toastify__toast", has_text=WARNING)
     await expect(toast).to_be_visible(timeout=30_000)
-    await expect(toast.get_by_role("button", name="Keep alive until…")).to_be_visible()
-    await expect(toast.get_by_role("button", name="Stop and free the GPU")).to_be_visible()
-    await alice.screenshot(path=str(IMG / "lab-notification.png"))
+    await expect(toast.get_by_role("button", name="Keep until…")).to_be_visible()
+    await expect(toast.get_by_role("button", name="Stop now")).to_be_visible()
+    await alice.screenshot(path=str(IMG / "lab-notification.png"), animations="disabled")  # the toast in place
     # once closed, the status bar item (a button while warned) shows it again
     await toast.get_by_title("Hide notification").click()
     await expect(toast).to_have_count(0)
@@ -255,12 +232,12 @@ async def admin_page_shows_the_intent(hub, browser, session: str, intent_until: 
         await page.context.close()
 
 
-async def test_stop_and_free_the_gpu_stops_the_server_through_the_hub(hub, api, browser, servers):
+async def test_stop_now_stops_the_server_through_the_hub(hub, api, browser, servers):
     page = await open_lab(hub, api, browser, "bob")
     try:
         await until(lambda: warned(hub, api, "bob"), 60, "bob's GPU session is warned")
         toast = page.locator(".Toastify__toast", has_text=WARNING)
-        await toast.get_by_role("button", name="Stop and free the GPU").click(timeout=30_000)
+        await toast.get_by_role("button", name="Stop now").click(timeout=30_000)
         await until(lambda: _gone(api, "bob"), 60, "bob's server stopped by the hub")
     finally:
         await page.context.close()
@@ -276,7 +253,7 @@ async def test_keep_alive_until_a_time_within_the_cap(hub, api, browser, servers
         toast = page.locator(".Toastify__toast", has_text=WARNING)
 
         async def keep_until(t: dt.datetime) -> None:
-            await toast.get_by_role("button", name="Keep alive until…").click(timeout=30_000)
+            await toast.get_by_role("button", name="Keep until…").click(timeout=30_000)
             dialog = page.locator(".jp-Dialog")
             await dialog.locator("input[type=time]").fill(t.strftime("%H:%M"))
             await dialog.get_by_role("button", name="Keep alive").click()

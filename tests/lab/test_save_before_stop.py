@@ -7,7 +7,8 @@ she puts in the background. Her never-used GPU is warned; 45 s before the reclai
 server asks the tab to save (the lead), and the files on disk hold her edits; she edits the
 notebook once more, and as the service stops the server it asks again (the stop): the file
 holds that edit too. Her page says which documents were saved, and when; the names are
-text, not markup. The hidden tab asked nothing by itself."""
+text, not markup. The hidden tab asked nothing by itself; as the server stopped, it was told why, what it saved
+and where to start again, shown when she comes back to it."""
 
 from __future__ import annotations
 
@@ -118,9 +119,14 @@ async def scene(hub, sim, browser):
                                 None)
 
             record = await until(stopped, 200, "alice's server reclaimed")
+            told = page.locator(".jp-Dialog", has_text="The GPU reclaim stopped this server")
+            await expect(told).to_have_count(1)
+            after_stop = {"why": await told.locator(".jp-GpuReclaim-why").text_content(),
+                          "saved": await told.locator(".jp-GpuReclaim-saved-list").text_content(),
+                          "again": await told.get_by_role("link", name="Start again").get_attribute("href")}
         finally:
             await page.context.close()
-        yield record, where, untitled, requests, bob_status
+        yield record, where, untitled, requests, bob_status, after_stop
 
 
 def _read(path: Path) -> str:
@@ -131,31 +137,33 @@ def _read(path: Path) -> str:
 
 
 async def test_the_files_in_her_home_hold_the_edits(scene):
-    _, where, untitled, _, _ = scene
+    _, where, untitled, _, _, _ = scene
     assert cell_source(where / NOTEBOOK) == "edited = 'at the stop'"
     assert (where / untitled).read_text().startswith("notes never saved by hand")
 
 
 async def test_the_reclaim_record_says_what_was_saved_and_when(scene):
-    record, _, untitled, _, _ = scene
+    record, _, untitled, _, _, _ = scene
     assert record.saved is not None and record.saved.tabs == 1 and record.saved.more == 0
     saved = {d.path: d for d in record.saved.documents}
     assert set(saved) == {NOTEBOOK, untitled}
     assert saved[NOTEBOOK].outcome == saved[untitled].outcome == "saved"
     assert saved[NOTEBOOK].reason == "stop" and saved[untitled].reason == "lead"
-    assert all(d.at is not None and d.at <= record.t for d in saved.values())
+    # saved before the stop ended (the stop's save comes after the reclaim began, record.t)
+    assert record.finished_at is not None
+    assert all(d.at is not None and d.at <= record.finished_at for d in saved.values())
 
 
 async def test_the_hidden_tab_asked_nothing_by_itself(scene):
     """While hidden, the tab's requests are its saves' (the contents API, its reports) and
     the notebook's own (a kernel's messages), never the extension's polls."""
-    _, _, _, requests, _ = scene
+    _, _, _, requests, _, _ = scene
     assert requests and not [u for u in requests if "/gpu-reclaim/status" in u]
     assert [u for u in requests if u.split("?")[0].endswith("/gpu-reclaim/saved")]
 
 
 async def test_her_page_says_which_documents_were_saved_and_when(hub, scene, browser):
-    record, _, untitled, _, _ = scene
+    record, _, untitled, _, _, _ = scene
     page = await new_page(browser)
     try:
         await log_in(page, hub.info["url"], "alice")
@@ -173,3 +181,13 @@ async def test_her_page_says_which_documents_were_saved_and_when(hub, scene, bro
 
 async def test_another_user_cannot_make_her_server_save(scene):
     assert scene[4] == 403
+
+
+async def test_the_tab_says_why_the_server_stopped_what_it_saved_and_where_to_start_again(scene):
+    """The service's reason (service/reasons.py: the never-used GPU), the documents the tabs
+    saved, and Start again: the hub's spawn page, then the notebook she was last active in."""
+    record, _, untitled, _, _, told = scene
+    assert re.match(r"(Nothing has run on the GPU|The GPU has not been used) since ", told["why"]), told
+    assert told["saved"] == f"Saved before the stop: {NOTEBOOK}, {untitled}." or \
+        told["saved"] == f"Saved before the stop: {untitled}, {NOTEBOOK}.", told
+    assert told["again"].startswith("/hub/spawn/alice?next="), told

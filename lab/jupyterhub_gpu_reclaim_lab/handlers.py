@@ -129,6 +129,16 @@ class Handler(APIHandler):
         self.set_status(status)
         self.finish(answer if status < 400 else {"message": answer.get("message", "")})
 
+    def json_object(self) -> dict:
+        """The request's body, a JSON object (none: {}); anything else is the caller's 400."""
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise web.HTTPError(400, "the body must be a JSON object")
+        return body
+
 
 class StatusHandler(Handler):
     @web.authenticated
@@ -168,12 +178,7 @@ class KeepAliveHandler(Handler):
 
     @web.authenticated
     async def post(self) -> None:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise web.HTTPError(400, "the body must be a JSON object")
+        body = self.json_object()
         body = {k: body[k] for k in ("hours", "until") if k in body}  # nothing else reaches the service
         if not self.client.configured:
             self.unavailable()
@@ -210,11 +215,8 @@ class SaveHandler(Handler):
 
     @web.authenticated
     async def post(self) -> None:
-        try:
-            body = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, "the body is not JSON") from None
-        dry_run, wait = (body.get("dry_run", False), body.get("wait", 10)) if isinstance(body, dict) else (None, None)
+        body = self.json_object()
+        dry_run, wait = body.get("dry_run", False), body.get("wait", 10)
         if not isinstance(dry_run, bool) or not isinstance(wait, (int, float)) or isinstance(wait, bool) \
                 or not 0 <= wait <= MAX_WAIT:
             raise web.HTTPError(400, f"dry_run must be a boolean, wait a number of seconds up to {MAX_WAIT:g}")

@@ -3,11 +3,12 @@ kubeconfig auth plugins and in-cluster tokens; `ApiClient`; `CoreV1Api`; `Watch`
 without the rest of the package.
 
 Importing any module of kubernetes_asyncio runs the package's `__init__`, which imports every
-API group, every one of its ~1,500 model modules and `dynamic` (jsonschema): 38 MiB of
-memory, 64 MiB in the service's process (docs/benchmarks.md, "20,000 servers"), of which the
-pods signal needs about 4 (it reads the pod and node lists as JSON, never as models). So
+API group and every one of its ~1,300 model modules: 54 MiB of memory (from compiled
+bytecode; docs/benchmarks.md, "20,000 servers"), of which the pods signal needs 17 (it reads
+the pod and node lists as JSON, never as models). So
 the packages whose `__init__` imports all that (`kubernetes_asyncio`, `.client`, `.client.api`,
-`.client.models`) are registered first as *deferred* packages: their submodules import as
+`.client.models`) are registered first as *deferred* packages (the first of them
+completed at once, see `load`): their submodules import as
 usual, and a package's own `__init__` runs in full the first time something asks it for a
 name it does not hold yet (`from kubernetes_asyncio.client import V1Pod`, the ApiClient's
 deserialisation into models), so any other user of the library in the same process gets
@@ -36,15 +37,16 @@ class _DeferredPackage(types.ModuleType):
     """A package whose `__init__` has not run yet: it runs on the first name asked for
     that the package does not hold (a submodule imported meanwhile is held)."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # tools probing for __wrapped__, __all__ and the like
-            raise AttributeError(name)
-        # once: a name missing during or after it is missing
-        self.__class__ = types.ModuleType  # type: ignore[assignment]
-        spec = self.__spec__
-        assert spec is not None and spec.loader is not None  # module_from_spec in _defer
-        spec.loader.exec_module(self)
+    def __getattr__(self, name: str) -> Any:  # any name, dunders included
+        _run_init(self)
         return getattr(self, name)
+
+
+def _run_init(package: types.ModuleType) -> None:
+    package.__class__ = types.ModuleType  # once: a name missing during or after it is missing
+    spec = package.__spec__
+    assert spec is not None and spec.loader is not None  # module_from_spec in _defer
+    spec.loader.exec_module(package)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,12 @@ def load() -> Kube:
     # the two names config and watch import from the package (a deferred one would run its __init__)
     for obj in (configuration.Configuration, api_client.ApiClient):
         client.__dict__.setdefault(obj.__name__, obj)
+    top = sys.modules["kubernetes_asyncio"]
+    if isinstance(top, _DeferredPackage):
+        # its own __init__ now (config, watch, dynamic, utils, stream: ~8 MiB), so that its
+        # submodules import as usual (`dynamic` asks it for __version__ as it imports):
+        # only `client`'s, `client.api`'s and `client.models`' stay deferred
+        _run_init(top)
     core_v1 = mod("kubernetes_asyncio.client.api.core_v1_api")
     return Kube(config=mod("kubernetes_asyncio.config"), ApiClient=api_client.ApiClient,
                 CoreV1Api=core_v1.CoreV1Api, Watch=mod("kubernetes_asyncio.watch.watch").Watch,

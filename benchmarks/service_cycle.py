@@ -39,7 +39,9 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,00
 3. prints a markdown table, the targets met or not, and where the first cycle's time went
    (and `--json` the raw results); with several sizes, one table of them all.
 
-Logging is at WARNING in both tool processes. The first cycle of ours writes every server's
+Both tools' processes read their modules' compiled bytecode from a cache the run fills
+first (`BYTECODE_ENV`), as a deployed service reads what pip compiled. Logging is at WARNING
+in both tool processes. The first cycle of ours writes every server's
 first decision and every GPU server's session line to the store; it is reported apart.
 """
 

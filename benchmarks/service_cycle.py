@@ -39,7 +39,9 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,00
 3. prints a markdown table, the targets met or not, and where the first cycle's time went
    (and `--json` the raw results); with several sizes, one table of them all.
 
-Logging is at WARNING in both tool processes. The first cycle of ours writes every server's
+Both tools' processes read their modules' compiled bytecode from a cache the run fills
+first (`BYTECODE_ENV`), as a deployed service reads what pip compiled. Logging is at WARNING
+in both tool processes. The first cycle of ours writes every server's
 first decision and every GPU server's session line to the store; it is reported apart.
 """
 
@@ -92,10 +94,32 @@ def run_tool(tool: str, ports: dict[str, int], cycles: int, profile: str | None,
         cmd += ["--profile", profile]
     if decisions:
         cmd += ["--decisions", decisions]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200, env=BYTECODE_ENV)
     if out.stderr.strip():
         sys.stderr.write(out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# The tools' modules compiled once into a cache both tools' processes read, as a deployed
+# service reads the bytecode pip compiled into its image. This machine's venv is installed
+# with --no-compile and PYTHONDONTWRITEBYTECODE=1 is set: every process would compile what
+# it imports from source, which at start-up took 50 MiB more at its peak (kubernetes_asyncio's
+# core_v1_api.py alone is 2.8 MB of source), held as RSS for the rest of the run.
+BYTECODE_ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+                "PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "bench-cycle-pycache")}
+
+
+def warm_imports() -> None:
+    """--warm-imports: import (and so compile into the cache) what both tools import."""
+    import jupyterhub_idle_culler  # noqa: F401
+    import tornado.simple_httpclient  # noqa: F401
+
+    from jupyterhub_gpu_reclaim import launcher  # noqa: F401
+    from jupyterhub_gpu_reclaim.service import cycle, hub_stopper, notify  # noqa: F401
+    from jupyterhub_gpu_reclaim.signals import hub, kernels, kube_client, pods, prometheus  # noqa: F401
+    from jupyterhub_gpu_reclaim.store import Store  # noqa: F401
+
+    kube_client.load()
 
 
 def run_size(args: argparse.Namespace, scene: Scene) -> dict[str, dict[str, Any]]:
@@ -151,6 +175,7 @@ def print_size(scene: Scene, results: dict[str, dict[str, Any]]) -> None:
 def driver(args: argparse.Namespace, scenes: list[Scene]) -> None:
     print(f"Machine: {machine()}; {dt.date.today()}; load average {load()} at the start; "
           f"{args.rounds} rounds x {args.cycles} timed cycles per tool\n")
+    subprocess.run([sys.executable, __file__, "--warm-imports"], check=True, env=BYTECODE_ENV, timeout=600)
     sizes = {}
     for scene in scenes:
         sizes[scene.servers] = results = run_size(args, scene)
@@ -195,13 +220,16 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="also print the raw results")
     p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.SERVERS.ours / .culler")
     p.add_argument("--serve-fakes", help=argparse.SUPPRESS)
+    p.add_argument("--warm-imports", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tool", choices=("ours", "culler"), help=argparse.SUPPRESS)
     p.add_argument("--ports", help=argparse.SUPPRESS)
     args = p.parse_args()
     if not 0 <= args.gpu_share <= 1 or args.servers < 1 or any(n < 1 for n in args.sizes or ()):
         p.error("--servers and --sizes are counts of 1 or more, --gpu-share a share from 0 to 1")
     scenes = [Scene(n, args.gpu_share) for n in args.sizes or [args.servers]]
-    if args.serve_fakes:
+    if args.warm_imports:
+        warm_imports()
+    elif args.serve_fakes:
         serve_fakes(args.serve_fakes, scenes[0])
     elif args.tool:
         tool_main(args, scenes[0])

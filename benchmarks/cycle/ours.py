@@ -40,6 +40,11 @@ class FakePods:
                            pending_gpus=sum(p.gpus for p in pods.values() if p.waits_for_gpu))
 
 
+def decisions(report: Any) -> dict[str, list[str]]:
+    """Each session's action and rule: what --decisions compares across versions."""
+    return {sid: [d.action, d.rule] for sid, d in report.decisions.items()}
+
+
 async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods_mode: str,
                    scene: Scene) -> dict[str, Any]:
     import tracemalloc
@@ -120,7 +125,11 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     startup = time.perf_counter() - t0
     spent["pods_start"] = 0.0
     counts0 = fake_counters(hub_base)
+    # a report is kept only as what is read of it, not whole: the service's loop keeps none
+    # (launcher.serve), and 20,000 decisions held would count in the peak RSS measured
     first = await reclaimer.run_cycle()
+    first_seconds, first_probes, first_decisions = first.seconds, first.probes, decisions(first)
+    del first
     first_spent = dict(spent)
     before = fake_counters(hub_base)
     first_counts = diff(before, counts0)
@@ -130,11 +139,12 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     if profile:
         import cProfile
         prof = cProfile.Profile()
-    last = first
+    last: Any = None
     for _ in range(cycles):
         if prof:
             prof.enable()
         c0 = time.process_time()
+        last = None  # the last cycle's report goes before the next is made
         last = await reclaimer.run_cycle()
         cpu.append(time.process_time() - c0)
         if prof:
@@ -152,14 +162,11 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     if prof:
         prof.dump_stats(profile)
 
-    def decisions(report: Any) -> dict[str, list[str]]:  # what --decisions compares across versions
-        return {sid: [d.action, d.rule] for sid, d in report.decisions.items()}
-
     actions: dict[str, int] = {}
     for d in last.decisions.values():
         actions[f"{d.action}/{d.rule}"] = actions.get(f"{d.action}/{d.rule}", 0) + 1
     return {
-        "tool": "jupyterhub-gpu-reclaim", "startup": startup, "first": first.seconds, "first_probes": first.probes,
+        "tool": "jupyterhub-gpu-reclaim", "startup": startup, "first": first_seconds, "first_probes": first_probes,
         "first_spent": first_spent, "first_counts": first_counts,
         "steady_record_decision_s": (spent["record_decision"] - first_spent["record_decision"]) / cycles,
         "cycles": summary(times), "times": times, "cpu": cpu,
@@ -169,7 +176,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
         "hub_requests_per_cycle_client": (hub.requests - hub_req0) / cycles,
         "prometheus_queries_per_cycle_client": (gpu.queries - prom0) / cycles,
         "fake_counts_per_cycle": {k: v / cycles for k, v in diff(after, before).items()},
-        "first_decisions": decisions(first), "last_decisions": decisions(last),
+        "first_decisions": first_decisions, "last_decisions": decisions(last),
         "pods_view_mib": pods_bytes / 2**20, "pods": pods_mode, "rss_before_cycles": rss_before,
         **proc_status(),
     }

@@ -10,7 +10,7 @@ is time-sliced, its profile and keep-alive. The snapshot's pending GPU demand is
 of the pods that wait for one.
 
 `KUBECONFIG` must be set before kubernetes_asyncio is imported, so it is imported inside
-the functions that need it.
+the functions that need it, and only the parts this signal uses (`kube_client`).
 """
 
 from __future__ import annotations
@@ -171,7 +171,9 @@ class PodSignal:
         self._capacity_failing = ""
 
     async def _connect(self) -> None:
-        from kubernetes_asyncio import client, config  # after KUBECONFIG is set
+        from .kube_client import load  # after KUBECONFIG is set
+        kube = load()
+        config = kube.config
         if self.kubeconfig:
             await config.load_kube_config(config_file=self.kubeconfig)
         else:
@@ -179,8 +181,8 @@ class PodSignal:
                 config.load_incluster_config()
             except config.ConfigException:
                 await config.load_kube_config()
-        self._api_client = client.ApiClient()
-        self._api = client.CoreV1Api(self._api_client)
+        self._api_client = kube.ApiClient()
+        self._api = kube.CoreV1Api(self._api_client)
 
     async def list_once(self) -> dict[str, PodInfo]:
         """List the pods now, replacing the view; SignalError("pods", ...) on failure."""
@@ -284,12 +286,12 @@ class PodSignal:
         self._capacity_failing = why
 
     async def _run(self) -> None:
-        from kubernetes_asyncio import watch
-        from kubernetes_asyncio.client.exceptions import ApiException
+        from .kube_client import load
+        kube = load()
         backoff = 0.5
         while True:
             try:
-                w = watch.Watch(return_type="object")  # the pods as served, checked by pod_info
+                w = kube.Watch(return_type="object")  # the pods as served, checked by pod_info
                 async with w.stream(self._api.list_namespaced_pod, self.namespace,
                                     label_selector=self.label_selector,
                                     resource_version=self._resource_version,
@@ -304,7 +306,7 @@ class PodSignal:
                 await self._read_capacity()
             except asyncio.CancelledError:
                 raise
-            except ApiException as e:
+            except kube.ApiException as e:
                 self.failing = f"watch: HTTP {e.status} {e.reason}"
                 if e.status == 410:
                     log.info("pod watch expired (410 Gone): re-listing")

@@ -149,12 +149,14 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
 
 
 def test_demo_with_the_chart_refuses_a_port_it_cannot_honour(tmp_path):
-    """--port is the demo's own hub's: with the chart found it is an error that says why and
-    what to do, before anything starts (it was silently ignored: issue 39)."""
+    """On the model plane the release's hub is at its proxy-public Service's address: --port
+    there is an error that says why and what to do, before anything starts (it was silently
+    ignored: issue 39); the real plane offers proxy-public at --port
+    (test_demo_installs_the_z2jh_release)."""
     if reason := z2jh.unavailable():
         pytest.skip(reason)
-    demo = Demo(tmp_path, "--port", str(free_port()))
+    demo = Demo(tmp_path, "--plane", "model", "--port", str(free_port()))
     assert demo.proc.wait(60) == 2, demo.text()
     text = demo.text()
-    assert f"--port is the port of the demo's own hub, and the chart {z2jh.CHART} was found" in text
+    assert f"--port with --plane model and the chart {z2jh.CHART} found" in text
     assert "Leave out --port" in text and "Starting the simulated cluster" not in text

@@ -90,7 +90,7 @@ def test_the_lab_wheel_needs_only_jupyter_server(wheels):
     # its modules import nothing of the hub side: they run where it is not installed
     modules = {n: body for n, body in lab.files.items() if n.endswith(".py")}
     assert set(modules) == {f"jupyterhub_gpu_reclaim_lab/{m}.py"
-                            for m in ("__init__", "handlers", "install_check", "kernel", "stopping", "window")}
+                            for m in ("__init__", "handlers", "install_check", "kernel", "saving", "stopped", "stopping", "window")}
     for name, body in modules.items():
         for node in ast.walk(ast.parse(body)):
             imported = ([a.name for a in node.names] if isinstance(node, ast.Import)

@@ -77,7 +77,7 @@ async def test_a_server_answering_an_absurd_last_activity_holds_only_its_own_ses
     assert (await api.server("eve"))["ready"]
     await until(lambda: latest_rule(hub, "eve/") == ("hold", "kernel-data-missing"), 30, "eve held")
     log = hub.log_path.read_text()
-    assert ("kernels of eve/: /api/kernels: a malformed entry: last_activity: timestamp out of range "
+    assert ("kernels of eve: /api/kernels: a malformed entry: last_activity: timestamp out of range "
             f"once in UTC: '{ABSURD}'") in log
     assert "OverflowError" not in log and "the cycle failed" not in log
 

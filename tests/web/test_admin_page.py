@@ -161,7 +161,7 @@ async def test_the_confirmation_names_the_keep_alive_and_the_page_follows_the_re
             r"^carol asked to keep this server alive until \d\d:\d\d \(in (1 h \d+ min|2 h)\); "
             r"reclaiming now overrides that\.$"))
         await page.get_by_role("button", name="Confirm").click()
-        await expect(page.locator(".notice")).to_contain_text("reclaiming carol/")
+        await expect(page.locator(".notice")).to_contain_text("reclaiming carol")
         await api.wait_ready("dave", timeout=120)  # the freed GPU goes to the queue
         # the page left open: carol gone, dave running, nobody waiting, the headline's numbers
         await expect(watching.locator('#sessions tr[data-session="dave/"]')).to_be_visible(timeout=60_000)

@@ -1,0 +1,112 @@
+"""The workspace comes back after a reclaim (issue 38, "Start again reopens the workspace"), end
+to end: a real JupyterHub with the service and its pages over GPUReclaimSpawner on the
+simulated cluster, real single-user servers (JupyterLab 4) and Debian's Chromium.
+
+alice opens two notebooks as tabs in JupyterLab, which saves its workspace (the open documents
+and their layout) under her home, `~/.jupyter/lab/workspaces`; her unused GPU is reclaimed.
+Her home outlives the pod, so *Start again* (the spawn page, then `lab/tree/<the notebook she
+was last active in>`) lands in JupyterLab with both tabs open: the `tree` URL adds its document
+to the saved workspace, it does not reset it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import pytest_asyncio
+from playwright.async_api import expect
+
+from jupyterhub_gpu_reclaim.store import Store
+
+from ..support.browser import log_in, new_page
+from ..support.hubapi import HubAPI
+from ..support.service_hub import until
+from ..support.sim_cluster import home
+from ..support.web_client import PREFIX, start_web_hub
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"
+FIRST, LATEST = "first.ipynb", "second.ipynb"  # LATEST: the one she was last active in
+NOTEBOOK = {"cells": [], "nbformat": 4, "nbformat_minor": 5,  # its kernel named: no kernel dialog
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+# never-used GPUs warned at 40 s and reclaimed at 50 s: time to open both tabs first
+OPTIONS = {"never_used_warn_after": 40, "never_used_reclaim_after": 50, "idle_warn_after": 40,
+           "idle_reclaim_after": 50, "warning_lead": 5}
+
+
+@pytest.fixture(scope="module")
+def hub(sim, tmp_path_factory):
+    child = start_web_hub(tmp_path_factory.mktemp("hub"), sim, **OPTIONS)
+    yield child
+    child.stop(grace=60)
+
+
+def tab(page, name: str):
+    return page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
+
+
+def saved_documents(sim) -> set[str]:
+    """The documents open in alice's saved JupyterLab workspaces (files in her home)."""
+    found: set[str] = set()
+    for f in (home(sim, "alice") / ".jupyter" / "lab" / "workspaces").glob("*.jupyterlab-workspace"):
+        data = json.loads(f.read_text()).get("data", {})
+        found |= {v["data"]["path"] for k, v in data.items() if k.startswith("notebook:")}
+    return found
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def reclaimed(hub, sim, browser):
+    """alice's GPU server, two notebooks open as JupyterLab tabs (the workspace saved by
+    JupyterLab in her home), reclaimed; yields its reclaim record."""
+    async with HubAPI.of(hub) as api:
+        await api.start("alice", "gpu-1")
+        await api.wait_ready("alice")
+        for path in (FIRST, LATEST):
+            async with api.session.put(f"{api.url}/user/alice/api/contents/{path}",
+                                       json={"type": "notebook", "format": "json", "content": NOTEBOOK}) as r:
+                assert r.status in (200, 201), await r.text()
+        page = await new_page(browser)
+        try:
+            await log_in(page, hub.info["url"], "alice")
+            await page.goto(f"{hub.info['url']}/user/alice/lab/tree/{FIRST}")
+            await expect(tab(page, FIRST)).to_be_visible(timeout=60_000)
+            # the second opened from the file browser, as she would
+            await page.locator(".jp-DirListing-item", has_text=LATEST).dblclick()
+            await expect(tab(page, LATEST)).to_be_visible(timeout=60_000)
+            await expect(tab(page, FIRST)).to_be_visible()
+            await until(lambda: saved_documents(sim) >= {FIRST, LATEST}, 30, "alice's workspace saved in her home")
+        finally:
+            await page.context.close()
+
+        def stopped():
+            with Store.open(hub.info["store"]) as store:
+                return next((r for r in store.reclaims() if r.session == "alice/" and r.outcome == "stopped"), None)
+
+        record = await until(stopped, OPTIONS["never_used_reclaim_after"] + 90, "alice's server reclaimed")
+        await until(lambda: _none(api.server("alice")), 60, "alice's server gone")
+        yield record
+
+
+async def _none(value):
+    return (await value) is None
+
+
+async def test_start_again_reopens_both_tabs(hub, sim, reclaimed, browser):
+    assert saved_documents(sim) >= {FIRST, LATEST}  # the workspace outlived the pod, in her home
+    page = await new_page(browser)
+    try:
+        await log_in(page, hub.info["url"], "alice")
+        await page.goto(f"{hub.info['url']}{PREFIX}")
+        row = page.locator(f'table.reclaims tr[data-reclaim="{reclaimed.id}"]')
+        await row.get_by_role("link", name="Start again").click()
+        await page.wait_for_url(re.compile(r"/hub/spawn/alice\?next="))
+        await page.get_by_label(GPU_PROFILE).check()
+        await page.get_by_role("button", name="Start").click()
+        await page.wait_for_url(re.compile(r"/user/alice/lab/tree/"), timeout=180_000)
+        for path in (FIRST, LATEST):
+            await expect(tab(page, path)).to_be_visible(timeout=60_000)
+        await expect(page.locator(".jp-NotebookPanel")).to_have_count(2)
+    finally:
+        await page.context.close()

@@ -21,6 +21,7 @@ SLOWEST_FIRST = (
     "tests/lab/test_save_before_stop.py",
     "tests/service/test_kernel_window_live.py",
     "tests/lab/test_way_back.py",
+    "tests/lab/test_workspace_back.py",
     "tests/lab/test_saving.py",
     "tests/integration/test_spawn.py",
     "tests/lab/test_kernel_window.py",

@@ -21,11 +21,10 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
-from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.browser import log_in, new_page
 from ..support.hubapi import HubAPI
-from ..support.service_hub import until
+from ..support.service_hub import reclaimed_and_gone
 from ..support.web_client import PREFIX, start_web_hub
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -70,17 +69,7 @@ async def reclaimed(hub):
         await asyncio.sleep(1.5)  # a later last activity
         await open_notebook(api, "alice", LATEST)
 
-        def stopped():
-            with Store.open(hub.info["store"]) as store:
-                return next((r for r in store.reclaims() if r.session == "alice/" and r.outcome == "stopped"), None)
-
-        record = await until(stopped, OPTIONS["never_used_reclaim_after"] + 90, "alice's server reclaimed")
-        await until(lambda: _none(api.server("alice")), 60, "alice's server gone")
-        yield record
-
-
-async def _none(value):
-    return (await value) is None
+        yield await reclaimed_and_gone(hub, api, "alice", OPTIONS["never_used_reclaim_after"] + 90)
 
 
 async def test_the_reclaim_record_keeps_what_was_running(reclaimed):

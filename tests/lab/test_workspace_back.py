@@ -17,11 +17,10 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
-from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.browser import log_in, new_page
 from ..support.hubapi import HubAPI
-from ..support.service_hub import until
+from ..support.service_hub import reclaimed_and_gone, until
 from ..support.sim_cluster import home
 from ..support.web_client import PREFIX, start_web_hub
 
@@ -80,17 +79,7 @@ async def reclaimed(hub, sim, browser):
         finally:
             await page.context.close()
 
-        def stopped():
-            with Store.open(hub.info["store"]) as store:
-                return next((r for r in store.reclaims() if r.session == "alice/" and r.outcome == "stopped"), None)
-
-        record = await until(stopped, OPTIONS["never_used_reclaim_after"] + 90, "alice's server reclaimed")
-        await until(lambda: _none(api.server("alice")), 60, "alice's server gone")
-        yield record
-
-
-async def _none(value):
-    return (await value) is None
+        yield await reclaimed_and_gone(hub, api, "alice", OPTIONS["never_used_reclaim_after"] + 90)
 
 
 async def test_start_again_reopens_both_tabs(hub, sim, reclaimed, browser):

@@ -139,3 +139,18 @@ async def until(check, timeout: float, what: str, interval: float = 0.5):
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:.0f} s: {what}")
         await asyncio.sleep(interval)
+
+
+async def reclaimed_and_gone(hub, api, user: str, timeout: float):
+    """The record of `user`'s default server stopped by a reclaim (within `timeout` s), once the
+    hub says the server is gone."""
+    def stopped():
+        with Store.open(hub.info["store"]) as store:
+            return next((r for r in store.reclaims() if r.session == f"{user}/" and r.outcome == "stopped"), None)
+
+    async def gone():
+        return await api.server(user) is None
+
+    record = await until(stopped, timeout, f"{user}'s server reclaimed")
+    await until(gone, 60, f"{user}'s server gone")
+    return record

@@ -44,6 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reach", metavar="PORT", type=port, action="append", default=[],
                         help="with --plane real: offer this port of the machine's loopback to the cluster's pods, "
                              "at an address an EndpointSlice may name (the info file's `reached`); repeatable")
+    parser.add_argument("--control-plane", metavar="DIR", type=Path,
+                        help="with --plane real: run on the control plane already running from DIR (its "
+                             "admin.kubeconfig and pki/), in this network, instead of starting one: the run "
+                             "adds its nodes and namespaces and deletes them when it stops (a test worker's)")
     parser.add_argument("--mode", choices=["process", "stub"],
                         help="override the scenario's run mode for pods")
     parser.add_argument("--api-port", type=port, help="override the API server's port (with --plane real: "
@@ -113,7 +117,7 @@ def run_cluster(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"jupyterhub-gpu-reclaim-sim run: --publish: {e}", file=sys.stderr)
         return 2
-    for option, given in (("--publish", publish), ("--reach", args.reach)):
+    for option, given in (("--publish", publish), ("--reach", args.reach), ("--control-plane", args.control_plane)):
         if given and args.plane != "real":
             print(f"jupyterhub-gpu-reclaim-sim run: {option} needs --plane real", file=sys.stderr)
             return 2
@@ -126,7 +130,7 @@ def run_cluster(args: argparse.Namespace) -> int:
         from .realcluster import RealCluster
 
         cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0, publish=publish,
-                              reach=args.reach)
+                              reach=args.reach, control_plane=args.control_plane)
     else:
         from .cluster import Cluster
 

@@ -48,6 +48,7 @@ from .scenario import Scenario
 log = logging.getLogger("gpu_reclaim_sim.realcluster")
 
 NAMESPACE_READY_S = 60.0
+NAMESPACE_GONE_S = 120.0
 NO_NAMESPACE = ("not root: the cluster stays on this machine's loopback. Pods get loopback addresses, "
                 "which the real API server refuses in EndpointSlices, so Services have no endpoints; "
                 "run as root for a network namespace of the run's own")
@@ -80,11 +81,16 @@ class RealCluster:
     api_port: int = 0  # where programs outside reach the API server (0: a free port)
     publish: list[Published] = field(default_factory=list)  # Services offered on the machine's loopback
     reach: list[int] = field(default_factory=list)  # ports of the loopback the run started on, for its pods
+    # a control plane already running (its folder), shared with the runs before and after this
+    # one, in the network the run starts in: the run adds its nodes and namespaces, and takes
+    # them away when it stops (a test worker's, one module after another)
+    control_plane: Path | None = None
     plane: ControlPlane | None = None
     agent: NodeAgent | None = None
     relays: dict[str, Relay] = field(default_factory=dict)  # "api", "control" from outside; published Services
     outward: dict[int, Relay] = field(default_factory=dict)  # each port of `reach`'s, inside
     _admin: k8s.ApiClient | None = None
+    _made: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) of what the run added to the cluster
 
     async def start(self) -> None:
         """Everything up; on a failure, what was started is stopped."""
@@ -97,9 +103,12 @@ class RealCluster:
     async def _start(self) -> None:
         self._network()  # first: before any thread or socket (a namespace is per thread)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        plane = self.plane = ControlPlane(self.data_dir / "controlplane",
-                                          port=0 if "api" in self.relays else self.api_port)
-        await asyncio.to_thread(plane.start)
+        if self.control_plane is not None:
+            plane = self.plane = ControlPlane.running(self.control_plane)
+        else:
+            plane = self.plane = ControlPlane(self.data_dir / "controlplane",
+                                              port=0 if "api" in self.relays else self.api_port)
+            await asyncio.to_thread(plane.start)
         self._admin = await k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
         await self._set_up(self._admin)
         version = await asyncio.to_thread(plane.version)
@@ -119,7 +128,7 @@ class RealCluster:
     def _network(self) -> None:
         # bound first, in the namespace the run starts in (outside its own, if it makes one)
         self.relays = {str(p): Relay(p.port) for p in self.publish}
-        if namespace.inside():  # loopback is shared with the programs that started the run
+        if namespace.inside() or self.control_plane is not None:  # loopback is shared with the programs that started the run
             self.outward = {port: Relay(0, namespace.API_SERVER_ADDRESS) for port in self.reach}
             return
         if not namespace.available():
@@ -135,18 +144,39 @@ class RealCluster:
     async def _set_up(self, admin: k8s.ApiClient) -> None:
         core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
         for name in self.scenario.namespaces:
-            await _create(core.create_namespace({"metadata": {"name": name}}))  # type: ignore[arg-type]
+            async with asyncio.timeout(NAMESPACE_GONE_S):  # an earlier run's, still being emptied
+                await _gone(core, name, terminating_only=True)
+            if await _create(core.create_namespace({"metadata": {"name": name}})):  # type: ignore[arg-type]
+                self._made.append(("namespace", name))
         for pc in self.scenario.priority_classes:
-            await _create(scheduling.create_priority_class({  # type: ignore[arg-type]
+            if await _create(scheduling.create_priority_class({  # type: ignore[arg-type]
                 "metadata": {"name": pc["name"]}, "value": pc["value"],
                 "globalDefault": pc.get("globalDefault", False), "description": pc.get("description", ""),
-                "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority")}))
+                "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority")})):
+                self._made.append(("priorityclass", pc["name"]))
         async with asyncio.timeout(NAMESPACE_READY_S):
             for name in self.scenario.namespaces:
                 await _ready(core, name)
         if self.scenario.placeholders or any(g.autoscaler for g in self.scenario.node_groups):
             log.warning("the scenario's placeholders and autoscaler are the old simulator's (--plane model): "
                         "not started on the real control plane")
+
+    async def _leave(self, admin: k8s.ApiClient) -> None:
+        """What the run added taken away: its namespaces with all in them, while its nodes still
+        run their pods' ends (the namespace controller deletes the pods; the node agent stops
+        them), and its priority classes. Namespaces it found (`default`) keep what is in them."""
+        core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
+        namespaces = [name for kind, name in self._made if kind == "namespace"]
+        for name in namespaces:
+            await _deleted(core.delete_namespace(name))
+        for name in (name for kind, name in self._made if kind == "priorityclass"):
+            await _deleted(scheduling.delete_priority_class(name))
+        try:
+            async with asyncio.timeout(NAMESPACE_GONE_S):
+                for name in namespaces:
+                    await _gone(core, name)
+        except TimeoutError:
+            log.warning("namespaces %s not gone after %.0f s: the next run waits for them", namespaces, NAMESPACE_GONE_S)
 
     def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
         """Where a connection to `published` goes: its Service's load-balancer address, else its
@@ -184,8 +214,13 @@ class RealCluster:
     async def stop(self) -> None:
         for relay in (*self.relays.values(), *self.outward.values()):
             await relay.stop()
+        if self.control_plane is not None and self._admin is not None:
+            await self._leave(self._admin)
         if self.agent is not None:
             await self.agent.stop()
+        if self.control_plane is not None and self._admin is not None and self.agent is not None:
+            for name in self.agent.registrations:
+                await _deleted(k8s.CoreV1Api(self._admin).delete_node(name))
         if self._admin is not None:
             await self._admin.close()
         if self.plane is not None:
@@ -226,13 +261,15 @@ class RealCluster:
         }
 
 
-async def _create(request: Any) -> None:
-    """An object the cluster needs, left as it is if there."""
+async def _create(request: Any) -> bool:
+    """An object the cluster needs, left as it is if there; whether this made it."""
     try:
         await request
     except ApiException as e:
         if e.status != 409:
             raise
+        return False
+    return True
 
 
 async def _ready(core: k8s.CoreV1Api, name: str) -> None:
@@ -245,3 +282,26 @@ async def _ready(core: k8s.CoreV1Api, name: str) -> None:
         if accounts.items and roots.items:
             return
         await asyncio.sleep(0.1)
+
+
+async def _deleted(request: Any) -> None:
+    """An object deleted, or gone already."""
+    try:
+        await request
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+async def _gone(core: k8s.CoreV1Api, name: str, terminating_only: bool = False) -> None:
+    """Until namespace `name` is no more (with `terminating_only`, unless it is there to stay)."""
+    while True:
+        try:
+            found = await core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        if terminating_only and found.status.phase != "Terminating":
+            return
+        await asyncio.sleep(0.2)

@@ -22,6 +22,7 @@ from gpu_reclaim_sim.paths import REPO
 
 from .support import live, order
 from .support.browser import CHROMIUM, CHROMIUM_ARGS
+from .support.controlplane import control_plane  # noqa: F401 (the worker's, for every module)
 from .support.live import api_fixture, hub_fixture, hub_major, sim_fixture
 
 # the suite's kinds (docs/architecture.md#the-tests), from a test's folder and its

@@ -27,11 +27,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from ..network import namespace
 from ..paths import REPO
 from .credentials import Authority, Issued
 
 READY_TIMEOUT_S = 120.0
+ADMIN = "admin"  # the admin's certificate's file name in the CA's folder
 NOWHERE = "192.0.2.1"  # the advertise address outside the run's network namespace
 COMPONENTS = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 # what the API server's audit log records: every request of a pod's ServiceAccount (the hub's,
@@ -83,10 +86,13 @@ class Component:
 @dataclass
 class ControlPlane:
     """The control plane of one run, in `work` (0700: it holds the keys). `start` blocks
-    until each component is ready (from async code: `asyncio.to_thread`)."""
+    until each component is ready (from async code: `asyncio.to_thread`). `running(work)` is
+    one another process started there (a test worker's, shared by the clusters its modules
+    run one after another): its CA, admin and address; stopping it stops nothing."""
     work: Path
     bin_dir: Path = field(default_factory=binaries)
     port: int = 0  # the API server's (0: a free one)
+    started_elsewhere: bool = False
     authority: Authority = field(init=False)
     server: str = ""
     admin: Issued = field(init=False)  # the admin's client certificate (system:masters)
@@ -95,10 +101,21 @@ class ControlPlane:
     components: list[Component] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.authority = Authority.create(self.work / "pki")
         self.admin_kubeconfig = self.work / "admin.kubeconfig"
         self.audit_log = self.work / "audit.log"
+        if self.started_elsewhere:
+            self.authority = Authority(self.work / "pki")
+            self.admin = Issued(self.authority.directory / f"{ADMIN}.crt", self.authority.directory / f"{ADMIN}.key")
+            self.server = yaml.safe_load(self.admin_kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+            return
+        self.work.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.authority = Authority.create(self.work / "pki")
+
+    @classmethod
+    def running(cls, work: Path) -> "ControlPlane":
+        if not (work / "admin.kubeconfig").is_file():
+            raise ControlPlaneError(f"no control plane in {work}: its admin.kubeconfig is missing")
+        return cls(work, started_elsewhere=True)
 
     def tls(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.authority.cert))
@@ -149,7 +166,7 @@ class ControlPlane:
             f"--audit-log-path={self.audit_log}", "--audit-log-format=json", "--audit-log-mode=blocking",
             "--audit-log-maxsize=100", "--audit-log-maxbackup=1",  # MB: a demo may run for days
         ])
-        self.admin = pki.issue("admin", "admin", ("system:masters",))
+        self.admin = pki.issue(ADMIN, "admin", ("system:masters",))
         pki.kubeconfig(self.admin_kubeconfig, self.server, "admin", client=self.admin)
         self._wait(apiserver, f"{self.server}/readyz", self.tls(), self._admin_tls())
 

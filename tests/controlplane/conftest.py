@@ -12,7 +12,6 @@ from kubernetes import client as k8s
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 
 from ..support.controlplane import NodeAgentProcess, admin_api, namespace, running_agent
-from ..support.controlplane import control_plane  # noqa: F401 (the fixture, for every module here)
 
 
 @pytest.fixture(scope="module")

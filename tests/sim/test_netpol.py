@@ -41,11 +41,11 @@ needs_dataplane = pytest.mark.skipif(bool(UNAVAILABLE), reason=f"the simulator's
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory):
+def sim(control_plane, tmp_path_factory):
     if UNAVAILABLE:
         pytest.skip(f"the simulator's data plane needs root, nftables and cgroup2: {UNAVAILABLE}")
     workdir = tmp_path_factory.mktemp("netpol")
-    with sim_running(workdir, SCENARIO) as child:
+    with sim_running(workdir, SCENARIO, control_plane) as child:
         child.info["control_dir"] = workdir / "control"
         child.info["control_dir"].mkdir()
         yield child

@@ -48,8 +48,8 @@ SCENARIO = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    with sim_running(tmp_path_factory.mktemp("workloads"), SCENARIO) as child:
+def cluster(control_plane, tmp_path_factory):
+    with sim_running(tmp_path_factory.mktemp("workloads"), SCENARIO, control_plane) as child:
         yield child
 
 

@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.launch import free_port, start_hub, start_sim
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, REPO
 
@@ -26,14 +27,15 @@ def hub_major() -> int:
     return int(HUB_VERSION.split(".")[0])
 
 
-def start_test_sim(workdir: Path):
-    """The demo's cluster in process mode, with fast image pulls so tests stay quick."""
+def start_test_sim(workdir: Path, plane: ControlPlane):
+    """The demo's cluster in process mode, with fast image pulls so tests stay quick, on the
+    worker's real control plane (its nodes and namespaces taken away when it stops)."""
     scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
     scenario["bandwidth"] = "2GB/s"       # the 5 GB GPU image in 2.5 s
     scenario["gpu"] = {"collectionInterval": "1s"}
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    return start_sim(workdir, path)
+    return start_sim(workdir, path, plane="real", extra_args=["--control-plane", str(plane.work)])
 
 
 def sim_fixture(scope: str):
@@ -42,8 +44,8 @@ def sim_fixture(scope: str):
     cluster as they found it: their servers stopped, so their pods gone."""
 
     @pytest.fixture(scope=scope)
-    def sim(tmp_path_factory):
-        child = start_test_sim(tmp_path_factory.mktemp("sim"))
+    def sim(control_plane, tmp_path_factory):
+        child = start_test_sim(tmp_path_factory.mktemp("sim"), control_plane)
         yield child
         child.stop()
 

@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.launch import Child, start_sim
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
@@ -34,10 +35,11 @@ def notebook_scenario(name: str, ns: str) -> dict[str, Any]:
 
 
 @contextmanager
-def sim_running(workdir: Path, scenario: dict[str, Any]) -> Iterator[Child]:
-    """The simulator running `scenario` in `workdir`, stopped at the end."""
+def sim_running(workdir: Path, scenario: dict[str, Any], plane: ControlPlane) -> Iterator[Child]:
+    """The simulator running `scenario` in `workdir` on the worker's control plane, stopped at
+    the end (its nodes and namespaces with it)."""
     (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, workdir / "scenario.yaml")
+    child = start_sim(workdir, workdir / "scenario.yaml", plane="real", extra_args=["--control-plane", str(plane.work)])
     try:
         yield child
     finally:
@@ -50,8 +52,8 @@ def sim_fixtures(scenario: dict[str, Any]):
     API on it."""
 
     @pytest.fixture(scope="module")
-    def sim(tmp_path_factory):
-        with sim_running(tmp_path_factory.mktemp(scenario["name"]), scenario) as child:
+    def sim(control_plane, tmp_path_factory):
+        with sim_running(tmp_path_factory.mktemp(scenario["name"]), scenario, control_plane) as child:
             yield child
 
     @pytest.fixture(scope="module")

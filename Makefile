@@ -33,7 +33,7 @@ test: setup
 	$(VENV_JH5)/bin/python scripts/venv_packages.py check
 
 benchmarks: setup
-	$(VENV)/bin/python benchmarks/sim_scale.py
+	$(VENV)/bin/python benchmarks/controlplane_startup.py
 	$(VENV)/bin/python benchmarks/backtest_speed.py
 	$(VENV)/bin/python benchmarks/service_cycle.py
 	$(VENV)/bin/python benchmarks/store_queries.py

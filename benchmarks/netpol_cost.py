@@ -46,11 +46,8 @@ if str(REPO) not in sys.path:
 
 from gpu_reclaim_sim.kubelet import cgroups  # noqa: E402
 from gpu_reclaim_sim.network import netpol, nftables  # noqa: E402
-from gpu_reclaim_sim.controllers.endpoints import SERVICE_NAME_LABEL  # noqa: E402
 from gpu_reclaim_sim.network.addresses import free_pod_cidr  # noqa: E402
-from gpu_reclaim_sim.network.proxy import SLICE, SVC, ServiceProxy  # noqa: E402
-from gpu_reclaim_sim.resources import BY_KIND  # noqa: E402
-from gpu_reclaim_sim.store import Store  # noqa: E402
+from gpu_reclaim_sim.network.proxy import SERVICE_NAME_LABEL, SLICE, SVC, ServiceProxy  # noqa: E402
 
 NON_PRIVATE = {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
                                                            "169.254.169.254/32"]}}
@@ -174,17 +171,32 @@ def connect_times(cgroup: Path | None, host: str, port: int, n: int) -> list[flo
     return json.loads(out)
 
 
+class FixedObjects:
+    """One Service and its EndpointSlice that never change, as the node agent's mirror of the
+    API (sim.nodeagent.nodeservices.ApiMirror) offers them to the proxy."""
+
+    def __init__(self, objects: dict[str, list[dict]]) -> None:
+        self._objects = objects
+
+    def objects(self, rtype: Any) -> list[dict]:
+        return self._objects.get(rtype.plural, [])
+
+    def find(self, rtype: Any, namespace: str | None, name: str) -> dict | None:
+        return next((o for o in self.objects(rtype) if o["metadata"]["name"] == name), None)
+
+    def subscribe(self, rtype: Any, callback: Any) -> Any:
+        return lambda: None
+
+
 def userspace_proxy(frontend: str, backend: tuple[str, int]) -> tuple[asyncio.AbstractEventLoop, Any]:
     """sim.proxy's forwarder for one Service, on a loop of its own."""
-    store = Store()
-    store.create(BY_KIND["Namespace"], {"metadata": {"name": "jhub"}})
-    store.create(SVC, {"metadata": {"name": "web", "namespace": "jhub"},
-                       "spec": {"clusterIP": frontend, "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}})
-    store.create(SLICE, {"metadata": {"name": "web-x", "namespace": "jhub", "labels": {SERVICE_NAME_LABEL: "web"}},
-                         "endpoints": [{"addresses": [backend[0]], "conditions": {"ready": True}}],
-                         "ports": [{"name": "http", "port": backend[1], "protocol": "TCP"}]})
+    service = {"metadata": {"name": "web", "namespace": "jhub"},
+               "spec": {"clusterIP": frontend, "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}
+    endpoints = {"metadata": {"name": "web-x", "namespace": "jhub", "labels": {SERVICE_NAME_LABEL: "web"}},
+                 "endpoints": [{"addresses": [backend[0]], "conditions": {"ready": True}}],
+                 "ports": [{"name": "http", "port": backend[1], "protocol": "TCP"}]}
     loop = asyncio.new_event_loop()
-    proxy = ServiceProxy(type("Cluster", (), {"store": store})())
+    proxy = ServiceProxy(FixedObjects({SVC.plural: [service], SLICE.plural: [endpoints]}))
     threading.Thread(target=loop.run_forever, daemon=True).start()
     asyncio.run_coroutine_threadsafe(proxy.start(), loop).result(10)
     deadline = time.monotonic() + 10

@@ -1,251 +1,307 @@
-"""The whole simulated cluster: store, API server, scheduler, kubelets, autoscaler,
-placeholders, GPUs and the control endpoint, wired together and started in one loop.
+"""`jupyterhub-gpu-reclaim-sim run`: a scenario's cluster on the real Kubernetes control plane,
+in one asyncio process: etcd, kube-apiserver, kube-scheduler and
+kube-controller-manager as child processes (sim.controlplane), and the node agent
+(sim.nodeagent) for the scenario's nodes, with their GPUs, control endpoint, Services,
+NetworkPolicies and volumes.
 
-Every component gets this object and reads what it needs from it:
-- `store` (sim.store.Store) and `events` (sim.events.EventRecorder);
-- `scenario` (sim.scenario.Scenario), `data_dir` (Path; PVCs, pod logs);
-- `images` (sim.kubelet.images.ImageRegistry), `network` (sim.network.addresses.PodNetwork),
-  `gpus` (sim.gpu.gpus.GpuFleet);
-- `gc` (sim.controllers.gc.GarbageCollector: also the index of who owns what), the workload,
-  endpoints, load-balancer and volume controllers, `dataplane` (sim.network.dataplane.DataPlane:
-  kube-proxy and NetworkPolicy) and `hosts` (sim.kubelet.names.HostsFiles, the pods' /etc/hosts);
-- `create(rtype, obj, namespace)`: the one create path, validation, defaulting and
-  admission, for API requests and for what the controllers make;
-- `service_account_token(...)`: the TokenRequest the kubelet makes for a pod's token.
+What a cluster's admin sets up after `kubeadm init` comes through the API: the scenario's
+namespaces (each ready for pods: its default ServiceAccount and `kube-root-ca.crt` made by the
+controller-manager) and priority classes; the agent installs the default StorageClass with
+its provisioner. The run's kubeconfig is the admin's (`system:masters`, a client certificate
+of the run's CA) in the scenario's own namespace.
+
+Addresses (sim.network.namespace): a run started inside a run's network namespace (a test
+worker's) stays there. Otherwise, as root, it makes one of its own, so that pods and Services
+get the addresses a real cluster gives them; programs outside reach its API server and control
+endpoint through ports of the machine's loopback bound before it entered (sim.network.relay),
+which its info and kubeconfig name; `--publish` offers a Service there too (a browser's way to
+the z2jh release's proxy-public). The other way, `--reach PORT` offers a port of the loopback
+the run started on at the node network's address inside (its info's `reached`), which an
+EndpointSlice may name (the demo's Prometheus as the release's service finds it). Without root
+it stays on the machine's loopback and says what does not work there.
+
+`--control-plane DIR` runs on a control plane already running (a test worker's): the run adds
+its nodes, namespaces and priority classes to it and takes them away when it stops.
+
+Not yet: the scenario's autoscaler and placeholders.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import secrets
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import yaml
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.rest import ApiException
 
-from . import paths
-from .rbac import authn, serviceaccounts
-from .admission.pipeline import admit_create
-from .apiserver.server import ApiServer
-from .controllers.autoscaler import Autoscaler
-from .control import ControlServer
-from .controllers.daemonsets import DaemonSetController
-from .network.dataplane import DataPlane
-from .controllers.deployments import DeploymentController, ReplicaSetController
-from .controllers.endpoints import EndpointsController
-from .events import EventRecorder
-from .controllers.gc import GarbageCollector
-from .gpu.gpus import GpuFleet
-from .kubelet.images import ImageRegistry
-from .kubelet.kubelet import Kubelet
-from .network.loadbalancers import LoadBalancerController
-from .kubelet.names import HostsFiles
-from .network.addresses import PodNetwork
-from .api.storageclasses import default_storage_class
-from .controllers.persistentvolumes import VolumeController
-from .controllers.placeholders import PlaceholderController
-from .rbac.authorizer import RBAC_KINDS
-from .rbac.escalation import confirm_no_escalation
-from .resources import BY_KIND, ResourceType
-from .scenario import NodeGroup, Scenario
-from .scheduler.scheduler import Scheduler
-from .rbac.serviceaccounts import ServiceAccountController
-from .controllers.statefulsets import StatefulSetController
-from .store import Filter, Obj, Store
+from .controlplane.components import ControlPlane
+from .network import namespace
+from .network.relay import Outward, Relay
+from .nodeagent.agent import NodeAgent
+from .scenario import Scenario
 
-log = logging.getLogger("gpu_reclaim_sim")
+log = logging.getLogger("gpu_reclaim_sim.cluster")
+
+NAMESPACE_READY_S = 60.0
+NAMESPACE_GONE_S = 120.0
+NO_NAMESPACE = ("not root: the cluster stays on this machine's loopback. Pods get loopback addresses, "
+                "which the real API server refuses in EndpointSlices, so Services have no endpoints; "
+                "run as root for a network namespace of the run's own")
 
 
+@dataclass(frozen=True)
+class Published:
+    """A Service's port offered at a port of the machine's loopback, as a cloud's load balancer
+    offers one to the world (`run --publish PORT=NAMESPACE/SERVICE:PORT`)."""
+    port: int
+    namespace: str
+    service: str
+    service_port: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Published":
+        m = re.fullmatch(r"(\d+)=([a-z0-9-]+)/([a-z0-9-]+):(\d+)", text)
+        if not m or not 0 < int(m.group(1)) < 65536 or not 0 < int(m.group(4)) < 65536:
+            raise ValueError(f"{text!r} is not PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)")
+        return cls(int(m.group(1)), m.group(2), m.group(3), int(m.group(4)))
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.service}:{self.service_port}"
+
+
+@dataclass
 class Cluster:
-    def __init__(self, scenario: Scenario, data_dir: str | Path, *, token: str | None = None) -> None:
-        self.scenario = scenario
-        self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.token = token or secrets.token_urlsafe(24)
-        self.store = Store(history_limit=scenario.history_limit)
-        self.events = EventRecorder(self.store)
-        self.images = ImageRegistry(scenario)
-        self.network = PodNetwork(scenario.pod_network, service_cidr=scenario.service_network)
-        self.store.service_cidr = self.network.services
-        self.gpus = GpuFleet(scenario)
-        self.apiserver = ApiServer(self)
-        self.serviceaccounts = ServiceAccountController(self.store, self.create, self.apiserver.ca_pem)
-        self.control = ControlServer(self.gpus, self.token, self._pod_uid, scenario.control_host, scenario.control_port)
-        self.scheduler = Scheduler(self, names=scenario.scheduler_names)
-        self.autoscaler = Autoscaler(self)
-        self.placeholders = PlaceholderController(self)
-        # kube-controller-manager's controllers, the cloud's load balancers, kube-proxy
-        self.gc = GarbageCollector(self)
-        self.controllers = [
-            self.gc, ReplicaSetController(self, self.gc), DeploymentController(self, self.gc),
-            StatefulSetController(self, self.gc), DaemonSetController(self, self.gc),
-            EndpointsController(self, self.gc), LoadBalancerController(self), VolumeController(self),
-        ]
-        self.dataplane = DataPlane(self)
-        self.hosts = HostsFiles(self.store)
-        self.kubelets: dict[str, Kubelet] = {}
-        self._node_counter: dict[str, int] = {}
-        self._event_expiry: asyncio.Task | None = None
-        self._pod_router: asyncio.Task | None = None
-        self.started = False
-
-    # --- objects ---------------------------------------------------------------------
-
-    def create(self, rtype: ResourceType, obj: Obj, namespace: str | None = None, *,
-               user: authn.UserInfo | None = None, schema_valid: bool = False, dry_run: bool = False) -> Obj:
-        """The one way an object is created, for the API and the controllers alike:
-        admission (`schema_valid`: the API's decoder has checked the schema), then for a
-        request's `user` the RBAC registry's escalation check, then the store (not for a
-        `dry_run`). Returns the object as stored (or as it would be)."""
-        prepared = admit_create(self.store, rtype, obj, namespace, schema_valid=schema_valid)
-        if user is not None and rtype.kind in RBAC_KINDS:
-            confirm_no_escalation(self.apiserver.authorizer, user, rtype.kind, prepared)
-        return prepared if dry_run else self.store.create(rtype, prepared, namespace)
-
-    # --- nodes -----------------------------------------------------------------------
-
-    def group(self, name: str) -> NodeGroup:
-        for g in self.scenario.node_groups:
-            if g.name == name:
-                return g
-        raise KeyError(name)
-
-    async def add_node(self, group: NodeGroup) -> str:
-        """Start a kubelet for a new node of `group`; it registers the Node object."""
-        index = self._node_counter.get(group.name, 0) + 1
-        self._node_counter[group.name] = index
-        name = f"{group.name}-{index}"
-        kubelet = Kubelet(self, name, group)
-        self.kubelets[name] = kubelet
-        await kubelet.start()
-        return name
-
-    async def remove_node(self, name: str) -> None:
-        kubelet = self.kubelets.pop(name)
-        await kubelet.stop(delete_node=True)
-
-    async def _route_pods(self) -> None:
-        """Hand each change of a bound pod to its node's kubelet."""
-        watch = self.store.watch(Filter(BY_KIND["Pod"]))
-        try:
-            async for type_, pod in watch:
-                kubelet = self.kubelets.get(pod.get("spec", {}).get("nodeName") or "")
-                if kubelet is not None:
-                    kubelet.on_pod(type_, pod)
-        finally:
-            watch.close()
-
-    # --- lifecycle -------------------------------------------------------------------
+    scenario: Scenario
+    data_dir: Path
+    api_port: int = 0  # where programs outside reach the API server (0: a free port)
+    publish: list[Published] = field(default_factory=list)  # Services offered on the machine's loopback
+    reach: list[int] = field(default_factory=list)  # ports of the loopback the run started on, for its pods
+    # a control plane already running (its folder), shared with the runs before and after this
+    # one, in the network the run starts in: the run adds its nodes and namespaces, and takes
+    # them away when it stops (a test worker's, one module after another)
+    control_plane: Path | None = None
+    plane: ControlPlane | None = None
+    agent: NodeAgent | None = None
+    relays: dict[str, Relay] = field(default_factory=dict)  # "api", "control" from outside; published Services
+    outward: dict[int, Relay] = field(default_factory=dict)  # each port of `reach`'s, inside
+    _admin: k8s.ApiClient | None = None
+    _made: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) of what the run added to the cluster
 
     async def start(self) -> None:
-        for controller in self.controllers:
-            await controller.start()
-        if self.store.find(BY_KIND["StorageClass"], None, default_storage_class()["metadata"]["name"]) is None:
-            self.create(BY_KIND["StorageClass"], default_storage_class())
-        for ns in self.scenario.namespaces:
-            if self.store.find(BY_KIND["Namespace"], None, ns) is None:
-                self.create(BY_KIND["Namespace"], {"metadata": {"name": ns}})
+        """Everything up; on a failure, what was started is stopped."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        self._network()  # first: before any thread or socket (a namespace is per thread)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.control_plane is not None:
+            plane = self.plane = ControlPlane.running(self.control_plane)
+        else:
+            plane = self.plane = ControlPlane(self.data_dir / "controlplane",
+                                              port=0 if "api" in self.relays else self.api_port)
+            await asyncio.to_thread(plane.start)
+        self._admin = await k8s_config.new_client_from_config(str(plane.admin_kubeconfig))
+        await self._set_up(self._admin)
+        version = await asyncio.to_thread(plane.version)
+        self.agent = NodeAgent(self.scenario, plane.server, plane.authority, version, self.data_dir)
+        await self.agent.start()
+        for name, url in (("api", plane.server), ("control", self._control_url())):
+            if name in self.relays:
+                target = urlsplit(url)
+                await self.relays[name].start(target.hostname or "127.0.0.1", target.port or 0)
+        for published in self.publish:
+            await self.relays[str(published)].start_to(self._address_of(published))
+        for port, relay in self.outward.items():
+            await relay.start("127.0.0.1", port)
+        log.info("cluster %r up on the real control plane: API %s, control %s", self.scenario.name,
+                 self.api_url(), self.control_url())
+
+    def _network(self) -> None:
+        # bound first, in the namespace the run starts in (outside its own, if it makes one)
+        self.relays = {str(p): Relay(p.port) for p in self.publish}
+        if namespace.inside() or self.control_plane is not None:  # loopback is shared with the programs that started the run
+            self.outward = {port: Relay(0, namespace.API_SERVER_ADDRESS) for port in self.reach}
+            return
+        if not namespace.available():
+            log.warning("%s", NO_NAMESPACE)
+            return
+        # bound while still outside: they stay outside, and lead in
+        self.relays.update(api=Relay(self.api_port), control=Relay(self.scenario.control_port))
+        namespace.enter()
+        origin = namespace.origin()
+        assert origin is not None
+        self.outward = {port: Outward(namespace.API_SERVER_ADDRESS, origin) for port in self.reach}
+
+    async def _set_up(self, admin: k8s.ApiClient) -> None:
+        core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
+        for name in self.scenario.namespaces:
+            async with asyncio.timeout(NAMESPACE_GONE_S):  # an earlier run's, still being emptied
+                await _gone(core, name, terminating_only=True)
+            if await _create(core.create_namespace({"metadata": {"name": name}})):  # type: ignore[arg-type]
+                self._made.append(("namespace", name))
         for pc in self.scenario.priority_classes:
-            self.create(BY_KIND["PriorityClass"], {
-                "metadata": {"name": pc["name"]},
-                "value": pc["value"],
-                "globalDefault": pc.get("globalDefault", False),
-                "description": pc.get("description", ""),
-                "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority"),
-            })
-        self._pod_router = asyncio.create_task(self._route_pods())
-        await self.dataplane.start()
-        await self.apiserver.start()
-        await self.control.start()
-        await self.gpus.start()
-        for group in self.scenario.node_groups:
-            for _ in range(group.count):
-                await self.add_node(group)
-        await self.scheduler.start()
-        await self.autoscaler.start()
-        await self.placeholders.start()
-        self._event_expiry = asyncio.create_task(self.events.expire_forever(self.scenario.event_ttl))
-        self.started = True
-        log.info("simulated cluster %r up: API %s, control %s",
-                 self.scenario.name, self.apiserver.url, self.control.url)
+            if await _create(scheduling.create_priority_class({  # type: ignore[arg-type]
+                "metadata": {"name": pc["name"]}, "value": pc["value"],
+                "globalDefault": pc.get("globalDefault", False), "description": pc.get("description", ""),
+                "preemptionPolicy": pc.get("preemptionPolicy", "PreemptLowerPriority")})):
+                self._made.append(("priorityclass", pc["name"]))
+        async with asyncio.timeout(NAMESPACE_READY_S):
+            for name in self.scenario.namespaces:
+                await _ready(core, name)
+        if self.scenario.placeholders or any(g.autoscaler for g in self.scenario.node_groups):
+            log.warning("the scenario's placeholders and autoscaler are not started (not yet on the real "
+                        "control plane)")
+
+    async def _leave(self, admin: k8s.ApiClient) -> None:
+        """What the run added taken away: its namespaces with all in them, while its nodes still
+        run their pods' ends (the namespace controller deletes the pods; the node agent stops
+        them), and its priority classes. Namespaces it found (`default`) keep what is in them."""
+        core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
+        namespaces = [name for kind, name in self._made if kind == "namespace"]
+        for name in namespaces:
+            await _deleted(core.delete_namespace(name))
+        for name in (name for kind, name in self._made if kind == "priorityclass"):
+            await _deleted(scheduling.delete_priority_class(name))
+        try:
+            async with asyncio.timeout(NAMESPACE_GONE_S):
+                for name in namespaces:
+                    await _gone(core, name)
+        except TimeoutError:
+            log.warning("namespaces %s not gone after %.0f s: the next run waits for them", namespaces, NAMESPACE_GONE_S)
+
+    def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
+        """Where a connection to `published` goes: its Service's load-balancer address, else its
+        cluster IP, as the Service is at that moment."""
+        async def address() -> tuple[str, int]:
+            assert self._admin is not None
+            try:
+                svc = await k8s.CoreV1Api(self._admin).read_namespaced_service(published.service, published.namespace)
+            except ApiException as e:
+                raise LookupError(f"service {published}: {e.reason}") from None
+            ingress = [i.ip for i in (svc.status.load_balancer.ingress or []) if i.ip] \
+                if svc.status and svc.status.load_balancer else []
+            return (ingress or [svc.spec.cluster_ip])[0], published.service_port
+        return address
+
+    def _control_url(self) -> str:
+        return self._control_urls()[0]
+
+    def _control_urls(self) -> list[str]:
+        return list(self.agent.control.urls.values()) if self.agent and self.agent.control else [""]
+
+    def api_url(self) -> str:
+        """The API server as programs that started the run reach it."""
+        assert self.plane is not None
+        return f"https://127.0.0.1:{self.relays['api'].port}" if "api" in self.relays else self.plane.server
+
+    def control_url(self) -> str:
+        return f"http://127.0.0.1:{self.relays['control'].port}" if "control" in self.relays else self._control_url()
+
+    def reached(self) -> dict[str, str]:
+        """Where the cluster's pods reach each port of `reach` (without a namespace: at itself)."""
+        return {str(port): f"{namespace.API_SERVER_ADDRESS}:{self.outward[port].port}" if self.outward
+                else f"127.0.0.1:{port}" for port in self.reach}
 
     async def stop(self) -> None:
-        for task in (self._event_expiry, self._pod_router):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        await self.placeholders.stop()
-        for controller in reversed(self.controllers):
-            await controller.stop()
-        await self.autoscaler.stop()
-        await self.scheduler.stop()
-        await asyncio.gather(*(k.stop(delete_node=False) for k in self.kubelets.values()))
-        await self.gpus.stop()
-        await self.control.stop()
-        await self.apiserver.stop()
-        await self.dataplane.stop()
-        self.hosts.close()
-        self.store.close()
-        self.network.close()
-        self.started = False
-
-    def _pod_uid(self, namespace: str, pod: str) -> str | None:
-        found = self.store.find(BY_KIND["Pod"], namespace, pod)
-        return found["metadata"]["uid"] if found else None
-
-    def pod_log_path(self, namespace: str, pod: str, container: str, previous: bool = False) -> Path:
-        return paths.pod_log_path(self.data_dir, namespace, pod, container, previous)
-
-    def service_account_token(self, namespace: str, name: str, *, pod: Obj, expiration_seconds: int,
-                              audience: str | None) -> str:
-        """A token of the service account `name`, bound to `pod`: the TokenRequest the
-        kubelet makes to fill a projected `serviceAccountToken` volume source."""
-        spec = {"expirationSeconds": expiration_seconds, "audiences": [audience] if audience else [],
-                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod["metadata"]["name"],
-                                   "uid": pod["metadata"]["uid"]}}
-        answer = serviceaccounts.token_request(self.apiserver.tokens, self.store, namespace, name, {"spec": spec})
-        return answer["status"]["token"]
-
-    # --- clients ---------------------------------------------------------------------
-
-    def kubeconfig(self, namespace: str | None = None) -> dict[str, Any]:
-        """A kubeconfig kubectl and the Kubernetes clients accept."""
-        name = "gpu-reclaim-sim"
-        ns = namespace or self.scenario.home_namespace
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": name, "cluster": self.apiserver.kubeconfig_cluster()}],
-            "users": [{"name": name, "user": {"token": self.token}}],
-            "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": ns}}],
-            "current-context": name,
-            "preferences": {},
-        }
+        for relay in (*self.relays.values(), *self.outward.values()):
+            await relay.stop()
+        if self.control_plane is not None and self._admin is not None:
+            await self._leave(self._admin)
+        if self.agent is not None:
+            await self.agent.stop()
+        if self.control_plane is not None and self._admin is not None and self.agent is not None:
+            for name in self.agent.registrations:
+                await _deleted(k8s.CoreV1Api(self._admin).delete_node(name))
+        if self._admin is not None:
+            await self._admin.close()
+        if self.plane is not None:
+            await asyncio.to_thread(self.plane.stop)
 
     def write_kubeconfig(self, path: str | Path, namespace: str | None = None) -> Path:
+        """The admin's kubeconfig, for kubectl and the Kubernetes clients."""
+        assert self.plane is not None
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o600, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False))
-        return path
+        return self.plane.authority.kubeconfig(path, self.api_url(), "admin", client=self.plane.admin,
+                                               namespace=namespace or self.scenario.home_namespace)
 
     def info(self) -> dict[str, Any]:
         """Where things are, for the CLI's output and for test harnesses."""
+        assert self.plane is not None and self.agent is not None and self.agent.local is not None
+        network = self.agent.local.network
         return {
             "scenario": self.scenario.name,
-            "api": self.apiserver.url,
-            "api_secure": self.apiserver.secure_url,  # HTTPS, where ServiceAccount tokens are meant for
-            "ca_file": str(self.apiserver.ca_file),
-            "control": self.control.url,
-            "metrics": self.control.url + "/metrics",
-            "nodes": sorted(self.kubelets),
-            "pod_network": str(self.network.pods.network),
-            "service_network": str(self.network.services),
+            "api": self.api_url(),
+            "api_secure": self.api_url(),
+            "ca_file": str(self.plane.authority.cert),
+            "control": self.control_url(),
+            "metrics": self.control_url() + "/metrics",
+            # where a Service's EndpointSlice may lead to them (not loopback)
+            "metrics_in_cluster": self._control_urls()[-1] + "/metrics",
+            "nodes": sorted(self.agent.registrations),
+            "pod_network": str(network.pods.network),
+            "service_network": str(network.services),
             "namespaces": self.scenario.namespaces,
             "data_dir": str(self.data_dir),
+            "pids": {c.name: c.process.pid for c in self.plane.components},
+            "audit_log": str(self.plane.audit_log),  # the requests of pods' ServiceAccounts and their answers
+            "published": {str(p): f"127.0.0.1:{self.relays[str(p)].port}" for p in self.publish},
+            "reached": self.reached(),  # "PORT": "HOST:PORT", for an EndpointSlice
         }
 
-    def info_json(self) -> str:
-        return json.dumps(self.info(), indent=2)
+
+async def _create(request: Any) -> bool:
+    """An object the cluster needs, left as it is if there; whether this made it."""
+    try:
+        await request
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        return False
+    return True
+
+
+async def _ready(core: k8s.CoreV1Api, name: str) -> None:
+    """Until the controller-manager has made the namespace's default ServiceAccount (the
+    ServiceAccount admission plugin refuses pods before) and its kube-root-ca.crt (a pod's
+    kube-api-access volume projects it)."""
+    while True:
+        accounts = await core.list_namespaced_service_account(name, field_selector="metadata.name=default")
+        roots = await core.list_namespaced_config_map(name, field_selector="metadata.name=kube-root-ca.crt")
+        if accounts.items and roots.items:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _deleted(request: Any) -> None:
+    """An object deleted, or gone already."""
+    try:
+        await request
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+async def _gone(core: k8s.CoreV1Api, name: str, terminating_only: bool = False) -> None:
+    """Until namespace `name` is no more (with `terminating_only`, unless it is there to stay)."""
+    while True:
+        try:
+            found = await core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        if terminating_only and found.status.phase != "Terminating":
+            return
+        await asyncio.sleep(0.2)

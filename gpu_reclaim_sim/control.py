@@ -8,8 +8,7 @@
   itself (its own token, given to it in GPU_RECLAIM_SIM_GPU_TOKEN);
 - `GET /healthz`.
 
-It serves a `GpuFleet` for whoever runs the GPUs: the old simulator's Cluster (its pods from
-its store) or the node agent on the real control plane (its pods from its pod workers).
+It serves the node agent's `GpuFleet` (sim.nodeagent: its pods from its pod workers).
 """
 
 from __future__ import annotations

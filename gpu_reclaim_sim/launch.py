@@ -102,9 +102,9 @@ def _wait(child: Child, ready, timeout: float, what: str) -> None:
 
 
 def start_sim(workdir: Path, scenario: Path | None = None, timeout: float = 60.0,
-              extra_args: list[str] | None = None, plane: str = "model") -> Child:
-    """Run `jupyterhub-gpu-reclaim-sim run` on `plane` (model: the simulator's own control plane;
-    real: the real one, sim.realcluster) and wait until it has written its addresses."""
+              extra_args: list[str] | None = None) -> Child:
+    """Run `jupyterhub-gpu-reclaim-sim run` (sim.cluster: the real control plane and the node
+    agent) and wait until it has written its addresses."""
     workdir.mkdir(parents=True, exist_ok=True)
     info_file = workdir / "sim.json"
     info_file.unlink(missing_ok=True)
@@ -114,7 +114,6 @@ def start_sim(workdir: Path, scenario: Path | None = None, timeout: float = 60.0
         "--kubeconfig", str(workdir / "kubeconfig"),
         "--data-dir", str(workdir / "cluster"),
         "--info-file", str(info_file),
-        "--plane", plane,
         *(extra_args or []),
     ]
     child = _spawn("sim", cmd, workdir / "sim.log", dict(os.environ), workdir)

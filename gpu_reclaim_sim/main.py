@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import logging
 import signal
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from .cluster import Cluster, Published
 from .paths import DEFAULT_SCENARIO
 from .scenario import ScenarioError, load
 
@@ -34,47 +33,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where volumes and pod logs live (default: a new temporary directory)")
     parser.add_argument("--info-file", metavar="PATH",
                         help="also write the cluster's addresses as JSON to this file once it is up")
-    parser.add_argument("--plane", choices=["model", "real"], default="model",
-                        help="the control plane: the simulator's own model of Kubernetes (model, the default "
-                             "for now), or the real kube-apiserver, etcd, kube-scheduler and "
-                             "kube-controller-manager with the simulator as node agent (real; see docs/sim.md)")
     parser.add_argument("--publish", metavar="PORT=NAMESPACE/SERVICE:PORT", action="append", default=[],
-                        help="with --plane real: offer a Service's port at this port of the machine's loopback, "
+                        help="offer a Service's port at this port of the machine's loopback, "
                              "as a cloud's load balancer would (e.g. 8000=jhub/proxy-public:80); repeatable")
     parser.add_argument("--reach", metavar="PORT", type=port, action="append", default=[],
-                        help="with --plane real: offer this port of the machine's loopback to the cluster's pods, "
+                        help="offer this port of the machine's loopback to the cluster's pods, "
                              "at an address an EndpointSlice may name (the info file's `reached`); repeatable")
     parser.add_argument("--control-plane", metavar="DIR", type=Path,
-                        help="with --plane real: run on the control plane already running from DIR (its "
+                        help="run on the control plane already running from DIR (its "
                              "admin.kubeconfig and pki/), in this network, instead of starting one: the run "
                              "adds its nodes and namespaces and deletes them when it stops (a test worker's)")
     parser.add_argument("--mode", choices=["process", "stub"],
                         help="override the scenario's run mode for pods")
-    parser.add_argument("--api-port", type=port, help="override the API server's port (with --plane real: "
-                                                         "where this machine's programs reach it)")
+    parser.add_argument("--api-port", type=port, help="the API server's port, where this machine's programs reach it "
+                                                         "(default: a free one)")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="log verbosity")
 
 
-async def _freeze_survivors(every: float = 5.0) -> None:
-    """Keep the garbage collector's pauses short. The store holds hundreds of thousands
-    of long-lived dicts without reference cycles; scanning them again and again paused
-    the API for up to a second (benchmarks/sim_scale.py). What survives a young
-    collection is moved out of the collector's sight; refcounting still frees it."""
-    gc.set_threshold(10_000, 50, 100)
-    while True:
-        gc.collect(1)
-        gc.freeze()
-        await asyncio.sleep(every)
-
-
-async def serve(cluster, args: argparse.Namespace) -> None:
+async def serve(cluster: Cluster, args: argparse.Namespace) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await cluster.start()
-    freezer = asyncio.create_task(_freeze_survivors())
     try:
         kubeconfig = cluster.write_kubeconfig(args.kubeconfig)
         info = {**cluster.info(), "kubeconfig": str(kubeconfig.resolve())}
@@ -95,7 +77,6 @@ async def serve(cluster, args: argparse.Namespace) -> None:
         )
         await stop.wait()
     finally:
-        freezer.cancel()
         await cluster.stop()
 
 
@@ -108,33 +89,21 @@ def run_cluster(args: argparse.Namespace) -> int:
         return 2
     if args.mode:
         scenario.mode = args.mode
-    if args.api_port is not None:
-        scenario.api_port = args.api_port
-    from .realcluster import Published
-
     try:
         publish = [Published.parse(text) for text in args.publish]
     except ValueError as e:
         print(f"jupyterhub-gpu-reclaim-sim run: --publish: {e}", file=sys.stderr)
         return 2
-    for option, given in (("--publish", publish), ("--reach", args.reach), ("--control-plane", args.control_plane)):
-        if given and args.plane != "real":
-            print(f"jupyterhub-gpu-reclaim-sim run: {option} needs --plane real", file=sys.stderr)
-            return 2
+    if args.control_plane is not None and not (args.control_plane / "admin.kubeconfig").is_file():
+        print(f"jupyterhub-gpu-reclaim-sim run: --control-plane {args.control_plane}: no control plane there "
+              "(its admin.kubeconfig)", file=sys.stderr)
+        return 2
     if 0 in args.reach:
         print("jupyterhub-gpu-reclaim-sim run: --reach 0: a port a program listens at (1-65535)", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="gpu-reclaim-sim-"))
-    cluster: Any
-    if args.plane == "real":
-        from .realcluster import RealCluster
-
-        cluster = RealCluster(scenario, data_dir.resolve(), api_port=args.api_port or 0, publish=publish,
-                              reach=args.reach, control_plane=args.control_plane)
-    else:
-        from .cluster import Cluster
-
-        cluster = Cluster(scenario, data_dir)
+    cluster = Cluster(scenario, data_dir.resolve(), api_port=scenario.api_port if args.api_port is None else args.api_port, publish=publish,
+                      reach=args.reach, control_plane=args.control_plane)
     try:
         asyncio.run(serve(cluster, args))
     except (OSError, RuntimeError) as e:  # RuntimeError: sim.controlplane's ControlPlaneError

@@ -10,14 +10,16 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import jsonschema
 import yaml
 
-from .gpu.releases import exporter_release
-from .network.addresses import on_loopback
 from .scenario_schema import SCHEMA
+
+# the scenario's own networks lie inside it when the run has no network namespace
+LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+EXPORTER_RELEASE = "4.5.3-4.8.2"  # dcgm-exporter's latest release (its tags: <DCGM version>-<exporter version>)
 
 _SIZE_UNITS = {
     "": 1, "b": 1,
@@ -169,13 +171,7 @@ class Scenario:
     node_groups: list[NodeGroup]
     placeholders: list[Placeholder]
     priority_classes: list[dict[str, Any]]
-    api_host: str = "127.0.0.1"
     api_port: int = 0
-    history_limit: int = 20000
-    event_ttl: float = 3600.0  # the apiserver's --event-ttl
-    bookmark_interval: float = 60.0
-    api_tls: bool = False  # the kubeconfig uses the HTTPS port (with the CA) instead of plain HTTP
-    authorization_mode: str = "RBAC"  # kube-apiserver's --authorization-mode: RBAC or AlwaysAllow
     control_host: str = "127.0.0.1"
     control_port: int = 0
     gpu_collection_interval: float = 30.0
@@ -185,16 +181,10 @@ class Scenario:
     # sharing it (label vgpu), instead of once, labelled with one of them
     gpu_virtual_gpus: bool = False
     # the dcgm-exporter release whose series the simulated exporter writes (dcgm_exporter.Release)
-    gpu_exporter_version: str = "4.5.3-4.8.2"
+    gpu_exporter_version: str = EXPORTER_RELEASE
     gpu_host_pid: bool = True  # the exporter runs with hostPID: per-process values (virtual GPUs)
     gpu_pod_uid: bool = False  # its --kubernetes-enable-pod-uid
     gpu_mig_gpu_util: bool = False  # MIG instances also carry GPU_UTIL = 0 (dcgm-exporter issue 216)
-    scoring_strategy: str = "LeastAllocated"
-    scheduler_retry_interval: float = 10.0
-    scheduler_weights: dict[str, float] = field(default_factory=dict)
-    # the schedulerNames it serves: a second profile stands in for one that runs as a pod
-    # (z2jh's user-scheduler); pods naming any other scheduler wait, as on a real cluster
-    scheduler_names: tuple[str, ...] = ("default-scheduler",)
     service_network: str = "auto"
     network_policy_deny: str = "reject"  # what a connection a NetworkPolicy refuses gets (sim.network.nftables)
     source: str = "<scenario>"
@@ -205,6 +195,21 @@ class Scenario:
         else "default" as on a new cluster."""
         own = [n for n in self.namespaces if n not in ("default", "kube-system")]
         return own[-1] if own else "default"
+
+
+def on_loopback(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> TypeGuard[ipaddress.IPv4Network]:
+    """Whether `net` lies inside 127.0.0.0/8 (an IPv6 network never does)."""
+    return isinstance(net, ipaddress.IPv4Network) and net.subnet_of(LOOPBACK)
+
+
+def exporter_release(tag: str) -> tuple[int, ...]:
+    """The exporter's own version of a release tag ("4.5.3-4.8.2" -> (4, 8, 2)); ValueError
+    for anything but <DCGM version>-<exporter version>."""
+    parts = tag.split("-")
+    numbers = [p.split(".") for p in parts]
+    if len(parts) != 2 or not all(len(n) == 3 and all(x.isdigit() for x in n) for n in numbers):
+        raise ValueError(f"{tag!r} is not a dcgm-exporter release tag such as {EXPORTER_RELEASE}")
+    return tuple(int(x) for x in numbers[1])
 
 
 def _loopback_network(data: dict[str, Any], key: str, source: str, min_size: int) -> str:
@@ -328,7 +333,7 @@ def _from_dict(data: Any, source: str) -> Scenario:
         if p.priority_class_name and p.priority_class_name not in known_pcs:
             raise ScenarioError(
                 f"{source}: placeholders[{i}].priorityClassName: {p.priority_class_name!r} is not in priorityClasses")
-    api, ctl, gpu, sch = (data.get(k, {}) for k in ("apiserver", "control", "gpu", "scheduler"))
+    api, ctl, gpu = (data.get(k, {}) for k in ("apiserver", "control", "gpu"))
     return Scenario(
         name=data.get("name", Path(source).stem),
         namespaces=namespaces,
@@ -343,27 +348,17 @@ def _from_dict(data: Any, source: str) -> Scenario:
         node_groups=groups,
         placeholders=placeholders,
         priority_classes=pcs,
-        api_host=api.get("host", "127.0.0.1"),
         api_port=api.get("port", 0),
-        history_limit=api.get("historyLimit", 20000),
-        event_ttl=parse_duration(api.get("eventTTL", "1h"), "apiserver.eventTTL"),
-        bookmark_interval=parse_duration(api.get("bookmarkInterval", 60), "apiserver.bookmarkInterval"),
-        api_tls=bool(api.get("tls", False)),
-        authorization_mode=api.get("authorization", "RBAC"),
         control_host=ctl.get("host", "127.0.0.1"),
         control_port=ctl.get("port", 0),
         gpu_collection_interval=parse_duration(gpu.get("collectionInterval", 30), "gpu.collectionInterval"),
         gpu_idle_engine_active=gpu.get("idleEngineActive", 0.002),
         gpu_driver_version=gpu.get("driverVersion", "550.90.07"),
         gpu_virtual_gpus=bool(gpu.get("kubernetesVirtualGpus", False)),
-        gpu_exporter_version=_exporter_version(gpu.get("exporterVersion", "4.5.3-4.8.2")),
+        gpu_exporter_version=_exporter_version(gpu.get("exporterVersion", EXPORTER_RELEASE)),
         gpu_host_pid=bool(gpu.get("hostPid", True)),
         gpu_pod_uid=bool(gpu.get("podUid", False)),
         gpu_mig_gpu_util=bool(gpu.get("migGpuUtil", False)),
-        scoring_strategy=sch.get("scoringStrategy", "LeastAllocated"),
-        scheduler_retry_interval=parse_duration(sch.get("retryInterval", 10), "scheduler.retryInterval"),
-        scheduler_weights=dict(sch.get("weights", {})),
-        scheduler_names=tuple(sch.get("names", ["default-scheduler"])),
         source=source,
     )
 

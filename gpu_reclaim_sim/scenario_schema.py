@@ -67,13 +67,7 @@ SCHEMA: dict[str, Any] = {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "host": {"type": "string"},
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
-                "historyLimit": {"type": "integer", "minimum": 1},
-                "eventTTL": _num_or_str,
-                "bookmarkInterval": _num_or_str,
-                "tls": {"type": "boolean"},
-                "authorization": {"enum": ["RBAC", "AlwaysAllow"]},
             },
         },
         "control": {
@@ -96,16 +90,6 @@ SCHEMA: dict[str, Any] = {
                 "hostPid": {"type": "boolean"},
                 "podUid": {"type": "boolean"},
                 "migGpuUtil": {"type": "boolean"},
-            },
-        },
-        "scheduler": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "scoringStrategy": {"enum": ["LeastAllocated", "MostAllocated"]},
-                "retryInterval": _num_or_str,
-                "weights": {"type": "object", "additionalProperties": {"type": "number"}},
-                "names": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
             },
         },
         "priorityClasses": {

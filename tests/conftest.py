@@ -32,7 +32,7 @@ KINDS = {
             "(a few start one real program: Prometheus, PostgreSQL, mkdocs, the CLI)",
     "hub": "a real JupyterHub on the simulated cluster (marked integration)",
     "release": "the z2jh release installed on the simulated cluster (tests/release, marked integration)",
-    "sim": "the simulator's own Kubernetes (tests/sim)",
+    "sim": "the simulator's node agent, GPUs and network, alone or on the real control plane (tests/sim)",
 }
 SLOWEST_MODULES = 15
 _module_seconds: Counter[str] = Counter()  # setup + call + teardown of each module's tests

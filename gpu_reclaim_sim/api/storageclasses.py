@@ -1,7 +1,7 @@
 """The simulated cluster's one StorageClass, as kind's `standard`: marked default, so a claim
 that names no class gets it (the DefaultStorageClass admission plugin), served by a provisioner
-of local directories (kind's local-path one: sim.nodeagent.provisioner on the real control
-plane, sim.controllers.persistentvolumes on the old one), bound at once, deleted with its claim."""
+of local directories (kind's local-path one: sim.nodeagent.provisioner), bound at once,
+deleted with its claim."""
 
 from __future__ import annotations
 

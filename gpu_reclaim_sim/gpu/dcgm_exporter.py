@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Iterator, Protocol
 
 from prometheus_client.core import Metric
 
+from ..scenario import exporter_release
 from .devices import Device, Gpu
-from .releases import exporter_release
 
 if TYPE_CHECKING:
     from ..scenario import Scenario

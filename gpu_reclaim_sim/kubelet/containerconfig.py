@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from . import hosts, names, runtime, volumes
 from .podapi import PodApi
 from ..paths import REPO
-from ..store import Obj
+from ..objects import Obj
 
 READ_ONLY_VOLUMES = ("configMap", "secret", "downwardAPI", "projected")  # always mounted read-only
 

@@ -1,5 +1,5 @@
-"""A container's log as the kubelet reads it for `kubectl logs`, wherever it is asked for (the
-old simulator's API server, the node agent's kubelet API): reading the file the runtime writes,
+"""A container's log as the kubelet reads it for `kubectl logs`, as the node agent's kubelet API
+serves it: reading the file the runtime writes,
 its tail, and why a container has no log yet, in the kubelet's words."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..store import Obj
+from ..objects import Obj
 
 
 def container_state(pod: Obj, container: str) -> dict[str, Any] | None:

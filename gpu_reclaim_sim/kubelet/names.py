@@ -1,8 +1,8 @@
 """How a pod finds Services: the kubelet's service environment variables, and a hosts
 file that stands in for cluster DNS.
 
-- `service_env`: for the `kubernetes` Service (sim.network.kubernetes_service: how in-cluster
-  configuration finds the API server) and, when `enableServiceLinks` is true (the
+- `service_env`: for the `kubernetes` Service in `default` (kept by kube-apiserver: how
+  in-cluster configuration finds the API server) and, when `enableServiceLinks` is true (the
   default), each Service with a cluster IP in the pod's namespace that exists when a
   container starts, exactly the variables pkg/kubelet/envvars makes: `{NAME}_SERVICE_HOST`, `{NAME}_SERVICE_PORT`,
   `{NAME}_SERVICE_PORT_{PORT}` for named ports, and Docker-link style `{NAME}_PORT`,
@@ -29,14 +29,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..network import kubernetes_service
 from .hosts import CLUSTER_DOMAIN, hosts_file, write
 from ..resources import BY_KIND
-from ..store import Change, Obj
+from ..objects import Change, Obj
 
 log = logging.getLogger("gpu_reclaim_sim.kubelet.names")
 
 SVC, EP = BY_KIND["Service"], BY_KIND["Endpoints"]
+API_SERVICE = ("default", "kubernetes")  # (namespace, name) of the Service every pod sees
 
 
 def _cluster_ip(svc: Obj) -> str | None:
@@ -58,7 +58,7 @@ def service_env(services: Iterable[Obj], namespace: str, enable_service_links: b
         meta = svc["metadata"]
         if _cluster_ip(svc) is None:
             continue
-        if (meta.get("namespace"), meta["name"]) == (kubernetes_service.NAMESPACE, kubernetes_service.NAME):
+        if (meta.get("namespace"), meta["name"]) == API_SERVICE:
             visible.setdefault(meta["name"], svc)
         elif meta.get("namespace") == namespace and enable_service_links:
             visible[meta["name"]] = svc

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..apiserver.openapi import kubernetes_version
 from ..scenario import NodeGroup, Scenario
 from ..api.timestamps import rfc3339
 
@@ -34,13 +33,12 @@ def gpu_labels(group: NodeGroup) -> dict[str, str]:
 
 
 def node_manifest(name: str, group: NodeGroup, scenario: Scenario, images: Any = None,
-                  address: str = "127.100.0.1", version: str | None = None, port: int = KUBELET_PORT,
+                  address: str = "127.100.0.1", *, version: str, port: int = KUBELET_PORT,
                   features: tuple[str, ...] = ()) -> dict[str, Any]:
     """The Node as registered: labels (incl. GPU feature discovery's), taints, capacity,
     the images already pulled and a Ready condition. `images` is an ImageRegistry;
-    `version` the kubelet's (the API server's by default); `port` where its kubelet API
+    `version` the kubelet's (the API server's); `port` where its kubelet API
     listens at `address`; `features` what it declares (status.declaredFeatures)."""
-    version = version or kubernetes_version()
     capacity = {
         "cpu": group.cpu,
         "memory": group.memory,

@@ -3,8 +3,7 @@ claims, volumes, /etc/hosts and Service variables, its containers started throug
 container runtime (with what `containerconfig` gives each), probed for readiness
 (`probes`) and restarted with back-off, its status and events in the kubelet's words, and
 SIGTERM then SIGKILL before the pod object goes. What it reads and writes of the cluster goes
-through its kubelet's `api` (sim.kubelet.podapi: the old simulator's store or the real API
-server); `dispatch` hands a kubelet's pod changes to their workers."""
+through its kubelet's `api` (sim.kubelet.podapi: the real API server, with the node's credentials); `dispatch` hands a kubelet's pod changes to their workers."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from .backoff import RestartBackoff
 from .containerconfig import ContainerError
 from .images import repo_digest
 from .podapi import PodApi
-from ..store import Obj
+from ..objects import Obj
 from ..api.timestamps import go_duration, rfc3339
 
 log = logging.getLogger("gpu_reclaim_sim.kubelet.kubelet")
@@ -33,12 +32,13 @@ CLAIM_TIMEOUT = 10.0  # then a FailedMount event says what the pod waits for (a 
 
 
 class Kubelet(Protocol):
-    """What a pod's worker needs of its node's kubelet (kubelet.Kubelet, which imports this
-    module: a protocol, so the two do not import each other)."""
+    """What a pod's worker needs of its node's kubelet (sim.nodeagent.nodepods.NodePods,
+    which imports this module: a protocol, so the two do not import each other)."""
 
     cluster: Any
     name: str
     address: str
+    version: str  # the kubelet's, as its Node reports it
     workers: dict[str, PodWorker]
 
     @property
@@ -294,7 +294,7 @@ class PodWorker:
         self._ready[name] = False
 
         async def once() -> str | None:
-            return await probes.check(probe, c, proc, self.ip or "", self.kubelet.address)
+            return await probes.check(probe, c, proc, self.ip or "", self.kubelet.address, self.kubelet.version)
 
         def report(ready: bool) -> None:
             self._ready[name] = ready

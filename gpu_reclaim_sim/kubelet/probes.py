@@ -28,7 +28,6 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 
 from . import containerexec, runtime
-from ..apiserver.openapi import kubernetes_version
 
 
 class ProbeError(ValueError):
@@ -64,14 +63,16 @@ def port_of(container: dict[str, Any], port: Any) -> int:
     raise ProbeError(f"unknown port {port!r}")
 
 
-async def check(probe: Probe, container: dict[str, Any], proc: Any, pod_ip: str, node_ip: str) -> str | None:
-    """Run the probe once: None when it succeeded, else why not, in the kubelet's words."""
+async def check(probe: Probe, container: dict[str, Any], proc: Any, pod_ip: str, node_ip: str,
+                kubelet_version: str) -> str | None:
+    """Run the probe once: None when it succeeded, else why not, in the kubelet's words (an
+    HTTP probe says it is `kube-probe/<major.minor>` of `kubelet_version`, e.g. v1.37.2)."""
     spec = probe.spec
     try:
         if "tcpSocket" in spec:
             return await _tcp(spec["tcpSocket"], container, pod_ip, node_ip, probe.timeout)
         if "httpGet" in spec:
-            return await _http(spec["httpGet"], container, pod_ip, node_ip, probe.timeout)
+            return await _http(spec["httpGet"], container, pod_ip, node_ip, probe.timeout, kubelet_version)
         if "exec" in spec:
             return await _exec(spec["exec"].get("command") or [], proc, probe.timeout)
     except ProbeError as e:
@@ -95,12 +96,12 @@ async def _tcp(spec: dict[str, Any], container: dict[str, Any], pod_ip: str, nod
 
 
 async def _http(spec: dict[str, Any], container: dict[str, Any], pod_ip: str, node_ip: str,
-                timeout: float) -> str | None:
+                timeout: float, kubelet_version: str) -> str | None:
     port = port_of(container, spec.get("port"))
     scheme = str(spec.get("scheme") or "HTTP").lower()
     host, path = spec.get("host") or pod_ip, spec.get("path") or "/"
     url = f"{scheme}://{host}:{port}{path if path.startswith('/') else '/' + path}"
-    major_minor = ".".join(kubernetes_version().lstrip("v").split(".")[:2])
+    major_minor = ".".join(kubelet_version.lstrip("v").split(".")[:2])
     headers = {"User-Agent": f"kube-probe/{major_minor}", "Accept": "*/*"}
     headers.update({h["name"]: h["value"] for h in spec.get("httpHeaders") or []})
     insecure = ssl.create_default_context()

@@ -13,7 +13,7 @@ from .containerconfig import ContainerError
 from .images import ImageRegistry
 from ..api.imagerefs import normalize
 from ..api.timestamps import go_duration
-from ..store import Obj
+from ..objects import Obj
 
 
 class Worker(Protocol):

@@ -8,7 +8,7 @@
   each top-level name a link through `..data`), with `items` (key → path), `defaultMode`
   and `mode`, `optional`. Containers mount them read-only.
 - `persistentVolumeClaim`: the directory of the claim's bound volume (the kubelet waits
-  for the binding; `sim.controllers.persistentvolumes.claim_dir` says which directory), which
+  for the binding; its `PodApi.claim_dir` says which directory), which
   outlives the pod. `hostPath`: the host's path.
 - `fsGroup` gives emptyDir, configMap, secret, downwardAPI and projected volumes to that
   group, as `SetVolumeOwnership` does (group-readable, or -writable for emptyDir, and

@@ -9,16 +9,8 @@ import ipaddress
 import random
 import socket
 from pathlib import Path
-from typing import TypeGuard
-
+from ..scenario import on_loopback
 from . import namespace
-
-LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
-
-
-def on_loopback(net: ipaddress.IPv4Network | ipaddress.IPv6Network) -> TypeGuard[ipaddress.IPv4Network]:
-    """Whether `net` lies inside 127.0.0.0/8 (an IPv6 network never does)."""
-    return isinstance(net, ipaddress.IPv4Network) and net.subnet_of(LOOPBACK)
 
 
 class AddressPool:

@@ -24,10 +24,9 @@ from typing import Any
 
 from ..kubelet import cgroups
 from . import netpol, nftables, podnet
-from .proxy import SLICE, SVC, ServiceProxy, endpoints, frontends
-from ..controllers.endpoints import SERVICE_NAME_LABEL
+from .proxy import SERVICE_NAME_LABEL, SLICE, SVC, ServiceProxy, endpoints, frontends
 from ..resources import BY_KIND
-from ..store import Change, Obj
+from ..objects import Change, Obj
 
 log = logging.getLogger("gpu_reclaim_sim.network.dataplane")
 
@@ -37,14 +36,15 @@ SYNC_TIMEOUT = 30.0
 
 
 class DataPlane:
-    def __init__(self, cluster: Any, source: Any = None) -> None:
-        """`source`: where the objects come from (`objects`, `find`, `subscribe` as
-        sim.store.Store has them); `cluster.store` unless given."""
+    def __init__(self, cluster: Any, source: Any) -> None:
+        """`cluster`: the node agent's local parts (sim.nodeagent.local: its scenario and
+        networks); `source`: where the objects come from, `objects`, `find` and `subscribe`
+        (sim.nodeagent.nodeservices.ApiMirror, the API's objects as watches follow them)."""
         self.cluster = cluster
-        self.store = cluster.store if source is None else source
+        self.store = source
         self.unavailable = ("no writable cgroup2 mount, or not root" if not cgroups.available()
                             else nftables.unavailable())
-        self.proxy = ServiceProxy(cluster, self.store) if self.unavailable else None
+        self.proxy = ServiceProxy(self.store) if self.unavailable else None
         self.table = "" if self.unavailable else nftables.table_name()
         self.deny = cluster.scenario.network_policy_deny
         self.view = netpol.AddressView([cluster.network.pods.network, cluster.network.services])

@@ -2,7 +2,7 @@
 a policy isolates, and which new connections its rules allow. Pure: a snapshot of pods,
 namespaces and policies in, the compiled rules out (sim.network.nftables writes them for the
 kernel; `Compiled.allows` answers for one connection with the same logic, for tests of
-the model and for tools). What the API accepts as a policy is sim.admission.networkpolicy's.
+the model and for tools). What the API accepts as a policy is the real API server's.
 
 The semantics, from the API reference and the concept page:
 - a pod is isolated for ingress (egress) when a policy of its namespace with `Ingress`
@@ -46,7 +46,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .addresses import LOOPBACK
+from ..scenario import LOOPBACK
 from ..selectors import selector_requirements
 
 Interval = tuple[int, int]  # inclusive, of addresses (as integers) or of ports

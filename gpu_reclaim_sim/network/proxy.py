@@ -26,15 +26,20 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..controllers.endpoints import SERVICE_NAME_LABEL
-from .loadbalancers import ingress_ips
+from ..objects import Change, Obj
 from ..resources import BY_KIND
-from ..store import Change
 
 log = logging.getLogger("gpu_reclaim_sim.network.proxy")
 
 SVC, SLICE = BY_KIND["Service"], BY_KIND["EndpointSlice"]
 COPY_CHUNK = 65536
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # an EndpointSlice's Service (the endpointslice controller's)
+
+
+def ingress_ips(svc: Obj) -> list[str]:
+    """A LoadBalancer Service's addresses (its status, as the cloud's service controller wrote it)."""
+    return [i["ip"] for i in ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+            if i.get("ip")]
 
 
 @dataclass(frozen=True)
@@ -81,9 +86,8 @@ def slices_of(store: Any, namespace: str, name: str) -> list[Any]:
 
 
 class ServiceProxy:
-    def __init__(self, cluster: Any, source: Any = None) -> None:
-        self.cluster = cluster
-        self.store = cluster.store if source is None else source  # as sim.network.dataplane's
+    def __init__(self, source: Any) -> None:
+        self.store = source  # Services and EndpointSlices: `objects`, `find`, `subscribe` (sim.network.dataplane's)
         self._listeners: dict[tuple[str, int], tuple[Frontend, asyncio.AbstractServer]] = {}
         self._backends: dict[tuple[str, str, str], list[tuple[str, int]]] = {}
         self._dirty: set[tuple[str, str]] = set()

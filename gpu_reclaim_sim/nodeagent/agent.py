@@ -110,8 +110,8 @@ class NodeAgent:
             group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
             server = self.servers[name] = KubeletServer(name, address, self.authority, api, self._finder(name))
             port = await server.start()
-            manifest = node_manifest(name, group, self.scenario, local.images, address, self.version, port,
-                                     server.features)
+            manifest = node_manifest(name, group, self.scenario, local.images, address, version=self.version,
+                                     port=port, features=server.features)
             registration = self.registrations[name] = NodeRegistration(api, manifest)
             await registration.register()
             pods = self.pods[name] = NodePods(local, api, name, group, address, manifest)

@@ -27,8 +27,8 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import ApiException
 
 from ..events import event_body
-from ..network import kubernetes_service
-from ..store import Obj
+from ..kubelet.names import API_SERVICE
+from ..objects import Obj
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.apipodapi")
 
@@ -109,9 +109,8 @@ class ApiPodApi:
             await self._fetch_claims(pod)
             await self._fetch_tokens(pod)
             services = self._dict(await self.core.list_namespaced_service(ns)).get("items") or []
-            if ns != kubernetes_service.NAMESPACE:
-                own = await self._get(self.core.read_namespaced_service, kubernetes_service.NAME,
-                                      kubernetes_service.NAMESPACE)
+            if ns != API_SERVICE[0]:
+                own = await self._get(self.core.read_namespaced_service, API_SERVICE[1], API_SERVICE[0])
                 services += [own] if own else []
             self._services[ns] = services
             self._node = await self._get(self.core.read_node, self.node_name)

@@ -16,7 +16,7 @@ from ..kubelet.nodes import with_image
 from ..kubelet.podworker import PodWorker, dispatch
 from ..kubelet.pulls import ImagePuller
 from ..scenario import NodeGroup
-from ..store import Obj
+from ..objects import Obj
 from .local import NodeLocal
 from .apipodapi import ApiPodApi
 from .podwatch import PodWatch
@@ -36,6 +36,7 @@ class NodePods:
         self.api = ApiPodApi(api, name)
         self.core = k8s.CoreV1Api(api)
         self.manifest = manifest  # the Node as registered: its status.images grows with each pull
+        self.version = manifest["status"]["nodeInfo"]["kubeletVersion"]
         self.workers: dict[str, PodWorker] = {}  # pod uid -> worker
         self.puller = ImagePuller(local.images, group.images, group.bandwidth, self._pulled)
         self.watch = PodWatch(api, name, lambda type_, pod: dispatch(self, type_, pod))

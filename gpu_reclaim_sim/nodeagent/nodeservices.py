@@ -5,7 +5,7 @@ the node agent's machine (issue 37).
 API server's own for the `kubernetes` Service) and Endpoints (headless Services' pods) of every
 namespace as the API server has them, and the NetworkPolicies, namespaces and pods the network
 plugin reads (sim.nodeagent.networkplugin), one informer-style `ListWatch` each, and offers them
-as the old simulator's store offers its objects (`objects`, `find`, `subscribe`). From it
+as `objects`, `find` and `subscribe`, what the data plane reads. From it
 `NodeServices` runs the simulator's data plane (sim.network.dataplane: kube-proxy's nftables
 rules, DNAT from each cluster IP to the ready endpoints, and the NetworkPolicies' rules) and
 keeps the pods' hosts files (sim.kubelet.names: the Service names cluster DNS would answer)
@@ -28,7 +28,7 @@ from kubernetes_asyncio import client as k8s
 from ..kubelet.names import HostsFiles
 from ..network.dataplane import DataPlane
 from ..resources import BY_KIND, ResourceType
-from ..store import Change, Obj
+from ..objects import Change, Obj
 from . import networkplugin
 from .podwatch import ListWatch
 
@@ -61,7 +61,7 @@ class ApiMirror:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    # --- what sim.store.Store offers its readers ---------------------------------------------
+    # --- what the data plane reads ----------------------------------------------------------
 
     def objects(self, rtype: ResourceType) -> Iterable[Obj]:
         return list(self._objects.get(rtype.plural, {}).values())

@@ -22,7 +22,7 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.rest import ApiException
 
-from ..store import Obj
+from ..objects import Obj
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.podwatch")
 

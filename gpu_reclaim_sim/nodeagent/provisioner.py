@@ -28,7 +28,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from ..api.storageclasses import PROVISIONER, default_storage_class
 from ..events import event_body
-from ..store import Obj
+from ..objects import Obj
 from .podwatch import ListWatch
 
 log = logging.getLogger("gpu_reclaim_sim.nodeagent.provisioner")

@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from ..events import event_body
 from ..network import namespace
-from ..store import Obj
+from ..objects import Obj
 from .apipodapi import MERGE_PATCH
 from .podwatch import ListWatch
 

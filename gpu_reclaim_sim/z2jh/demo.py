@@ -47,10 +47,6 @@ Press Ctrl-C to stop."""
 DEMO_VALUES = DEMO_CONFIG / "values.yaml"
 USERS, ADMINS = ["alice", "bob", "carol"], ["admin"]
 OWN_HUB_PORT = 8000
-PORT_WITH_CHART = ("demo: --port with --plane model and the chart {chart} found: on the model plane the Zero to "
-                   "JupyterHub release's hub is at the address of its proxy-public Service, printed once it runs. "
-                   "Leave out --port, or use the real plane (the default), where proxy-public is offered at "
-                   "--port.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,18 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without it the demo runs its own JupyterHub (--config) instead")
     parser.add_argument("--port", type=port, default=None,
                         help=f"the hub's public port on 127.0.0.1 (default: {OWN_HUB_PORT}): the demo's own hub's, "
-                             "or, on the real plane, where the release's proxy-public is offered; an error with "
-                             "the chart on the model plane, where the release's hub is at its proxy-public "
-                             "Service's address")
+                             "or where the release's proxy-public is offered")
     parser.add_argument("--scenario", metavar="FILE", default=str(DEFAULT_SCENARIO),
                         help="the simulated cluster (default: %(default)s)")
     parser.add_argument("--config", metavar="FILE", default=str(DEMO_CONFIG / "jupyterhub_config.py"),
                         help="the demo's own hub's JupyterHub configuration, without the chart "
                              "(default: %(default)s)")
-    parser.add_argument("--plane", choices=["model", "real"], default="real",
-                        help="the cluster's control plane for the release (`run --plane`): the real "
-                             "kube-apiserver, kube-scheduler and kube-controller-manager (default), or the "
-                             "simulator's own model")
     parser.add_argument("--data-dir", metavar="DIR", default=".demo",
                         help="where the cluster's data, the hub database and the logs go (default: ./.demo)")
     parser.add_argument("--password", help="the demo users' password (default: a new random one)")
@@ -98,9 +88,6 @@ def run(args: argparse.Namespace) -> int:
     chart = Path(args.chart).resolve() if args.chart else z2jh.CHART
     reason = z2jh.unavailable(chart)
     if reason is None:
-        if args.port is not None and args.plane == "model":  # never silently ignored
-            print(PORT_WITH_CHART.format(chart=chart), file=sys.stderr)
-            return 2
         return _run_release(args, chart, workdir, password, stop)
     print(f"demo: not installing the Zero to JupyterHub release: {reason}.\n"
           f"demo: running the demo's own JupyterHub instead ({args.config}).", flush=True)
@@ -130,10 +117,8 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
                                              options=demo_prometheus.RELEASE_OPTIONS if with_prometheus else None))
     print(f"Starting the simulated cluster (logs: {workdir / 'sim.log'}) ...", flush=True)
     try:
-        real = args.plane == "real"
-        sim = z2jh.start_cluster(workdir, docs, base=Path(args.scenario), plane=args.plane,
-                                 publish=(args.port or OWN_HUB_PORT) if real else None,
-                                 reach=prometheus_port if real and with_prometheus else None)
+        sim = z2jh.start_cluster(workdir, docs, base=Path(args.scenario), publish=args.port or OWN_HUB_PORT,
+                                 reach=prometheus_port if with_prometheus else None)
     except RuntimeError as e:
         print(f"demo: the simulated cluster did not start: {e}", file=sys.stderr)
         return 1
@@ -148,9 +133,8 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
             return 1
         print("Installing the release in namespace jhub (and helm-values/rbac.yaml) ...", flush=True)
         try:
-            # on the real plane proxy-public is offered at --port (the run's addresses are its own)
-            release = z2jh.install(sim.info["kubeconfig"], docs,
-                                   url=f"http://127.0.0.1:{args.port or OWN_HUB_PORT}" if args.plane == "real" else None)
+            # proxy-public is offered at --port (the run's addresses are its own)
+            release = z2jh.install(sim.info["kubeconfig"], docs, url=f"http://127.0.0.1:{args.port or OWN_HUB_PORT}")
         except RuntimeError as e:
             print(f"demo: the release did not come up: {e}", file=sys.stderr)
             return 1

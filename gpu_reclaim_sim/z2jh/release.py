@@ -15,12 +15,10 @@ What stands in for the images (`scenario`): each image the chart names runs its 
 from this machine's environment, as the image's user: the hub image from a Python
 environment with the package (this one, or another one, e.g. one with the chart's own hub
 requirements: `hub_python=`), the single-user image from this one,
-configurable-http-proxy from npm's global install, the pause image as a stub. On the real
-control plane (`plane="real"`) the kube-scheduler image holds the real kube-scheduler
-(`user_scheduler`), so z2jh's user-scheduler is the real one with the chart's configuration;
-on the old one it is a stub and the simulated scheduler serves its name. The prePuller's Helm
-hook (a Job, run by `helm install` before the release) is left out, as the old simulator has
-no Jobs.
+configurable-http-proxy from npm's global install, the pause image as a stub, and the
+kube-scheduler image the real kube-scheduler (`user_scheduler`), so z2jh's user-scheduler is
+the real one with the chart's configuration. The prePuller's Helm hook (a Job, run by
+`helm install` before the release) is left out: no image here needs pulling ahead.
 """
 
 from __future__ import annotations
@@ -180,7 +178,7 @@ def _path(python: str | Path) -> str:
     return f"{Path(python).absolute().parent}:/usr/local/bin:/usr/bin:/bin"
 
 
-def _images(docs: list[dict], hub_python: str | Path, plane: str) -> dict[str, dict]:
+def _images(docs: list[dict], hub_python: str | Path) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for doc in docs:
         spec = (doc.get("spec") or {}).get("template", {}).get("spec")
@@ -197,7 +195,7 @@ def _images(docs: list[dict], hub_python: str | Path, plane: str) -> dict[str, d
                                       "NB_USER": "jovyan"}}
             elif c["name"] == "chp":
                 out[image] = {"name": image, "size": "50MB", "entrypoint": ["configurable-http-proxy"]}
-            elif c["name"] == "kube-scheduler" and plane == "real":
+            elif c["name"] == "kube-scheduler":
                 out[image] = {"name": image, "size": "50MB", "programs": {c["command"][0]: user_scheduler()}}
             elif c["name"] in STUBS:
                 out[image] = {"name": image, "size": "1MB", "stub": True}
@@ -219,10 +217,10 @@ def user_scheduler() -> list[str]:
 
 def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
              base: Path = DEFAULT_SCENARIO, extra_images: list[dict] | None = None,
-             overrides: dict | None = None, plane: str = "model") -> dict:
+             overrides: dict | None = None) -> dict:
     """The simulated cluster for the release `docs`: `base` (the demo's cluster: GPU and
     CPU user nodes) with a node for the core pods, the chart's user-placeholder instead of
-    the simulator's own, the scheduler serving the user-scheduler's name too, and each
+    the simulator's own, and each
     image of the release mapped to a command of this machine (`hub_python`: the
     environment of the hub image, e.g. one with the chart's own hub requirements; default:
     this one, which the user image runs from); then `extra_images` and `overrides`."""
@@ -230,32 +228,27 @@ def scenario(docs: list[dict], *, hub_python: str | Path | None = None,
     data.pop("placeholders", None)  # the chart's user-placeholder StatefulSet is the one
     data["nodeGroups"] = [{"name": "core", "count": 1, "cpu": "4", "memory": "16Gi",
                            "labels": {"hub.jupyter.org/node-purpose": "core"}}, *data["nodeGroups"]]
-    schedulers = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "user-scheduler"]
-    if schedulers:
-        config = yaml.safe_load(schedulers[0]["data"]["config.yaml"])
-        data.setdefault("scheduler", {})["names"] = [
-            "default-scheduler", *(p["schedulerName"] for p in config["profiles"])]
-    images = [*data.get("images", []), *_images(docs, hub_python or sys.executable, plane).values(),
+    images = [*data.get("images", []), *_images(docs, hub_python or sys.executable).values(),
               *(extra_images or [])]
     data["images"] = list({i["name"]: i for i in images}.values())
     return _merge_maps(data, overrides or {})
 
 
-def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", publish: int | None = None,
+def start_cluster(workdir: Path, docs: list[dict], publish: int | None = None,
                   reach: int | None = None, **kw: Any) -> Child:
-    """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`, on
-    `plane` (launch.start_sim's), with the simulated dcgm-exporter as a Service; on the real
-    plane, `publish` is the port of this machine's loopback where proxy-public is offered
+    """The simulated cluster for the release `docs` (`scenario`, with `kw`) in `workdir`,
+    with the simulated dcgm-exporter as a Service; `publish` is the port of this machine's
+    loopback where proxy-public is offered
     (`run --publish`: for a browser outside the run's network namespace), and `reach` one
     the pods reach (`run --reach`: `reached`)."""
     path = workdir / "scenario.yaml"
     workdir.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(scenario(docs, plane=plane, **kw)))
+    path.write_text(yaml.safe_dump(scenario(docs, **kw)))
     extra = [*(["--publish", f"{publish}={NAMESPACE}/proxy-public:80"] if publish else []),
              *(["--reach", str(reach)] if reach else [])]
-    sim = start_sim(workdir, path, plane=plane, timeout=120, extra_args=extra)
+    sim = start_sim(workdir, path, timeout=120, extra_args=extra)
     try:
-        apply(sim.info["kubeconfig"], dcgm_exporter(sim.info.get("metrics_in_cluster", sim.info["metrics"])))
+        apply(sim.info["kubeconfig"], dcgm_exporter(sim.info["metrics_in_cluster"]))
     except BaseException:
         sim.stop()
         raise
@@ -264,9 +257,8 @@ def start_cluster(workdir: Path, docs: list[dict], plane: str = "model", publish
 
 def reached(sim: Child, port: int) -> str:
     """`HOST:PORT` where the pods of the cluster `sim` reach `port` of this machine's loopback:
-    `run --reach`'s address on the real plane (start_cluster's `reach`); the model plane's
-    pods share the machine's loopback."""
-    return sim.info["reached"][str(port)] if sim.info.get("plane") == "real" else f"127.0.0.1:{port}"
+    `run --reach`'s address (start_cluster's `reach`)."""
+    return sim.info["reached"][str(port)]
 
 
 def sim_values(*, password: str, users: list[str], admins: list[str], options: dict[str, Any] | None = None) -> dict:

@@ -97,30 +97,6 @@ def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
-# the folders (and the root module) the home-made control plane still ties into one knot; issue 37 deletes it folder by folder, so this set may only shrink
-LEGACY_KNOT = {"admission", "apiserver", "controllers", "gpu", "kubelet", "network", "scenario"}
-
-
-# the imports that tie the knot's folders together (module → module, the two in folders of one
-# circle): issue 37 removes them; none may be added, so this set may only shrink
-LEGACY_KNOT_IMPORTS = {
-    ("admission.schema", "apiserver.openapi"), ("apiserver.podexec", "kubelet.containerexec"),
-    ("apiserver.podexec", "kubelet.remotecommand"), ("apiserver.podlogs", "kubelet.containerlogs"),
-    ("apiserver.server", "network.kubernetes_service"), ("apiserver.writes", "admission.pipeline"),
-    ("apiserver.writes", "admission.schema"), ("controllers.autoscaler", "kubelet.nodes"),
-    ("controllers.autoscaler", "scenario"), ("controllers.persistentvolumes", "admission.storage"),
-    ("controllers.placeholders", "scenario"), ("gpu.dcgm_exporter", "scenario"), ("gpu.gpus", "scenario"),
-    ("kubelet.images", "scenario"), ("kubelet.kubelet", "scenario"), ("kubelet.names", "network.kubernetes_service"),
-    ("kubelet.nodes", "apiserver.openapi"), ("kubelet.nodes", "scenario"),
-    ("kubelet.podapi", "controllers.persistentvolumes"), ("kubelet.probes", "apiserver.openapi"),
-    ("kubelet.runtime", "scenario"), ("network.dataplane", "controllers.endpoints"),
-    ("network.dataplane", "kubelet.cgroups"), ("network.kubernetes_service", "controllers.endpoints"),
-    ("network.loadbalancers", "admission.services"), ("network.loadbalancers", "controllers.controller"),
-    ("network.loadbalancers", "controllers.workloads"), ("network.proxy", "controllers.endpoints"),
-    ("scenario", "gpu.releases"), ("scenario", "network.addresses"),
-}
-
-
 def knot_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     """Each import (module → module, the package's name left out) between two folders of
     one import circle of folders (`folder_graph`): each of them adds to a loop."""
@@ -129,9 +105,12 @@ def knot_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
             if _folder(m) != _folder(n) and _folder(m) in circle_of and circle_of.get(_folder(n)) == circle_of[_folder(m)]}
 
 
-def test_no_import_between_the_simulators_folders_adds_to_a_loop():
-    assert knot_imports(import_graph(SIM)) <= LEGACY_KNOT_IMPORTS, sorted(
-        knot_imports(import_graph(SIM)) - LEGACY_KNOT_IMPORTS)
+def test_no_import_circle_between_the_simulators_folders():
+    """Folders, not only modules: the node agent, the kubelet's parts, the network, the GPUs
+    and the scenario (a root module is a folder of its own) import each other one way only."""
+    graph = import_graph(SIM)
+    assert {"nodeagent", "kubelet", "network", "gpu", "scenario"} <= set(folder_graph(graph))
+    assert circles(folder_graph(graph)) == [] and knot_imports(graph) == set(), sorted(knot_imports(graph))
 
 
 def test_an_import_adding_to_a_loop_of_folders_is_found(tmp_path):
@@ -150,19 +129,18 @@ def test_an_import_adding_to_a_loop_of_folders_is_found(tmp_path):
     assert knot_imports(import_graph(pkg)) == {("a.x", "b.y"), ("b.y", "a.z"), ("a.w", "b.y")}
 
 
-def test_the_real_control_planes_folders_are_in_no_import_circle():
-    folders = folder_graph(import_graph(SIM))
-    assert {"controlplane", "nodeagent", "kubelet", "apiserver"} <= set(folders)
-    knotted = {f for circle in circles(folders) for f in circle}
-    assert not knotted & {"controlplane", "nodeagent"}, circles(folders)
-    assert knotted <= LEGACY_KNOT, sorted(knotted - LEGACY_KNOT)
+def test_no_control_plane_of_its_own():
+    """kube-apiserver, etcd, kube-scheduler and kube-controller-manager are the real ones
+    (controlplane/ starts them): no folder or module of the simulator is one of them again."""
+    names = {p.relative_to(SIM).parts[0].removesuffix(".py") for p in SIM.rglob("*.py")}
+    assert "controlplane" in names and "nodeagent" in names
+    assert not names & {"apiserver", "admission", "rbac", "scheduler", "controllers", "store"}, sorted(names)
 
 
-def test_the_real_control_planes_modules_have_names_of_their_own():
-    """No module in controlplane/ or nodeagent/ shares its file name with another module of
-    the simulator: one name, one thing (the old control plane's own repeats go with it)."""
-    new = [p for folder in ("controlplane", "nodeagent") for p in (SIM / folder).glob("*.py")
-           if p.name not in ("__init__.py", "__main__.py")]
-    others = {p.name: p for p in SIM.rglob("*.py") if p not in new}
-    assert new and {p.name for p in new if p.name in others} == set(), \
-        sorted(f"{p.relative_to(SIM)} ~ {others[p.name].relative_to(SIM)}" for p in new if p.name in others)
+def test_the_simulators_modules_have_names_of_their_own():
+    """No two modules of the simulator share a file name: one name, one thing."""
+    seen: dict[str, list[str]] = {}
+    for p in SIM.rglob("*.py"):
+        if p.name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(p.name, []).append(str(p.relative_to(SIM)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -69,7 +69,7 @@ def echo(host: str, port: int) -> str:
 def run(tmp_path_factory, outside) -> Iterator[Child]:
     work = tmp_path_factory.mktemp("real-run")
     (work / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
-    child = start_sim(work, work / "scenario.yaml", timeout=120, plane="real",
+    child = start_sim(work, work / "scenario.yaml", timeout=120,
                       extra_args=["--publish", f"{free_port()}=jhub/web:80", "--reach", str(outside)])
     try:
         yield child
@@ -84,7 +84,7 @@ def core(run) -> k8s.CoreV1Api:
 
 def test_the_run_writes_the_simulators_info_and_a_working_kubeconfig(run, core):
     info = run.info
-    assert INFO_KEYS <= set(info) and info["plane"] == "real"
+    assert INFO_KEYS <= set(info)
     assert info["api"] == info["api_secure"] and info["api"].startswith("https://")
     assert info["nodes"] == ["gpu-1"] and info["namespaces"] == ["default", "kube-system", "jhub"]
     version = k8s.VersionApi(core.api_client).get_code()
@@ -230,13 +230,12 @@ def test_an_outward_relay_leads_from_the_namespace_to_the_loopback_it_was_entere
 
 
 @pytest.mark.parametrize(("args", "error"), [
-    (["--plane", "real", "--publish", "8000=proxy-public"], "--publish: '8000=proxy-public' is not "
-                                                             "PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)"),
-    (["--publish", "8000=jhub/proxy-public:80"], "--publish needs --plane real"),
-    (["--reach", "9090"], "--reach needs --plane real"),
-    (["--plane", "real", "--reach", "0"], "--reach 0: a port a program listens at (1-65535)"),
+    (["--publish", "8000=proxy-public"], "--publish: '8000=proxy-public' is not "
+                                         "PORT=NAMESPACE/SERVICE:PORT (e.g. 8000=jhub/proxy-public:80)"),
+    (["--reach", "0"], "--reach 0: a port a program listens at (1-65535)"),
+    (["--control-plane", "/nonexistent"], "--control-plane /nonexistent: no control plane there (its admin.kubeconfig)"),
 ])
-def test_a_bad_publish_or_reach_is_refused_before_anything_starts(tmp_path, args, error):
+def test_a_bad_publish_reach_or_control_plane_is_refused_before_anything_starts(tmp_path, args, error):
     done = subprocess.run([sys.executable, "-m", "gpu_reclaim_sim", "run", "--kubeconfig", str(tmp_path / "kc"),
                            "--data-dir", str(tmp_path / "data"), *args], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (2, f"jupyterhub-gpu-reclaim-sim run: {error}")

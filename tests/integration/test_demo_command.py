@@ -82,7 +82,6 @@ def test_demo_installs_the_z2jh_release(tmp_path):
         assert url == f"http://127.0.0.1:{port}"
         text = demo.text()
         assert "Installing the release in namespace jhub" in text and PASSWORD in text
-        assert json.loads((demo.data / "sim.json").read_text())["plane"] == "real"
         assert f"{url}/services/gpu-reclaim/admin" in text and "'1 × GPU'" in text
         assert "jupyterhub_gpu_reclaim_dry_run 0.0" in metrics
         # the hub's login page, and the service's pages asking for a login, through proxy-public
@@ -146,17 +145,3 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
         code = demo.stop()
     assert code == 0, demo.text()[-3000:]
     assert "Stopping" in demo.text()
-
-
-def test_demo_with_the_chart_refuses_a_port_it_cannot_honour(tmp_path):
-    """On the model plane the release's hub is at its proxy-public Service's address: --port
-    there is an error that says why and what to do, before anything starts (it was silently
-    ignored: issue 39); the real plane offers proxy-public at --port
-    (test_demo_installs_the_z2jh_release)."""
-    if reason := z2jh.unavailable():
-        pytest.skip(reason)
-    demo = Demo(tmp_path, "--plane", "model", "--port", str(free_port()))
-    assert demo.proc.wait(60) == 2, demo.text()
-    text = demo.text()
-    assert f"--port with --plane model and the chart {z2jh.CHART} found" in text
-    assert "Leave out --port" in text and "Starting the simulated cluster" not in text

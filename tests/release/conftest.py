@@ -28,7 +28,7 @@ def cluster(tmp_path_factory):
     if reason := z2jh.unavailable():
         pytest.skip(reason)
     docs = z2jh.render(z2jh.BASE, extra=sim_values())
-    sim = z2jh.start_cluster(tmp_path_factory.mktemp("release"), docs, plane="real", hub_python=live.HUB_PYTHON,
+    sim = z2jh.start_cluster(tmp_path_factory.mktemp("release"), docs, hub_python=live.HUB_PYTHON,
                              extra_images=[postgres_image()] if POSTGRES_BIN.is_dir() else [],
                              overrides={"bandwidth": "10GB/s", "gpu": {"collectionInterval": "1s"}})
     yield sim

@@ -16,7 +16,8 @@ from gpu_reclaim_sim.api.requests import pod_requests
 from gpu_reclaim_sim.api.taints import TAINT_UNSCHEDULABLE, tolerates
 from gpu_reclaim_sim.api.timestamps import parse_time, rfc3339
 
-from ..support.scheduling import GPU_TAINT
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
 
 # --- quantities ---------------------------------------------------------------------------
 

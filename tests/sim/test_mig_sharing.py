@@ -4,7 +4,6 @@ product's own exporter parser (signals.dcgm). The cluster runs in process, stub 
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from typing import Any
 
@@ -12,17 +11,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim import scenario as sc
-from gpu_reclaim_sim.cluster import Cluster
-from gpu_reclaim_sim.gpu import use_gpu
 from gpu_reclaim_sim.gpu.gpus import GpuFleet
 from gpu_reclaim_sim.kubelet.nodes import node_manifest
 from gpu_reclaim_sim.paths import SCENARIOS
-from gpu_reclaim_sim.resources import BY_KIND
-from gpu_reclaim_sim.scheduler.filters import fit_failures
 from jupyterhub_gpu_reclaim.signals.dcgm import parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.pods import pod_info
 
-POD, NODE = BY_KIND["Pod"], BY_KIND["Node"]
 NS = "jhub"
 IMAGE = "quay.io/jupyter/base-notebook:2025-06-02"
 NOW = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
@@ -43,29 +37,6 @@ def gpu_pod(name: str, resource: str, count: int = 1) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS},
             "spec": {"containers": [{"name": "notebook", "image": IMAGE,
                                      "resources": {"limits": amount, "requests": dict(amount)}}]}}
-
-
-async def until(predicate, timeout: float = 10.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while asyncio.get_running_loop().time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"not true after {timeout} s: {predicate}")
-
-
-async def running(c: Cluster, name: str) -> dict:
-    return await until(lambda: (p := c.store.find(POD, NS, name)) and p.get("status", {}).get("phase") == "Running"
-                       and p)
-
-
-@pytest.fixture
-async def cluster(request, tmp_path):
-    c = Cluster(request.param, tmp_path / "sim")
-    await c.start()
-    yield c
-    await c.stop()
 
 
 def series(text: bytes) -> list[tuple[str, dict[str, str], float]]:
@@ -96,18 +67,6 @@ def test_the_shared_gpus_example_scenario_has_a_mig_and_a_time_sliced_node():
     mig, sliced = s.node_groups[0].sharing, s.node_groups[1].sharing
     assert (mig.resource, mig.devices(1)) == ("nvidia.com/mig-1g.10gb", 7)
     assert (sliced.resource, sliced.devices(1)) == ("nvidia.com/gpu.shared", 4) and s.gpu_virtual_gpus
-
-
-def test_the_scheduler_counts_mig_instances_like_gpus():
-    s = scenario(MIG)
-    node = node_manifest("mig-1", s.node_groups[0], s)
-    on_node = [gpu_pod(f"p{i}", "nvidia.com/mig-1g.10gb", 3) for i in range(2)]
-    for i, p in enumerate(on_node):
-        p["metadata"]["uid"] = f"uid-{i}"
-    assert fit_failures(gpu_pod("one", "nvidia.com/mig-1g.10gb"), node, on_node) == []
-    assert fit_failures(gpu_pod("two", "nvidia.com/mig-1g.10gb", 2), node, on_node) == [
-        "Insufficient nvidia.com/mig-1g.10gb"]
-    assert fit_failures(gpu_pod("whole", "nvidia.com/gpu"), node) == ["Insufficient nvidia.com/gpu"]
 
 
 # --- the exporter, device by device ------------------------------------------------------
@@ -240,14 +199,12 @@ def test_replicas_spread_over_the_gpus_before_two_pods_share_one():
     assert sorted(d.gpu.index for d in two) == [0, 1]
 
 
-# --- the cluster: nodes, scheduling, the kubelet -------------------------------------------
+# --- the nodes as registered (their pods on the real control plane: tests/controlplane/test_gpus.py)
 
 
-@pytest.mark.parametrize("cluster", [scenario(MIG, SLICED)], indirect=True)
-async def test_nodes_advertise_mig_instances_and_replicas_and_pods_get_them(cluster, monkeypatch):
-    c = cluster
-    mig = c.store.find(NODE, None, "mig-1")
-    sliced = c.store.find(NODE, None, "sliced-1")
+def test_nodes_advertise_mig_instances_and_replicas():
+    s = scenario(MIG, SLICED)
+    mig, sliced = (node_manifest(f"{g.name}-1", g, s, version="v1.37.2") for g in s.node_groups)
     assert mig["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "7"
     assert mig["status"]["allocatable"]["nvidia.com/gpu"] == "0"
     assert mig["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
@@ -257,51 +214,11 @@ async def test_nodes_advertise_mig_instances_and_replicas_and_pods_get_them(clus
     assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.count"]) == ("4", "1")
     assert labels["nvidia.com/gpu.product"] == "Tesla-T4-SHARED"
 
-    c.create(POD, gpu_pod("jupyter-mig", "nvidia.com/mig-1g.10gb"))
-    c.create(POD, gpu_pod("jupyter-a", "nvidia.com/gpu"))
-    c.create(POD, gpu_pod("jupyter-b", "nvidia.com/gpu"))
-    for name in ("jupyter-mig", "jupyter-a", "jupyter-b"):
-        await running(c, name)
-    pods = {n: c.store.find(POD, NS, n) for n in ("jupyter-mig", "jupyter-a", "jupyter-b")}
-    assert pods["jupyter-mig"]["spec"]["nodeName"] == "mig-1"
-    assert pods["jupyter-a"]["spec"]["nodeName"] == pods["jupyter-b"]["spec"]["nodeName"] == "sliced-1"
-    [instance] = c.gpus.pod_gpus(NS, "jupyter-mig")
-    assert instance.instance is not None and instance.uuid.startswith("MIG-")
-    [ra], [rb] = c.gpus.pod_gpus(NS, "jupyter-a"), c.gpus.pod_gpus(NS, "jupyter-b")
-    assert ra.gpu is rb.gpu  # one GPU, two pods
-    # the product counts a MIG instance as a GPU held
-    assert pod_info(pods["jupyter-mig"]).gpus == 1
 
-    # a notebook's use_gpu works on its instance as on a whole GPU
-    for key, value in c.control.pod_env(NS, "jupyter-mig", pods["jupyter-mig"]["metadata"]["uid"]).items():
-        monkeypatch.setenv(key, value)
-    await asyncio.to_thread(use_gpu, percent=60, seconds=60, block=False)
-    readings = parse_dcgm_text(c.gpus.metrics("mig-1").decode(), NOW)
-    assert readings[(NS, "jupyter-mig")].util == (pytest.approx(60.0),)
-    # more than the node has waits, in the scheduler's words
-    for i in range(3):
-        c.create(POD, gpu_pod(f"more-{i}", "nvidia.com/gpu"))
-    c.create(POD, gpu_pod("too-many", "nvidia.com/gpu"))
-
-    def unschedulable() -> str:
-        conds = (c.store.find(POD, NS, "too-many") or {}).get("status", {}).get("conditions", [])
-        return next((x.get("message", "") for x in conds if x["type"] == "PodScheduled"
-                     and x["status"] == "False"), "")
-
-    assert "Insufficient nvidia.com/gpu" in await until(unschedulable)
-    waiting = pod_info(c.store.find(POD, NS, "too-many"))
-    assert waiting.waits_for_gpu
-
-
-@pytest.mark.parametrize("cluster", [scenario({**SLICED, "timeSlicing": {"replicas": 2, "renameByDefault": True}})],
-                         indirect=True)
-async def test_renamed_replicas_are_nvidia_com_gpu_shared_which_the_product_reads_as_shared(cluster):
-    c = cluster
-    node = c.store.find(NODE, None, "sliced-1")
+def test_renamed_replicas_are_nvidia_com_gpu_shared_which_the_product_reads_as_shared():
+    s = scenario({**SLICED, "timeSlicing": {"replicas": 2, "renameByDefault": True}})
+    node = node_manifest("sliced-1", s.node_groups[0], s, version="v1.37.2")
     assert node["status"]["allocatable"]["nvidia.com/gpu.shared"] == "2"
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "Tesla-T4"  # renamed: no -SHARED
-    c.create(POD, gpu_pod("jupyter-a", "nvidia.com/gpu.shared"))
-    pod = await running(c, "jupyter-a")
-    info = pod_info(pod)
+    info = pod_info(gpu_pod("jupyter-a", "nvidia.com/gpu.shared"))
     assert (info.gpus, info.gpu_shared) == (1, True)
-    assert len(c.gpus.pod_gpus(NS, "jupyter-a")) == 1

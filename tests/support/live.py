@@ -35,7 +35,7 @@ def start_test_sim(workdir: Path, plane: ControlPlane):
     scenario["gpu"] = {"collectionInterval": "1s"}
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    return start_sim(workdir, path, plane="real", extra_args=["--control-plane", str(plane.work)])
+    return start_sim(workdir, path, extra_args=["--control-plane", str(plane.work)])
 
 
 def sim_fixture(scope: str):

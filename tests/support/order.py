@@ -35,15 +35,12 @@ SLOWEST_FIRST = (
     "tests/backtest/test_tracegen.py",
     "tests/sim/test_netpol.py",
     "tests/faults/test_malformed_pods.py",
-    "tests/sim/test_rbac.py",
     "tests/sim/test_workloads.py",
     "tests/sim/test_kubelet.py",
-    "tests/sim/test_scheduler_controllers.py",
     "tests/faults/test_malformed.py",
     "tests/service/test_service.py",
     "tests/packaging/test_wheels.py",
     "tests/faults/test_faults.py",
-    "tests/sim/test_apiserver.py",
 )
 # packages whose modules share a package-scoped fixture: one unit, ranked as the package
 TOGETHER = ("tests/web/",)

@@ -39,7 +39,7 @@ def sim_running(workdir: Path, scenario: dict[str, Any], plane: ControlPlane) ->
     """The simulator running `scenario` in `workdir` on the worker's control plane, stopped at
     the end (its nodes and namespaces with it)."""
     (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, workdir / "scenario.yaml", plane="real", extra_args=["--control-plane", str(plane.work)])
+    child = start_sim(workdir, workdir / "scenario.yaml", extra_args=["--control-plane", str(plane.work)])
     try:
         yield child
     finally:

@@ -1,2 +1,0 @@
-"""kube-apiserver: the REST API over HTTP (`server`), discovery, watches, tables, protobuf bodies,
-patches, writes, lists and their compression, pod logs."""

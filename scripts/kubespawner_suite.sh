@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # KubeSpawner's own test suite, unmodified, against the simulated cluster on the real
-# control plane (`run --plane real`: kube-apiserver, etcd, kube-scheduler and
+# control plane (`run`: kube-apiserver, etcd, kube-scheduler and
 # kube-controller-manager, with the project's node agent; docs/sim.md, "KubeSpawner's own
 # test suite"): the tests of the KubeSpawner version installed in .venv, run from a
 # virtualenv of their own (their pins: pytest-asyncio <0.23) on a cluster started with
@@ -78,7 +78,7 @@ if [ "$(id -u)" -eq 0 ] && [ -z "${KUBESPAWNER_SUITE_NETNS:-}" ]; then
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubespawner-suite.XXXXXX")
-"$VENV/bin/python" -m gpu_reclaim_sim run --plane real --config "$SCENARIO" --kubeconfig "$work/kubeconfig" \
+"$VENV/bin/python" -m gpu_reclaim_sim run --config "$SCENARIO" --kubeconfig "$work/kubeconfig" \
   --data-dir "$work/cluster" --info-file "$work/sim.json" > "$work/sim.log" 2>&1 &
 sim=$!
 cleanup() {

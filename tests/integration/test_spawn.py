@@ -79,8 +79,12 @@ async def test_second_gpu_user_waits_until_first_stops(api, sim):
         await asyncio.sleep(0.5)
     assert p["status"]["phase"] == "Pending"
     assert "Insufficient nvidia.com/gpu" in cond["PodScheduled"]["message"]
-    events = kubectl(sim, "get", "events", "-n", "jhub", "--field-selector",
-                     "involvedObject.name=jupyter-carol,reason=FailedScheduling", "-o", "json")
+    # the scheduler's Event follows its condition (its recorder writes in the background)
+    deadline = time.monotonic() + 30
+    while "Insufficient nvidia.com/gpu" not in (events := kubectl(
+            sim, "get", "events", "-n", "jhub", "--field-selector",
+            "involvedObject.name=jupyter-carol,reason=FailedScheduling", "-o", "json")) and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
     assert "Insufficient nvidia.com/gpu" in events
     server = await api.server("carol")
     assert server["pending"] == "spawn" and not server["ready"]

@@ -245,8 +245,15 @@ def test_a_pod_waits_for_its_claim_to_be_bound_then_mounts_its_volumes_directory
     core.create_namespaced_persistent_volume_claim(NS, {"metadata": {"name": "claim-static"}, "spec": {
         "storageClassName": "manual", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
     vol = [{"name": "home", "persistentVolumeClaim": {"claimName": "claim-static"}}]
+    # bound to the node by name: the real scheduler places no pod whose immediate claim is
+    # unbound (its VolumeBinding filter), so only a pod bound by hand meets the kubelet's wait
+    unplaced = create(core, pod("claim-unplaced", "true", volumes=vol))
+    condition = wait_for(lambda: next((c for c in core.read_namespaced_pod(unplaced.metadata.name, NS).status.conditions
+                                       or [] if c.type == "PodScheduled" and c.status == "False"), None),
+                         "the scheduler's refusal")
+    assert "unbound immediate PersistentVolumeClaims" in condition.message
     create(core, pod("claim-waits", "id -u; echo kept > ~/notes", volumes=vol,
-                     mounts=[{"name": "home", "mountPath": "/home/jovyan"}]))
+                     mounts=[{"name": "home", "mountPath": "/home/jovyan"}], nodeName="cpu-1"))
     [event] = wait_for(lambda: events(core, "claim-waits", "FailedMount"), "FailedMount", timeout=30)
     # every volume the pod has is unattached: `home` and the ServiceAccount admission's token volume
     [token] = [v.name for v in core.read_namespaced_pod("claim-waits", NS).spec.volumes if v.name != "home"]

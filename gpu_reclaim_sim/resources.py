@@ -1,4 +1,5 @@
-"""The resource types the simulated API server serves, as discovery describes them."""
+"""The resource types the node agent follows (their plurals, groups and kinds, as the API
+server's discovery names them)."""
 
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
 """The cluster network: addresses, kube-proxy (nftables mode and a userspace one), NetworkPolicy,
-pods' network namespaces, load balancers, the `kubernetes` Service."""
+the run's network namespace, pods' sockets, relays in and out of it."""

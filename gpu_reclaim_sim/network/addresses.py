@@ -1,6 +1,6 @@
-"""Addresses: one loopback IP per node, per pod and per Service, so every pod's server binds
-its own address and port 8888 can be used by all of them at once (127.0.0.0/8 all reaches
-lo). Service addresses (cluster IPs, load-balancer IPs) come from a network of their own,
+"""Addresses: one IP per node, per pod and per Service (in the run's network namespace, where
+sim.network.namespace makes their networks local; on loopback without one), so every pod's
+server binds its own address and port 8888 can be used by all of them at once. Service addresses (cluster IPs, load-balancer IPs) come from a network of their own,
 like a cluster's --service-cluster-ip-range."""
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ a CNI network plugin that enforces NetworkPolicies, in one nftables table of its
 (sim.network.nftables; the policy model: sim.network.netpol).
 
 It follows Services, EndpointSlices, NetworkPolicies, namespaces' and pods' labels as
-they change (subscriptions to their source, no polling: the simulator's store, or the node
-agent's mirror of the real API server, sim.nodeagent.nodeservices) and writes the whole table again, at most
+they change (subscriptions to their source, no polling: the node agent's mirror of the real
+API server, sim.nodeagent.nodeservices) and writes the whole table again, at most
 once per `DEBOUNCE`, only when the rules changed. The kubelet tells it of each pod that
 runs processes before its containers start and after they have all stopped (what CNI
 ADD and DEL are to a real plugin): a new pod is in the rules before its first process
@@ -137,7 +137,7 @@ class DataPlane:
                 self._changed()
 
     async def _sync_now(self) -> None:
-        """Until the table holds what the store holds now."""
+        """Until the table holds what the source holds now."""
         self._changed()
         target = self._changes
         if self._task is None or self._task.done() or self._synced >= target:

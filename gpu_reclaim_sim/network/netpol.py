@@ -31,8 +31,8 @@ ranges is the internet). So ipBlocks see an address of the pod or service networ
 127.a.b.c as 10.a.b.c, and a CIDR written inside one of those networks (a pod's
 `status.podIP`/32) as the same; every other address (the host, 127.0.0.1) as it is.
 
-Sources: a pod's connection is known by its cgroup (pods share the host's network
-namespace, so the source address says nothing); a connection from outside every pod (the
+Sources: a pod's connection is known by its cgroup (pods share one network
+namespace, the run's, so the source address says nothing); a connection from outside every pod (the
 host: tests, a hub started outside the cluster) comes from outside the cluster, at its
 own address (127.0.0.1): only an ipBlock, or a rule with no `from`, admits it.
 """

@@ -3,8 +3,8 @@ kube-proxy's rules (nftables mode) for its Services and a CNI's rules for its
 NetworkPolicies (sim.network.netpol compiles them). Written whole, atomically (`nft -f`), by
 sim.network.dataplane whenever something they depend on changes.
 
-Pods share the host's network namespace, so every connection, from a pod or from the
-host, takes the output path: the rules hang on the output hook.
+Pods share one network namespace (the run's), so every connection, from a pod or from
+another program there, takes the output path: the rules hang on the output hook.
 - kube-proxy: `ip daddr . tcp dport` of a cluster IP or load-balancer address → DNAT to
   one of the Service's endpoints chosen by `numgen random` (kube-proxy's nftables mode),
   in a nat chain at priority dstnat; a Service port without endpoints is rejected (ICMP

@@ -1,6 +1,6 @@
-"""A pod's sockets as in a network namespace of its own, on the host's one.
+"""A pod's sockets as in a network namespace of its own, on the run's one.
 
-Pods share the host's network namespace (sim.network.dataplane); a real pod has its own, with its
+Pods share one network namespace, the run's (sim.network.namespace); a real pod has its own, with its
 address and a loopback nobody else shares. Servers written for that bind every address
 (z2jh's hub `http://:8081`, configurable-http-proxy `--ip=`, a service's
 `--bind-url=http://0.0.0.0:…`) and reach their own pod's servers at `localhost`

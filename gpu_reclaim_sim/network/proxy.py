@@ -3,7 +3,7 @@ kernel's data plane (sim.network.dataplane: kube-proxy's nftables mode and Netwo
 be had, that is without root or nftables. Then NetworkPolicies are not enforced.
 
 For every Service with a cluster IP it listens on `clusterIP:port` (and on each
-load-balancer address, sim.network.loadbalancers) for each TCP port, and forwards every
+load-balancer address, sim.nodeagent.servicecontroller's) for each TCP port, and forwards every
 connection to one of the Service's endpoints (`endpoints`), chosen at random as
 kube-proxy's rules do, read from its EndpointSlices (what kube-proxy reads). A Service with
 no endpoint refuses connections (reset), as kube-proxy's REJECT rule does. It follows

@@ -13,7 +13,7 @@ the default StorageClass, whose volumes it provisions (`provisioner`), and is th
 service controller: LoadBalancer Services' addresses (`servicecontroller`).
 The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
 dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
-finds a pod's UID among its pod workers. Not yet (issue 37): `kubectl port-forward`.
+finds a pod's UID among its pod workers. `kubectl port-forward` goes to the kubelet API too (`portforward`).
 """
 
 from __future__ import annotations

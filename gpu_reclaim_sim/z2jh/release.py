@@ -266,10 +266,10 @@ def sim_values(*, password: str, users: list[str], admins: list[str], options: d
     on a real cluster (an authenticator), the GPU source (the simulated dcgm-exporter,
     `dcgm_exporter`, instead of Prometheus, as helm-values/dcgm-direct.yaml), the service's
     `options` (e.g. shorter timings), the prePuller's Helm hook off (a Job that
-    `helm install` runs before the release; the simulator has no Jobs), and the cloud
+    `helm install` runs before the release: no image here needs pulling ahead), and the cloud
     metadata server blocked by the user pods' NetworkPolicy alone (the chart's other way):
     its iptables init container would rewrite the host's firewall, as pods share the
-    host's network namespace here (sim.network.podnet)."""
+    run's network namespace here (sim.network.podnet)."""
     return {
         "prePuller": {"hook": {"enabled": False}},
         "singleuser": {"cloudMetadata": {"blockWithIptables": False}},

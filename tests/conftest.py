@@ -32,8 +32,10 @@ KINDS = {
             "(a few start one real program: Prometheus, PostgreSQL, mkdocs, the CLI)",
     "hub": "a real JupyterHub on the simulated cluster (marked integration)",
     "release": "the z2jh release installed on the simulated cluster (tests/release, marked integration)",
-    "sim": "the simulator's node agent, GPUs and network, alone or on the real control plane (tests/sim)",
+    "sim": "the simulator's node agent, GPUs and network, alone or on the real control plane "
+           "(tests/sim, tests/controlplane)",
 }
+FOLDER_KINDS = {"release": "release", "sim": "sim", "controlplane": "sim"}
 SLOWEST_MODULES = 15
 _module_seconds: Counter[str] = Counter()  # setup + call + teardown of each module's tests
 
@@ -79,8 +81,8 @@ def pytest_terminal_summary(terminalreporter):
 
 def kind_of(item) -> str:
     folder = Path(item.path).relative_to(Path(__file__).parent).parts[0]
-    if folder in ("release", "sim"):
-        return folder
+    if folder in FOLDER_KINDS:
+        return FOLDER_KINDS[folder]
     return "hub" if item.get_closest_marker("integration") else "unit"
 
 

@@ -1,7 +1,7 @@
 """Starting the reclaim service: settings → `ServiceSettings` → the running service.
 
 `run_app(argv)` is what ``jupyterhub-gpu-reclaim`` runs without a subcommand. It reads the
-settings (`config.GpuReclaim`: command line, then config file), checks what can be checked
+settings (`application.GpuReclaim`: command line, then config file), checks what can be checked
 before running, logs them without secrets, and hands the service a typed, frozen
 `settings.ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
 to ``cull_idle``, nothing past this point sees the traitlets Application: `build` wires a
@@ -27,17 +27,17 @@ from traitlets.config import Application
 
 from .service import collector
 from .service.hub_stopper import HubStopper
-from .config import GpuReclaim
+from .application import GpuReclaim
 from .errors import ConfigError, ServiceError
 from .service.metrics import Metrics
 from .service.notify import Dispatcher, make_notifiers, redact_url
 from .policy.rules import Match
 from .service.cycle import Reclaimer
 from .settings import ServiceSettings, effective_cull_every, options
-from .signals.base import SignalError, hide_password
+from .signals.http_source import SignalError, hide_password
 from .signals.interfaces import GpuSource
 from .store import Store
-from .store.base import StoreError
+from .store.engine import StoreError
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.launcher")
 
@@ -129,7 +129,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     from .signals.hub import HubSignal
     from .signals.kernels import KernelSignal
     from .signals.pods import PodSignal, kubernetes_configuration
-    from .signals.probe_tokens import ProbeTokens
+    from .signals.probe_token_client import ProbeTokens
     from .signals.prometheus import DEFAULT_QUERY, PrometheusSignal, default_query
 
     s = settings

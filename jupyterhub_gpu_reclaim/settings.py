@@ -2,14 +2,14 @@
 
 Each field of `ServiceSettings` that carries an option (`_option`) declares that option: its
 trait (kind of value, default, help text), in this order on the command line;
-`config.GpuReclaim` has these traits as its options (and the GPU policy's, made from
+`application.GpuReclaim` has these traits as its options (and the GPU policy's, made from
 `policy.config.PolicyConfig`'s fields). The launcher fills one frozen `ServiceSettings` from
 the options and hands it to the service: the cycle and the web pages read the parts they
 need from it, and never see the traitlets Application. A field's default is its option's,
 so `ServiceSettings()` is the service as configured by default.
 
 A few defaults come from the environment (JUPYTERHUB_API_URL and friends); the
-Application computes those (``@default`` in config.py), and their help says so.
+Application computes those (``@default`` in application.py), and their help says so.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .durations import parse_duration
 from .policy.config import PolicyConfig
 from .policy.rules import PolicyRules
 from .signals.gpu_readings import PodLabel
-from .signals.probe_tokens import PROBE_TOKEN_MAX_LIFETIME
+from .signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
 from .signals.prometheus import DEFAULT_QUERY
 
 

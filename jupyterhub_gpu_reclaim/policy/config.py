@@ -2,7 +2,7 @@
 type, default, help text, and the service option that sets it), and `from_settings`, the
 one converter from settings as written to a PolicyConfig.
 
-The service's options are made from these fields (`config.GpuReclaim`) and read through
+The service's options are made from these fields (`application.GpuReclaim`) and read through
 `from_settings`, as are the backtest's policy files (`backtest.load_policy_config`): a
 duration is seconds or "30m"/"2h" in both, a set a list of strings, and 0 turns an
 optional duration off. Each field's type picks its converter; nothing is guessed from
@@ -23,7 +23,7 @@ from ..durations import parse_duration
 
 def _setting(default: Any, text: str = "", *, option: str | None = None) -> Any:
     """A PolicyConfig field with the help text of the service option that sets it and that
-    option's name (default: the field's). config.GpuReclaim makes the options of the fields
+    option's name (default: the field's). application.GpuReclaim makes the options of the fields
     with help; the others are set by jupyterhub-idle-culler's options of those names."""
     return field(default=default, metadata={"help": dedent(text).strip(), "option": option})
 
@@ -31,7 +31,7 @@ def _setting(default: Any, text: str = "", *, option: str | None = None) -> Any:
 @dataclass(frozen=True)
 class PolicyConfig:
     """Every knob of the policy, declared once: its type, default and help. The service's
-    options (config.GpuReclaim) and the backtest's policy files are made from these fields
+    options (application.GpuReclaim) and the backtest's policy files are made from these fields
     and read through the same converter, `from_settings`."""
 
     gpu_idle_threshold: float = _setting(1.0, """

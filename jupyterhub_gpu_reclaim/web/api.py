@@ -15,15 +15,15 @@ from tornado import web
 from ..service.status import SPARK_WINDOW
 from ..signals.hub import PAGINATION_MEDIA_TYPE
 from ..timestamps import format_time, jsonable, utcnow
-from ..service.usage import daily_usage
+from ..service.daily_hours import daily_usage
 from ..wording import KEEPS, LOSES
 from ..store.reclaims import ReclaimRecord
 from .base import Base, writes
 from .inputs import BadInput, parse_days, parse_since, parse_until
-from ..report.render import csv_cell
+from ..report.formats import csv_cell
 from .render import audit_json, reclaim_json, session_json
 from .way_back import start_again_url
-from .whatif import DEFAULT_SINCE, run_what_if
+from .whatif_runner import DEFAULT_SINCE, run_what_if
 
 #: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
 PAGE_DEFAULT, PAGE_MAX = 50, 200

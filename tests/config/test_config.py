@@ -13,7 +13,7 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim
+from jupyterhub_gpu_reclaim.application import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
 from jupyterhub_gpu_reclaim.oneline import LogFormatter

@@ -48,7 +48,7 @@ from .oneline import LogFormatter
 from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
 from .settings import SAVE_WAIT_MAX, Duration, ServiceSettings, effective_cull_every, options
-from .signals.probe_tokens import PROBE_TOKEN_MAX_LIFETIME
+from .signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
 from .signals.prometheus import check_matchers
 
 CONFIG_FILE = "gpu_reclaim_config.py"

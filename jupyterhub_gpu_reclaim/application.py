@@ -10,7 +10,7 @@ chart writes them::
         --max-age=0 --cull-admin-users=false
 
 Boolean options take ``--name`` (sets True), ``--name=true`` or ``--name=false``. The GPU
-policy settings (`policy.config.PolicyConfig`) are options too (``--idle-reclaim-after=2h``).
+policy settings (`GpuPolicyOptions`) are options too (``--idle-reclaim-after=2h``).
 Every option can also be set in the config file ``gpu_reclaim_config.py``
 (``c.GpuReclaim.timeout = 3600``); the command line wins over the file.
 ``--generate-config`` prints a config file with every option and its help, like the culler.
@@ -18,13 +18,14 @@ Every option can also be set in the config file ``gpu_reclaim_config.py``
 Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the default
 ``--url``, ``JUPYTERHUB_API_URL``.
 
-Each option is declared once, as a field: the service's in `settings.ServiceSettings`
-(with its trait), the GPU policy's in `policy.config.PolicyConfig`; the Application has
-them as its traits and adds what only it knows (defaults read from the environment,
-checks, the command-line aliases and flags). A bad setting raises
-:class:`~.errors.ConfigError` (`command_line` reads the command line and the file).
-`launcher.run_app` checks them, hands the service one frozen `ServiceSettings` and maps
-errors to exit statuses; nothing that runs the service sees this Application.
+Each option is declared once, as a trait in the body of the class that reads it: the
+service's in `settings.ServiceSettings`, the GPU policy's in `GpuPolicyOptions` (below; their
+defaults `policy.config.PolicyConfig`'s, which `policy_config` makes of them in one hop).
+`GpuReclaim` is both, so they are its options as they are, and adds what only it knows
+(defaults read from the environment, checks, the command-line aliases and flags). A bad
+setting raises :class:`~.errors.ConfigError` (`command_line` reads the command line and the
+file). `launcher.run_app` checks them, hands the service one read-only `ServiceSettings` and
+maps errors to exit statuses; nothing that runs the service sees this Application.
 """
 
 from __future__ import annotations
@@ -34,76 +35,185 @@ import datetime as dt
 import logging
 import os
 import re
-from textwrap import dedent
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
-from traitlets import Bool, Float, Set, TraitError, TraitType, Unicode, default, validate
+from traitlets import Bool, Float, HasTraits, Set, TraitError, Unicode, default, validate
 from traitlets.config import Application
 
 from . import command_line
 from .datafile import read_data_file
 from .errors import ConfigError
 from .oneline import LogFormatter
-from .policy.config import SETTING_TYPES, PolicyConfig, from_settings, option_of
+from .policy.config import PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
-from .settings import SAVE_WAIT_MAX, Duration, ServiceSettings, effective_cull_every, options
+from .settings import SAVE_WAIT_MAX, Duration, ServiceSettings, _help, declared_options, effective_cull_every
 from .signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
 from .signals.prometheus import check_matchers
 
 CONFIG_FILE = "gpu_reclaim_config.py"
+_DEFAULT = PolicyConfig()
 
-# the service's options, in command-line order: the fields of ServiceSettings that are options
-_SERVICE_FIELDS = tuple(f for f in dataclasses.fields(ServiceSettings) if "option" in f.metadata)
+
+def _seconds_or_off(value: dt.timedelta | None) -> float:
+    return 0.0 if value is None else value.total_seconds()  # 0: off
+
+
+def _duration_or_off(seconds: float) -> dt.timedelta | None:
+    return dt.timedelta(seconds=seconds) if seconds else None
+
+
+class GpuPolicyOptions(HasTraits):
+    """The GPU policy's options, each a trait with its help, its default `PolicyConfig`'s;
+    `policy_config` makes the policy's thresholds of them (with idle-culler's timeout rule)."""
+
+    gpu_idle_threshold = Float(_DEFAULT.gpu_idle_threshold, help=_help("""
+        Percent GPU utilization (DCGM_FI_DEV_GPU_UTIL) below which a GPU counts as idle
+        in a sample; in (0, 100].
+
+        Near zero on purpose: a GPU at 3-8% is a slow data loader, not an idle GPU
+        (Princeton raised its cut from 0% to 9% and withdrew it after a backlash).
+        """)).tag(config=True)
+
+    never_used_warn_after = Duration(_DEFAULT.never_used_warn_after.total_seconds(), help=_help("""
+        Warn a session whose GPU nothing ran on and whose kernels ran no cell this long
+        after it started (seconds or "1h"). Default 1 h: the idle rule's warning point, an
+        hour before the reclaim.
+        """)).tag(config=True)
+
+    never_used_reclaim_after = Duration(_DEFAULT.never_used_reclaim_after.total_seconds(), help=_help("""
+        Reclaim a session whose GPU nothing ran on and whose kernels ran no cell this long
+        after it started (seconds or "2h"). Default 2 h: a server's start is its user's
+        first action, given the idle rule's window as a cell is (Yale's 1 h is for batch
+        jobs; real notebook users often run their first cell 1-2 h after the start).
+        """)).tag(config=True)
+
+    idle_warn_after = Duration(_DEFAULT.idle_warn_after.total_seconds(), help=_help("""
+        Warn a session whose GPU was used, then idle this long (seconds or "1h").
+        Princeton and Yale: 60 min.
+        """)).tag(config=True)
+
+    idle_reclaim_after = Duration(_DEFAULT.idle_reclaim_after.total_seconds(), help=_help("""
+        Reclaim a session whose GPU was used, then idle this long (seconds or "2h").
+        Princeton and Yale: 120 min.
+        """)).tag(config=True)
+
+    unattended_warn_after = Duration(_DEFAULT.unattended_warn_after.total_seconds(), help=_help("""
+        Warn a session this long after its GPU work (a cell, a job in a terminal) ended
+        with nobody there (seconds or "1h"; rule "job-ended-unattended"): when the last
+        sign of a person (the browser, a cell, a terminal, a keep-alive) came
+        --idle-reclaim-after or more before the work ended, and none since. Default 1 h,
+        as --idle-warn-after: the owner's absence during a job says nothing about when
+        they come back after it (real users came back 139 and 149 min after day-long jobs).
+        """)).tag(config=True)
+
+    unattended_reclaim_after = Duration(_DEFAULT.unattended_reclaim_after.total_seconds(), help=_help("""
+        Reclaim a session this long after its GPU work ended with nobody there (seconds or
+        "2h"; see --unattended-warn-after). Default 2 h, as --idle-reclaim-after; shorter
+        suits a hub whose GPU work is batch jobs nobody comes back to.
+        """)).tag(config=True)
+
+    warning_lead = Duration(_DEFAULT.warning_lead.total_seconds(), help=_help("""
+        Minimum time between the first warning of an idle episode and the reclaim, so
+        the user can answer it (seconds or "15m"). Default 15 min.
+        """)).tag(config=True)
+
+    cpu_work_keeps_unused_gpu = Bool(_DEFAULT.cpu_work_keeps_unused_gpu, help=_help("""
+        Let CPU work keep a GPU session whose GPU nothing ran on for as long as it goes on
+        (rule "cpu-work-on-gpu" off). Off by default: CPU cells that go on for
+        --cpu-work-reclaim-after with the GPU untouched are a server on the wrong profile,
+        warned --cpu-work-warn-after into the work (the warning says a CPU profile would do
+        and offers the keep-alive). Either way a person who runs cells is present: the
+        idle timings count from their last cell.
+        """)).tag(config=True)
+
+    cpu_work_warn_after = Duration(_DEFAULT.cpu_work_warn_after.total_seconds(), help=_help("""
+        Warn a session whose kernels have run CPU cells, with no pause of --idle-warn-after,
+        for this long while its GPU was never used since it started (seconds or "2h"; rule
+        "cpu-work-on-gpu"). Default 2 h: Princeton's 2 h of a GPU at 0 %.
+        """)).tag(config=True)
+
+    cpu_work_reclaim_after = Duration(_DEFAULT.cpu_work_reclaim_after.total_seconds(), help=_help("""
+        Reclaim a session whose kernels have run CPU cells this long with its GPU never used
+        (seconds or "3h"; see --cpu-work-warn-after). Default 3 h: an hour after the warning,
+        Yale's hour between the warning and the cancel of an idle GPU, for the user at work
+        to answer it (keep alive, or start again on a CPU profile).
+        """)).tag(config=True)
+
+    intent_grace = Duration(_DEFAULT.intent_grace.total_seconds(), help=_help("""
+        How long after a "keep alive until" ends an idle session is reclaimed (rule
+        "intent-ended"; seconds or "15m"). Its warning comes --warning-lead before the
+        end; using the GPU or a kernel from then on cancels it. Default 15 min: the user
+        named the time, and the warning already gave them --warning-lead to extend it.
+        """)).tag(config=True)
+
+    bridge_gaps_up_to = Duration(_DEFAULT.bridge_gaps_up_to.total_seconds(), help=_help("""
+        Longest gap in the GPU data that the idle clock may run across (seconds or "2h";
+        0: never). A gap is bridged only when the samples on both sides show every GPU
+        idle and no busy kernel, and the kernels' and terminals' last activity did not
+        move across it; otherwise the idle clock starts again after the gap. Missing
+        data itself never leads to a reclaim. Default 2 h, the GPU-idle rule's window.
+        """)).tag(config=True)
+
+    max_keepalive = Duration(_DEFAULT.max_keepalive.total_seconds(), help=_help("""
+        Longest "keep alive until" a user can declare, counted from when it is set
+        (seconds or "12h"). Default 12 h (GitHub Codespaces' cap).
+        """)).tag(config=True)
+
+    stale_after = Duration(_DEFAULT.stale_after.total_seconds(), help=_help("""
+        GPU data older than this is missing, and a session with missing GPU data is held,
+        never reclaimed (seconds or "5m"; > 0). Default 5 min.
+        """)).tag(config=True)
+
+    gpu_max_age = Duration(_seconds_or_off(_DEFAULT.max_age), help=_help("""
+        Optional hard lifetime of GPU sessions from their start, warned --warning-lead
+        before (seconds or "7d"). It also caps keep-alive intents. 0: off (default).
+        """)).tag(config=True)
+
+    pressure_only = Bool(_DEFAULT.pressure_only, help=_help("""
+        Reclaim GPU sessions only while GPU requests are pending (pods unschedulable
+        for nvidia.com/gpu). Warnings still go out. Default off.
+        """)).tag(config=True)
+
+    exempt_users = Set(Unicode(), set(_DEFAULT.exempt_users), help=_help("""
+        User names whose GPU sessions are never reclaimed.
+        """)).tag(config=True)
+
+    exempt_groups = Set(Unicode(), set(_DEFAULT.exempt_groups), help=_help("""
+        JupyterHub groups whose members' GPU sessions are never reclaimed.
+        """)).tag(config=True)
+
+    exempt_profiles = Set(Unicode(), set(_DEFAULT.exempt_profiles), help=_help("""
+        KubeSpawner profile slugs whose sessions are never reclaimed: the profile the
+        spawner applied (its pod's jupyterhub-gpu-reclaim/profile annotation), else the one
+        the spawn named.
+        """)).tag(config=True)
+
+
+# the service's options, in command-line order: ServiceSettings' own, then the GPU policy's
+_SERVICE_OPTIONS = declared_options(ServiceSettings)
+_GPU_POLICY_OPTIONS = declared_options(GpuPolicyOptions)
+_TRAITS = {**ServiceSettings.class_traits(config=True), **GpuPolicyOptions.class_traits(config=True)}
 
 # The command-line options of jupyterhub-idle-culler 2.0 (trait names), in its --help order.
-IDLE_CULLER_OPTIONS = tuple(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"] and f.metadata["command_line"])
+IDLE_CULLER_OPTIONS = tuple(name for name in _SERVICE_OPTIONS
+                            if _TRAITS[name].metadata.get("idle_culler") and _TRAITS[name].metadata.get("command_line", True))
 
 # jupyterhub-idle-culler 2.0's Application: its settings (c.IdleCuller.* in a config file,
 # --IdleCuller.name=value) are ours of the same name, with the same meaning: its options,
 # config_file, generate_config and Application's logging settings
 IDLE_CULLER = "IdleCuller"
-IDLE_CULLER_SETTINGS = frozenset(f.name for f in _SERVICE_FIELDS if f.metadata["idle_culler"]) | {
+IDLE_CULLER_SETTINGS = frozenset(name for name in _SERVICE_OPTIONS if _TRAITS[name].metadata.get("idle_culler")) | {
     "config_file", "generate_config"} | frozenset(Application.class_trait_names(config=True))
 # its default config file, read from the working directory as 2.0 reads it (before ours)
 IDLE_CULLER_CONFIG_FILE = "idle_culler_config.py"
 
-# option → PolicyConfig field, for every field: the GPU policy's options are made from
-# the fields (`_policy_option`), the others are idle-culler's options of those names
+# option → PolicyConfig field, for every field: the GPU policy's options and idle-culler's
+# of those names (`policy_config`)
 POLICY_OPTIONS = {option_of(f.name): f.name for f in dataclasses.fields(PolicyConfig)}
 
-
-def _help(text: str) -> str:
-    return dedent(text).strip()
-
-
-_POLICY_DEFAULTS = PolicyConfig()
-
-
-def _policy_option(option: str) -> TraitType:
-    """The option of a PolicyConfig field: its type, default and help from the field."""
-    (f,) = (f for f in dataclasses.fields(PolicyConfig) if f.name == POLICY_OPTIONS[option])
-    kind, default, text = SETTING_TYPES[f.name], getattr(_POLICY_DEFAULTS, f.name), f.metadata["help"]
-    trait: TraitType
-    if kind is float:
-        trait = Float(default, help=text)
-    elif kind is bool:
-        trait = Bool(default, help=text)
-    elif kind == frozenset[str]:
-        trait = Set(Unicode(), set(default), help=text)
-    elif kind in (dt.timedelta, dt.timedelta | None):
-        trait = Duration(0.0 if default is None else default.total_seconds(), help=text)  # 0: off
-    else:
-        raise TypeError(f"no option type for the policy setting {f.name}: {kind}")
-    return trait.tag(config=True)
-
-
-# the GPU policy's options: the PolicyConfig fields with help (the others are idle-culler's)
-_GPU_POLICY_OPTIONS = [option_of(f.name) for f in dataclasses.fields(PolicyConfig) if f.metadata["help"]]
-# every option but --config and --generate-config: the service's, then the GPU policy's
-_OPTIONS: dict[str, TraitType] = {**options(), **{name: _policy_option(name) for name in _GPU_POLICY_OPTIONS}}
 # those with a --name=value alias, in command-line order (the others: config file only)
-_COMMAND_LINE = [f.name for f in _SERVICE_FIELDS if f.metadata["command_line"]] + _GPU_POLICY_OPTIONS
+_COMMAND_LINE = [name for name in _SERVICE_OPTIONS + _GPU_POLICY_OPTIONS if _TRAITS[name].metadata.get("command_line", True)]
 
 
 def _bool_flag(trait: str) -> tuple[dict, str]:
@@ -111,7 +221,7 @@ def _bool_flag(trait: str) -> tuple[dict, str]:
     return ({"GpuReclaim": {trait: True}}, f"Set {trait}=True (same as --{trait.replace('_', '-')}=true).")
 
 
-class GpuReclaim(Application):
+class GpuReclaim(Application, ServiceSettings, GpuPolicyOptions):
     """Reclaim idle GPUs on a JupyterHub; cull idle servers without GPUs like
     jupyterhub-idle-culler."""
 
@@ -126,16 +236,6 @@ class GpuReclaim(Application):
         reclaim only on evidence of GPU idleness, honour keep-alive intents).
         """)
     raise_config_file_errors = True
-
-    # ------------------------------------------------------------------ the options
-    # The declared options, in the class's own namespace: traitlets sets a trait up as the
-    # class is made, and a base class holding them would show in --help-all's
-    # "GpuReclaim(Application) options"; setattr afterwards skips traitlets' setup.
-
-    locals().update(_OPTIONS)
-
-    if TYPE_CHECKING:  # the options above, which type checkers cannot see
-        def __getattr__(self, name: str) -> Any: ...
 
     config_file = Unicode(
         CONFIG_FILE,
@@ -157,6 +257,14 @@ class GpuReclaim(Application):
             and its default to stdout, then exit.
             """),
     ).tag(config=True)
+
+    @classmethod
+    def class_get_help(cls, inst: Any = None) -> str:
+        """--help-all's section: headed "GpuReclaim(Application) options", as idle-culler's,
+        the options of the two bases being the Application's own."""
+        heading = f"{cls.__name__}(Application) options"
+        options = super().class_get_help(inst).split("\n", 2)[2]
+        return f"{heading}\n{'-' * len(heading)}\n{options}"
 
     # ------------------------------------------------------------------ defaults from the environment
 
@@ -261,7 +369,7 @@ class GpuReclaim(Application):
         # A Bool option given with no value means True (the z2jh chart writes
         # "--cull-users"); "--cull-users=false" goes through the alias of the same name.
         **{name.replace("_", "-"): _bool_flag(name)
-           for name in _COMMAND_LINE if isinstance(_OPTIONS[name], Bool)},
+           for name in _COMMAND_LINE if isinstance(_TRAITS[name], Bool)},
     }
 
     @default("log_level")
@@ -297,9 +405,35 @@ class GpuReclaim(Application):
     # ------------------------------------------------------------------ effective settings
 
     def policy_config(self) -> PolicyConfig:
-        """The `PolicyConfig` these settings describe. Raises ConfigError on bad values."""
+        """The `PolicyConfig` these options describe: the GPU policy's and idle-culler's
+        timeout rule (--timeout, --max-age, --cull-*-servers). Raises ConfigError on bad values."""
         try:
-            return from_settings({field: getattr(self, option) for option, field in POLICY_OPTIONS.items()})
+            return PolicyConfig(
+                gpu_idle_threshold=self.gpu_idle_threshold,
+                never_used_warn_after=dt.timedelta(seconds=self.never_used_warn_after),
+                never_used_reclaim_after=dt.timedelta(seconds=self.never_used_reclaim_after),
+                idle_warn_after=dt.timedelta(seconds=self.idle_warn_after),
+                idle_reclaim_after=dt.timedelta(seconds=self.idle_reclaim_after),
+                unattended_warn_after=dt.timedelta(seconds=self.unattended_warn_after),
+                unattended_reclaim_after=dt.timedelta(seconds=self.unattended_reclaim_after),
+                warning_lead=dt.timedelta(seconds=self.warning_lead),
+                cpu_work_keeps_unused_gpu=self.cpu_work_keeps_unused_gpu,
+                cpu_work_warn_after=dt.timedelta(seconds=self.cpu_work_warn_after),
+                cpu_work_reclaim_after=dt.timedelta(seconds=self.cpu_work_reclaim_after),
+                intent_grace=dt.timedelta(seconds=self.intent_grace),
+                bridge_gaps_up_to=dt.timedelta(seconds=self.bridge_gaps_up_to),
+                max_keepalive=dt.timedelta(seconds=self.max_keepalive),
+                stale_after=dt.timedelta(seconds=self.stale_after),
+                max_age=_duration_or_off(self.gpu_max_age),
+                pressure_only=self.pressure_only,
+                exempt_users=frozenset(self.exempt_users),
+                exempt_groups=frozenset(self.exempt_groups),
+                exempt_profiles=frozenset(self.exempt_profiles),
+                cpu_timeout=dt.timedelta(seconds=self.timeout),
+                cpu_max_age=_duration_or_off(self.max_age),
+                cull_admin_users=self.cull_admin_users,
+                cull_default_servers=self.cull_default_servers,
+                cull_named_servers=self.cull_named_servers)
         except ValueError as e:
             raise ConfigError(_policy_message(str(e))) from None
 
@@ -318,7 +452,6 @@ class GpuReclaim(Application):
 
 def _policy_message(text: str) -> str:
     """PolicyConfig's message with its field names written as our options."""
-    names = {field: name for name, field in POLICY_OPTIONS.items()}
-    for field in sorted(names, key=len, reverse=True):
-        text = re.sub(rf"\b{field}\b", "--" + names[field].replace("_", "-"), text)
+    for field in sorted(POLICY_OPTIONS.values(), key=len, reverse=True):
+        text = re.sub(rf"\b{field}\b", "--" + option_of(field).replace("_", "-"), text)
     return text

@@ -65,7 +65,7 @@ def constant_kinds(folders: list[Path]) -> dict[str, dict[str, list[str]]]:
                     for target in node.targets:
                         if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) \
                                 and len(target.elts) == len(node.value.elts):
-                            pairs += zip(target.elts, node.value.elts)
+                            pairs += zip(target.elts, node.value.elts, strict=True)
                         else:
                             pairs.append((target, node.value))
                 elif isinstance(node, ast.AnnAssign) and node.value is not None:

@@ -101,7 +101,9 @@ class QueueApi(ApiBase):
     def get(self) -> None:
         user = self.user_argument()
         self.write_json({"t": self.ctx.controls.status().t,
-                         "queue": [q.to_dict() for q in self.ctx.controls.waiting_of(user)]})
+                         "queue": [q.to_dict() for q in self.ctx.controls.waiting_of(user)],
+                         # the spawn form's cap (GPUReclaimSpawner has no setting of its own)
+                         "max_keepalive_seconds": self.ctx.max_keepalive.total_seconds()})
 
 
 class SessionsApi(ApiBase):

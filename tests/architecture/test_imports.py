@@ -56,7 +56,7 @@ def test_circles_are_found():
 def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     """config (the traitlets Application) imports declarations only; the service, its
     signals, actions, store, notices and web pages never see the Application: the
-    launcher hands them one frozen settings.ServiceSettings, which they read."""
+    launcher hands them one read-only settings.ServiceSettings, which they read."""
     graph = import_graph(PACKAGE)
     settings = {f"{NAME}.application", f"{NAME}.launcher"}
     assert not reachable(graph, f"{NAME}.application") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))

@@ -73,7 +73,7 @@ def _existing_sqlite_store(url: str) -> None:
     import os
     import sqlite3
 
-    from .store.base import StoreError, make_url
+    from .store.engine import StoreError, make_url
 
     try:
         parsed = make_url(url)
@@ -109,7 +109,7 @@ def _backtest_from_store(args: argparse.Namespace, config: object, replay) -> di
     from sqlalchemy import exc as sa_exc
 
     from .store import Store
-    from .store.base import StoreError
+    from .store.engine import StoreError
     from .timestamps import format_time, utcnow
     from .policy.observations import SessionSample
     from .replay.trace import TraceError

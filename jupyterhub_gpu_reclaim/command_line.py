@@ -4,7 +4,7 @@ traitlets' own Application logs a bad value and exits 1, and ignores an unknown 
 or a misspelt key of the config file. Here each of these raises
 :class:`~.errors.ConfigError` with one line naming the option (``--timeout must be >= 0``,
 ``unknown option --timout``, ``gpu_reclaim_config.py: unknown option timout (did you mean
-timeout?)``), and the caller decides the exit status. `config.GpuReclaim`'s
+timeout?)``), and the caller decides the exit status. `application.GpuReclaim`'s
 parse_command_line and load_config are these functions (a base class would show in
 --help-all and the generated config file).
 """

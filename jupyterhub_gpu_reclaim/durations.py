@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 HOUR = dt.timedelta(hours=1)  # GPU-hours are counted in it (the backtest, the what-if, usage)
+DAY = dt.timedelta(days=1)  # the admin page's days and the usage report's
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)")
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}

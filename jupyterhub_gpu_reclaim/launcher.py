@@ -1,9 +1,9 @@
 """Starting the reclaim service: settings → `ServiceSettings` → the running service.
 
 `run_app(argv)` is what ``jupyterhub-gpu-reclaim`` runs without a subcommand. It reads the
-settings (`config.GpuReclaim`: command line, then config file), checks what can be checked
-before running, logs them without secrets, and hands the service a typed, frozen
-`settings.ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
+settings (`application.GpuReclaim`: command line, then config file), checks what can be checked
+before running, logs them without secrets, and hands the service a typed,
+read-only `settings.ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
 to ``cull_idle``, nothing past this point sees the traitlets Application: `build` wires a
 `Reclaimer` to the real signals from the settings, `serve` runs its cycles.
 
@@ -27,17 +27,18 @@ from traitlets.config import Application
 
 from .service import collector
 from .service.hub_stopper import HubStopper
-from .config import GpuReclaim
+from .application import GpuReclaim
 from .errors import ConfigError, ServiceError
 from .service.metrics import Metrics
 from .service.notify import Dispatcher, make_notifiers, redact_url
 from .policy.rules import Match
 from .service.cycle import Reclaimer
-from .settings import ServiceSettings, effective_cull_every, options
-from .signals.base import SignalError, hide_password
+from .settings import ServiceSettings, effective_cull_every
+from .signals.http_source import SignalError, hide_password
+from .signals.gpu_readings import PodLabel
 from .signals.interfaces import GpuSource
 from .store import Store
-from .store.base import StoreError
+from .store.engine import StoreError
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.launcher")
 
@@ -64,12 +65,9 @@ def _ssl_context(location: str) -> ssl.SSLContext:
 
 
 def service_settings(app: GpuReclaim) -> ServiceSettings:
-    """The settings `app` describes (each ServiceSettings option field read from the option
-    of its name; lists as tuples), checked as far as they can be before running;
-    ConfigError names the first bad one."""
-    values: dict[str, Any] = {name: tuple(v) if isinstance(v, list) else v
-                              for name in options() for v in [getattr(app, name)]}
-    s = ServiceSettings(rules=app.load_policy_rules(app.policy_config()), **values)
+    """The settings `app` describes (its ServiceSettings options, the policy and its rules),
+    checked as far as they can be before running; ConfigError names the first bad one."""
+    s = ServiceSettings.of(app, rules=app.load_policy_rules(app.policy_config()))
     if not s.url:
         raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
     if not s.url.startswith(("http://", "https://")):
@@ -91,7 +89,9 @@ def service_settings(app: GpuReclaim) -> ServiceSettings:
         make_notifiers(s.notifiers)
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-    return dataclasses.replace(s, ssl_context=_ssl_context(s.internal_certs_location) if s.ssl_enabled else None)
+    s.ssl_context = _ssl_context(s.internal_certs_location) if s.ssl_enabled else None
+    s.freeze()
+    return s
 
 
 def _criteria(match: Match) -> str:
@@ -129,12 +129,14 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     from .signals.hub import HubSignal
     from .signals.kernels import KernelSignal
     from .signals.pods import PodSignal, kubernetes_configuration
-    from .signals.probe_tokens import ProbeTokens
+    from .signals.probe_token_client import ProbeTokens
     from .signals.prometheus import DEFAULT_QUERY, PrometheusSignal, default_query
 
     s = settings
     context = s.ssl_context
-    hub = HubSignal(s.url, s.api_token, page_size=s.api_page_size,
+    url = s.url
+    assert url, "service_settings refuses settings without a hub API URL"
+    hub = HubSignal(url, s.api_token, page_size=s.api_page_size,
                     concurrency=s.concurrency or 1_000_000, ssl_context=context,
                     keep_models=s.cull_arbiter_hook is not None)
     found = kubernetes_configuration(s.kubeconfig)
@@ -153,7 +155,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     elif s.prometheus_url:
         query = default_query(s.prometheus_gpu_matchers) if s.prometheus_query == DEFAULT_QUERY else s.prometheus_query
         gpu = PrometheusSignal(s.prometheus_url, query, timeout=s.gpu_request_timeout,
-                               pod_label=s.prometheus_pod_label)
+                               pod_label=cast(PodLabel, s.prometheus_pod_label))
     elif s.dcgm_exporter_urls:
         gpu = DcgmScrapeSignal(list(s.dcgm_exporter_urls), timeout=s.gpu_request_timeout)
     else:
@@ -163,7 +165,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
     if s.probe_kernels and pods is not None:
         credentials = None
         if s.kernel_probe_credential == "user-token":
-            credentials = ProbeTokens(s.url, s.api_token, lifetime=int(s.kernel_probe_token_lifetime),
+            credentials = ProbeTokens(url, s.api_token, lifetime=int(s.kernel_probe_token_lifetime),
                                       ssl_context=context)
         else:
             log.warning("kernel probes have no credential (kernel_probe_credential = 'none'): GPU sessions "
@@ -176,7 +178,7 @@ def build(settings: ServiceSettings, store: Store, metrics: Metrics) -> Reclaime
         assert pods is not None
         return f"{user}/{server}" not in pods.snapshot(s.policy.stale_after.total_seconds()).by_session
 
-    stopper = HubStopper(s.url, s.api_token, remove_named_servers=s.remove_named_servers, stop_timeout=s.stop_timeout,
+    stopper = HubStopper(url, s.api_token, remove_named_servers=s.remove_named_servers, stop_timeout=s.stop_timeout,
                          pod_gone=pod_gone if s.verify_pod_gone and pods is not None else None)
     stopper.ssl_context = context
     dispatcher = Dispatcher(make_notifiers(s.notifiers), admin_recipients=list(s.admin_recipients),
@@ -203,12 +205,15 @@ async def serve(settings: ServiceSettings) -> None:
     if s.bind_url:
         from jupyterhub.services.auth import HubOAuth
 
+        url = s.url
+        assert url, "service_settings refuses settings without a hub API URL"
+
         name = os.environ.get("JUPYTERHUB_SERVICE_NAME", "gpu-reclaim")
         prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
         # HubOAuth: a hub token in the Authorization header, or the pages' OAuth login cookie
-        hub_auth = HubOAuth(api_token=s.api_token, api_url=s.url, cache_max_age=30,
+        hub_auth = HubOAuth(api_token=s.api_token, api_url=url, cache_max_age=30,
                             access_scopes={f"access:services!service={name}", "access:services"})
-        hub_prefix = urlsplit(s.url).path.rsplit("/api", 1)[0].rstrip("/") + "/"
+        hub_prefix = urlsplit(url).path.rsplit("/api", 1)[0].rstrip("/") + "/"
         web_app = make_app(Context(metrics=metrics, prefix=prefix, settings=s, store=store, hub_auth=hub_auth,
                                    reclaimer=reclaimer, hub_prefix=hub_prefix))
         server = listen(web_app, s.bind_url)

@@ -55,7 +55,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     from jupyterhub_gpu_reclaim.settings import ServiceSettings
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-    from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
+    from jupyterhub_gpu_reclaim.signals.probe_token_client import ProbeTokens
     from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal
     from jupyterhub_gpu_reclaim.store import Store
 

@@ -52,7 +52,6 @@ grant_user_scopes(c, ["access:services!service=gpu-reclaim"])
 c.JupyterHub.spawner_class = "jupyterhub_gpu_reclaim.spawner.GPUReclaimSpawner"
 c.GPUReclaimSpawner.image_locality = "auto"
 c.GPUReclaimSpawner.gpu_queue_timeout = 900
-c.GPUReclaimSpawner.max_keepalive = "12h"
 c.KubeSpawner.namespace = os.environ.get("POD_NAMESPACE", "default")
 c.KubeSpawner.profile_list = [
     {"display_name": "CPU only", "slug": "cpu", "default": True},

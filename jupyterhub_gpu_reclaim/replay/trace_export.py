@@ -13,7 +13,7 @@ from typing import Iterable, Iterator
 
 from ..policy.observations import IntentChange, Pressure, Session, SessionInstance, SessionSample
 from ..store import Store
-from ..store.observations import Event
+from ..store.observation_log import Event
 from .trace import Record, TraceConfig, TraceSession, dump_record
 
 

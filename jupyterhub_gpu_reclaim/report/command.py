@@ -10,7 +10,7 @@ import os
 import sys
 from urllib.parse import urlsplit
 
-from ..signals.base import hide_password
+from ..signals.http_source import hide_password
 from ..signals.prometheus import check_matchers
 
 TOKEN_ENV = "JUPYTERHUB_API_TOKEN"
@@ -67,7 +67,7 @@ def _url(text: str, option: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..timestamps import format_time, parse_since, utcnow
     from .prometheus_range import ReportError
-    from .render import as_csv, as_json, as_text
+    from .formats import as_csv, as_json, as_text
     from .run import ReportRequest, build_report
 
     now = utcnow().replace(microsecond=0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..durations import HOUR, format_duration
 from ..policy.config import PolicyConfig
-from .history import ABSENT, NO_VALUE, USED
+from .timelines import ABSENT, NO_VALUE, USED
 from .sessions import Session
 
 

@@ -17,7 +17,7 @@ from typing import Any, TypedDict, TypeVar
 import msgspec
 
 from ..oneline import brief
-from ..signals.base import MiB, HttpSource, SignalError, get_json, hide_password
+from ..signals.http_source import MiB, HttpSource, SignalError, get_json, hide_password
 from .series_count import SeriesCounter, TooManySeries
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.report")
@@ -97,7 +97,7 @@ def _labels(item: Any) -> dict[str, str] | None:
 
 def matrix(body: Any) -> list[RangeSeries]:
     """The series of a range answer. A series whose labels cannot be read is left out
-    (logged); points are checked where they are read (columns.py, and each value by
+    (logged); points are checked where they are read (value_classes.py, and each value by
     signals.gpu_readings.series_value)."""
     out = []
     for item in _result(body, "matrix"):

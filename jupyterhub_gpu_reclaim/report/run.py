@@ -1,6 +1,6 @@
 """The whole report from the command's arguments: what to ask Prometheus (`read_history`) and
 the hub (for groups), in what pieces, and the figures put together as one JSON-able dict
-(render.py writes it as text or CSV). The admin page's report (web/usage_report.py) reads
+(formats.py writes it as text or CSV). The admin page's report (web/usage_report.py) reads
 Prometheus and puts its figures together with the same functions."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from ..durations import HOUR
 from ..oneline import brief
 from ..policy.config import PolicyConfig
-from ..signals.base import HttpSource, SignalError, get_json, hide_password
+from ..signals.http_source import HttpSource, SignalError, get_json, hide_password
 from ..signals.gpu_readings import PodLabel
 from ..timestamps import format_time
 from . import promql
 from .estimate import DEFAULT_POLICY, assumed, estimate
-from .history import Pod, PodInfo, Timelines, pods_of
+from .timelines import Pod, PodInfo, Timelines, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
-from .render import counted
+from .formats import counted
 from .runs import Asked, Run, asked, by_pod, labelled, stretches, valued_stretches
 from .sessions import PodFacts, Session, sessions
 from .usage import DAY_S, NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..signals.gpu_readings import holder_labels, pod_of
-from .columns import points
+from .value_classes import points
 from .prometheus_range import PrometheusHistory
 
 Run = tuple[int, int]  # [first step, the step after its last)

@@ -21,7 +21,7 @@ class TooManySeries(Exception):
 
 
 class SeriesCounter:
-    """Fed each piece of the answer (signals.base.read_capped's `watch`); raises
+    """Fed each piece of the answer (signals.http_source.read_capped's `watch`); raises
     TooManySeries as soon as more than `most` label sets have arrived."""
 
     def __init__(self, most: int) -> None:

@@ -1,6 +1,6 @@
 """The pods' sessions: a pod instance's GPUs over the steps it held them, with its profile and
 whether its GPUs were time-sliced. z2jh names every session's pod `jupyter-<user>`, so a pod
-name's timelines (history.py) hold many sessions; they are told apart by kube-state-metrics'
+name's timelines (timelines.py) hold many sessions; they are told apart by kube-state-metrics'
 stretches (runs.py) of the pod Running and of its profile annotation (each begins a new
 instance: a new pod), and, where it shows neither, by a gap of more than `stale` steps in the
 exporter's readings.
@@ -16,7 +16,7 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from .history import NO_VALUE, GpuTimeline, Pod
+from .timelines import NO_VALUE, GpuTimeline, Pod
 from .runs import Asked, Run, gpus_asked, merged, most_of, within
 
 

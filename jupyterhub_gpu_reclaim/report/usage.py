@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 
 from ..durations import HOUR
-from .history import IDLE, NO_VALUE, USED, Pod, PodInfo
+from .timelines import IDLE, NO_VALUE, USED, Pod, PodInfo
 from .runs import Asked, Run, gpus_asked, within
 from .sessions import Session
 

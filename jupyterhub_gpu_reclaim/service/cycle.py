@@ -28,7 +28,7 @@ What it never does:
 * reclaim on missing GPU or kernel data (the policy holds);
 * stop a server twice (see `stops.py`).
 
-The samples each session's decisions rest on are its `SampleHistory` (`history.py`):
+The samples each session's decisions rest on are its `SampleHistory` (`sample_history.py`):
 kept across cycles, reloaded after a restart, a gap in them unknown time.
 """
 
@@ -53,8 +53,8 @@ from ..policy.evidence import Measured
 from ..oneline import brief
 from ..policy.decider import IDLE_RULES
 from ..policy.step import step
-from .history import SampleHistory
-from ..signals.base import SignalError
+from .sample_history import SampleHistory
+from ..signals.http_source import SignalError
 from ..signals.interfaces import GpuSource, HubSource, KernelSource
 from ..signals.pods import PodInfo, PodSnapshot
 from .status import CycleStatus, expect_free, freeing, session_status, waiting_servers
@@ -63,7 +63,7 @@ from .observe import NO_PODS, observe_server, probe_kernels, unseen, unusable
 from .stops import Stops
 from ..store import Store
 from ..settings import ServiceSettings
-from ..store.base import RowsRefused
+from ..store.engine import RowsRefused
 from ..timestamps import evidence_time, format_time, utcnow
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")

@@ -38,7 +38,7 @@ from yarl import URL
 from ..wording import server_name
 from ..policy.observations import Outcome
 from ..oneline import brief
-from ..signals.base import HttpSource, SignalError, get_json, hub_message
+from ..signals.http_source import HttpSource, SignalError, get_json, hub_message
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service.hub_stopper")
 

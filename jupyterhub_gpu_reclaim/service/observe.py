@@ -14,11 +14,11 @@ from typing import Callable, Literal
 from ..wording import server_name
 from ..policy.observations import Decision, Sample, Session
 from ..policy.evidence import Measured
-from ..signals.base import SignalError
+from ..signals.http_source import SignalError
 from ..signals.hub import HubServer
 from ..signals.interfaces import KernelSource
 from ..signals.pods import PodInfo, PodSnapshot
-from ..signals.probe_tokens import NoProbeCredential
+from ..signals.probe_token_client import NoProbeCredential
 from ..timestamps import format_time
 from .cycle_types import CycleReport, Observation
 from .metrics import Metrics

@@ -19,7 +19,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
-from ..report.history import IDLE, NO_VALUE, USED, PodInfo
+from ..report.timelines import IDLE, NO_VALUE, USED, PodInfo
 from ..report.run import DEFAULT_STEP
 from ..report.sessions import Segment, Session
 from ..report.usage import Hours, day_bounds, usage_rows

@@ -22,7 +22,7 @@ from ..policy.evidence import Measured, Recorded
 from ..policy.observations import Decision, Session, WhatSaved
 from ..policy.decider import decide_user
 from ..policy.config import PolicyConfig
-from ..signals.base import entry_field, entry_time
+from ..signals.http_source import entry_field, entry_time
 from ..signals.hub import HubServer
 from ..store import Store
 from ..timestamps import format_time

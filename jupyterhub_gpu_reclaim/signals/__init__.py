@@ -8,5 +8,5 @@ can fake it:
   utilization and framebuffer use.
 - `KernelSource` (`kernels.KernelSignal`): kernels and terminals of one server.
 
-Every failure is raised as `base.SignalError(source, message)`.
+Every failure is raised as `http_source.SignalError(source, message)`.
 """

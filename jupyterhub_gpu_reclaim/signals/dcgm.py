@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..oneline import brief
 from ..timestamps import utcnow
-from .base import HttpSource, SignalError, get_text
+from .http_source import HttpSource, SignalError, get_text
 from .exporter_check import SelfChecked
 from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, Series, readings_from_series
 

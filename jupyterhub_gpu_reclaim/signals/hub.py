@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 
 from ..oneline import brief
-from .base import HttpSource, SignalError, entry_field, entry_time, get_json
+from .http_source import HttpSource, SignalError, entry_field, entry_time, get_json
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.hub")
 

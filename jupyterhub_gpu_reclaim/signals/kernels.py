@@ -3,7 +3,7 @@
 `GET <base><server.url>api/kernels?no_track_activity=1` and `.../api/terminals?no_track_activity=1`
 (what the policy reads), and `.../api/sessions?no_track_activity=1` (which documents those kernels
 run: what a reclaim record keeps, `WhatRan`; a server that does not answer it only leaves that
-unknown), with a token owned by the server's user and good for that server only (probe_tokens.py),
+unknown), with a token owned by the server's user and good for that server only (probe_token_client.py),
 never the service's own: the user controls the server and can record every request to it.
 No cookie is ever sent and no redirect followed (a server could send the probe elsewhere).
 `no_track_activity=1` keeps the single-user server from reporting the probe as activity
@@ -32,8 +32,8 @@ import aiohttp
 
 from ..policy.observations import MAX_PATH, MAX_RAN, SAVE_OUTCOMES, SAVE_REASONS, Kernel, Ran, SavedDoc, WhatRan, WhatSaved
 from ..oneline import brief
-from .base import MAX_BODY, HttpSource, SignalError, entry_field, entry_time, get_json, read_capped
-from .probe_tokens import NoProbeCredential, ProbeCredentials
+from .http_source import MAX_BODY, HttpSource, SignalError, entry_field, entry_time, get_json, read_capped
+from .probe_token_client import NoProbeCredential, ProbeCredentials
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.kernels")
 

@@ -10,7 +10,7 @@ import json
 import logging
 from typing import Any
 
-from .base import MAX_BODY, entry_field, read_capped
+from .http_source import MAX_BODY, entry_field, read_capped
 from .pod_facts import is_gpu_resource
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")

@@ -32,7 +32,7 @@ from typing import Any, Callable
 from ..oneline import brief
 from ..timestamps import parse_time
 from . import kube
-from .base import entry_field, entry_objects, entry_time
+from .http_source import entry_field, entry_objects, entry_time
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # the device plugin's time-slicing with renameByDefault: a replica of a GPU others share

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import pod_facts
 from ..oneline import brief
-from .base import MAX_BODY, SignalError, entry_field, entry_objects, entry_time, read_capped
+from .http_source import MAX_BODY, SignalError, entry_field, entry_objects, entry_time, read_capped
 from .node_gpus import EVERY_S, read_gpu_capacity
 from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..oneline import brief
 from ..timestamps import utcnow
-from .base import HttpSource, SignalError, get_json
+from .http_source import HttpSource, SignalError, get_json
 from .exporter_check import SelfChecked
 from .gpu_readings import ENGINE_ACTIVE, FB_USED, GPU_UTIL, GpuReading, PodLabel, Series, readings_from_series
 

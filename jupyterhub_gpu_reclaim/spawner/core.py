@@ -13,7 +13,6 @@ from typing import Any
 from prometheus_client import Counter, Histogram
 from traitlets import Enum, Float, Int, List, Unicode, default
 
-from ..durations import parse_duration
 from ..hubcompat import user_options_from_query
 from ..policy.config import PolicyConfig
 from ..signals.pod_facts import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
@@ -93,12 +92,7 @@ class GPUReclaimSpawner(ClusterView):
     keepalive_choices = List(
         Unicode(), ["1h", "2h", "4h", "8h", "12h"], config=True,
         help="""Durations the spawn form offers for "Keep this session until" (longer ones
-        than max_keepalive are left out); a custom time is offered too.""")
-
-    max_keepalive = Unicode(
-        f"{PolicyConfig.max_keepalive // dt.timedelta(hours=1)}h", config=True,  # the service's default: "12h"
-        help="""The longest keep-alive a user can declare, from the moment it is set. Use the
-        same value as the reclaim service's --max-keepalive.""")
+        than the reclaim service's --max-keepalive are left out); a custom time is offered too.""")
 
     gpu_wait_message_interval = Float(
         10, config=True, help="Seconds between updates of the 'waiting for a free GPU' message.")
@@ -125,6 +119,9 @@ class GPUReclaimSpawner(ClusterView):
         self.spawn_timings: SpawnTimings | None = None
         self._requested: dt.datetime | None = None
         self._expected_free_failed = False  # the service could not be asked: said once
+        # the longest keep-alive: the service's --max-keepalive, its one source (`_keepalive_cap`)
+        self.longest_keepalive = PolicyConfig.max_keepalive
+        self._keepalive_cap_failed = False
         self.keepalive_until: dt.datetime | None = None
         self.applied_profile = ""  # the slug of the profile KubeSpawner applied ("" without one)
 
@@ -143,18 +140,14 @@ class GPUReclaimSpawner(ClusterView):
         super().clear_state()
         self.spawn_timings = None
 
-    @property
-    def _max_keepalive(self) -> dt.timedelta:
-        return parse_duration(self.max_keepalive)
-
     # ------------------------------------------------------------------ the form
 
     @default("options_form")
     def _options_form_default(self) -> Any:
         base = super()._options_form_default()
-        extra = keepalive.form_html(self.keepalive_choices, self._max_keepalive)
 
         async def form(spawner: GPUReclaimSpawner) -> str:
+            extra = keepalive.form_html(spawner.keepalive_choices, await spawner._keepalive_cap())
             text = base
             if callable(base):
                 text = await base(spawner) if asyncio.iscoroutinefunction(base) else base(spawner)
@@ -172,7 +165,8 @@ class GPUReclaimSpawner(ClusterView):
     def _gpu_reclaim_options_from_form(self, formdata: dict) -> dict:
         data = {k: v for k, v in formdata.items() if not k.startswith("keepalive")}
         options = self._options_from_form(data) if self.profile_list else {}
-        until = keepalive.from_form(formdata, now=utcnow(), max_keepalive=self._max_keepalive)
+        # the cap the form was made with (this method is synchronous)
+        until = keepalive.from_form(formdata, now=utcnow(), max_keepalive=self.longest_keepalive)
         if until is not None:
             options[keepalive.OPTION] = keepalive.format_keepalive(until)
         return options
@@ -190,8 +184,10 @@ class GPUReclaimSpawner(ClusterView):
     async def load_user_options(self) -> None:
         self.applied_profile = ""
         await super().load_user_options()
-        self.keepalive_until = keepalive.from_user_options(
-            self.user_options or {}, now=utcnow(), max_keepalive=self._max_keepalive)
+        options = self.user_options or {}
+        # the service is asked only for a spawn that declares a keep-alive
+        cap = await self._keepalive_cap() if options.get(keepalive.OPTION) else self.longest_keepalive
+        self.keepalive_until = keepalive.from_user_options(options, now=utcnow(), max_keepalive=cap)
 
     def _load_profile(self, slug: str | None, profile_list: list) -> None:
         # KubeSpawner's hook (private: tests/spawner/test_profile.py notices a change) with
@@ -441,6 +437,24 @@ class GPUReclaimSpawner(ClusterView):
         if offer is None:
             return {"message": line}
         return {"message": f"{line}. {offer[0]}", "html_message": f"{html.escape(line, quote=False)}. {offer[1]}"}
+
+    async def _keepalive_cap(self) -> dt.timedelta:
+        """The longest keep-alive a user can declare (`longest_keepalive`): the reclaim service's
+        --max-keepalive, the one source, as its `api/queue` says it (the service caps every
+        keep-alive at it too). The policy's default without reclaim_service_url; the last one
+        known while the service cannot be asked (said once in the log)."""
+        if self.reclaim_service_url and self.reclaim_service_token:
+            try:
+                seconds = (await self._ask_service("queue", user=self.user.name))["max_keepalive_seconds"]
+                if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+                    raise ValueError(f"max_keepalive_seconds: {seconds!r}")
+                self.longest_keepalive = dt.timedelta(seconds=seconds)
+            except Exception as e:
+                if not self._keepalive_cap_failed:
+                    self._keepalive_cap_failed = True
+                    self.log.warning("longest keep-alive for %s: cannot ask the reclaim service (%s); %s",
+                                     self._log_name, e, self.longest_keepalive)
+        return self.longest_keepalive
 
     async def _expected_free(self) -> dt.datetime | None:
         """When the reclaim service expects a GPU to be free for this server, from the

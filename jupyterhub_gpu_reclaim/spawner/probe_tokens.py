@@ -33,7 +33,7 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.utils import utcnow
 from tornado import web
 
-from ..signals.probe_tokens import PROBE_NOTE, PROBE_TOKEN_MAX_LIFETIME, PROBE_TOKENS_SCOPE, probe_scope
+from ..signals.probe_token_client import PROBE_NOTE, PROBE_TOKEN_MAX_LIFETIME, PROBE_TOKENS_SCOPE, probe_scope
 
 ROUTE = r"/api/gpu-reclaim/users/([^/]+)/tokens"  # under the hub's prefix (/hub/)
 LIST_ROUTE = r"/api/gpu-reclaim/tokens"

@@ -29,9 +29,9 @@ none while another reclaim of the session is unfinished (begun, or stuck).
 
 from __future__ import annotations
 
-from .history import HistoryStore
+from .audit import HistoryStore
 from .intents import IntentStore
-from .observations import ObservationStore
+from .observation_log import ObservationStore
 from .reclaims import ReclaimStore
 
 

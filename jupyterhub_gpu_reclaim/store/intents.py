@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from ..policy.observations import Exemption, Intent
-from .base import StoreBase, rowcount
+from .engine import StoreBase, rowcount
 from .schema import ExemptionRow, IntentRow, aware
 
 

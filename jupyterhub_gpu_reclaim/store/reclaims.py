@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from ..policy.evidence import Recorded
 from ..policy.observations import Outcome, Warning, WhatRan, WhatSaved
 from ..timestamps import format_time, utcnow
-from .base import StoreBase, rowcount
+from .engine import StoreBase, rowcount
 from .schema import ReclaimRow, WarningRow, aware, dumps, stored, unstorable
 
 OUTCOMES = get_args(Outcome)

@@ -15,7 +15,7 @@ from typing import Any
 from ..durations import format_duration
 from ..policy.decider import IDLE_RULES
 from ..service.status import CycleStatus, WaitingServer
-from ..service.usage import DayUsage, daily_usage
+from ..service.daily_hours import DayUsage, daily_usage
 from ..settings import ServiceSettings
 from ..store import Store
 from ..store.reclaims import ReclaimRecord

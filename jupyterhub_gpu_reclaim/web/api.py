@@ -15,15 +15,15 @@ from tornado import web
 from ..service.status import SPARK_WINDOW
 from ..signals.hub import PAGINATION_MEDIA_TYPE
 from ..timestamps import format_time, jsonable, utcnow
-from ..service.usage import daily_usage
+from ..service.daily_hours import daily_usage
 from ..wording import KEEPS, LOSES
 from ..store.reclaims import ReclaimRecord
 from .base import Base, writes
 from .inputs import BadInput, parse_days, parse_since, parse_until
-from ..report.render import csv_cell
+from ..report.formats import csv_cell
 from .render import audit_json, reclaim_json, session_json
 from .way_back import start_again_url
-from .whatif import DEFAULT_SINCE, run_what_if
+from .whatif_runner import DEFAULT_SINCE, run_what_if
 
 #: the page sizes of JupyterHub's paginated form of a list (signals.hub.PAGINATION_MEDIA_TYPE)
 PAGE_DEFAULT, PAGE_MAX = 50, 200
@@ -101,7 +101,9 @@ class QueueApi(ApiBase):
     def get(self) -> None:
         user = self.user_argument()
         self.write_json({"t": self.ctx.controls.status().t,
-                         "queue": [q.to_dict() for q in self.ctx.controls.waiting_of(user)]})
+                         "queue": [q.to_dict() for q in self.ctx.controls.waiting_of(user)],
+                         # the spawn form's cap (GPUReclaimSpawner has no setting of its own)
+                         "max_keepalive_seconds": self.ctx.max_keepalive.total_seconds()})
 
 
 class SessionsApi(ApiBase):

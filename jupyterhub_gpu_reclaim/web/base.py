@@ -29,7 +29,7 @@ from ..store.reclaims import ReclaimRecord
 from ..timestamps import jsonable, utcnow
 from .controls import Controls, Reclaiming
 from .ratelimit import READS_PER_MINUTE, WriteLimiter
-from ..service.usage import FREED_MEANS, WAITING_MEANS
+from ..service.daily_hours import FREED_MEANS, WAITING_MEANS
 from .admin_view import admin_data
 from .chart import usage_chart
 from .render import _jinja, sparkline, state_of

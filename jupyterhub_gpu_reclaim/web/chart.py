@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from html import escape
 from typing import Sequence
 
-from ..report.render import HOURS, headings, long_idle, totals_sentence
-from ..service.usage import DayUsage
+from ..report.formats import HOURS, headings, long_idle, totals_sentence
+from ..service.daily_hours import DayUsage
 from ..replay.whatif import WhatIf
 
 WIDTH, HEIGHT = 760, 260
 LEFT, RIGHT, TOP, BOTTOM = 56, 40, 30, 40  # room for the last time label
-FREED, IDLE, IN_USE, WAITING = "#2a9d8f", "#e9a23b", "#6c757d", "#b02a37"
-IDLE_LONG, NO_READING = "#a0522d", "#ced4da"
-FREED_ESTIMATE = "#9fd8cf"  # freed, as estimated (paler than freed by reclaims)
+FREED_COLOR, IDLE_COLOR, IN_USE_COLOR, WAITING_COLOR = "#2a9d8f", "#e9a23b", "#6c757d", "#b02a37"
+IDLE_LONG_COLOR, NO_READING_COLOR = "#a0522d", "#ced4da"
+FREED_ESTIMATE_COLOR = "#9fd8cf"  # freed, as estimated (paler than freed by reclaims)
 LEGEND_W, LEGEND_H = 150, 16  # a legend entry's room; entries wrap to more rows
 LIVE_OPACITY = "0.45"  # the what-if's live bars: paler, in the override's colors
 MAX_LABELS = 12
@@ -116,7 +116,7 @@ def stacked_bars(css_class: str, title: str, desc: str, arms: Sequence[Arm], sta
 
 def whatif_chart(result: WhatIf) -> str:
     """Per bucket two bars (live policy, override), freed at the bottom, idle on top."""
-    layers = (("freed", FREED), ("idle", IDLE))
+    layers = (("freed", FREED_COLOR), ("idle", IDLE_COLOR))
     live, other = result.live, result.override
     desc = (f"From {result.since:%Y-%m-%d %H:%M} to {result.until:%Y-%m-%d %H:%M} UTC, per "
             f"{_span(result.bucket)}: the live policy frees {live.gpu_hours_freed:g} GPU-hours and leaves "
@@ -138,8 +138,8 @@ def usage_chart(days: Sequence[DayUsage]) -> str:
             f"reclaims; pods waited for {waiting:g} GPU-hours.")
     return stacked_bars(
         "usage-chart", "GPU-hours per day: in use, idle, freed, waited for", desc,
-        [Arm("sessions", "1", (("in use", IN_USE), ("idle", IDLE), ("freed", FREED))),
-         Arm("queue", "1", (("waited for", WAITING),))],
+        [Arm("sessions", "1", (("in use", IN_USE_COLOR), ("idle", IDLE_COLOR), ("freed", FREED_COLOR))),
+         Arm("queue", "1", (("waited for", WAITING_COLOR),))],
         [d.start for d in days],
         [[Bar("sessions", (max(0.0, d.held - d.idle), d.idle, d.freed)), Bar("queue", (d.waiting,))] for d in days],
         dt.timedelta(days=1))
@@ -152,14 +152,14 @@ def report_chart(report: dict) -> str:
     Prometheus's days), and the GPU-hours pods waited for."""
     names = dict(zip(HOURS, headings(report), strict=True))
     names["idle"] = f"idle < {long_idle(report)}"  # the part of idle under the long stretches
-    layers = (("used", IN_USE), ("idle", IDLE), ("idle_long", IDLE_LONG), ("no_reading", NO_READING))
+    layers = (("used", IN_USE_COLOR), ("idle", IDLE_COLOR), ("idle_long", IDLE_LONG_COLOR), ("no_reading", NO_READING_COLOR))
     days = report["by_day"]
     return stacked_bars(
         "report-chart", "GPU-hours held per day: " + ", ".join(names[k] for k, _ in layers)
         + "; freed; waited for", totals_sentence(report),
         [Arm("sessions", "1", [(names[k], color) for k, color in layers]
-             + [("freed", FREED), ("freed (estimate)", FREED_ESTIMATE)]),
-         Arm("queue", "1", (("waited for", WAITING),))],
+             + [("freed", FREED_COLOR), ("freed (estimate)", FREED_ESTIMATE_COLOR)]),
+         Arm("queue", "1", (("waited for", WAITING_COLOR),))],
         [dt.datetime.fromisoformat(d["day"]) for d in days],
         [[Bar("sessions", (d["used"], max(0.0, d["idle"] - d["idle_long"]), d["idle_long"], d["no_reading"],
                            0.0 if d["freed_is_estimate"] else d["gpu_hours_freed"],

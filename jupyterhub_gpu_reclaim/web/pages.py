@@ -10,9 +10,9 @@ from urllib.parse import quote, urlencode
 from tornado import web
 
 from ..replay import interruptions
-from ..report.render import HOURS, as_csv, as_json, estimate_sentence, headings, long_idle, queue_sentence, totals_sentence
+from ..report.formats import HOURS, as_csv, as_json, estimate_sentence, headings, long_idle, queue_sentence, totals_sentence
 from ..replay.backtest import policy_to_dict
-from ..service.usage import FREED_MEANS, WAITING_MEANS
+from ..service.daily_hours import FREED_MEANS, WAITING_MEANS
 from ..durations import format_duration
 from ..timestamps import format_time, utcnow
 from .base import Base, writes
@@ -22,7 +22,7 @@ from .render import notice, reclaim_json, reclaim_notice, reclaimed_why, state_o
 from .report_view import LEADERBOARD_SIZE, day_rows, idle_leaderboard, share_used
 from .way_back import start_again_url
 from .usage_report import DAYS_DEFAULT, DAYS_MAX, DAYS_OFFERED, SOURCES, WAITS_FROM_PROMETHEUS, days_csv, usage_report
-from .whatif import DEFAULT_SINCE, run_what_if
+from .whatif_runner import DEFAULT_SINCE, run_what_if
 
 
 class UserPage(Base):
@@ -195,7 +195,7 @@ class AdminWhatIfForm(Base):
     form of `setting: value` lines), side by side with a chart. It changes nothing, so the
     form sends GET: a what-if's address (its period and settings) can be bookmarked and
     shared; without them, the form alone. One at a time, in a process of its own
-    (web.whatif), as from the API."""
+    (web.whatif_runner), as from the API."""
 
     FIELDS = ("since", "until", "override")
 

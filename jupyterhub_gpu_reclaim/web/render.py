@@ -16,8 +16,8 @@ from ..policy.config import PolicyConfig
 from ..policy.decider import IDLE_RULES
 from ..service.status import SPARK_WINDOW, SessionStatus
 from ..timestamps import format_time, parse_time_lenient, utcnow
-from ..service.usage import freed_gpu_hours
-from ..store.history import AuditRecord
+from ..service.daily_hours import freed_gpu_hours
+from ..store.audit import AuditRecord
 from ..store.reclaims import ReclaimRecord
 from ..service.reasons import SAID, Sentence, sentence, why
 from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, expected_free, format_util, plural, relative,

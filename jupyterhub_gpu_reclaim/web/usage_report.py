@@ -3,7 +3,7 @@ idle, idle in long stretches and without a reading, per user, group, profile and
 for the last N days, from the service's own record (service/recorded_usage.py) for the days
 it covers, and from Prometheus's history (report/run.read_history, the service's
 --prometheus-url) for the days before; each day says its source. With each day its GPU queue
-and the GPU-hours freed: the record's (service/usage.py, as the admin page's week counts
+and the GPU-hours freed: the record's (service/daily_hours.py, as the admin page's week counts
 them: each cycle's waiting GPUs, the reclaims) or Prometheus's (the command's queue, and its
 estimate of what the policy would have freed, labelled so).
 
@@ -28,20 +28,20 @@ import time
 from typing import Any
 
 from ..child_process import ChildFailed, OverBudget, call_in_child
+from ..durations import DAY
 from ..policy.config import PolicyConfig
 from ..report.prometheus_range import ReportError
 from ..report.history_part import PrometheusPart, read_part
 from ..report.run import ReportRequest, counted_by, long_idle_steps, usage_tables
-from ..report.render import HOURS, HOURS_COLUMNS
+from ..report.formats import HOURS, HOURS_COLUMNS
 from ..report.usage import Hours, groups_of
 from ..service.recorded_usage import STEP, Recorded, recorded_usage
-from ..service.usage import MAX_STEP, day_bounds, freed_by_day, waiting_by_day
+from ..service.daily_hours import MAX_STEP, day_bounds, freed_by_day, waiting_by_day
 from ..settings import ServiceSettings
-from ..signals.base import hide_password
+from ..signals.http_source import hide_password
 from ..store import Store
 from ..timestamps import format_time
 
-DAY = dt.timedelta(days=1)
 DAYS_DEFAULT, DAYS_MAX = 7, 31  # the period; DAYS_MAX bounds the days asked of Prometheus too
 DAYS_OFFERED = (7, 14, 30)
 PROMETHEUS_TIMEOUT = 60.0  # seconds for all of Prometheus's part
@@ -204,7 +204,7 @@ async def _usage_report(store: Store, settings: ServiceSettings, now: dt.datetim
 
 def _recorded_queue_and_freed(store: Store, period: Period) -> dict[str, tuple[float, float]]:
     """{day: (GPU-hours waited for, GPU-hours freed by reclaims)} from the service's record, as
-    the admin page's week counts them (service/usage.py)."""
+    the admin page's week counts them (service/daily_hours.py)."""
     bounds = period.bounds()
     waiting, freed = waiting_by_day(store, bounds, period.now), freed_by_day(store, bounds, period.now)
     return {start.date().isoformat(): (round(waiting[i], 2), round(freed[i], 2))

@@ -38,7 +38,7 @@ log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
 #: the service's URL as the single-user servers reach it (the spawner's environment)
 URL_ENV = "JUPYTERHUB_GPU_RECLAIM_URL"
 #: the session fields the frontend reads (the service's API has more)
-FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until", "idle_threshold")
+SESSION_FIELDS = ("state", "gpus", "reclaim_at", "warned_at", "intent_until", "exempt_until", "idle_threshold")
 #: where the web app's settings keep the save watch until the server's loop runs (__init__.py)
 WATCHER = "gpu_reclaim_save_watcher"
 #: states in which the GPU is idle and `idle_since` means something
@@ -153,7 +153,7 @@ class StatusHandler(Handler):
         own = next((s for s in answer.get("sessions") or [] if s.get("session") == self.client.session), None)
         session = None
         if own is not None:
-            session = {k: own.get(k) for k in FIELDS}
+            session = {k: own.get(k) for k in SESSION_FIELDS}
             session["util"] = own.get("util_text") or ""
             session["idle_since"] = own.get("idle_since") if own.get("state") in IDLE_STATES else None
             session.update(sparkline(own))

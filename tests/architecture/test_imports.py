@@ -35,7 +35,7 @@ def modules_under(graph: dict[str, set[str]], *folders: str) -> set[str]:
 
 def test_no_import_circle():
     graph = import_graph(PACKAGE)
-    assert f"{NAME}.service.cycle" in graph and f"{NAME}.config" in graph
+    assert f"{NAME}.service.cycle" in graph and f"{NAME}.application" in graph
     assert circles(graph) == []
 
 
@@ -56,10 +56,10 @@ def test_circles_are_found():
 def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     """config (the traitlets Application) imports declarations only; the service, its
     signals, actions, store, notices and web pages never see the Application: the
-    launcher hands them one frozen settings.ServiceSettings, which they read."""
+    launcher hands them one read-only settings.ServiceSettings, which they read."""
     graph = import_graph(PACKAGE)
-    settings = {f"{NAME}.config", f"{NAME}.launcher"}
-    assert not reachable(graph, f"{NAME}.config") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))
+    settings = {f"{NAME}.application", f"{NAME}.launcher"}
+    assert not reachable(graph, f"{NAME}.application") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))
     # the declarations (settings.py) are below what reads them
     assert not reachable(graph, f"{NAME}.settings") & (settings | modules_under(graph, "service", "web"))
     assert f"{NAME}.settings" in graph[f"{NAME}.service.cycle"] and f"{NAME}.settings" in graph[f"{NAME}.web.base"]
@@ -126,13 +126,13 @@ def test_the_pod_facts_have_one_home():
     """A pod's GPUs, whether it waits for one and since when, its profile and keep-alive are
     read by signals/pod_facts.py alone, for the service's pods signal and the spawner alike:
     pure, it imports only the Kubernetes semantics (signals/kube.py), the checks of an
-    untrusted entry (signals/base.py) and the shared leaves; the spawner never imports the
+    untrusted entry (signals/http_source.py) and the shared leaves; the spawner never imports the
     service's pod watch (signals/pods.py); and the names those facts are read by (the GPU
     resources, the annotations, the scheduler's reason) are written nowhere else."""
     graph = import_graph(PACKAGE)
     facts = f"{NAME}.signals.pod_facts"
     leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
-    assert reachable(graph, facts) <= {f"{NAME}.signals.kube", f"{NAME}.signals.base"} | leaves
+    assert reachable(graph, facts) <= {f"{NAME}.signals.kube", f"{NAME}.signals.http_source"} | leaves
     assert facts in graph[f"{NAME}.signals.pods"] and facts in graph[f"{NAME}.spawner.messages"]
     for module in sorted(modules_under(graph, "spawner")):
         assert f"{NAME}.signals.pods" not in reachable(graph, module), module
@@ -198,7 +198,7 @@ def test_the_store_never_imports_the_replays():
     assert f"{NAME}.replay.trace" in replay
     for module in sorted(modules_under(graph, "store")):
         assert not reachable(graph, module) & replay, module
-    assert not reachable(graph, f"{NAME}.service.history") & replay
+    assert not reachable(graph, f"{NAME}.service.sample_history") & replay
     # the check itself: the trace export does read the store
     assert f"{NAME}.store" in reachable(graph, f"{NAME}.replay.trace_export")
 
@@ -212,7 +212,7 @@ def test_the_report_imports_only_the_signals_and_the_policy():
     graph = import_graph(PACKAGE)
     leaves = {f"{NAME}.{m}" for m in ("durations", "errors", "timestamps", "oneline", "wording")}
     report = modules_under(graph, "report")
-    assert f"{NAME}.report.history" in report
+    assert f"{NAME}.report.timelines" in report
     allowed = report | modules_under(graph, "signals", "policy") | leaves
     for module in sorted(report):
         assert reachable(graph, module) <= allowed, (module, sorted(reachable(graph, module) - allowed))

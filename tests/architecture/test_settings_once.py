@@ -1,9 +1,11 @@
 """Each setting is declared once: no configurable option (a traitlets trait with
 `config=True`) of one name is declared by two of the product's configurables (the service's
 Application, the spawner, its mixins), where the two could get different defaults or help
-and an admin would have to set both. Read from the classes themselves (traitlets' own
-traits of each class, inherited ones left out), since the service's options are put on its
-Application by code.
+and an admin would have to set both (the spawn form's longest keep-alive is the service's
+--max-keepalive, which the spawner asks the service for). Read from the classes themselves
+(traitlets' own traits of each class, inherited ones left out: the Application has the
+service's options from the classes that declare them, `ServiceSettings` and
+`GpuPolicyOptions`).
 
     python -m pytest tests/architecture/test_settings_once.py
 """
@@ -21,11 +23,6 @@ import jupyterhub_gpu_reclaim
 from ..support.imports import module_files
 
 PACKAGE = Path(jupyterhub_gpu_reclaim.__file__).parent
-# declared on two configurables today, with the reason; issue 40's second point gives each
-# one source, so this may only shrink
-DECLARED_TWICE_TODAY = {
-    "max_keepalive": "the spawner's must equal the service's --max-keepalive, set by hand",
-}
 
 
 def configurables(package: Path) -> list[type[HasTraits]]:
@@ -56,7 +53,7 @@ def test_each_setting_is_declared_once():
     names = {c.__name__ for c in found}
     assert {"GpuReclaim", "GPUReclaimSpawner"} <= names, names  # the check sees the Application and the spawner
     twice = {name: where for name, where in declarations(found).items() if len(where) > 1}
-    assert set(twice) <= set(DECLARED_TWICE_TODAY), twice
+    assert twice == {}
     assert "idle_warn_after" in declarations(found)
 
 

@@ -13,11 +13,12 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim
+from jupyterhub_gpu_reclaim.application import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuPolicyOptions, GpuReclaim
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
 from jupyterhub_gpu_reclaim.oneline import LogFormatter
-from jupyterhub_gpu_reclaim.policy.config import PolicyConfig, from_settings, option_of
+from jupyterhub_gpu_reclaim.policy.config import PolicyConfig, option_of
+from jupyterhub_gpu_reclaim.settings import declared_options
 
 from ..support.apps import culler, parse
 
@@ -183,18 +184,19 @@ def test_policy_config_mapping():
 
 
 def test_each_policy_setting_is_declared_once_in_policyconfig():
-    """The GPU policy's options are made from PolicyConfig's fields (help, default, type);
-    the other fields are set by idle-culler's options of the names they give."""
-    traits = GpuReclaim.class_traits(config=True)
+    """Each PolicyConfig field is set by one option: the GPU policy's, declared with their help
+    by GpuPolicyOptions, defaults PolicyConfig's; the others by idle-culler's options of the
+    names they give."""
+    ours = set(declared_options(GpuPolicyOptions))
+    defaults = GpuReclaim().policy_config()
     for f in dataclasses.fields(PolicyConfig):
         option = option_of(f.name)
-        trait = traits[option]
-        if f.metadata["help"]:
-            assert trait.help == f.metadata["help"] and option not in IDLE_CULLER_OPTIONS
-            default = trait.default()
-            assert from_settings({f.name: default}) == PolicyConfig(), f.name
+        if option in ours:
+            assert GpuPolicyOptions.class_traits()[option].help and option not in IDLE_CULLER_OPTIONS
+            assert getattr(defaults, f.name) == getattr(PolicyConfig(), f.name), f.name
         else:
             assert option in IDLE_CULLER_OPTIONS, f.name
+    assert ours == {option_of(f.name) for f in dataclasses.fields(PolicyConfig)} - set(IDLE_CULLER_OPTIONS)
 
 
 def test_the_service_and_the_backtest_read_policy_settings_alike(tmp_path):
@@ -426,7 +428,7 @@ def test_the_services_log_is_one_line_per_record():
 
 
 def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
-    """run_app hands the service plain values (a frozen ServiceSettings), as idle-culler's
+    """run_app hands the service plain values (a read-only ServiceSettings), as idle-culler's
     IdleCuller.start() hands them to cull_idle; their repr holds no secret."""
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
     seen = []
@@ -440,8 +442,8 @@ def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
     assert settings.cycle_interval == dt.timedelta(seconds=600)
     assert settings.cull_users is True and settings.remove_named_servers is True
     assert (settings.url, settings.api_token, settings.concurrency) == (URL, TOKEN, 10)
-    assert settings.dcgm_exporter_urls == () and settings.notifiers == ({"type": "log"},)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    assert settings.dcgm_exporter_urls == [] and settings.notifiers == [{"type": "log"}]
+    with pytest.raises(AttributeError, match="read-only"):
         settings.url = "http://elsewhere"
     assert TOKEN not in repr(settings) and "s3cret" not in repr(settings)
 

@@ -10,7 +10,7 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller, default_cull_arbiter
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_CONFIG_FILE, IDLE_CULLER_SETTINGS, GpuReclaim
+from jupyterhub_gpu_reclaim.application import IDLE_CULLER_CONFIG_FILE, IDLE_CULLER_SETTINGS, GpuReclaim
 from jupyterhub_gpu_reclaim.launcher import run_app, service_settings
 
 from ..support.apps import culler

@@ -12,7 +12,7 @@ import yaml
 
 from gpu_reclaim_sim.paths import REPO
 from gpu_reclaim_sim.z2jh.release import CHART, chart_missing
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS, GpuReclaim
+from jupyterhub_gpu_reclaim.application import IDLE_CULLER_OPTIONS, GpuReclaim
 
 from ..support.docs import table_rows
 

@@ -17,7 +17,7 @@ from traitlets.config import Config
 from gpu_reclaim_sim.paths import REPO, SHARED
 from gpu_reclaim_sim.z2jh.release import CHART, chart_missing
 from jupyterhub_gpu_reclaim.replay.backtest import backtest, load_policy_config
-from jupyterhub_gpu_reclaim.config import GpuReclaim
+from jupyterhub_gpu_reclaim.application import GpuReclaim
 
 from ..support.prometheus import without_kubernetes_sd
 from ..support.docs import table_rows

@@ -18,7 +18,7 @@ from traitlets.config import Config
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.paths import REPO
 from gpu_reclaim_sim.z2jh.release import BASE, CHART
-from jupyterhub_gpu_reclaim.config import GpuReclaim
+from jupyterhub_gpu_reclaim.application import GpuReclaim
 
 pytestmark = pytest.mark.skipif(z2jh.missing() is not None, reason=z2jh.missing() or "")
 

@@ -18,7 +18,7 @@ import sqlite3
 import pytest
 
 from jupyterhub_gpu_reclaim.service import cycle as service
-from jupyterhub_gpu_reclaim.signals.base import MAX_BODY
+from jupyterhub_gpu_reclaim.signals.http_source import MAX_BODY
 
 from ..support.clock import START, at
 from ..support.cycles import NS, P

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from jupyterhub_gpu_reclaim.signals.base import MAX_BODY
+from jupyterhub_gpu_reclaim.signals.http_source import MAX_BODY
 
 from ..support.clock import START, at
 from ..support.cycles import P

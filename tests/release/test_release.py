@@ -30,7 +30,7 @@ import yaml
 
 from gpu_reclaim_sim.z2jh.release import BASE, CHART, DCGM_URL
 from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
-from jupyterhub_gpu_reclaim.config import IDLE_CULLER_OPTIONS
+from jupyterhub_gpu_reclaim.application import IDLE_CULLER_OPTIONS
 from jupyterhub_gpu_reclaim.spawner.core import TIMINGS_ANNOTATION
 from jupyterhub_gpu_reclaim.spawner.service_link import SPAWNER_SERVICE
 

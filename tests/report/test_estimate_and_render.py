@@ -1,4 +1,4 @@
-"""The estimate on timelines as history.Timelines builds them (their sessions as sessions.py
+"""The estimate on timelines as timelines.Timelines builds them (their sessions as sessions.py
 makes them), and the report's names written safely: a step a minute, codes as history writes
 them."""
 
@@ -10,8 +10,8 @@ import re
 
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.report.estimate import Estimate, estimate
-from jupyterhub_gpu_reclaim.report.history import ABSENT, IDLE, NO_VALUE, USED, GpuTimeline
-from jupyterhub_gpu_reclaim.report.render import as_csv, as_text
+from jupyterhub_gpu_reclaim.report.timelines import ABSENT, IDLE, NO_VALUE, USED, GpuTimeline
+from jupyterhub_gpu_reclaim.report.formats import as_csv, as_text
 from jupyterhub_gpu_reclaim.report.sessions import PodFacts, sessions
 
 STEP = 60

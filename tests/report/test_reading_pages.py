@@ -1,4 +1,4 @@
-"""A page of range answers read into timelines (history.Timelines, columns.py: runs of
+"""A page of range answers read into timelines (timelines.Timelines, value_classes.py: runs of
 points read in bulk, the rest point by point) gives the codes the reading rules give step by
 step on the raw points: regular runs, gaps, points out of order or off the grid, points that
 are no [time, value] pair, points every other step or scattered, malformed and unhashable
@@ -11,7 +11,7 @@ import datetime as dt
 import math
 import random
 
-from jupyterhub_gpu_reclaim.report.history import IDLE, NO_VALUE, USED, Timelines
+from jupyterhub_gpu_reclaim.report.timelines import IDLE, NO_VALUE, USED, Timelines
 from jupyterhub_gpu_reclaim.report.prometheus_range import RangeSeries
 from jupyterhub_gpu_reclaim.signals.gpu_readings import ENGINE_ACTIVE, GPU_UTIL, Series, readings_from_series
 

@@ -21,7 +21,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
-from jupyterhub_gpu_reclaim.report.render import as_csv, as_json
+from jupyterhub_gpu_reclaim.report.formats import as_csv, as_json
 from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import usage_report as page

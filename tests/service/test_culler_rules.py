@@ -162,7 +162,7 @@ async def test_a_hook_that_raises_holds_that_server_only_logged_once(harness, ca
     (["--kubernetes=true"], {}, False, True),
 ])
 def test_pods_are_read_where_kubernetes_is(tmp_path, monkeypatch, argv, env, kube_file, reads_pods):
-    from jupyterhub_gpu_reclaim.config import GpuReclaim
+    from jupyterhub_gpu_reclaim.application import GpuReclaim
     from jupyterhub_gpu_reclaim.launcher import build, service_settings
     from jupyterhub_gpu_reclaim.service.metrics import Metrics
     from jupyterhub_gpu_reclaim.signals.pods import PodSignal

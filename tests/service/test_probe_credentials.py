@@ -33,7 +33,7 @@ import pytest_asyncio
 
 from gpu_reclaim_sim.launch import Child
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-from jupyterhub_gpu_reclaim.signals.probe_tokens import (
+from jupyterhub_gpu_reclaim.signals.probe_token_client import (
     PROBE_NOTE,
     PROBE_TOKEN_MAX_LIFETIME,
     NoProbeCredential,

@@ -205,9 +205,9 @@ async def test_without_a_probe_credential_the_session_is_held_with_the_cause(har
 def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
     """build(): kernel probes get user-owned tokens (minted with the service's token at the
     hub) or nothing; the kernel signal itself never holds the service's token."""
-    from jupyterhub_gpu_reclaim.config import GpuReclaim
+    from jupyterhub_gpu_reclaim.application import GpuReclaim
     from jupyterhub_gpu_reclaim.launcher import build, service_settings
-    from jupyterhub_gpu_reclaim.signals.probe_tokens import ProbeTokens
+    from jupyterhub_gpu_reclaim.signals.probe_token_client import ProbeTokens
 
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "service-token")
     for argv, credentials in (([], ProbeTokens), (["--kernel-probe-credential=none"], type(None))):
@@ -225,7 +225,7 @@ def test_the_service_token_goes_to_the_hub_only(tmp_path, monkeypatch):
 def test_the_gpu_matchers_select_the_default_querys_series(tmp_path, monkeypatch):
     """build(): --prometheus-gpu-matchers go into the default query (the usage report reads
     them too); a query of the admin's own is theirs, as written."""
-    from jupyterhub_gpu_reclaim.config import GpuReclaim
+    from jupyterhub_gpu_reclaim.application import GpuReclaim
     from jupyterhub_gpu_reclaim.launcher import build, service_settings
     from jupyterhub_gpu_reclaim.signals.prometheus import PrometheusSignal, default_query
 

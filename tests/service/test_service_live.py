@@ -35,7 +35,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 UTC = dt.timezone.utc
 # shorter than TIMINGS: alice's reclaim ends the scene; carol and dave start their work once
 # the four are ready, well before 20 s (the timings themselves: tests/service/test_service.py)
-OPTIONS = {**TIMINGS, "never_used_warn_after": 20, "never_used_reclaim_after": 30, "timeout": 20}
+# --max-keepalive 2 h: the spawner, linked to the service, caps the spawn form's keep-alive at it
+OPTIONS = {**TIMINGS, "never_used_warn_after": 20, "never_used_reclaim_after": 30, "timeout": 20,
+           "max_keepalive": 7200}
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +210,25 @@ async def test_reclaims_api_and_resume_priority(hub, sim, scene):
         assert (await api.server(user))["ready"]  # nobody was preempted
     await api.stop("carol")  # a GPU frees up: alice gets it
     await api.wait_ready("alice", timeout=120)
+
+
+async def test_the_spawner_caps_a_keep_alive_at_the_services_max_keepalive(hub, scene):
+    """The longest keep-alive has one source, the service's --max-keepalive (2 h here): the
+    spawner asks the service for it, so a spawn asking 3 h is refused with the service's cap,
+    and nothing starts."""
+    api, _ = scene
+    user = "gina"
+    await api.ensure_user(user)
+    later = (dt.datetime.now(UTC) + dt.timedelta(hours=3)).isoformat()
+    async with api.session.post(f"{api.api}/users/{user}/server", json={"profile": "cpu", "keepalive_until": later}) as r:
+        answer = await r.text()
+    assert r.status in (201, 202, 400), answer  # a hub that waits for the spawn answers 400
+    if r.status != 400:  # the spawn failed: the reason is what the spawn page shows
+        events = await api.progress(user, timeout=30)
+        assert events[-1].get("failed"), events
+        answer = events[-1]["message"]
+    assert "at most 2 hours from now" in answer, answer
+
+    async def gone():
+        return await api.server(user) is None
+    await until(gone, 30, "gina's refused spawn gone")

@@ -11,9 +11,9 @@ import logging
 import pytest
 from aiohttp import web
 
-from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.http_source import SignalError
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
-from jupyterhub_gpu_reclaim.signals.probe_tokens import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
+from jupyterhub_gpu_reclaim.signals.probe_token_client import (PROBE_NOTE, NoProbeCredential, ProbeTokens,
                                                          identify_scopes, probe_scope)
 
 from ..support.signal_inputs import Server
@@ -244,7 +244,7 @@ async def hub(servers):
 async def test_a_token_with_other_scopes_than_asked_is_deleted_unused(hub, caplog):
     hub.scopes_extra = ["access:servers!user=alice"]
     tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
-    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.signals.probe_token_client")
     for _ in range(2):
         with pytest.raises(NoProbeCredential) as err:
             await tokens.token("alice", "")
@@ -258,7 +258,7 @@ async def test_a_token_with_other_scopes_than_asked_is_deleted_unused(hub, caplo
 
 async def test_a_role_without_tokens_means_no_probe_logged_once(hub, caplog):
     hub.status, hub.own_scopes = 403, ["list:users"]
-    caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_token_client")
     tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
     async with KernelSignal(tokens) as ks:
         for user in ("alice", "bob", "alice"):
@@ -280,7 +280,7 @@ async def test_an_unfiltered_tokens_scope_is_warned_of_once(hub, caplog):
     """A service whose role still holds plain `tokens` (worth an admin's token) mints through
     the hub's token API, and says once what that role is worth; one with the probe-token
     scope mints through its API and says nothing."""
-    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    caplog.set_level(logging.WARNING, "jupyterhub_gpu_reclaim.signals.probe_token_client")
     hub.own_scopes = ["list:users", "tokens"]
     tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
     for user in ("alice", "bob"):
@@ -307,7 +307,7 @@ async def test_tokens_an_earlier_run_left_are_deleted_before_the_first_mint(hub,
     """The sweep at start (the real hub: tests/service/test_probe_credentials.py): every probe
     token the probe-token API lists is deleted before this run mints one; a listing that
     cannot be read is said once and minting goes on (those tokens expire by themselves)."""
-    caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_tokens")
+    caplog.set_level(logging.INFO, "jupyterhub_gpu_reclaim.signals.probe_token_client")
     hub.listed = {"api_tokens": [{"user": "alice", "id": "a7"}, {"user": "b/ob", "id": "a8"}]}
     tokens = ProbeTokens(hub.server.url + "/hub/api", SERVICE_TOKEN)
     await tokens.check_scopes()

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from jupyterhub_gpu_reclaim.policy.observations import Kernel
-from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.http_source import SignalError
 from jupyterhub_gpu_reclaim.signals.interfaces import GpuSource, HubSource, KernelSource
 from jupyterhub_gpu_reclaim.signals.dcgm import DcgmScrapeSignal, parse_dcgm_text
 from jupyterhub_gpu_reclaim.signals.hub import HubServer, HubSignal

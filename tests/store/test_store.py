@@ -18,8 +18,8 @@ from jupyterhub_gpu_reclaim.policy.observations import (
 )
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
-from jupyterhub_gpu_reclaim.store.base import StoreError, StoreVersionError
-from jupyterhub_gpu_reclaim.store.history import RuleChange
+from jupyterhub_gpu_reclaim.store.engine import StoreError, StoreVersionError
+from jupyterhub_gpu_reclaim.store.audit import RuleChange
 from jupyterhub_gpu_reclaim.replay.trace import TraceConfig, TraceSession, read_trace
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
 

@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session
 from jupyterhub_gpu_reclaim.policy.observations import Warning as Warned
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
-from jupyterhub_gpu_reclaim.store.base import RowsRefused
+from jupyterhub_gpu_reclaim.store.engine import RowsRefused
 from jupyterhub_gpu_reclaim.store.schema import ESCAPE
 
 from ..support.clock import START, at

@@ -15,7 +15,7 @@ from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.observations import Kernel, Pressure, Sample, Session, SessionInstance, SessionSample
 from jupyterhub_gpu_reclaim.replay.trace import TraceSession, dump_record
 from jupyterhub_gpu_reclaim.replay.trace_export import export_records, export_trace
-from jupyterhub_gpu_reclaim.service.history import SampleHistory
+from jupyterhub_gpu_reclaim.service.sample_history import SampleHistory
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
 

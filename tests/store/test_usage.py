@@ -9,7 +9,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.store import Store
-from jupyterhub_gpu_reclaim.service.usage import FREED_HORIZON, daily_usage, freed_gpu_hours
+from jupyterhub_gpu_reclaim.service.daily_hours import FREED_HORIZON, daily_usage, freed_gpu_hours
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jupyterhub_idle_culler import IdleCuller
 
-from jupyterhub_gpu_reclaim.config import GpuReclaim
+from jupyterhub_gpu_reclaim.application import GpuReclaim
 
 
 def parse(argv: list[str]) -> GpuReclaim:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from gpu_reclaim_sim.z2jh.release import BASE, HELM_VALUES, RBAC
-from jupyterhub_gpu_reclaim.config import GpuReclaim
+from jupyterhub_gpu_reclaim.application import GpuReclaim
 
 NOT_VALUES = {RBAC.name}   # Kubernetes manifests, applied with kubectl
 VARIANTS = sorted(p for p in HELM_VALUES.glob("*.yaml") if p.name not in NOT_VALUES and p != BASE)

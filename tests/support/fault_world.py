@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.settings import ServiceSettings
-from jupyterhub_gpu_reclaim.signals.base import SignalError
+from jupyterhub_gpu_reclaim.signals.http_source import SignalError
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
 from jupyterhub_gpu_reclaim.signals.pods import PodInfo, PodSnapshot

@@ -144,7 +144,7 @@ class HubAPI:
 class StaticProbeToken:
     """Kernel-probe credentials that give one fixed token for every server: for tests that
     probe as the tests' own service. The service never does (it mints a token per server
-    owned by its user: signals/probe_tokens.py)."""
+    owned by its user: signals/probe_token_client.py)."""
 
     def __init__(self, token: str) -> None:
         self.value = token

@@ -8,7 +8,7 @@ import json
 
 import aiohttp
 
-from jupyterhub_gpu_reclaim.signals.probe_tokens import PROBE_NOTE
+from jupyterhub_gpu_reclaim.signals.probe_token_client import PROBE_NOTE
 
 from .hubapi import HubAPI
 

@@ -312,6 +312,7 @@ async def test_stop_now_and_admin_reclaim_go_through_the_hub(hub, scene):
     # the spawner's expected-wait endpoint: one's own queue (empty: nobody waits), nobody else's
     status, body = await c["bob"].json("GET", "api/queue?user=bob")
     assert status == 200 and body["queue"] == []
+    assert body["max_keepalive_seconds"] == 4 * 3600  # the spawn form's cap: the service's --max-keepalive
     for path in ("api/queue?user=alice", "api/reclaims?user=alice"):
         status, body = await c["bob"].json("GET", path)
         assert status == 403 and "only their own" in body["message"], path

@@ -27,9 +27,9 @@ from urllib.parse import quote, urlsplit
 import pytest
 import pytest_asyncio
 
-from jupyterhub_gpu_reclaim.config import GpuReclaim
+from jupyterhub_gpu_reclaim.application import GpuReclaim
 from jupyterhub_gpu_reclaim.store import Store
-from jupyterhub_gpu_reclaim.store.history import AuditRecord
+from jupyterhub_gpu_reclaim.store.audit import AuditRecord
 from jupyterhub_gpu_reclaim.web.base import DRAINED_MAX, MAX_BODY
 
 from ..support.hubapi import HubAPI

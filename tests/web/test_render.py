@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.web.admin_view import admin_data
 from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import app, inputs, render
 from jupyterhub_gpu_reclaim.web.inputs import BadInput, local_time_to_utc, parse_until
-from jupyterhub_gpu_reclaim.report.render import csv_cell
+from jupyterhub_gpu_reclaim.report.formats import csv_cell
 from jupyterhub_gpu_reclaim.web.render import sparkline, state_of
 
 from ..support.clock import at
@@ -215,24 +215,24 @@ def test_one_whatif_at_a_time_and_bad_input_never_waits():
     from tornado.web import HTTPError
 
     from jupyterhub_gpu_reclaim.settings import ServiceSettings
-    from jupyterhub_gpu_reclaim.web import whatif
+    from jupyterhub_gpu_reclaim.web import whatif_runner
 
     handler = SimpleNamespace(ctx=SimpleNamespace(settings=ServiceSettings(), store=None), retry_after=0)
 
     async def while_another_runs():
-        async with whatif._running:
+        async with whatif_runner._running:
             with pytest.raises(BadInput, match="unknown policy setting threshold"):
-                await whatif.run_what_if(handler, "3h", "", {"threshold": 9})
+                await whatif_runner.run_what_if(handler, "3h", "", {"threshold": 9})
             with pytest.raises(BadInput, match="until: not a time or a duration"):
-                await whatif.run_what_if(handler, "3h", "later", {"gpu_idle_threshold": 9})
+                await whatif_runner.run_what_if(handler, "3h", "later", {"gpu_idle_threshold": 9})
             assert handler.retry_after == 0
             with pytest.raises(HTTPError) as refused:
-                await whatif.run_what_if(handler, "3h", "", {"gpu_idle_threshold": 9})
+                await whatif_runner.run_what_if(handler, "3h", "", {"gpu_idle_threshold": 9})
         return refused.value
 
     refused = asyncio.run(while_another_runs())
     assert refused.status_code == 429 and "another what-if is running" in refused.log_message
-    assert handler.retry_after == whatif.RETRY_AFTER_S
+    assert handler.retry_after == whatif_runner.RETRY_AFTER_S
 
 
 def test_the_whatif_override_is_setting_value_lines():
@@ -274,7 +274,7 @@ def test_times_in_free_text_are_shown_as_times_and_the_rest_is_escaped():
 
 
 def test_usage_chart_stacks_in_use_idle_and_freed_beside_the_queue():
-    from jupyterhub_gpu_reclaim.service.usage import DayUsage
+    from jupyterhub_gpu_reclaim.service.daily_hours import DayUsage
     from jupyterhub_gpu_reclaim.web.chart import usage_chart
 
     day = dt.timedelta(days=1)

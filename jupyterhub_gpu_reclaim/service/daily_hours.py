@@ -20,14 +20,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from ..durations import HOUR
+from ..durations import DAY, HOUR
 from ..policy.decider import IDLE_RULES
 from ..store import Store
-from ..store.history import RuleChange
+from ..store.audit import RuleChange
 
 FREED_HORIZON = dt.timedelta(hours=24)  # how long a reclaim counts as freeing its GPUs
 MAX_STEP = dt.timedelta(minutes=10)  # a longer gap between two recorded cycles: no data
-DAY = dt.timedelta(days=1)
 #: what "freed" and "waited for" count, as the pages say it
 FREED_MEANS = "each reclaim's GPUs for a day after it"
 WAITING_MEANS = "GPUs requested by pods waiting for one"

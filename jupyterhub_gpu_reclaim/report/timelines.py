@@ -11,7 +11,7 @@ concern one physical device at a time (the holder labels aside, which are decide
 answer, as gpu_readings.holder_labels decides them), so each page is read per device and per
 distinct set of values at a step, each value first reduced to what the rules and the threshold
 tell apart (0, under the threshold, at or above it, no value, malformed; a byte a step, from
-columns.py): the same rules, applied once per pattern in the whole window instead of once per
+value_classes.py): the same rules, applied once per pattern in the whole window instead of once per
 step, their codes written to the steps by bytes.translate."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..signals.gpu_readings import (ENGINE_ACTIVE, HOSTNAME, VGPU, PodLabel, Series, holder_labels,
                                     pod_of, readings_from_series, series_value)
-from .columns import MALFORMED, Classes, column
+from .value_classes import MALFORMED, Classes, column
 from .prometheus_range import RangeSeries
 from .promql import READ_FIELDS
 
@@ -33,7 +33,7 @@ ABSENT, IDLE, NO_VALUE, USED = 0, 1, 2, 3
 _T0 = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)  # the readings' time is not used
 _HOLDER = ("pod", "namespace", "exported_pod", "exported_namespace")
 Pod = tuple[str, str]  # (namespace, pod)
-Member = tuple[str, dict[str, str], bytearray]  # a series of a device: metric, labels, its column (columns.py)
+Member = tuple[str, dict[str, str], bytearray]  # a series of a device: metric, labels, its column (value_classes.py)
 _KEEP = b"\xff"  # in a translated pattern: the step writes nothing to this line
 _WRITTEN = re.compile(rb"[^\xff]+")
 

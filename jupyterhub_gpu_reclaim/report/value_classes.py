@@ -1,5 +1,5 @@
 """A series' points as one byte a step: the class of its value at each step of a page (0: no
-point), each class one value as the reading rules tell it apart (history.Timelines._reduced).
+point), each class one value as the reading rules tell it apart (timelines.Timelines._reduced).
 
 A month of 200 GPUs is some 12 million points. Prometheus writes a range's points in time
 order on the step grid, a series' points mostly in runs of consecutive steps (or every other

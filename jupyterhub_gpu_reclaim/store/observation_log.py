@@ -1,6 +1,6 @@
 """The observations of each cycle, in typed rows: each session's samples, the cycle's
 pressure, each session instance the cycle met, and the window of them a replay is made of
-(`StoredObservations`: `replay.trace_export` makes a trace of it, `service.history` the
+(`StoredObservations`: `replay.trace_export` makes a trace of it, `service.sample_history` the
 samples the policy decides on after a restart)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from ..policy.observations import IntentChange, Pressure, Sample, Session, SessionInstance, SessionSample
 from ..timestamps import utcnow
-from .base import StoreBase, rowcount
+from .engine import StoreBase, rowcount
 from .schema import DecisionRow, IntentRow, ObservationRow, SessionRow, aware, unstorable
 
 

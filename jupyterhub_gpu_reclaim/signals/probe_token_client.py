@@ -49,9 +49,9 @@ from urllib.parse import quote
 
 import aiohttp
 
-from .base import HttpSource, SignalError, hub_message
+from .http_source import HttpSource, SignalError, hub_message
 
-log = logging.getLogger("jupyterhub_gpu_reclaim.signals.probe_tokens")
+log = logging.getLogger("jupyterhub_gpu_reclaim.signals.probe_token_client")
 
 PROBE_NOTE = "gpu-reclaim kernel probe"
 PROBE_TOKENS_SCOPE = "custom:gpu-reclaim:probe-tokens"  # mint probe tokens only (spawner/probe_tokens.py)

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from ..policy.observations import Decision
 from ..timestamps import utcnow
-from .base import StoreBase, rowcount
+from .engine import StoreBase, rowcount
 from .reclaims import ReclaimRecord, reclaim_record
 from .schema import AuditRow, DecisionRow, ExemptionRow, IntentRow, ReclaimRow, WarningRow, aware, dumps
 

@@ -51,6 +51,8 @@ log = logging.getLogger("gpu_reclaim_sim.cluster")
 
 NAMESPACE_READY_S = 60.0
 NAMESPACE_GONE_S = 120.0
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # the API server's own
+STOP_S = NAMESPACE_GONE_S + 30  # what a run may take to stop on a shared control plane (launch.Child.stop's grace)
 NO_NAMESPACE = ("not root: the cluster stays on this machine's loopback. Pods get loopback addresses, "
                 "which the real API server refuses in EndpointSlices, so Services have no endpoints; "
                 "run as root for a network namespace of the run's own")
@@ -146,8 +148,8 @@ class Cluster:
     async def _set_up(self, admin: k8s.ApiClient) -> None:
         core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
         for name in self.scenario.namespaces:
-            async with asyncio.timeout(NAMESPACE_GONE_S):  # an earlier run's, still being emptied
-                await _gone(core, name, terminating_only=True)
+            if self.control_plane is not None and name not in SYSTEM_NAMESPACES:
+                await self._clear(core, name)
             if await _create(core.create_namespace({"metadata": {"name": name}})):  # type: ignore[arg-type]
                 self._made.append(("namespace", name))
         for pc in self.scenario.priority_classes:
@@ -162,6 +164,21 @@ class Cluster:
         if self.scenario.placeholders or any(g.autoscaler for g in self.scenario.node_groups):
             log.warning("the scenario's placeholders and autoscaler are not started (not yet on the real "
                         "control plane)")
+
+    async def _clear(self, core: k8s.CoreV1Api, name: str) -> None:
+        """On a shared control plane, namespace `name` as no earlier run left it: one stopped
+        before it had emptied it (killed) is deleted, and one being emptied waited for."""
+        try:
+            found = await core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        if found.status.phase != "Terminating":
+            log.warning("namespace %s is an earlier run's, left behind: deleting it first", name)
+            await _deleted(core.delete_namespace(name))
+        async with asyncio.timeout(NAMESPACE_GONE_S):
+            await _gone(core, name)
 
     async def _leave(self, admin: k8s.ApiClient) -> None:
         """What the run added taken away: its namespaces with all in them, while its nodes still
@@ -179,6 +196,8 @@ class Cluster:
                     await _gone(core, name)
         except TimeoutError:
             log.warning("namespaces %s not gone after %.0f s: the next run waits for them", namespaces, NAMESPACE_GONE_S)
+        else:
+            log.info("namespaces %s deleted", namespaces)
 
     def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
         """Where a connection to `published` goes: its Service's load-balancer address, else its
@@ -293,15 +312,13 @@ async def _deleted(request: Any) -> None:
             raise
 
 
-async def _gone(core: k8s.CoreV1Api, name: str, terminating_only: bool = False) -> None:
-    """Until namespace `name` is no more (with `terminating_only`, unless it is there to stay)."""
+async def _gone(core: k8s.CoreV1Api, name: str) -> None:
+    """Until namespace `name` is no more."""
     while True:
         try:
-            found = await core.read_namespace(name)
+            await core.read_namespace(name)
         except ApiException as e:
             if e.status == 404:
                 return
             raise
-        if terminating_only and found.status.phase != "Terminating":
-            return
         await asyncio.sleep(0.2)

@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from gpu_reclaim_sim.cluster import STOP_S
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.launch import free_port, start_hub, start_sim
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, REPO
@@ -47,7 +48,7 @@ def sim_fixture(scope: str):
     def sim(control_plane, tmp_path_factory):
         child = start_test_sim(tmp_path_factory.mktemp("sim"), control_plane)
         yield child
-        child.stop()
+        child.stop(grace=STOP_S)  # it empties its namespaces first
 
     return sim
 

@@ -124,10 +124,13 @@ class Agents:
 
 
 def probe(host: str, port: int, timeout: float = 2.0) -> str:
-    """A connection from the test process: from outside the cluster."""
+    """A connection from the test process: from outside the cluster, at 127.0.0.1 (in the run's
+    network namespace, where the cluster's networks are local, the kernel would otherwise
+    give it the address it connects to as its source)."""
     with socket.socket() as s:
         s.settimeout(timeout)
         try:
+            s.bind(("127.0.0.1", 0))
             s.connect((host, port))
             return "open " + s.recv(100).decode().strip()
         except socket.timeout:

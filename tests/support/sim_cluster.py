@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from gpu_reclaim_sim.cluster import STOP_S
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.launch import Child, start_sim
 
@@ -43,7 +44,7 @@ def sim_running(workdir: Path, scenario: dict[str, Any], plane: ControlPlane) ->
     try:
         yield child
     finally:
-        child.stop()
+        child.stop(grace=STOP_S)  # it empties its namespaces first
 
 
 def sim_fixtures(scenario: dict[str, Any]):

@@ -7,6 +7,8 @@ import ipaddress
 import urllib.error
 import urllib.request
 
+from gpu_reclaim_sim.network import namespace
+
 PYTHON_IMAGE = "python:3.11"
 
 
@@ -43,6 +45,6 @@ def http_status(url: str) -> int | None:
         return None
 
 
-def in_loopback(ip: str) -> bool:
-    """Tests reach every simulated address on loopback."""
-    return ipaddress.ip_address(ip) in ipaddress.ip_network("127.0.0.0/8")
+def in_the_run(ip: str) -> bool:
+    """An address of the run's networks (sim.network.namespace), which the tests reach."""
+    return namespace.holds(ipaddress.ip_network(ip))

@@ -20,8 +20,10 @@ the run started on at the node network's address inside (its info's `reached`), 
 EndpointSlice may name (the demo's Prometheus as the release's service finds it). Without root
 it stays on the machine's loopback and says what does not work there.
 
-Not on the real control plane (the old simulator's, sim.cluster): the scenario's autoscaler,
-placeholders and its scheduler's and API server's settings.
+The scenario's user placeholders are z2jh's StatefulSet of pause pods (sim.userplaceholders),
+which the real controller-manager keeps and the real scheduler preempts; its autoscaled node
+groups get the agent's cluster autoscaler (sim.nodeagent.clusterautoscaler). Not on the real control
+plane (the old simulator's, sim.cluster): the scenario's scheduler's and API server's settings.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .network import namespace
 from .network.relay import Outward, Relay
 from .nodeagent.agent import NodeAgent
 from .scenario import Scenario
+from . import userplaceholders
 
 log = logging.getLogger("gpu_reclaim_sim.realcluster")
 
@@ -144,9 +147,9 @@ class RealCluster:
         async with asyncio.timeout(NAMESPACE_READY_S):
             for name in self.scenario.namespaces:
                 await _ready(core, name)
-        if self.scenario.placeholders or any(g.autoscaler for g in self.scenario.node_groups):
-            log.warning("the scenario's placeholders and autoscaler are the old simulator's (--plane model): "
-                        "not started on the real control plane")
+        apps = k8s.AppsV1Api(admin)
+        for p in self.scenario.placeholders:
+            await _create(apps.create_namespaced_stateful_set(p.namespace, userplaceholders.statefulset(p)))  # type: ignore[arg-type]
 
     def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
         """Where a connection to `published` goes: its Service's load-balancer address, else its

@@ -56,14 +56,14 @@ if str(REPO) not in sys.path:
 from gpu_reclaim_sim.launch import start_sim  # noqa: E402  (no Kubernetes client imported)
 
 from benchmarks.spawn.arm import run_arm  # noqa: E402
-from benchmarks.spawn.scene import ARMS, SCENARIO, TARGET_P95_S  # noqa: E402
+from benchmarks.spawn.scene import ARMS, PLANE, SCENARIO, SIM_START_S, TARGET_P95_S  # noqa: E402
 from benchmarks.spawn.startup import measure_server_startup  # noqa: E402
 from benchmarks.spawn.summary import seed_calibrated, summarize  # noqa: E402
 from benchmarks.support.process import machine  # noqa: E402
 
 
 def run_arm_in_child(arm: str, workdir: Path, users: int, interval: float, prepuller: bool) -> dict[str, Any]:
-    sim = start_sim(workdir / arm, SCENARIO)
+    sim = start_sim(workdir / arm, SCENARIO, SIM_START_S, plane=PLANE)
     try:
         env = dict(os.environ, KUBECONFIG=sim.info["kubeconfig"])
         out = workdir / arm / "result.json"

@@ -15,7 +15,7 @@ from typing import Any
 from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO
 
-from benchmarks.spawn.scene import NAMESPACE
+from benchmarks.spawn.scene import NAMESPACE, PLANE, SIM_START_S
 from benchmarks.support.paths import REPO
 
 STARTUP_SCENARIO = DEFAULT_SCENARIO
@@ -117,7 +117,7 @@ def measure_server_startup(workdir: Path, samples: int) -> dict[str, Any]:
     from gpu_reclaim_sim.launch import free_port, start_hub
 
     base = workdir / "startup"
-    sim = start_sim(base, STARTUP_SCENARIO)
+    sim = start_sim(base, STARTUP_SCENARIO, SIM_START_S, plane=PLANE)
     hub = None
     try:
         token = secrets.token_hex(16)

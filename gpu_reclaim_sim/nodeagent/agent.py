@@ -13,7 +13,9 @@ the default StorageClass, whose volumes it provisions (`provisioner`), and is th
 service controller: LoadBalancer Services' addresses (`servicecontroller`).
 The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
 dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
-finds a pod's UID among its pod workers. Not yet (issue 37): `kubectl port-forward`.
+finds a pod's UID among its pod workers. Nodes come and go at run time too (`add_node`,
+`remove_node`), as a cloud adds and deletes machines for the cluster autoscaler that the agent
+runs for the scenario's autoscaled node groups (`clusterautoscaler`).
 """
 
 from __future__ import annotations
@@ -69,11 +71,13 @@ class NodeAgent:
     autoscaler: Autoscaler | None = None
     _clients: list[k8s.ApiClient] = field(default_factory=list)
     _node_tasks: dict[str, list[asyncio.Task[None]]] = field(default_factory=dict)  # node -> its kubelet's
+    _node_clients: dict[str, k8s.ApiClient] = field(default_factory=dict)
     _addresses: AddressPool = field(default_factory=lambda: AddressPool(NODE_NETWORK))
 
     def client(self, node: str) -> k8s.ApiClient:
         """An API client that is `node` to the API server."""
-        return self._client(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        api = self._node_clients[node] = self._client(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        return api
 
     def _client(self, file: str, user: str, groups: tuple[str, ...]) -> k8s.ApiClient:
         issued = self.authority.issue(file, user, groups)
@@ -150,6 +154,9 @@ class NodeAgent:
         self.pods.pop(name, None)
         self.registrations.pop(name, None)
         self._addresses.release(server.address if server else None)
+        if (api := self._node_clients.pop(name, None)) is not None:
+            self._clients.remove(api)
+            await api.close()
 
     def _finder(self, node: str) -> Callable[[str, str], PodWorker | None]:
         """The worker of a pod on `node` by namespace and name (what its kubelet API serves)."""

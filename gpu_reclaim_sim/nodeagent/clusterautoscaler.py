@@ -101,9 +101,10 @@ class Autoscaler:
             self._spawn(coroutine)
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = list(self._tasks)  # each leaves the set as it ends
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
@@ -159,7 +160,7 @@ class Autoscaler:
             del self._told[uid]
 
     async def _record(self, involved: Obj, reason: str, message: str) -> None:
-        body: Any = event_body({"kind": involved.get("kind") or "Pod", **involved}, reason, message,
+        body: Any = event_body({**involved, "kind": involved.get("kind") or "Pod"}, reason, message,
                                type_="Normal", component=COMPONENT, host=None, field_path=None)
         try:
             await self.core.create_namespaced_event(body["metadata"]["namespace"], body)

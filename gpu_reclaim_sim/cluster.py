@@ -23,7 +23,9 @@ it stays on the machine's loopback and says what does not work there.
 `--control-plane DIR` runs on a control plane already running (a test worker's): the run adds
 its nodes, namespaces and priority classes to it and takes them away when it stops.
 
-Not yet: the scenario's autoscaler and placeholders.
+The scenario's user placeholders are z2jh's StatefulSet of pause pods (sim.userplaceholders),
+which the real controller-manager keeps and the real scheduler preempts; its autoscaled node
+groups get the agent's cluster autoscaler (sim.nodeagent.clusterautoscaler).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .network import namespace
 from .network.relay import Outward, Relay
 from .nodeagent.agent import NodeAgent
 from .scenario import Scenario
+from . import userplaceholders
 
 log = logging.getLogger("gpu_reclaim_sim.cluster")
 
@@ -161,9 +164,9 @@ class Cluster:
         async with asyncio.timeout(NAMESPACE_READY_S):
             for name in self.scenario.namespaces:
                 await _ready(core, name)
-        if self.scenario.placeholders or any(g.autoscaler for g in self.scenario.node_groups):
-            log.warning("the scenario's placeholders and autoscaler are not started (not yet on the real "
-                        "control plane)")
+        apps = k8s.AppsV1Api(admin)
+        for p in self.scenario.placeholders:
+            await _create(apps.create_namespaced_stateful_set(p.namespace, userplaceholders.statefulset(p)))  # type: ignore[arg-type]
 
     async def _clear(self, core: k8s.CoreV1Api, name: str) -> None:
         """On a shared control plane, namespace `name` as no earlier run left it: one stopped

@@ -15,7 +15,7 @@ from typing import Any
 from gpu_reclaim_sim.launch import start_sim
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO
 
-from benchmarks.spawn.scene import NAMESPACE
+from benchmarks.spawn.scene import NAMESPACE, SIM_START_S
 from benchmarks.support.paths import REPO
 
 STARTUP_SCENARIO = DEFAULT_SCENARIO
@@ -108,16 +108,21 @@ async def _measure_startup(sim: Any, hub: Any, token: str, samples: int) -> list
 
 
 def measure_server_startup(workdir: Path, samples: int) -> dict[str, Any]:
-    """The notebook server's start-up after its pod is Ready, on the project's real stack:
+    """The notebook server's start-up after its pod is Ready, on the project's real stack
+    (from inside a run's network namespace, where the pods' addresses are):
     the simulated cluster in process mode (`gpu_reclaim_sim/scenarios/cluster.yaml`, which runs
     `jupyterhub-singleuser` for real) and a real JupyterHub on it (the tests' configuration:
     the demo's plus an API token). Every process started here is stopped by its PID."""
     import secrets
 
     from gpu_reclaim_sim.launch import free_port, start_hub
+    from gpu_reclaim_sim.network import namespace
 
+    if not namespace.inside():  # else the hub's requests to the pods' addresses leave the machine
+        raise RuntimeError("the hub must reach the pods at their addresses: run the benchmark as root, in a "
+                           "network namespace of a run's kind (python -m gpu_reclaim_sim.network.namespace ...)")
     base = workdir / "startup"
-    sim = start_sim(base, STARTUP_SCENARIO)
+    sim = start_sim(base, STARTUP_SCENARIO, SIM_START_S)
     hub = None
     try:
         token = secrets.token_hex(16)

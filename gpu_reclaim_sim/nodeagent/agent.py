@@ -13,12 +13,16 @@ the default StorageClass, whose volumes it provisions (`provisioner`), and is th
 service controller: LoadBalancer Services' addresses (`servicecontroller`).
 The GPUs of its nodes are one fleet (sim.gpu.gpus: what each node's device plugin hands out and
 dcgm-exporter reports), served with `use_gpu`'s endpoint by sim.control.ControlServer, which
-finds a pod's UID among its pod workers. `kubectl port-forward` goes to the kubelet API too (`portforward`).
+finds a pod's UID among its pod workers. `kubectl port-forward` goes to the kubelet API too
+(`portforward`). Nodes come and go at run time too (`add_node`, `remove_node`), as a cloud adds
+and deletes machines for the cluster autoscaler that the agent runs for the scenario's
+autoscaled node groups (`clusterautoscaler`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,8 +36,9 @@ from ..kubelet.nodes import node_manifest
 from ..kubelet.podworker import PodWorker
 from ..network import namespace
 from ..network.addresses import AddressPool
-from ..scenario import Scenario
-from . import clusterroles, networkplugin, provisioner, servicecontroller
+from ..scenario import NodeGroup, Scenario
+from . import clusterautoscaler, clusterroles, networkplugin, provisioner, servicecontroller
+from .clusterautoscaler import Autoscaler
 from .kubeletserver import KubeletServer
 from .local import NodeLocal
 from .nodepods import NodePods
@@ -64,12 +69,16 @@ class NodeAgent:
     provisioner: provisioner.Provisioner | None = None
     balancers: servicecontroller.ServiceController | None = None
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))  # the control endpoint's admin
+    autoscaler: Autoscaler | None = None
     _clients: list[k8s.ApiClient] = field(default_factory=list)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _node_tasks: dict[str, list[asyncio.Task[None]]] = field(default_factory=dict)  # node -> its kubelet's
+    _node_clients: dict[str, k8s.ApiClient] = field(default_factory=dict)
+    _addresses: AddressPool = field(default_factory=lambda: AddressPool(NODE_NETWORK))
 
     def client(self, node: str) -> k8s.ApiClient:
         """An API client that is `node` to the API server."""
-        return self._client(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        api = self._node_clients[node] = self._client(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        return api
 
     def _client(self, file: str, user: str, groups: tuple[str, ...]) -> k8s.ApiClient:
         issued = self.authority.issue(file, user, groups)
@@ -105,18 +114,50 @@ class NodeAgent:
                                                      s.control_port, also)
         await self.control.start()
         await local.gpus.start()
-        addresses = AddressPool(NODE_NETWORK)
         for name, index in node_names(self.scenario):
-            group, address, api = self.scenario.node_groups[index], addresses.allocate(), self.client(name)
-            server = self.servers[name] = KubeletServer(name, address, self.authority, api, self._finder(name))
-            port = await server.start()
-            manifest = node_manifest(name, group, self.scenario, local.images, address, version=self.version,
-                                     port=port, features=server.features)
-            registration = self.registrations[name] = NodeRegistration(api, manifest)
-            await registration.register()
-            pods = self.pods[name] = NodePods(local, api, name, group, address, manifest)
-            self._tasks += [asyncio.create_task(registration.run(), name=f"node {name}"),
-                            asyncio.create_task(pods.run(), name=f"pods of {name}")]
+            await self.add_node(self.scenario.node_groups[index], name)
+        if any(g.autoscaler for g in s.node_groups):
+            self.autoscaler = Autoscaler(self, self._client("cluster-autoscaler", clusterautoscaler.USER, ()),
+                                         self.scenario.node_groups)
+            await clusterroles.install(admin, clusterautoscaler.USER, clusterautoscaler.RULES)
+            self.autoscaler.start()
+
+    async def add_node(self, group: NodeGroup, name: str | None = None) -> str:
+        """Register a node of `group` and run its kubelet parts (its Lease, its kubelet API, its
+        pods' workers): the scenario's at the start, the autoscaler's later. `name`: by default
+        the group's next `<group>-<n>` not taken."""
+        assert self.local is not None
+        if name is None:
+            taken = set(self.registrations)
+            name = next(f"{group.name}-{n}" for n in itertools.count(1) if f"{group.name}-{n}" not in taken)
+        address, api = self._addresses.allocate(), self.client(name)
+        server = self.servers[name] = KubeletServer(name, address, self.authority, api, self._finder(name))
+        port = await server.start()
+        manifest = node_manifest(name, group, self.scenario, self.local.images, address, version=self.version,
+                                 port=port, features=server.features)
+        registration = self.registrations[name] = NodeRegistration(api, manifest)
+        await registration.register()
+        pods = self.pods[name] = NodePods(self.local, api, name, group, address, manifest)
+        self._node_tasks[name] = [asyncio.create_task(registration.run(), name=f"node {name}"),
+                                  asyncio.create_task(pods.run(), name=f"pods of {name}")]
+        return name
+
+    async def remove_node(self, name: str) -> None:
+        """Stop a node's kubelet parts, as a machine the cloud deletes stops (its Node object
+        is the caller's to delete: the autoscaler's, as cluster-autoscaler deletes it)."""
+        tasks = self._node_tasks.pop(name, [])
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # the pods' workers stop their containers
+        server = self.servers.pop(name, None)
+        if server is not None:
+            await server.stop()
+        self.pods.pop(name, None)
+        self.registrations.pop(name, None)
+        self._addresses.release(server.address if server else None)
+        if (api := self._node_clients.pop(name, None)) is not None:
+            self._clients.remove(api)
+            await api.close()
 
     def _finder(self, node: str) -> Callable[[str, str], PodWorker | None]:
         """The worker of a pod on `node` by namespace and name (what its kubelet API serves)."""
@@ -128,11 +169,14 @@ class NodeAgent:
         return workers[0].uid if workers else None
 
     async def stop(self) -> None:
+        if self.autoscaler is not None:
+            await self.autoscaler.stop()
         for server in self.servers.values():
             await server.stop()
-        for task in self._tasks:
+        tasks = [t for node in self._node_tasks.values() for t in node]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self.services is not None:
             await self.services.stop()
         if self.control is not None:

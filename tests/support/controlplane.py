@@ -20,6 +20,7 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 
 from gpu_reclaim_sim.controlplane.components import ControlPlane
+from gpu_reclaim_sim.kubelet.nodes import GROUP_LABEL
 from gpu_reclaim_sim.nodeagent.agent import node_names
 from gpu_reclaim_sim.paths import pod_log_path
 from gpu_reclaim_sim.scenario import from_dict
@@ -108,6 +109,7 @@ class NodeAgentProcess:
 
     def __init__(self, plane: ControlPlane, scenario: dict, work: Path) -> None:
         self.plane, self.nodes = plane, [name for name, _ in node_names(from_dict(scenario))]
+        self.groups = [g.name for g in from_dict(scenario).node_groups]
         work.mkdir(parents=True, exist_ok=True)
         path = work / "scenario.yaml"
         path.write_text(yaml.safe_dump(scenario))
@@ -147,7 +149,9 @@ class NodeAgentProcess:
                 self.process.kill()
                 self.process.wait()
         core = k8s.CoreV1Api(admin_api(self.plane))
-        for name in self.nodes:
+        groups = ",".join(sorted(self.groups))  # and the nodes its autoscaler added
+        added = [n.metadata.name for n in core.list_node(label_selector=f"{GROUP_LABEL} in ({groups})").items]
+        for name in dict.fromkeys([*self.nodes, *added]):
             try:
                 core.delete_node(name)
             except k8s.ApiException as e:

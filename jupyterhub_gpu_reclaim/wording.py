@@ -44,6 +44,12 @@ def clock(t: dt.datetime, now: dt.datetime) -> str:
     return t.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
 
 
+def exact_utc(t: dt.datetime) -> str:
+    """A time in full and in UTC, as a time shown in the reader's zone says it on hover:
+    "2026-12-05 13:33:20 UTC"."""
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def relative(t: dt.datetime, now: dt.datetime) -> str:
     """How soon or how long ago, within a day: "in 18 min", "3 min ago", "in 40 s", "now";
     "" a day or more away. `format_duration`'s words and rounding (down: never overstated)."""

@@ -20,8 +20,8 @@ from ..service.usage import freed_gpu_hours
 from ..store.history import AuditRecord
 from ..store.reclaims import ReclaimRecord
 from ..service.reasons import SAID, Sentence, sentence, why
-from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, expected_free, format_util, plural, relative,
-                       server_name, spark_label)
+from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, exact_utc, expected_free, format_util, plural,
+                       relative, server_name, spark_label)
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -50,7 +50,7 @@ def reclaim_json(r: ReclaimRecord, t: dt.datetime | None = None) -> dict[str, An
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": r.recorded.by, "gpu_hours_freed": round(freed, 2),
-            "why": reclaimed_why(r).text(t), "kept": KEEPS, "lost": LOSES,
+            "why": reclaimed_why(r).text(t), "why_parts": reclaimed_why(r).parts_json(t), "kept": KEEPS, "lost": LOSES,
             "ran": r.ran.shown() if r.ran is not None else None,
             "saved": r.saved.shown() if r.saved is not None else None}
 
@@ -90,7 +90,7 @@ def when(value: Any) -> Markup:
     now = utcnow()
     rel = relative(t, now)
     return Markup('<time datetime="{}" title="{}">{}</time>{}').format(
-        format_time(t), t.strftime("%Y-%m-%d %H:%M:%S UTC"), clock(t, now), f" ({rel})" if rel else "")
+        format_time(t), exact_utc(t), clock(t, now), f" ({rel})" if rel else "")
 
 
 def say(words: Sentence) -> Markup:

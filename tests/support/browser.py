@@ -4,9 +4,11 @@ page shows, a hub login, and where the screenshots go."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import tempfile
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 from playwright.async_api import Page
 
@@ -33,6 +35,13 @@ async def times_in(where) -> list[dict[str, str]]:
     return await where.locator("time[datetime]").evaluate_all(
         """els => els.map(e => ({datetime: e.getAttribute('datetime'), title: e.title, text: e.textContent,
                                 after: e.nextSibling && e.nextSibling.nodeType === 3 ? e.nextSibling.textContent : ''}))""")
+
+
+def local_clock(instant: dt.datetime, zone: ZoneInfo) -> str:
+    """What a `<time>` of `instant` reads in a browser in `zone` (static/localtime.js): its
+    clock today, with its date on another day."""
+    local = instant.astimezone(zone)
+    return local.strftime("%H:%M" if local.date() == dt.datetime.now(zone).date() else "%Y-%m-%d %H:%M")
 
 
 async def log_in(page: Page, url: str, user: str) -> None:

@@ -79,6 +79,11 @@ def count(n: float, noun: str) -> str:
     return f"{n:.10g} {plural(n, noun)}"
 
 
+def listed(items: list[str]) -> str:
+    """Things in a sentence: "a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, (", ".join(items[:-1]), items[-1]))) if items else ""
+
+
 def format_util(values: Any, missing: str = "no data") -> str:
     """Utilization in percent, one value or one per GPU: "37 %", "4.5 % / 0 %"; `missing`
     for no data (None, an empty list, a GPU without a value)."""

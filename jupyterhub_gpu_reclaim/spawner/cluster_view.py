@@ -47,8 +47,8 @@ class ClusterView(ReclaimWindow):
         return list(profiles.values()) if isinstance(profiles, dict) else list(profiles or [])
 
     async def room_line(self) -> str:
-        """The spawn form's line on the GPUs free now and the queue; "" without GPU
-        profiles or a view of the cluster."""
+        """The spawn form's line on the GPUs of each kind free now and the queue; "" without
+        GPU profiles or a view of the cluster."""
         if not any(free_gpus.profile_gpus(p) for p in await self._profiles()):
             return ""
         cluster = await self._cluster()

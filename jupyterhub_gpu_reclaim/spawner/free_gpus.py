@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..signals.kube import parse_quantity
 from ..signals.pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, gpu_kind, is_gpu_resource
@@ -69,10 +69,11 @@ def by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return out
 
 
-def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0) -> GpuRoom:
-    """Free and total GPUs of each kind on the ready, schedulable nodes, for a pod of
-    `priority` (pods of lower priority are preempted for it), and the queue
-    (messages.gpu_wait)."""
+def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0,
+             resources: Collection[str] | None = None) -> GpuRoom:
+    """Free and total GPUs of each kind on the ready, schedulable nodes (of the GPU
+    `resources` only, if given), for a pod of `priority` (pods of lower priority are
+    preempted for it), and the queue (messages.gpu_wait)."""
     bound = by_node(pods)
     free = dict.fromkeys(GPU_KINDS, 0)
     total = dict.fromkeys(GPU_KINDS, 0)
@@ -86,12 +87,53 @@ def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0) -> Gp
                 if (p.get("status") or {}).get("phase") not in affinity.TERMINAL_PHASES and _priority(p) >= priority]
         for name, amount in have.items():
             kind = gpu_kind(name, product)
-            if kind is not None:
+            if kind is not None and (resources is None or name in resources):
                 total[kind] += int(amount)
                 free[kind] += max(0, int(amount) - int(sum(u.get(name, 0) for u in used)))
     waits = [w for p in pods if (w := messages.gpu_wait(p))]
     return GpuRoom({k: v for k, v in free.items() if total[k]}, {k: v for k, v in total.items() if v},
                    len(waits), sum(w.gpus for w in waits))
+
+
+@dataclass(frozen=True)
+class ProfileRoom:
+    """A GPU profile's room now: its GPU resources free of those on the nodes it may use, by
+    kind (as GpuRoom), and whether one of them can take it now (`fits`)."""
+
+    free: dict[str, int]
+    total: dict[str, int]
+    fits: bool
+
+
+#: the KubeSpawner traits that place a pod, as a profile's override replaces them
+PLACEMENT = ("node_selector", "tolerations", "node_affinity_required")
+
+
+def profile_room(profile: Mapping[str, Any], nodes: Mapping[str, Obj], pods: Sequence[Obj],
+                 spawner_placement: Mapping[str, Any] | None = None) -> ProfileRoom | None:
+    """Whether a GPU profile would start now, checked as the scheduler would place its pod:
+    its GPU resources, and its node selector, tolerations and required node affinity
+    (PLACEMENT: its override's, else the spawner's, `spawner_placement`); None for a profile
+    without GPUs or one whose placement it cannot read (the admin's config)."""
+    asked = profile_request(profile)
+    override = profile.get("kubespawner_override") or {}
+    if not asked or not isinstance(override, Mapping):
+        return None
+    place = {**(spawner_placement or {}), **{k: override[k] for k in PLACEMENT if k in override}}
+    try:
+        selector = dict(place.get("node_selector") or {})
+        tolerations = list(place.get("tolerations") or [])
+        required = list(place.get("node_affinity_required") or [])
+        usable = {name: node for name, node in nodes.items()
+                  if not affinity.static_reason(node, tolerations, selector, required)}
+        room = gpu_room(usable.values(), pods, resources=asked)
+        bound = by_node(pods)
+        ask = {k: Fraction(v) for k, v in asked.items()}
+        fits = any(affinity.can_take(node, ask, 0, bound.get(name, ()), tolerations, selector, required)
+                   for name, node in usable.items())
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    return ProfileRoom(room.free, room.total, fits)
 
 
 def smaller_fit(pod: Obj, profiles: Sequence[Mapping[str, Any]], nodes: Mapping[str, Obj],

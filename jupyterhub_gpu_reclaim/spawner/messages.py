@@ -50,6 +50,14 @@ def room_message(free: Mapping[str, int], total: Mapping[str, int], waiting: int
     return f"Free now: {in_words(total, free)}. Waiting for a GPU: {queue}."
 
 
+def profile_room_message(free: Mapping[str, int], total: Mapping[str, int], fits: bool) -> str:
+    """Beside a GPU profile on the spawn form (free_gpus.ProfileRoom): "Starts now: 3 of 4
+    GPUs free." or "Waits for a GPU: 0 of 7 MIG slices free." (of the nodes it may use)."""
+    if not total:
+        return "Waits for a GPU: no node that can run it is ready."
+    return f"{'Starts now' if fits else 'Waits for a GPU'}: {in_words(total, free)} free."
+
+
 def gpu_wait(pod: dict) -> GpuWait | None:
     """pod_facts.gpu_wait; None too for a pod it cannot read (the progress stream never
     breaks over one: KubeSpawner's own line is shown)."""

@@ -4,8 +4,8 @@ own placement (its GPU product) allows it."""
 
 from __future__ import annotations
 
-from jupyterhub_gpu_reclaim.spawner.free_gpus import GpuRoom, gpu_room, profile_gpus, smaller_fit
-from jupyterhub_gpu_reclaim.spawner.messages import room_message
+from jupyterhub_gpu_reclaim.spawner.free_gpus import GpuRoom, ProfileRoom, gpu_room, profile_gpus, profile_room, smaller_fit
+from jupyterhub_gpu_reclaim.spawner.messages import profile_room_message, room_message
 
 A100 = {"nvidia.com/gpu.product": "NVIDIA-A100"}
 
@@ -85,3 +85,37 @@ def test_a_smaller_profile_is_offered_only_where_it_fits_now():
     assert smaller_fit(waiting, PROFILES, other, [*pods, pod("dan", 1, "a"), pod("eve", 1, "b")]) is None
     # a user waiting for 1 GPU has no smaller GPU profile
     assert smaller_fit(pod("fay", 1, selector=A100), PROFILES, nodes, pods) is None
+
+
+def test_each_gpu_profile_says_whether_it_starts_now_on_the_nodes_it_may_use():
+    """Counted on the nodes its override's placement allows (selector, tolerations), of the
+    GPU resource it asks for; a profile without GPUs, or whose placement cannot be read,
+    says nothing."""
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    mig_node = node("mig", 2, {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, resource=MIG)
+    mig_node["spec"]["taints"] = [taint]
+    nodes = {"a": node("a", 2, A100), "h": node("h", 1, {"nvidia.com/gpu.product": "NVIDIA-H100"}), "mig": mig_node}
+    pods = [pod("alice", 1, "a"), pod("m", 1, "mig", resource=MIG)]
+    a100 = {"kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": 1}, "node_selector": A100}}
+    two = {"kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": 2}, "node_selector": A100}}
+    mig = {"kubespawner_override": {"extra_resource_limits": {MIG: "1"},
+                                    "tolerations": [{**taint, "operator": "Equal"}]}}
+    untolerated = {"kubespawner_override": {"extra_resource_limits": {MIG: "1"}}}
+    assert profile_room(a100, nodes, pods) == ProfileRoom({"gpu": 1}, {"gpu": 2}, True)
+    assert profile_room(two, nodes, pods) == ProfileRoom({"gpu": 1}, {"gpu": 2}, False)
+    assert profile_room(mig, nodes, pods) == ProfileRoom({"mig": 1}, {"mig": 2}, True)
+    assert profile_room(mig, nodes, [*pods, pod("n", 1, "mig", resource=MIG)]) == ProfileRoom({"mig": 0}, {"mig": 2}, False)
+    assert profile_room(untolerated, nodes, pods) == ProfileRoom({}, {}, False)  # the taint keeps it off
+    assert profile_room(PROFILES[0], nodes, pods) is None
+    for bad in ({"node_selector": ["x"]}, {"tolerations": 3}, {"node_affinity_required": [{"matchExpressions": "x"}]}):
+        broken = {"kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": 1}, **bad}}
+        assert profile_room(broken, nodes, pods) is None, bad
+    assert profile_room_message({"gpu": 1}, {"gpu": 2}, True) == "Starts now: 1 of 2 GPUs free."
+    assert profile_room_message({"mig": 0}, {"mig": 2}, False) == "Waits for a GPU: 0 of 2 MIG slices free."
+    assert profile_room_message({}, {}, False) == "Waits for a GPU: no node that can run it is ready."
+    # the spawner's placement where the override has none (the demo's node_selector)
+    purpose = {"hub.jupyter.org/node-purpose": "user"}
+    nodes["a"]["metadata"]["labels"].update(purpose)
+    anywhere = {"kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": 1}}}
+    assert profile_room(anywhere, nodes, pods, {"node_selector": purpose}) == ProfileRoom({"gpu": 1}, {"gpu": 2}, True)
+    assert profile_room(a100, nodes, pods, {"node_selector": {"other": "x"}}) == ProfileRoom({"gpu": 1}, {"gpu": 2}, True)

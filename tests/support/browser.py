@@ -69,6 +69,7 @@ CONTRAST = f"selector => {{ {_RATIO} return ratio(document.querySelector(selecto
 #: each visible element, the root and those under it, whose own text reads below WCAG AA: 4.5:1, or 3:1
 #: for large text (24 px, or 18.66 px bold)
 LOW_CONTRAST = f"""root => {{ {_RATIO}
+  document.getAnimations().forEach(a => a.finish());  // a theme just switched: its colors' transitions ended
   return [root, ...root.querySelectorAll('*')].filter(e => !e.closest('svg') && e.getClientRects().length
       && getComputedStyle(e).visibility !== 'hidden'
       && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()))

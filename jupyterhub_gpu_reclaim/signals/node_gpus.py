@@ -1,9 +1,10 @@
 """The cluster's GPUs, for the admin page's headline ("3 of 4 GPUs and 7 MIG slices held"):
 the GPU resources (`pod_facts.is_gpu_resource`, counted as a pod's GPUs are) allocatable on
-the nodes, each kind apart (`pod_facts.gpu_kind`), read with the Kubernetes API's node list,
-and how people read such counts (`in_words`: the admin page, the spawn form). The service may not list nodes (the hub's Role in the
-z2jh chart grants pods only; helm-values/rbac.yaml adds nodes, for the spawner): then, as on
-any failure, the number is not known (None) and the headline says what is held."""
+the nodes, each kind apart (`pod_facts.gpu_kind`), read with the Kubernetes API's node list;
+and how people read such counts (`in_words`: the admin page, the spawn form). The service
+may not list nodes (the hub's Role in the z2jh chart grants pods only; helm-values/rbac.yaml
+adds nodes, for the spawner): then, as on any failure, the number is not known (None) and
+the headline says what is held."""
 
 from __future__ import annotations
 

@@ -47,11 +47,12 @@ def reclaim_json(r: ReclaimRecord, t: dt.datetime | None = None) -> dict[str, An
     t = t or utcnow()
     end = r.finished_at or r.t
     freed = freed_gpu_hours(r.gpus, end, t) if r.outcome == "stopped" else 0.0
+    why = reclaimed_why(r)
     return {"id": r.id, "session": r.session, "user": r.session.split("/", 1)[0],
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": r.recorded.by, "gpu_hours_freed": round(freed, 2),
-            "why": reclaimed_why(r).text(t), "why_parts": reclaimed_why(r).parts_json(t), "kept": KEEPS, "lost": LOSES,
+            "why": why.text(t), "why_parts": why.parts_json(t), "kept": KEEPS, "lost": LOSES,
             "ran": r.ran.shown() if r.ran is not None else None,
             "saved": r.saved.shown() if r.saved is not None else None}
 

@@ -44,6 +44,12 @@ def clock(t: dt.datetime, now: dt.datetime) -> str:
     return t.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC")
 
 
+def exact_utc(t: dt.datetime) -> str:
+    """A time in full and in UTC, as a time shown in the reader's zone says it on hover:
+    "2026-12-05 13:33:20 UTC"."""
+    return t.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def relative(t: dt.datetime, now: dt.datetime) -> str:
     """How soon or how long ago, within a day: "in 18 min", "3 min ago", "in 40 s", "now";
     "" a day or more away. `format_duration`'s words and rounding (down: never overstated)."""
@@ -71,6 +77,11 @@ def plural(n: float, noun: str) -> str:
 def count(n: float, noun: str) -> str:
     """A number of things as people read it: "1 GPU", "2 GPUs", "0 spawns", "1.5 GPU-hours"."""
     return f"{n:.10g} {plural(n, noun)}"
+
+
+def listed(items: list[str]) -> str:
+    """Things in a sentence: "a", "a and b", "a, b and c"."""
+    return " and ".join(filter(None, (", ".join(items[:-1]), items[-1]))) if items else ""
 
 
 def format_util(values: Any, missing: str = "no data") -> str:

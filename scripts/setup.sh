@@ -133,7 +133,8 @@ if [ "$(cat "$LAB/node_modules/.setup-stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$LAB/node_modules/.setup-stamp"
 fi
 core=$("$VENV/bin/python" -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging", "package.json"))')
-want=$(cat "$LAB/package.json" "$LAB/tsconfig.json" "$LAB"/src/* "$LAB"/style/* "$core" | sha256sum | cut -d' ' -f1)
+# (static/localtime.*: the service pages' time rule, which the extension bundles)
+want=$(cat "$LAB/package.json" "$LAB/tsconfig.json" "$LAB"/src/* "$LAB"/style/* static/localtime.* "$core" | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$LAB_BUILD/.setup-stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: building the JupyterLab extension"
   rm -rf "$LAB_BUILD"

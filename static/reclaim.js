@@ -14,20 +14,10 @@
       new MutationObserver(follow).observe(outer, { attributes: true, attributeFilter: ["data-bs-theme"] });
     }
   } catch (e) { /* a parent of another origin: the page keeps its own theme */ }
-  function pad(n) { return (n < 10 ? "0" : "") + n; }
-  // each time in the browser's zone, written as the server writes it in UTC (wording.clock):
-  // "08:33" today, "2026-12-05 08:33" on another day. The server wrote UTC on hover and
-  // how soon or how long ago beside it (one computation for every page and notice).
-  function localTimes(root) {
-    var today = new Date().toDateString();
-    root.querySelectorAll("time[datetime]").forEach(function (el) {
-      var d = new Date(el.getAttribute("datetime"));
-      if (isNaN(d)) return;
-      var clock = pad(d.getHours()) + ":" + pad(d.getMinutes());
-      el.textContent = d.toDateString() === today ? clock
-        : d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " + clock;
-    });
-  }
+  // each time in the browser's zone (localtime.js: the one rule, shared with JupyterLab); the
+  // server wrote UTC on hover and how soon or how long ago beside it (one computation for
+  // every page and notice)
+  var localTimes = window.gpuReclaimLocalTimes || function () {};
   localTimes(document);
   // the keep-alive time field is in the browser's zone: tell the server which
   document.querySelectorAll("input.tz-offset").forEach(function (el) { el.value = String(new Date().getTimezoneOffset()); });

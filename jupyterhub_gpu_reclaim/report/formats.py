@@ -11,15 +11,11 @@ from typing import Any
 
 from ..durations import format_hours
 from ..oneline import one_line
+from ..wording import count
 
 HOURS = ("held", "used", "idle", "idle_long", "no_reading")
 HOURS_COLUMNS = tuple(f"gpu_hours_{k}" for k in HOURS)  # the CSV's
 HEADINGS = {"held": "held", "used": "used", "idle": "idle", "idle_long": "idle ≥ {long}", "no_reading": "no reading"}
-
-
-def counted(n: int, noun: str) -> str:
-    """"1 pod", "2 pods"."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def as_json(report: dict) -> str:
@@ -81,22 +77,23 @@ def _table(title: str, key: str, rows: list[dict], report: dict, extra: str | No
 
 
 def queue_sentence(q: dict) -> str:
-    """The GPU queue's summary (run.history_queue) in one sentence, its starts apart."""
+    """The GPU queue's summary (run.history_queue) in one sentence, its starts apart; its
+    durations in words (`format_hours`), as the report's other sentences and tables."""
     s = q["starting"]
-    return (f"GPU queue: {counted(q['waits'], 'wait')} of {counted(q['pods'], 'pod')} for a GPU (unschedulable), "
-            f"{q['hours_waited']:.2f} h in all ({q['gpu_hours_waited']:.2f} GPU-hours asked for), "
-            f"median {q['median_wait_h']:.2f} h, longest {q['longest_wait_h']:.2f} h; "
-            f"{counted(s['waits'], 'start')} of {counted(s['pods'], 'pod')} once scheduled (image pull, container "
-            f"start), {s['hours_waited']:.2f} h in all, longest {s['longest_wait_h']:.2f} h.")
+    return (f"GPU queue: {count(q['waits'], 'wait')} of {count(q['pods'], 'pod')} for a GPU (unschedulable), "
+            f"{format_hours(q['hours_waited'])} in all ({format_hours(q['gpu_hours_waited'])} of GPU time asked for), "
+            f"median {format_hours(q['median_wait_h'])}, longest {format_hours(q['longest_wait_h'])}; "
+            f"{count(s['waits'], 'start')} of {count(s['pods'], 'pod')} once scheduled (image pull, container "
+            f"start), {format_hours(s['hours_waited'])} in all, longest {format_hours(s['longest_wait_h'])}.")
 
 
 def estimate_sentence(e: dict) -> str:
     """The policy estimate (run.history_estimate) in one sentence, labelled an estimate."""
-    return (f"Estimate: {e['policy']} would have freed about {e['gpu_hours_freed']:.2f} GPU-hours "
-            f"({counted(e['reclaims'], 'reclaim')}); {counted(e['would_have_interrupted'], 'reclaim')} would "
-            f"have interrupted someone who used the GPU again (not counted); "
-            f"{e['gpu_hours_idle_at_end_not_counted']:.2f} GPU-hours still idle at the end are not counted; "
-            f"{counted(e['pods_on_time_sliced_gpus_left_out'], 'pod')} on time-sliced GPUs left out.")
+    return (f"Estimate: {e['policy']} would have freed about {format_hours(e['gpu_hours_freed'])} of GPU time "
+            f"({count(e['reclaims'], 'reclaim')}); {count(e['would_have_interrupted'], 'reclaim')} would "
+            f"have interrupted someone who used the GPU again (not counted); GPU time still idle at the end "
+            f"({format_hours(e['gpu_hours_idle_at_end_not_counted'])}) is not counted; "
+            f"{count(e['pods_on_time_sliced_gpus_left_out'], 'pod')} on time-sliced GPUs left out.")
 
 
 def as_text(report: dict) -> str:

@@ -17,11 +17,11 @@ from ..policy.config import PolicyConfig
 from ..signals.http_source import HttpSource, SignalError, get_json, hide_password
 from ..signals.gpu_readings import PodLabel
 from ..timestamps import format_time
+from ..wording import count
 from . import promql
 from .estimate import DEFAULT_POLICY, assumed, estimate
 from .timelines import Pod, PodInfo, Timelines, pods_of
 from .prometheus_range import PrometheusHistory, ReportError
-from .formats import counted
 from .runs import Asked, Run, asked, by_pod, labelled, stretches, valued_stretches
 from .sessions import PodFacts, Session, sessions
 from .usage import DAY_S, NO_PROFILE, NO_USER, Hours, day_bounds, groups_of, queue_summary, totals_by, usage_rows, waits
@@ -239,13 +239,13 @@ def label_notes(history: History) -> list[str]:
     notes = []
     unknown_profile = sorted({s.pod for s in history.sessions if s.pod in pods and not s.profile})
     if unknown_profile:
-        notes.append(f"No profile is known for {counted(len(unknown_profile), 'hub user pod')}: kube-state-metrics writes "
+        notes.append(f"No profile is known for {count(len(unknown_profile), 'hub user pod')}: kube-state-metrics writes "
                      "kube_pod_annotations only for allow-listed annotations (--metric-annotations-allowlist="
                      "pods=[jupyterhub-gpu-reclaim/profile]), and only the service's spawner writes that "
                      "annotation; their hours are under " + NO_PROFILE + ".")
     strangers = sorted({s.pod for s in history.sessions if s.pod not in pods})
     if strangers:
-        notes.append(f"No hub user is known for {counted(len(strangers), 'pod')} holding GPUs in kube_pod_labels (no "
+        notes.append(f"No hub user is known for {count(len(strangers), 'pod')} holding GPUs in kube_pod_labels (no "
                      "hub.jupyter.org/username label: kube-state-metrics 2 writes only allow-listed labels, "
                      "--metric-labels-allowlist=pods=[hub.jupyter.org/username,hub.jupyter.org/servername]); "
                      "their hours are under " + NO_USER + ".")
@@ -258,7 +258,7 @@ def request_notes(history: History) -> list[str]:
     if history.dropped:
         dropped = sorted(history.dropped)
         notes.append(
-            f"Left out: {counted(len(dropped), 'pod')} named by dcgm-exporter's series that asked kube-state-metrics "
+            f"Left out: {count(len(dropped), 'pod')} named by dcgm-exporter's series that asked kube-state-metrics "
             "for no GPU (a scrape with honor_labels: true gives a free GPU the exporter's own pod): "
             + ", ".join("/".join(pod) for pod in dropped[:5]) + (", …" if len(dropped) > 5 else "") + ".")
     elif not history.requests:

@@ -6,7 +6,8 @@ what does not read is left out, never an error). The rule's name never shows: it
 admin's word (the admin page, the logs).
 
 A `Sentence` keeps its times as times, so each reader writes them its own way: the pages as
-<time> in the browser's zone (web.render.say), text in UTC, saying so (`Sentence.text`)."""
+<time> in the browser's zone (web.render.say), text in UTC, saying so (`Sentence.text`), the
+JupyterLab extension from typed parts (`Sentence.parts_json`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import Union
 
 from ..durations import format_duration
 from ..policy.evidence import Measured
-from ..wording import format_util, moment
+from ..timestamps import format_time
+from ..wording import clock, exact_utc, format_util, moment, relative
 
 Part = Union[str, dt.datetime]
 
@@ -31,6 +33,15 @@ class Sentence:
         """As text where no browser converts the times: each as `wording.moment` ("13:22 UTC
         (11 min ago)")."""
         return "".join(p if isinstance(p, str) else moment(p, now) for p in self.parts)
+
+    def parts_json(self, now: dt.datetime) -> list[dict[str, str]]:
+        """For a reader that writes the times in its own zone (the JupyterLab extension): the
+        words as {"text"}, each time as the pages' <time> holds it (web.render.when):
+        {"time": ISO 8601 with its offset, "text": its UTC clock, "title": in full UTC,
+        "relative": how soon or how long ago, or ""}."""
+        return [{"text": p} if isinstance(p, str) else
+                {"time": format_time(p), "text": clock(p, now), "title": exact_utc(p), "relative": relative(p, now)}
+                for p in self.parts]
 
 
 def sentence(*parts: Part | Sentence) -> Sentence:

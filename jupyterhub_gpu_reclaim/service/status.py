@@ -20,6 +20,7 @@ from ..policy.observations import Decision, Exemption, Intent, Sample, Session, 
 from ..policy.evidence import Measured
 
 if TYPE_CHECKING:
+    from ..signals.node_gpus import GpuCounts
     from ..signals.pods import PodInfo
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
@@ -160,7 +161,7 @@ class CycleStatus:
     skipped: str | None = None
     sessions: dict[str, SessionStatus] = field(default_factory=dict)
     queue: list[WaitingServer] = field(default_factory=list)  # in the GPU queue's order (waiting_servers)
-    gpu_capacity: int | None = None
+    gpu_capacity: GpuCounts | None = None  # by kind (signals.node_gpus)
 
     def amend(self, sid: str, **changes: Any) -> None:
         """A change made between cycles (a new intent, an exemption, a stop begun), shown at

@@ -1,17 +1,20 @@
-"""The cluster's GPUs, for the admin page's headline ("3 of 4 GPUs held"): the GPU resources
-(`pod_facts.is_gpu_resource`, counted as a pod's GPUs are) allocatable on the nodes, read
-with the Kubernetes API's node list. The service may not list nodes (the hub's Role in the
-z2jh chart grants pods only; helm-values/rbac.yaml adds nodes, for the spawner): then, as on
-any failure, the number is not known (None) and the headline says what is held."""
+"""The cluster's GPUs, for the admin page's headline ("3 of 4 GPUs and 7 MIG slices held"):
+the GPU resources (`pod_facts.is_gpu_resource`, counted as a pod's GPUs are) allocatable on
+the nodes, each kind apart (`pod_facts.gpu_kind`), read with the Kubernetes API's node list;
+and how people read such counts (`in_words`: the admin page, the spawn form). The service
+may not list nodes (the hub's Role in the z2jh chart grants pods only; helm-values/rbac.yaml
+adds nodes, for the spawner): then, as on any failure, the number is not known (None) and
+the headline says what is held."""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 from .http_source import MAX_BODY, entry_field, read_capped
-from .pod_facts import is_gpu_resource
+from ..wording import count, listed
+from .pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, gpu_kind
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 
@@ -19,21 +22,37 @@ log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 EVERY_S = 60.0
 
 
-def gpus_of(node_list: Any) -> int:
-    """The GPUs allocatable on the nodes of a node list (JSON as served); a value that is
-    not a whole number counts none; ValueError for a body that is not a list."""
-    total = 0
+#: GPUs by kind (GPU_KINDS' keys, in its order; kinds with none left out)
+GpuCounts = dict[str, int]
+
+
+def gpus_of(node_list: Any) -> GpuCounts:
+    """The GPUs of each kind allocatable on the nodes of a node list (JSON as served); a value
+    that is not a whole number counts none; ValueError for a body that is not a list."""
+    total = dict.fromkeys(GPU_KINDS, 0)
     for node in entry_field(node_list, "items", list, []):
         status = node.get("status") if isinstance(node, dict) else None
         allocatable = status.get("allocatable") if isinstance(status, dict) else None
+        labels = (node.get("metadata") or {}).get("labels") if isinstance(node, dict) else None
+        product = labels.get(GPU_PRODUCT_LABEL) if isinstance(labels, dict) else None
         if isinstance(allocatable, dict):
-            total += sum(int(v) for k, v in allocatable.items()
-                         if is_gpu_resource(k) and isinstance(v, str) and v.isdigit())
-    return total
+            for k, v in allocatable.items():
+                kind = gpu_kind(k, product if isinstance(product, str) else "")
+                if kind is not None and isinstance(v, str) and v.isdigit():
+                    total[kind] += int(v)
+    return {k: n for k, n in total.items() if n}
 
 
-async def read_gpu_capacity(api: Any, timeout: float) -> tuple[int | None, str]:
-    """(the cluster's GPUs, "") from `api` (kubernetes_asyncio's CoreV1Api), or (None, why not)."""
+def in_words(total: Mapping[str, int], part: Mapping[str, int] | None = None) -> str:
+    """GPUs by kind as people read them: "4 GPUs and 7 MIG slices"; with `part` (those free
+    or held of each kind), "2 of 4 GPUs and 3 of 7 MIG slices"; "0 GPUs" for none."""
+    said = [(f"{part.get(k, 0)} of " if part is not None else "") + count(n, GPU_KINDS[k])
+            for k, n in total.items() if n]
+    return listed(said) or count(0, "GPU")
+
+
+async def read_gpu_capacity(api: Any, timeout: float) -> tuple[GpuCounts | None, str]:
+    """(the cluster's GPUs by kind, "") from `api` (kubernetes_asyncio's CoreV1Api), or (None, why not)."""
     try:
         resp = await api.list_node(_request_timeout=timeout, _preload_content=False)
         try:

@@ -5,7 +5,7 @@ API serves it and KubeSpawner's reflector holds it); no I/O.
 
 - Which resources are GPUs: whole ones (`nvidia.com/gpu`), MIG instances
   (`nvidia.com/mig-<profile>`) and time-sliced replicas (`nvidia.com/gpu.shared`) each count
-  as one GPU.
+  as one GPU; where people read how many there are, each kind by its name (`gpu_kind`).
 - The GPUs a pod holds or waits for: its effective request of those resources, as the
   scheduler places it and the node keeps it reserved (`kube.pod_requests`: init and sidecar
   containers, overhead; https://kubernetes.io/docs/concepts/resource-management/effective-pod-requests-limits/).
@@ -61,6 +61,22 @@ UNSCHEDULABLE = "Unschedulable"
 def is_gpu_resource(name: str) -> bool:
     """Whether an extended resource is a GPU a pod holds: whole, a MIG instance or a replica."""
     return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+#: the kinds of GPU resource (`gpu_kind`), in the order counts of them are written, and what
+#: people call one of each ("2 of 4 GPUs and 3 of 7 MIG slices free")
+GPU_KINDS = {"gpu": "GPU", "mig": "MIG slice", "shared": "shared GPU"}
+
+
+def gpu_kind(name: str, product: str = "") -> str | None:
+    """The kind (GPU_KINDS) of a GPU resource on a node whose GPU product label is `product`:
+    a time-sliced replica (renamed, of a whole GPU or a MIG instance, or on a node whose
+    product says -SHARED), a MIG instance, or a whole GPU; None for a resource that is no GPU."""
+    if not is_gpu_resource(name):
+        return None
+    if name.endswith(REPLICA_SUFFIX) or (name == GPU_RESOURCE and product.endswith(SHARED_PRODUCT_SUFFIX)):
+        return "shared"
+    return "mig" if name.startswith(MIG_RESOURCE_PREFIX) else "gpu"
 
 
 def gpu_resource_pattern(spell: Callable[[str], str]) -> str:

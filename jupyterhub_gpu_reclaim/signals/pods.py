@@ -28,7 +28,7 @@ from typing import Any
 from . import pod_facts
 from ..oneline import brief
 from .http_source import MAX_BODY, SignalError, entry_field, entry_objects, entry_time, read_capped
-from .node_gpus import EVERY_S, read_gpu_capacity
+from .node_gpus import EVERY_S, GpuCounts, read_gpu_capacity
 from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
@@ -140,7 +140,7 @@ class PodSnapshot:
 
     by_session: dict[str, PodInfo]
     pending_gpus: int
-    gpu_capacity: int | None = None  # the cluster's GPUs (node_gpus; None: not known)
+    gpu_capacity: GpuCounts | None = None  # the cluster's GPUs by kind (node_gpus; None: not known)
 
 
 class PodSignal:
@@ -166,7 +166,7 @@ class PodSignal:
         self._resource_version: str | None = None
         self.last_ok: float | None = None  # time.monotonic() when the view was last known current
         self.failing: str | None = None  # why the watch is down, while it is
-        self.gpu_capacity: int | None = None  # the cluster's GPUs (node_gpus), read every EVERY_S
+        self.gpu_capacity: GpuCounts | None = None  # the cluster's GPUs by kind (node_gpus), read every EVERY_S
         self._capacity_at = -EVERY_S
         self._capacity_failing = ""
 

@@ -4,6 +4,7 @@ form and a waiting user's spawn page say of the GPUs from it (free_gpus)."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from jupyterhub.utils import maybe_future, url_path_join
@@ -44,18 +45,25 @@ class ClusterView(ReclaimWindow):
         profiles: Any = self.profile_list
         if callable(profiles):
             profiles = await maybe_future(profiles(self))
-        return list(profiles.values()) if isinstance(profiles, dict) else list(profiles or [])
+        # a dict in KubeSpawner's order (its form's): by key
+        return self._sorted_dict_values(profiles) if isinstance(profiles, dict) else list(profiles or [])
 
-    async def room_line(self) -> str:
-        """The spawn form's line on the GPUs free now and the queue; "" without GPU
-        profiles or a view of the cluster."""
-        if not any(free_gpus.profile_gpus(p) for p in await self._profiles()):
-            return ""
+    async def room(self) -> tuple[str, list[dict]]:
+        """What the spawn form says of the GPUs: its line on the GPUs of each kind free now
+        and the queue, and the profile list with, in each GPU profile's description, whether
+        it would start now (messages.profile_room_message, as text: the description itself
+        is the admin's HTML, as KubeSpawner renders it); ("", []) without GPU profiles or a
+        view of the cluster (the form is then KubeSpawner's own)."""
+        profiles = await self._profiles()
+        if not any(free_gpus.profile_gpus(p) for p in profiles):
+            return "", []
         cluster = await self._cluster()
         if cluster is None:
-            return ""
+            return "", []
         room = free_gpus.gpu_room(cluster[0].values(), cluster[1])
-        return messages.room_message(room.free, room.total, room.waiting, room.waiting_gpus)
+        placement = {k: getattr(self, k) for k in free_gpus.PLACEMENT}
+        return (messages.room_message(room.free, room.total, room.waiting, room.waiting_gpus),
+                [_with_room(p, free_gpus.profile_room(p, *cluster, placement)) for p in profiles])
 
     async def smaller_offer(self, pod: dict) -> tuple[str, str] | None:
         """What a pod waiting for GPUs is offered, as text and as HTML (linking to the hub's
@@ -67,3 +75,11 @@ class ClusterView(ReclaimWindow):
         name = fit[0].get("display_name") or fit[0].get("slug", "")
         return (messages.smaller_fit_message(name, fit[1]),
                 messages.smaller_fit_message(name, fit[1], url_path_join(self.hub.base_url, "home")))
+
+
+def _with_room(profile: dict, room: free_gpus.ProfileRoom | None) -> dict:
+    """The profile with whether it starts now after its description (a copy), as text."""
+    if room is None:
+        return profile
+    line = html.escape(messages.profile_room_message(room.free, room.total, room.fits))
+    return {**profile, "description": f'{profile.get("description") or ""}<span class="gpu-fit d-block">{line}</span>'}

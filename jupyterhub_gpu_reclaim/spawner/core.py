@@ -153,7 +153,11 @@ class GPUReclaimSpawner(ClusterView):
                 text = await base(spawner) if asyncio.iscoroutinefunction(base) else base(spawner)
                 if asyncio.iscoroutine(text):
                     text = await text
-            room = await spawner.room_line()  # beside the GPU profiles: what is free, who waits
+            # above the profiles, what is free and who waits; beside each GPU profile, whether
+            # it starts now (in the profile list KubeSpawner's form renders)
+            room, profiles = await spawner.room()
+            if profiles:
+                text = spawner._render_options_form(profiles)
             return (f'<p class="gpu-room">{html.escape(room)}</p>' if room else "") + (text or "") + extra
 
         return form

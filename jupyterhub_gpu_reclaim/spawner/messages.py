@@ -12,25 +12,23 @@ from __future__ import annotations
 import datetime as dt
 import html
 import re
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from ..durations import format_duration
 from ..signals import pod_facts
+from ..signals.node_gpus import in_words
 from ..signals.pod_facts import GpuWait, gpu_shortage
+from ..wording import count
 from .timings import event_first_time, event_last_time, event_message
 
 _IMAGE_IN_MESSAGE = re.compile(r'[Ii]mage "([^"]+)"')
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, expected: str = "") -> str:
     """"Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)",
     and "; a GPU is expected to be free in about 3 min" when `expected` says so."""
-    queue = "no requests ahead of you" if ahead <= 0 else f"{_plural(ahead, 'request')} ahead of you"
-    return (f"Waiting for a free GPU ({_plural(requested_gpus, 'GPU')} requested, {queue}, "
+    queue = "no requests ahead of you" if ahead <= 0 else f"{count(ahead, 'request')} ahead of you"
+    return (f"Waiting for a free GPU ({count(requested_gpus, 'GPU')} requested, {queue}, "
             f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
 
 
@@ -39,17 +37,25 @@ def smaller_fit_message(profile: str, gpus: int, home: str = "") -> str:
     once; with `home`, the hub's home page's URL, as HTML linking to it. The stop is the
     hub's own (Stop My Server, with the hub's XSRF token; JupyterHub 5's spawn page has no
     stop button): a link that stopped the spawn would be a GET any page could send."""
-    free = f"{_plural(gpus, 'GPU')} {'is' if gpus == 1 else 'are'} free now: “{profile}” would start at once."
+    free = f"{count(gpus, 'GPU')} {'is' if gpus == 1 else 'are'} free now: “{profile}” would start at once."
     where = f'<a href="{html.escape(home)}">the hub\'s home page</a>' if home else "the hub's home page"
     return (html.escape(free, quote=False) if home else free) + (
         f" To take it, stop this request on {where} (Stop My Server) and start that profile.")
 
 
-def room_message(free: int, total: int, waiting: int, waiting_gpus: int) -> str:
-    """The spawn form's line beside the GPU profiles: "GPUs free now: 1 of 4. Waiting for a
-    GPU: 1 request (2 GPUs)." """
-    queue = (f"{_plural(waiting, 'request')} ({_plural(waiting_gpus, 'GPU')})" if waiting else "no one")
-    return f"GPUs free now: {free} of {total}. Waiting for a GPU: {queue}."
+def room_message(free: Mapping[str, int], total: Mapping[str, int], waiting: int, waiting_gpus: int) -> str:
+    """The spawn form's line on the GPUs of each kind (free_gpus.GpuRoom) and the queue:
+    "Free now: 2 of 4 GPUs and 3 of 7 MIG slices. Waiting for a GPU: 1 request (2 GPUs)." """
+    queue = (f"{count(waiting, 'request')} ({count(waiting_gpus, 'GPU')})" if waiting else "no one")
+    return f"Free now: {in_words(total, free)}. Waiting for a GPU: {queue}."
+
+
+def profile_room_message(free: Mapping[str, int], total: Mapping[str, int], fits: bool) -> str:
+    """Beside a GPU profile on the spawn form (free_gpus.ProfileRoom): "Starts now: 3 of 4
+    GPUs free." or "Waits for a GPU: 0 of 7 MIG slices free." (of the nodes it may use)."""
+    if not total:
+        return "Waits for a GPU: no node that can run it is ready."
+    return f"{'Starts now' if fits else 'Waits for a GPU'}: {in_words(total, free)} free."
 
 
 def gpu_wait(pod: dict) -> GpuWait | None:
@@ -115,7 +121,7 @@ def pull_message(image: str, size_bytes: int | None, node: str) -> str:
 def queue_timeout_message(waited: dt.timedelta, gpus: int) -> str:
     """The final line when gpu_queue_timeout expires."""
     return (f"No GPU became free within {format_duration(waited)}; your request for "
-            f"{_plural(gpus, 'GPU')} was withdrawn. Try again later or choose a CPU profile.")
+            f"{count(gpus, 'GPU')} was withdrawn. Try again later or choose a CPU profile.")
 
 
 def translate_event(

@@ -17,6 +17,7 @@ from ..policy.decider import IDLE_RULES
 from ..service.status import CycleStatus, WaitingServer
 from ..service.daily_hours import DayUsage, daily_usage
 from ..settings import ServiceSettings
+from ..signals.node_gpus import GpuCounts
 from ..store import Store
 from ..store.reclaims import ReclaimRecord
 from .render import audit_json, reclaim_json, session_json
@@ -26,10 +27,10 @@ WEEK = dt.timedelta(days=7)
 
 
 def totals(sessions: list[dict[str, Any]], queue: list[WaitingServer], week: list[DayUsage],
-           reclaims: list[ReclaimRecord], capacity: int | None) -> dict[str, Any]:
+           reclaims: list[ReclaimRecord], capacity: GpuCounts | None) -> dict[str, Any]:
     """The headline's numbers: `sessions` (session_json of the GPU sessions) and `queue` as
     the latest cycle saw them, `week` the record's GPU-hours per day (today last),
-    `reclaims` those begun in the week; `capacity` the cluster's GPUs (None: not known)."""
+    `reclaims` those begun in the week; `capacity` the cluster's GPUs by kind (None: not known)."""
     stopped = [r for r in reclaims if r.outcome == "stopped" and r.gpus]
     return {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
             "gpu_capacity": capacity,

@@ -15,13 +15,14 @@ from ..durations import format_exact, format_hours
 from ..policy.config import PolicyConfig
 from ..policy.decider import IDLE_RULES
 from ..service.status import SPARK_WINDOW, SessionStatus
+from ..signals.node_gpus import in_words
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.daily_hours import freed_gpu_hours
 from ..store.audit import AuditRecord
 from ..store.reclaims import ReclaimRecord
 from ..service.reasons import SAID, Sentence, sentence, why
-from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, expected_free, format_util, plural, relative,
-                       server_name, spark_label)
+from ..wording import (KEEPS, LOSES, SAVE_OUTCOME_WORDS, clock, count, exact_utc, expected_free, format_util, plural,
+                       relative, server_name, spark_label)
 from .paths import TEMPLATES
 
 #: what the pages say after an action (the forms' notices, the admin API's messages)
@@ -46,11 +47,12 @@ def reclaim_json(r: ReclaimRecord, t: dt.datetime | None = None) -> dict[str, An
     t = t or utcnow()
     end = r.finished_at or r.t
     freed = freed_gpu_hours(r.gpus, end, t) if r.outcome == "stopped" else 0.0
+    why = reclaimed_why(r)
     return {"id": r.id, "session": r.session, "user": r.session.split("/", 1)[0],
             "server": r.session.split("/", 1)[1], "rule": r.rule, "t": r.t, "gpus": r.gpus,
             "outcome": r.outcome, "finished_at": r.finished_at, "detail": r.detail,
             "by": r.recorded.by, "gpu_hours_freed": round(freed, 2),
-            "why": reclaimed_why(r).text(t), "kept": KEEPS, "lost": LOSES,
+            "why": why.text(t), "why_parts": why.parts_json(t), "kept": KEEPS, "lost": LOSES,
             "ran": r.ran.shown() if r.ran is not None else None,
             "saved": r.saved.shown() if r.saved is not None else None}
 
@@ -90,7 +92,7 @@ def when(value: Any) -> Markup:
     now = utcnow()
     rel = relative(t, now)
     return Markup('<time datetime="{}" title="{}">{}</time>{}').format(
-        format_time(t), t.strftime("%Y-%m-%d %H:%M:%S UTC"), clock(t, now), f" ({rel})" if rel else "")
+        format_time(t), exact_utc(t), clock(t, now), f" ({rel})" if rel else "")
 
 
 def say(words: Sentence) -> Markup:
@@ -221,5 +223,5 @@ _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), auto
 _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"),
                       epoch=epoch, mean=mean, gpu_time=format_hours)
 _jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value,
-                      server_name=server_name, setting_text=setting_text,
+                      server_name=server_name, setting_text=setting_text, gpus_in_words=in_words,
                       SAVE_OUTCOME_WORDS=SAVE_OUTCOME_WORDS)

@@ -31,7 +31,13 @@ SCHEMA = {
     "description": "Why the server stops, what is kept and lost, what was saved, where to start again.",
     "type": "object",
     "properties": {
-        "why": {"type": "string", "title": "the reason, in the service's words"},
+        "why": {"type": "string", "title": "the reason, in the service's words, its times in UTC"},
+        "why_parts": {
+            "type": "array", "title": "the reason as words and times, for the tab to write the times in its zone",
+            "items": {"type": "object", "properties": {
+                "text": {"type": "string"}, "time": {"type": "string"},
+                "title": {"type": "string"}, "relative": {"type": "string"}}},
+        },
         "kept": {"type": "string", "title": "what a stop keeps"},
         "lost": {"type": "string", "title": "what a stop loses"},
         "saved": {"type": "array", "items": {"type": "string"}, "title": "the documents saved before the stop"},
@@ -43,6 +49,9 @@ SCHEMA = {
 NOTICE = "gpu_reclaim_stop_notice"
 #: the service's words are its own, but a tab shows them: bounded
 MAX_TEXT = 1000
+#: a reason's parts (words and times: the service's `Sentence.parts_json`), and the fields of each
+MAX_PARTS = 20
+PART_FIELDS = ("text", "time", "title", "relative")
 #: seconds the WebSocket writes get before the server shuts its kernels down and exits
 FLUSH = 0.5
 #: the longest the stop waits for the service: the kernels' window (window.py) keeps its
@@ -58,6 +67,14 @@ def hub_page(path: Any, host: str) -> str | None:
     return host.rstrip("/") + path
 
 
+def why_parts(parts: Any) -> list[dict[str, str]]:
+    """The reason's parts as the service sent them, its text fields only and bounded; none
+    (the tab shows `why`) where they are not a list of such (an older service)."""
+    if not isinstance(parts, list) or len(parts) > MAX_PARTS or not all(isinstance(p, dict) for p in parts):
+        return []
+    return [{k: p[k][:MAX_TEXT] for k in PART_FIELDS if isinstance(p.get(k), str)} for p in parts]
+
+
 def notice(answer: dict[str, Any], session: str, saved: list[str], host: str,
            base_url: str = "/") -> dict[str, Any] | None:
     """The event for the tabs from the service's answer to `api/sessions`: the reclaim of
@@ -70,7 +87,7 @@ def notice(answer: dict[str, Any], session: str, saved: list[str], host: str,
         return None
     again = hub_page(record.get("again"), host) or hub_page(f"/{base_url.strip('/')}/".replace("//", "/") + "hub/home", host)
     text = {k: record[k][:MAX_TEXT] if isinstance(record.get(k), str) else "" for k in ("why", "kept", "lost")}
-    return {**text, "saved": saved, "again": again}
+    return {**text, "why_parts": why_parts(record.get("why_parts")), "saved": saved, "again": again}
 
 
 class StopNotice:

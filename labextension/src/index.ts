@@ -16,6 +16,7 @@ import { ServerConnection } from '@jupyterlab/services';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
+import { localClock } from '../../static/localtime';
 import { SaveBeforeStop } from './saving';
 import { AfterStop } from './stopped';
 
@@ -60,9 +61,10 @@ interface IStatus {
   loses?: string;
 }
 
-/** A clock time in the browser's own zone ("14:05"). */
+/** A time in the browser's own zone as the service's pages write it ("14:05"; with its date
+ * on another day): their one rule (static/localtime.js). */
 function clock(iso: string): string {
-  return new Date(iso).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+  return localClock(new Date(iso));
 }
 
 /** The same moment in UTC, for the hover text. */

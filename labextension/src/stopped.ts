@@ -3,17 +3,30 @@
  * user's page says it), what is kept and lost, which documents were saved, and where to
  * start again (lab/jupyterhub_gpu_reclaim_lab/stopped.py). This tab shows it in a dialog
  * before JupyterLab's own "Server unavailable" (dialogs queue: JupyterLab's comes after
- * this one is closed). Every word is the server's text, set as text, never as markup.
+ * this one is closed). Every word is the server's text, set as text, never as markup; its
+ * times are written in the browser's zone by the service pages' own rule (static/localtime.js).
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { localTimes } from '../../static/localtime';
+
 /** The event's id (stopped.py SCHEMA_ID). */
 export const STOPPED_EVENT = 'https://jupyterhub-gpu-reclaim.org/events/stopped';
 
+/** A part of the reason (the service's `Sentence.parts_json`): words, or a time as the service's
+ * pages hold it in a `<time>` (ISO 8601 instant, its UTC text, UTC on hover, how long ago). */
+interface IPart {
+  text: string;
+  time?: string;
+  title?: string;
+  relative?: string;
+}
+
 interface IStopped {
   why: string;
+  whyParts: IPart[];
   kept: string;
   lost: string;
   saved: string[];
@@ -28,7 +41,43 @@ function read(event: Record<string, unknown>): IStopped | null {
     return null;
   }
   const saved = Array.isArray(event.saved) ? event.saved.filter((p): p is string => typeof p === 'string') : [];
-  return { why: text('why'), kept: text('kept'), lost: text('lost'), saved, again };
+  const parts = Array.isArray(event.why_parts) ? event.why_parts : [];
+  const whyParts = parts.every(isPart) ? (parts as IPart[]) : [];
+  return { why: text('why'), whyParts, kept: text('kept'), lost: text('lost'), saved, again };
+}
+
+function isPart(p: unknown): boolean {
+  if (typeof p !== 'object' || p === null) {
+    return false;
+  }
+  const part = p as Record<string, unknown>;
+  const optional = ['time', 'title', 'relative'].every(k => part[k] === undefined || typeof part[k] === 'string');
+  return typeof part.text === 'string' && optional;
+}
+
+/** The reason as nodes: words as text, each time a `<time>` written in the browser's zone,
+ * its first letter upper case and a full stop at its end (it reads "…, nothing has run"
+ * after "why:" on the service's pages). */
+function reason(s: IStopped): (string | Node)[] {
+  const parts: IPart[] = s.whyParts.length ? s.whyParts : [{ text: s.why }];
+  const out = parts.flatMap((p): (string | Node)[] => {
+    if (!p.time) {
+      return [p.text];
+    }
+    const time = document.createElement('time');
+    time.dateTime = p.time;
+    time.title = p.title ?? '';
+    time.textContent = p.text;
+    return p.relative ? [time, ` (${p.relative})`] : [time];
+  });
+  const [first, last] = [out[0], out[out.length - 1]];
+  if (typeof first === 'string') {
+    out[0] = first.charAt(0).toUpperCase() + first.slice(1);
+  }
+  if (typeof last !== 'string' || !last.endsWith('.')) {
+    out.push('.');
+  }
+  return out;
 }
 
 class StoppedBody extends Widget {
@@ -41,9 +90,8 @@ class StoppedBody extends Widget {
       p.append(...parts);
       this.node.appendChild(p);
     };
-    // the service's sentence begins in lower case, as on its pages after "why:"
-    const why = s.why.charAt(0).toUpperCase() + s.why.slice(1);
-    line('jp-GpuReclaim-why', why.endsWith('.') ? why : `${why}.`);
+    line('jp-GpuReclaim-why', ...reason(s));
+    localTimes(this.node);
     if (s.kept) {
       line('jp-GpuReclaim-kept', `Kept: ${s.kept}.`);
     }

@@ -5,10 +5,12 @@ alice's never-used GPU is warned: the notification's three buttons sit on one li
 JupyterLab's own toast width. She keeps her server alive for 2 h; a minute later an admin
 reclaims it anyway (*Reclaim now*). As the server stops, her tab says why, in the service's
 words, what is kept and lost, and offers *Start again*, the hub's spawn page of her server;
-it comes before JupyterLab's own "Server unavailable" dialog, which queues behind it."""
+it comes before JupyterLab's own "Server unavailable" dialog, which queues behind it. Her
+JupyterLab wears its dark theme: every text of the extension reads at WCAG AA contrast."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
-from ..support.browser import IMG, log_in, new_page
+from ..support.browser import IMG, log_in, low_contrast, new_page
 from ..support.live import api_fixture
 from ..support.service_hub import until
 from ..support.web_client import Client, start_web_hub, user_token
@@ -43,10 +45,15 @@ api = api_fixture("module")
 async def lab(hub, api, browser):
     await api.start("alice", GPU)
     await api.wait_ready("alice")
+    # her JupyterLab in its dark theme: every text of ours reads at WCAG AA there too
+    async with api.session.put(f"{api.url}/user/alice/lab/api/settings/@jupyterlab/apputils-extension:themes",
+                               json={"raw": json.dumps({"theme": "JupyterLab Dark"})}) as r:
+        assert r.status in (200, 204), await r.text()
     page = await new_page(browser)
     await log_in(page, hub.info["url"], "alice")
     await page.goto(f"{hub.info['url']}/user/alice/lab")
     await expect(page.locator(STATUS)).to_be_visible(timeout=60_000)
+    await expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false")  # dark
     yield page
     await page.context.close()
 
@@ -59,6 +66,7 @@ async def test_the_warnings_buttons_fit_on_one_line(hub, api, lab):
     await expect(buttons).to_have_count(3)
     tops = {round((await b.bounding_box())["y"]) for b in await buttons.all()}
     assert len(tops) == 1, tops
+    assert await low_contrast(toast) == [] and await low_contrast(lab.locator(STATUS)) == []
     await toast.screenshot(path=str(IMG / "lab-notification-buttons.png"))
 
 
@@ -80,6 +88,7 @@ async def test_after_an_admins_reclaim_over_her_keep_alive_the_tab_says_why_with
     await expect(dialog.locator(".jp-GpuReclaim-lost")).to_contain_text("Lost: running processes")
     again = dialog.get_by_role("link", name="Start again")
     await expect(again).to_have_attribute("href", re.compile(r"^/hub/spawn/alice(\?next=|$)"))
+    assert await low_contrast(dialog) == []
     await lab.screenshot(path=str(IMG / "lab-after-reclaim.png"))
     await until(lambda: _gone(api), 60, "alice's server stopped")
     # JupyterLab's own dialog, if it comes, waits until hers is closed

@@ -12,8 +12,10 @@ and where to start again, shown when she comes back to it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
+from zoneinfo import ZoneInfo
 from pathlib import Path
 from urllib.parse import quote
 
@@ -24,7 +26,7 @@ from playwright.async_api import expect
 
 from jupyterhub_gpu_reclaim.store import Store
 
-from ..support.browser import log_in, new_page, show
+from ..support.browser import local_clock, log_in, new_page, show, times_in
 from ..support.hubapi import HubAPI
 from ..support.sim_cluster import home
 from ..support.service_hub import until
@@ -33,6 +35,7 @@ from ..support.web_client import PREFIX, start_web_hub, user_token
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 HERE = Path(__file__).parent
+NEW_YORK = ZoneInfo("America/New_York")
 NOTEBOOK = 'Modèle <b onmouseover="x">gras 🙂\u202egnp.ipynb'
 CELL = {"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {}, "outputs": [],
         "source": "before = 'saved by hand'"}
@@ -80,7 +83,7 @@ async def scene(hub, sim, browser):
             assert r.status in (200, 201), await r.text()
         where = home(sim, "alice")
 
-        page = await new_page(browser)
+        page = await new_page(browser, "America/New_York")  # the dialog's times in her zone
         try:
             await log_in(page, hub.info["url"], "alice")
             await page.goto(f"{hub.info['url']}/user/alice/lab/tree/{quote(NOTEBOOK)}")
@@ -122,6 +125,7 @@ async def scene(hub, sim, browser):
             told = page.locator(".jp-Dialog", has_text="The GPU reclaim stopped this server")
             await expect(told).to_have_count(1)
             after_stop = {"why": await told.locator(".jp-GpuReclaim-why").text_content(),
+                          "times": await times_in(told.locator(".jp-GpuReclaim-why")),
                           "saved": await told.locator(".jp-GpuReclaim-saved-list").text_content(),
                           "again": await told.get_by_role("link", name="Start again").get_attribute("href")}
         finally:
@@ -188,6 +192,15 @@ async def test_the_tab_says_why_the_server_stopped_what_it_saved_and_where_to_st
     saved, and Start again: the hub's spawn page, then the notebook she was last active in."""
     record, _, untitled, _, _, told = scene
     assert re.match(r"(Nothing has run on the GPU|The GPU has not been used) since ", told["why"]), told
+    # its times in her browser's zone (New York), as the service's pages write them, UTC on hover
+    assert told["times"], told
+    for time in told["times"]:
+        instant = dt.datetime.fromisoformat(time["datetime"].replace("Z", "+00:00"))
+        assert instant.utcoffset() is not None and instant <= record.t, time
+        assert time["text"] == local_clock(instant, NEW_YORK), time
+        assert time["title"] == instant.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"), time
+        assert re.fullmatch(r" \((\d+ (s|min|h)( \d+ min)?) ago\)\.?", time["after"]), time
+    assert "UTC" not in told["why"], told
     assert told["saved"] == f"Saved before the stop: {NOTEBOOK}, {untitled}." or \
         told["saved"] == f"Saved before the stop: {untitled}, {NOTEBOOK}.", told
     assert told["again"].startswith("/hub/spawn/alice?next="), told

@@ -106,3 +106,20 @@ def test_a_pod_seen_every_other_step_is_one_stretch_and_a_gap_longer_than_join_a
     timeline.write(1010, bytes([USED]), join=1)
     assert [first for first, _ in timeline.chunks] == [0, 1010]
     assert [i for i, code in timeline.steps() if code] == [*range(0, 1000, 2), 1010]
+
+
+def test_the_queue_and_the_estimate_say_durations_in_words():
+    """As the totals and the tables do (durations.format_hours): "1 h 30 min", not "1.50 h"."""
+    report = _report("alice", "g")
+    report["queue"].update(waits=2, pods=1, hours_waited=1.5, gpu_hours_waited=3.0, median_wait_h=0.75,
+                           longest_wait_h=1.0)
+    report["queue"]["starting"].update(waits=1, pods=1, hours_waited=0.1, longest_wait_h=0.1)
+    report["policy_estimate"].update(gpu_hours_freed=12.5, reclaims=2, gpu_hours_idle_at_end_not_counted=0.25)
+    text = as_text(report)
+    assert ("GPU queue: 2 waits of 1 pod for a GPU (unschedulable), 1 h 30 min in all (3 h of GPU time asked for), "
+            "median 45 min, longest 1 h; 1 start of 1 pod once scheduled (image pull, container start), 6 min in all, "
+            "longest 6 min.") in text
+    assert ("Estimate: the default policy would have freed about 12 h 30 min of GPU time (2 reclaims); 0 reclaims "
+            "would have interrupted someone who used the GPU again (not counted); GPU time still idle at the end "
+            "(15 min) is not counted; 0 pods on time-sliced GPUs left out.") in text
+    assert not re.search(r"\d\.\d\d (h|GPU-hours)", text.split("GPU queue:")[1]), text

@@ -12,12 +12,14 @@ simulated GPU.
   (warned and reclaimed, `shared-gpu-idle-kernels`, `gpu_shared`) although the device's one
   series, labelled with her pod, shows tom's work; tom, who has no series, is never held
   or reclaimed for it;
-- the admin data shows each session's GPU type and whether it is shared.
+- the admin data shows each session's GPU type and whether it is shared;
+- the admin headline and the spawn form count MIG slices and shared GPUs, each by its name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.request
 
 import pytest
@@ -30,7 +32,7 @@ from gpu_reclaim_sim.paths import DEFAULT_SCENARIO
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.hubapi import HubAPI
-from ..support.web_client import PREFIX
+from ..support.web_client import PREFIX, Client
 from ..support.service_hub import HERE, start_service_hub, until
 from ..support.store_reads import decisions_of
 
@@ -220,3 +222,38 @@ async def test_the_admin_data_shows_each_sessions_gpu_type(hub, scene):
         page = await r.text()
     assert page.count(f'<span class="gpu-type">{A100}</span>') == 2
     assert page.count(f'<span class="gpu-type">{T4}</span>') == 1 and page.count('class="gpu-shared"') == 1
+
+
+async def test_the_spawn_form_and_the_admin_headline_count_mig_slices_and_shared_gpus(hub, scene):
+    """max and nia hold both MIG instances, tom one of the T4's two replicas (tia's was
+    reclaimed): the admin headline and una's spawn form count each kind by its name, and
+    each GPU profile says whether it starts now (issue 39)."""
+    api, _ = scene
+    url = hub.info["url"] + PREFIX
+
+    async def capacity() -> dict | None:
+        async with api.session.get(url + "api/admin/candidates") as r:
+            return (await r.json())["totals"]["gpu_capacity"]
+
+    assert await until(capacity, 90, "the cluster's GPUs on the admin data") == {"mig": 2, "shared": 2}
+    async with api.session.get(url + "admin") as r:
+        page = await r.text()
+    assert re.search(r'<b id="gpus-held">3</b> of 2 MIG slices and 2 shared GPUs held', page), page
+    await api.ensure_user("una")
+    una = Client(hub.info["url"])
+
+    async def form_once_tias_pod_is_gone() -> str | None:
+        async with una.session.get(f"{hub.info['url']}/hub/spawn/una") as r:
+            form = await r.text()
+            assert r.status == 200, form
+        return form if "1 of 2 shared GPUs" in form else None
+
+    try:
+        await una.log_in_to_hub("una")
+        form = await until(form_once_tias_pod_is_gone, 60, "una's spawn form, tia's pod gone")
+    finally:
+        await una.close()
+    assert '<p class="gpu-room">Free now: 0 of 2 MIG slices and 1 of 2 shared GPUs. Waiting for a GPU: no one.</p>' \
+        in form, form
+    fits = re.findall(r'<span class="gpu-fit d-block">([^<]*)</span>', form)
+    assert fits == ["Waits for a GPU: 0 of 2 MIG slices free.", "Starts now: 1 of 2 shared GPUs free."], form

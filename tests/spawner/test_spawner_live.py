@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..support.browser import IMG, log_in, new_page
+from ..support.browser import IMG, log_in, low_contrast, new_page
 from ..support.live import hub_fixture, api_fixture
 from ..support.hubapi import HubAPI
 
@@ -112,7 +112,8 @@ async def test_gpu_wait_is_said_plainly_then_the_queue_timeout_withdraws_it(hub,
 
 async def test_the_form_says_what_is_free_and_a_waiting_user_is_offered_what_fits_now(hub, sim, api, browser):
     """carol's GPU given back (alice and dave hold 3 of the 4): in Chromium, gina's spawn form
-    says so beside the GPU profiles; she starts the 2-GPU profile and her spawn page offers the
+    says so above the profiles, and beside each GPU profile whether it starts now, legible in
+    the hub's light and dark themes; she starts the 2-GPU profile and her spawn page offers the
     1-GPU one, which would start at once, with the hub's home page (its Stop My Server) linked;
     another user's form shows her in the queue (issue 39)."""
     await api.stop("carol")
@@ -122,7 +123,23 @@ async def test_the_form_says_what_is_free_and_a_waiting_user_is_offered_what_fit
     page, ivan = await new_page(browser), await _login(hub, "ivan")
     try:
         await log_in(page, hub.info["url"], "gina")
-        await expect(page.locator("p.gpu-room")).to_have_text("GPUs free now: 1 of 4. Waiting for a GPU: no one.")
+        await expect(page.locator("p.gpu-room")).to_have_text("Free now: 1 of 4 GPUs. Waiting for a GPU: no one.")
+        # beside each GPU profile, whether it starts now, after the admin's description
+        profile = page.locator("label.js-profile-label")
+        await expect(profile.filter(has_text="1 × NVIDIA A100").locator(".gpu-fit")).to_have_text(
+            "Starts now: 1 of 4 GPUs free.")
+        await expect(profile.filter(has_text="2 × NVIDIA A100").locator(".gpu-fit")).to_have_text(
+            "Waits for a GPU: 1 of 4 GPUs free.")
+        await expect(profile.filter(has_text="2 × NVIDIA A100")).to_contain_text("For multi-GPU training.")
+        await expect(profile.filter(has_text="CPU").locator(".gpu-fit")).to_have_count(0)
+        await page.locator("#kubespawner-profiles-list").screenshot(path=str(IMG / "spawn-form-gpus.png"))
+        # ours legible in the hub's light and dark themes (its darkmode.js follows
+        # prefers-color-scheme); the hub's own Start button is the hub's
+        for scheme in ("light", "dark"):
+            await page.emulate_media(color_scheme=scheme)
+            await expect(page.locator("html")).to_have_attribute("data-bs-theme", scheme)
+            for ours in ("p.gpu-room", "#kubespawner-profiles-list"):
+                assert await low_contrast(page.locator(ours)) == [], (scheme, ours)
         await page.get_by_label("2 × NVIDIA A100 (40 GB)").check()
         await page.get_by_role("button", name="Start").click()
         progress = asyncio.create_task(api.progress("gina", timeout=90))
@@ -135,7 +152,7 @@ async def test_the_form_says_what_is_free_and_a_waiting_user_is_offered_what_fit
             if "Waiting for a GPU: 1 request (2 GPUs)." in form:
                 break
             await asyncio.sleep(0.5)
-        assert "GPUs free now: 1 of 4. Waiting for a GPU: 1 request (2 GPUs)." in form, form
+        assert "Free now: 1 of 4 GPUs. Waiting for a GPU: 1 request (2 GPUs)." in form, form
         events = await progress
     finally:
         await page.context.close()

@@ -8,7 +8,8 @@ import re
 from .web_client import Client, user_token
 
 STATUS = ".jp-GpuReclaim-status"
-WARNING = re.compile(r"stopped at \d\d:\d\d unless it is used")
+# a time as the service's pages write it (static/localtime.js): its date on another day
+WARNING = re.compile(r"stopped at (\d{4}-\d\d-\d\d )?\d\d:\d\d unless it is used")
 
 # counts the frontend's requests for the state (an init script: before JupyterLab's own)
 COUNT_POLLS = """

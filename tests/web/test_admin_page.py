@@ -8,7 +8,6 @@ reclaim and dave's start by itself, without a reload."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import re
 from functools import partial
 from zoneinfo import ZoneInfo
@@ -19,7 +18,7 @@ from playwright.async_api import Page, expect
 
 from jupyterhub_gpu_reclaim.timestamps import parse_time
 
-from ..support.browser import IMG, log_in, times_in
+from ..support.browser import IMG, local_clock, log_in, low_contrast, times_in
 from ..support.live import api_fixture
 from ..support.pods import pod_phase
 from ..support.service_hub import until
@@ -91,13 +90,17 @@ async def test_capacity_first_in_the_readers_time_zone(story, hub, browser):
         for t in times:
             instant = parse_time(t["datetime"])
             assert instant is not None
-            local = instant.astimezone(NEW_YORK)
-            today = dt.datetime.now(NEW_YORK).date()
-            assert t["text"] == local.strftime("%H:%M" if local.date() == today else "%Y-%m-%d %H:%M"), t
+            assert t["text"] == local_clock(instant, NEW_YORK), t
             assert t["title"] == instant.strftime("%Y-%m-%d %H:%M:%S UTC"), t
         # labelled controls: each exempt field by its label
         await expect(carol.get_by_label("Hours")).to_have_value("4")
         await page.screenshot(path=str(IMG / "admin-page.png"), full_page=True)
+        # with its sessions in every state, legible in the hub's light and dark themes
+        for scheme in ("light", "dark"):
+            await page.emulate_media(color_scheme=scheme)
+            await expect(page.locator("html")).to_have_attribute("data-bs-theme", scheme)
+            low = await low_contrast(page.locator("main"))
+            assert low == [], (scheme, low)
     finally:
         await page.context.close()
 

@@ -51,10 +51,10 @@ def store(tmp_path):
 def test_numbers_right_after_reclaims_are_true(store):
     """The reclaims count from their stop (3 GPUs freed by 2 reclaims), and the idle time of
     the reclaimed sessions still counts today: the headline's numbers are the chart's."""
-    status = CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, gpu_capacity=4)
+    status = CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, gpu_capacity={"gpu": 4})
     totals = admin_data(status, store, ServiceSettings(), NOW)["totals"]
     today = daily_usage(store, NOW)[-1]
-    assert (totals["gpus_held"], totals["gpu_capacity"], totals["gpus_idle"]) == (1, 4, 0)
+    assert (totals["gpus_held"], totals["gpu_capacity"], totals["gpus_idle"]) == (1, {"gpu": 4}, 0)
     assert (totals["reclaims_7d"], totals["gpus_freed_7d"]) == (2, 3)
     # alice 2 GPUs and carol 1, idle from 12:30 to 13:58
     assert totals["gpu_hours_idle_today"] == today.idle == round(3 * (88 / 60), 2)
@@ -84,12 +84,15 @@ def test_the_headline_says_capacity_first_with_plurals(monkeypatch, store):
     sessions = {"alice/": running("alice/", 2), "bob/": running("bob/", 1, rule="gpu-idle")}
     dave = WaitingServer(session="dave/", user="dave", server="", gpus=2, since=NOW - 4 * MIN, waited_s=240,
                          reason="", expected_free_at=NOW + 6 * MIN)
-    text = headline(CycleStatus(t=NOW, sessions=sessions, queue=[dave], gpu_capacity=4), store)
+    text = headline(CycleStatus(t=NOW, sessions=sessions, queue=[dave], gpu_capacity={"gpu": 4}), store)
     assert text.startswith("3 of 4 GPUs held, 1 idle; 1 spawn waiting for 2 GPUs, expected free 14:06 UTC (in 6 min)")
     assert "2 reclaims freed 3 GPUs in the last 7 days (0.1 GPU-hours given back so far)" in text
-    one = headline(CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, queue=[dave, dave], gpu_capacity=1))
+    one = headline(CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, queue=[dave, dave], gpu_capacity={"gpu": 1}))
     assert one.startswith("1 of 1 GPU held, 0 idle; 2 spawns waiting for 4 GPUs, the first expected free")
     assert "0 GPU-hours idle today · no reclaim in the last 7 days · as of 14:00 UTC (now)" in one
+    # MIG slices and shared GPUs by their names
+    mixed = headline(CycleStatus(t=NOW, sessions=sessions, gpu_capacity={"gpu": 2, "mig": 7, "shared": 4}))
+    assert mixed.startswith("3 of 2 GPUs, 7 MIG slices and 4 shared GPUs held, 1 idle"), mixed
     # the cluster's GPUs not known: what is held
     assert headline(CycleStatus(t=NOW, sessions=sessions)).startswith("3 GPUs held, 1 idle; nobody waiting for a GPU")
 

@@ -27,7 +27,7 @@ from jupyterhub_gpu_reclaim.wording import clock, relative
 from ..support.live import api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, user_token
-from ..support.browser import IMG, log_in, new_page, times_in
+from ..support.browser import IMG, log_in, low_contrast, new_page, times_in
 from ..support.pods import pod_phase
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -296,6 +296,11 @@ async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme)
             assert looks["theme"] == scheme, looks
             brightness = _brightness(looks["background"])
             assert brightness < 64 if scheme == "dark" else brightness > 224, looks
+            # every text reads at WCAG AA's contrast in either theme (issue 39)
+            assert await low_contrast(page.locator("body")) == [], path
+        await page.goto(f"{hub.info['url']}{PREFIX}admin/report")
+        await expect(page.locator("html")).to_have_attribute("data-bs-theme", scheme)
+        assert await low_contrast(page.locator("body")) == [], "admin/report"
         # the home page's panel follows the hub page's theme
         await page.goto(f"{hub.info['url']}/hub/home")
         panel = page.frame_locator("#gpu-reclaim-home")

@@ -189,3 +189,19 @@ def test_the_history_says_why_not_the_rule(monkeypatch):
 def test_a_sentence_on_a_page_escapes_its_words():
     html = str(render.say(sentence("<b>x</b> since ", SINCE)))
     assert html.startswith("&lt;b&gt;x&lt;/b&gt; since <time ") and "<b>" not in html
+
+
+def test_a_reclaims_why_in_parts_holds_its_times_as_the_page_does(monkeypatch):
+    """The API's `why_parts` (the JupyterLab dialog writes their times in its reader's zone):
+    the words, and each time as the page's <time> holds it, its instant with its offset."""
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    record = ReclaimRecord(1, "alice/", "ep", "gpu-never-used", at(hours=5, minutes=50), 1,
+                           {"idle_since": evidence_time(SINCE), "never_used": True}, at(hours=5, minutes=51), "stopped", "")
+    parts = render.reclaim_json(record, NOW)["why_parts"]
+    assert parts == [{"text": "nothing has run on the GPU"}, {"text": " since "},
+                     {"time": "2026-11-02T13:22:00Z", "text": "13:22 UTC", "title": "2026-11-02 13:22:00 UTC",
+                      "relative": "38 min ago"}]
+    time = parts[2]
+    assert dt.datetime.fromisoformat(time["time"]) == SINCE
+    page = str(render.say(render.reclaimed_why(record)))
+    assert f'<time datetime="{time["time"]}" title="{time["title"]}">{time["text"]}</time>' in page

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from ..kubelet.sandbox import PR_SET_PDEATHSIG, _prctl
 from ..network import namespace
 from ..paths import REPO
 from .credentials import Authority, Issued
@@ -197,7 +199,7 @@ class ControlPlane:
         log = self.work / f"{name}.log"
         with log.open("wb") as out:
             process = subprocess.Popen([str(self.bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, cwd=self.work)
+                                       stdin=subprocess.DEVNULL, cwd=self.work, preexec_fn=_die_with_the_run)
         component = Component(name, process, log, time.monotonic())
         self.components.append(component)
         return component
@@ -236,6 +238,12 @@ class ControlPlane:
                 component.process.kill()
                 component.process.wait()
         self.components.clear()
+
+
+def _die_with_the_run() -> None:
+    """In the component's process before it runs: SIGTERM when the thread that started it ends,
+    so that a run killed (SIGKILL, no chance to stop anything) leaves no control plane behind."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _answers(url: str, context: ssl.SSLContext | None) -> bool:

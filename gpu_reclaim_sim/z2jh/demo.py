@@ -5,17 +5,21 @@ the chart is not beside the clone, a JupyterHub of the demo's own (demo_config/)
 from __future__ import annotations
 
 import argparse
+import asyncio
 import secrets
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from . import demo_prometheus
 from . import release as z2jh
 from ..launch import Child, free_port, start_hub, start_sim
 from ..main import port
+from ..network import namespace
+from ..network.relay import Relay
 from ..paths import DEFAULT_SCENARIO, DEMO_CONFIG
 
 STORY = """
@@ -171,7 +175,35 @@ def _profile(docs: list[dict], slug: str) -> str:
     return next(p["display_name"] for p in profiles if p.get("slug") == slug)
 
 
+class Doorway:
+    """The demo's own network namespace, entered with the ports of this machine's loopback that
+    lead into it bound first: the hub reaches its users' pods at their addresses, so it runs
+    in the cluster's network with them (outside, a pod's address would go out by the default
+    route), and the browser and kubectl come in through these ports."""
+
+    def __init__(self, hub_port: int) -> None:
+        self.hub, self.api = Relay(hub_port), Relay(0)  # bound here, outside
+        namespace.enter()  # this thread; the programs it starts, and the relays' thread, follow
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="doorway", daemon=True).start()
+
+    def open(self, relay: Relay, url: str) -> None:
+        """Connections to `relay`'s port go to `url`'s host and port, inside."""
+        inside = urlsplit(url)
+        asyncio.run_coroutine_threadsafe(relay.start(inside.hostname or "127.0.0.1", inside.port or 0),
+                                         self._loop).result(10)
+
+    def kubeconfig(self, sim: Child) -> Path:
+        """The cluster's kubeconfig for programs outside (kubectl), by the API's relay."""
+        self.open(self.api, sim.info["api"])
+        path = Path(sim.info["kubeconfig"]).with_name("kubeconfig-outside")
+        path.write_text(Path(sim.info["kubeconfig"]).read_text().replace(sim.info["api"], f"https://127.0.0.1:{self.api.port}"))
+        return path
+
+
 def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: threading.Event) -> int:
+    public = args.port or OWN_HUB_PORT
+    doorway = Doorway(public) if namespace.available() and not namespace.inside() else None
     print(f"Starting the simulated cluster (logs: {workdir / 'sim.log'}) ...", flush=True)
     try:
         sim = start_sim(workdir, Path(args.scenario))
@@ -186,17 +218,20 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
             print(f"demo: Prometheus did not start: {e}", file=sys.stderr)
             return 1
         print(f"Starting JupyterHub (logs: {workdir / 'jupyterhub.log'}) ...", flush=True)
-        hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=args.port or OWN_HUB_PORT,
+        hub = start_hub(workdir, Path(args.config), sim.info["kubeconfig"], port=free_port() if doorway else public,
                         env={"GPU_RECLAIM_DEMO_PASSWORD": password,
                              "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
                              "GPU_RECLAIM_DCGM_URL": sim.info["metrics"],
                              "GPU_RECLAIM_PROMETHEUS_URL": prometheus.url if prometheus else ""})
-        url = hub.info["url"]
+        url, kubeconfig = hub.info["url"], sim.info["kubeconfig"]
+        if doorway is not None:
+            doorway.open(doorway.hub, url)
+            url, kubeconfig = f"http://127.0.0.1:{public}", str(doorway.kubeconfig(sim))
         print(STORY.format(what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
                                 "reclaim service", url=url, password=password,
                            gpu_1="1 × NVIDIA A100 (40 GB)", gpu_2="2 × NVIDIA A100 (40 GB)",
                            log=workdir / "jupyterhub.log", metrics=sim.info["metrics"],
-                           kubeconfig=sim.info["kubeconfig"], kubectl=_kubectl(),
+                           kubeconfig=kubeconfig, kubectl=_kubectl(),
                            values=DEMO_VALUES), flush=True)
         return _watch(stop, sim, hub, *([prometheus.child] if prometheus else []))
     except RuntimeError as e:

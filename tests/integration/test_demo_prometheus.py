@@ -29,7 +29,7 @@ POD = {"apiVersion": "v1", "kind": "Pod",
                     "labels": {"hub.jupyter.org/username": "alice", "hub.jupyter.org/servername": "",
                                "component": "singleuser-server"},
                     "annotations": {"jupyterhub-gpu-reclaim/profile": "gpu-1"}},
-       "spec": {"containers": [{"name": "notebook", "image": "registry.k8s.io/pause:3.9",
+       "spec": {"containers": [{"name": "notebook", "image": "registry.k8s.io/pause:3.10.2",
                                 "resources": {"limits": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}}}],
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present",
                                  "effect": "NoSchedule"}]}}

@@ -17,6 +17,7 @@ SCENARIO = from_dict({"name": "plan", "nodeGroups": [
      "autoscaler": {"min": 0, "max": 1}},
 ]})
 SMALL, MORE, GPU = SCENARIO.node_groups
+VERSION = "v1.37.2"  # the kubelet version a template node reports
 
 
 def pod(name: str, cpu: str = "1", gpus: int = 0) -> dict:
@@ -29,7 +30,7 @@ def pod(name: str, cpu: str = "1", gpus: int = 0) -> dict:
 
 
 def groups(*, gpu_nodes: int = 0) -> list[GroupState]:
-    return [GroupState(g, node_manifest(f"template-{g.name}", g, SCENARIO), count, False)
+    return [GroupState(g, node_manifest(f"template-{g.name}", g, SCENARIO, version=VERSION), count, False)
             for g, count in ((MORE, 0), (GPU, gpu_nodes))]
 
 
@@ -37,7 +38,7 @@ def existing(*pods: dict) -> list[tuple[dict, Usage]]:
     usage = Usage()
     for p in pods:
         usage.add(p)
-    return [(node_manifest("small-1", SMALL, SCENARIO), usage)]
+    return [(node_manifest("small-1", SMALL, SCENARIO, version=VERSION), usage)]
 
 
 def test_pods_are_bin_packed_onto_the_fewest_new_nodes_of_the_group_that_fits_them():

@@ -86,10 +86,10 @@ def test_the_headline_says_capacity_first_with_plurals(monkeypatch, store):
                          reason="", expected_free_at=NOW + 6 * MIN)
     text = headline(CycleStatus(t=NOW, sessions=sessions, queue=[dave], gpu_capacity={"gpu": 4}), store)
     assert text.startswith("3 of 4 GPUs held, 1 idle; 1 spawn waiting for 2 GPUs, expected free 14:06 UTC (in 6 min)")
-    assert "2 reclaims freed 3 GPUs in the last 7 days (0.1 GPU-hours given back so far)" in text
+    assert "2 reclaims freed 3 GPUs in the last 7 days (6 min of GPU time given back so far)" in text
     one = headline(CycleStatus(t=NOW, sessions={"bob/": running("bob/", 1)}, queue=[dave, dave], gpu_capacity={"gpu": 1}))
     assert one.startswith("1 of 1 GPU held, 0 idle; 2 spawns waiting for 4 GPUs, the first expected free")
-    assert "0 GPU-hours idle today · no reclaim in the last 7 days · as of 14:00 UTC (now)" in one
+    assert "no GPU time idle today · no reclaim in the last 7 days · as of 14:00 UTC (now)" in one
     # MIG slices and shared GPUs by their names
     mixed = headline(CycleStatus(t=NOW, sessions=sessions, gpu_capacity={"gpu": 2, "mig": 7, "shared": 4}))
     assert mixed.startswith("3 of 2 GPUs, 7 MIG slices and 4 shared GPUs held, 1 idle"), mixed

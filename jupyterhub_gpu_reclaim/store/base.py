@@ -164,13 +164,18 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+# rows of one executemany: SQLAlchemy makes its own copy of every row it is handed
+ROWS_AT_ONCE = 1000
+
+
 def _insert(db: Any, rows: Rows) -> None:
-    """One executemany per model, in the order of their first rows."""
+    """Executemany per model (ROWS_AT_ONCE rows each), in the order of their first rows."""
     by_model: dict[type[Base], list[dict[str, Any]]] = {}
     for model, row in rows:
         by_model.setdefault(model, []).append(row)
     for model, values in by_model.items():
-        db.execute(sa.insert(model), values)
+        for start in range(0, len(values), ROWS_AT_ONCE):
+            db.execute(sa.insert(model), values[start:start + ROWS_AT_ONCE])
 
 
 def rowcount(result: sa.Result[Any]) -> int:

@@ -100,7 +100,8 @@ class PolicyRules:
         return applied.rule, applied.config
 
     def applied(self, session: Session) -> AppliedPolicy:
-        """`resolve`'s answer as the settings `policy.step` decides `session` under."""
+        """The settings `policy.step` decides `session` under: its first matching rule's, else
+        the base policy's."""
         return self._applied[self._first(session)]
 
     @property

@@ -49,9 +49,9 @@ class HubServer:
 
     @property
     def session_id(self) -> str:
-        """"user/servername", the id observations.Session uses ("alice/" = default). One
-        string for each session (interned), however often asked: the cycle keys its maps and
-        the pages' status by it, and kept apart the copies held 7 MiB at 20,000 servers."""
+        """"user/servername", the id observations.Session uses ("alice/" = default): one string
+        a session (interned), however often asked. The cycle's maps and the pages' status are
+        keyed by it; a copy each held 7 MiB at 20,000 servers."""
         return sys.intern(f"{self.user}/{self.name}")
 
     @classmethod

@@ -14,12 +14,9 @@ import sqlalchemy as sa
 
 from ..policy.observations import Decision
 from ..timestamps import utcnow
-from .base import RowsRefused, StoreBase, rowcount
+from .base import ROWS_AT_ONCE, RowsRefused, StoreBase, rowcount
 from .reclaims import ReclaimRecord, reclaim_record
 from .schema import AuditRow, DecisionRow, ExemptionRow, IntentRow, ReclaimRow, WarningRow, aware, dumps
-
-
-DECISIONS_AT_ONCE = 1000  # rows made and written in one transaction (record_decisions)
 
 
 @dataclass(frozen=True)
@@ -111,13 +108,13 @@ class HistoryStore(StoreBase):
                     for model, where in ended.items()}
 
     def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:
-        """Record the decisions of one cycle, DECISIONS_AT_ONCE in one transaction (unless a
+        """Record the decisions of one cycle, ROWS_AT_ONCE in one transaction (unless a
         session's row fails: `_insert_by_session`); returns how many. The first cycle after a
         start records every server's: 20,000 rows made at once took 40 MiB."""
         t = aware(t, "t")
         n, refused = 0, {}
         each = iter(decisions)
-        while chunk := list(itertools.islice(each, DECISIONS_AT_ONCE)):
+        while chunk := list(itertools.islice(each, ROWS_AT_ONCE)):
             rows: dict[str | None, list] = {}
             for d in chunk:
                 rows.setdefault(d.session, []).append((DecisionRow, {

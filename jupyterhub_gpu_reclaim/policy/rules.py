@@ -17,7 +17,7 @@ and builds each rule's PolicyConfig once, through the settings' one converter
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigError
@@ -82,18 +82,27 @@ class PolicyRules:
 
     base: PolicyConfig
     rules: tuple[PolicyRule, ...] = ()
+    # each rule's AppliedPolicy, then the base policy's: made once, not once a session a cycle
+    _applied: tuple[AppliedPolicy, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        under = bool(self.rules)
+        object.__setattr__(self, "_applied", (*(AppliedPolicy(r.config, r.name, under) for r in self.rules),
+                                              AppliedPolicy(self.base, None, under)))
+
+    def _first(self, session: Session) -> int:
+        """The index of the first rule that matches `session`, else the number of rules."""
+        return next((i for i, rule in enumerate(self.rules) if rule.match.matches(session)), len(self.rules))
 
     def resolve(self, session: Session) -> tuple[str | None, PolicyConfig]:
         """The first rule that matches `session` (its name and policy), else (None, base)."""
-        for rule in self.rules:
-            if rule.match.matches(session):
-                return rule.name, rule.config
-        return None, self.base
+        applied = self.applied(session)
+        return applied.rule, applied.config
 
     def applied(self, session: Session) -> AppliedPolicy:
-        """`resolve`'s answer as the settings `policy.step` decides `session` under."""
-        rule, config = self.resolve(session)
-        return AppliedPolicy(config, rule, bool(self.rules))
+        """The settings `policy.step` decides `session` under: its first matching rule's, else
+        the base policy's."""
+        return self._applied[self._first(session)]
 
     @property
     def names(self) -> list[str]:

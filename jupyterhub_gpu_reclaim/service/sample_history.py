@@ -53,6 +53,9 @@ class SampleHistory:
             policy: PolicyConfig | None = None) -> tuple[Sample, ...]:
         """The session's retained history with `sample` appended (a marker first after a gap),
         trimmed by the session's `policy` (default: the base policy)."""
+        if session.gpus <= 0:  # decided on its latest sample alone (retained_samples): none is kept
+            self._samples.pop(session.id, None)
+            return (sample,)
         started, kept = self._samples.get(session.id, (session.started, []))
         if started != session.started:
             kept = []  # a new instance under the same name

@@ -11,6 +11,7 @@ import asyncio
 import datetime as dt
 import logging
 import ssl
+import sys
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 from urllib.parse import urlencode
@@ -48,8 +49,10 @@ class HubServer:
 
     @property
     def session_id(self) -> str:
-        """"user/servername", the id observations.Session uses ("alice/" = default)."""
-        return f"{self.user}/{self.name}"
+        """"user/servername", the id observations.Session uses ("alice/" = default): one string
+        a session (interned), however often asked. The cycle's maps and the pages' status are
+        keyed by it; a copy each held 7 MiB at 20,000 servers."""
+        return sys.intern(f"{self.user}/{self.name}")
 
     @classmethod
     def from_models(cls, user: dict[str, Any], name: str, server: Any, keep_model: bool = True) -> HubServer:

@@ -21,9 +21,10 @@ import ipaddress
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from . import pod_facts
 from ..oneline import brief
@@ -32,6 +33,7 @@ from .node_gpus import EVERY_S, GpuCounts, read_gpu_capacity
 from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
+T = TypeVar("T", bound="str | None")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,7 @@ class PodInfo:
 
     @property
     def session_id(self) -> str:
-        return f"{self.user}/{self.server}"
+        return sys.intern(f"{self.user}/{self.server}")  # as HubServer.session_id
 
     @property
     def direct_url(self) -> str | None:
@@ -81,7 +83,7 @@ def pod_info(pod: Any) -> PodInfo:
     if not name:
         raise ValueError(f"a pod without a name: {brief(pod)}")
     labels, annotations = entry_field(meta, "labels", dict, {}), entry_field(meta, "annotations", dict, {})
-    identity = dict(namespace=entry_field(meta, "namespace", str, "", max_length=253), name=name,
+    identity = dict(namespace=_shared(entry_field(meta, "namespace", str, "", max_length=253)), name=name,
                     user=entry_field(annotations, USER_KEY, str) or entry_field(labels, USER_KEY, str, ""),
                     server=entry_field(annotations, SERVER_KEY, str) or entry_field(labels, SERVER_KEY, str, ""))
     try:
@@ -94,21 +96,27 @@ def pod_info(pod: Any) -> PodInfo:
         pod_ip = entry_field(status, "podIP", str, max_length=64)
         if pod_ip is not None:
             ipaddress.ip_address(pod_ip)  # probes go to it: an address, nothing else
-        phase = entry_field(status, "phase", str, "", max_length=64) or "Unknown"
+        phase = _shared(entry_field(status, "phase", str, "", max_length=64) or "Unknown")
         statuses = entry_objects(status, "containerStatuses")
         ready = (phase == "Running" and bool(pod_ip) and not meta.get("deletionTimestamp")
                  and bool(statuses) and all(entry_field(s, "ready", bool, False) for s in statuses))
         requests, gpu_type = pod_facts.gpu_requests(pod), pod_facts.gpu_type(pod)
         return PodInfo(
             **identity, gpus=sum(requests.values()), gpu_shared=pod_facts.gpu_shared(requests, gpu_type),
-            node=entry_field(spec, "nodeName", str, max_length=253), phase=phase, ready=ready,
+            node=_shared(entry_field(spec, "nodeName", str, max_length=253)), phase=phase, ready=ready,
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
             unschedulable=pod_facts.unschedulable(pod), keepalive_until=_keepalive(pod),
-            gpu_type=gpu_type, profile=pod_facts.profile(pod), gpu_wait=pod_facts.gpu_wait(pod),
+            gpu_type=_shared(gpu_type), profile=_shared(pod_facts.profile(pod)), gpu_wait=pod_facts.gpu_wait(pod),
         )
     except ValueError as e:  # ipaddress' errors are ValueErrors too
         return PodInfo(**identity, gpus=0, node=None, phase="Unknown", ready=False, pod_ip=None, port=None,
                        created=None, unschedulable=None, invalid=f"the pod {name}: {e}")
+
+
+def _shared(text: T) -> T:
+    """A value many pods have alike (namespace, node, phase, GPU type, profile) as one string
+    for all of them, not a copy each from its JSON (4 MiB at 20,000 pods)."""
+    return sys.intern(text) if isinstance(text, str) else text  # type: ignore[return-value]
 
 
 def _keepalive(pod: Any) -> dt.datetime | None:

@@ -5,6 +5,7 @@ ended records."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 
 from ..policy.observations import Decision
 from ..timestamps import utcnow
-from .engine import StoreBase, rowcount
+from .engine import ROWS_AT_ONCE, RowsRefused, StoreBase, rowcount
 from .reclaims import ReclaimRecord, reclaim_record
 from .schema import AuditRow, DecisionRow, ExemptionRow, IntentRow, ReclaimRow, WarningRow, aware, dumps
 
@@ -107,18 +108,27 @@ class HistoryStore(StoreBase):
                     for model, where in ended.items()}
 
     def record_decisions(self, decisions: Iterable[Decision], t: dt.datetime) -> int:
-        """Record the decisions of one cycle (in one transaction unless a session's row
-        fails: `_insert_by_session`); returns how many."""
+        """Record the decisions of one cycle, ROWS_AT_ONCE in one transaction (unless a
+        session's row fails: `_insert_by_session`); returns how many. The first cycle after a
+        start records every server's: 20,000 rows made at once took 40 MiB."""
         t = aware(t, "t")
-        rows: dict[str | None, list] = {}
-        for d in decisions:
-            rows.setdefault(d.session, []).append((DecisionRow, {
-                "t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
-                "reclaim_at": aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
-                "evidence": dumps(d.shown())}))
-        if rows:
-            self._insert_by_session("decisions", rows)
-        return sum(map(len, rows.values()))
+        n, refused = 0, {}
+        each = iter(decisions)
+        while chunk := list(itertools.islice(each, ROWS_AT_ONCE)):
+            rows: dict[str | None, list] = {}
+            for d in chunk:
+                rows.setdefault(d.session, []).append((DecisionRow, {
+                    "t": t, "session": d.session, "action": d.action, "rule": d.rule, "reason": d.reason,
+                    "reclaim_at": aware(d.reclaim_at, "reclaim_at") if d.reclaim_at else None,
+                    "evidence": dumps(d.shown())}))
+            n += len(chunk)
+            try:
+                self._insert_by_session("decisions", rows)
+            except RowsRefused as e:  # the other chunks go all the same
+                refused.update(e.refused)
+        if refused:
+            raise RowsRefused("decisions", refused)
+        return n
 
     def rules_between(self, since: dt.datetime, until: dt.datetime) -> list[RuleChange]:
         """Each recorded change of decision in [since, until], and for each session the last

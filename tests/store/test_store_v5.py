@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session
 from jupyterhub_gpu_reclaim.policy.observations import Warning as Warned
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.store import schema as store_mod
-from jupyterhub_gpu_reclaim.store.engine import RowsRefused
+from jupyterhub_gpu_reclaim.store.engine import ROWS_AT_ONCE, RowsRefused
 from jupyterhub_gpu_reclaim.store.schema import ESCAPE
 
 from ..support.clock import START, at
@@ -104,6 +104,18 @@ def test_rows_the_store_refuses_keep_only_their_own_session_out(store):
     assert store.session_stopped(odd, at(2)) is False and store.close_episode(odd, t=at(2)) == 0
     with pytest.raises(sa.exc.StatementError, match="cannot be stored: it is not valid Unicode"):
         store.set_intent(odd, at(60), at(1))
+
+
+def test_decisions_of_more_servers_than_one_transaction_holds_keep_only_a_refused_one_out(store):
+    """A first cycle records every server's decision, ROWS_AT_ONCE to a transaction: a
+    session refused in the second of three keeps out only its own row, the rows of the
+    first and the third are written, in order."""
+    sids = [f"u{i:05d}/" for i in range(2 * ROWS_AT_ONCE + 10)]
+    odd = sids[ROWS_AT_ONCE + 3] = "mallory/\ud800"
+    with pytest.raises(RowsRefused) as refused:
+        store.record_decisions([Decision(sid, "keep", "idle-culler", "inactive") for sid in sids], at(1))
+    assert set(refused.value.refused) == {odd}
+    assert decided_sessions(store) == [sid for sid in sids if sid != odd]
 
 
 def test_a_row_the_database_refuses_keeps_only_its_own_session_out(store):

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
+from jupyterhub_gpu_reclaim.policy.observations import Decision
 from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus
 from jupyterhub_gpu_reclaim.settings import ServiceSettings
 from jupyterhub_gpu_reclaim.web.admin_view import admin_data
@@ -110,7 +111,8 @@ def test_admin_page_escapes_names():
 
 
 def test_admin_page_shows_each_sessions_policy_rule_escaped():
-    ruled = info(session="bob/", user="bob", policy_rule='gpu-<b>short</b>', evidence={"policy_rule": "x"})
+    ruled = info(session="bob/", user="bob", policy_rule='gpu-<b>short</b>',
+                 decision=Decision("bob/", "keep", "gpu-active", "", policy_rule="x", under_rules=True))
     page = render_admin(False, [info(), ruled])
     assert page.count('class="policy-rule"') == 1  # alice has the base policy: no badge
     assert "rules: gpu-&lt;b&gt;short&lt;/b&gt;" in page and "<b>short" not in page

@@ -158,14 +158,20 @@ def _run_release(args: argparse.Namespace, chart: Path, workdir: Path, password:
         sim.stop()  # the release's pods with it
 
 
-def _prometheus(workdir: Path, sim: Child, port: int | None = None) -> demo_prometheus.DemoPrometheus | None:
+def _prometheus(workdir: Path, sim: Child, port: int | None = None,
+                doorway: Doorway | None = None) -> demo_prometheus.DemoPrometheus | None:
     """The demo's Prometheus (demo_prometheus), or None where Debian's is not installed (said
-    so); RuntimeError when it does not start."""
+    so); RuntimeError when it does not start. Its address is said as this machine's programs
+    reach it (through `doorway`, where the demo has a network namespace of its own)."""
     if reason := demo_prometheus.unavailable():
         print(f"demo: no Prometheus ({reason}): the usage report shows only the service's own record.", flush=True)
         return None
     prometheus = demo_prometheus.start(workdir, sim.info["metrics"], sim.info["kubeconfig"], _kubectl(), port)
-    print(f"Prometheus (the usage report's history): {prometheus.url}", flush=True)
+    shown = prometheus.url
+    if doorway is not None:
+        doorway.open(doorway.prometheus, prometheus.url)
+        shown = f"http://127.0.0.1:{doorway.prometheus.port}"
+    print(f"Prometheus (the usage report's history): {shown}", flush=True)
     return prometheus
 
 
@@ -182,7 +188,7 @@ class Doorway:
     route), and the browser and kubectl come in through these ports."""
 
     def __init__(self, hub_port: int) -> None:
-        self.hub, self.api = Relay(hub_port), Relay(0)  # bound here, outside
+        self.hub, self.api, self.prometheus = Relay(hub_port), Relay(0), Relay(0)  # bound here, outside
         namespace.enter()  # this thread; the programs it starts, and the relays' thread, follow
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="doorway", daemon=True).start()
@@ -213,7 +219,7 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
     hub = prometheus = None
     try:
         try:
-            prometheus = _prometheus(workdir, sim)
+            prometheus = _prometheus(workdir, sim, doorway=doorway)
         except RuntimeError as e:
             print(f"demo: Prometheus did not start: {e}", file=sys.stderr)
             return 1

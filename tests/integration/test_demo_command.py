@@ -10,22 +10,47 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import pytest
 
-from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.launch import free_port
+from gpu_reclaim_sim.network import namespace
+from gpu_reclaim_sim.z2jh import release as z2jh
+
+from ..support.sim_cluster import KUBECTL
 
 pytestmark = pytest.mark.integration
 
 PASSWORD = "demo-password"
+T = TypeVar("T")
 
 
-def get(url: str, token: str | None = None) -> tuple[int, str]:
+def outside(call: Callable[[], T]) -> T:
+    """`call()` in the network namespace the test worker was started in (the machine's, where a
+    person runs `make demo`), on a thread of its own: a network namespace is per thread."""
+    origin = namespace.origin()
+    assert origin is not None, "the test worker runs in a network namespace of its own"
+    result: list[T] = []
+
+    def run() -> None:
+        namespace.join(origin)
+        result.append(call())
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert result, "the call outside failed (its error is above)"
+    return result[0]
+
+
+def get(url: str, token: str | None = None, *, from_outside: bool = False) -> tuple[int, str]:
+    if from_outside:
+        return outside(lambda: get(url, token))
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
     try:
         with urllib.request.urlopen(request, timeout=5) as r:
@@ -39,13 +64,17 @@ def get(url: str, token: str | None = None) -> tuple[int, str]:
 class Demo:
     """`jupyterhub-gpu-reclaim-sim demo ARGS` with its output in `out`."""
 
-    def __init__(self, tmp_path: Path, *args: str) -> None:
+    def __init__(self, tmp_path: Path, *args: str, from_outside: bool = False) -> None:
+        """With `from_outside`, started in the machine's network namespace, as a person starts it."""
         self.out = tmp_path / "demo.out"
         self.data = tmp_path / "demo"
+        self.from_outside = from_outside
         cmd = [sys.executable, "-m", "gpu_reclaim_sim", "demo", "--data-dir", str(self.data),
                "--password", PASSWORD, *args]
+        origin = namespace.origin()
         with open(self.out, "wb") as f:
-            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         preexec_fn=(lambda: namespace.join(origin)) if from_outside and origin else None)
 
     def text(self) -> str:
         return self.out.read_text()
@@ -57,7 +86,7 @@ class Demo:
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.text()
             if m := re.search(r"Log in at (http://\S+)/hub/login", self.text()):
-                status, metrics = get(f"{m.group(1)}/services/gpu-reclaim/metrics")
+                status, metrics = get(f"{m.group(1)}/services/gpu-reclaim/metrics", from_outside=self.from_outside)
                 if status == 200 and 'jupyterhub_gpu_reclaim_cycles_total{result="ok"}' in metrics:
                     return m.group(1), metrics
             time.sleep(1)
@@ -103,12 +132,23 @@ def test_demo_installs_the_z2jh_release(tmp_path):
 
 
 def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
-    port = free_port()
-    demo = Demo(tmp_path, "--chart", str(tmp_path / "no-chart"), "--port", str(port))
+    """Started from the machine's network namespace, as a person starts it: its hub runs in the
+    cluster's own namespace with the pods (a pod's address is never sent out by the machine's
+    default route), and the browser and kubectl come in through ports of the machine's loopback."""
+    port = outside(free_port)
+    demo = Demo(tmp_path, "--chart", str(tmp_path / "no-chart"), "--port", str(port), from_outside=True)
+
+    def get(url: str, token: str | None = None) -> tuple[int, str]:  # as the machine's browser
+        return globals()["get"](url, token, from_outside=True)
+
     try:
         url, metrics = demo.running()
         assert url == f"http://127.0.0.1:{port}"
         text = demo.text()
+        kubeconfig = re.search(r"KUBECONFIG=(\S+kubeconfig-outside) ", text).group(1)
+        nodes = outside(lambda: subprocess.run([str(KUBECTL), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "name"],
+                                               capture_output=True, text=True, timeout=60))
+        assert nodes.stdout.split() == ["node/cpu-1", "node/gpu-1", "node/gpu-2"], nodes.stderr
         assert (f"demo: not installing the Zero to JupyterHub release: the z2jh chart is not at "
                 f"{tmp_path / 'no-chart'}") in text
         assert "The demo is running" in text and PASSWORD in text

@@ -55,7 +55,7 @@ log = logging.getLogger("gpu_reclaim_sim.cluster")
 NAMESPACE_READY_S = 60.0
 NAMESPACE_GONE_S = 120.0
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")  # the API server's own
-STOP_S = NAMESPACE_GONE_S + 30  # what a run may take to stop on a shared control plane (launch.Child.stop's grace)
+STOP_S = 60.0  # what a run may take to stop on a shared control plane (launch.Child.stop's grace)
 NO_NAMESPACE = ("not root: the cluster stays on this machine's loopback. Pods get loopback addresses, "
                 "which the real API server refuses in EndpointSlices, so Services have no endpoints; "
                 "run as root for a network namespace of the run's own")
@@ -184,23 +184,18 @@ class Cluster:
             await _gone(core, name)
 
     async def _leave(self, admin: k8s.ApiClient) -> None:
-        """What the run added taken away: its namespaces with all in them, while its nodes still
-        run their pods' ends (the namespace controller deletes the pods; the node agent stops
-        them), and its priority classes. Namespaces it found (`default`) keep what is in them."""
+        """What the run added taken away: its pods at once (their processes end with the node
+        agent), then its namespaces with the rest of what is in them, which the namespace
+        controller empties without the run (the next run on the plane waits for that, `_clear`),
+        and its priority classes. Namespaces it found (`default`) keep what is in them."""
         core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
         namespaces = [name for kind, name in self._made if kind == "namespace"]
         for name in namespaces:
+            await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
             await _deleted(core.delete_namespace(name))
         for name in (name for kind, name in self._made if kind == "priorityclass"):
             await _deleted(scheduling.delete_priority_class(name))
-        try:
-            async with asyncio.timeout(NAMESPACE_GONE_S):
-                for name in namespaces:
-                    await _gone(core, name)
-        except TimeoutError:
-            log.warning("namespaces %s not gone after %.0f s: the next run waits for them", namespaces, NAMESPACE_GONE_S)
-        else:
-            log.info("namespaces %s deleted", namespaces)
+        log.info("namespaces %s being deleted, their pods gone", namespaces)
 
     def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
         """Where a connection to `published` goes: its Service's load-balancer address, else its

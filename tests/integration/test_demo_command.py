@@ -180,7 +180,8 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
                 raise AssertionError((job, status, body))
         status, body = get(f"{prometheus}/api/v1/query?query=DCGM_FI_DEV_GPU_UTIL")
         assert status == 200 and json.loads(body)["data"]["result"], body
-        assert prometheus in hub_log  # the service's settings at its start
+        # the service's settings at its start: its Prometheus inside, at an address of its own
+        assert re.search(r"prometheus_url = 'http://127\.0\.0\.1:\d+'", hub_log) and prometheus not in hub_log
     finally:
         code = demo.stop()
     assert code == 0, demo.text()[-3000:]

@@ -144,7 +144,10 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
     try:
         url, metrics = demo.running()
         assert url == f"http://127.0.0.1:{port}"
-        text = demo.text()
+        for _ in range(60):  # the story's end, which may come after the service's first cycle
+            if "Press Ctrl-C to stop." in (text := demo.text()):
+                break
+            time.sleep(1)
         kubeconfig = re.search(r"KUBECONFIG=(\S+kubeconfig-outside) ", text).group(1)
         nodes = outside(lambda: subprocess.run([str(KUBECTL), "--kubeconfig", kubeconfig, "get", "nodes", "-o", "name"],
                                                capture_output=True, text=True, timeout=60))

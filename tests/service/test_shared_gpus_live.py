@@ -93,7 +93,7 @@ def decisions(hub, session: str) -> list:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def scene(hub, sim, webhook):
     """Sets the scene; yields (api, what was seen on the way) once mia and tia are
-    reclaimed and nia runs; then stops every server."""
+    reclaimed and nia trains on the freed MIG instance; then stops every server."""
     tasks: list[asyncio.Task] = []
     seen: dict = {}
 
@@ -130,6 +130,9 @@ async def scene(hub, sim, webhook):
             seen["exporter"] = exporter(sim)
             await until(lambda: webhook.events("mia/", "reclaim"), 90, "mia's reclaim notice")
             seen["nia_progress"] = await progress
+            # nia trains on the instance she got: kept, whenever tia's reclaim comes (her
+            # never-used clock runs from her request, and the queue took part of it)
+            await api.run_code("nia", TRAIN.format(block=False))
             await until(lambda: webhook.events("tia/", "reclaim"), 90, "tia's reclaim notice")
             yield api, seen
         finally:

@@ -65,6 +65,9 @@ def cluster(control_plane: ControlPlane, tmp_path_factory) -> Iterator[tuple[k8s
     docs = release.render(release.BASE)
     api = admin_api(control_plane)
     core = k8s.CoreV1Api(api)
+    # an earlier module's run on this worker's control plane may still be emptying its own `jhub`
+    wait_for(lambda: NS not in {n.metadata.name for n in core.list_namespace().items}, "an earlier jhub gone",
+             timeout=120)
     core.create_namespace({"metadata": {"name": NS}})
     wait_for(lambda: core.list_namespaced_service_account(NS, field_selector="metadata.name=default").items,
              "the namespace's default ServiceAccount")  # no pod is admitted before it

@@ -74,7 +74,8 @@ async def test_second_gpu_user_waits_until_first_stops(api, sim):
     while time.monotonic() < deadline:
         p = pod(sim, "jupyter-carol")
         cond = {c["type"]: c for c in (p or {}).get("status", {}).get("conditions", [])}
-        if cond.get("PodScheduled", {}).get("reason") == "Unschedulable":
+        # (its first attempt may find the home's claim not yet bound: then it tries again)
+        if "Insufficient nvidia.com/gpu" in cond.get("PodScheduled", {}).get("message", ""):
             break
         await asyncio.sleep(0.5)
     assert p["status"]["phase"] == "Pending"

@@ -71,31 +71,30 @@ def service_settings(app: GpuReclaim) -> ServiceSettings:
     frozen; ConfigError names the first bad one. The Application is a ServiceSettings: its
     options are handed over as they were configured, not copied."""
     app.rules = app.load_policy_rules(app.policy_config())
-    s: ServiceSettings = app
-    if not s.url:
+    if not app.url:
         raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
-    if not s.url.startswith(("http://", "https://")):
-        raise ConfigError(f"--url must be an http(s) URL, got {s.url!r}")
-    if not s.api_token:
+    if not app.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must be an http(s) URL, got {app.url!r}")
+    if not app.api_token:
         raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
-    for u in [s.prometheus_url, *s.dcgm_exporter_urls]:
+    for u in [app.prometheus_url, *app.dcgm_exporter_urls]:
         if u and not u.startswith(("http://", "https://")):
             raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
-    if s.bind_url:
-        parts = urlsplit(s.bind_url)
+    if app.bind_url:
+        parts = urlsplit(app.bind_url)
         try:
             port = parts.port
         except ValueError:  # not a number, or out of range
             port = None
         if parts.scheme != "http" or not parts.hostname or not port:
-            raise ConfigError(f"--bind-url must be http://IP:PORT, got {s.bind_url!r}")
+            raise ConfigError(f"--bind-url must be http://IP:PORT, got {app.bind_url!r}")
     try:
-        make_notifiers(s.notifiers)
+        make_notifiers(app.notifiers)
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-    s.ssl_context = _ssl_context(s.internal_certs_location) if s.ssl_enabled else None
-    s.freeze()
-    return s
+    app.ssl_context = _ssl_context(app.internal_certs_location) if app.ssl_enabled else None
+    app.freeze()
+    return app
 
 
 def _criteria(match: Match) -> str:

@@ -85,7 +85,7 @@ class PolicyConfig:
             )
         # every duration by its declared type (none listed again here); only stale_after must be > 0
         for name, kind in SETTING_TYPES.items():
-            if kind == dt.timedelta or kind == dt.timedelta | None and getattr(self, name) is not None:
+            if kind == dt.timedelta or (kind == dt.timedelta | None and getattr(self, name) is not None):
                 positive(name, allow_zero=name != "stale_after")
         if self.never_used_warn_after > self.never_used_reclaim_after:
             raise ValueError("never_used_warn_after must not exceed never_used_reclaim_after")

@@ -24,8 +24,9 @@ defaults `policy.config.PolicyConfig`'s, which `policy_config` makes of them in 
 `GpuReclaim` is both, so they are its options as they are, and adds what only it knows
 (defaults read from the environment, checks, the command-line aliases and flags). A bad
 setting raises :class:`~.errors.ConfigError` (`command_line` reads the command line and the
-file). `launcher.run_app` checks them, hands the service one read-only `ServiceSettings` and
-maps errors to exit statuses; nothing that runs the service sees this Application.
+file). `launcher.run_app` checks them, sets the policy's rules and the TLS context, freezes
+this Application and hands it to the service as the `ServiceSettings` it is (what runs the
+service never imports it), and maps errors to exit statuses.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Starting the reclaim service: settings → `ServiceSettings` → the running service.
+"""Starting the reclaim service: settings → the running service.
 
 `run_app(argv)` is what ``jupyterhub-gpu-reclaim`` runs without a subcommand. It reads the
 settings (`application.GpuReclaim`: command line, then config file), checks what can be checked
-before running, logs them without secrets, and hands the service a typed,
-read-only `settings.ServiceSettings`. As jupyterhub-idle-culler's ``IdleCuller.start()`` hands plain values
-to ``cull_idle``, nothing past this point sees the traitlets Application: `build` wires a
-`Reclaimer` to the real signals from the settings, `serve` runs its cycles.
+before running, logs them without secrets, and hands the service the Application itself as
+the `settings.ServiceSettings` it is, frozen (read-only): as in JupyterHub and
+jupyterhub-idle-culler, an option is read from the object it was configured on, in one hop.
+What runs the service types it as a `ServiceSettings` and never imports the Application:
+`build` wires a `Reclaimer` to the real signals from the settings, `serve` runs its cycles.
 
 Exit status: 2 for bad settings (`ConfigError`: one line on stderr, no traceback), 1 when
 the service cannot run (`ServiceError`), 0 otherwise (e.g. ``--generate-config``).
@@ -65,33 +66,35 @@ def _ssl_context(location: str) -> ssl.SSLContext:
 
 
 def service_settings(app: GpuReclaim) -> ServiceSettings:
-    """The settings `app` describes (its ServiceSettings options, the policy and its rules),
-    checked as far as they can be before running; ConfigError names the first bad one."""
-    s = ServiceSettings.of(app, rules=app.load_policy_rules(app.policy_config()))
-    if not s.url:
+    """`app` as the service reads it: its options checked as far as they can be before
+    running, what derives from them set (the policy and its rules, the TLS context), then
+    frozen; ConfigError names the first bad one. The Application is a ServiceSettings: its
+    options are handed over as they were configured, not copied."""
+    app.rules = app.load_policy_rules(app.policy_config())
+    if not app.url:
         raise ConfigError("no hub API URL: pass --url or set JUPYTERHUB_API_URL")
-    if not s.url.startswith(("http://", "https://")):
-        raise ConfigError(f"--url must be an http(s) URL, got {s.url!r}")
-    if not s.api_token:
+    if not app.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must be an http(s) URL, got {app.url!r}")
+    if not app.api_token:
         raise ConfigError("JUPYTERHUB_API_TOKEN is not set (the service's hub API token)")
-    for u in [s.prometheus_url, *s.dcgm_exporter_urls]:
+    for u in [app.prometheus_url, *app.dcgm_exporter_urls]:
         if u and not u.startswith(("http://", "https://")):
             raise ConfigError(f"GPU source URLs must be http(s) URLs, got {u!r}")
-    if s.bind_url:
-        parts = urlsplit(s.bind_url)
+    if app.bind_url:
+        parts = urlsplit(app.bind_url)
         try:
             port = parts.port
         except ValueError:  # not a number, or out of range
             port = None
         if parts.scheme != "http" or not parts.hostname or not port:
-            raise ConfigError(f"--bind-url must be http://IP:PORT, got {s.bind_url!r}")
+            raise ConfigError(f"--bind-url must be http://IP:PORT, got {app.bind_url!r}")
     try:
-        make_notifiers(s.notifiers)
+        make_notifiers(app.notifiers)
     except (TypeError, ValueError, KeyError) as e:
         raise ConfigError(f"--notifiers: {type(e).__name__}: {e}") from None
-    s.ssl_context = _ssl_context(s.internal_certs_location) if s.ssl_enabled else None
-    s.freeze()
-    return s
+    app.ssl_context = _ssl_context(app.internal_certs_location) if app.ssl_enabled else None
+    app.freeze()
+    return app
 
 
 def _criteria(match: Match) -> str:

@@ -4,10 +4,10 @@ Each option is declared once, where it is read: a trait of `ServiceSettings` (ki
 default, help text), in command-line order, tagged `idle_culler` for jupyterhub-idle-culler
 2.0's and `command_line=False` for those of the config file only. `application.GpuReclaim`
 is a `ServiceSettings`, so these are its options as they are (``c.GpuReclaim.timeout``,
-``--timeout``); the launcher hands the service a `ServiceSettings` of its values
-(`ServiceSettings.of`): the cycle and the web pages read the options they need from it, typed,
-and never see the traitlets Application. `ServiceSettings()` is the service as configured by
-default.
+``--timeout``), and it is what the service reads: the launcher sets what it derives from them
+(`rules`, `ssl_context`), freezes it and hands it to the cycle and the web pages, which read
+the options they need from it, typed, as a `ServiceSettings` (they never import the
+Application). `ServiceSettings()` is the service as configured by default.
 
 A few defaults come from the environment (JUPYTERHUB_API_URL and friends); the
 Application computes those (``@default`` in application.py), and their help says so.
@@ -83,11 +83,6 @@ class ServiceSettings(HasTraits):
     def _rules_default(self) -> PolicyRules:
         return PolicyRules(PolicyConfig())
 
-    @classmethod
-    def of(cls, options: ServiceSettings, **derived: Any) -> ServiceSettings:
-        """A ServiceSettings of the values `options` (the Application) holds, with `derived`."""
-        return cls(**{name: getattr(options, name) for name in declared_options(ServiceSettings)}, **derived)
-
     def freeze(self) -> None:
         """From now on no option can be set: what the service was started with stays (the
         launcher freezes what it hands the service)."""
@@ -115,14 +110,14 @@ class ServiceSettings(HasTraits):
         number of API requests we have outstanding at any given time. 0: no limit.
         """)).tag(config=True, idle_culler=True)
 
-    cull_admin_users = Bool(True, help=option_help("""
+    cull_admin_users = Bool(PolicyConfig.cull_admin_users, help=option_help("""
         Whether admin users should be culled (only if --cull-users=true).
 
         As in jupyterhub-idle-culler 2.0 this only concerns deleting users: admins'
         servers are stopped like anyone's.
         """)).tag(config=True, idle_culler=True)
 
-    cull_default_servers = Bool(True, help=option_help("""
+    cull_default_servers = Bool(PolicyConfig.cull_default_servers, help=option_help("""
         Whether default servers should be culled (only if --cull-default-servers=true).
 
         Applies to idle-culler's timeout rule for servers without GPUs.
@@ -163,7 +158,7 @@ class ServiceSettings(HasTraits):
         Default: half of --timeout, as in jupyterhub-idle-culler.
         """)).tag(config=True, idle_culler=True)
 
-    cull_named_servers = Bool(True, help=option_help("""
+    cull_named_servers = Bool(PolicyConfig.cull_named_servers, help=option_help("""
         Whether named servers should be culled (only if --cull-named-servers=true).
 
         Applies to idle-culler's timeout rule for servers without GPUs.

@@ -83,17 +83,10 @@ class PolicyConfig:
             raise ValueError(
                 f"gpu_idle_threshold must be a percent in (0, 100], got {self.gpu_idle_threshold!r}"
             )
-        for name in (
-            "never_used_warn_after", "never_used_reclaim_after", "idle_warn_after",
-            "idle_reclaim_after", "warning_lead", "max_keepalive", "cpu_timeout",
-            "intent_grace", "bridge_gaps_up_to", "unattended_warn_after", "unattended_reclaim_after",
-            "cpu_work_warn_after", "cpu_work_reclaim_after",
-        ):
-            positive(name)
-        positive("stale_after", allow_zero=False)
-        for name in ("max_age", "cpu_max_age"):
-            if getattr(self, name) is not None:
-                positive(name)
+        # every duration by its declared type (none listed again here); only stale_after must be > 0
+        for name, kind in SETTING_TYPES.items():
+            if kind == dt.timedelta or (kind == dt.timedelta | None and getattr(self, name) is not None):
+                positive(name, allow_zero=name != "stale_after")
         if self.never_used_warn_after > self.never_used_reclaim_after:
             raise ValueError("never_used_warn_after must not exceed never_used_reclaim_after")
         if self.idle_warn_after > self.idle_reclaim_after:

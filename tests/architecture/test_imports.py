@@ -3,9 +3,9 @@ that imports inside functions and under `if TYPE_CHECKING:` count as well as tho
 of a module: no import circle anywhere in the package; the layers (folders) import downwards
 only: policy/ only the shared leaves; signals/, store/, replay/ never the service, web/ or
 the spawner; the pod facts have one home (signals/pod_facts.py); store/ never replay/;
-report/ only signals/, policy/ and the leaves; nothing that runs the service sees the
-traitlets Application of the settings; and the product never imports the simulator
-(gpu_reclaim_sim, test and demo infrastructure).
+report/ only signals/, policy/ and the leaves; nothing that runs the service imports the
+traitlets Application of the settings (it reads it as a ServiceSettings); and the product
+never imports the simulator (gpu_reclaim_sim, test and demo infrastructure).
 
     python -m pytest tests/architecture/test_imports.py
 """
@@ -55,8 +55,8 @@ def test_circles_are_found():
 
 def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     """config (the traitlets Application) imports declarations only; the service, its
-    signals, actions, store, notices and web pages never see the Application: the
-    launcher hands them one read-only settings.ServiceSettings, which they read."""
+    signals, actions, store, notices and web pages never import the Application: the
+    launcher hands it to them as the read-only settings.ServiceSettings it is, which they read."""
     graph = import_graph(PACKAGE)
     settings = {f"{NAME}.application", f"{NAME}.launcher"}
     assert not reachable(graph, f"{NAME}.application") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))

@@ -18,7 +18,7 @@ from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
 from jupyterhub_gpu_reclaim.oneline import LogFormatter
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig, option_of
-from jupyterhub_gpu_reclaim.settings import declared_options
+from jupyterhub_gpu_reclaim.settings import ServiceSettings, declared_options
 
 from ..support.apps import culler, parse
 
@@ -427,9 +427,9 @@ def test_the_services_log_is_one_line_per_record():
     assert "    ValueError: bad answer" in lines and "    [I 2026-01-01 00:00:00.000 forged] yes" in lines
 
 
-def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
-    """run_app hands the service plain values (a read-only ServiceSettings), as idle-culler's
-    IdleCuller.start() hands them to cull_idle; their repr holds no secret."""
+def test_the_service_reads_the_options_it_was_configured_with(monkeypatch):
+    """run_app hands the service the Application it configured, as the read-only
+    ServiceSettings it is (one hop: no copy of the options); their repr holds no secret."""
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", TOKEN)
     seen = []
 
@@ -438,6 +438,7 @@ def test_the_service_gets_typed_settings_without_the_application(monkeypatch):
 
     assert run_app(Z2JH_ARGV + ["--store-url=postgresql://reclaim:s3cret@db/reclaim"], run=run) == 0
     (settings,) = seen
+    assert isinstance(settings, GpuReclaim) and isinstance(settings, ServiceSettings)
     assert settings.policy.cpu_timeout == dt.timedelta(hours=1)
     assert settings.cycle_interval == dt.timedelta(seconds=600)
     assert settings.cull_users is True and settings.remove_named_servers is True

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from . import demo_prometheus
 from . import release as z2jh
@@ -167,10 +167,7 @@ def _prometheus(workdir: Path, sim: Child, port: int | None = None,
         print(f"demo: no Prometheus ({reason}): the usage report shows only the service's own record.", flush=True)
         return None
     prometheus = demo_prometheus.start(workdir, sim.info["metrics"], sim.info["kubeconfig"], _kubectl(), port)
-    shown = prometheus.url
-    if doorway is not None:
-        doorway.open(doorway.prometheus, prometheus.url)
-        shown = f"http://127.0.0.1:{doorway.prometheus.port}"
+    shown = doorway.open(doorway.prometheus, prometheus.url) if doorway is not None else prometheus.url
     print(f"Prometheus (the usage report's history): {shown}", flush=True)
     return prometheus
 
@@ -188,16 +185,19 @@ class Doorway:
     route), and the browser and kubectl come in through these ports."""
 
     def __init__(self, hub_port: int) -> None:
-        self.hub, self.api, self.prometheus = Relay(hub_port), Relay(0), Relay(0)  # bound here, outside
+        # bound here, outside
+        self.hub, self.api, self.prometheus, self.metrics = Relay(hub_port), Relay(0), Relay(0), Relay(0)
         namespace.enter()  # this thread; the programs it starts, and the relays' thread, follow
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="doorway", daemon=True).start()
 
-    def open(self, relay: Relay, url: str) -> None:
-        """Connections to `relay`'s port go to `url`'s host and port, inside."""
+    def open(self, relay: Relay, url: str) -> str:
+        """Connections to `relay`'s port go to `url`'s host and port, inside; `url` as this
+        machine's programs reach it."""
         inside = urlsplit(url)
         asyncio.run_coroutine_threadsafe(relay.start(inside.hostname or "127.0.0.1", inside.port or 0),
                                          self._loop).result(10)
+        return urlunsplit(inside._replace(netloc=f"127.0.0.1:{relay.port}"))
 
     def kubeconfig(self, sim: Child) -> Path:
         """The cluster's kubeconfig for programs outside (kubectl), by the API's relay."""
@@ -229,14 +229,14 @@ def _run_own_hub(args: argparse.Namespace, workdir: Path, password: str, stop: t
                              "GPU_RECLAIM_SERVICE_PORT": str(free_port()),
                              "GPU_RECLAIM_DCGM_URL": sim.info["metrics"],
                              "GPU_RECLAIM_PROMETHEUS_URL": prometheus.url if prometheus else ""})
-        url, kubeconfig = hub.info["url"], sim.info["kubeconfig"]
+        url, kubeconfig, metrics = hub.info["url"], sim.info["kubeconfig"], sim.info["metrics"]
         if doorway is not None:
-            doorway.open(doorway.hub, url)
-            url, kubeconfig = f"http://127.0.0.1:{public}", str(doorway.kubeconfig(sim))
+            url, kubeconfig = doorway.open(doorway.hub, url), str(doorway.kubeconfig(sim))
+            metrics = doorway.open(doorway.metrics, metrics)
         print(STORY.format(what="a simulated cluster with 4 GPUs, JupyterHub with GPUReclaimSpawner\nand the "
                                 "reclaim service", url=url, password=password,
                            gpu_1="1 × NVIDIA A100 (40 GB)", gpu_2="2 × NVIDIA A100 (40 GB)",
-                           log=workdir / "jupyterhub.log", metrics=sim.info["metrics"],
+                           log=workdir / "jupyterhub.log", metrics=metrics,
                            kubeconfig=kubeconfig, kubectl=_kubectl(),
                            values=DEMO_VALUES), flush=True)
         return _watch(stop, sim, hub, *([prometheus.child] if prometheus else []))

@@ -186,6 +186,10 @@ def test_demo_without_the_chart_says_so_and_runs_its_own_hub(tmp_path):
                 raise AssertionError((job, status, body))
         status, body = get(f"{prometheus}/api/v1/query?query=DCGM_FI_DEV_GPU_UTIL")
         assert status == 200 and json.loads(body)["data"]["result"], body
+        # and the exporter itself at the address the story gives, as this machine's browser reaches it
+        dcgm = re.search(r"dcgm-exporter's at (http://\S+?)\.\n", text).group(1)
+        status, body = get(dcgm)
+        assert status == 200 and "DCGM_FI_DEV_GPU_UTIL" in body, (dcgm, status)
         # the service's settings at its start: its Prometheus inside, at an address of its own
         assert re.search(r"prometheus_url = 'http://127\.0\.0\.1:\d+'", hub_log)
         assert (prometheus in hub_log) is not doorway

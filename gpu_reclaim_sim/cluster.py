@@ -44,6 +44,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.rest import ApiException
 
 from .controlplane.components import ControlPlane
+from .kubelet.nodes import GROUP_LABEL
 from .network import namespace
 from .network.relay import Outward, Relay
 from .nodeagent.agent import NodeAgent
@@ -150,6 +151,8 @@ class Cluster:
 
     async def _set_up(self, admin: k8s.ApiClient) -> None:
         core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
+        if self.control_plane is not None:
+            await self._clear_left_behind(core, scheduling)
         for name in self.scenario.namespaces:
             if self.control_plane is not None and name not in SYSTEM_NAMESPACES:
                 await self._clear(core, name)
@@ -167,6 +170,19 @@ class Cluster:
         apps = k8s.AppsV1Api(admin)
         for p in self.scenario.placeholders:
             await _create(apps.create_namespaced_stateful_set(p.namespace, userplaceholders.statefulset(p)))  # type: ignore[arg-type]
+
+    async def _clear_left_behind(self, core: k8s.CoreV1Api, scheduling: k8s.SchedulingV1Api) -> None:
+        """On a shared control plane, what an earlier run added and could not take away (killed):
+        its Nodes, which no agent runs yet the scheduler would place pods on until their Leases
+        expire, and its PriorityClasses (the API server refuses a second global default). One run
+        at a time uses a plane (docs/sim.md); its namespaces are cleared one by one (`_clear`)."""
+        left = [("node", n.metadata.name, core.delete_node)
+                for n in (await core.list_node(label_selector=GROUP_LABEL)).items]
+        left += [("priority class", pc.metadata.name, scheduling.delete_priority_class)
+                 for pc in (await scheduling.list_priority_class()).items if not pc.metadata.name.startswith("system-")]
+        for kind, name, delete in left:
+            log.warning("%s %s is an earlier run's, left behind: deleting it first", kind, name)
+            await _deleted(delete(name))
 
     async def _clear(self, core: k8s.CoreV1Api, name: str) -> None:
         """On a shared control plane, namespace `name` as no earlier run left it: one stopped

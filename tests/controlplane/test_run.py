@@ -28,8 +28,8 @@ from kubernetes import config as k8s_config
 
 from gpu_reclaim_sim.launch import Child, free_port, start_sim
 
-from ..support.controlplane import BUSYBOX, phases
-from ..support.sim_cluster import wait_for
+from ..support.controlplane import BUSYBOX, admin_api, busybox_pod, phases
+from ..support.sim_cluster import sim_running, wait_for
 
 SCENARIO = {
     "name": "real-run", "namespaces": ["jhub"], "mode": "process", "defaultImageSize": "10MB",
@@ -159,6 +159,31 @@ def test_sigterm_stops_every_process_the_run_started(run):
     assert run.stop() == 0
     for name, pid in pids.items():
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(), name
+
+
+def test_a_run_killed_on_a_shared_control_plane_leaves_the_next_run_no_node_or_namespace(control_plane, tmp_path):
+    """SIGKILL gives a run on the worker's control plane no chance to take its nodes, namespace
+    and priority classes away: the next run deletes them first (a second global default
+    PriorityClass is refused), and its pod runs on its own node, never on one nobody runs (the
+    scheduler would place it there until the node's Lease expired)."""
+    first = {**SCENARIO, "name": "killed", "nodeGroups": [{**SCENARIO["nodeGroups"][0], "name": "left"}]}
+    second = {**SCENARIO, "name": "next", "nodeGroups": [{**SCENARIO["nodeGroups"][0], "name": "next"}]}
+    core = k8s.CoreV1Api(admin_api(control_plane))
+    for name in ("killed", "next"):
+        (tmp_path / name).mkdir()
+    with sim_running(tmp_path / "killed", first, control_plane) as killed:
+        killed.proc.kill()
+        killed.proc.wait()
+    assert [n.metadata.name for n in core.list_node().items] == ["left-1"]  # left behind
+    left = core.read_namespace("jhub").metadata.uid
+    with sim_running(tmp_path / "next", second, control_plane) as run:
+        assert [n.metadata.name for n in core.list_node().items] == ["next-1"]
+        assert core.read_namespace("jhub").metadata.uid != left
+        log = run.log_tail(200)
+        for left_behind in ("node left-1", "priority class jhub-default-priority"):
+            assert f"{left_behind} is an earlier run's, left behind: deleting it first" in log
+        core.create_namespaced_pod("jhub", busybox_pod("after", "true", node="next-1"))
+        assert phases(core, "jhub", "after", "Succeeded")[-1] == "Succeeded"
 
 
 RELAYED = textwrap.dedent("""

@@ -69,6 +69,24 @@ def by_node(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return out
 
 
+def _product(node: Obj) -> str:
+    """The node's GPU product label (GPU feature discovery's), which says whether its plain
+    nvidia.com/gpu are time-sliced replicas (`pod_facts.gpu_kind`)."""
+    return str(((node.get("metadata") or {}).get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
+
+
+def gpus_by_kind(request: Mapping[str, int], node: Obj) -> dict[str, int]:
+    """A GPU request (profile_request) by kind (GPU_KINDS' keys, in its order; kinds it asks
+    none of left out) as `node` would give it: the same resource is a whole GPU on one node
+    and a shared one on another."""
+    out = dict.fromkeys(GPU_KINDS, 0)
+    for name, n in request.items():
+        kind = gpu_kind(name, _product(node))
+        if kind is not None:
+            out[kind] += n
+    return {k: n for k, n in out.items() if n}
+
+
 def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0,
              resources: Collection[str] | None = None) -> GpuRoom:
     """Free and total GPUs of each kind on the ready, schedulable nodes (of the GPU
@@ -81,7 +99,7 @@ def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0,
         if not affinity.is_ready(node) or (node.get("spec") or {}).get("unschedulable"):
             continue
         status, meta = node.get("status") or {}, node.get("metadata") or {}
-        product = str((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
+        product = _product(node)
         have = affinity.kube.resource_list(status.get("allocatable") or status.get("capacity"), skip_invalid=True)
         used = [affinity.pod_requests(p) for p in bound.get(meta.get("name", ""), ())
                 if (p.get("status") or {}).get("phase") not in affinity.TERMINAL_PHASES and _priority(p) >= priority]
@@ -137,24 +155,25 @@ def profile_room(profile: Mapping[str, Any], nodes: Mapping[str, Obj], pods: Seq
 
 
 def smaller_fit(pod: Obj, profiles: Sequence[Mapping[str, Any]], nodes: Mapping[str, Obj],
-                pods: Sequence[Obj]) -> tuple[Mapping[str, Any], int] | None:
+                pods: Sequence[Obj]) -> tuple[Mapping[str, Any], dict[str, int]] | None:
     """For a pod waiting for GPUs: the GPU profile asking for fewer that a node can take
-    now (the largest such), with its GPUs; None when none does. The smaller profile is
-    checked with the waiting pod's own placement (its node selector, tolerations and
-    required affinity: the same GPU product) and other requests, so it says no more than
-    the scheduler would do for it."""
+    now (the largest such), with its GPUs by kind on that node (gpus_by_kind: "1 MIG slice",
+    not "1 GPU"); None when none does. The smaller profile is checked with the waiting pod's
+    own placement (its node selector, tolerations and required affinity: the same GPU
+    product) and other requests, so it says no more than the scheduler would do for it."""
     spec = pod.get("spec") or {}
     wanted = messages.requested_gpus(pod)
     requests = {k: v for k, v in affinity.pod_requests(spec).items() if not is_gpu_resource(k)}
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
     bound = by_node(pods)
-    smaller = sorted(((p, n) for p in profiles if 0 < (n := profile_gpus(p)) < wanted), key=lambda pn: -pn[1])
-    for profile, gpus in smaller:
-        ask: dict[str, Fraction] = {**requests, **{k: Fraction(v) for k, v in profile_request(profile).items()}}
-        if any(affinity.can_take(node, ask, _priority(pod), bound.get(name, ()), spec.get("tolerations") or [],
+    smaller = sorted((p for p in profiles if 0 < profile_gpus(p) < wanted), key=lambda p: -profile_gpus(p))
+    for profile in smaller:
+        asked = profile_request(profile)
+        ask: dict[str, Fraction] = {**requests, **{k: Fraction(v) for k, v in asked.items()}}
+        for name, node in nodes.items():
+            if affinity.can_take(node, ask, _priority(pod), bound.get(name, ()), spec.get("tolerations") or [],
                                  spec.get("nodeSelector") or {}, required,
-                                 can_preempt=spec.get("preemptionPolicy") != "Never")
-               for name, node in nodes.items()):
-            return profile, gpus
+                                 can_preempt=spec.get("preemptionPolicy") != "Never"):
+                return profile, gpus_by_kind(asked, node)
     return None

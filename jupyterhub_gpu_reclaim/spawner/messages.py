@@ -32,12 +32,14 @@ def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, exp
             f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
 
 
-def smaller_fit_message(profile: str, gpus: int, home: str = "") -> str:
+def smaller_fit_message(profile: str, gpus: Mapping[str, int], home: str = "") -> str:
     """What a user waiting for more GPUs is offered when a smaller GPU profile would start at
-    once; with `home`, the hub's home page's URL, as HTML linking to it. The stop is the
+    once, its GPUs by kind (free_gpus.gpus_by_kind) as people read them ("1 MIG slice is free
+    now"); with `home`, the hub's home page's URL, as HTML linking to it. The stop is the
     hub's own (Stop My Server, with the hub's XSRF token; JupyterHub 5's spawn page has no
     stop button): a link that stopped the spawn would be a GET any page could send."""
-    free = f"{count(gpus, 'GPU')} {'is' if gpus == 1 else 'are'} free now: “{profile}” would start at once."
+    verb = "is" if sum(gpus.values()) == 1 else "are"
+    free = f"{in_words(gpus)} {verb} free now: “{profile}” would start at once."
     where = f'<a href="{html.escape(home)}">the hub\'s home page</a>' if home else "the hub's home page"
     return (html.escape(free, quote=False) if home else free) + (
         f" To take it, stop this request on {where} (Stop My Server) and start that profile.")

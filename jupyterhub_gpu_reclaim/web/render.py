@@ -142,6 +142,7 @@ def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
     reason = why_of(info, kind)
     return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind,
             "state_text": words.text(now), "why": reason.text(now) if reason else None,
+            "why_parts": reason.parts_json(now) if reason else None,
             "util_text": format_util(info.util_now),
             "spark_label": spark_label(info.spark, info.idle_threshold, SPARK_WINDOW)}
 

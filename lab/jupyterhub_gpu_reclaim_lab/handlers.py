@@ -30,7 +30,7 @@ from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
 from .saving import MAX_WAIT, SCHEMA, SaveRounds, Watcher, read_report
-from .stopped import NOTICE, SCHEMA as STOPPED_SCHEMA, StopNotice
+from .stopped import MAX_TEXT, NOTICE, SCHEMA as STOPPED_SCHEMA, StopNotice, why_parts
 
 
 log = logging.getLogger("jupyterhub_gpu_reclaim_lab")
@@ -156,6 +156,10 @@ class StatusHandler(Handler):
             session = {k: own.get(k) for k in SESSION_FIELDS}
             session["util"] = own.get("util_text") or ""
             session["idle_since"] = own.get("idle_since") if own.get("state") in IDLE_STATES else None
+            # why it is warned, the service's sentence, its times for the tab to write in its zone
+            why = own.get("why")
+            session["why"] = why[:MAX_TEXT] if isinstance(why, str) else None
+            session["why_parts"] = why_parts(own.get("why_parts"))
             session.update(sparkline(own))
         # the words come from the service, their one home, whatever version it runs
         self.finish({"available": True, "session": session, "keeps": answer.get("keeps") or "",

@@ -18,7 +18,7 @@ import { Widget } from '@lumino/widgets';
 
 import { localClock } from '../../static/localtime';
 import { SaveBeforeStop } from './saving';
-import { AfterStop } from './stopped';
+import { AfterStop, IPart } from './stopped';
 
 /** How often the state is read while the tab is shown (the service answers from memory; one cycle is ~30 s). */
 const POLL_MS = 10_000;
@@ -51,6 +51,8 @@ interface ISession {
   spark: (number | null)[]; // percent per slice of the service's window, oldest first
   spark_label: string; // "GPU utilization over the last 2 h, latest 3 %; idle below 1 %"
   idle_threshold: number | null; // percent, drawn dashed
+  why: string | null; // why it is warned, the service's sentence, its times in UTC
+  why_parts: IPart[]; // the same as words and times ([] from an older service)
 }
 
 interface IStatus {
@@ -131,6 +133,13 @@ export function sparkline(s: ISession): SVGSVGElement | null {
     }
   }
   return root;
+}
+
+/** Why the session is warned as plain text, each time written in the browser's zone (the
+ * service's `why_parts`; its `why`, times in UTC, from an older service); '' without one. */
+function whyText(s: ISession): string {
+  const parts = Array.isArray(s.why_parts) ? s.why_parts : [];
+  return parts.length ? parts.map(p => (p.time ? clock(p.time) : p.text)).join('') : s.why ?? '';
 }
 
 /** The status bar's text and hover text for a session (null: nothing to show). */
@@ -364,10 +373,15 @@ class GpuReclaim {
   }
 
   private warn(s: ISession): void {
+    // why, in the service's words of what was measured ("nothing has run on the GPU since
+    // 08:22", not "idle" for a GPU never used), its times in this browser's zone; the
+    // stop's time first: JupyterLab cuts a notification's message at 140 characters. What a
+    // stop keeps and loses is in the status bar item's hover text.
+    const why = whyText(s);
     const idle = s.idle_since ? `has been idle for ${ago(s.idle_since)}` : 'is not in use';
-    // short: JupyterLab cuts a notification's message at 140 characters; what a stop keeps
-    // and loses is in the status bar item's hover text
-    const message = `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used.`;
+    const message = why
+      ? `Your GPU server is stopped at ${clock(s.reclaim_at!)} unless it is used: ${why}.`
+      : `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used.`;
     // short labels: the three fit on one line at JupyterLab's toast width (25em); the
     // captions (hover text) say the rest
     const actions: Notification.IAction[] = [

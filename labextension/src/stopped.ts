@@ -17,7 +17,7 @@ export const STOPPED_EVENT = 'https://jupyterhub-gpu-reclaim.org/events/stopped'
 
 /** A part of the reason (the service's `Sentence.parts_json`): words, or a time as the service's
  * pages hold it in a `<time>` (ISO 8601 instant, its UTC text, UTC on hover, how long ago). */
-interface IPart {
+export interface IPart {
   text: string;
   time?: string;
   title?: string;

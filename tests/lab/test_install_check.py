@@ -35,3 +35,28 @@ def test_the_server_side_not_enabled_is_said_with_what_to_do(tmp_path):
 def test_the_frontend_missing_is_said(tmp_path, monkeypatch):
     monkeypatch.setattr(install_check, "jupyter_path", lambda *parts: [str(tmp_path)])
     assert install_check.problems() == [install_check.FRONTEND_MISSING.format(where=str(tmp_path))]
+
+
+def test_a_server_without_the_frontend_says_so_once_in_its_log(tmp_path):
+    """A real jupyter-server with the server side enabled and the frontend absent (the one
+    thing left out: `frontend_folder` finds none) says so once, as it loads the extension,
+    and starts."""
+    absent = ("import jupyterhub_gpu_reclaim_lab.install_check as c; c.frontend_folder = lambda: None; "
+              "from jupyter_server.serverapp import main; main()")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "run")}
+    server = subprocess.Popen([sys.executable, "-c", absent, "--ServerApp.ip=127.0.0.1", "--ServerApp.port=0",
+                               "--ServerApp.open_browser=False", "--allow-root", f"--ServerApp.root_dir={tmp_path}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    log: list[str] = []
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:  # until it has started (or exited: the lines end)
+            log.append(line)
+            if "is running at" in line:
+                break
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    said = [line for line in log if "jupyterhub-gpu-reclaim-lab: " in line]
+    assert len(said) == 1 and install_check.FRONTEND_MISSING.split("(")[0] in said[0], log
+    assert said[0].startswith("[W ") and any("is running at" in line for line in log), log

@@ -23,18 +23,20 @@ import asyncio
 import datetime as dt
 import re
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from playwright.async_api import Page, expect
 
+from jupyterhub_gpu_reclaim.timestamps import parse_time
 from jupyterhub_gpu_reclaim_lab import LABEXTENSION
 
 from ..support.live import LAB, api_fixture
 from ..support.service_hub import until
 from ..support.web_client import PREFIX, Client, start_web_hub, user_token
-from ..support.browser import CONTRAST, IMG, log_in, new_page, show
+from ..support.browser import CONTRAST, IMG, local_clock, log_in, new_page, show
 from ..support.lab_page import COUNT_POLLS, STATUS, WARNING, service_session, warned
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -178,6 +180,12 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
         "title", re.compile(r"A stop keeps files under your home directory; it loses running processes"))
     toast = alice.locator(".Toastify__toast", has_text=WARNING)
     await expect(toast).to_be_visible(timeout=30_000)
+    # why, in the service's words of what was measured (her GPU was never used: not "idle
+    # for"), its time in the browser's zone (here UTC: "13:22", not the API's "13:22 UTC (…)")
+    since = (await server_get(hub, api, "alice", "gpu-reclaim/status"))["session"]["idle_since"]
+    said = f"unless it is used: nothing has run on the GPU since {local_clock(parse_time(since), ZoneInfo('UTC'))}."
+    await expect(toast).to_contain_text(said)
+    await expect(toast).not_to_contain_text("idle for")
     await expect(toast.get_by_role("button", name="Keep until…")).to_be_visible()
     await expect(toast.get_by_role("button", name="Stop now")).to_be_visible()
     await alice.screenshot(path=str(IMG / "lab-notification.png"), animations="disabled")  # the toast in place

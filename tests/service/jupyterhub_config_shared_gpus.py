@@ -1,25 +1,13 @@
 # The service tests' hub (jupyterhub_config_service.py) on MIG and time-sliced GPUs
-# (test_shared_gpus_live.py): one profile asks for a MIG instance, the other for a replica
-# of a time-sliced GPU under its plain name, nvidia.com/gpu, on the nodes GPU feature
-# discovery labels `<model>-SHARED`; the tests' token gets the admin scope (the admin data).
+# (test_shared_gpus_live.py), with their profiles (tests/spawner/jupyterhub_config_gpu_kinds.py);
+# the tests' token gets the admin scope (the admin data).
 import os
 
-load_subconfig(os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests", "service", "jupyterhub_config_service.py"))  # noqa: F821
+_tests = os.path.join(os.environ["GPU_RECLAIM_REPO"], "tests")
+load_subconfig(os.path.join(_tests, "service", "jupyterhub_config_service.py"))  # noqa: F821
+load_subconfig(os.path.join(_tests, "spawner", "jupyterhub_config_gpu_kinds.py"))  # noqa: F821
 
 c = get_config()  # noqa: F821
-_toleration = [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
-
-
-def _profile(slug: str, name: str, resource: str, product: str) -> dict:
-    return {"slug": slug, "display_name": name, "kubespawner_override": {
-        "cpu_limit": 2, "mem_limit": "4G", "extra_resource_limits": {resource: "1"}, "tolerations": _toleration,
-        "node_selector": {"hub.jupyter.org/node-purpose": "user", "nvidia.com/gpu.product": product}}}
-
-
-c.KubeSpawner.profile_list = [
-    _profile("mig", "1 × A100 MIG 1g.10gb", "nvidia.com/mig-1g.10gb", "NVIDIA-A100-SXM4-80GB"),
-    _profile("sliced", "1 × T4, time-sliced", "nvidia.com/gpu", "Tesla-T4-SHARED"),
-]
 c.JupyterHub.custom_scopes["custom:gpu-reclaim:admin"] = {
     "description": "See and act on every GPU session on the GPU reclaim admin page"}
 next(r for r in c.JupyterHub.load_roles if r["name"] == "tests")["scopes"].append("custom:gpu-reclaim:admin")

@@ -28,27 +28,17 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpu_reclaim_sim.launch import start_sim
-from gpu_reclaim_sim.paths import DEFAULT_SCENARIO
 from jupyterhub_gpu_reclaim.store import Store
 
 from ..support.hubapi import HubAPI
 from ..support.web_client import PREFIX, Client
 from ..support.service_hub import HERE, start_service_hub, until
+from ..support.shared_gpu_nodes import A100, T4, shared_gpus_scenario
 from ..support.store_reads import decisions_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
 NS = "jhub"
-IMAGE = "quay.io/jupyterhub/singleuser:latest"
-GPU_NODE = {"count": 1, "cpu": "16", "memory": "64Gi", "gpus": 1, "images": [IMAGE],
-            "labels": {"hub.jupyter.org/node-purpose": "user"},
-            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
-NODE_GROUPS = [
-    {"name": "mig", **GPU_NODE, "gpuModel": "NVIDIA A100-SXM4-80GB", "gpuMemory": "80GiB",
-     "mig": {"profile": "1g.10gb", "perGpu": 2}},
-    {"name": "sliced", **GPU_NODE, "gpuModel": "Tesla T4", "gpuMemory": "16GiB", "timeSlicing": {"replicas": 2}},
-]
-A100, T4 = "NVIDIA-A100-SXM4-80GB", "Tesla-T4-SHARED"  # the profiles' nvidia.com/gpu.product
 # seconds: long enough for a kernel to start its work after its server is ready
 OPTIONS = {"never_used_warn_after": 18, "never_used_reclaim_after": 28,
            "idle_warn_after": 18, "idle_reclaim_after": 28, "warning_lead": 10, "stale_after": 10}
@@ -59,12 +49,8 @@ TRAIN = "from gpu_reclaim_sim.gpu import use_gpu; use_gpu(percent=90, seconds=90
 def sim(tmp_path_factory):
     """The demo's cluster (images, priority classes) with only the two shared GPU nodes."""
     workdir = tmp_path_factory.mktemp("sim")
-    scenario = yaml.safe_load(DEFAULT_SCENARIO.read_text())
-    scenario.pop("placeholders", None)
-    scenario.update(name="shared-gpus-live", bandwidth="2GB/s", gpu={"collectionInterval": "1s"},
-                    nodeGroups=NODE_GROUPS)
     path = workdir / "scenario.yaml"
-    path.write_text(yaml.safe_dump(scenario))
+    path.write_text(yaml.safe_dump(shared_gpus_scenario("shared-gpus-live")))
     child = start_sim(workdir, path)
     yield child
     child.stop()

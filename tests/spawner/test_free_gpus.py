@@ -5,7 +5,7 @@ own placement (its GPU product) allows it."""
 from __future__ import annotations
 
 from jupyterhub_gpu_reclaim.spawner.free_gpus import GpuRoom, ProfileRoom, gpu_room, profile_gpus, profile_room, smaller_fit
-from jupyterhub_gpu_reclaim.spawner.messages import profile_room_message, room_message
+from jupyterhub_gpu_reclaim.spawner.messages import profile_room_message, room_message, smaller_fit_message
 
 A100 = {"nvidia.com/gpu.product": "NVIDIA-A100"}
 
@@ -77,7 +77,7 @@ def test_a_smaller_profile_is_offered_only_where_it_fits_now():
     waiting = pod("carol", 2, selector=A100)
     pods = [pod("alice", 1, "a"), pod("bob", 1, "b"), waiting]
     fit = smaller_fit(waiting, PROFILES, nodes, pods)
-    assert fit is not None and fit[0]["slug"] == "gpu-1" and fit[1] == 1
+    assert fit is not None and fit[0]["slug"] == "gpu-1" and fit[1] == {"gpu": 1}
     # nothing free: nothing offered
     assert smaller_fit(waiting, PROFILES, nodes, [*pods, pod("dan", 1, "a"), pod("eve", 1, "b")]) is None
     # a free GPU of another product is not the waiting pod's to take
@@ -85,6 +85,26 @@ def test_a_smaller_profile_is_offered_only_where_it_fits_now():
     assert smaller_fit(waiting, PROFILES, other, [*pods, pod("dan", 1, "a"), pod("eve", 1, "b")]) is None
     # a user waiting for 1 GPU has no smaller GPU profile
     assert smaller_fit(pod("fay", 1, selector=A100), PROFILES, nodes, pods) is None
+
+
+def test_a_smaller_profile_is_offered_by_the_kind_the_node_would_give():
+    """The same resource is a whole GPU on one node and a time-sliced replica on another
+    (GPU feature discovery's -SHARED product): the offer names what the user would get."""
+    t4 = {"nvidia.com/gpu.product": "Tesla-T4-SHARED"}
+    sliced = [{"display_name": f"{n} × T4", "slug": f"t4-{n}",
+               "kubespawner_override": {"extra_resource_limits": {"nvidia.com/gpu": n}}} for n in (1, 2, 4)]
+    waiting = pod("tia", 4, selector=t4)
+    fit = smaller_fit(waiting, sliced, {"t4": node("t4", 4, t4)}, [pod("tom", 1, "t4"), waiting])
+    assert fit is not None and fit[0]["slug"] == "t4-2" and fit[1] == {"shared": 2}
+    assert smaller_fit_message("2 × T4", fit[1]).startswith("2 shared GPUs are free now: “2 × T4” would start")
+    mig = [{"display_name": f"{n} × MIG", "slug": f"mig-{n}",
+            "kubespawner_override": {"extra_resource_limits": {MIG: n}}} for n in (1, 2)]
+    waiting = pod("nia", 2, resource=MIG)
+    fit = smaller_fit(waiting, mig, {"mig": node("mig", 2, resource=MIG)}, [pod("m", 1, "mig", resource=MIG), waiting])
+    assert fit is not None and fit[1] == {"mig": 1}
+    assert smaller_fit_message("1 × MIG", fit[1], "/hub/home") == (
+        "1 MIG slice is free now: “1 × MIG” would start at once. To take it, stop this request on "
+        '<a href="/hub/home">the hub\'s home page</a> (Stop My Server) and start that profile.')
 
 
 def test_each_gpu_profile_says_whether_it_starts_now_on_the_nodes_it_may_use():

@@ -253,7 +253,8 @@ def _brightness(css_color: str) -> float:
 async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme):
     """The user and admin pages load the hub's own stylesheet (its Bootstrap, from the hub's
     static files), its rules apply to their buttons, and the browser's prefers-color-scheme
-    picks the hub's light or dark theme (the hub's darkmode.js). The home page's panel, the
+    picks the hub's light or dark theme (the hub's darkmode.js); every text, the hub's spawn
+    page's too, reads at WCAG AA's contrast. The home page's panel, the
     service's page in a frame, wears the hub page's theme. No script error, no refused or
     failed request."""
     context = await browser.new_context(viewport={"width": 1280, "height": 900}, timezone_id="UTC",
@@ -301,6 +302,11 @@ async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme)
         await page.goto(f"{hub.info['url']}{PREFIX}admin/report")
         await expect(page.locator("html")).to_have_attribute("data-bs-theme", scheme)
         assert await low_contrast(page.locator("body")) == [], "admin/report"
+        # the hub's spawn page, where the form says what is free: its Start button too (the
+        # hub's white on orange reads 2.85:1; hub_templates/spawn.html, issue 39)
+        await page.goto(f"{hub.info['url']}/hub/spawn")
+        await expect(page.get_by_role("button", name="Start")).to_be_visible()
+        assert await low_contrast(page.locator("body")) == [], "hub/spawn"
         # the home page's panel follows the hub page's theme
         await page.goto(f"{hub.info['url']}/hub/home")
         panel = page.frame_locator("#gpu-reclaim-home")

@@ -118,6 +118,15 @@ def test_admin_page_shows_each_sessions_policy_rule_escaped():
     assert "rules: gpu-&lt;b&gt;short&lt;/b&gt;" in page and "<b>short" not in page
 
 
+def test_reclaim_now_is_quiet_and_not_offered_on_a_row_already_stopping():
+    """Issue 39: *Reclaim now* an outlined button, not the loudest element of the row; a
+    session already stopping has no action at all."""
+    page = render_admin(False, [info(), info(session="bob/", user="bob", stopping=True)])
+    alice, bob = (page.split(f'data-session="{who}/"', 1)[1].split("</tr>", 1)[0] for who in ("alice", "bob"))
+    assert 'class="btn btn-sm btn-outline-danger">Reclaim now</button>' in alice
+    assert "btn-danger" not in page and "<button" not in bob.split('<td class="actions">', 1)[1]
+
+
 def test_access_log_hides_secret_query_values(caplog):
     from unittest import mock
 

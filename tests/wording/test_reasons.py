@@ -147,6 +147,8 @@ def test_the_banner_the_card_the_notice_and_the_api_say_the_same(monkeypatch):
                  measured=s.measured, idle_since=s.idle_since)
     assert f"Why: {said}." in Message.build(d, session, keepalive_url="", now=NOW).text
     assert render.session_json(s, NOW)["why"] == said
+    # and in parts, for the JupyterLab warning to write its time in the reader's zone
+    assert "".join(p["text"] for p in render.session_json(s, NOW)["why_parts"]) == said.removesuffix(" (38 min ago)")
     assert render.session_json(s, NOW)["state_text"] == "warned: reclaim at 14:02 UTC (in 2 min)"
 
 

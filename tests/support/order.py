@@ -26,6 +26,7 @@ SLOWEST_FIRST = (
     "tests/integration/test_spawn.py",
     "tests/lab/test_kernel_window.py",
     "tests/spawner/test_spawner_live.py",
+    "tests/spawner/test_offer_by_kind_live.py",
     "tests/policy/test_shared_gpu.py",
     "tests/signals/test_signals_live.py",
     "tests/service/test_shared_gpus_live.py",

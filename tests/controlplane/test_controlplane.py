@@ -5,9 +5,12 @@ authorizes what it should (RBAC, and certificates only from the run's CA)."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -94,3 +97,33 @@ def test_the_api_server_advertises_a_real_address_in_the_runs_network(control_pl
     discovery.delete_namespaced_endpoint_slice("on-loopback", "default")
     with pytest.raises(OSError):  # no route out of the namespace
         socket.create_connection(("192.0.2.1", 443), timeout=2)
+
+
+STARTED_THEN_KILLED = """
+import json, sys
+from pathlib import Path
+from gpu_reclaim_sim.controlplane.components import ControlPlane
+plane = ControlPlane(Path(sys.argv[1])).start()
+print(json.dumps([c.process.pid for c in plane.components]), flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_killed_starter_leaves_no_component_running(tmp_path):
+    """The process that started the control plane killed (SIGKILL: no chance to stop anything),
+    every component ends with it: etcd, and a kube-apiserver that etcd's end would otherwise
+    keep waiting in its graceful shutdown."""
+    starter = subprocess.Popen([sys.executable, "-c", STARTED_THEN_KILLED, str(tmp_path / "run")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        pids = json.loads(starter.stdout.readline())
+        assert len(pids) == 4 and all(Path(f"/proc/{pid}").exists() for pid in pids)
+    finally:
+        starter.kill()
+        starter.wait()
+
+    def running() -> list[int]:
+        return [pid for pid in pids if Path(f"/proc/{pid}").exists()
+                and "zombie" not in Path(f"/proc/{pid}/status").read_text()]
+
+    wait_for(lambda: not running(), "the components gone", timeout=10)

@@ -1,7 +1,10 @@
 """Starting the simulated cluster and a JupyterHub as child processes.
 
 The demo and the test harness both use this, so what the tests check is what a new user
-runs. Each child is stopped by its PID (SIGTERM, then SIGKILL after a grace period).
+runs. Each child is stopped by its PID (SIGTERM, then SIGKILL after a grace period); as root,
+each runs in a cgroup of its own, and what it leaves behind is ended with it: a hub that
+exits early leaves its proxy and managed services running otherwise (each in a session of
+its own, reparented to init, the service cycling against a hub that is gone).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .kubelet import cgroups
 from .paths import DEFAULT_SCENARIO
 
 
@@ -59,6 +63,7 @@ class Child:
     proc: subprocess.Popen
     log_path: Path
     info: dict[str, Any] = field(default_factory=dict)
+    cgroup: Path | None = None  # where it and everything it starts run (as root)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -70,6 +75,7 @@ class Child:
             return ""
 
     def stop(self, grace: float = 20.0) -> int | None:
+        """SIGTERM, SIGKILL after `grace` s; then whatever it left in its cgroup, killed."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -77,22 +83,29 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        if self.cgroup is not None:
+            cgroups.end(self.cgroup, time.monotonic() + 5)
         return self.proc.returncode
 
 
-def _spawn(name: str, cmd: list[str], log_path: Path, env: dict[str, str], cwd: Path) -> Child:
+def spawn(name: str, cmd: list[str], log_path: Path, env: dict[str, str], cwd: Path) -> Child:
+    """`cmd` started as a Child writing to `log_path` (as root, in a cgroup of its own)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                            stdin=subprocess.DEVNULL)
-    log.close()
-    return Child(name, proc, log_path)
+    group = cgroups.launched_dir(name) if cgroups.available() else None
+    if group is not None:
+        group.mkdir(parents=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
+    if group is not None:  # moved at once, from here: it starts nothing before its imports
+        (group / "cgroup.procs").write_text(str(proc.pid))
+    return Child(name, proc, log_path, cgroup=group)
 
 
 def _wait(child: Child, ready, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.alive():
+            child.stop()  # what it started meanwhile
             raise RuntimeError(f"{child.name} exited ({child.proc.returncode}) before {what}:\n{child.log_tail()}")
         if ready():
             return
@@ -116,7 +129,7 @@ def start_sim(workdir: Path, scenario: Path | None = None, timeout: float = 60.0
         "--info-file", str(info_file),
         *(extra_args or []),
     ]
-    child = _spawn("sim", cmd, workdir / "sim.log", dict(os.environ), workdir)
+    child = spawn("sim", cmd, workdir / "sim.log", dict(os.environ), workdir)
     _wait(child, info_file.exists, timeout, "cluster info")
     child.info = json.loads(info_file.read_text())
     return child
@@ -141,7 +154,7 @@ def start_hub(workdir: Path, config: Path, kubeconfig: str, *, port: int = 8000,
         **(env or {}),
     }
     jupyterhub = str(Path(python or sys.executable).with_name("jupyterhub"))
-    child = _spawn("jupyterhub", [jupyterhub, "-f", str(config)], workdir / "jupyterhub.log", hub_env, workdir)
+    child = spawn("jupyterhub", [jupyterhub, "-f", str(config)], workdir / "jupyterhub.log", hub_env, workdir)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

@@ -25,9 +25,11 @@ import functools
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 BASE = "gpu-reclaim-sim"
+LAUNCHED = "gpu-reclaim-launched"  # launched_dir
 NFT_ROOT = Path("/sys/fs/cgroup")  # where nft resolves `socket cgroupv2` paths
 NFT_LEVEL = 2  # the depth of a pod's cgroup below the cgroup2 root: BASE is 1
 
@@ -136,19 +138,32 @@ def remove(pod_uid: str, timeout: float = 5.0) -> None:
         return
     deadline = time.monotonic() + timeout
     for path in sorted(top.iterdir(), reverse=True) + [top]:
-        if not path.is_dir():
-            continue
-        while True:
-            kill(path)
-            try:
-                path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
+        if path.is_dir():
+            end(path, deadline)
+
+
+def launched_dir(name: str) -> Path:
+    """A new cgroup's path for a program the simulator's launcher starts (sim.launch): what
+    it leaves behind, also in sessions of their own, is found there and ended with it."""
+    root = mount_point()
+    if root is None:
+        raise RuntimeError("no cgroup2 mount on this machine")
+    return root / LAUNCHED / f"{name}-{uuid.uuid4().hex[:12]}"
+
+
+def end(path: Path, deadline: float) -> None:
+    """Kill every process in the cgroup at `path` and remove it, by `deadline` (monotonic)."""
+    while True:
+        kill(path)
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _procs(path: Path) -> list[int]:

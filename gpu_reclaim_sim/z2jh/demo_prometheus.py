@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import yaml
 
-from ..launch import Child, _spawn, free_port
+from ..launch import Child, free_port, spawn
 from .release import host_service
 
 PROMETHEUS = Path("/usr/bin/prometheus")
@@ -162,7 +162,7 @@ def start(workdir: Path, dcgm_url: str, kubeconfig: str, kubectl: str, port: int
                    "static_configs": [{"targets": [f"127.0.0.1:{ksm.server_address[1]}"]}]}]}
     (home / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = port or free_port()
-    child = _spawn("prometheus", [str(PROMETHEUS), f"--config.file={home / 'prometheus.yml'}",
+    child = spawn("prometheus", [str(PROMETHEUS), f"--config.file={home / 'prometheus.yml'}",
                                   f"--storage.tsdb.path={home / 'data'}", "--storage.tsdb.retention.time=31d",
                                   f"--web.listen-address=127.0.0.1:{port}"],
                    workdir / "prometheus.log", {}, home)

@@ -26,7 +26,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpu_reclaim_sim.launch import Child, free_port, start_sim
+from gpu_reclaim_sim.kubelet import cgroups
+from gpu_reclaim_sim.launch import Child, free_port, spawn, start_sim
 
 from ..support.controlplane import BUSYBOX, admin_api, busybox_pod, phases
 from ..support.sim_cluster import sim_running, wait_for
@@ -265,3 +266,24 @@ def test_a_bad_publish_reach_or_control_plane_is_refused_before_anything_starts(
                            "--data-dir", str(tmp_path / "data"), *args], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip()) == (2, f"jupyterhub-gpu-reclaim-sim run: {error}")
     assert list(tmp_path.iterdir()) == []
+
+
+LEAVES_A_DAEMON = """
+import subprocess, sys
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+print(daemon.pid, flush=True)
+sys.exit(1)  # as a hub that failed to start, its proxy and managed services still running
+"""
+
+
+@pytest.mark.skipif(not cgroups.available(), reason="a cgroup of its own needs root and a writable cgroup2")
+def test_what_a_launched_program_leaves_behind_ends_with_it(tmp_path):
+    child = spawn("leaver", [sys.executable, "-c", LEAVES_A_DAEMON], tmp_path / "leaver.log", dict(os.environ), tmp_path)
+    assert child.proc.wait(30) == 1
+    daemon = int(wait_for(lambda: child.log_path.read_text().strip(), "the daemon's pid"))
+    assert Path(f"/proc/{daemon}").exists()  # in a session of its own, reparented
+    assert child.cgroup is not None and daemon in map(int, (child.cgroup / "cgroup.procs").read_text().split())
+    child.stop()
+    wait_for(lambda: not Path(f"/proc/{daemon}").exists() or "zombie" in Path(f"/proc/{daemon}/status").read_text(),
+             "the daemon ended with the program that left it", timeout=10)
+    assert not child.cgroup.exists()

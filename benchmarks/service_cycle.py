@@ -36,7 +36,8 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,00
    - jupyterhub-idle-culler 2.0's `cull_idle(...)` with the equivalent settings
      (`inactive_limit=3600, concurrency=10, api_page_size=200, cull_users=False`);
    3 rounds (`--rounds`), the tools alternating, timed cycles pooled;
-3. prints a markdown table, the targets met or not, and where the first cycle's time went
+3. prints a markdown table, the targets met or not, and where the first cycle's time went (its
+   CPU seconds beside its wall time: the machine's load moves the latter)
    (and `--json` the raw results); with several sizes, one table of them all.
 
 Both tools' processes read their modules' compiled bytecode from a cache the run fills

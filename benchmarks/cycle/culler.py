@@ -46,7 +46,7 @@ async def run_culler(ports: dict[str, int], cycles: int, profile: str | None, po
     after = fake_counters(hub_base)
     if prof:
         prof.dump_stats(profile)
-    return {"tool": "jupyterhub-idle-culler 2.0", "first": first, "first_cpu": first_cpu, "cycles": summary(times), "times": times,
-            "cpu": cpu,
+    return {"tool": "jupyterhub-idle-culler 2.0", "first": first, "first_cpu": first_cpu,
+            "cycles": summary(times), "times": times, "cpu": cpu,
             "fake_counts_per_cycle": {k: v / cycles for k, v in diff(after, before).items()},
             **proc_status()}

@@ -183,7 +183,8 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     for d in last.decisions.values():
         actions[f"{d.action}/{d.rule}"] = actions.get(f"{d.action}/{d.rule}", 0) + 1
     return {
-        "tool": "jupyterhub-gpu-reclaim", "startup": startup, "first": first_seconds, "first_cpu": first_cpu, "first_probes": first_probes,
+        "tool": "jupyterhub-gpu-reclaim", "startup": startup, "first": first_seconds, "first_cpu": first_cpu,
+        "first_probes": first_probes,
         "first_spent": first_spent, "first_counts": first_counts,
         "steady_record_decision_s": (spent["record_decision"] - first_spent["record_decision"]) / cycles,
         "cycles": summary(times), "times": times, "cpu": cpu,

@@ -303,8 +303,9 @@ class Reclaimer:
                     seen.held[sid] = self._session_error(sid, e, report)
         warnings = self.store.open_warnings()
         # The last cycle's status goes before the new decisions are made, so that the two are
-        # not held at once (with 20,000 servers, 30 MiB each: the cycle's peak). Nothing reads
-        # it meanwhile: no await until the new one is published (`_publish`).
+        # not held at once (with 20,000 servers, 30 MiB each: the cycle's peak), and after the
+        # store's reads (a store that cannot be read leaves it shown). Nothing reads it
+        # meanwhile: no await until the new one is published (`_publish`).
         self.status = CycleStatus(t=self.status.t, skipped=self.status.skipped, gpu_capacity=self.status.gpu_capacity)
         for sid, o in seen.sessions.items():
             d = seen.held.get(sid)

@@ -36,7 +36,8 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,00
    - jupyterhub-idle-culler 2.0's `cull_idle(...)` with the equivalent settings
      (`inactive_limit=3600, concurrency=10, api_page_size=200, cull_users=False`);
    3 rounds (`--rounds`), the tools alternating, timed cycles pooled;
-3. prints a markdown table, the targets met or not, and where the first cycle's time went
+3. prints a markdown table, the targets met or not, and where the first cycle's time went (its
+   CPU seconds beside its wall time: the machine's load moves the latter)
    (and `--json` the raw results); with several sizes, one table of them all.
 
 Both tools' processes read their modules' compiled bytecode from a cache the run fills
@@ -146,9 +147,11 @@ def run_size(args: argparse.Namespace, scene: Scene) -> dict[str, dict[str, Any]
                 decisions = (f"{args.decisions}.{scene.servers}.json"
                              if args.decisions and first_round and tool == "ours" else None)
                 runs[tool].append(run_tool(kind, ports, args.cycles, profile, pods, scene, decisions))
-                print(f"{scene.servers} servers, round {k + 1} {tool}: first {runs[tool][-1]['first']:.2f} s, "
-                      "cycles " + " ".join(f"{t:.2f}" for t in runs[tool][-1]["times"])
-                      + f", peak {runs[tool][-1]['VmHWM']:.0f} MiB", file=sys.stderr)
+                r = runs[tool][-1]
+                print(f"{scene.servers} servers, round {k + 1} {tool}: first {r['first']:.2f} s "
+                      f"(CPU {r['first_cpu']:.2f} s), cycles " + " ".join(f"{t:.2f}" for t in r["times"])
+                      + " (CPU " + " ".join(f"{t:.2f}" for t in r["cpu"]) + f"), peak {r['VmHWM']:.0f} MiB",
+                      file=sys.stderr)
     finally:
         fakes.terminate()
         fakes.wait(10)
@@ -218,7 +221,8 @@ def main() -> None:
     p.add_argument("--decisions", help="write ours' decisions of the first and the last cycle "
                                        "(each session's action and rule) to PATH.SERVERS.json")
     p.add_argument("--json", action="store_true", help="also print the raw results")
-    p.add_argument("--profile", help="write cProfile stats of the timed cycles to PATH.SERVERS.ours / .culler")
+    p.add_argument("--profile", help="write cProfile stats (CPU time) of the timed cycles to PATH.SERVERS.ours "
+                                     "/ .culler, and of ours' first cycle to PATH.SERVERS.ours.first")
     p.add_argument("--serve-fakes", help=argparse.SUPPRESS)
     p.add_argument("--warm-imports", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--tool", choices=("ours", "culler"), help=argparse.SUPPRESS)

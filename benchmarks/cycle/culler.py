@@ -26,12 +26,14 @@ async def run_culler(ports: dict[str, int], cycles: int, profile: str | None, po
                         remove_named_servers=False, max_age=0, concurrency=10, api_page_size=200)
         return time.monotonic() - t0
 
+    c0 = time.process_time()
     first = await cycle()
+    first_cpu = time.process_time() - c0
     before = fake_counters(hub_base)
     prof = None
     if profile:
         import cProfile
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time)
     times, cpu = [], []
     for _ in range(cycles):
         if prof:
@@ -44,7 +46,7 @@ async def run_culler(ports: dict[str, int], cycles: int, profile: str | None, po
     after = fake_counters(hub_base)
     if prof:
         prof.dump_stats(profile)
-    return {"tool": "jupyterhub-idle-culler 2.0", "first": first, "cycles": summary(times), "times": times,
-            "cpu": cpu,
+    return {"tool": "jupyterhub-idle-culler 2.0", "first": first, "first_cpu": first_cpu,
+            "cycles": summary(times), "times": times, "cpu": cpu,
             "fake_counts_per_cycle": {k: v / cycles for k, v in diff(after, before).items()},
             **proc_status()}

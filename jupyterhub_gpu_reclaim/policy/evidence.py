@@ -23,7 +23,7 @@ from ..timestamps import evidence_time, format_time, parse_time_lenient
 Times = tuple[dt.datetime, dt.datetime]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Measured:
     """What was measured of a session when it was decided; None: not measured (a time: or
     never seen)."""

@@ -114,7 +114,7 @@ def _latest_first(r: Ran) -> tuple[bool, float, str, str]:
     return (r.last_activity is None, -r.last_activity.timestamp() if r.last_activity else 0.0, r.kind, r.path)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One observation of one session at time `t`.
 
@@ -149,7 +149,7 @@ class Pressure:
     pending_gpus: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Session:
     """A running server that holds GPUs (`gpus` > 0) or not (culled like idle-culler)."""
 
@@ -235,7 +235,7 @@ class SessionView:
     cull_arbiter: bool | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What the policy decided for one session, and why.
 

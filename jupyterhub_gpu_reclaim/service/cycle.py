@@ -302,6 +302,11 @@ class Reclaimer:
                 except Exception as e:
                     seen.held[sid] = self._session_error(sid, e, report)
         warnings = self.store.open_warnings()
+        # The last cycle's status goes before the new decisions are made, so that the two are
+        # not held at once (with 20,000 servers, 30 MiB each: the cycle's peak), and after the
+        # store's reads (a store that cannot be read leaves it shown). Nothing reads it
+        # meanwhile: no await until the new one is published (`_publish`).
+        self.status = CycleStatus(t=self.status.t, skipped=self.status.skipped, gpu_capacity=self.status.gpu_capacity)
         for sid, o in seen.sessions.items():
             d = seen.held.get(sid)
             if d is None:
@@ -414,10 +419,6 @@ class Reclaimer:
     def _publish(self, seen: Observation, decided: Decisions, now: dt.datetime, report: CycleReport) -> None:
         """The pages' status of this cycle (`status.py`)."""
         warnings = self.store.open_warnings()
-        # The last cycle's goes first, so that the two are not held at once (with 20,000
-        # servers, 30 MiB each: the cycle's peak). Nothing reads it meanwhile: no await until
-        # the new one is published.
-        self.status = CycleStatus(t=self.status.t, skipped=self.status.skipped, gpu_capacity=self.status.gpu_capacity)
         status = CycleStatus(t=now, sessions={sid: session_status(
             o.session, o.sample, report.decisions.get(sid), node=o.pod.node if o.pod else None, url=o.server.url,
             hub_last_activity=o.server.last_activity,

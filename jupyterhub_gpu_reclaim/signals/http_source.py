@@ -75,10 +75,11 @@ def entry_field(model: object, key: str, kinds: type | tuple[type, ...], default
     value = model.get(key)
     if value is None:
         return default
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ValueError(f"{key}: {type(value).__name__} {brief(value)}, expected "
-                         + " or ".join(k.__name__ for k in kinds))
+    if type(value) is not kinds:  # exactly the one type asked for (the common case) needs no more checks
+        kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            raise ValueError(f"{key}: {type(value).__name__} {brief(value)}, expected "
+                             + " or ".join(k.__name__ for k in kinds))
     if isinstance(value, str) and len(value) > max_length:
         raise ValueError(f"{key}: a string of {len(value)} characters (at most {max_length})")
     return value

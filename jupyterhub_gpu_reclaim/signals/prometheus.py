@@ -122,5 +122,6 @@ class PrometheusSignal(SelfChecked, HttpSource):
                 log.error("Prometheus rejected the query %r: %s", self.query, e.message)
             raise
         series = series_from_query_result(body)
-        self._self_check(series, self.pod_label)
-        return readings_from_series(series, utcnow(), self.pod_label)
+        readings = readings_from_series(series, utcnow(), self.pod_label)
+        self._self_check(series, self.pod_label, readings)
+        return readings

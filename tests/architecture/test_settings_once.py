@@ -120,19 +120,26 @@ def test_a_policy_setting_has_its_default_once():
     assert defaults_written_again(found, POLICY_OPTIONS) == IDLE_CULLERS_OWN_DEFAULTS
 
 
+def synthetic_package(tmp_path: Path, monkeypatch, name: str, **modules: str) -> Path:
+    """A package `name` of `modules` ({module: source}) in `tmp_path`, importable."""
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for module, source in modules.items():
+        (pkg / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return pkg
+
+
 def test_a_setting_declared_twice_is_found(tmp_path, monkeypatch):
     # the check itself, on a package of its own: a second declaration of a name, in another
     # class or a subclass, is found; inheriting one, or a trait that is not an option, is not
-    pkg = tmp_path / "pkgsettings"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "service.py").write_text(
+    pkg = synthetic_package(tmp_path, monkeypatch, "pkgsettings", service=(
         "from traitlets import Int, Unicode\nfrom traitlets.config import Application\n"
         "class App(Application):\n"
         "    keep = Unicode('12h', config=True, help='the longest keep-alive')\n"
         "    idle = Int(60, config=True, help='minutes')\n"
-        "    state = Int(0)\n")
-    (pkg / "spawner.py").write_text(
+        "    state = Int(0)\n"), spawner=(
         "from traitlets import Int, Unicode\nfrom traitlets.config import Configurable\n"
         "from .service import App\n"
         "class Spawner(Configurable):\n"
@@ -141,8 +148,7 @@ def test_a_setting_declared_twice_is_found(tmp_path, monkeypatch):
         "class Inherits(App):\n"
         "    pass\n"
         "class Redeclares(App):\n"
-        "    idle = Int(30, config=True, help='minutes')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+        "    idle = Int(30, config=True, help='minutes')\n"))
     found = declarations(configurables(pkg))
     assert {name: where for name, where in found.items() if len(where) > 1} == {
         "keep": ["pkgsettings.service.App", "pkgsettings.spawner.Spawner"],
@@ -154,10 +160,7 @@ def test_a_default_or_help_written_twice_is_found(tmp_path, monkeypatch):
     # default is a literal (even the field's value) or is missing is found, one that reads the
     # field (through the class or an instance, converted or not) is not; two options with
     # one help are found
-    pkg = tmp_path / "pkgdefaults"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "policy.py").write_text(
+    pkg = synthetic_package(tmp_path, monkeypatch, "pkgdefaults", policy=(
         "import dataclasses, datetime as dt\n"
         "@dataclasses.dataclass(frozen=True)\n"
         "class Policy:\n"
@@ -168,8 +171,7 @@ def test_a_default_or_help_written_twice_is_found(tmp_path, monkeypatch):
         "    lead: float = 1.0\n"
         "    keep: float = 2.0\n"
         "    users_exempt: frozenset[str] = frozenset()\n"
-        "    groups_exempt: frozenset[str] = frozenset()\n")
-    (pkg / "options.py").write_text(
+        "    groups_exempt: frozenset[str] = frozenset()\n"), options=(
         "from traitlets import Bool, Float, HasTraits, Set, Unicode\n"
         "from .policy import Policy\n"
         "_DEFAULT = Policy()\n"
@@ -182,8 +184,7 @@ def test_a_default_or_help_written_twice_is_found(tmp_path, monkeypatch):
         "    keep = Float(2.0, help='idle').tag(config=True)\n"
         "    users_exempt = Set(Unicode(), set(Policy.users_exempt), help='u').tag(config=True)\n"
         "    groups_exempt = Set(Unicode(), {'x'}, help='g').tag(config=True)\n"
-        "    unrelated = Float(3.0, help='not a policy field').tag(config=True)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+        "    unrelated = Float(3.0, help='not a policy field').tag(config=True)\n"))
     found = configurables(pkg)
     fields = {name: name for name in ("idle", "grace", "admins", "users", "lead", "keep", "users_exempt",
                                       "groups_exempt")}

@@ -44,9 +44,13 @@ async def as_user(hub, api, user: str, method: str, path: str, body=None) -> tup
 async def story(hub, api, sim):
     """All four GPUs held, each kept alive for 2 h by its user (the tests' policy reclaims a
     GPU never used within a minute), and dave waiting for one."""
-    for user, profile in HOLDERS.items():
-        await api.start(user, profile)
-    await asyncio.gather(*(api.wait_ready(user) for user in HOLDERS))
+    # bob's two GPUs first: the default scheduler spreads (LeastAllocated), so alice's and
+    # carol's one each, placed first, could take one GPU of each node and leave bob none
+    await api.start("bob", HOLDERS["bob"])
+    await api.wait_ready("bob")
+    for user in ("alice", "carol"):
+        await api.start(user, HOLDERS[user])
+    await asyncio.gather(*(api.wait_ready(user) for user in ("alice", "carol")))
 
     async def seen(user: str) -> bool:
         status, body = await as_user(hub, api, user, "GET", "api/sessions")

@@ -74,6 +74,7 @@ def test_services_go_to_random_endpoints_through_the_kernel(sim, core, agents):
     web = core.read_namespaced_service("web", NS).spec.cluster_ip
     lb = wait_for(lambda: core.read_namespaced_service("public", NS).status.load_balancer.ingress, "LB address")[0].ip
     wait_for(lambda: probe(web, 80).startswith("open"), "the cluster IP answering")
+    wait_for(lambda: probe(lb, 80).startswith("open"), "the load balancer's address answering")  # its rules may come later
     # from the host and from a pod, by address and by name, spread over both endpoints
     seen = {probe(web, 80) for _ in range(40)} | {probe(lb, 80) for _ in range(20)}
     assert seen == {"open web-0:8080", "open web-1:8080"}

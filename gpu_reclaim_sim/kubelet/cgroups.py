@@ -15,6 +15,10 @@ processes (to 127.0.0.1 too). nft's other match, `meta cgroup <classid>`, also w
 there but needs a v1 net_cls hierarchy mounted and a classid per pod; both can be used
 together on this kernel. Pods get only the v2 cgroup.
 
+The programs the simulator's launcher starts (sim.launch: a run, a hub) get one too, under
+`<cgroup2 mount>/gpu-reclaim-launched/` (`launched_dir`), so that what one leaves behind ends
+with it (`end`).
+
 Needs root and a writable cgroup2 mount; `available()` says whether this machine has
 them (without, pods still die with their PID namespace, see sim.kubelet.sandbox).
 """

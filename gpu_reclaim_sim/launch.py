@@ -94,10 +94,11 @@ def spawn(name: str, cmd: list[str], log_path: Path, env: dict[str, str], cwd: P
     group = cgroups.launched_dir(name) if cgroups.available() else None
     if group is not None:
         group.mkdir(parents=True)
+        # it enters the cgroup itself, then execs `cmd` (the same PID): nothing it starts can
+        # begin outside it, as could happen if this process moved it after its start
+        cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"), *cmd]
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, stdin=subprocess.DEVNULL)
-    if group is not None:  # moved at once, from here: it starts nothing before its imports
-        (group / "cgroup.procs").write_text(str(proc.pid))
     return Child(name, proc, log_path, cgroup=group)
 
 

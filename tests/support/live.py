@@ -18,6 +18,7 @@ from gpu_reclaim_sim.launch import free_port, start_hub, start_sim
 from gpu_reclaim_sim.paths import DEFAULT_SCENARIO, REPO
 
 from .hubapi import HubAPI
+from .sim_cluster import SHARED_START_S
 
 HUB_PYTHON = sys.executable
 LAB = REPO / "lab"  # the JupyterLab extension's distribution, jupyterhub-gpu-reclaim-lab
@@ -36,7 +37,7 @@ def start_test_sim(workdir: Path, plane: ControlPlane):
     scenario["gpu"] = {"collectionInterval": "1s"}
     path = workdir / "scenario.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    return start_sim(workdir, path, extra_args=["--control-plane", str(plane.work)])
+    return start_sim(workdir, path, SHARED_START_S, ["--control-plane", str(plane.work)])
 
 
 def sim_fixture(scope: str):

@@ -16,12 +16,15 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpu_reclaim_sim.cluster import STOP_S
+from gpu_reclaim_sim.cluster import NAMESPACE_GONE_S, STOP_S
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.launch import Child, start_sim
 
 KUBECTL = Path(sys.executable).parent / "kubectl"
 NOTEBOOK_IMAGE = "quay.io/jupyter/base-notebook:2025-06-02"  # pre-pulled: no pull waits
+# how long a run on the worker's control plane may take to start: it may first wait for an
+# earlier run's namespace to be emptied (up to NAMESPACE_GONE_S), e.g. of pods whose node went
+SHARED_START_S = NAMESPACE_GONE_S + 60
 
 
 def notebook_scenario(name: str, ns: str) -> dict[str, Any]:
@@ -40,7 +43,7 @@ def sim_running(workdir: Path, scenario: dict[str, Any], plane: ControlPlane) ->
     """The simulator running `scenario` in `workdir` on the worker's control plane, stopped at
     the end (its nodes and namespaces with it)."""
     (workdir / "scenario.yaml").write_text(yaml.safe_dump(scenario))
-    child = start_sim(workdir, workdir / "scenario.yaml", extra_args=["--control-plane", str(plane.work)])
+    child = start_sim(workdir, workdir / "scenario.yaml", SHARED_START_S, ["--control-plane", str(plane.work)])
     try:
         yield child
     finally:

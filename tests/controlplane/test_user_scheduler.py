@@ -83,8 +83,10 @@ def cluster(control_plane: ControlPlane, tmp_path_factory) -> Iterator[tuple[k8s
     finally:
         os.kill(scheduler.pid, signal.SIGTERM)
         scheduler.wait(timeout=20)
-        agent.stop()
+        # its pods first, while their nodes are there (else only the pod GC ends them, minutes later)
+        core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
         core.delete_namespace(NS)
+        agent.stop()
 
 
 def _pod(name: str, cpu: str, scheduler: str | None = None) -> dict:

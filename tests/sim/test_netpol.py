@@ -31,7 +31,8 @@ from ..support.netpol_agents import (IMAGE, NS, Agents, answer, apply, becomes, 
 from ..support.sim_cluster import kubectl, sim_running, wait_for
 
 SCENARIO = {
-    "name": "netpol", "namespaces": [NS], "mode": "process",
+    # every namespace a test uses is the run's, so that the run takes it away (the plane is shared)
+    "name": "netpol", "namespaces": [NS, "team-a", "jhub"], "mode": "process",
     "images": [{"name": IMAGE, "size": "50MB"}],
     "nodeGroups": [{"name": "cpu", "count": 1, "cpu": "64", "memory": "256Gi", "pods": 250, "images": [IMAGE]}],
 }
@@ -130,7 +131,7 @@ def test_default_deny_ingress_then_allow_from_labelled_pods(sim, core, agents):
 @needs_dataplane
 def test_namespace_selectors_alone_and_anded_with_pod_selectors(sim, core, agents):
     db = agents.ensure("db", {"app": "db"}, {"pg": 5432, "admin": 5433})
-    core.create_namespace({"metadata": {"name": "team-a", "labels": {"team": "a"}}})
+    core.patch_namespace("team-a", {"metadata": {"labels": {"team": "a"}}})
     agents.start("a-client", {"role": "client"}, ns="team-a")
     agents.start("a-other", {"role": "other"}, ns="team-a")
     agents.start("np-client", {"role": "client"})
@@ -279,7 +280,6 @@ def test_the_z2jh_charts_policies_let_the_release_work_and_nothing_else(sim, cor
     if reason := z2jh.missing():
         pytest.skip(reason)
     ns = "jhub"
-    core.create_namespace({"metadata": {"name": ns}})
     docs = _z2jh()
     kinds = {(d["kind"], d["metadata"]["name"]): d for d in docs}
     template = {n: kinds[("Deployment", n)]["spec"]["template"] for n in ("hub", "proxy")}

@@ -2,11 +2,14 @@
 is one (an external provisioner: sig-storage-lib-external-provisioner's protocol).
 
 kube-controller-manager's PV controller marks each pending claim of a class whose provisioner is
-not built in with `volume.kubernetes.io/storage-provisioner`; the provisioner follows the
+not built in with `volume.kubernetes.io/storage-provisioner`, once the scheduler has chosen a node
+for a pod that uses it (`volume.kubernetes.io/selected-node`); the provisioner follows the
 claims (a `ListWatch`) and, for one marked with its name (sim.api.storageclasses.PROVISIONER)
 and not yet bound, makes a PersistentVolume `pvc-<claim uid>`: a `hostPath` directory
 `<volumes>/<PV name>` (0777 as local-path makes it, so a pod's user, uid 1000 in the Jupyter
-images, writes there), of the requested capacity (not enforced), with a `claimRef` to the
+images, writes there), of the requested capacity (not enforced), with no node affinity (unlike
+local-path's: every node is this machine, so the volume is reached from any, as a cloud's disk is
+from any node of its zone, and a home outlives the node its first pod ran on), with a `claimRef` to the
 claim, which the PV controller then binds. It follows the PVs too: one of its own that is
 `Released` with reclaim policy Delete goes, with its directory (the PV controller leaves
 deleting an external provisioner's volumes to it). It works as a user of its own (`USER`) with a

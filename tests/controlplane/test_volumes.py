@@ -29,9 +29,15 @@ def with_claim(name: str, script: str, claim: str) -> dict:
 def test_a_claim_gets_a_volume_that_outlives_its_pod_and_goes_with_the_claim(agent, core, ns):
     core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "home"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    # the class binds a claim once a pod that uses it is scheduled (WaitForFirstConsumer)
+    wait_for(lambda: core.list_namespaced_event(
+        ns, field_selector="involvedObject.name=home,reason=WaitForFirstConsumer").items, "WaitForFirstConsumer")
+    assert core.read_namespaced_persistent_volume_claim("home", ns).status.phase == "Pending"
+    core.create_namespaced_pod(ns, with_claim("writer", "echo kept > /home/jovyan/notes.txt", "home"))
     pvc = wait_for(lambda: (c := core.read_namespaced_persistent_volume_claim("home", ns)).status.phase == "Bound" and c,
                    "the claim bound")
     assert pvc.spec.storage_class_name == DEFAULT_CLASS  # the DefaultStorageClass admission plugin's
+    assert pvc.metadata.annotations["volume.kubernetes.io/selected-node"] == "disk-1"  # the scheduler's choice
     pv = core.read_persistent_volume(pvc.spec.volume_name)
     assert pv.metadata.name == f"pvc-{pvc.metadata.uid}"
     assert pv.metadata.annotations["pv.kubernetes.io/provisioned-by"] == PROVISIONER
@@ -42,7 +48,6 @@ def test_a_claim_gets_a_volume_that_outlives_its_pod_and_goes_with_the_claim(age
     assert wait_for(lambda: core.list_namespaced_event(
         ns, field_selector="involvedObject.name=home,reason=ProvisioningSucceeded").items, "ProvisioningSucceeded")
 
-    core.create_namespaced_pod(ns, with_claim("writer", "echo kept > /home/jovyan/notes.txt", "home"))
     assert phases(core, ns, "writer", "Succeeded")[-1] == "Succeeded"
     directory = Path(pv.spec.host_path.path)
     assert (directory / "notes.txt").read_text() == "kept\n"

@@ -74,15 +74,14 @@ async def test_second_gpu_user_waits_until_first_stops(api, sim):
     while time.monotonic() < deadline:
         p = pod(sim, "jupyter-carol")
         cond = {c["type"]: c for c in (p or {}).get("status", {}).get("conditions", [])}
-        # (its first attempt may find the home's claim not yet bound: then it tries again)
         if "Insufficient nvidia.com/gpu" in cond.get("PodScheduled", {}).get("message", ""):
             break
         await asyncio.sleep(0.5)
     assert p["status"]["phase"] == "Pending"
     assert "Insufficient nvidia.com/gpu" in cond["PodScheduled"]["message"]
     # kube-scheduler's Events (events.k8s.io) count its retries as a series of its first one for
-    # the pod, with that one's words (here maybe the claim not yet bound): the pod's condition,
-    # which the spawner reads, says what it waits for now
+    # the pod, with that one's words: the pod's condition, which the spawner reads, says what it
+    # waits for now
     events = json.loads(kubectl(sim, "get", "events", "-n", "jhub", "--field-selector",
                                 "involvedObject.name=jupyter-carol,reason=FailedScheduling", "-o", "json"))["items"]
     assert events and {e["reportingComponent"] for e in events} == {"default-scheduler"}

@@ -378,6 +378,13 @@ def test_claims_are_provisioned_bound_and_released(cluster, api, ns) -> None:
     assert "standard (default)" in kubectl(cluster, "get", "storageclass").stdout
     core.create_namespaced_persistent_volume_claim(ns, {"metadata": {"name": "home"}, "spec": {
         "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}})
+    assert sc.volume_binding_mode == "WaitForFirstConsumer"  # bound once its first pod is scheduled
+    # a claim in use stays while its pod runs; then it and its volume (and directory) go
+    core.create_namespaced_pod(ns, {"metadata": {"name": "user"}, "spec": {
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.2",
+                        "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
+        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}]}})
     pvc = wait_for(lambda: (lambda c: c if c.status.phase == "Bound" else None)(
         core.read_namespaced_persistent_volume_claim("home", ns)), what="Bound")
     assert pvc.spec.storage_class_name == "standard" and pvc.status.capacity == {"storage": "10Gi"}
@@ -388,12 +395,6 @@ def test_claims_are_provisioned_bound_and_released(cluster, api, ns) -> None:
     directory = Path(pv.spec.host_path.path)
     assert directory.is_dir() and directory.is_relative_to(Path(cluster.info["data_dir"]))
 
-    # a claim in use stays while its pod runs; then it and its volume (and directory) go
-    core.create_namespaced_pod(ns, {"metadata": {"name": "user"}, "spec": {
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.2",
-                        "volumeMounts": [{"name": "home", "mountPath": "/home/jovyan"}]}],
-        "volumes": [{"name": "home", "persistentVolumeClaim": {"claimName": "home"}}]}})
     wait_for(lambda: core.read_namespaced_pod("user", ns).status.phase == "Running", what="user running")
     core.delete_namespaced_persistent_volume_claim("home", ns)
     time.sleep(0.5)

@@ -173,16 +173,16 @@ class Cluster:
 
     async def _clear_left_behind(self, core: k8s.CoreV1Api, scheduling: k8s.SchedulingV1Api) -> None:
         """On a shared control plane, what an earlier run added and could not take away (killed):
-        its Nodes, which no agent runs yet the scheduler would place pods on until their Leases
-        expire, and its PriorityClasses (the API server refuses a second global default). One run
+        its Nodes (with the pods bound to them), which no agent runs yet the scheduler would
+        place pods on until their Leases expire, and its PriorityClasses (the API server refuses a second global default). One run
         at a time uses a plane (docs/sim.md); its namespaces are cleared one by one (`_clear`)."""
-        left = [("node", n.metadata.name, core.delete_node)
-                for n in (await core.list_node(label_selector=GROUP_LABEL)).items]
-        left += [("priority class", pc.metadata.name, scheduling.delete_priority_class)
-                 for pc in (await scheduling.list_priority_class()).items if not pc.metadata.name.startswith("system-")]
-        for kind, name, delete in left:
-            log.warning("%s %s is an earlier run's, left behind: deleting it first", kind, name)
-            await _deleted(delete(name))
+        for node in (await core.list_node(label_selector=GROUP_LABEL)).items:
+            log.warning("node %s is an earlier run's, left behind: deleting it first", node.metadata.name)
+            await self._forget(core, node.metadata.name)
+        for pc in (await scheduling.list_priority_class()).items:
+            if not pc.metadata.name.startswith("system-"):
+                log.warning("priority class %s is an earlier run's, left behind: deleting it first", pc.metadata.name)
+                await _deleted(scheduling.delete_priority_class(pc.metadata.name))
 
     async def _clear(self, core: k8s.CoreV1Api, name: str) -> None:
         """On a shared control plane, namespace `name` as no earlier run left it: one stopped
@@ -200,18 +200,26 @@ class Cluster:
             await _gone(core, name)
 
     async def _leave(self, admin: k8s.ApiClient) -> None:
-        """What the run added taken away: its pods at once (their processes end with the node
-        agent), then its namespaces with the rest of what is in them, which the namespace
-        controller empties without the run (the next run on the plane waits for that, `_clear`),
-        and its priority classes. Namespaces it found (`default`) keep what is in them."""
+        """What the run added taken away, before its nodes go (`_forget`): its namespaces, which
+        the namespace controller empties without the run (the next run on the plane waits for
+        that, `_clear`; once one is terminating no controller makes a pod in it again), and its
+        priority classes. Namespaces it found (`default`) keep what is in them."""
         core, scheduling = k8s.CoreV1Api(admin), k8s.SchedulingV1Api(admin)
         namespaces = [name for kind, name in self._made if kind == "namespace"]
         for name in namespaces:
-            await core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
             await _deleted(core.delete_namespace(name))
         for name in (name for kind, name in self._made if kind == "priorityclass"):
             await _deleted(scheduling.delete_priority_class(name))
-        log.info("namespaces %s being deleted, their pods gone", namespaces)
+        log.info("namespaces %s being deleted", namespaces)
+
+    @staticmethod
+    async def _forget(core: k8s.CoreV1Api, node: str) -> None:
+        """A node of the run, once its agent stopped: the pods bound to it deleted at once (their
+        processes ended with the agent), as the pod GC would minutes later (a pod still being
+        deleted gracefully is bound to a name the next run on the plane may register), then it."""
+        for pod in (await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items:
+            await _deleted(core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0))
+        await _deleted(core.delete_node(node))
 
     def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
         """Where a connection to `published` goes: its Service's load-balancer address, else its
@@ -255,7 +263,7 @@ class Cluster:
             await self.agent.stop()
         if self.control_plane is not None and self._admin is not None and self.agent is not None:
             for name in self.agent.registrations:
-                await _deleted(k8s.CoreV1Api(self._admin).delete_node(name))
+                await self._forget(k8s.CoreV1Api(self._admin), name)
         if self._admin is not None:
             await self._admin.close()
         if self.plane is not None:

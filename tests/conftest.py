@@ -38,6 +38,8 @@ KINDS = {
 FOLDER_KINDS = {"release": "release", "sim": "sim", "controlplane": "sim"}
 SLOWEST_MODULES = 15
 _module_seconds: Counter[str] = Counter()  # setup + call + teardown of each module's tests
+_module_span: dict[str, tuple[float, float, str]] = {}  # each module's first start, last stop, worker
+LAST_MODULES = 8
 
 
 def pytest_addoption(parser):
@@ -67,16 +69,27 @@ def pytest_report_header(config):
 
 
 def pytest_runtest_logreport(report):
-    _module_seconds[report.nodeid.split("::")[0]] += report.duration
+    module = report.nodeid.split("::")[0]
+    _module_seconds[module] += report.duration
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    start, stop, _ = _module_span.get(module, (report.start, report.stop, ""))
+    _module_span[module] = (min(start, report.start), max(stop, report.stop), worker.id if worker else "")
 
 
 def pytest_terminal_summary(terminalreporter):
     """The modules that take the suite's time (`--durations` lists single tests; a module's
-    shared fixtures, and a session's first cluster, count in the module that set them up)."""
+    shared fixtures, and a session's first cluster, count in the module that set them up), and
+    the last to end, on which worker, in seconds from the pass's first test: a pass that ends
+    on one long module while the other workers idle wants that module earlier in
+    `order.SLOWEST_FIRST`."""
     if _module_seconds:
         terminalreporter.write_sep("=", f"slowest {SLOWEST_MODULES} modules")
         for path, seconds in _module_seconds.most_common(SLOWEST_MODULES):
             terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+        first = min(start for start, _, _ in _module_span.values())
+        terminalreporter.write_sep("=", f"the last {LAST_MODULES} modules to end (from, to: s into the pass)")
+        for path, (start, stop, worker) in sorted(_module_span.items(), key=lambda kv: kv[1][1])[-LAST_MODULES:]:
+            terminalreporter.write_line(f"{start - first:7.0f} {stop - first:7.0f} {worker:5} {path}")
 
 
 def kind_of(item) -> str:

@@ -14,6 +14,7 @@ import base64
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from kubernetes.client.rest import ApiException
 from gpu_reclaim_sim.z2jh import release as z2jh
 from gpu_reclaim_sim.kubelet.runtime import sandbox_available
 
+from ..support.controlplane import namespace
 from ..support.sim_cluster import kubectl, sim_running, wait_for
 from ..support.workloads import PYTHON_IMAGE, http_status, in_the_run, server_deployment
 
@@ -59,11 +61,10 @@ def api(cluster) -> k8s.ApiClient:
 
 
 @pytest.fixture
-def ns(api) -> str:
+def ns(api) -> Iterator[str]:
     """A namespace of the test's own."""
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    k8s.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    return name
+    with namespace(k8s.CoreV1Api(api), f"t-{uuid.uuid4().hex[:8]}") as name:
+        yield name
 
 
 # --- Deployments -------------------------------------------------------------------------

@@ -139,8 +139,10 @@ class NodeAgentProcess:
         return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
-        """Stop the agent and delete its Nodes, so that the next module's agent on this
-        worker's control plane starts from none."""
+        """Stop the agent and delete its Nodes with the pods bound to them (as the pod GC
+        would, minutes later; a pod still being deleted gracefully is bound to a node name the
+        next module's agent may register), so that the next module's agent on this worker's
+        control plane starts from none."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             try:
@@ -152,6 +154,12 @@ class NodeAgentProcess:
         groups = ",".join(sorted(self.groups))  # and the nodes its autoscaler added
         added = [n.metadata.name for n in core.list_node(label_selector=f"{GROUP_LABEL} in ({groups})").items]
         for name in dict.fromkeys([*self.nodes, *added]):
+            for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
+                try:
+                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+                except k8s.ApiException as e:
+                    if e.status != 404:
+                        raise
             try:
                 core.delete_node(name)
             except k8s.ApiException as e:

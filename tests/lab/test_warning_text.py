@@ -11,7 +11,6 @@ stand-in for the service's `api/sessions`, and read in Chromium in New York's ti
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from zoneinfo import ZoneInfo
 
@@ -93,8 +92,7 @@ async def service():
 
     async def sessions(_: web.Request) -> web.Response:
         return web.json_response({"user": "alice", "sessions": [FORMS[shown["form"]]], "keeps": KEEPS,
-                                  "loses": LOSES, "max_keepalive_seconds": 14400, "reclaims": []},
-                                 dumps=json.dumps)
+                                  "loses": LOSES, "max_keepalive_seconds": 14400, "reclaims": []})
 
     app = web.Application()
     app.router.add_get("/api/sessions", sessions)

@@ -101,10 +101,11 @@ def _percent(value: Any) -> str:
         return str(value)
 
 
-def expected_free(at: dt.datetime, now: dt.datetime) -> str:
+def expected_free(at: dt.datetime, now: dt.datetime, kind: str = "GPU") -> str:
     """What a user waiting for a GPU is told when scheduled reclaims will free one (the
-    spawn progress, the user page): "a GPU is expected to be free in about 3 min"."""
-    return f"a GPU is expected to be free in about {format_duration(max(dt.timedelta(minutes=1), at - now))}"
+    spawn progress, the user page): "a GPU is expected to be free in about 3 min"; `kind`
+    what one of those waited for is called (node_gpus.kind_name: "a MIG slice is …")."""
+    return f"a {kind} is expected to be free in about {format_duration(max(dt.timedelta(minutes=1), at - now))}"
 
 
 def spark_label(values: list[float | None], threshold: float | None, window: dt.timedelta) -> str:

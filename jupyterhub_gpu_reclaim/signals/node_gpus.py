@@ -1,10 +1,10 @@
 """The cluster's GPUs, for the admin page's headline ("3 of 4 GPUs and 7 MIG slices held"):
 the GPU resources (`pod_facts.is_gpu_resource`, counted as a pod's GPUs are) allocatable on
 the nodes, each kind apart (`pod_facts.gpu_kind`), read with the Kubernetes API's node list;
-and how people read such counts (`in_words`: the admin page, the spawn form). The service
-may not list nodes (the hub's Role in the z2jh chart grants pods only; helm-values/rbac.yaml
-adds nodes, for the spawner): then, as on any failure, the number is not known (None) and
-the headline says what is held."""
+and how people read such counts (`in_words`, `kind_name`: the admin page, the spawn form,
+the spawn progress). The service may not list nodes (the hub's Role in the z2jh chart grants
+pods only; helm-values/rbac.yaml adds nodes, for the spawner): then, as on any failure, the
+number is not known (None) and the headline says what is held."""
 
 from __future__ import annotations
 
@@ -49,6 +49,13 @@ def in_words(total: Mapping[str, int], part: Mapping[str, int] | None = None) ->
     said = [(f"{part.get(k, 0)} of " if part is not None else "") + count(n, GPU_KINDS[k])
             for k, n in total.items() if n]
     return listed(said) or count(0, "GPU")
+
+
+def kind_name(gpus: Mapping[str, int]) -> str:
+    """What one of `gpus` (by kind) is called where a sentence speaks of one ("a free MIG
+    slice"): its kind's name, or a GPU's for whole GPUs, for several kinds, or for none."""
+    kinds = [k for k, n in gpus.items() if n]
+    return GPU_KINDS[kinds[0] if len(kinds) == 1 else "gpu"]
 
 
 async def read_gpu_capacity(api: Any, timeout: float) -> tuple[GpuCounts | None, str]:

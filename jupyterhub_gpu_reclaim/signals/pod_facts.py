@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..oneline import brief
 from ..timestamps import parse_time
@@ -77,6 +77,17 @@ def gpu_kind(name: str, product: str = "") -> str | None:
     if name.endswith(REPLICA_SUFFIX) or (name == GPU_RESOURCE and product.endswith(SHARED_PRODUCT_SUFFIX)):
         return "shared"
     return "mig" if name.startswith(MIG_RESOURCE_PREFIX) else "gpu"
+
+
+def by_kind(requests: Mapping[str, int], product: str = "") -> dict[str, int]:
+    """GPU resources and their numbers (`gpu_requests`, a profile's) by kind (GPU_KINDS' keys,
+    in its order; kinds with none left out) on nodes whose GPU product label is `product`."""
+    out = dict.fromkeys(GPU_KINDS, 0)
+    for name, n in requests.items():
+        kind = gpu_kind(name, product)
+        if kind is not None:
+            out[kind] += n
+    return {k: n for k, n in out.items() if n}
 
 
 def gpu_resource_pattern(spell: Callable[[str], str]) -> str:
@@ -135,6 +146,14 @@ def gpu_requests(pod: Any) -> dict[str, int]:
 def requested_gpus(pod: Any) -> int:
     """The GPUs the pod holds once placed, or waits for: each MIG instance or replica one."""
     return sum(gpu_requests(pod).values())
+
+
+def requested_by_kind(pod: Any) -> dict[str, int]:
+    """The GPUs the pod holds or waits for by kind (`by_kind`), read from the pod alone, as a
+    pending pod that has no node yet says them: its resource names say MIG instances and
+    renamed replicas, the product its nodeSelector picks (`gpu_type`) a time-sliced
+    nvidia.com/gpu; any other nvidia.com/gpu is a whole GPU."""
+    return by_kind(gpu_requests(pod), gpu_type(pod))
 
 
 def gpu_type(pod: Any) -> str:

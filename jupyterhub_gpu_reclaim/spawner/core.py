@@ -17,7 +17,6 @@ from ..hubcompat import user_options_from_query
 from ..policy.config import PolicyConfig
 from ..signals.pod_facts import KEEPALIVE_ANNOTATION, PROFILE_ANNOTATION
 from ..timestamps import parse_time_lenient, utcnow
-from ..wording import expected_free
 from . import affinity, keepalive, messages
 from .images import normalize
 from .cluster_view import ClusterView
@@ -342,12 +341,12 @@ class GPUReclaimSpawner(ClusterView):
             await asyncio.sleep(1)
             pod = self._pod()
             wait = messages.gpu_wait(pod) if pod is not None else None
-            if wait is None:
+            if pod is None or wait is None:
                 continue
             waited = utcnow() - (wait.since or self._requested or utcnow())
             if waited.total_seconds() >= self.gpu_queue_timeout:
                 GPU_QUEUE_TIMEOUTS.inc()
-                message = messages.queue_timeout_message(waited, wait.gpus)
+                message = messages.queue_timeout_message(waited, messages.requested_kinds(pod))
                 self.log.warning("%s: %s", self._log_name, message)
                 raise GpuQueueTimeout(message)
 
@@ -435,9 +434,9 @@ class GPUReclaimSpawner(ClusterView):
         now = utcnow()
         wait = messages.gpu_wait(pod)
         since = (wait.since if wait else None) or self._requested or now
-        line = messages.gpu_wait_message(wait.gpus if wait else messages.requested_gpus(pod),
+        line = messages.gpu_wait_message(messages.requested_kinds(pod),
                                          messages.queue_position(pod, self._pending_gpu_pods()),
-                                         now - since, expected_free(expected, now) if expected else "")
+                                         now - since, expected, now)
         if offer is None:
             return {"message": line}
         return {"message": f"{line}. {offer[0]}", "html_message": f"{html.escape(line, quote=False)}. {offer[1]}"}

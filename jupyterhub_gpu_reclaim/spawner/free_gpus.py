@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..signals.kube import parse_quantity
-from ..signals.pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, gpu_kind, is_gpu_resource
+from ..signals.pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, by_kind, gpu_kind, is_gpu_resource
 from . import affinity, messages
 
 Obj = dict[str, Any]
@@ -76,15 +76,9 @@ def _product(node: Obj) -> str:
 
 
 def gpus_by_kind(request: Mapping[str, int], node: Obj) -> dict[str, int]:
-    """A GPU request (profile_request) by kind (GPU_KINDS' keys, in its order; kinds it asks
-    none of left out) as `node` would give it: the same resource is a whole GPU on one node
-    and a shared one on another."""
-    out = dict.fromkeys(GPU_KINDS, 0)
-    for name, n in request.items():
-        kind = gpu_kind(name, _product(node))
-        if kind is not None:
-            out[kind] += n
-    return {k: n for k, n in out.items() if n}
+    """A GPU request (profile_request) by kind (`pod_facts.by_kind`) as `node` would give it:
+    the same resource is a whole GPU on one node and a shared one on another."""
+    return by_kind(request, _product(node))
 
 
 def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0,

@@ -16,20 +16,24 @@ from typing import Callable, Iterable, Mapping
 
 from ..durations import format_duration
 from ..signals import pod_facts
-from ..signals.node_gpus import in_words
+from ..signals.node_gpus import in_words, kind_name
 from ..signals.pod_facts import GpuWait, gpu_shortage
-from ..wording import count
+from ..wording import count, expected_free
 from .timings import event_first_time, event_last_time, event_message
 
 _IMAGE_IN_MESSAGE = re.compile(r'[Ii]mage "([^"]+)"')
 
 
-def gpu_wait_message(requested_gpus: int, ahead: int, waiting: dt.timedelta, expected: str = "") -> str:
+def gpu_wait_message(gpus: Mapping[str, int], ahead: int, waiting: dt.timedelta,
+                     expected_at: dt.datetime | None = None, now: dt.datetime | None = None) -> str:
     """"Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)",
-    and "; a GPU is expected to be free in about 3 min" when `expected` says so."""
+    the `gpus` asked for (by kind: requested_kinds) each by its kind's name ("Waiting for a
+    free MIG slice (2 MIG slices requested, …"), and "; a GPU is expected to be free in about
+    3 min" when the reclaim service expects one at `expected_at` (`now` the time now)."""
     queue = "no requests ahead of you" if ahead <= 0 else f"{count(ahead, 'request')} ahead of you"
-    return (f"Waiting for a free GPU ({count(requested_gpus, 'GPU')} requested, {queue}, "
-            f"waiting {format_duration(waiting)})" + (f"; {expected}" if expected else ""))
+    expected = f"; {expected_free(expected_at, now, kind_name(gpus))}" if expected_at and now else ""
+    return (f"Waiting for a free {kind_name(gpus)} ({in_words(gpus)} requested, {queue}, "
+            f"waiting {format_duration(waiting)})" + expected)
 
 
 def smaller_fit_message(profile: str, gpus: Mapping[str, int], home: str = "") -> str:
@@ -77,6 +81,14 @@ def requested_gpus(pod: dict) -> int:
         return 0
 
 
+def requested_kinds(pod: dict) -> dict[str, int]:
+    """pod_facts.requested_by_kind: what the waiting lines name; {} for a pod it cannot read."""
+    try:
+        return pod_facts.requested_by_kind(pod)
+    except ValueError:
+        return {}
+
+
 def _identity(pod: dict) -> tuple[str | None, str | None, str | None]:
     meta = pod.get("metadata") or {}
     return meta.get("uid"), meta.get("namespace"), meta.get("name")
@@ -120,10 +132,11 @@ def pull_message(image: str, size_bytes: int | None, node: str) -> str:
     return f"Downloading the environment image{size}{where}"
 
 
-def queue_timeout_message(waited: dt.timedelta, gpus: int) -> str:
-    """The final line when gpu_queue_timeout expires."""
-    return (f"No GPU became free within {format_duration(waited)}; your request for "
-            f"{count(gpus, 'GPU')} was withdrawn. Try again later or choose a CPU profile.")
+def queue_timeout_message(waited: dt.timedelta, gpus: Mapping[str, int]) -> str:
+    """The final line when gpu_queue_timeout expires, the `gpus` asked for (by kind:
+    requested_kinds) each by its kind's name."""
+    return (f"No {kind_name(gpus)} became free within {format_duration(waited)}; your request for "
+            f"{in_words(gpus)} was withdrawn. Try again later or choose a CPU profile.")
 
 
 def translate_event(
@@ -145,7 +158,7 @@ def translate_event(
             first, last = event_first_time(event), event_last_time(event)
             waited = (last - first) if first and last else dt.timedelta(0)
         ahead = queue_position(pod, pending_pods) if wait is not None else 0
-        return gpu_wait_message(wait.gpus if wait else requested_gpus(pod), ahead, waited)
+        return gpu_wait_message(requested_kinds(pod), ahead, waited)
     if reason == "Pulling":
         m = _IMAGE_IN_MESSAGE.search(message)
         image = m.group(1) if m else ""

@@ -18,7 +18,8 @@ import { Widget } from '@lumino/widgets';
 
 import { localClock } from '../../static/localtime';
 import { SaveBeforeStop } from './saving';
-import { AfterStop, IPart } from './stopped';
+import { AfterStop } from './stopped';
+import { hoverText, IReason, warningMessage, whyText } from './warning';
 
 /** How often the state is read while the tab is shown (the service answers from memory; one cycle is ~30 s). */
 const POLL_MS = 10_000;
@@ -40,7 +41,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 const STOPPING = 'GPU · stopping the server';
 
 /** What `GET gpu-reclaim/status` answers (jupyterhub_gpu_reclaim/labext/handlers.py). */
-interface ISession {
+interface ISession extends IReason {
   state: string; // active, idle, warned, kept, exempt, stopping, held, cpu
   gpus: number;
   util: string; // "37 %", as the service's pages write it
@@ -51,8 +52,6 @@ interface ISession {
   spark: (number | null)[]; // percent per slice of the service's window, oldest first
   spark_label: string; // "GPU utilization over the last 2 h, latest 3 %; idle below 1 %"
   idle_threshold: number | null; // percent, drawn dashed
-  why: string | null; // why it is warned, the service's sentence, its times in UTC
-  why_parts: IPart[]; // the same as words and times ([] from an older service)
 }
 
 interface IStatus {
@@ -133,13 +132,6 @@ export function sparkline(s: ISession): SVGSVGElement | null {
     }
   }
   return root;
-}
-
-/** Why the session is warned as plain text, each time written in the browser's zone (the
- * service's `why_parts`; its `why`, times in UTC, from an older service); '' without one. */
-function whyText(s: ISession): string {
-  const parts = Array.isArray(s.why_parts) ? s.why_parts : [];
-  return parts.length ? parts.map(p => (p.time ? clock(p.time) : p.text)).join('') : s.why ?? '';
 }
 
 /** The status bar's text and hover text for a session (null: nothing to show). */
@@ -339,9 +331,10 @@ class GpuReclaim {
       const spark = sparkline(session!) ?? document.createElement('span');
       this.spark.replaceWith(spark);
       this.spark = spark;
+      // while warned, the whole reason (the notification cuts a long one) and what a stop keeps and loses
       this.item.node.title =
-        session!.state === 'warned' && status.keeps
-          ? `${shown.title}. A stop keeps ${status.keeps}; it loses ${status.loses}.`
+        session!.state === 'warned'
+          ? hoverText(shown.title, whyText(session!, true), status.keeps, status.loses)
           : shown.title;
       this.item.node.dataset.state = session!.state;
       const actionable = session!.state === 'warned' && !!session!.reclaim_at;
@@ -374,14 +367,11 @@ class GpuReclaim {
 
   private warn(s: ISession): void {
     // why, in the service's words of what was measured ("nothing has run on the GPU since
-    // 08:22", not "idle" for a GPU never used), its times in this browser's zone; the
-    // stop's time first: JupyterLab cuts a notification's message at 140 characters. What a
-    // stop keeps and loses is in the status bar item's hover text.
-    const why = whyText(s);
+    // 08:22", not "idle" for a GPU never used), its times in this browser's zone, cut to
+    // what JupyterLab shows of a message; the status bar item's hover text has it whole,
+    // and what a stop keeps and loses
     const idle = s.idle_since ? `has been idle for ${ago(s.idle_since)}` : 'is not in use';
-    const message = why
-      ? `Your GPU server is stopped at ${clock(s.reclaim_at!)} unless it is used: ${why}.`
-      : `Your GPU ${idle}: this server is stopped at ${clock(s.reclaim_at!)} unless it is used.`;
+    const message = warningMessage(clock(s.reclaim_at!), whyText(s), idle);
     // short labels: the three fit on one line at JupyterLab's toast width (25em); the
     // captions (hover text) say the rest
     const actions: Notification.IAction[] = [

@@ -175,9 +175,11 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     await until(lambda: warned(hub, api, "alice"), 60, "alice's GPU session is warned")
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at (\d{4}-\d\d-\d\d )?\d\d:\d\d unless used"),
                                                      timeout=30_000)
-    # what a stop keeps and loses, in the item's hover text (wording.KEEPS, LOSES)
-    await expect(alice.locator(STATUS)).to_have_attribute(
-        "title", re.compile(r"A stop keeps files under your home directory; it loses running processes"))
+    # the whole reason (the notification cuts a long one: test_warning_text.py), and what a
+    # stop keeps and loses, in the item's hover text (wording.KEEPS, LOSES), its times in UTC
+    await expect(alice.locator(STATUS)).to_have_attribute("title", re.compile(
+        r"kept alive\. Why: nothing has run on the GPU since (\d{4}-\d\d-\d\d )?\d\d:\d\d UTC\. "
+        r"A stop keeps files under your home directory; it loses running processes"))
     toast = alice.locator(".Toastify__toast", has_text=WARNING)
     await expect(toast).to_be_visible(timeout=30_000)
     # why, in the service's words of what was measured (her GPU was never used: not "idle
@@ -185,6 +187,7 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     since = (await server_get(hub, api, "alice", "gpu-reclaim/status"))["session"]["idle_since"]
     said = f"unless it is used: nothing has run on the GPU since {local_clock(parse_time(since), ZoneInfo('UTC'))}."
     await expect(toast).to_contain_text(said)
+    assert len(await toast.locator(".jp-toast-message").text_content()) <= 140  # all JupyterLab shows
     await expect(toast).not_to_contain_text("idle for")
     await expect(toast.get_by_role("button", name="Keep until…")).to_be_visible()
     await expect(toast.get_by_role("button", name="Stop now")).to_be_visible()

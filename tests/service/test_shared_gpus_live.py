@@ -165,7 +165,10 @@ async def test_a_mig_session_using_its_instance_is_kept(hub, scene, webhook):
 async def test_a_spawn_waiting_for_a_mig_instance_is_told_so_and_gets_the_freed_one(scene):
     api, seen = scene
     messages = [e.get("message", "") for e in seen["nia_progress"]]
-    assert any(m.startswith("Waiting for a free GPU (1 GPU requested") for m in messages), messages
+    waits = [m for m in messages if m.startswith("Waiting for a free")]
+    assert waits and all(m.startswith("Waiting for a free MIG slice (1 MIG slice requested") for m in waits), messages
+    # mia's warning says when hers is freed, a MIG slice too (the service's expected time)
+    assert any(re.search(r"; a MIG slice is expected to be free in about \d+ (s|min)$", m) for m in waits), waits
     assert seen["nia_progress"][-1].get("ready"), messages
     assert (await api.server("nia"))["ready"]
 

@@ -23,6 +23,7 @@ from jupyterhub_gpu_reclaim.spawner.messages import (
     queue_position,
     queue_timeout_message,
     requested_gpus,
+    requested_kinds,
     translate_event,
 )
 
@@ -68,13 +69,44 @@ def waiting_pod(name: str, created: str, priority: int = 0, message: str | None 
 
 
 @pytest.mark.parametrize("gpus,ahead,seconds,text", [
-    (1, 2, 150, "Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)"),
-    (2, 1, 40, "Waiting for a free GPU (2 GPUs requested, 1 request ahead of you, waiting 40 s)"),
-    (1, 0, 0, "Waiting for a free GPU (1 GPU requested, no requests ahead of you, waiting 0 s)"),
-    (4, 0, 3 * 3600 + 300, "Waiting for a free GPU (4 GPUs requested, no requests ahead of you, waiting 3 h 5 min)"),
+    ({"gpu": 1}, 2, 150, "Waiting for a free GPU (1 GPU requested, 2 requests ahead of you, waiting 2 min)"),
+    ({"gpu": 2}, 1, 40, "Waiting for a free GPU (2 GPUs requested, 1 request ahead of you, waiting 40 s)"),
+    ({"gpu": 1}, 0, 0, "Waiting for a free GPU (1 GPU requested, no requests ahead of you, waiting 0 s)"),
+    ({"gpu": 4}, 0, 3 * 3600 + 300,
+     "Waiting for a free GPU (4 GPUs requested, no requests ahead of you, waiting 3 h 5 min)"),
+    # each kind by its name (issue 39): a MIG slice or a shared GPU is not "a GPU"
+    ({"mig": 1}, 0, 30, "Waiting for a free MIG slice (1 MIG slice requested, no requests ahead of you, waiting 30 s)"),
+    ({"mig": 2}, 1, 90, "Waiting for a free MIG slice (2 MIG slices requested, 1 request ahead of you, waiting 1 min)"),
+    ({"shared": 1}, 0, 5, "Waiting for a free shared GPU (1 shared GPU requested, no requests ahead of you, waiting 5 s)"),
+    ({"shared": 2}, 0, 5,
+     "Waiting for a free shared GPU (2 shared GPUs requested, no requests ahead of you, waiting 5 s)"),
+    # several kinds at once (rare): each counted by its name, "a free GPU" for the one waited for
+    ({"gpu": 1, "mig": 2}, 0, 5,
+     "Waiting for a free GPU (1 GPU and 2 MIG slices requested, no requests ahead of you, waiting 5 s)"),
 ])
 def test_gpu_wait_message(gpus, ahead, seconds, text):
     assert gpu_wait_message(gpus, ahead, dt.timedelta(seconds=seconds)) == text
+
+
+@pytest.mark.parametrize("resource,product,kinds", [
+    ("nvidia.com/gpu", "", {"gpu": 2}),
+    ("nvidia.com/gpu", "NVIDIA-A100-SXM4-80GB", {"gpu": 2}),
+    ("nvidia.com/mig-1g.10gb", "NVIDIA-A100-SXM4-80GB", {"mig": 2}),
+    ("nvidia.com/gpu.shared", "", {"shared": 2}),  # renamed replicas (renameByDefault)
+    ("nvidia.com/mig-1g.5gb.shared", "", {"shared": 2}),  # a MIG instance's replicas
+    ("nvidia.com/gpu", "Tesla-T4-SHARED", {"shared": 2}),  # replicas under the plain name
+])
+def test_a_pending_pod_says_the_kind_it_waits_for_by_its_request(resource, product, kinds):
+    """A pending pod has no node: its resource's name, or the GPU product its nodeSelector
+    picks, says the kind."""
+    pod = waiting_pod("jupyter-k", "2025-01-01T00:00:00Z", message=f"0/3 nodes are available: 3 Insufficient {resource}.")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {resource: "2"}}
+    if product:
+        pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    assert requested_kinds(pod) == kinds
+    assert requested_kinds({"spec": {"containers": [{"name": "c"}]}}) == {}
+    pod["spec"]["containers"][0]["resources"]["limits"][resource] = "x"  # unreadable: none
+    assert requested_kinds(pod) == {}
 
 
 def test_format_duration():
@@ -147,7 +179,8 @@ def test_a_mig_instance_or_a_replica_is_waited_for_as_a_gpu(resource):
     assert requested_gpus(pod) == 1
     event = {"reason": "FailedScheduling", "message": MIG_SHORTAGE}
     text = translate_event(event, pod, [pod], dt.datetime(2025, 1, 1, 0, 0, 30, tzinfo=UTC), lambda _: None)
-    assert text == "Waiting for a free GPU (1 GPU requested, no requests ahead of you, waiting 30 s)"
+    kind = "MIG slice" if "mig" in resource else "shared GPU"
+    assert text == f"Waiting for a free {kind} (1 {kind} requested, no requests ahead of you, waiting 30 s)"
 
 
 def test_only_a_gpu_resource_short_is_a_wait_for_a_gpu():
@@ -184,10 +217,14 @@ def test_pull_message():
 
 
 def test_queue_timeout_message():
-    text = queue_timeout_message(dt.timedelta(minutes=10, seconds=3), 1)
+    text = queue_timeout_message(dt.timedelta(minutes=10, seconds=3), {"gpu": 1})
     assert text == ("No GPU became free within 10 min; your request for 1 GPU was withdrawn. "
                     "Try again later or choose a CPU profile.")
-    assert "2 GPUs" in queue_timeout_message(dt.timedelta(minutes=30), 2)
+    assert "request for 2 GPUs was" in queue_timeout_message(dt.timedelta(minutes=30), {"gpu": 2})
+    assert queue_timeout_message(dt.timedelta(seconds=8), {"mig": 2}).startswith(
+        "No MIG slice became free within 8 s; your request for 2 MIG slices was withdrawn.")
+    assert queue_timeout_message(dt.timedelta(seconds=8), {"shared": 1}).startswith(
+        "No shared GPU became free within 8 s; your request for 1 shared GPU was withdrawn.")
 
 
 def test_translate_failed_scheduling(pods):
@@ -230,8 +267,14 @@ def test_translate_keeps_other_events(pods):
     assert translate_event(event, cpu, [cpu], dt.datetime.now(UTC), lambda i: None) is None
 
 
-def test_gpu_wait_message_says_when_a_gpu_is_expected_only_when_told():
-    text = gpu_wait_message(1, 0, dt.timedelta(minutes=2), "a GPU is expected to be free in about 3 min")
-    assert text == ("Waiting for a free GPU (1 GPU requested, no requests ahead of you, waiting 2 min); "
-                    "a GPU is expected to be free in about 3 min")
-    assert "expected" not in gpu_wait_message(1, 0, dt.timedelta(minutes=2))
+@pytest.mark.parametrize("gpus,said", [
+    ({"gpu": 1}, "a GPU is expected to be free in about 3 min"),
+    ({"gpu": 2}, "a GPU is expected to be free in about 3 min"),
+    ({"mig": 2}, "a MIG slice is expected to be free in about 3 min"),
+    ({"shared": 1}, "a shared GPU is expected to be free in about 3 min"),
+])
+def test_gpu_wait_message_says_when_a_gpu_is_expected_only_when_told(gpus, said):
+    now = dt.datetime(2026, 12, 5, 13, 23, tzinfo=UTC)
+    text = gpu_wait_message(gpus, 0, dt.timedelta(minutes=2), now + dt.timedelta(minutes=3), now)
+    assert text.endswith(" requested, no requests ahead of you, waiting 2 min); " + said)
+    assert "expected" not in gpu_wait_message(gpus, 0, dt.timedelta(minutes=2))

@@ -13,6 +13,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Mapping
 
 import aiohttp
 
@@ -22,17 +23,19 @@ from jupyterhub_gpu_reclaim_lab.stopping import GRACE_ENV
 
 class Server:
     """jupyter-server from this environment (it loads jupyterhub_gpu_reclaim_lab as the user
-    image does), HOME in `home`, `grace` in its environment (None: unset)."""
+    image does), HOME in `home`, `grace` in its environment (None: unset), and `env` (what the
+    hub's spawner would set: the server's user and token, the service's URL)."""
 
-    def __init__(self, home: Path, grace: str | None, args: tuple[str, ...] = ()) -> None:
+    def __init__(self, home: Path, grace: str | None, args: tuple[str, ...] = (),
+                 env: Mapping[str, str] | None = None) -> None:
         self.home, self.port, self.token = home, free_port(), uuid.uuid4().hex
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
-        env.update(HOME=str(home), **({GRACE_ENV: grace} if grace is not None else {}))
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER")}
+        environ.update(HOME=str(home), **({GRACE_ENV: grace} if grace is not None else {}), **(env or {}))
         self.log = home.parent / f"{home.name}-server.log"
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).with_name("jupyter-server")), "--no-browser", "--allow-root",
              f"--port={self.port}", "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
-             f"--ServerApp.root_dir={home}", *args], env=env, cwd=home, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+             f"--ServerApp.root_dir={home}", *args], env=environ, cwd=home, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}/api"
         self.http = aiohttp.ClientSession(headers={"Authorization": f"token {self.token}"})
 

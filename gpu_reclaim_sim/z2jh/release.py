@@ -349,6 +349,16 @@ def apply(kubeconfig: str, objects: list[dict], *args: str) -> str:
     return kubectl(kubeconfig, *args, "apply", "-f", "-", stdin="\n---\n".join(map(json.dumps, objects)))
 
 
+def _pods_and_events(kubeconfig: str, namespace: str) -> str:
+    """What a release that did not come up shows of itself: its pods and its latest events."""
+    try:
+        pods = kubectl(kubeconfig, "-n", namespace, "get", "pods", "-o", "wide")
+        events = kubectl(kubeconfig, "-n", namespace, "get", "events", "--sort-by=.lastTimestamp")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return f"(its pods could not be read: {e})"
+    return f"its pods:\n{pods}its latest events:\n" + "\n".join(events.splitlines()[-30:])
+
+
 def install(kubeconfig: str, docs: list[dict], *, namespace: str = NAMESPACE, with_rbac: list[dict] | None = None,
             timeout: float = 180, url: str | None = None) -> Release:
     """Apply the rendered release (and `with_rbac`, default helm-values/rbac.yaml) in
@@ -357,8 +367,11 @@ def install(kubeconfig: str, docs: list[dict], *, namespace: str = NAMESPACE, wi
     apply(kubeconfig, install_order(docs + (rbac(namespace) if with_rbac is None else with_rbac)), "-n", namespace)
     deadline = time.monotonic() + timeout
     for workload in ("deploy/proxy", "deploy/hub"):
-        kubectl(kubeconfig, "-n", namespace, "rollout", "status", workload,
-                f"--timeout={max(1, int(deadline - time.monotonic()))}s", timeout=timeout + 10)
+        try:
+            kubectl(kubeconfig, "-n", namespace, "rollout", "status", workload,
+                    f"--timeout={max(1, int(deadline - time.monotonic()))}s", timeout=timeout + 10)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{_pods_and_events(kubeconfig, namespace)}") from None
     ingress: list = []
     while not ingress and time.monotonic() < deadline:
         svc = json.loads(kubectl(kubeconfig, "-n", namespace, "get", "svc", "proxy-public", "-o", "json"))

@@ -90,9 +90,10 @@ async def test_start_again_reopens_both_tabs(hub, sim, reclaimed, browser):
         await page.goto(f"{hub.info['url']}{PREFIX}")
         row = page.locator(f'table.reclaims tr[data-reclaim="{reclaimed.id}"]')
         await row.get_by_role("link", name="Start again").click()
-        # the spawn page asks the cluster what is free beside each GPU profile: slow under load
-        await page.wait_for_url(re.compile(r"/hub/spawn/alice\?next="), timeout=90_000)
-        await page.get_by_label(GPU_PROFILE).check()
+        # the spawn page asks the cluster what is free beside each GPU profile: slow under load;
+        # its form is what is waited for, not its load event (which waits for every resource)
+        await page.wait_for_url(re.compile(r"/hub/spawn/alice\?next="), timeout=90_000, wait_until="commit")
+        await page.get_by_label(GPU_PROFILE).check(timeout=90_000)
         await page.get_by_role("button", name="Start").click()
         await page.wait_for_url(re.compile(r"/user/alice/lab/tree/"), timeout=180_000)
         for path in (FIRST, LATEST):

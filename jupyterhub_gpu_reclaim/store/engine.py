@@ -165,8 +165,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-# rows of one executemany (and of one transaction of decisions): SQLAlchemy makes its own copy
-# of every row it is handed, and 20,000 at once took tens of MiB
+# rows of one executemany (and of one transaction of decisions): each is copied into what the
+# driver is handed (SQLAlchemy's parameters, or `_bound`'s), and 20,000 at once took tens of MiB
 ROWS_AT_ONCE = 1000
 # a column type's bind processor for a dialect: a value as its driver takes it (None: as it is)
 Processor = Callable[[Any], Any] | None
@@ -199,9 +199,10 @@ def _prepared(table: sa.Table, keys: tuple[str, ...], dialect: Dialect) -> tuple
     """SQLite: the insert of rows naming `keys` as its driver takes it, and each key's bind
     processor (its column type's, as SQLAlchemy finds it); None where the rows leave a
     column to its default (SQLAlchemy fills it). sqlite3 runs an executemany as one
-    statement stepped a row at a time in C; SQLAlchemy's own executemany spent more than
-    that again on each row's parameters (half the first cycle's decision log at 20,000
-    servers, 20,000 rows). Other drivers send a statement a row, which SQLAlchemy batches."""
+    statement bound and stepped a row at a time in C; SQLAlchemy's executemany took twice
+    as long, most of it each row's parameters in Python (a quarter of the first cycle's
+    decision log at 20,000 servers: docs/benchmarks.md). Other drivers (psycopg2) send a
+    statement a row, which SQLAlchemy's executemany batches."""
     compiled = sa.insert(table).compile(dialect=dialect, column_keys=list(keys))
     if compiled.positiontup != list(keys):
         return None

@@ -3,12 +3,13 @@ upgrade. `StoreBase` is the part of `Store` the others stand on (`self._session`
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any, Mapping, Self, Sequence, cast
+from typing import Any, Callable, Mapping, Self, Sequence, cast
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Dialect, Engine
 from sqlalchemy.orm import sessionmaker
 
 from . import schema
@@ -164,9 +165,12 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-# rows of one executemany (and of one transaction of decisions): SQLAlchemy makes its own copy
-# of every row it is handed, and 20,000 at once took tens of MiB
+# rows of one executemany (and of one transaction of decisions): each is copied into what the
+# driver is handed (SQLAlchemy's parameters, or `_bound`'s), and 20,000 at once took tens of MiB
 ROWS_AT_ONCE = 1000
+# a column type's bind processor for a dialect: a value as its driver takes it (None: as it is)
+Processor = Callable[[Any], Any] | None
+_UNSEEN = object()
 
 
 def _insert(db: Any, rows: Rows) -> None:
@@ -174,12 +178,49 @@ def _insert(db: Any, rows: Rows) -> None:
     by_model: dict[type[Base], list[dict[str, Any]]] = {}
     for model, row in rows:
         by_model.setdefault(model, []).append(row)
+    conn = db.connection()
     for model, values in by_model.items():
         # the table's insert (Core: one executemany), not the model's: the ORM's bulk insert
         # took half the first cycle's decision log at 20,000 servers (a statement a few rows)
         table = cast(sa.Table, model.__table__)
         for start in range(0, len(values), ROWS_AT_ONCE):
-            db.execute(sa.insert(table), values[start:start + ROWS_AT_ONCE])
+            chunk = values[start:start + ROWS_AT_ONCE]
+            prepared = _prepared(table, tuple(chunk[0]), conn.dialect) if conn.dialect.name == "sqlite" else None
+            if prepared is None:
+                db.execute(sa.insert(table), chunk)
+            else:
+                sql, processors = prepared
+                columns = [_bound(chunk, key, process) for key, process in processors.items()]
+                conn.exec_driver_sql(sql, list(zip(*columns, strict=True)))
+
+
+@functools.lru_cache(maxsize=32)
+def _prepared(table: sa.Table, keys: tuple[str, ...], dialect: Dialect) -> tuple[str, dict[str, Processor]] | None:
+    """SQLite: the insert of rows naming `keys` as its driver takes it, and each key's bind
+    processor (its column type's, as SQLAlchemy finds it); None where the rows leave a
+    column to its default (SQLAlchemy fills it). sqlite3 runs an executemany as one
+    statement bound and stepped a row at a time in C; SQLAlchemy's executemany took twice
+    as long, most of it each row's parameters in Python (a quarter of the first cycle's
+    decision log at 20,000 servers: docs/benchmarks.md). Other drivers (psycopg2) send a
+    statement a row, which SQLAlchemy's executemany batches."""
+    compiled = sa.insert(table).compile(dialect=dialect, column_keys=list(keys))
+    if compiled.positiontup != list(keys):
+        return None
+    return compiled.string, {key: table.c[key].type.dialect_impl(dialect).bind_processor(dialect) for key in keys}
+
+
+def _bound(rows: list[dict[str, Any]], key: str, process: Processor) -> list[Any]:
+    """The values of `key` in `rows` as the driver takes them. A bind processor is a function
+    of the value: one the row before held too (the cycle's time, a None) is processed once."""
+    if process is None:
+        return [row[key] for row in rows]
+    out, last, done = [], _UNSEEN, None
+    for row in rows:
+        value = row[key]
+        if value is not last:
+            last, done = value, process(value)
+        out.append(done)
+    return out
 
 
 def rowcount(result: sa.Result[Any]) -> int:

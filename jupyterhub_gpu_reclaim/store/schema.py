@@ -121,8 +121,9 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} as JSON: {value!r}")
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, default=_json_default, separators=(",", ":"), sort_keys=True)
+# one encoder: json.dumps with options makes one a call (the first cycle's decision log at
+# 20,000 servers: 20,000 evidence dicts)
+dumps = json.JSONEncoder(default=_json_default, separators=(",", ":"), sort_keys=True).encode
 
 
 # --------------------------------------------------------------------------- schema

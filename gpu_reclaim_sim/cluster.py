@@ -174,11 +174,12 @@ class Cluster:
     async def _clear_left_behind(self, core: k8s.CoreV1Api, scheduling: k8s.SchedulingV1Api) -> None:
         """On a shared control plane, what an earlier run added and could not take away (killed):
         its Nodes (with the pods bound to them), which no agent runs yet the scheduler would
-        place pods on until their Leases expire, and its PriorityClasses (the API server refuses a second global default). One run
-        at a time uses a plane (docs/sim.md); its namespaces are cleared one by one (`_clear`)."""
+        place pods on until their Leases expire, and its PriorityClasses (the API server refuses
+        a second global default). One run at a time uses a plane (docs/sim.md); its namespaces
+        are cleared one by one (`_clear`)."""
         for node in (await core.list_node(label_selector=GROUP_LABEL)).items:
             log.warning("node %s is an earlier run's, left behind: deleting it first", node.metadata.name)
-            await self._forget(core, node.metadata.name)
+            await forget_node(core, node.metadata.name)
         for pc in (await scheduling.list_priority_class()).items:
             if not pc.metadata.name.startswith("system-"):
                 log.warning("priority class %s is an earlier run's, left behind: deleting it first", pc.metadata.name)
@@ -200,7 +201,7 @@ class Cluster:
             await _gone(core, name)
 
     async def _leave(self, admin: k8s.ApiClient) -> None:
-        """What the run added taken away, before its nodes go (`_forget`): its namespaces, which
+        """What the run added taken away, before its nodes go (`forget_node`): its namespaces, which
         the namespace controller empties without the run (the next run on the plane waits for
         that, `_clear`; once one is terminating no controller makes a pod in it again), and its
         priority classes. Namespaces it found (`default`) keep what is in them."""
@@ -212,14 +213,6 @@ class Cluster:
             await _deleted(scheduling.delete_priority_class(name))
         log.info("namespaces %s being deleted", namespaces)
 
-    @staticmethod
-    async def _forget(core: k8s.CoreV1Api, node: str) -> None:
-        """A node of the run, once its agent stopped: the pods bound to it deleted at once (their
-        processes ended with the agent), as the pod GC would minutes later (a pod still being
-        deleted gracefully is bound to a name the next run on the plane may register), then it."""
-        for pod in (await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items:
-            await _deleted(core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0))
-        await _deleted(core.delete_node(node))
 
     def _address_of(self, published: Published) -> Callable[[], Awaitable[tuple[str, int]]]:
         """Where a connection to `published` goes: its Service's load-balancer address, else its
@@ -263,7 +256,7 @@ class Cluster:
             await self.agent.stop()
         if self.control_plane is not None and self._admin is not None and self.agent is not None:
             for name in self.agent.registrations:
-                await self._forget(k8s.CoreV1Api(self._admin), name)
+                await forget_node(k8s.CoreV1Api(self._admin), name)
         if self._admin is not None:
             await self._admin.close()
         if self.plane is not None:
@@ -323,6 +316,17 @@ async def _ready(core: k8s.CoreV1Api, name: str) -> None:
         if accounts.items and roots.items:
             return
         await asyncio.sleep(0.1)
+
+
+async def forget_node(core: k8s.CoreV1Api, node: str) -> None:
+    """A node whose agent has stopped, on a shared control plane: the pods bound to it deleted
+    at once (their processes ended with the agent), as the pod GC would minutes later (a pod
+    still being deleted gracefully is bound to a name the next run on the plane may register),
+    then it. Only a departing node's: on a node that stays, a pod deleted at once frees its GPUs
+    for the scheduler before its agent has ended it."""
+    for pod in (await core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")).items:
+        await _deleted(core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0))
+    await _deleted(core.delete_node(node))
 
 
 async def _deleted(request: Any) -> None:

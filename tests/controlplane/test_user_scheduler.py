@@ -83,9 +83,7 @@ def cluster(control_plane: ControlPlane, tmp_path_factory) -> Iterator[tuple[k8s
     finally:
         os.kill(scheduler.pid, signal.SIGTERM)
         scheduler.wait(timeout=20)
-        # its pods at once, while their nodes are there (else only the pod GC ends them, minutes later)
-        core.delete_namespace(NS)
-        core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+        core.delete_namespace(NS)  # first: the agent's stop then deletes the pods left on its nodes
         agent.stop()
 
 

@@ -4,12 +4,13 @@ runs the node agent for a scenario against it, as its own process (`NodeAgentPro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
+from kubernetes_asyncio import client as ak8s
+from kubernetes_asyncio import config as ak8s_config
 
+from gpu_reclaim_sim.cluster import forget_node
 from gpu_reclaim_sim.controlplane.components import ControlPlane
 from gpu_reclaim_sim.kubelet.nodes import GROUP_LABEL
 from gpu_reclaim_sim.nodeagent.agent import node_names
@@ -90,6 +94,13 @@ def phases(core: k8s.CoreV1Api, ns: str, name: str, until: str, timeout: int = 6
     raise AssertionError(f"pod {name} never {until}: {seen}")
 
 
+async def _forget_nodes(plane: ControlPlane, names: Iterable[str]) -> None:
+    """`forget_node` for each of `names`, as the admin."""
+    async with await ak8s_config.new_client_from_config(str(plane.admin_kubeconfig)) as api:
+        for name in names:
+            await forget_node(ak8s.CoreV1Api(api), name)
+
+
 @contextlib.contextmanager
 def running_agent(plane: ControlPlane, scenario: dict, work: Path) -> Iterator["NodeAgentProcess"]:
     """The node agent for `scenario`, once its nodes are Ready and untainted; stopped (its
@@ -139,10 +150,8 @@ class NodeAgentProcess:
         return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
-        """Stop the agent and delete its Nodes with the pods bound to them (as the pod GC
-        would, minutes later; a pod still being deleted gracefully is bound to a node name the
-        next module's agent may register), so that the next module's agent on this worker's
-        control plane starts from none."""
+        """Stop the agent and delete its Nodes with the pods bound to them (`forget_node`), so
+        that the next module's agent on this worker's control plane starts from none."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGTERM)
             try:
@@ -153,15 +162,4 @@ class NodeAgentProcess:
         core = k8s.CoreV1Api(admin_api(self.plane))
         groups = ",".join(sorted(self.groups))  # and the nodes its autoscaler added
         added = [n.metadata.name for n in core.list_node(label_selector=f"{GROUP_LABEL} in ({groups})").items]
-        for name in dict.fromkeys([*self.nodes, *added]):
-            for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}").items:
-                try:
-                    core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-                except k8s.ApiException as e:
-                    if e.status != 404:
-                        raise
-            try:
-                core.delete_node(name)
-            except k8s.ApiException as e:
-                if e.status != 404:
-                    raise
+        asyncio.run(_forget_nodes(self.plane, dict.fromkeys([*self.nodes, *added])))

@@ -329,7 +329,7 @@ async def test_pages_wear_the_hubs_bootstrap_and_its_theme(hub, browser, scheme)
 
 async def test_admin_sees_candidates_and_queue_and_reclaims_with_the_button(hub, api, browser, sim):
     # bob's two GPUs before carol's one: the default scheduler spreads (LeastAllocated), so carol
-    # placed first (bob's first try may find his home claim not yet bound) could leave bob no node
+    # placed first could leave bob no node
     await api.start("bob", "gpu-2")
     await api.wait_ready("bob")
     await api.start("carol", "gpu-1")

@@ -54,6 +54,9 @@ class ContainerError(Exception):
     """A container that cannot be created; the reason shows in its waiting state."""
 
 
+CONFIG_ERROR = "CreateContainerConfigError"  # what its environment refers to is missing (tried again)
+
+
 async def start(worker: PodWorker, c: Obj, image: Any, gpu_uuids: str | None, cid: str) -> runtime.ContainerProcess:
     """Run container `c` of the worker's pod in a sandbox, its output to the pod's log."""
     env = environment(worker, c, image.env, gpu_uuids)
@@ -140,7 +143,7 @@ def _value_from(worker: PodWorker, src: Obj, c: Obj) -> str:
             if ref["key"] not in data:
                 if ref.get("optional"):
                     return ""
-                raise ContainerError("CreateContainerConfigError")
+                raise ContainerError(CONFIG_ERROR)
             value = data[ref["key"]]
             return base64.b64decode(value).decode() if key == "Secret" else value
     return ""

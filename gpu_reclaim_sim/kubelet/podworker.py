@@ -29,6 +29,7 @@ MIN_GRACE = 2.0  # the kubelet gives SIGTERM at least this long (minimumGracePer
 MOUNT_RETRY_MAX = 122.0  # the volume manager's longest back-off (2m2s)
 CLAIM_POLL = 0.1  # seconds between looks while a pod's claim is not yet bound
 CLAIM_TIMEOUT = 10.0  # then a FailedMount event says what the pod waits for (a real kubelet: 2m3s)
+CONFIG_RETRY_S = 2.0  # between tries of a container whose config cannot be made (the kubelet's pod syncs)
 
 
 class Kubelet(Protocol):
@@ -217,7 +218,7 @@ class PodWorker:
                     raise ContainerError(f"Init:Error (exit code {code})")
             for c in self._containers():
                 await self.kubelet.pull(self, c)
-            first = {c["name"]: await self._start_or_fail(c, gpu_env.get(c["name"])) for c in self._containers()}
+            first = {c["name"]: await self._start_configured(c, gpu_env.get(c["name"])) for c in self._containers()}
         except (ContainerError, runtime.StartError) as e:
             reason = str(e).split(" ")[0] if isinstance(e, ContainerError) else "StartError"
             self.update_status(lambda s: s.update({
@@ -377,6 +378,20 @@ class PodWorker:
             current.replace(self.cluster.pod_log_path(self.ns, self.name, container, previous=True))
 
     # --- processes -------------------------------------------------------------------
+
+    async def _start_configured(self, c: Obj, gpu_uuids: str | None) -> Any:
+        """`_start_or_fail`, tried again while what the container's environment refers to is
+        missing (a Secret, a key: CreateContainerConfigError), as the kubelet's pod syncs try
+        it again until it is there; the container waits with that reason meanwhile."""
+        while True:
+            try:
+                return await self._start_or_fail(c, gpu_uuids)
+            except ContainerError as e:
+                if str(e) != containerconfig.CONFIG_ERROR:
+                    raise
+            self.update_status(lambda s: _set_container(s, _waiting(c, containerconfig.CONFIG_ERROR)))
+            await asyncio.sleep(CONFIG_RETRY_S)
+            await self.api.prepare(self.pod)  # what it refers to, as it is now
 
     async def _start_or_fail(self, c: Obj, gpu_uuids: str | None, last: Obj | None = None) -> Any:
         """Start a container; one that cannot start is terminated with StartError (exit

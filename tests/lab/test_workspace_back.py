@@ -3,8 +3,9 @@ to end: a real JupyterHub with the service and its pages over GPUReclaimSpawner 
 simulated cluster, real single-user servers (JupyterLab 4) and Debian's Chromium.
 
 alice opens two notebooks as tabs in JupyterLab, which saves its workspace (the open documents
-and their layout) under her home, `~/.jupyter/lab/workspaces`; her unused GPU is reclaimed.
-Her home outlives the pod, so *Start again* (the spawn page, then `lab/tree/<the notebook she
+and their layout) under her home, `~/.jupyter/lab/workspaces`, keeping her server alive while
+she does (so that on a loaded machine too the reclaim comes after both are open and their
+kernels listed); she clears the keep-alive and her unused GPU is reclaimed. Her home outlives the pod, so *Start again* (the spawn page, then `lab/tree/<the notebook she
 was last active in>`) lands in JupyterLab with both tabs open: the `tree` URL adds its document
 to the saved workspace, it does not reset it."""
 
@@ -22,7 +23,7 @@ from ..support.browser import log_in, new_page
 from ..support.hubapi import HubAPI
 from ..support.service_hub import reclaimed_and_gone, until
 from ..support.sim_cluster import home
-from ..support.web_client import PREFIX, start_web_hub
+from ..support.web_client import PREFIX, Client, start_web_hub, user_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -30,7 +31,7 @@ GPU_PROFILE = "1 × NVIDIA A100 (40 GB)"
 FIRST, LATEST = "first.ipynb", "second.ipynb"  # LATEST: the one she was last active in
 NOTEBOOK = {"cells": [], "nbformat": 4, "nbformat_minor": 5,  # its kernel named: no kernel dialog
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
-# never-used GPUs warned at 40 s and reclaimed at 50 s: time to open both tabs first
+# never-used timings long past when she clears her keep-alive: warned at once, reclaimed 5 s later
 OPTIONS = {"never_used_warn_after": 40, "never_used_reclaim_after": 50, "idle_warn_after": 40,
            "idle_reclaim_after": 50, "warning_lead": 5}
 
@@ -62,6 +63,10 @@ async def reclaimed(hub, sim, browser):
     async with HubAPI.of(hub) as api:
         await api.start("alice", "gpu-1")
         await api.wait_ready("alice")
+        alice = Client(hub.info["url"], await user_token(api, "alice"))
+        intent = "api/sessions/alice//intent"
+        # kept alive from the service's first sight of her server (404 before it)
+        await until(lambda: _kept(alice, intent), 60, "alice's keep-alive taken")
         for path in (FIRST, LATEST):
             async with api.session.put(f"{api.url}/user/alice/api/contents/{path}",
                                        json={"type": "notebook", "format": "json", "content": NOTEBOOK}) as r:
@@ -76,14 +81,31 @@ async def reclaimed(hub, sim, browser):
             await expect(tab(page, LATEST)).to_be_visible(timeout=60_000)
             await expect(tab(page, FIRST)).to_be_visible()
             await until(lambda: saved_documents(sim) >= {FIRST, LATEST}, 30, "alice's workspace saved in her home")
+            await until(lambda: _has_both(api), 60, "both notebooks' kernels listed on her server")
         finally:
             await page.context.close()
+        status, body = await alice.json("DELETE", intent)
+        await alice.close()
+        assert status == 200 and body["cleared"], (status, body)
+        # past the never-used timings: warned at once, reclaimed the warning's lead later
+        yield await reclaimed_and_gone(hub, api, "alice", 90)
 
-        yield await reclaimed_and_gone(hub, api, "alice", OPTIONS["never_used_reclaim_after"] + 90)
+
+async def _kept(alice: Client, intent: str) -> bool:
+    status, _ = await alice.json("PUT", intent, {"duration": "1h"})
+    return status == 200
+
+
+async def _has_both(api) -> bool:
+    """Both notebooks have a kernel session on alice's server (what its probe reads)."""
+    async with api.session.get(f"{api.url}/user/alice/api/sessions") as r:
+        return r.status == 200 and {s["path"] for s in await r.json()} >= {FIRST, LATEST}
 
 
 async def test_start_again_reopens_both_tabs(hub, sim, reclaimed, browser):
     assert saved_documents(sim) >= {FIRST, LATEST}  # the workspace outlived the pod, in her home
+    ran = {r.path for r in reclaimed.ran.ran} if reclaimed.ran else set()
+    assert ran >= {FIRST, LATEST}, reclaimed.ran  # what the record keeps: Start again's `next`
     page = await new_page(browser)
     try:
         await log_in(page, hub.info["url"], "alice")

@@ -8,6 +8,7 @@ marked `@pytest.mark.jupyterhub(MAJOR, reason=...)`: the other major's pass dese
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,6 +91,8 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_sep("=", f"the last {LAST_MODULES} modules to end (from, to: s into the pass)")
         for path, (start, stop, worker) in sorted(_module_span.items(), key=lambda kv: kv[1][1])[-LAST_MODULES:]:
             terminalreporter.write_line(f"{start - first:7.0f} {stop - first:7.0f} {worker:5} {path}")
+        if os.environ.get("GPU_RECLAIM_TEST_SPANS"):  # every module's span (a pass a file, by its hub's version)
+            Path(f"{os.environ['GPU_RECLAIM_TEST_SPANS']}.{live.HUB_VERSION}").write_text(json.dumps(_module_span))
 
 
 def kind_of(item) -> str:

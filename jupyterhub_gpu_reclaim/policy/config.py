@@ -53,10 +53,11 @@ class PolicyConfig:
     exempt_groups: frozenset[str] = frozenset()
     exempt_profiles: frozenset[str] = frozenset()
 
-    # Servers without GPUs, with jupyterhub-idle-culler's options: --timeout on the hub's
-    # last_activity (the session start if there is none; the z2jh chart's 3600 s here,
-    # the option's own default is idle-culler's 600 s) and --max-age (None or 0: off).
-    cpu_timeout: dt.timedelta = dt.timedelta(seconds=3600)
+    # Servers without GPUs, with jupyterhub-idle-culler's options and defaults: --timeout
+    # on the hub's last_activity (the session start if there is none; idle-culler 2.0's
+    # 600 s: the z2jh chart passes 3600, which the backtest chooses where it makes its
+    # policy, `replay.backtest.Z2JH_CULL_TIMEOUT`) and --max-age (None or 0: off).
+    cpu_timeout: dt.timedelta = dt.timedelta(seconds=600)
     cpu_max_age: dt.timedelta | None = None
 
     # idle-culler 2.0's --cull-admin-users only applies to deleting *users* (--cull-users);

@@ -10,18 +10,13 @@ policy stays free of traitlets).
 
 from __future__ import annotations
 
-import datetime as dt
-
 from traitlets import Bool, Float, HasTraits, Set, Unicode
 
+from ..durations import seconds_or_off
 from ..policy.config import PolicyConfig
 from .service import Duration, option_help
 
 _DEFAULT = PolicyConfig()
-
-
-def _seconds_or_off(value: dt.timedelta | None) -> float:
-    return 0.0 if value is None else value.total_seconds()  # 0: off
 
 
 class GpuPolicyOptions(HasTraits):
@@ -126,7 +121,7 @@ class GpuPolicyOptions(HasTraits):
         never reclaimed (seconds or "5m"; > 0). Default 5 min.
         """)).tag(config=True)
 
-    gpu_max_age = Duration(_seconds_or_off(_DEFAULT.max_age), help=option_help("""
+    gpu_max_age = Duration(seconds_or_off(_DEFAULT.max_age), help=option_help("""
         Optional hard lifetime of GPU sessions from their start, warned --warning-lead
         before (seconds or "7d"). It also caps keep-alive intents. 0: off (default).
         """)).tag(config=True)

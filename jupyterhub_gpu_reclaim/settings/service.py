@@ -23,7 +23,7 @@ from typing import Any
 from traitlets import Bool, Callable, Dict, Enum, Float, HasTraits, Instance, Int, List, TraitType, Unicode, default
 
 from .. import DEFAULT_STORE_URL
-from ..durations import parse_duration
+from ..durations import parse_duration, seconds_or_off
 from ..policy.config import PolicyConfig
 from ..policy.rules import PolicyRules
 from ..signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
@@ -175,7 +175,7 @@ class ServiceSettings(HasTraits):
         --ssl-enabled=true).
         """)).tag(config=True, idle_culler=True)
 
-    max_age = Int(0, help=option_help("""
+    max_age = Int(int(seconds_or_off(PolicyConfig.cpu_max_age)), help=option_help("""
         The maximum age (in seconds) of servers that should be culled even if they are
         active.
 
@@ -196,7 +196,7 @@ class ServiceSettings(HasTraits):
         --internal-certs-location.
         """)).tag(config=True, idle_culler=True)
 
-    timeout = Int(600, help=option_help("""
+    timeout = Int(int(PolicyConfig.cpu_timeout.total_seconds()), help=option_help("""
         The idle timeout (in seconds).
 
         jupyterhub-idle-culler's rule, applied to servers without GPUs: a server whose

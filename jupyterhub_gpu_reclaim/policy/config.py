@@ -2,8 +2,8 @@
 type and default; the service option that sets it, `option_of`), and `from_settings`, the
 one converter from settings as written to a PolicyConfig.
 
-The service's options (`settings.gpu_policy.GpuPolicyOptions`: their help, defaults from here) make
-a PolicyConfig from their typed values in one hop; the backtest's policy files
+The service's options (`settings.gpu_policy.GpuPolicyOptions`: their help, defaults from
+here) make a PolicyConfig from their typed values in one hop; the backtest's policy files
 (`backtest.load_policy_config`) and the policy rules are read through `from_settings`: a
 duration is seconds or "30m"/"2h", a set a list of strings, and 0 turns an optional
 duration off. Each field's type picks its converter; nothing is guessed from the value.
@@ -23,8 +23,9 @@ from ..durations import parse_duration
 @dataclass(frozen=True)
 class PolicyConfig:
     """Every knob of the policy, declared once: its type and default. The service's options
-    (`settings.gpu_policy.GpuPolicyOptions`, with the help of each) make one from their values; the
-    backtest's policy files and the policy rules are read into one by `from_settings`."""
+    (`settings.gpu_policy.GpuPolicyOptions`, with the help of each) make one from their
+    values; the backtest's policy files and the policy rules are read into one by
+    `from_settings`."""
 
     gpu_idle_threshold: float = 1.0
     never_used_warn_after: dt.timedelta = dt.timedelta(minutes=60)

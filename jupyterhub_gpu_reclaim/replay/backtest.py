@@ -41,14 +41,14 @@ How the replay works (choices the format leaves open):
   for each kind of session (``(none)`` for sessions without one), its ``sessions`` and,
   for ``policy`` and each baseline, its ``reclaims`` and the ``score`` fields above
   computed on that kind's sessions alone; the kinds add up to the totals.
-- The policy is ``PolicyConfig``'s defaults but one: servers without GPUs are culled after
-  the z2jh chart's ``cull.timeout`` (``--timeout=3600``, `Z2JH_CULL_TIMEOUT`) rather than
-  idle-culler's own 600 s, as on the hubs whose sessions are replayed; a policy file's
+- The policy is ``PolicyConfig``'s defaults but one (`BACKTEST_POLICY`): servers without
+  GPUs are culled after the z2jh chart's ``cull.timeout`` (`Z2JH_CULL_TIMEOUT`) rather than
+  idle-culler's own default, as on the hubs whose sessions are replayed; a policy file's
   ``cpu_timeout`` overrides it.
 - ``baselines``: what two reference rules do on the same samples, with the same scoring.
   ``idle-culler``: jupyterhub-idle-culler's rule as the z2jh chart runs it, reclaim when
-  ``now − hub_last_activity`` (or ``started`` when the hub reports none) exceeds 1 h; it never looks at GPUs, kernels
-  or intents. ``zero-gpu-2h``: the naive GPU rule, reclaim when every GPU of the session
+  ``now − hub_last_activity`` (or ``started`` when the hub reports none) exceeds
+  `Z2JH_CULL_TIMEOUT`; it never looks at GPUs, kernels or intents. ``zero-gpu-2h``: the naive GPU rule, reclaim when every GPU of the session
   read 0% in every sample for 2 h (a sample without GPU data breaks the run); no warnings,
   no kernel check, no intents. Both are evaluated at every sample, like the policy; neither
   warns, so each of their reclaims is unwarned.

@@ -258,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     backtest.add_argument(
         "--config", metavar="FILE",
         help='JSON or YAML object of policy settings to override, e.g. '
-        '{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h"} (durations in seconds or 30m/2h)',
+        '{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h"} (durations in seconds or 30m/2h), '
+        "over the service's defaults but one: servers without GPUs are culled after the z2jh "
+        "chart's --timeout (its cull.timeout) rather than idle-culler's own (set cpu_timeout)",
     )
     backtest.add_argument("--json", action="store_true", help="print the report as one JSON object")
     backtest.set_defaults(func=_backtest)

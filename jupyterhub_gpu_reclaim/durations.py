@@ -15,6 +15,11 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s|ms)")
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 
 
+def seconds_or_off(value: dt.timedelta | None) -> float:
+    """An optional duration as an option holds it: seconds, 0 for None (off)."""
+    return 0.0 if value is None else value.total_seconds()
+
+
 def format_duration(seconds: float | dt.timedelta | None) -> str:
     """"40 s" under a minute, "2 min", "1 h", "1 h 5 min", "2 d 3 h"; rounded down, never
     overstated; "" for None."""

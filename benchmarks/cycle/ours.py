@@ -64,7 +64,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
     from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
     from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
-    from jupyterhub_gpu_reclaim.settings import ServiceSettings
+    from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
     from jupyterhub_gpu_reclaim.signals.probe_token_client import ProbeTokens

@@ -2,8 +2,8 @@
 type and default; the service option that sets it, `option_of`), and `from_settings`, the
 one converter from settings as written to a PolicyConfig.
 
-The service's options (`application.GpuPolicyOptions`: their help, defaults from here) make
-a PolicyConfig from their typed values in one hop; the backtest's policy files
+The service's options (`settings.gpu_policy.GpuPolicyOptions`: their help, defaults from
+here) make a PolicyConfig from their typed values in one hop; the backtest's policy files
 (`backtest.load_policy_config`) and the policy rules are read through `from_settings`: a
 duration is seconds or "30m"/"2h", a set a list of strings, and 0 turns an optional
 duration off. Each field's type picks its converter; nothing is guessed from the value.
@@ -23,8 +23,9 @@ from ..durations import parse_duration
 @dataclass(frozen=True)
 class PolicyConfig:
     """Every knob of the policy, declared once: its type and default. The service's options
-    (`application.GpuPolicyOptions`, with the help of each) make one from their values; the
-    backtest's policy files and the policy rules are read into one by `from_settings`."""
+    (`settings.gpu_policy.GpuPolicyOptions`, with the help of each) make one from their
+    values; the backtest's policy files and the policy rules are read into one by
+    `from_settings`."""
 
     gpu_idle_threshold: float = 1.0
     never_used_warn_after: dt.timedelta = dt.timedelta(minutes=60)
@@ -53,10 +54,11 @@ class PolicyConfig:
     exempt_groups: frozenset[str] = frozenset()
     exempt_profiles: frozenset[str] = frozenset()
 
-    # Servers without GPUs, with jupyterhub-idle-culler's options: --timeout on the hub's
-    # last_activity (the session start if there is none; the z2jh chart's 3600 s here,
-    # the option's own default is idle-culler's 600 s) and --max-age (None or 0: off).
-    cpu_timeout: dt.timedelta = dt.timedelta(seconds=3600)
+    # Servers without GPUs, with jupyterhub-idle-culler's options and defaults: --timeout
+    # on the hub's last_activity (the session start if there is none; idle-culler 2.0's
+    # 600 s: the z2jh chart passes 3600, which the backtest chooses where it makes its
+    # policy, `replay.backtest.Z2JH_CULL_TIMEOUT`) and --max-age (None or 0: off).
+    cpu_timeout: dt.timedelta = dt.timedelta(seconds=600)
     cpu_max_age: dt.timedelta | None = None
 
     # idle-culler 2.0's --cull-admin-users only applies to deleting *users* (--cull-users);

@@ -94,14 +94,9 @@ class PolicyRules:
         """The index of the first rule that matches `session`, else the number of rules."""
         return next((i for i, rule in enumerate(self.rules) if rule.match.matches(session)), len(self.rules))
 
-    def resolve(self, session: Session) -> tuple[str | None, PolicyConfig]:
-        """The first rule that matches `session` (its name and policy), else (None, base)."""
-        applied = self.applied(session)
-        return applied.rule, applied.config
-
     def applied(self, session: Session) -> AppliedPolicy:
         """The settings `policy.step` decides `session` under: its first matching rule's, else
-        the base policy's."""
+        the base policy's (`base` itself, not a copy)."""
         return self._applied[self._first(session)]
 
     @property

@@ -41,10 +41,14 @@ How the replay works (choices the format leaves open):
   for each kind of session (``(none)`` for sessions without one), its ``sessions`` and,
   for ``policy`` and each baseline, its ``reclaims`` and the ``score`` fields above
   computed on that kind's sessions alone; the kinds add up to the totals.
+- The policy is ``PolicyConfig``'s defaults but one (`BACKTEST_POLICY`): servers without
+  GPUs are culled after the z2jh chart's ``cull.timeout`` (`Z2JH_CULL_TIMEOUT`) rather than
+  idle-culler's own default, as on the hubs whose sessions are replayed; a policy file's
+  ``cpu_timeout`` overrides it.
 - ``baselines``: what two reference rules do on the same samples, with the same scoring.
-  ``idle-culler``: jupyterhub-idle-culler's rule, reclaim when ``now − hub_last_activity``
-  (or ``started`` when the hub reports none) exceeds 1 h; it never looks at GPUs, kernels
-  or intents. ``zero-gpu-2h``: the naive GPU rule, reclaim when every GPU of the session
+  ``idle-culler``: jupyterhub-idle-culler's rule as the z2jh chart runs it, reclaim when
+  ``now − hub_last_activity`` (or ``started`` when the hub reports none) exceeds
+  `Z2JH_CULL_TIMEOUT`; it never looks at GPUs, kernels or intents. ``zero-gpu-2h``: the naive GPU rule, reclaim when every GPU of the session
   read 0% in every sample for 2 h (a sample without GPU data breaks the run); no warnings,
   no kernel check, no intents. Both are evaluated at every sample, like the policy; neither
   warns, so each of their reclaims is unwarned.
@@ -67,6 +71,7 @@ from typing import IO, Any, Callable, Iterable
 from . import interruptions
 from ..durations import HOUR
 from ..errors import ConfigError
+from ..policy.config import PolicyConfig
 from ..policy.observations import (
     Decision, Intent, IntentChange, Pressure, Sample, Session, SessionSample, SessionView, Warning,
 )
@@ -84,7 +89,12 @@ __all__ = [
     "load_policy_config",
 ]
 
-IDLE_CULLER_TIMEOUT = dt.timedelta(hours=1)
+#: idle-culler's --timeout as the z2jh chart passes it (its values.yaml's cull.timeout): the
+#: backtest's hubs run z2jh, so its policy culls servers without GPUs after it, and so does
+#: the idle-culler reference rule (idle-culler's own default, and the service's, is 600 s)
+Z2JH_CULL_TIMEOUT = dt.timedelta(seconds=3600)
+#: the policy a backtest replays unless its policy file says otherwise
+BACKTEST_POLICY = PolicyConfig(cpu_timeout=Z2JH_CULL_TIMEOUT)
 ZERO_GPU_AFTER = dt.timedelta(hours=2)
 
 
@@ -92,7 +102,7 @@ ZERO_GPU_AFTER = dt.timedelta(hours=2)
 
 
 def idle_culler_rule(session: Session, sample: Sample, now: dt.datetime,
-                     timeout: dt.timedelta = IDLE_CULLER_TIMEOUT) -> bool:
+                     timeout: dt.timedelta = Z2JH_CULL_TIMEOUT) -> bool:
     """jupyterhub-idle-culler's decision for one server: cull when the hub's
     ``last_activity`` (``started`` when there is none) is more than ``timeout`` ago."""
     last = sample.hub_last_activity or session.started
@@ -173,16 +183,15 @@ def replay(records: Iterable[Record], *, config: Any = None,
            on_decision: Callable[[Session, dt.datetime, Decision], None] | None = None) -> dict[str, Any]:
     """Replay trace records (a :func:`read_trace` stream, config first) through
     ``policy.step`` with ``decide`` (default: the policy's) under ``config`` (default:
-    ``PolicyConfig()``; a `policy_rules.PolicyRules`: each session under its first matching
+    `BACKTEST_POLICY`; a `policy_rules.PolicyRules`: each session under its first matching
     rule's policy, its warnings and reclaims naming the rule); ``on_decision`` sees each
     decision; return the report."""
-    from ..policy.config import PolicyConfig
     from ..policy.rules import AppliedPolicy, PolicyRules
     from ..policy.scan import retained_samples
     from ..policy.step import step
 
     rules = config if isinstance(config, PolicyRules) else None
-    config = rules.base if rules is not None else config if config is not None else PolicyConfig()
+    config = rules.base if rules is not None else config if config is not None else BACKTEST_POLICY
 
     it = iter(records)
     trace_config = next(it, None)
@@ -432,8 +441,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
-    """A JSON or YAML file of PolicyConfig overrides → the PolicyConfig, or, when the file
-    has ``rules``, the `policy_rules.PolicyRules` over it.
+    """A JSON or YAML file of overrides of `base` (default `BACKTEST_POLICY`) → the
+    PolicyConfig, or, when the file has ``rules``, the `policy_rules.PolicyRules` over it.
 
     ``{"gpu_idle_threshold": 9, "idle_reclaim_after": "2h", "exempt_users": ["alice"]}``,
     read as the service reads its options (`policy.from_settings`): durations are seconds
@@ -441,7 +450,7 @@ def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
     of policy rules as the service's --policy-rules file holds them (docs/policy.md).
     Unknown keys, bad values and bad rules raise :class:`ConfigError`."""
     from ..datafile import read_data_file
-    from ..policy.config import PolicyConfig, from_settings
+    from ..policy.config import from_settings
     from ..policy.rules import load_rules
 
     data = read_data_file(path)
@@ -457,7 +466,7 @@ def load_policy_config(path: str | os.PathLike, base: Any = None) -> Any:
         raise ConfigError(f"{os.fspath(path)}: unknown policy setting{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(unknown)} (known: {', '.join(sorted(fields))}, {RULES_KEY})")
     try:
-        config = from_settings(data, base)
+        config = from_settings(data, base if base is not None else BACKTEST_POLICY)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{os.fspath(path)}: {e}") from None
     if rules is None:

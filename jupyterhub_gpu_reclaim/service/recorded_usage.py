@@ -33,7 +33,7 @@ Util = tuple[float | None, ...] | None
 
 
 @dataclass
-class Recorded:
+class RecordedUsage:
     """The record's GPU-hours per (day, user, profile), and who is in which group."""
 
     rows: Rows = field(default_factory=dict)
@@ -46,9 +46,9 @@ def grid_start(t: dt.datetime) -> float:
 
 
 def recorded_usage(store: Store, since: dt.datetime, until: dt.datetime, threshold: float,
-                   long_idle_steps: int, max_gap: dt.timedelta) -> Recorded:
+                   long_idle_steps: int, max_gap: dt.timedelta) -> RecordedUsage:
     """The record's figures for the steps from `since` to `until`."""
-    out = Recorded()
+    out = RecordedUsage()
     if until < since:
         return out
     instances: dict[str, list[SessionInstance]] = {}

@@ -35,9 +35,9 @@ from ..report.history_part import PrometheusPart, read_part
 from ..report.run import ReportRequest, counted_by, long_idle_steps, usage_tables
 from ..report.formats import HOURS, HOURS_COLUMNS
 from ..report.usage import Hours, groups_of
-from ..service.recorded_usage import STEP, Recorded, recorded_usage
+from ..service.recorded_usage import STEP, RecordedUsage, recorded_usage
 from ..service.daily_hours import MAX_STEP, day_bounds, freed_by_day, waiting_by_day
-from ..settings import ServiceSettings
+from ..settings.service import ServiceSettings
 from ..signals.http_source import hide_password
 from ..store import Store
 from ..timestamps import format_time
@@ -171,7 +171,7 @@ async def _usage_report(store: Store, settings: ServiceSettings, now: dt.datetim
         record_since = max(period.first, day_of(oldest))  # what the record has of its first day too
     if oldest is not None and record_since <= now:
         max_gap = max(MAX_STEP, 2 * settings.cycle_interval)
-        recorded: Recorded = await asyncio.to_thread(
+        recorded: RecordedUsage = await asyncio.to_thread(
             recorded_usage, store, record_since, now, config.gpu_idle_threshold,
             long_idle_steps(config, STEP), max_gap)
         for key, hours in recorded.rows.items():

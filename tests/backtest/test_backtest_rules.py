@@ -4,15 +4,15 @@ reclaim, and lists the rules. Without rules the report is as before (no new key)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
 import pytest
 
-from jupyterhub_gpu_reclaim.replay.backtest import backtest, load_policy_config
+from jupyterhub_gpu_reclaim.replay.backtest import BACKTEST_POLICY, backtest, load_policy_config
 from jupyterhub_gpu_reclaim.replay.backtest_report import format_report
 from jupyterhub_gpu_reclaim.errors import ConfigError
-from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 
 from ..support.clock import at
@@ -49,7 +49,7 @@ def policy(tmp_path):
 def test_rules_in_the_policy_file_time_each_session_and_are_named(tmp_path, policy):
     rules = load_policy_config(policy)
     assert isinstance(rules, PolicyRules) and rules.names == ["gpu-short", "a100-course"]
-    assert rules.base == PolicyConfig(warning_lead=dt.timedelta(minutes=10))
+    assert rules.base == dataclasses.replace(BACKTEST_POLICY, warning_lead=dt.timedelta(minutes=10))
     report = backtest(trace(tmp_path), config=rules)
     assert report["policy_rules"] == ["gpu-short", "a100-course"]
     assert report["policy"]["warning_lead"] == 600  # the base policy, as before

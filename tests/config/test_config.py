@@ -13,12 +13,13 @@ import pytest
 from jupyterhub_idle_culler import IdleCuller
 
 from jupyterhub_gpu_reclaim import cli
-from jupyterhub_gpu_reclaim.application import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuPolicyOptions, GpuReclaim
+from jupyterhub_gpu_reclaim.application import IDLE_CULLER_OPTIONS, POLICY_OPTIONS, GpuReclaim
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_settings
 from jupyterhub_gpu_reclaim.oneline import LogFormatter
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig, option_of
-from jupyterhub_gpu_reclaim.settings import ServiceSettings, declared_options
+from jupyterhub_gpu_reclaim.settings.gpu_policy import GpuPolicyOptions
+from jupyterhub_gpu_reclaim.settings.service import ServiceSettings, declared_options
 
 from ..support.apps import culler, parse
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -9,6 +10,10 @@ import pytest
 
 from jupyterhub_gpu_reclaim import cli
 from jupyterhub_gpu_reclaim.launcher import run_app
+from jupyterhub_gpu_reclaim.policy.observations import Decision, Session, SessionView
+from jupyterhub_gpu_reclaim.policy.step import step
+
+from ..support.clock import START
 
 TOKEN = "s3cr3t-token-value"
 URL = "http://localhost:8081/hub/api"
@@ -59,6 +64,32 @@ def test_the_rules_file_gives_the_service_its_rules_over_the_options(tmp_path):
     path.write_text(json.dumps([{"name": "x", "set": {"pressure_only": True}}]))
     (tmp_path / "gpu_reclaim_config.py").write_text(f"c.GpuReclaim.policy_rules = {str(path)!r}\n")
     assert settings_of([]).rules.names == ["x"]
+
+
+def test_a_policy_option_reaches_the_decider_in_one_hop(tmp_path):
+    # the PolicyConfig the Application's typed call makes of the options is the very object
+    # the decider is handed for a session no rule matches; a matching rule's has its `set`
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES)
+    s = settings_of([f"--policy-rules={path}", "--gpu-idle-threshold=7", "--warning-lead=20m",
+                     "--never-used-warn-after=40m", "--timeout=900"])
+    handed = []
+
+    def decide(view, *, config, **kw):
+        handed.append(config)
+        return Decision(view.session.id, "keep", "gpu-active", "")
+
+    sessions = [Session(id=f"{u}/", user=u, server="", gpus=1, started=START, profile=p)
+                for u, p in (("ann", None), ("bea", "gpu-course"))]
+    for session in sessions:
+        step(SessionView(session, ()), now=START, pending_gpus=0, policy=s.rules.applied(session), decide=decide)
+    base, course = handed
+    assert base is s.policy
+    assert (base.gpu_idle_threshold, base.warning_lead, base.never_used_warn_after, base.cpu_timeout) == (
+        7, dt.timedelta(minutes=20), dt.timedelta(minutes=40), dt.timedelta(seconds=900))
+    assert course is s.rules.rules[0].config and course.idle_reclaim_after == dt.timedelta(minutes=40)
+    assert course == dataclasses.replace(base, idle_warn_after=dt.timedelta(minutes=20),
+                                         idle_reclaim_after=dt.timedelta(minutes=40))
 
 
 def test_without_a_rules_file_there_are_no_rules():

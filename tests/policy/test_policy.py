@@ -314,6 +314,10 @@ def test_multi_gpu_idle_only_when_all_are_idle():
 
 # ---------------------------------------------------------------- servers without GPUs
 
+# the z2jh chart's --timeout=3600 (idle-culler's own default is 600 s): an hour's numbers
+CULLER = dataclasses.replace(CFG, cpu_timeout=mins(60))
+
+
 def cpu_view(last_activity, server="", admin=False, samples_=True):
     sess = Session(id=f"bob/{server}", user="bob", server=server, gpus=0, started=START, admin=admin)
     s = (Sample(at(0), None, hub_last_activity=last_activity),) if samples_ else ()
@@ -321,19 +325,19 @@ def cpu_view(last_activity, server="", admin=False, samples_=True):
 
 
 def test_cpu_server_idle_culler_timeout_is_inclusive():
-    assert run(cpu_view(at(10)), at(69.9)).action == "keep"
-    d = run(cpu_view(at(10)), at(70))
+    assert run(cpu_view(at(10)), at(69.9), config=CULLER).action == "keep"
+    d = run(cpu_view(at(10)), at(70), config=CULLER)
     assert (d.action, d.rule) == ("reclaim", "idle-culler-timeout")
 
 
 def test_cpu_server_without_activity_uses_started():
-    assert run(cpu_view(None), at(60)).action == "reclaim"
-    assert run(cpu_view(None, samples_=False), at(59)).action == "keep"
-    assert run(cpu_view(None, samples_=False), at(60)).action == "reclaim"
+    assert run(cpu_view(None), at(60), config=CULLER).action == "reclaim"
+    assert run(cpu_view(None, samples_=False), at(59), config=CULLER).action == "keep"
+    assert run(cpu_view(None, samples_=False), at(60), config=CULLER).action == "reclaim"
 
 
 def test_cpu_server_max_age_and_admin():
-    cfg = PolicyConfig(cpu_max_age=mins(300), cull_admin_users=False)
+    cfg = dataclasses.replace(CULLER, cpu_max_age=mins(300), cull_admin_users=False)
     assert run(cpu_view(at(299), admin=True), at(300), config=cfg).rule == "idle-culler-max-age"
     # idle-culler 2.0 culls admins' servers; --cull-admin-users only concerns users
     assert run(cpu_view(at(0), admin=True), at(60), config=cfg).rule == "idle-culler-timeout"
@@ -341,14 +345,14 @@ def test_cpu_server_max_age_and_admin():
 
 
 def test_cpu_server_named_server_flags():
-    cfg = PolicyConfig(cull_named_servers=False, cpu_max_age=mins(300))
+    cfg = dataclasses.replace(CULLER, cull_named_servers=False, cpu_max_age=mins(300))
     assert run(cpu_view(at(0), server="x"), at(100), config=cfg).action == "keep"
     assert run(cpu_view(at(0), server="x"), at(300), config=cfg).rule == "idle-culler-max-age"
     assert run(cpu_view(at(0), server=""), at(100), config=cfg).action == "reclaim"
 
 
 def test_cpu_server_ignores_exemptions_and_gpu_data():
-    cfg = PolicyConfig(exempt_users=frozenset({"bob"}))
+    cfg = dataclasses.replace(CULLER, exempt_users=frozenset({"bob"}))
     assert run(cpu_view(at(0)), at(60), config=cfg).action == "reclaim"
 
 

@@ -11,7 +11,7 @@ import pytest
 from jupyterhub_gpu_reclaim.errors import ConfigError
 from jupyterhub_gpu_reclaim.policy.observations import Session
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
-from jupyterhub_gpu_reclaim.policy.rules import Match, PolicyRules, load_rules
+from jupyterhub_gpu_reclaim.policy.rules import AppliedPolicy, Match, PolicyRules, load_rules
 
 from ..support.clock import START
 
@@ -42,34 +42,33 @@ def rules() -> PolicyRules:
 
 def test_each_criterion_matches(rules):
     assert rules.names == ["course", "short", "a100", "named", "pinned", "everyone-else"]
-    assert rules.resolve(session(groups=frozenset({"x", "course-101"})))[0] == "course"
-    assert rules.resolve(session(profile="gpu-tiny"))[0] == "short"
-    assert rules.resolve(session(server="lab", profile="gpu-tiny"))[0] == "everyone-else"  # default only
-    assert rules.resolve(session(gpu_type="NVIDIA-A100-SXM4-80GB"))[0] == "a100"
-    assert rules.resolve(session("bob", "lab"))[0] == "named"
-    assert rules.resolve(session("bob"))[0] == "everyone-else"  # his default server is not named
-    assert rules.resolve(session("dave", "lab"))[0] == "everyone-else"  # not one of the users
+    assert rules.applied(session(groups=frozenset({"x", "course-101"}))).rule == "course"
+    assert rules.applied(session(profile="gpu-tiny")).rule == "short"
+    assert rules.applied(session(server="lab", profile="gpu-tiny")).rule == "everyone-else"  # default only
+    assert rules.applied(session(gpu_type="NVIDIA-A100-SXM4-80GB")).rule == "a100"
+    assert rules.applied(session("bob", "lab")).rule == "named"
+    assert rules.applied(session("bob")).rule == "everyone-else"  # his default server is not named
+    assert rules.applied(session("dave", "lab")).rule == "everyone-else"  # not one of the users
 
 
 def test_the_first_match_wins_and_sets_only_its_settings(rules):
     both = session(profile="gpu-short", groups=frozenset({"course-101"}), gpu_type="NVIDIA-A100-SXM4-80GB")
-    name, config = rules.resolve(both)
-    assert name == "course"
+    applied = rules.applied(both)
+    config = applied.config
+    assert applied.rule == "course"
     assert (config.idle_warn_after, config.idle_reclaim_after) == (30 * MIN, 45 * MIN)
     assert config.gpu_idle_threshold == BASE.gpu_idle_threshold  # the a100 rule does not apply too
     assert config == dataclasses.replace(BASE, idle_warn_after=30 * MIN, idle_reclaim_after=45 * MIN)
-    name, config = rules.resolve(session("carol", profile="gpu-short"))
-    assert (name, config) == ("short", rules.rules[1].config)
-    name, config = rules.resolve(session("carol", "lab"))
-    assert (name, config) == ("pinned", BASE)
+    assert rules.applied(session("carol", profile="gpu-short")) == AppliedPolicy(rules.rules[1].config, "short", True)
+    assert rules.applied(session("carol", "lab")) == AppliedPolicy(BASE, "pinned", True)
 
 
 def test_rules_apply_over_the_base_and_are_built_once():
     base = PolicyConfig(gpu_idle_threshold=3, idle_reclaim_after=dt.timedelta(hours=3))
     rules = load_rules(RULES, base)
-    _, config = rules.resolve(session(profile="gpu-short"))
+    config = rules.applied(session(profile="gpu-short")).config
     assert config.gpu_idle_threshold == 3 and config.idle_reclaim_after == 40 * MIN
-    assert rules.resolve(session(profile="gpu-short"))[1] is config
+    assert rules.applied(session(profile="gpu-short")).config is config
     assert rules.configs == [base, *(r.config for r in rules.rules)]
 
 
@@ -77,13 +76,13 @@ def test_rules_apply_over_the_base_and_are_built_once():
 def test_no_rules_change_nothing(data):
     rules = load_rules(data, BASE)
     assert rules == PolicyRules(BASE) and rules.names == []
-    assert rules.resolve(session(profile="gpu-short", groups=frozenset({"course-101"}))) == (None, BASE)
+    assert rules.applied(session(profile="gpu-short", groups=frozenset({"course-101"}))) == AppliedPolicy(BASE)
 
 
 def test_an_empty_match_matches_every_session():
     rules = load_rules([{"name": "all", "match": {}, "set": {"warning_lead": "30m"}}], BASE)
     assert rules.rules[0].match == Match()
-    assert rules.resolve(session("zed", "x"))[1].warning_lead == 30 * MIN
+    assert rules.applied(session("zed", "x")).config.warning_lead == 30 * MIN
 
 
 def rule(**kw):

@@ -320,7 +320,7 @@ async def test_gap_longer_than_interval_plus_stale_after_restarts_idle_clock(har
 
 
 async def test_cull_users_deletes_inactive_users_like_idle_culler(harness):
-    h = harness(cull_users=True, policy=PolicyConfig(cull_admin_users=False))
+    h = harness(cull_users=True, policy=PolicyConfig(cull_admin_users=False, cpu_timeout=dt.timedelta(hours=1)))
     old = at(hours=-3)
     h.add("bob", gpus=0, last_activity=old, user_last_activity=old, user_created=old)
     h.add("gina", gpus=0, last_activity=old, user_last_activity=START, user_created=old)

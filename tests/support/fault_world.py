@@ -11,9 +11,10 @@ from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
 from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.replay.backtest import Z2JH_CULL_TIMEOUT
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
-from jupyterhub_gpu_reclaim.settings import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.http_source import SignalError
 from jupyterhub_gpu_reclaim.signals.hub import HubSignal
 from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -58,7 +59,8 @@ class World(CycleRecorder):
         self.servers = FakeServers()
         self.pods = FakePods()
         self.store = Store.open(f"sqlite:///{tmp_path}/store.sqlite")
-        self.policy = PolicyConfig(**YALE_NEVER_USED)
+        # servers without GPUs culled after the z2jh chart's --timeout, as the tests' numbers assume
+        self.policy = PolicyConfig(**YALE_NEVER_USED, cpu_timeout=Z2JH_CULL_TIMEOUT)
         self.reports: list = []
         self.parts: list = []
         self.reclaimer: Reclaimer | None = None

@@ -11,9 +11,10 @@ from jupyterhub_gpu_reclaim.service.metrics import Metrics
 from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
 from jupyterhub_gpu_reclaim.policy.observations import Kernel, WhatRan, WhatSaved
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+from jupyterhub_gpu_reclaim.replay.backtest import Z2JH_CULL_TIMEOUT
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
-from jupyterhub_gpu_reclaim.settings import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.http_source import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer
@@ -126,7 +127,8 @@ class Harness(CycleRecorder):
         self.kernels = FakeKernels() if kernels else None
         self.stopper = FakeStopper(self.hub, self.pods)
         self.store = Store.open(store_url or f"sqlite:///{tmp_path}/store.sqlite")
-        self.policy = policy or PolicyConfig(**YALE_NEVER_USED)
+        # servers without GPUs culled after the z2jh chart's --timeout, as the tests' numbers assume
+        self.policy = policy or PolicyConfig(**YALE_NEVER_USED, cpu_timeout=Z2JH_CULL_TIMEOUT)
         self.rules = rules
         self.options = options
         self.reports: list = []

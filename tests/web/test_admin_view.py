@@ -12,7 +12,7 @@ import pytest
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus, WaitingServer
 from jupyterhub_gpu_reclaim.service.daily_hours import daily_usage
-from jupyterhub_gpu_reclaim.settings import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import render
 from jupyterhub_gpu_reclaim.web.admin_view import admin_data

@@ -1,4 +1,4 @@
-"""The service's settings: `ServiceSettings`, each option a trait declared in its body.
+"""The service's options: `ServiceSettings`, each option a trait declared in its body.
 
 Each option is declared once, where it is read: a trait of `ServiceSettings` (kind of value,
 default, help text), in command-line order, tagged `idle_culler` for jupyterhub-idle-culler
@@ -22,12 +22,12 @@ from typing import Any
 
 from traitlets import Bool, Callable, Dict, Enum, Float, HasTraits, Instance, Int, List, TraitType, Unicode, default
 
-from . import DEFAULT_STORE_URL
-from .durations import parse_duration
-from .policy.config import PolicyConfig
-from .policy.rules import PolicyRules
-from .signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
-from .signals.prometheus import DEFAULT_QUERY
+from .. import DEFAULT_STORE_URL
+from ..durations import parse_duration, seconds_or_off
+from ..policy.config import PolicyConfig
+from ..policy.rules import PolicyRules
+from ..signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
+from ..signals.prometheus import DEFAULT_QUERY
 
 
 class Duration(TraitType[float, Any]):
@@ -175,7 +175,7 @@ class ServiceSettings(HasTraits):
         --ssl-enabled=true).
         """)).tag(config=True, idle_culler=True)
 
-    max_age = Int(0, help=option_help("""
+    max_age = Int(int(seconds_or_off(PolicyConfig.cpu_max_age)), help=option_help("""
         The maximum age (in seconds) of servers that should be culled even if they are
         active.
 
@@ -196,7 +196,7 @@ class ServiceSettings(HasTraits):
         --internal-certs-location.
         """)).tag(config=True, idle_culler=True)
 
-    timeout = Int(600, help=option_help("""
+    timeout = Int(int(PolicyConfig.cpu_timeout.total_seconds()), help=option_help("""
         The idle timeout (in seconds).
 
         jupyterhub-idle-culler's rule, applied to servers without GPUs: a server whose

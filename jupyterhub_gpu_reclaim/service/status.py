@@ -101,7 +101,7 @@ class WaitingServer:
     session: str
     user: str
     server: str
-    gpus: int
+    kinds: dict[str, int] = field(hash=False)  # the GPUs it asks for by kind (pod_facts.GpuWait): the pages' words
     since: dt.datetime | None
     waited_s: float | None
     reason: str | None  # the scheduler's message
@@ -111,8 +111,12 @@ class WaitingServer:
     # the servers ahead of it wait for (None: no reclaim is scheduled that would do)
     expected_free_at: dt.datetime | None = None
 
+    @property
+    def gpus(self) -> int:
+        return sum(self.kinds.values())
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "gpus": self.gpus}
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,7 @@ def waiting_servers(pods: Iterable[PodInfo], now: dt.datetime) -> list[WaitingSe
     """The servers whose pods wait for a GPU, in the GPU queue's order: both as the spawner
     tells its users (pod_facts.GpuWait: higher priority first, then the longest waiting)."""
     waiting = sorted(((p, w) for p in pods if (w := p.gpu_wait)), key=lambda pw: pw[1].queue_key(pw[0].name))
-    return [WaitingServer(session=p.session_id, user=p.user, server=p.server, gpus=w.gpus, since=w.since,
+    return [WaitingServer(session=p.session_id, user=p.user, server=p.server, kinds=w.kinds, since=w.since,
                           waited_s=(now - w.since).total_seconds() if w.since else None,
                           reason=p.unschedulable, gpu_type=p.gpu_type, gpu_shared=p.gpu_shared)
             for p, w in waiting]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .http_source import MAX_BODY, entry_field, read_capped
 from ..wording import count, listed
@@ -40,6 +40,16 @@ def gpus_of(node_list: Any) -> GpuCounts:
                 kind = gpu_kind(k, product if isinstance(product, str) else "")
                 if kind is not None and isinstance(v, str) and v.isdigit():
                     total[kind] += int(v)
+    return {k: n for k, n in total.items() if n}
+
+
+def summed(counts: Iterable[Mapping[str, int]]) -> GpuCounts:
+    """GPUs by kind of several (pods, requests) added up, in GPU_KINDS' order; kinds with none
+    left out."""
+    total = dict.fromkeys(GPU_KINDS, 0)
+    for c in counts:
+        for k, n in c.items():
+            total[k] += n
     return {k: n for k, n in total.items() if n}
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..oneline import brief
@@ -191,12 +191,18 @@ _NEVER = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
 
 @dataclass(frozen=True)
 class GpuWait:
-    """A pod waiting for a GPU: how many it asks for, since when (None: no time given), and
-    its spec.priority (admission sets it from its PriorityClass)."""
+    """A pod waiting for a GPU: the GPUs it asks for by kind (`requested_by_kind`: what the
+    spawner's waiting lines and the service's pages name), since when (None: no time given),
+    and its spec.priority (admission sets it from its PriorityClass)."""
 
-    gpus: int
+    kinds: dict[str, int] = field(hash=False)
     since: dt.datetime | None
     priority: int = 0
+
+    @property
+    def gpus(self) -> int:
+        """How many GPUs it asks for, each MIG instance or replica one (`requested_gpus`)."""
+        return sum(self.kinds.values())
 
     def queue_key(self, name: str) -> tuple[int, dt.datetime, str]:
         """Its place in the GPU queue, a smaller key first, as kube-scheduler's PrioritySort
@@ -219,10 +225,10 @@ def gpu_wait(pod: Any) -> GpuWait | None:
             or entry_field(cond, "reason", str) != UNSCHEDULABLE
             or not gpu_shortage(entry_field(cond, "message", str, "", max_length=4096))):
         return None
-    gpus = requested_gpus(pod)
-    if gpus <= 0:
+    kinds = requested_by_kind(pod)
+    if not kinds:
         return None
-    return GpuWait(gpus=gpus, since=entry_time(cond, "lastTransitionTime") or entry_time(meta, "creationTimestamp"),
+    return GpuWait(kinds=kinds, since=entry_time(cond, "lastTransitionTime") or entry_time(meta, "creationTimestamp"),
                    priority=entry_field(spec, "priority", int, 0))
 
 

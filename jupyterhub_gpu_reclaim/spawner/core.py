@@ -346,7 +346,7 @@ class GPUReclaimSpawner(ClusterView):
             waited = utcnow() - (wait.since or self._requested or utcnow())
             if waited.total_seconds() >= self.gpu_queue_timeout:
                 GPU_QUEUE_TIMEOUTS.inc()
-                message = messages.queue_timeout_message(waited, messages.requested_kinds(pod))
+                message = messages.queue_timeout_message(waited, wait.kinds)
                 self.log.warning("%s: %s", self._log_name, message)
                 raise GpuQueueTimeout(message)
 

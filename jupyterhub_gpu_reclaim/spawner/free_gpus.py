@@ -13,6 +13,7 @@ from fractions import Fraction
 from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..signals.kube import parse_quantity
+from ..signals.node_gpus import summed
 from ..signals.pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, by_kind, gpu_kind, is_gpu_resource
 from . import affinity, messages
 
@@ -23,12 +24,12 @@ Obj = dict[str, Any]
 class GpuRoom:
     """The cluster's GPUs now, by kind (GPU_KINDS' keys, in its order; kinds no ready node
     has left out): `free` of `total` on ready nodes, and the requests waiting for a GPU
-    (`waiting`, for `waiting_gpus` GPUs in all)."""
+    (`waiting`, for `waiting_gpus` in all, by kind)."""
 
     free: dict[str, int]
     total: dict[str, int]
     waiting: int
-    waiting_gpus: int
+    waiting_gpus: dict[str, int]
 
 
 def profile_request(profile: Mapping[str, Any]) -> dict[str, int]:
@@ -104,7 +105,7 @@ def gpu_room(nodes: Iterable[Obj], pods: Sequence[Obj], priority: int = 0,
                 free[kind] += max(0, int(amount) - int(sum(u.get(name, 0) for u in used)))
     waits = [w for p in pods if (w := messages.gpu_wait(p))]
     return GpuRoom({k: v for k, v in free.items() if total[k]}, {k: v for k, v in total.items() if v},
-                   len(waits), sum(w.gpus for w in waits))
+                   len(waits), summed(w.kinds for w in waits))
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,11 @@ def smaller_fit_message(profile: str, gpus: Mapping[str, int], home: str = "") -
         f" To take it, stop this request on {where} (Stop My Server) and start that profile.")
 
 
-def room_message(free: Mapping[str, int], total: Mapping[str, int], waiting: int, waiting_gpus: int) -> str:
+def room_message(free: Mapping[str, int], total: Mapping[str, int], waiting: int,
+                 waiting_gpus: Mapping[str, int]) -> str:
     """The spawn form's line on the GPUs of each kind (free_gpus.GpuRoom) and the queue:
-    "Free now: 2 of 4 GPUs and 3 of 7 MIG slices. Waiting for a GPU: 1 request (2 GPUs)." """
-    queue = (f"{count(waiting, 'request')} ({count(waiting_gpus, 'GPU')})" if waiting else "no one")
+    "Free now: 2 of 4 GPUs and 3 of 7 MIG slices. Waiting for a GPU: 1 request (2 MIG slices)." """
+    queue = (f"{count(waiting, 'request')} ({in_words(waiting_gpus)})" if waiting else "no one")
     return f"Free now: {in_words(total, free)}. Waiting for a GPU: {queue}."
 
 

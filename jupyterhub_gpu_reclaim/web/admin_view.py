@@ -17,7 +17,7 @@ from ..policy.decider import IDLE_RULES
 from ..service.status import CycleStatus, WaitingServer
 from ..service.daily_hours import DayUsage, daily_usage
 from ..settings.service import ServiceSettings
-from ..signals.node_gpus import GpuCounts
+from ..signals.node_gpus import GpuCounts, summed
 from ..store import Store
 from ..store.reclaims import ReclaimRecord
 from .render import audit_json, reclaim_json, session_json
@@ -30,13 +30,14 @@ def totals(sessions: list[dict[str, Any]], queue: list[WaitingServer], week: lis
            reclaims: list[ReclaimRecord], capacity: GpuCounts | None) -> dict[str, Any]:
     """The headline's numbers: `sessions` (session_json of the GPU sessions) and `queue` as
     the latest cycle saw them, `week` the record's GPU-hours per day (today last),
-    `reclaims` those begun in the week; `capacity` the cluster's GPUs by kind (None: not known)."""
+    `reclaims` those begun in the week; `capacity` the cluster's GPUs by kind (None: not known).
+    The GPUs waited for are by kind too, as the pages name them (node_gpus.in_words)."""
     stopped = [r for r in reclaims if r.outcome == "stopped" and r.gpus]
     return {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
             "gpu_capacity": capacity,
             "gpus_idle": sum(s["gpus"] for s in sessions if s.get("rule") in IDLE_RULES),
             "gpu_hours_idle_today": round(week[-1].idle, 2) if week else 0.0,
-            "waiting": len(queue), "gpus_waited_for": sum(q.gpus for q in queue),
+            "waiting": len(queue), "gpus_waited_for": summed(q.kinds for q in queue),
             # the first in the queue gets the first GPU it can use
             "first_expected_free_at": queue[0].expected_free_at if queue else None,
             "reclaims_7d": len(stopped), "gpus_freed_7d": sum(r.gpus for r in stopped),

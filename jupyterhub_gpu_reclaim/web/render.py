@@ -15,7 +15,7 @@ from ..durations import format_exact, format_hours
 from ..policy.config import PolicyConfig
 from ..policy.decider import IDLE_RULES
 from ..service.status import SPARK_WINDOW, SessionStatus
-from ..signals.node_gpus import in_words
+from ..signals.node_gpus import in_words, kind_name
 from ..timestamps import format_time, parse_time_lenient, utcnow
 from ..service.daily_hours import freed_gpu_hours
 from ..store.audit import AuditRecord
@@ -224,5 +224,5 @@ _jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), auto
 _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values: format_util(values, missing="–"),
                       epoch=epoch, mean=mean, gpu_time=format_hours)
 _jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value,
-                      server_name=server_name, setting_text=setting_text, gpus_in_words=in_words,
+                      server_name=server_name, setting_text=setting_text, gpus_in_words=in_words, kind_name=kind_name,
                       SAVE_OUTCOME_WORDS=SAVE_OUTCOME_WORDS)

@@ -68,16 +68,20 @@ function clock(iso: string): string {
   return localClock(new Date(iso));
 }
 
-/** The same moment in UTC, for the hover text. */
-function utc(iso: string): string {
-  return new Date(iso).toISOString().slice(0, 16).replace('T', ' ') + ' UTC';
+/** The same moment as the hover text says it: in the browser's zone, as the item and the
+ * notification say it, then in UTC ("08:33 (2026-12-05 13:33 UTC)"), as the service's pages
+ * give a time's UTC on hover. */
+function hoverClock(iso: string): string {
+  return `${clock(iso)} (${new Date(iso).toISOString().slice(0, 16).replace('T', ' ')} UTC)`;
 }
 
-/** "<1 min", "42 min", "2 h 5 min" since `iso`. */
+/** How long since `iso` as the service's pages write a duration (durations.format_duration:
+ * "42 min", "1 h", "2 h 5 min", "2 d 3 h", rounded down); "<1 min" under a minute, as the
+ * item is written every 10 s. */
 function ago(iso: string): string {
   const minutes = Math.max(0, Math.floor((Date.now() - new Date(iso).getTime()) / 60_000));
-  const h = Math.floor(minutes / 60);
-  return h ? `${h} h ${minutes % 60} min` : minutes ? `${minutes} min` : UNDER_A_MINUTE;
+  const [d, h, m] = [Math.floor(minutes / 1440), Math.floor(minutes / 60) % 24, minutes % 60];
+  return d ? `${d} d${h ? ` ${h} h` : ''}` : h ? `${h} h${m ? ` ${m} min` : ''}` : m ? `${m} min` : UNDER_A_MINUTE;
 }
 
 function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>): SVGElementTagNameMap[K] {
@@ -145,27 +149,27 @@ export function describe(s: ISession): { text: string; title: string } | null {
       return s.reclaim_at
         ? {
             text: `${idle} · stopped at ${clock(s.reclaim_at)} unless used`,
-            title: `The server is stopped at ${utc(s.reclaim_at)} unless its GPU is used or it is kept alive`
+            title: `The server is stopped at ${hoverClock(s.reclaim_at)} unless its GPU is used or it is kept alive`
           }
         : { text: idle, title: '' };
     case 'kept':
       return s.intent_until
         ? {
             text: `GPU ${s.util} · kept alive until ${clock(s.intent_until)}`,
-            title: `Kept alive until ${utc(s.intent_until)}`
+            title: `Kept alive until ${hoverClock(s.intent_until)}`
           }
         : { text: `GPU ${s.util}`, title: '' };
     case 'exempt':
       return {
         text: `GPU ${s.util} · exempt` + (s.exempt_until ? ` until ${clock(s.exempt_until)}` : ''),
-        title: s.exempt_until ? `Exempt from reclaim until ${utc(s.exempt_until)}` : 'Exempt from reclaim'
+        title: s.exempt_until ? `Exempt from reclaim until ${hoverClock(s.exempt_until)}` : 'Exempt from reclaim'
       };
     case 'stopping':
       return { text: STOPPING, title: '' };
     case 'idle':
       return {
         text: idle,
-        title: s.idle_since ? `GPU not used since ${utc(s.idle_since)}` : ''
+        title: s.idle_since ? `GPU not used since ${hoverClock(s.idle_since)}` : ''
       };
     default:
       return { text: `GPU ${s.util}`, title: `GPU utilization now (${s.gpus} GPU${s.gpus > 1 ? 's' : ''})` };
@@ -334,7 +338,7 @@ class GpuReclaim {
       // while warned, the whole reason (the notification cuts a long one) and what a stop keeps and loses
       this.item.node.title =
         session!.state === 'warned'
-          ? hoverText(shown.title, whyText(session!, true), status.keeps, status.loses)
+          ? hoverText(shown.title, whyText(session!), status.keeps, status.loses)
           : shown.title;
       this.item.node.dataset.state = session!.state;
       const actionable = session!.state === 'warned' && !!session!.reclaim_at;

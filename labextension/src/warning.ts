@@ -18,14 +18,14 @@ export interface IReason {
 }
 
 /** Why the session is warned as plain text, '' without one: each time of the service's
- * `why_parts` in the browser's zone ("08:22"), or with `utc` as the service writes it in UTC
- * ("13:22 UTC", the hover text's zone); its `why`, times in UTC, from an older service. */
-export function whyText(s: IReason, utc = false): string {
+ * `why_parts` in the browser's zone ("08:22"), in the notification and the hover text alike;
+ * its `why`, times in UTC ("13:22 UTC"), from an older service. */
+export function whyText(s: IReason): string {
   const parts = Array.isArray(s.why_parts) ? s.why_parts : [];
   if (!parts.length) {
     return s.why ?? '';
   }
-  return parts.map(p => (p.time && !utc ? localClock(new Date(p.time)) : p.text)).join('');
+  return parts.map(p => (p.time ? localClock(new Date(p.time)) : p.text)).join('');
 }
 
 /** `text` whole where it fits in MAX_MESSAGE characters; else its words that fit, then "…". */
@@ -52,8 +52,9 @@ export function warningMessage(at: string, why: string, idle: string): string {
   );
 }
 
-/** The warned status bar item's hover text: when (`title`, in UTC), the whole reason (whyText
- * in UTC), and what a stop keeps and loses (the service's words; none from an older one). */
+/** The warned status bar item's hover text: when (`title`: in the browser's zone, then in
+ * UTC), the whole reason (whyText), and what a stop keeps and loses (the service's words;
+ * none from an older one). */
 export function hoverText(title: string, why: string, keeps?: string, loses?: string): string {
   return [title, why && `Why: ${why}`, keeps && `A stop keeps ${keeps}; it loses ${loses}`]
     .filter(Boolean)

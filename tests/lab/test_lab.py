@@ -176,9 +176,10 @@ async def test_warning_raises_the_notification_and_keep_alive_clears_it(hub, api
     await expect(alice.locator(STATUS)).to_have_text(re.compile(r"stopped at (\d{4}-\d\d-\d\d )?\d\d:\d\d unless used"),
                                                      timeout=30_000)
     # the whole reason (the notification cuts a long one: test_warning_text.py), and what a
-    # stop keeps and loses, in the item's hover text (wording.KEEPS, LOSES), its times in UTC
+    # stop keeps and loses, in the item's hover text (wording.KEEPS, LOSES), its times in the
+    # browser's zone as the notification writes them (test_warning_text.py: New York's)
     await expect(alice.locator(STATUS)).to_have_attribute("title", re.compile(
-        r"kept alive\. Why: nothing has run on the GPU since (\d{4}-\d\d-\d\d )?\d\d:\d\d UTC\. "
+        r"kept alive\. Why: nothing has run on the GPU since (\d{4}-\d\d-\d\d )?\d\d:\d\d\. "
         r"A stop keeps files under your home directory; it loses running processes"))
     toast = alice.locator(".Toastify__toast", has_text=WARNING)
     await expect(toast).to_be_visible(timeout=30_000)

@@ -1,6 +1,7 @@
 """The warning's notification in JupyterLab never says more than JupyterLab shows of a message
 (140 characters: it cuts the rest), whatever the reason; a reason too long for it is cut at a
-word, with "…", and the status bar item's hover text has it whole (issue 39).
+word, with "…", and the status bar item's hover text has it whole, its times as the
+notification and the item write them: in the browser's zone (one clock; issue 39).
 
 Every form of the reason the service gives (service/reasons.py `why`, as its API writes a
 session: web/render.py `session_json`), each at its longest (times on another day, a long
@@ -19,6 +20,7 @@ import pytest_asyncio
 from aiohttp import web
 from playwright.async_api import expect
 
+from jupyterhub_gpu_reclaim.durations import format_duration
 from jupyterhub_gpu_reclaim.policy.evidence import Measured
 from jupyterhub_gpu_reclaim.service.reasons import SAID
 from jupyterhub_gpu_reclaim.service.status import SessionStatus
@@ -80,6 +82,23 @@ FORMS = {
 }
 
 
+def session(**kw) -> dict:
+    """alice's session in another state, as the service's API gives it."""
+    info = SessionStatus(session="alice/", user="alice", server="", gpus=1, util_now=[0.0], spark=[0.0] * 60,
+                         idle_threshold=1.0, action="keep", **kw)
+    return jsonable(session_json(info, NOW))
+
+
+# the other states whose status bar item says a time (index.ts `describe`), and its hover text
+TIMED = {
+    "kept": (session(rule="gpu-idle", intent_until=NOW + dt.timedelta(hours=2), intent_set_at=NOW),
+             "Kept alive until {}", "intent_until"),
+    "exempt": (session(rule="exempt", exempt_until=NOW + dt.timedelta(days=1, hours=1), exempt_by="root"),
+               "Exempt from reclaim until {}", "exempt_until"),
+    "idle": (session(rule="gpu-idle", idle_since=DAYS_AGO), "GPU not used since {}", "idle_since"),
+}
+
+
 async def test_the_forms_are_every_reason_the_service_words():
     assert {f["rule"] for f in FORMS.values()} >= SAID
 
@@ -91,7 +110,8 @@ async def service():
     shown = {"form": "never used"}
 
     async def sessions(_: web.Request) -> web.Response:
-        return web.json_response({"user": "alice", "sessions": [FORMS[shown["form"]]], "keeps": KEEPS,
+        form = FORMS[shown["form"]] if shown["form"] in FORMS else TIMED[shown["form"]][0]
+        return web.json_response({"user": "alice", "sessions": [form], "keeps": KEEPS,
                                   "loses": LOSES, "max_keepalive_seconds": 14400, "reclaims": []})
 
     app = web.Application()
@@ -120,18 +140,19 @@ async def lab(service, browser, tmp_path_factory):
         await server.close()
 
 
-def in_words(session: dict, utc: bool) -> str:
-    """The reason as the tab writes it: each time in the browser's zone, or (`utc`) as the
-    service writes it in UTC; an older service's sentence as it is."""
+def in_words(session: dict) -> str:
+    """The reason as the tab writes it, in the notification and on hover alike: each time in
+    the browser's zone; an older service's sentence as it is (its times in UTC)."""
     parts = session["why_parts"]
     if not parts:
         return session["why"] or ""
-    return "".join(local_clock(parse_time(p["time"]), ZONE) if "time" in p and not utc else p["text"] for p in parts)
+    return "".join(local_clock(parse_time(p["time"]), ZONE) if "time" in p else p["text"] for p in parts)
 
 
-def utc(t: str) -> str:
-    """A time as the status bar item's hover text writes it (index.ts): "2026-12-05 13:33 UTC"."""
-    return parse_time(t).strftime("%Y-%m-%d %H:%M UTC")
+def on_hover(t: str) -> str:
+    """A time as the status bar item's hover text writes it (index.ts): in the browser's zone as
+    the item and the notification write it, then in UTC: "08:33 (2026-12-05 13:33 UTC)"."""
+    return f"{local_clock(parse_time(t), ZONE)} ({parse_time(t).strftime('%Y-%m-%d %H:%M UTC')})"
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -139,7 +160,7 @@ async def test_the_notification_fits_and_the_hover_text_has_the_whole_reason(lab
     _, shown = service
     shown["form"] = form
     session = FORMS[form]
-    why = in_words(session, utc=False)
+    why = in_words(session)
     at = local_clock(parse_time(session["reclaim_at"]), ZONE)
     # the tab asks again at once when it is shown again (index.ts)
     await show(lab, "hidden")
@@ -147,7 +168,8 @@ async def test_the_notification_fits_and_the_hover_text_has_the_whole_reason(lab
     # this warning's toast (one of another time is raised anew: the one before fades out)
     message = lab.locator(".Toastify__toast", has_text=f"stopped at {at} unless it is used").locator(".jp-toast-message")
     if not why:  # an idleness, not a reason: always whole
-        idle = rf"Your GPU has been idle for \d+ h \d+ min: this server is stopped at {at} unless it is used\."
+        idle = (rf"Your GPU has been idle for {format_duration(dt.datetime.now(dt.timezone.utc) - DAYS_AGO)}: "
+                rf"this server is stopped at {at} unless it is used\.")
         said = await until(lambda: _said(message, lambda text: re.fullmatch(idle, text)), 30, f"the {form!r} warning")
     else:
         whole = f"Your GPU server is stopped at {at} unless it is used: {why}."
@@ -156,9 +178,10 @@ async def test_the_notification_fits_and_the_hover_text_has_the_whole_reason(lab
         # cut at a word, with "…", only what would not fit, and no more than a word's worth
         assert said == whole or (len(whole) > MAX_MESSAGE and len(said) > MAX_MESSAGE - 20), said
     assert len(said) <= MAX_MESSAGE, said
-    # the whole reason on hover, its times in UTC, as the hover text writes times
-    hover = f"The server is stopped at {utc(session['reclaim_at'])} unless its GPU is used or it is kept alive."
-    hover += f" Why: {in_words(session, utc=True)}." if why else ""
+    # the whole reason on hover, its times as the notification writes them (one clock), the
+    # stop's in UTC as well
+    hover = f"The server is stopped at {on_hover(session['reclaim_at'])} unless its GPU is used or it is kept alive."
+    hover += f" Why: {why}." if why else ""
     await expect(lab.locator(STATUS)).to_have_attribute("title", f"{hover} A stop keeps {KEEPS}; it loses {LOSES}.")
 
 
@@ -166,3 +189,21 @@ async def _said(message, says) -> str | None:
     """The notification's message once `says` it is this warning's (the toast of the warning
     before may still be fading out)."""
     return next((text for text in await message.all_text_contents() if says(text)), None)
+
+
+@pytest.mark.parametrize("state", TIMED)
+async def test_the_hover_text_of_each_state_says_its_time_as_the_item_does(lab, service, state):
+    """One clock: the item's text and its hover text say the time alike, in the browser's
+    zone, the hover text in UTC as well."""
+    _, shown = service
+    shown["form"] = state
+    form, words, key = TIMED[state]
+    await show(lab, "hidden")
+    await show(lab, "visible")
+    item = lab.locator(STATUS)
+    await expect(item).to_have_attribute("title", words.format(on_hover(form[key])))
+    if state != "idle":
+        await expect(item).to_contain_text(local_clock(parse_time(form[key]), ZONE))
+    else:  # for how long, as the service's pages write a duration
+        await expect(item.locator(".jp-GpuReclaim-text")).to_have_text(
+            f"GPU idle {format_duration(dt.datetime.now(dt.timezone.utc) - DAYS_AGO)}")

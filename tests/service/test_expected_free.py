@@ -12,7 +12,7 @@ from ..support.clock import START, at
 
 
 def waiting(user: str, gpus: int = 1, gpu_type: str = "", shared: bool = False) -> WaitingServer:
-    return WaitingServer(session=f"{user}/", user=user, server="", gpus=gpus, since=START, waited_s=0, reason="",
+    return WaitingServer(session=f"{user}/", user=user, server="", kinds={"gpu": gpus}, since=START, waited_s=0, reason="",
                          gpu_type=gpu_type, gpu_shared=shared)
 
 

@@ -78,7 +78,7 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     h.pods.pods["carol/"] = PodInfo(namespace=NS, name="jupyter-carol", user="carol", server="", gpus=2,
                                     node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
                                     created=at(10), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu",
-                                    gpu_wait=GpuWait(gpus=2, since=at(10)))
+                                    gpu_wait=GpuWait({"gpu": 2}, since=at(10)))
     await h.run_until(at(20))
     status = h.reclaimer.status
     assert status.t == at(20) and status.skipped is None
@@ -103,7 +103,7 @@ async def test_the_published_status_is_what_the_cycle_saw_and_decided(harness):
     h.pods.pods["dave/"] = PodInfo(namespace=NS, name="jupyter-dave", user="dave", server="", gpus=1,
                                    node=None, phase="Pending", ready=False, pod_ip=None, port=8888,
                                    created=at(5), unschedulable="0/3 nodes: Insufficient nvidia.com/gpu",
-                                   gpu_wait=GpuWait(gpus=1, since=at(5)))
+                                   gpu_wait=GpuWait({"gpu": 1}, since=at(5)))
     await h.run_until(at(35))
     alice = h.reclaimer.status.sessions[sid]
     assert (alice.action, alice.warned_at, alice.reclaim_at) == ("keep", at(30), at(60))

@@ -76,6 +76,17 @@ def decisions(hub, session: str) -> list:
         return [d for _, d in decisions_of(store, session)]
 
 
+async def waiting_said(user: Client, said: set[str]) -> None:
+    """Adds to `said` what the `user`'s page and the hub home page's embed say of her servers
+    waiting for a GPU, each time it reads anew (until cancelled)."""
+    while True:
+        for path in ("", "embed/home"):
+            _, page, _ = await user.call("GET", path)
+            said.update(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", m))
+                        for m in re.findall(r'<strong class="state-text">.*?</p>', page, re.S))
+        await asyncio.sleep(0.5)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def scene(hub, sim, webhook):
     """Sets the scene; yields (api, what was seen on the way) once mia and tia are
@@ -87,8 +98,11 @@ async def scene(hub, sim, webhook):
         await api.wait_ready(user)
         await work
 
+    nia = Client(hub.info["url"])
     async with HubAPI.of(hub) as api:
         try:
+            await api.ensure_user("nia")
+            await nia.log_in("nia")  # to the service's pages, to read them while she waits
             # tom takes the T4 first, so that tia gets its second replica: the device's one
             # series is labelled with her pod (the exporter keeps the last holder)
             for user, profile in (("mia", "mig"), ("max", "mig"), ("tom", "sliced")):
@@ -106,7 +120,9 @@ async def scene(hub, sim, webhook):
             # nia asks for a MIG instance: both are taken
             await api.start("nia", "mig")
             progress = asyncio.create_task(api.progress("nia", timeout=150))
-            tasks.append(progress)
+            seen["nia_pages"] = set()
+            pages = asyncio.create_task(waiting_said(nia, seen["nia_pages"]))
+            tasks += [progress, pages]
 
             def tia_labelled_with_toms_work():
                 t4 = [(labels["pod"], v) for name, labels, v in exporter(sim)
@@ -116,6 +132,7 @@ async def scene(hub, sim, webhook):
             seen["exporter"] = exporter(sim)
             await until(lambda: webhook.events("mia/", "reclaim"), 90, "mia's reclaim notice")
             seen["nia_progress"] = await progress
+            pages.cancel()
             # nia trains on the instance she got: kept, whenever tia's reclaim comes (her
             # never-used clock runs from her request, and the queue took part of it)
             await api.run_code("nia", TRAIN.format(block=False))
@@ -125,6 +142,7 @@ async def scene(hub, sim, webhook):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await nia.close()
 
 
 async def test_the_exporter_reports_mig_instances_and_the_shared_device_as_real_ones_do(scene):
@@ -170,6 +188,12 @@ async def test_a_spawn_waiting_for_a_mig_instance_is_told_so_and_gets_the_freed_
     # mia's warning says when hers is freed, a MIG slice too (the service's expected time)
     assert any(re.search(r"; a MIG slice is expected to be free in about \d+ (s|min)$", m) for m in waits), waits
     assert seen["nia_progress"][-1].get("ready"), messages
+    # her page and the hub's home page say the same, the expected time with it
+    said = seen["nia_pages"]
+    mine = r"waiting for a MIG slice since .+ \(1 MIG slice\): a MIG slice is expected to be free in about \d+ (s|min)"
+    assert any(re.fullmatch(mine, s) for s in said), said
+    assert any(re.fullmatch(f"default server: {mine}", s) for s in said), said
+    assert not any("GPU" in s.replace("MIG slice", "") for s in said), said
     assert (await api.server("nia"))["ready"]
 
 

@@ -72,10 +72,10 @@ def test_a_gpu_quantity_that_is_no_count_is_malformed(value):
 
 
 def test_waiting_for_a_gpu():
-    assert gpu_wait(waiting("w")) == GpuWait(gpus=1, since=dt.datetime(2026, 3, 1, 10, 0, 1, tzinfo=UTC))
+    assert gpu_wait(waiting("w")) == GpuWait({"gpu": 1}, since=dt.datetime(2026, 3, 1, 10, 0, 1, tzinfo=UTC))
     no_transition = waiting("w")
     del no_transition["status"]["conditions"][0]["lastTransitionTime"]
-    assert gpu_wait(no_transition) == GpuWait(gpus=1, since=dt.datetime(2026, 3, 1, 10, tzinfo=UTC))
+    assert gpu_wait(no_transition) == GpuWait({"gpu": 1}, since=dt.datetime(2026, 3, 1, 10, tzinfo=UTC))
 
     def changed(**changes) -> dict:
         pod = waiting("w")
@@ -124,8 +124,8 @@ def test_the_service_and_the_spawner_see_the_same_gpu_queue():
     service = {p.name: p.gpu_wait for p in signal.pods_now().values()}
     spawner = {p["metadata"]["name"]: messages.gpu_wait(p) for p in pods}
     since = dt.datetime(2026, 3, 1, 10, 0, 1, tzinfo=UTC)
-    expected = {"plain": GpuWait(1, since), "deleting": None, "init-gpu": GpuWait(1, since),
-                "sidecar": GpuWait(2, since), "gated": None}
+    expected = {"plain": GpuWait({"gpu": 1}, since), "deleting": None, "init-gpu": GpuWait({"gpu": 1}, since),
+                "sidecar": GpuWait({"gpu": 2}, since), "gated": None}
     assert service == spawner == expected
     assert signal.snapshot(60).pending_gpus == sum(w.gpus for w in spawner.values() if w) == 4
 

@@ -52,7 +52,7 @@ def test_free_gpus_count_placeholders_as_free_and_skip_nodes_not_ready():
     waiting = pod("carol", 2, selector=A100)
     pods = [pod("alice", 1, "a"), pod("placeholder", 1, "b", priority=-10), waiting]
     room = gpu_room(nodes, pods)
-    assert (room.free, room.total, room.waiting, room.waiting_gpus) == ({"gpu": 3}, {"gpu": 4}, 1, 2)
+    assert (room.free, room.total, room.waiting, room.waiting_gpus) == ({"gpu": 3}, {"gpu": 4}, 1, {"gpu": 2})
 
 
 def test_mig_slices_and_shared_gpus_are_counted_each_kind_apart():
@@ -65,11 +65,11 @@ def test_mig_slices_and_shared_gpus_are_counted_each_kind_apart():
             pod("nia", 1, resource=MIG)]
     pods[-1]["status"]["conditions"][0]["message"] = f"0/4 nodes are available: 1 Insufficient {MIG}."
     room = gpu_room(nodes, pods)
-    assert room == GpuRoom({"gpu": 1, "mig": 3, "shared": 3}, {"gpu": 2, "mig": 7, "shared": 6}, 1, 1)
+    assert room == GpuRoom({"gpu": 1, "mig": 3, "shared": 3}, {"gpu": 2, "mig": 7, "shared": 6}, 1, {"mig": 1})
     assert room_message(room.free, room.total, room.waiting, room.waiting_gpus) == (
-        "Free now: 1 of 2 GPUs, 3 of 7 MIG slices and 3 of 6 shared GPUs. Waiting for a GPU: 1 request (1 GPU).")
+        "Free now: 1 of 2 GPUs, 3 of 7 MIG slices and 3 of 6 shared GPUs. Waiting for a GPU: 1 request (1 MIG slice).")
     whole = gpu_room([node("a", 4)], [pod("alice", 1, "a")])
-    assert room_message(whole.free, whole.total, 0, 0) == "Free now: 3 of 4 GPUs. Waiting for a GPU: no one."
+    assert room_message(whole.free, whole.total, 0, {}) == "Free now: 3 of 4 GPUs. Waiting for a GPU: no one."
 
 
 def test_a_smaller_profile_is_offered_only_where_it_fits_now():

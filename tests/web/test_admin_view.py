@@ -82,7 +82,7 @@ def headline(status: CycleStatus, store=None) -> str:
 def test_the_headline_says_capacity_first_with_plurals(monkeypatch, store):
     monkeypatch.setattr(render, "utcnow", lambda: NOW)
     sessions = {"alice/": running("alice/", 2), "bob/": running("bob/", 1, rule="gpu-idle")}
-    dave = WaitingServer(session="dave/", user="dave", server="", gpus=2, since=NOW - 4 * MIN, waited_s=240,
+    dave = WaitingServer(session="dave/", user="dave", server="", kinds={"gpu": 2}, since=NOW - 4 * MIN, waited_s=240,
                          reason="", expected_free_at=NOW + 6 * MIN)
     text = headline(CycleStatus(t=NOW, sessions=sessions, queue=[dave], gpu_capacity={"gpu": 4}), store)
     assert text.startswith("3 of 4 GPUs held, 1 idle; 1 spawn waiting for 2 GPUs, expected free 14:06 UTC (in 6 min)")
@@ -117,3 +117,38 @@ def test_the_confirmation_names_the_keep_alive_it_overrides(monkeypatch):
     exempt = running("alice/", 1, exempt_until=NOW + 60 * MIN, exempt_by="root")
     assert "It is exempt from reclaim until 15:00 UTC (in 1 h) (root); reclaiming now overrides that." \
         in confirm("reclaim", exempt)
+
+
+def waiting_text(template: str, queue: list[WaitingServer], **ns) -> str:
+    page = render._jinja.get_template(template).render(
+        prefix="/p/", hub_prefix="/hub/", user={"name": "nia"}, is_admin=False, dry_run=False, xsrf="t", now=NOW,
+        sessions=[], queue=queue, reclaims=[], reclaimed=[], selected="", error="", notice="", presets=[1],
+        cap_text="4 h", cycle_t=NOW, **ns)
+    return " ".join(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", m)).strip()
+                    for m in re.findall(r'<strong class="state-text">.*?</p>', page, re.S))
+
+
+def test_a_waiting_user_reads_the_kind_the_spawn_page_names(monkeypatch):
+    """The user page and the hub home page's embed say what the spawn page says
+    (spawner/messages.gpu_wait_message): MIG slices and shared GPUs by their names, a
+    whole GPU as a GPU; the admin page's headline and queue alike."""
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    nia = WaitingServer(session="nia/", user="nia", server="", kinds={"mig": 2}, since=NOW - 4 * MIN, waited_s=240,
+                        reason="", expected_free_at=NOW + 3 * MIN)
+    tom = WaitingServer(session="tom/big", user="tom", server="big", kinds={"gpu": 1}, since=NOW - MIN, waited_s=60,
+                        reason="")
+    assert waiting_text("user.html", [nia]) == (
+        "waiting for a MIG slice since 13:56 UTC (4 min ago) (2 MIG slices): "
+        "a MIG slice is expected to be free in about 3 min")
+    assert waiting_text("embed_home.html", [nia, tom]) == (
+        "default server: waiting for a MIG slice since 13:56 UTC (4 min ago) (2 MIG slices): "
+        "a MIG slice is expected to be free in about 3 min "
+        "big: waiting for a GPU since 13:59 UTC (1 min ago) (1 GPU)")
+    text = headline(CycleStatus(t=NOW, sessions={}, queue=[nia, tom], gpu_capacity={"gpu": 1, "mig": 7}))
+    assert "; 2 spawns waiting for 1 GPU and 2 MIG slices, the first expected free 14:03 UTC" in text, text
+    page = render._jinja.get_template("admin.html").render(
+        prefix="/p/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True, dry_run=False, xsrf="t",
+        now=NOW, sparkline=render.sparkline, state_of=render.state_of, quote=lambda s, safe="": s,
+        data=admin_data(CycleStatus(t=NOW, queue=[nia, tom]), None, ServiceSettings(), NOW), infos={},
+        notice="", error="", refresh_s=10)
+    assert re.findall(r'<td data-sort="\d+">([^<]*)</td>', page) == ["2 MIG slices", "1 GPU"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
 import os
 import time
@@ -82,13 +83,14 @@ def serve_fakes(port_file: str, scene: Scene) -> None:
     # model, apihandlers/base.py `token_model`): kept until deleted, so that a run's sweep at
     # start (`GET .../gpu-reclaim/tokens`) lists what an earlier run left
     probe_tokens: dict[str, dict[str, Any]] = {}
+    token_ids = itertools.count(1)  # not the request counter, which /bench/reset clears
 
     async def hub_token_mint(request: web.Request) -> web.Response:
         count("hub:token-mint")
         body = await request.json()
         name = request.match_info["name"]
         scopes = body["scopes"] + [f"read:users:name!user={name}", f"read:users:groups!user={name}"]
-        model = {"user": name, "id": f"a{counts['hub:token-mint']}", "kind": "api_token",
+        model = {"user": name, "id": f"a{next(token_ids)}", "kind": "api_token",
                  "roles": [], "scopes": scopes, "created": iso(now), "last_activity": None,
                  "expires_at": iso(now + dt.timedelta(seconds=body["expires_in"])),
                  "note": body["note"], "session_id": None, "oauth_client": "JupyterHub"}

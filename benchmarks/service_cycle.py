@@ -12,7 +12,9 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,00
      /hub/api/users?state=ready&limit=&offset=` with the pagination media type (page
      size capped at 200, JupyterHub's `api_page_max_limit`; `_pagination.next.url` built
      as the hub builds it), `GET /hub/api/users/NAME`, `DELETE .../server` (204),
-     `POST`/`DELETE /hub/api/users/NAME/tokens` (the kernel-probe tokens). 5,000
+     `GET /hub/api/user` (the service's scopes), and the probe-token API's `POST`/`DELETE
+     /hub/api/gpu-reclaim/users/NAME/tokens[/ID]` and `GET /hub/api/gpu-reclaim/tokens` (the
+     kernel-probe tokens, kept until deleted: the list at start shows what a run left). 5,000
      (`--servers`) users, each with one ready default server, all active in the last 30 minutes, so
      neither tool stops anything: what is timed is the decision cycle, not stops;
    - Prometheus `GET /api/v1/query`: the default query's answer (`field="util"` and
@@ -169,7 +171,7 @@ def print_size(scene: Scene, results: dict[str, dict[str, Any]]) -> None:
         r = results.get(name)
         if r:
             sp = r["first_spent"]
-            print(f"- {name}, start-up (Kubernetes client import, pod list) {r['startup']:.2f} s, "
+            print(f"- {name}, start-up (Kubernetes client import, pod list, the service's scopes) {r['startup']:.2f} s, "
                   f"then first cycle {r['first']:.2f} s: pods signal start {sp['pods_start']:.2f} s, "
                   f"decision log {sp['record_decision']:.2f} s, rest "
                   f"{r['first'] - sp['pods_start'] - sp['record_decision']:.2f} s; requests {r['first_counts']}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
 import os
 import time
@@ -78,21 +79,35 @@ def serve_fakes(port_file: str, scene: Scene) -> None:
         count("hub:delete")
         return web.Response(status=204)
 
+    # the probe-token API's tokens (spawner/probe_tokens.py, which answers with the hub's token
+    # model, apihandlers/base.py `token_model`): kept until deleted, so that a run's sweep at
+    # start (`GET .../gpu-reclaim/tokens`) lists what an earlier run left
+    probe_tokens: dict[str, dict[str, Any]] = {}
+    token_ids = itertools.count(1)  # not the request counter, which /bench/reset clears
+
     async def hub_token_mint(request: web.Request) -> web.Response:
-        # JupyterHub's token model (apihandlers/users.py), for the kernel-probe tokens
         count("hub:token-mint")
         body = await request.json()
         name = request.match_info["name"]
         scopes = body["scopes"] + [f"read:users:name!user={name}", f"read:users:groups!user={name}"]
-        return web.json_response({"user": name, "id": f"a{counts['hub:token-mint']}", "kind": "api_token",
-                                  "roles": [], "scopes": scopes, "created": iso(now), "last_activity": None,
-                                  "expires_at": iso(now + dt.timedelta(seconds=body["expires_in"])),
-                                  "note": body["note"], "session_id": None, "oauth_client": "JupyterHub",
-                                  "token": f"probe-{name}"}, status=201)
+        model = {"user": name, "id": f"a{next(token_ids)}", "kind": "api_token",
+                 "roles": [], "scopes": scopes, "created": iso(now), "last_activity": None,
+                 "expires_at": iso(now + dt.timedelta(seconds=body["expires_in"])),
+                 "note": body["note"], "session_id": None, "oauth_client": "JupyterHub"}
+        probe_tokens[model["id"]] = model
+        return web.json_response({**model, "token": f"probe-{name}"}, status=201)
 
     async def hub_token_delete(request: web.Request) -> web.Response:
         count("hub:token-delete")
+        model = probe_tokens.get(request.match_info["id"])
+        if model is None or model["user"] != request.match_info["name"]:
+            return web.json_response({"status": 404, "message": "No such probe token"}, status=404)
+        del probe_tokens[model["id"]]
         return web.Response(status=204)
+
+    async def hub_token_list(request: web.Request) -> web.Response:
+        count("hub:token-list")
+        return web.json_response({"api_tokens": list(probe_tokens.values())})
 
     async def hub_whoami(request: web.Request) -> web.Response:
         # the service's own model (JupyterHub's GET /user for a service token): its scopes say
@@ -172,6 +187,7 @@ def serve_fakes(port_file: str, scene: Scene) -> None:
                     # the probe-token API (spawner/probe_tokens.py), which answers as the hub's own
                     web.post("/hub/api/gpu-reclaim/users/{name}/tokens", hub_token_mint),
                     web.delete("/hub/api/gpu-reclaim/users/{name}/tokens/{id}", hub_token_delete),
+                    web.get("/hub/api/gpu-reclaim/tokens", hub_token_list),
                     web.get("/bench/counters", counters), web.post("/bench/reset", reset),
                     web.route("*", "/{tail:.*}", hub_other)])
     prom = web.Application()

@@ -98,7 +98,8 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     store = Store.open(f"sqlite:///{tmp}/store.sqlite")
     hub = HubSignal(api, TOKEN, page_size=200, concurrency=10)
     gpu = PrometheusSignal(f"http://127.0.0.1:{ports['prometheus']}")
-    kernels = KernelSignal(ProbeTokens(api, TOKEN), timeout=5.0, concurrency=10)
+    probe_tokens = ProbeTokens(api, TOKEN)
+    kernels = KernelSignal(probe_tokens, timeout=5.0, concurrency=10)
     stopper = HubStopper(api, TOKEN)
     dispatcher = Dispatcher([LogNotifier()])
     reclaimer = Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper,
@@ -128,12 +129,14 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     pods.start = timed("pods_start", pods.start)  # type: ignore[method-assign]
     store.record_decisions = timed("record_decision", store.record_decisions)  # type: ignore[method-assign]
     # as the service does (launcher.serve): the collector's thresholds, then connect to
-    # Kubernetes and list the pods before the first cycle
+    # Kubernetes and list the pods, and read the service's scopes (the probe tokens' route,
+    # and the sweep of those an earlier run left), before the first cycle
     from jupyterhub_gpu_reclaim.service import collector
 
     collector.set_thresholds()
     t0 = time.perf_counter()
     await pods.start()
+    await probe_tokens.check_scopes()
     startup = time.perf_counter() - t0
     spent["pods_start"] = 0.0
     counts0 = fake_counters(hub_base)

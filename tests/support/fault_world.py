@@ -77,9 +77,11 @@ class World(CycleRecorder):
 
     def new_reclaimer(self, stop_timeout: float = 0.3) -> Reclaimer:
         """The service (re)started: fresh signals, metrics and memory; the same store."""
-        self.hub_signal = HubSignal(self.hub.api, TOKEN, timeout=0.3)
-        self.prom_signal = PrometheusSignal(self.prom.url, timeout=0.3)
-        self.kernel_signal = KernelSignal(StaticProbeToken(TOKEN), timeout=0.2)
+        # the fakes answer at once; a request timing out is a fault's hang, not a busy machine
+        # (0.3 s was passed by a loaded one: a cycle skipped where none should be)
+        self.hub_signal = HubSignal(self.hub.api, TOKEN, timeout=1.0)
+        self.prom_signal = PrometheusSignal(self.prom.url, timeout=1.0)
+        self.kernel_signal = KernelSignal(StaticProbeToken(TOKEN), timeout=1.0)
         self.stopper = HubStopper(self.hub.api, TOKEN, stop_timeout=stop_timeout, poll_interval=0.05,
                                   retries=1, backoff=0.01, request_timeout=1.0)
         self.parts += [self.hub_signal, self.prom_signal, self.kernel_signal, self.stopper]

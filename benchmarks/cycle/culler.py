@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from benchmarks.cycle.measure import diff, fake_counters, summary
-from benchmarks.cycle.scene import TOKEN, Scene
+from benchmarks.cycle.scene import CULL_TIMEOUT_S, TOKEN, Scene
 from benchmarks.support.process import proc_status
 
 
@@ -22,7 +22,7 @@ async def run_culler(ports: dict[str, int], cycles: int, profile: str | None, po
 
     async def cycle() -> float:
         t0 = time.monotonic()
-        await cull_idle(api, TOKEN, inactive_limit=3600, logger=logger, cull_users=False,
+        await cull_idle(api, TOKEN, inactive_limit=CULL_TIMEOUT_S, logger=logger, cull_users=False,
                         remove_named_servers=False, max_age=0, concurrency=10, api_page_size=200)
         return time.monotonic() - t0
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from benchmarks.cycle.measure import diff, fake_counters, summary
-from benchmarks.cycle.scene import NAMESPACE, TOKEN, Scene, iso, pod_json
+from benchmarks.cycle.scene import CULL_TIMEOUT_S, NAMESPACE, TOKEN, Scene, iso, pod_json
 from benchmarks.support.process import proc_status
 
 
@@ -64,6 +64,8 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     from jupyterhub_gpu_reclaim.service.hub_stopper import HubStopper
     from jupyterhub_gpu_reclaim.service.notify import Dispatcher, LogNotifier
     from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
+    from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
+    from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
     from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
@@ -103,7 +105,9 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     stopper = HubStopper(api, TOKEN)
     dispatcher = Dispatcher([LogNotifier()])
     reclaimer = Reclaimer(hub=hub, pods=pods, gpu=gpu, kernels=kernels, stopper=stopper,
-                          dispatcher=dispatcher, store=store, settings=ServiceSettings())
+                          dispatcher=dispatcher, store=store,
+                          settings=ServiceSettings(timeout=CULL_TIMEOUT_S, rules=PolicyRules(
+                              PolicyConfig(cpu_timeout=dt.timedelta(seconds=CULL_TIMEOUT_S)))))
 
     # where the first cycle's time goes: the pods signal's start (import, list) and the
     # decision log (a row per session whose decision changed: all of them at first)

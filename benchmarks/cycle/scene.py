@@ -13,6 +13,9 @@ from typing import Any
 IDLE_EVERY = 10  # one GPU server in 10 has an idle GPU (its kernels get probed)
 NAMESPACE = "jhub"
 TOKEN = "bench-token"
+# both tools cull servers without GPUs after the z2jh chart's --timeout (its cull.timeout, the
+# backtest's Z2JH_CULL_TIMEOUT), not idle-culler's own 600 s: the scene's CPU servers are kept
+CULL_TIMEOUT_S = 3600
 MAX_PAGE = 200  # JupyterHub's api_page_max_limit
 DEFAULT_PAGE = 50  # api_page_default_limit
 

@@ -30,7 +30,8 @@ Run it as `.venv/bin/python benchmarks/service_cycle.py` (about a minute at 5,00
    cycle then `--cycles` timed cycles:
    - ours: `service.Reclaimer` with the real HubSignal (page size 200, concurrency 10),
      PrometheusSignal (default query), KernelSignal, HubStopper, a Dispatcher with a
-     LogNotifier, a Store on a temporary SQLite file, `ServiceSettings()` (the default policy and options) and
+     LogNotifier, a Store on a temporary SQLite file, `ServiceSettings` (the default policy and options
+     but `--timeout` 3600 s, as idle-culler's run: `scene.CULL_TIMEOUT_S`) and
      the real PodSignal (kubernetes_asyncio list + watch) against the fake API; a second
      variant ("pods view pre-filled", `--pods fake` alone) replaces the pods signal by an
      in-process view holding the same `PodInfo` (built by `signals.pods.pod_info`),

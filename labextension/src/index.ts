@@ -145,6 +145,7 @@ export function describe(s: ISession): { text: string; title: string } | null {
     return null;
   }
   const idle = s.idle_since ? `GPU idle ${ago(s.idle_since)}` : `GPU ${s.util}`;
+  const gpus = s.gpus_text || `${s.gpus} GPU${s.gpus > 1 ? 's' : ''}`; // an older service gives no words
   switch (s.state) {
     case 'warned':
       return s.reclaim_at
@@ -173,10 +174,7 @@ export function describe(s: ISession): { text: string; title: string } | null {
         title: s.idle_since ? `GPU not used since ${hoverClock(s.idle_since)}` : ''
       };
     default:
-      return {
-        text: `GPU ${s.util}`,
-        title: `GPU utilization now (${s.gpus_text || `${s.gpus} GPU${s.gpus > 1 ? 's' : ''}`})`
-      };
+      return { text: `GPU ${s.util}`, title: `GPU utilization now (${gpus})` };
   }
 }
 

@@ -199,7 +199,7 @@ def test_a_running_session_reads_the_kind_the_waiting_lines_name(monkeypatch):
     cells = re.findall(r'<tr data-session="(\w+)/".*?<td class="gpus" data-sort="(\d+)">([^<]*)', page, re.S)
     by_user = {"bob": ("2", "2"), "kim": ("3", "1 GPU and 2 MIG slices"), "mia": ("1", "1 MIG slice"),
                "old": ("1", "1"), "rex": ("2", "2 shared GPUs"), "tia": ("1", "1 shared GPU")}
-    assert {u: (n, text) for u, n, text in cells} == by_user
+    assert {u: (n, text.strip()) for u, n, text in cells} == by_user  # (then the badges)
     # the API (and the JupyterLab extension's status item, from it) says them in the same words
     assert [(s["kinds"], s["gpus_text"]) for s in data["sessions"]] == [
         ({"gpu": 2}, "2 GPUs"), ({"gpu": 1, "mig": 2}, "1 GPU and 2 MIG slices"), ({"mig": 1}, "1 MIG slice"),

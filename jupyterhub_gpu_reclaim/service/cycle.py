@@ -420,7 +420,7 @@ class Reclaimer:
         """The pages' status of this cycle (`status.py`)."""
         warnings = self.store.open_warnings()
         status = CycleStatus(t=now, sessions={sid: session_status(
-            o.session, o.sample, report.decisions.get(sid), node=o.pod.node if o.pod else None, url=o.server.url,
+            o.session, o.sample, report.decisions.get(sid), pod=o.pod, url=o.server.url,
             hub_last_activity=o.server.last_activity,
             history=self.history.of(sid) if o.session.gpus else [],
             warnings=warnings.get(sid, ()), intent=decided.intents.get(sid),

@@ -20,7 +20,7 @@ from ..policy.observations import Decision, Exemption, Intent, Sample, Session, 
 from ..policy.evidence import Measured
 
 if TYPE_CHECKING:
-    from ..signals.node_gpus import GpuCounts
+    from ..signals.node_gpus import GpuCounts, GpuKinds
     from ..signals.pods import PodInfo
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.service")
@@ -47,6 +47,7 @@ class SessionStatus:
     profile: str = ""
     node: str | None = None
     gpus: int = 0
+    gpu_kinds: GpuKinds = ()  # its pod's (PodInfo.gpu_kinds, shared): what `kinds` reads
     gpu_type: str = ""  # the GPU product its pod selects ("": not selected)
     gpu_shared: bool = False  # a time-sliced GPU: its utilization is not this server's alone
     started: dt.datetime | None = None
@@ -79,19 +80,27 @@ class SessionStatus:
     stopping: bool = False
 
     @property
+    def kinds(self) -> GpuCounts:
+        """Its GPUs by kind, as the pages name them (node_gpus.in_words: "1 MIG slice"), the
+        queue's `WaitingServer.kinds` alike: as its pod asks for them; whole GPUs where no
+        kind was said (a status not made from a pod)."""
+        return dict(self.gpu_kinds) if self.gpu_kinds else ({"gpu": self.gpus} if self.gpus else {})
+
+    @property
     def evidence(self) -> dict[str, Any]:
         """The decision's evidence, as the pages and the API show it (`Decision.shown`)."""
         return self.decision.shown() if self.decision is not None else {}
 
     def to_dict(self) -> dict[str, Any]:
-        """Its fields (the lists shared, not copied: a page or API answer's) and its evidence."""
+        """Its fields (the lists shared, not copied: a page or API answer's), its evidence and
+        its GPUs by kind."""
         out = {name: getattr(self, name) for name in _SESSION_FIELDS}
         out["kernels"] = asdict(self.kernels) if self.kernels is not None else None
         return out
 
 
-_SESSION_FIELDS = tuple("evidence" if f.name == "decision" else f.name for f in fields(SessionStatus)
-                        if f.name != "measured")
+_SESSION_FIELDS = tuple({"decision": "evidence", "gpu_kinds": "kinds"}.get(f.name, f.name)
+                        for f in fields(SessionStatus) if f.name != "measured")
 
 
 @dataclass(frozen=True)
@@ -187,12 +196,12 @@ class CycleStatus:
         self.sessions.pop(sid, None)
 
 
-def session_status(session: Session, sample: Sample, decision: Decision | None, *, node: str | None,
+def session_status(session: Session, sample: Sample, decision: Decision | None, *, pod: PodInfo | None,
                    url: str, hub_last_activity: dt.datetime | None, history: Sequence[Sample],
                    warnings: Sequence[Warning], intent: Intent | None, exemption: Exemption | None,
                    max_keepalive: dt.timedelta, stopping: bool, idle_threshold: float | None = None) -> SessionStatus:
-    """The status of one session: `history` is its retained samples (the utilization),
-    `warnings` its open warnings, oldest first."""
+    """The status of one session, whose pod is `pod` (None: none seen): `history` is its
+    retained samples (the utilization), `warnings` its open warnings, oldest first."""
     try:
         per_gpu, spark = _utilization(history, session.gpus, sample.t)
         kernels = _kernels(sample)
@@ -201,8 +210,11 @@ def session_status(session: Session, sample: Sample, decision: Decision | None, 
         per_gpu, spark, kernels = [[] for _ in range(session.gpus)], [], None
     d = decision
     return SessionStatus(
-        session=session.id, user=session.user, server=session.server, profile=session.profile, node=node,
-        gpus=session.gpus, gpu_type=session.gpu_type, gpu_shared=session.gpu_shared,
+        session=session.id, user=session.user, server=session.server, profile=session.profile,
+        node=pod.node if pod else None, gpus=session.gpus,
+        # the session's GPUs are its pod's (observe_server), none where it could not be observed
+        gpu_kinds=pod.gpu_kinds if pod and session.gpus else (),
+        gpu_type=session.gpu_type, gpu_shared=session.gpu_shared,
         started=session.started, url=url,
         util_now=list(sample.gpu_util) if sample.gpu_util is not None else None,
         mem_mib=list(sample.gpu_mem_used_mib) if sample.gpu_mem_used_mib is not None else None,

@@ -24,6 +24,9 @@ EVERY_S = 60.0
 
 #: GPUs by kind (GPU_KINDS' keys, in its order; kinds with none left out)
 GpuCounts = dict[str, int]
+#: the same as one immutable value that the pods alike share (`signals.pods.PodInfo`): (kind, n)
+#: pairs, so that a pod asking for two kinds is said as it asks (`dict()` of it reads as GpuCounts)
+GpuKinds = tuple[tuple[str, int], ...]
 
 
 def gpus_of(node_list: Any) -> GpuCounts:

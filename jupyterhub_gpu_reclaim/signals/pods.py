@@ -5,9 +5,9 @@ or answers 410 Gone re-lists.
 
 For each pod a `PodInfo`: node, phase, readiness, address, user and server (KubeSpawner's
 annotations, else its labels), and what `pod_facts` reads from it, the facts the spawner
-reads too: its GPUs, whether it waits for one and since when, its GPU type and whether it
-is time-sliced, its profile and keep-alive. The snapshot's pending GPU demand is the GPUs
-of the pods that wait for one.
+reads too: its GPUs (and of which kinds: "1 MIG slice"), whether it waits for one and since
+when, its GPU type and whether it is time-sliced, its profile and keep-alive. The
+snapshot's pending GPU demand is the GPUs of the pods that wait for one.
 
 `KUBECONFIG` must be set before kubernetes_asyncio is imported, so it is imported inside
 the functions that need it, and only the parts this signal uses (`kube_client`).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import ipaddress
 import json
 import logging
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 from . import pod_facts
 from ..oneline import brief
 from .http_source import MAX_BODY, SignalError, entry_field, entry_objects, entry_time, read_capped
-from .node_gpus import EVERY_S, GpuCounts, read_gpu_capacity
+from .node_gpus import EVERY_S, GpuCounts, GpuKinds, read_gpu_capacity
 from .pod_facts import KEEPALIVE_ANNOTATION, SERVER_KEY, USER_KEY, GpuWait
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
@@ -53,6 +54,7 @@ class PodInfo:
     keepalive_until: dt.datetime | None = None  # declared on the spawn form
     gpu_type: str = ""  # pod_facts.gpu_type: read from the pod, no node lookup
     gpu_shared: bool = False  # pod_facts.gpu_shared: a time-sliced GPU
+    gpu_kinds: GpuKinds = ()  # its `gpus` by kind (pod_facts.requested_by_kind), as the pages name them
     profile: str | None = None  # pod_facts.profile; None without one (a plain KubeSpawner's pod)
     gpu_wait: GpuWait | None = None  # pod_facts.gpu_wait: the GPUs it waits for, and since when
     invalid: str | None = None  # why the pod could not be read: only its identity is set (held)
@@ -103,6 +105,8 @@ def pod_info(pod: Any) -> PodInfo:
         requests, gpu_type = pod_facts.gpu_requests(pod), pod_facts.gpu_type(pod)
         return PodInfo(
             **identity, gpus=sum(requests.values()), gpu_shared=pod_facts.gpu_shared(requests, gpu_type),
+            # requested_by_kind's own reading, of the requests read once above
+            gpu_kinds=_shared_kinds(tuple(pod_facts.by_kind(requests, gpu_type).items())),
             node=_shared(entry_field(spec, "nodeName", str, max_length=253)), phase=phase, ready=ready,
             pod_ip=pod_ip, port=port, created=entry_time(meta, "creationTimestamp"),
             unschedulable=pod_facts.unschedulable(pod), keepalive_until=_keepalive(pod),
@@ -117,6 +121,13 @@ def _shared(text: T) -> T:
     """A value many pods have alike (namespace, node, phase, GPU type, profile) as one string
     for all of them, not a copy each from its JSON (4 MiB at 20,000 pods)."""
     return sys.intern(text) if isinstance(text, str) else text  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=64)
+def _shared_kinds(kinds: GpuKinds) -> GpuKinds:
+    """GPUs by kind as one tuple for all the pods that ask for the same (a few values: "1
+    GPU", "1 MIG slice"), as `_shared` does for strings: 8 bytes a pod, not a dict each."""
+    return kinds
 
 
 def _keepalive(pod: Any) -> dt.datetime | None:

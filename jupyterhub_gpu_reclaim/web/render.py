@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from typing import Any
+from typing import Any, Mapping
 
 import jinja2
 from markupsafe import Markup, escape
@@ -143,8 +143,16 @@ def session_json(info: SessionStatus, now: dt.datetime) -> dict[str, Any]:
     return {**{k: v for k, v in info.to_dict().items() if k != "url"}, "state": kind,
             "state_text": words.text(now), "why": reason.text(now) if reason else None,
             "why_parts": reason.parts_json(now) if reason else None,
-            "util_text": format_util(info.util_now),
+            "util_text": format_util(info.util_now), "gpus_text": in_words(info.kinds),
             "spark_label": spark_label(info.spark, info.idle_threshold, SPARK_WINDOW)}
+
+
+def gpus_held(kinds: Mapping[str, int]) -> str:
+    """A running session's GPUs by kind (`SessionStatus.kinds`) where a page writes them under
+    the heading "GPUs" (its card, the admin page's column): the number alone for whole GPUs,
+    as ever; MIG slices and shared GPUs by their names, as the waiting lines name them
+    (node_gpus.in_words: "1 MIG slice", "1 GPU and 2 MIG slices")."""
+    return str(kinds.get("gpu", 0)) if set(kinds) <= {"gpu"} else in_words(kinds)
 
 
 def sparkline(values: list[float | None], threshold: float | None = None, width: int = 120,
@@ -225,4 +233,5 @@ _jinja.filters.update(when=when, say=say, readable=readable, util=lambda values:
                       epoch=epoch, mean=mean, gpu_time=format_hours)
 _jinja.globals.update(expected_free=expected_free, why_of=why_of, count=count, plural=plural, sort_value=sort_value,
                       server_name=server_name, setting_text=setting_text, gpus_in_words=in_words, kind_name=kind_name,
+                      gpus_held=gpus_held,
                       SAVE_OUTCOME_WORDS=SAVE_OUTCOME_WORDS)

@@ -155,6 +155,7 @@ class StatusHandler(Handler):
         if own is not None:
             session = {k: own.get(k) for k in SESSION_FIELDS}
             session["util"] = own.get("util_text") or ""
+            session["gpus_text"] = own.get("gpus_text") or ""  # "1 MIG slice" ("": an older service)
             session["idle_since"] = own.get("idle_since") if own.get("state") in IDLE_STATES else None
             # why it is warned, the service's sentence, its times for the tab to write in its zone
             why = own.get("why")

@@ -44,6 +44,7 @@ const STOPPING = 'GPU · stopping the server';
 interface ISession extends IReason {
   state: string; // active, idle, warned, kept, exempt, stopping, held, cpu
   gpus: number;
+  gpus_text: string; // "1 MIG slice", as the service's pages name them ("": an older service)
   util: string; // "37 %", as the service's pages write it
   idle_since: string | null;
   reclaim_at: string | null;
@@ -144,6 +145,7 @@ export function describe(s: ISession): { text: string; title: string } | null {
     return null;
   }
   const idle = s.idle_since ? `GPU idle ${ago(s.idle_since)}` : `GPU ${s.util}`;
+  const gpus = s.gpus_text || `${s.gpus} GPU${s.gpus > 1 ? 's' : ''}`; // an older service gives no words
   switch (s.state) {
     case 'warned':
       return s.reclaim_at
@@ -172,7 +174,7 @@ export function describe(s: ISession): { text: string; title: string } | null {
         title: s.idle_since ? `GPU not used since ${hoverClock(s.idle_since)}` : ''
       };
     default:
-      return { text: `GPU ${s.util}`, title: `GPU utilization now (${s.gpus} GPU${s.gpus > 1 ? 's' : ''})` };
+      return { text: `GPU ${s.util}`, title: `GPU utilization now (${gpus})` };
   }
 }
 

@@ -99,6 +99,17 @@ TIMED = {
 }
 
 
+# a running session's item (index.ts `describe`): its hover text names its GPUs as the
+# service's pages do (web/render.py `session_json`, "gpus_text")
+RUNNING = {
+    "a MIG slice": (session(rule="gpu-active", gpu_kinds=(("mig", 1),)), "GPU utilization now (1 MIG slice)"),
+    "a shared GPU": (session(rule="gpu-active", gpu_kinds=(("shared", 1),)), "GPU utilization now (1 shared GPU)"),
+    "a GPU": (session(rule="gpu-active"), "GPU utilization now (1 GPU)"),
+    "a GPU, an older service": ({k: v for k, v in session(rule="gpu-active").items() if k != "gpus_text"},
+                                "GPU utilization now (1 GPU)"),
+}
+
+
 async def test_the_forms_are_every_reason_the_service_words():
     assert {f["rule"] for f in FORMS.values()} >= SAID
 
@@ -110,7 +121,8 @@ async def service():
     shown = {"form": "never used"}
 
     async def sessions(_: web.Request) -> web.Response:
-        form = FORMS[shown["form"]] if shown["form"] in FORMS else TIMED[shown["form"]][0]
+        name = shown["form"]
+        form = FORMS[name] if name in FORMS else TIMED[name][0] if name in TIMED else RUNNING[name][0]
         return web.json_response({"user": "alice", "sessions": [form], "keeps": KEEPS,
                                   "loses": LOSES, "max_keepalive_seconds": 14400, "reclaims": []})
 
@@ -207,3 +219,17 @@ async def test_the_hover_text_of_each_state_says_its_time_as_the_item_does(lab, 
     else:  # for how long, as the service's pages write a duration
         await expect(item.locator(".jp-GpuReclaim-text")).to_have_text(
             f"GPU idle {format_duration(dt.datetime.now(dt.timezone.utc) - DAYS_AGO)}")
+
+
+@pytest.mark.parametrize("kind", RUNNING)
+async def test_a_running_sessions_item_names_its_gpus_as_the_pages_do(lab, service, kind):
+    """A MIG slice or a shared GPU by its name, as the user page's card and the spawn page
+    name it; a whole GPU as before (and from an older service, which gives no words)."""
+    _, shown = service
+    shown["form"] = kind
+    form, title = RUNNING[kind]
+    await show(lab, "hidden")
+    await show(lab, "visible")
+    item = lab.locator(STATUS)
+    await expect(item).to_have_attribute("title", title)
+    await expect(item.locator(".jp-GpuReclaim-text")).to_have_text(f"GPU {form['util_text']}")

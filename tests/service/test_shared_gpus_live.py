@@ -12,7 +12,8 @@ simulated GPU.
   (warned and reclaimed, `shared-gpu-idle-kernels`, `gpu_shared`) although the device's one
   series, labelled with her pod, shows tom's work; tom, who has no series, is never held
   or reclaimed for it;
-- the admin data shows each session's GPU type and whether it is shared;
+- the admin data shows each session's GPU type, whether it is shared, and its GPUs by kind
+  ("1 MIG slice"), as the waiting lines name them;
 - the admin headline and the spawn form count MIG slices and shared GPUs, each by its name.
 """
 
@@ -225,14 +226,16 @@ async def test_time_sliced_sessions_are_decided_by_their_kernels(hub, scene, web
 async def test_the_admin_data_shows_each_sessions_gpu_type(hub, scene):
     api, _ = scene
     url = hub.info["url"] + PREFIX
-    expected = {"max/": ("mig", A100, False), "nia/": ("mig", A100, False), "tom/": ("sliced", T4, True)}
+    # each one's GPUs named as the waiting lines name them (issue 39)
+    expected = {"max/": ("mig", A100, False, "1 MIG slice"), "nia/": ("mig", A100, False, "1 MIG slice"),
+                "tom/": ("sliced", T4, True, "1 shared GPU")}
 
     async def shown() -> dict | None:
         # as of the service's last cycle, which may predate nia's start
         async with api.session.get(url + "api/admin/candidates") as r:
             assert r.status == 200, await r.text()
             sessions = (await r.json())["candidates"]
-        got = {s["session"]: (s["profile"], s["gpu_type"], s["gpu_shared"]) for s in sessions}
+        got = {s["session"]: (s["profile"], s["gpu_type"], s["gpu_shared"], s["gpus_text"]) for s in sessions}
         return got if set(got) == set(expected) else None
 
     assert await until(shown, 30, "max, nia and tom on the admin data") == expected
@@ -241,6 +244,8 @@ async def test_the_admin_data_shows_each_sessions_gpu_type(hub, scene):
         page = await r.text()
     assert page.count(f'<span class="gpu-type">{A100}</span>') == 2
     assert page.count(f'<span class="gpu-type">{T4}</span>') == 1 and page.count('class="gpu-shared"') == 1
+    assert re.findall(r'<td class="gpus" data-sort="(\d+)">([^<]*?) <span class="badge', page) == [
+        ("1", "1 MIG slice"), ("1", "1 MIG slice"), ("1", "1 shared GPU")]
 
 
 async def test_the_spawn_form_and_the_admin_headline_count_mig_slices_and_shared_gpus(hub, scene):

@@ -10,14 +10,16 @@ import re
 import pytest
 
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
-from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus, WaitingServer
+from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus, WaitingServer, session_status
 from jupyterhub_gpu_reclaim.service.daily_hours import daily_usage
 from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+from jupyterhub_gpu_reclaim.signals.pods import pod_info
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import render
 from jupyterhub_gpu_reclaim.web.admin_view import admin_data
 
 from ..support.clock import at
+from ..support.signal_inputs import k8s_pod
 
 NOW = at(hours=6)  # 14:00 UTC
 MIN = dt.timedelta(minutes=1)
@@ -152,3 +154,53 @@ def test_a_waiting_user_reads_the_kind_the_spawn_page_names(monkeypatch):
         data=admin_data(CycleStatus(t=NOW, queue=[nia, tom]), None, ServiceSettings(), NOW), infos={},
         notice="", error="", refresh_s=10)
     assert re.findall(r'<td data-sort="\d+">([^<]*)</td>', page) == ["2 MIG slices", "1 GPU"]
+
+
+def on_pod(user: str, limits: dict[str, str], product: str = "") -> SessionStatus:
+    """`user`'s running server as the cycle publishes it, from its pod asking for `limits` on
+    nodes of `product` (its nodeSelector)."""
+    pod = k8s_pod(f"jupyter-{user}", user, gpus=0)
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    if product:
+        pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    info = pod_info(pod)
+    session = Session(id=f"{user}/", user=user, server="", gpus=info.gpus, started=NOW - 30 * MIN,
+                      gpu_type=info.gpu_type, gpu_shared=info.gpu_shared)
+    return session_status(session, Sample(t=NOW, gpu_util=(40.0,) * info.gpus), None, pod=info, url="",
+                          hub_last_activity=None, history=[], warnings=[], intent=None, exemption=None,
+                          max_keepalive=dt.timedelta(hours=4), stopping=False)
+
+
+def test_a_running_session_reads_the_kind_the_waiting_lines_name(monkeypatch):
+    """A running server's GPUs are named on its card (the user page, the hub home page's
+    embed) and in the admin page's column as the waiting lines and the spawn page name them:
+    MIG slices and shared GPUs by their names, a pod asking for two kinds with both; whole
+    GPUs as ever, a number under "GPUs". The column sorts by the number."""
+    monkeypatch.setattr(render, "utcnow", lambda: NOW)
+    sessions = [on_pod("mia", {"nvidia.com/mig-1g.10gb": "1"}),
+                on_pod("tia", {"nvidia.com/gpu": "1"}, "Tesla-T4-SHARED"), on_pod("rex", {"nvidia.com/gpu.shared": "2"}),
+                on_pod("kim", {"nvidia.com/gpu": "1", "nvidia.com/mig-1g.10gb": "2"}),
+                on_pod("bob", {"nvidia.com/gpu": "2"}), running("old/", 1)]  # old: a status without its pod's kinds
+    said = ["1 MIG slice", "1 shared GPU", "2 shared GPUs", "1 GPU and 2 MIG slices", "2", "1"]
+    for template in ("user.html", "embed_home.html"):
+        page = render._jinja.get_template(template).render(
+            prefix="/p/", hub_prefix="/hub/", user={"name": "mia"}, is_admin=False, dry_run=False, xsrf="t", now=NOW,
+            sessions=sessions, queue=[], reclaims=[], reclaimed=[], selected="", error="", notice="", presets=[1],
+            cap_text="4 h", cycle_t=NOW, sparkline=render.sparkline, state_of=render.state_of,
+            quote=lambda s, safe="": s)
+        cards = re.findall(r'<dt class="col-sm-3">GPUs</dt><dd class="col-sm-9 gpus">([^<]*)</dd>', page)
+        assert cards == said, template
+    status = CycleStatus(t=NOW, sessions={s.session: s for s in sessions})
+    data = admin_data(status, None, ServiceSettings(), NOW)
+    page = render._jinja.get_template("admin.html").render(
+        prefix="/p/", hub_prefix="/hub/", user={"name": "admin"}, is_admin=True, dry_run=False, xsrf="t", now=NOW,
+        sparkline=render.sparkline, state_of=render.state_of, quote=lambda s, safe="": s, data=data,
+        infos=status.sessions, notice="", error="", refresh_s=10)
+    cells = re.findall(r'<tr data-session="(\w+)/".*?<td class="gpus" data-sort="(\d+)">([^<]*)', page, re.S)
+    by_user = {"bob": ("2", "2"), "kim": ("3", "1 GPU and 2 MIG slices"), "mia": ("1", "1 MIG slice"),
+               "old": ("1", "1"), "rex": ("2", "2 shared GPUs"), "tia": ("1", "1 shared GPU")}
+    assert {u: (n, text.strip()) for u, n, text in cells} == by_user  # (then the badges)
+    # the API (and the JupyterLab extension's status item, from it) says them in the same words
+    assert [(s["kinds"], s["gpus_text"]) for s in data["sessions"]] == [
+        ({"gpu": 2}, "2 GPUs"), ({"gpu": 1, "mig": 2}, "1 GPU and 2 MIG slices"), ({"mig": 1}, "1 MIG slice"),
+        ({"gpu": 1}, "1 GPU"), ({"shared": 2}, "2 shared GPUs"), ({"shared": 1}, "1 shared GPU")]

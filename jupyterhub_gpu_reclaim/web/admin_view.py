@@ -31,10 +31,10 @@ def totals(sessions: list[dict[str, Any]], queue: list[WaitingServer], week: lis
     """The headline's numbers: `sessions` (session_json of the GPU sessions) and `queue` as
     the latest cycle saw them, `week` the record's GPU-hours per day (today last),
     `reclaims` those begun in the week; `capacity` the cluster's GPUs by kind (None: not known).
-    The GPUs waited for are by kind too, as the pages name them (node_gpus.in_words)."""
+    The GPUs held and waited for are by kind too, as the pages name them (node_gpus.in_words)."""
     stopped = [r for r in reclaims if r.outcome == "stopped" and r.gpus]
     return {"gpu_sessions": len(sessions), "gpus_held": sum(s["gpus"] for s in sessions),
-            "gpu_capacity": capacity,
+            "gpus_held_by_kind": summed(s["kinds"] for s in sessions), "gpu_capacity": capacity,
             "gpus_idle": sum(s["gpus"] for s in sessions if s.get("rule") in IDLE_RULES),
             "gpu_hours_idle_today": round(week[-1].idle, 2) if week else 0.0,
             "waiting": len(queue), "gpus_waited_for": summed(q.kinds for q in queue),

@@ -262,7 +262,7 @@ async def test_the_spawn_form_and_the_admin_headline_count_mig_slices_and_shared
     assert await until(capacity, 90, "the cluster's GPUs on the admin data") == {"mig": 2, "shared": 2}
     async with api.session.get(url + "admin") as r:
         page = await r.text()
-    assert re.search(r'<b id="gpus-held">3</b> of 2 MIG slices and 2 shared GPUs held', page), page
+    assert re.search(r'<b id="gpus-held">3</b> held \(2 of 2 MIG slices and 1 of 2 shared GPUs\)', page), page
     await api.ensure_user("una")
     una = Client(hub.info["url"])
 

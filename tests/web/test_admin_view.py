@@ -93,8 +93,9 @@ def test_the_headline_says_capacity_first_with_plurals(monkeypatch, store):
     assert one.startswith("1 of 1 GPU held, 0 idle; 2 spawns waiting for 4 GPUs, the first expected free")
     assert "no GPU time idle today · no reclaim in the last 7 days · as of 14:00 UTC (now)" in one
     # MIG slices and shared GPUs by their names
-    mixed = headline(CycleStatus(t=NOW, sessions=sessions, gpu_capacity={"gpu": 2, "mig": 7, "shared": 4}))
-    assert mixed.startswith("3 of 2 GPUs, 7 MIG slices and 4 shared GPUs held, 1 idle"), mixed
+    kinds = {"alice/": running("alice/", 2, gpu_kinds=(("mig", 2),)), "bob/": running("bob/", 1, rule="gpu-idle")}
+    mixed = headline(CycleStatus(t=NOW, sessions=kinds, gpu_capacity={"gpu": 2, "mig": 7, "shared": 4}))
+    assert mixed.startswith("3 held (1 of 2 GPUs, 2 of 7 MIG slices and 0 of 4 shared GPUs), 1 idle"), mixed
     # the cluster's GPUs not known: what is held
     assert headline(CycleStatus(t=NOW, sessions=sessions)).startswith("3 GPUs held, 1 idle; nobody waiting for a GPU")
 

@@ -48,7 +48,7 @@ def serve(code: Path, port: int, prometheus: str, now: float, days: int, matcher
 
     from tornado import web
 
-    from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+    from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
     from jupyterhub_gpu_reclaim.store import Store
     from jupyterhub_gpu_reclaim.web import usage_report as page
     from jupyterhub_gpu_reclaim.web.monitoring import HealthHandler

@@ -19,7 +19,7 @@ Like the culler it reads ``JUPYTERHUB_API_TOKEN`` (never logged) and, for the de
 ``--url``, ``JUPYTERHUB_API_URL``.
 
 Each option is declared once, as a trait in the body of the class that reads it: the
-service's in `settings.service.ServiceSettings`, the GPU policy's in
+service's in `settings.service_options.ServiceSettings`, the GPU policy's in
 `settings.gpu_policy.GpuPolicyOptions` (their defaults `policy.config.PolicyConfig`'s, which
 `policy_config` makes of them in one hop).
 `GpuReclaim` is both, so they are its options as they are, and adds what only it knows
@@ -50,7 +50,7 @@ from .oneline import LogFormatter
 from .policy.config import PolicyConfig, from_settings, option_of
 from .policy.rules import PolicyRules, load_rules
 from .settings.gpu_policy import GpuPolicyOptions
-from .settings.service import SAVE_WAIT_MAX, ServiceSettings, declared_options, effective_cull_every, option_help
+from .settings.service_options import SAVE_WAIT_MAX, ServiceSettings, declared_options, effective_cull_every, option_help
 from .signals.probe_token_client import PROBE_TOKEN_MAX_LIFETIME
 from .signals.prometheus import check_matchers
 

@@ -34,7 +34,7 @@ from .service.metrics import Metrics
 from .service.notify import Dispatcher, make_notifiers, redact_url
 from .policy.rules import Match
 from .service.cycle import Reclaimer
-from .settings.service import ServiceSettings, effective_cull_every
+from .settings.service_options import ServiceSettings, effective_cull_every
 from .signals.http_source import SignalError, hide_password
 from .signals.gpu_readings import PodLabel
 from .signals.interfaces import GpuSource

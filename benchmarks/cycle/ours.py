@@ -66,7 +66,7 @@ async def run_ours(ports: dict[str, int], cycles: int, profile: str | None, pods
     from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
     from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
     from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
-    from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+    from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
     from jupyterhub_gpu_reclaim.signals.hub import HubSignal
     from jupyterhub_gpu_reclaim.signals.kernels import KernelSignal
     from jupyterhub_gpu_reclaim.signals.probe_token_client import ProbeTokens

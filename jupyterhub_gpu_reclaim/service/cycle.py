@@ -62,7 +62,7 @@ from .arbiter import CullArbiter
 from .observe import NO_PODS, observe_server, probe_kernels, unseen, unusable
 from .stops import Stops
 from ..store import Store
-from ..settings.service import ServiceSettings
+from ..settings.service_options import ServiceSettings
 from ..store.engine import RowsRefused
 from ..timestamps import evidence_time, format_time, utcnow
 

@@ -1,6 +1,6 @@
 """The GPU policy's options: `GpuPolicyOptions`, each option a trait declared in its body.
 
-Organised as `settings.service` is: each option declared once, its help beside it. Its
+Organised as `settings.service_options` is: each option declared once, its help beside it. Its
 default is the `policy.config.PolicyConfig` field the option sets (read from the field,
 never written again); `application.GpuReclaim` has these options as its own
 (``--idle-reclaim-after=2h``, ``c.GpuReclaim.idle_reclaim_after``) and makes the policy's
@@ -14,7 +14,7 @@ from traitlets import Bool, Float, HasTraits, Set, Unicode
 
 from ..durations import seconds_or_off
 from ..policy.config import PolicyConfig
-from .service import Duration, option_help
+from .service_options import Duration, option_help
 
 _DEFAULT = PolicyConfig()
 

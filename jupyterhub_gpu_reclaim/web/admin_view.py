@@ -16,7 +16,7 @@ from ..durations import format_duration
 from ..policy.decider import IDLE_RULES
 from ..service.status import CycleStatus, WaitingServer
 from ..service.daily_hours import DayUsage, daily_usage
-from ..settings.service import ServiceSettings
+from ..settings.service_options import ServiceSettings
 from ..signals.node_gpus import GpuCounts, summed
 from ..store import Store
 from ..store.reclaims import ReclaimRecord

@@ -22,7 +22,7 @@ from tornado.http1connection import HTTP1Connection
 from tornado.log import app_log, gen_log
 
 from ..service.metrics import Metrics
-from ..settings.service import ServiceSettings
+from ..settings.service_options import ServiceSettings
 from ..service.status import SessionStatus, WaitingServer
 from ..store import Store
 from ..store.reclaims import ReclaimRecord

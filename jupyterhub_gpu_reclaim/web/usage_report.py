@@ -37,7 +37,7 @@ from ..report.formats import HOURS, HOURS_COLUMNS
 from ..report.usage import Hours, groups_of
 from ..service.recorded_usage import STEP, RecordedUsage, recorded_usage
 from ..service.daily_hours import MAX_STEP, day_bounds, freed_by_day, waiting_by_day
-from ..settings.service import ServiceSettings
+from ..settings.service_options import ServiceSettings
 from ..signals.http_source import hide_password
 from ..store import Store
 from ..timestamps import format_time

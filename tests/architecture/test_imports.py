@@ -62,10 +62,10 @@ def test_the_settings_are_a_leaf_and_the_service_never_sees_them():
     assert not reachable(graph, f"{NAME}.application") & (settings | {f"{NAME}.service.cycle"} | modules_under(graph, "web"))
     # the declarations (settings/) are below what reads them
     declarations = modules_under(graph, "settings")
-    assert {f"{NAME}.settings.service", f"{NAME}.settings.gpu_policy"} <= declarations
+    assert {f"{NAME}.settings.service_options", f"{NAME}.settings.gpu_policy"} <= declarations
     for declared in sorted(declarations):
         assert not reachable(graph, declared) & (settings | modules_under(graph, "service", "web")), declared
-    assert f"{NAME}.settings.service" in graph[f"{NAME}.service.cycle"] and f"{NAME}.settings.service" in graph[f"{NAME}.web.base"]
+    assert f"{NAME}.settings.service_options" in graph[f"{NAME}.service.cycle"] and f"{NAME}.settings.service_options" in graph[f"{NAME}.web.base"]
     workers = modules_under(graph, "service", "signals", "store", "web", "replay", "policy") | {f"{NAME}.timestamps"}
     assert {f"{NAME}.service.cycle", f"{NAME}.service.hub_stopper", f"{NAME}.web.app"} <= workers
     for worker in sorted(workers):

@@ -19,7 +19,7 @@ from jupyterhub_gpu_reclaim.launcher import loggable_settings, run_app, service_
 from jupyterhub_gpu_reclaim.oneline import LogFormatter
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig, option_of
 from jupyterhub_gpu_reclaim.settings.gpu_policy import GpuPolicyOptions
-from jupyterhub_gpu_reclaim.settings.service import ServiceSettings, declared_options
+from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings, declared_options
 
 from ..support.apps import culler, parse
 

@@ -22,7 +22,7 @@ import pytest
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.report.formats import as_csv, as_json
-from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import usage_report as page
 from tests.support.prometheus_history import create_blocks, history_prometheus

@@ -22,7 +22,7 @@ import pytest
 import jupyterhub_gpu_reclaim.report.run  # noqa: F401
 from jupyterhub_gpu_reclaim.cli import main
 from jupyterhub_gpu_reclaim.report.series_count import SeriesCounter, TooManySeries
-from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import usage_report as page
 from tests.support.prometheus_history import create_blocks, end_file, history_prometheus, write_family

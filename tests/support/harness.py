@@ -14,7 +14,7 @@ from jupyterhub_gpu_reclaim.policy.config import PolicyConfig
 from jupyterhub_gpu_reclaim.replay.backtest import Z2JH_CULL_TIMEOUT
 from jupyterhub_gpu_reclaim.policy.rules import PolicyRules
 from jupyterhub_gpu_reclaim.service.cycle import Reclaimer
-from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.http_source import SignalError
 from jupyterhub_gpu_reclaim.signals.gpu_readings import GpuReading
 from jupyterhub_gpu_reclaim.signals.hub import HubServer

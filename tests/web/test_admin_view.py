@@ -12,7 +12,7 @@ import pytest
 from jupyterhub_gpu_reclaim.policy.observations import Decision, Sample, Session, SessionSample
 from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus, WaitingServer, session_status
 from jupyterhub_gpu_reclaim.service.daily_hours import daily_usage
-from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
 from jupyterhub_gpu_reclaim.signals.pods import pod_info
 from jupyterhub_gpu_reclaim.store import Store
 from jupyterhub_gpu_reclaim.web import render

@@ -10,7 +10,7 @@ import pytest
 
 from jupyterhub_gpu_reclaim.policy.observations import Decision
 from jupyterhub_gpu_reclaim.service.status import CycleStatus, SessionStatus
-from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
 from jupyterhub_gpu_reclaim.web.admin_view import admin_data
 from jupyterhub_gpu_reclaim.timestamps import utcnow
 from jupyterhub_gpu_reclaim.web import app, inputs, render
@@ -225,7 +225,7 @@ def test_one_whatif_at_a_time_and_bad_input_never_waits():
 
     from tornado.web import HTTPError
 
-    from jupyterhub_gpu_reclaim.settings.service import ServiceSettings
+    from jupyterhub_gpu_reclaim.settings.service_options import ServiceSettings
     from jupyterhub_gpu_reclaim.web import whatif_runner
 
     handler = SimpleNamespace(ctx=SimpleNamespace(settings=ServiceSettings(), store=None), retry_after=0)

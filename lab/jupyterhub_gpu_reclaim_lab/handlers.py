@@ -140,6 +140,12 @@ class Handler(APIHandler):
         return body
 
 
+def _text(value: object) -> str:
+    """A few words of the service's for the item, as a string of at most MAX_TEXT ("" for
+    anything else: what the tab writes is text, whatever a service answers)."""
+    return value[:MAX_TEXT] if isinstance(value, str) else ""
+
+
 class StatusHandler(Handler):
     @web.authenticated
     async def get(self) -> None:
@@ -154,8 +160,8 @@ class StatusHandler(Handler):
         session = None
         if own is not None:
             session = {k: own.get(k) for k in SESSION_FIELDS}
-            session["util"] = own.get("util_text") or ""
-            session["gpus_text"] = own.get("gpus_text") or ""  # "1 MIG slice" ("": an older service)
+            session["util"] = _text(own.get("util_text"))
+            session["gpus_text"] = _text(own.get("gpus_text"))  # "1 MIG slice" ("": an older service)
             session["idle_since"] = own.get("idle_since") if own.get("state") in IDLE_STATES else None
             # why it is warned, the service's sentence, its times for the tab to write in its zone
             why = own.get("why")

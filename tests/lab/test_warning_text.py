@@ -107,6 +107,9 @@ RUNNING = {
     "a GPU": (session(rule="gpu-active"), "GPU utilization now (1 GPU)"),
     "a GPU, an older service": ({k: v for k, v in session(rule="gpu-active").items() if k != "gpus_text"},
                                 "GPU utilization now (1 GPU)"),
+    # what a service answers is passed on as text or not at all: a number is no words
+    "a GPU, words that are not text": ({**session(rule="gpu-active"), "gpus_text": {"<b>": 1}},
+                                       "GPU utilization now (1 GPU)"),
 }
 
 

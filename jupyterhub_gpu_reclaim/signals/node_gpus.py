@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 
 from .http_source import MAX_BODY, entry_field, read_capped
 from ..wording import count, listed
-from .pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, gpu_kind
+from .pod_facts import GPU_KINDS, GPU_PRODUCT_LABEL, by_kind
 
 log = logging.getLogger("jupyterhub_gpu_reclaim.signals.pods")
 
@@ -32,18 +32,17 @@ GpuKinds = tuple[tuple[str, int], ...]
 def gpus_of(node_list: Any) -> GpuCounts:
     """The GPUs of each kind allocatable on the nodes of a node list (JSON as served); a value
     that is not a whole number counts none; ValueError for a body that is not a list."""
-    total = dict.fromkeys(GPU_KINDS, 0)
-    for node in entry_field(node_list, "items", list, []):
+    def of(node: Any) -> GpuCounts:
         status = node.get("status") if isinstance(node, dict) else None
         allocatable = status.get("allocatable") if isinstance(status, dict) else None
         labels = (node.get("metadata") or {}).get("labels") if isinstance(node, dict) else None
         product = labels.get(GPU_PRODUCT_LABEL) if isinstance(labels, dict) else None
-        if isinstance(allocatable, dict):
-            for k, v in allocatable.items():
-                kind = gpu_kind(k, product if isinstance(product, str) else "")
-                if kind is not None and isinstance(v, str) and v.isdigit():
-                    total[kind] += int(v)
-    return {k: n for k, n in total.items() if n}
+        if not isinstance(allocatable, dict):
+            return {}
+        return by_kind({k: int(v) for k, v in allocatable.items() if isinstance(v, str) and v.isascii() and v.isdigit()},
+                       product if isinstance(product, str) else "")
+
+    return summed(of(node) for node in entry_field(node_list, "items", list, []))
 
 
 def summed(counts: Iterable[Mapping[str, int]]) -> GpuCounts:

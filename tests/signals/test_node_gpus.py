@@ -36,6 +36,7 @@ def test_gpus_in_words():
 
 def test_malformed_values_count_none():
     nodes = {"items": [node(**{"nvidia.com/gpu": "lots"}), node(**{"nvidia.com/gpu": 3}), node(**{"nvidia.com/gpu": "-1"}),
+                       node(**{"nvidia.com/gpu": "²"}), node(**{"nvidia.com/gpu": "٣"}),  # digits, not numbers Kubernetes writes
                        {"status": {"allocatable": ["nvidia.com/gpu"]}}, "a string", None, node(**{"nvidia.com/gpu": "1"})]}
     assert gpus_of(nodes) == {"gpu": 1}
     with pytest.raises(ValueError):
